@@ -1,0 +1,172 @@
+"""Typed run configuration, layered: command-line flags > config file (TOML or JSON) > these defaults.
+
+The effective configuration is written as ``config.json`` next to every run's results.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ceb.errors import ConfigError
+
+__all__ = [
+    "BackendConfig",
+    "CEBConfig",
+    "CriticConfig",
+    "HindsightConfig",
+    "PromptConfig",
+    "RunConfig",
+    "load_config",
+]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class BackendConfig(_Section):
+    """Which backend scores, and how to reach it."""
+
+    name: str = "offline"
+    """Backend name: ``offline`` (no model, the embedded default) or ``openai`` (any OpenAI-compatible endpoint)."""
+    base_url: str | None = None
+    """Endpoint root for ``openai``, e.g. ``http://127.0.0.1:8000/v1`` for ``vllm serve``."""
+    model: str | None = None
+    """Model name as the endpoint knows it (``openai`` backend)."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Name of the environment variable that holds the API key; the key itself is never stored."""
+    timeout_s: float = Field(120.0, gt=0)
+    """Seconds before one request attempt is abandoned."""
+    max_concurrency: int = Field(64, ge=1)
+    """Requests in flight to the endpoint at most (shared by critic and hindsight)."""
+    structured_output: Literal["json_schema", "vllm", "json_object", "none"] = "json_schema"
+    """How reply JSON is enforced: OpenAI ``json_schema`` (also vLLM), vLLM ``structured_outputs``, JSON mode, none."""
+    max_attempts: int = Field(6, ge=1)
+    """Attempts per request on timeouts, dropped connections, 429 and 5xx (the first included)."""
+    backoff_s: float = Field(0.5, ge=0)
+    """Multiplier of the jittered exponential backoff between attempts, in seconds."""
+    max_backoff_s: float = Field(30.0, ge=0)
+    """Cap on one backoff wait, in seconds (a longer ``Retry-After`` is still honoured)."""
+
+
+class CEBConfig(_Section):
+    """The method's constants (paper appendix "Experimental Details")."""
+
+    votes: int = Field(5, ge=1)
+    """``V``: hindsight votes per trajectory."""
+    k: int = Field(2, ge=0)
+    """Retrieved precedents per class."""
+    tau: float = Field(0.7, ge=0)
+    """Hindsight sampling temperature."""
+    repetition_window: int = Field(3, ge=0)
+    """How many previous actions the repetition flag compares with."""
+    repetition_prefix_chars: int = Field(40, ge=1)
+    """Length of the compared action prefix for the repetition flag, in characters."""
+
+
+class CriticConfig(_Section):
+    """Decoding of the critic."""
+
+    temperature: float = Field(0.0, ge=0)
+    """Sampling temperature of the critic."""
+    max_tokens: int = Field(160, ge=1)
+    """Output budget per critic reply, in tokens."""
+    format_retries: int = Field(2, ge=0)
+    """Re-asks after a reply with no readable score, before the step is recorded as failed."""
+
+
+class HindsightConfig(_Section):
+    """Decoding of the hindsight labeler (its temperature is ``ceb.tau``)."""
+
+    max_tokens: int = Field(512, ge=1)
+    """Output budget per vote, in tokens."""
+    format_retries: int = Field(2, ge=0)
+    """Re-asks of one vote whose reply is not exactly one 0/1 per step."""
+    seed: int | None = None
+    """Base seed of the votes (vote ``v`` uses ``seed + v``); ``None`` leaves it to the server."""
+
+
+class PromptConfig(_Section):
+    """Prompt templates and the character budgets of untrusted text in them."""
+
+    prompt_dir: Path | None = None
+    """A directory searched before the packaged templates (``<dir>/<domain>/critic_user.j2``)."""
+    state_chars: int = Field(2000, ge=16)
+    """Budget of the current state in the critic prompt, in characters."""
+    action_chars: int = Field(600, ge=16)
+    """Budget of one action or reasoning string, in characters."""
+    history_observation_chars: int = Field(600, ge=16)
+    """Budget of each earlier observation in the critic's history, in characters."""
+    bank_state_chars: int = Field(400, ge=16)
+    """Budget of a bank record's state summary (also used in retrieval keys), in characters."""
+    bank_observation_chars: int = Field(300, ge=16)
+    """Budget of a bank record's observation summary, in characters."""
+    hindsight_observation_chars: int = Field(600, ge=16)
+    """Budget of each observation in the hindsight prompt, in characters."""
+
+
+class RunConfig(_Section):
+    """Everything a scoring run needs besides its input streams and output directory."""
+
+    backend: BackendConfig = BackendConfig()
+    """Where critic and hindsight calls go."""
+    ceb: CEBConfig = CEBConfig()
+    """``V``, ``k``, ``tau`` and the repetition flag's settings."""
+    critic: CriticConfig = CriticConfig()
+    """Critic decoding."""
+    hindsight: HindsightConfig = HindsightConfig()
+    """Hindsight decoding."""
+    prompts: PromptConfig = PromptConfig()
+    """Templates and text budgets."""
+    methods: tuple[str, ...] = ("ceb", "static")
+    """Methods to run on every stream (``ceb``; ``static``, the same critic with no bank)."""
+    ece_bins: int = Field(10, ge=1)
+    """Equal-width bins of the reported ECE."""
+    max_active_lanes: int = Field(256, ge=1)
+    """(stream, method) lanes in progress at once; each lane is strictly sequential."""
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> RunConfig:
+    """Build the effective :class:`RunConfig`: defaults, then the file at ``path``, then ``overrides``.
+
+    Args:
+        path: A ``.toml`` or ``.json`` file with the same sections as :class:`RunConfig`, or ``None``.
+        overrides: Nested values from the command line (``{"ceb": {"k": 3}}``); ``None`` entries are ignored.
+
+    Raises:
+        ConfigError: The file cannot be read or parsed, or a value is unknown or out of range (names it).
+    """
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            raw = p.read_bytes()
+            data = tomllib.loads(raw.decode()) if p.suffix == ".toml" else orjson.loads(raw)
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, orjson.JSONDecodeError) as exc:
+            raise ConfigError(f"config file {p}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {p}: the top level must be a table / object")
+
+    def prune(m: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: prune(v) if isinstance(v, Mapping) else v for k, v in m.items() if v is not None}
+
+    merged = _merge(data, prune(overrides or {}))
+    try:
+        return RunConfig.model_validate(merged)
+    except ValidationError as exc:
+        lines = [f"  {'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()]
+        src = f" (file {path})" if path else ""
+        raise ConfigError("bad configuration" + src + ":\n" + "\n".join(lines)) from exc

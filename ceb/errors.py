@@ -1,0 +1,139 @@
+"""The exceptions ``ceb`` raises, in one tree.
+
+::
+
+    CEBError
+    ├── ConfigError                 a setting is missing, unknown or out of range
+    ├── DataError                   input that breaks the trajectory contract (SCHEMA.md)
+    │   └── StreamValidationError   every bad line of a stream, gathered before any work starts
+    ├── BankError                   a bank file that cannot be read back, or a bad record
+    ├── BackendError                a model endpoint failed after its retry budget
+    │   └── ResponseFormatError     the reply could not be read as the JSON the stage asked for
+    └── RunError                    the run stopped: failures over threshold, or a broken run directory
+
+Each exception carries the context a user needs to find the cause: the file and line of bad input, or
+the stream, trajectory id, step and backend of a failed call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "BackendError",
+    "BankError",
+    "CEBError",
+    "ConfigError",
+    "DataError",
+    "Problem",
+    "ResponseFormatError",
+    "RunError",
+    "StreamValidationError",
+]
+
+
+class CEBError(Exception):
+    """Base class of every error ``ceb`` raises on purpose."""
+
+
+class ConfigError(CEBError):
+    """A configuration value is missing, unknown or out of range."""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One reason a line of a trajectory file was rejected.
+
+    Attributes:
+        path: The file, as given by the user.
+        line: 1-based line number in that file.
+        field: Dotted path of the offending field (``steps[2].action``), or ``"<line>"`` for the whole line.
+        message: What is wrong, in words.
+        trajectory_id: The trajectory's ``id`` when it could be read, else ``None``.
+        step: 0-based step index when the problem is inside a step, else ``None``.
+    """
+
+    path: str
+    line: int
+    field: str
+    message: str
+    trajectory_id: str | None = None
+    step: int | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}"
+        if self.trajectory_id is not None:
+            where += f" (trajectory {self.trajectory_id!r}"
+            where += f", step {self.step})" if self.step is not None else ")"
+        return f"{where}: field {self.field}: {self.message}"
+
+
+class DataError(CEBError):
+    """Input that breaks the trajectory contract of SCHEMA.md."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(str(problem))
+        self.problem = problem
+
+
+class StreamValidationError(DataError):
+    """A stream has one or more bad lines; nothing was scored.
+
+    Attributes:
+        problems: Every problem found, in file and line order.
+    """
+
+    def __init__(self, problems: list[Problem], *, shown: int = 20) -> None:
+        self.problems = problems
+        head = "\n".join(f"  {p}" for p in problems[:shown])
+        more = f"\n  ... and {len(problems) - shown} more" if len(problems) > shown else ""
+        n = len(problems)
+        Exception.__init__(self, f"{n} problem{'s' if n != 1 else ''} in the stream, nothing was scored:\n{head}{more}")
+        self.problem = problems[0]
+
+
+class BankError(CEBError):
+    """A bank file that cannot be read back, or a record that breaks the bank's rules."""
+
+
+class BackendError(CEBError):
+    """A model endpoint failed after its retry budget.
+
+    Attributes:
+        backend: Backend name and endpoint (``openai@http://127.0.0.1:8000/v1``).
+        stream: Stream name, when known.
+        trajectory_id: Trajectory id, when known.
+        step: 0-based step index, when known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        backend: str = "",
+        stream: str | None = None,
+        trajectory_id: str | None = None,
+        step: int | None = None,
+    ) -> None:
+        ctx = ", ".join(
+            f"{k}={v}"
+            for k, v in (("backend", backend), ("stream", stream), ("trajectory", trajectory_id), ("step", step))
+            if v not in (None, "")
+        )
+        super().__init__(f"{message} [{ctx}]" if ctx else message)
+        self.backend = backend
+        self.stream = stream
+        self.trajectory_id = trajectory_id
+        self.step = step
+
+
+class ResponseFormatError(BackendError):
+    """A model reply could not be read as the JSON the stage asked for (kept in ``raw``)."""
+
+    def __init__(self, message: str, *, raw: str, **ctx: str | int | None) -> None:
+        super().__init__(message, **ctx)  # type: ignore[arg-type]
+        self.raw = raw
+
+
+class RunError(CEBError):
+    """A run stopped: failures passed the threshold, or the run directory cannot be used."""

@@ -1,0 +1,74 @@
+"""One small registry kind for backends, methods and retrievers, with lazy ``"module:Attr"`` entries.
+
+An entry names where its object lives, so optional dependencies are imported only when the entry is
+chosen, and a missing one fails with the ``pip install`` extra that brings it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+from ceb.errors import ConfigError
+
+__all__ = ["Registry"]
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Name -> object, resolved on first use.
+
+    Args:
+        kind: What the entries are (``backend``), for error messages.
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: dict[str, str | T] = {}
+        self._extras: dict[str, str] = {}
+
+    def register(self, name: str, target: str | T, *, extra: str | None = None) -> None:
+        """Add ``name``: an object, or a ``"module:Attr"`` path imported on first :meth:`get`.
+
+        Args:
+            name: The name users select it by.
+            target: The object or its import path.
+            extra: The ``pip install 'ceb[extra]'`` that provides its dependencies, if any.
+        """
+        self._entries[name] = target
+        if extra:
+            self._extras[name] = extra
+
+    def names(self) -> list[str]:
+        """Registered names, sorted."""
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def get(self, name: str) -> T:
+        """Resolve ``name``.
+
+        Raises:
+            ConfigError: Unknown name (lists the known ones), or its optional dependency is not installed.
+        """
+        try:
+            target = self._entries[name]
+        except KeyError:
+            raise ConfigError(f"unknown {self.kind} {name!r}; choose one of: {', '.join(self.names())}") from None
+        if not isinstance(target, str):
+            return target
+        module, _, attr = target.partition(":")
+        try:
+            obj: T = getattr(importlib.import_module(module), attr)
+        except ImportError as exc:
+            extra = self._extras.get(name)
+            hint = f"; install it with: pip install 'ceb[{extra}]'" if extra else ""
+            raise ConfigError(f"{self.kind} {name!r} cannot be loaded ({exc}){hint}") from exc
+        self._entries[name] = obj
+        return obj
