@@ -1,0 +1,234 @@
+"""The chat backend contract: one abstract async call, with limits, retries and accounting shared.
+
+A subclass only turns a :class:`ChatRequest` into its wire payload and the reply into a
+:class:`Completion` (:meth:`ChatBackend._complete`). This base class owns what every backend needs the same
+way: the per-endpoint concurrency limit, declared retries (tenacity: jittered exponential backoff that honours
+``Retry-After``), and the time split between waiting for a slot (``queue_s``) and the server (``latency_s``).
+Pattern after inspect_ai's ``ModelAPI`` and lm-eval's ``TemplateAPI``.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+import anyio
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+__all__ = [
+    "ChatBackend",
+    "ChatRequest",
+    "ChatResponse",
+    "Completion",
+    "EndpointLimits",
+    "RetryPolicy",
+    "TransientError",
+]
+
+Message = Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """One chat-completions request, independent of the wire format.
+
+    Attributes:
+        messages: ``({"role": ..., "content": ...}, ...)`` in order; system first.
+        temperature: Sampling temperature (the critic uses 0, hindsight uses tau).
+        max_tokens: Upper bound on generated tokens per choice.
+        n: Number of choices to sample from one prompt.
+        json_schema: JSON Schema the reply must follow, when the server supports structured output.
+        schema_name: Name sent with the schema (OpenAI's ``json_schema.name``).
+        seed: Sampling seed, when the server honours one.
+        stage: Which stage asks (``critic``, ``hindsight``); for logs and accounting only.
+    """
+
+    messages: tuple[Message, ...]
+    temperature: float = 0.0
+    max_tokens: int = 256
+    n: int = 1
+    json_schema: Mapping[str, Any] | None = None
+    schema_name: str = "response"
+    seed: int | None = None
+    stage: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """What a subclass returns from one successful attempt.
+
+    Attributes:
+        texts: One reply text per choice, shape ``(n,)``.
+        prompt_tokens: Input tokens the server counted, if it said.
+        completion_tokens: Output tokens the server counted (all choices), if it said.
+        model: Model name the server answered with.
+    """
+
+    texts: tuple[str, ...]
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResponse:
+    """A finished call: the completion plus where the time went.
+
+    Attributes:
+        completion: The server's reply.
+        latency_s: Seconds spent in the server for the successful attempt.
+        queue_s: Seconds spent waiting for an endpoint slot, summed over attempts.
+        attempts: Attempts made (1 when the first one succeeded).
+    """
+
+    completion: Completion
+    latency_s: float
+    queue_s: float
+    attempts: int
+
+
+class TransientError(Exception):
+    """A failure worth retrying (timeouts, 429, 5xx, dropped connections).
+
+    Attributes:
+        retry_after: Seconds the server asked us to wait (``Retry-After``), if it did.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How transient failures are retried (tenacity).
+
+    Attributes:
+        max_attempts: Attempts per request, the first included.
+        backoff_s: Multiplier of the jittered exponential backoff, in seconds.
+        max_backoff_s: Cap on one wait, in seconds; a longer ``Retry-After`` is still honoured.
+    """
+
+    max_attempts: int = 6
+    backoff_s: float = 0.5
+    max_backoff_s: float = 30.0
+
+
+@dataclass
+class EndpointLimits:
+    """The run's concurrency limits, one :class:`anyio.CapacityLimiter` per endpoint.
+
+    Backends that talk to the same endpoint share one limit, so a critic and a hindsight stage on the same
+    vLLM server never put more than ``max_concurrency`` requests in flight together.
+    """
+
+    _limiters: dict[str, anyio.CapacityLimiter] = field(default_factory=dict)
+
+    def limiter(self, endpoint: str, max_concurrency: int) -> anyio.CapacityLimiter:
+        """Return the limiter of ``endpoint``, creating it with ``max_concurrency`` slots on first use."""
+        lim = self._limiters.get(endpoint)
+        if lim is None:
+            lim = self._limiters[endpoint] = anyio.CapacityLimiter(max_concurrency)
+        return lim
+
+
+class ChatBackend(ABC):
+    """Base class of every LLM backend.
+
+    Args:
+        endpoint: Where requests go (base URL, or an in-process engine name); keys the concurrency limit.
+        max_concurrency: Requests in flight to ``endpoint`` at most.
+        retry: Retry policy for :class:`TransientError`.
+        limits: Shared per-endpoint limits of the run; a private one when ``None``.
+    """
+
+    name: str = "chat"
+
+    def __init__(
+        self,
+        *,
+        endpoint: str,
+        max_concurrency: int = 64,
+        retry: RetryPolicy | None = None,
+        limits: EndpointLimits | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.max_concurrency = max_concurrency
+        self.retry = retry or RetryPolicy()
+        self._limits = limits or EndpointLimits()
+
+    @property
+    def label(self) -> str:
+        """``name@endpoint``, as shown in errors and logs."""
+        return f"{self.name}@{self.endpoint}"
+
+    @abstractmethod
+    async def _complete(self, request: ChatRequest) -> Completion:
+        """Send one attempt of ``request``; raise :class:`TransientError` for failures worth retrying."""
+
+    def should_retry(self, exc: BaseException) -> bool:
+        """Decide per error class whether another attempt may succeed; default: :class:`TransientError`."""
+        return isinstance(exc, TransientError)
+
+    def retry_after(self, exc: BaseException) -> float | None:
+        """Seconds the server asked to wait before the next attempt, if any."""
+        return exc.retry_after if isinstance(exc, TransientError) else None
+
+    async def aclose(self) -> None:  # noqa: B027 - a hook with a safe default, not abstract on purpose
+        """Release connections; the default holds none."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def _wait(self, state: RetryCallState) -> float:
+        jittered = wait_random_exponential(multiplier=self.retry.backoff_s, max=self.retry.max_backoff_s)
+        backoff = jittered(state)
+        exc = state.outcome.exception() if state.outcome else None
+        asked = self.retry_after(exc) if exc is not None else None
+        return max(backoff, asked or 0.0)
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        """Send ``request`` under the endpoint's limit, retrying transient failures.
+
+        Returns:
+            The completion with its server latency (seconds), slot wait (seconds) and attempt count.
+
+        Raises:
+            TransientError: The last attempt's failure once the retry budget is spent.
+            Exception: Whatever :meth:`_complete` raised that :meth:`should_retry` declined.
+        """
+        limiter = self._limits.limiter(self.endpoint, self.max_concurrency)
+        queue_s = 0.0
+        attempts = 0
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(self.should_retry),
+            stop=stop_after_attempt(self.retry.max_attempts),
+            wait=self._wait,
+            sleep=anyio.sleep,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                attempts += 1
+                asked = time.perf_counter()
+                async with limiter:
+                    started = time.perf_counter()
+                    queue_s += started - asked
+                    completion = await self._complete(request)
+                    latency_s = time.perf_counter() - started
+        return ChatResponse(completion=completion, latency_s=latency_s, queue_s=queue_s, attempts=attempts)

@@ -1,0 +1,84 @@
+"""Build the critic and hindsight stages of each registered backend from a :class:`~ceb.config.RunConfig`."""
+
+from __future__ import annotations
+
+from ceb.backends import Stages
+from ceb.backends.base import ChatBackend, EndpointLimits, RetryPolicy
+from ceb.backends.offline import OfflineCritic, OfflineHindsight
+from ceb.config import RunConfig
+from ceb.errors import ConfigError
+from ceb.stages.critic import CriticSettings, LLMCritic
+from ceb.stages.hindsight import HindsightSettings, LLMHindsight
+from ceb.stages.templates import PromptLimits, PromptSet
+
+__all__ = ["llm_stages", "offline_stages", "openai_stages", "prompt_set"]
+
+
+def prompt_set(config: RunConfig) -> PromptSet:
+    """The templates and text budgets of ``config.prompts``."""
+    p = config.prompts
+    limits = PromptLimits(
+        state_chars=p.state_chars,
+        action_chars=p.action_chars,
+        history_observation_chars=p.history_observation_chars,
+        bank_state_chars=p.bank_state_chars,
+        bank_observation_chars=p.bank_observation_chars,
+        hindsight_observation_chars=p.hindsight_observation_chars,
+    )
+    return PromptSet(p.prompt_dir, limits)
+
+
+def llm_stages(config: RunConfig, chat: ChatBackend) -> Stages:
+    """LLM critic and hindsight over one chat endpoint, with the run's prompts and decoding settings."""
+    prompts = prompt_set(config)
+    critic = LLMCritic(
+        chat,
+        prompts,
+        CriticSettings(
+            temperature=config.critic.temperature,
+            max_tokens=config.critic.max_tokens,
+            format_retries=config.critic.format_retries,
+        ),
+    )
+    hindsight = LLMHindsight(
+        chat,
+        prompts,
+        HindsightSettings(
+            temperature=config.ceb.tau,
+            max_tokens=config.hindsight.max_tokens,
+            format_retries=config.hindsight.format_retries,
+            seed=config.hindsight.seed,
+        ),
+    )
+    return Stages(critic=critic, hindsight=hindsight, chat=chat)
+
+
+def offline_stages(config: RunConfig, limits: EndpointLimits) -> Stages:
+    """The model-free stand-ins of :mod:`ceb.backends.offline`."""
+    return Stages(critic=OfflineCritic(), hindsight=OfflineHindsight())
+
+
+def openai_stages(config: RunConfig, limits: EndpointLimits) -> Stages:
+    """LLM stages over an OpenAI-compatible endpoint.
+
+    Raises:
+        ConfigError: ``backend.base_url`` or ``backend.model`` is not set, or the API key is missing.
+    """
+    from ceb.backends.openai import OpenAIBackend, OpenAISettings
+
+    b = config.backend
+    if not b.base_url or not b.model:
+        raise ConfigError("the openai backend needs backend.base_url and backend.model (--base-url, --model)")
+    chat = OpenAIBackend(
+        OpenAISettings(
+            base_url=b.base_url,
+            model=b.model,
+            api_key_env=b.api_key_env,
+            timeout_s=b.timeout_s,
+            structured_output=b.structured_output,
+            max_concurrency=b.max_concurrency,
+        ),
+        retry=RetryPolicy(max_attempts=b.max_attempts, backoff_s=b.backoff_s, max_backoff_s=b.max_backoff_s),
+        limits=limits,
+    )
+    return llm_stages(config, chat)

@@ -1,0 +1,180 @@
+"""Backend for any OpenAI-compatible chat endpoint: vLLM's server, OpenAI, Azure OpenAI.
+
+Uses the official ``openai`` async client with its own retries turned off: retries, limits and accounting
+belong to :class:`~ceb.backends.base.ChatBackend`. The API key is read from the environment variable named
+in the settings and is never logged or written anywhere.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import openai
+from openai import AsyncOpenAI
+
+from ceb.backends.base import (
+    ChatBackend,
+    ChatRequest,
+    Completion,
+    EndpointLimits,
+    RetryPolicy,
+    TransientError,
+)
+from ceb.errors import BackendError, ConfigError
+
+__all__ = ["OpenAIBackend", "OpenAISettings", "StructuredOutput"]
+
+StructuredOutput = Literal["json_schema", "vllm", "json_object", "none"]
+"""How a reply's JSON shape is enforced.
+
+``json_schema``: OpenAI's ``response_format={"type": "json_schema", ...}`` (also accepted by vLLM);
+``vllm``: vLLM's ``extra_body={"structured_outputs": {"json": schema}}``;
+``json_object``: JSON mode without a schema; ``none``: prompt instructions only.
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAISettings:
+    """Where and how to reach an OpenAI-compatible endpoint.
+
+    Attributes:
+        base_url: Endpoint root, e.g. ``http://127.0.0.1:8000/v1`` for ``vllm serve``.
+        model: Model name as the server knows it.
+        api_key_env: Name of the environment variable holding the key. vLLM without ``--api-key`` accepts any
+            key, so an unset variable falls back to ``"EMPTY"`` for loopback and private URLs only.
+        timeout_s: Seconds before one attempt is abandoned.
+        structured_output: See :data:`StructuredOutput`.
+        max_concurrency: Requests in flight to this endpoint at most.
+    """
+
+    base_url: str
+    model: str
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_s: float = 120.0
+    structured_output: StructuredOutput = "json_schema"
+    max_concurrency: int = 64
+
+
+def _is_local(url: str) -> bool:
+    """True when ``url``'s host is loopback or a private address, where a key-less vLLM may listen."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False  # a DNS name: cannot tell, so a key is required
+    return ip.is_loopback or ip.is_private or ip.is_unspecified
+
+
+class OpenAIBackend(ChatBackend):
+    """Chat completions through ``openai.AsyncOpenAI``.
+
+    Args:
+        settings: Endpoint, model, key variable, timeout and structured-output mode.
+        retry: Retry policy for timeouts, dropped connections, 429 and 5xx.
+        limits: The run's shared per-endpoint limits.
+
+    Raises:
+        ConfigError: No key in ``settings.api_key_env`` for a non-local endpoint.
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        settings: OpenAISettings,
+        *,
+        retry: RetryPolicy | None = None,
+        limits: EndpointLimits | None = None,
+    ) -> None:
+        super().__init__(
+            endpoint=settings.base_url, max_concurrency=settings.max_concurrency, retry=retry, limits=limits
+        )
+        self.settings = settings
+        key = os.environ.get(settings.api_key_env)
+        if not key:
+            if not _is_local(settings.base_url):
+                raise ConfigError(
+                    f"no API key: set the environment variable {settings.api_key_env} for {settings.base_url}"
+                )
+            key = "EMPTY"
+        self._client = AsyncOpenAI(
+            api_key=key, base_url=settings.base_url, timeout=settings.timeout_s, max_retries=0
+        )
+
+    def payload(self, request: ChatRequest) -> dict[str, Any]:
+        """Build the keyword arguments of ``chat.completions.create`` for ``request`` (exact wire fields)."""
+        kw: dict[str, Any] = {
+            "model": self.settings.model,
+            "messages": [dict(m) for m in request.messages],
+            "temperature": request.temperature,
+            "max_tokens": request.max_tokens,
+        }
+        if request.n != 1:
+            kw["n"] = request.n
+        if request.seed is not None:
+            kw["seed"] = request.seed
+        mode = self.settings.structured_output
+        if request.json_schema is not None and mode != "none":
+            schema = dict(request.json_schema)
+            if mode == "json_schema":
+                kw["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": request.schema_name, "schema": schema, "strict": True},
+                }
+            elif mode == "vllm":
+                kw["extra_body"] = {"structured_outputs": {"json": schema}}
+            else:
+                kw["response_format"] = {"type": "json_object"}
+        return kw
+
+    async def _complete(self, request: ChatRequest) -> Completion:
+        try:
+            resp = await self._client.chat.completions.create(**self.payload(request))
+        except openai.RateLimitError as exc:
+            raise TransientError(f"429 from {self.endpoint}", retry_after=_retry_after(exc)) from exc
+        except openai.InternalServerError as exc:
+            raise TransientError(
+                f"{exc.status_code} from {self.endpoint}", retry_after=_retry_after(exc)
+            ) from exc
+        except openai.APITimeoutError as exc:
+            raise TransientError(f"timeout after {self.settings.timeout_s}s at {self.endpoint}") from exc
+        except openai.APIConnectionError as exc:
+            raise TransientError(f"connection to {self.endpoint} failed: {exc}") from exc
+        except openai.APIStatusError as exc:
+            # 4xx other than 429: the request itself is wrong; another attempt cannot help.
+            raise BackendError(f"{exc.status_code} from server: {exc.message}", backend=self.label) from exc
+        except openai.APIResponseValidationError as exc:
+            raise TransientError(f"unreadable response body from {self.endpoint}") from exc
+        try:
+            texts = tuple((c.message.content or "") for c in sorted(resp.choices, key=lambda c: c.index))
+            usage = resp.usage
+            return Completion(
+                texts=texts,
+                prompt_tokens=usage.prompt_tokens if usage else None,
+                completion_tokens=usage.completion_tokens if usage else None,
+                model=resp.model or self.settings.model,
+            )
+        except (AttributeError, TypeError) as exc:
+            # The client does not validate replies, so a 200 that is not a chat completion (a proxy's page,
+            # a body without `choices`) surfaces here rather than as APIResponseValidationError.
+            raise TransientError(f"unreadable response body from {self.endpoint}") from exc
+
+    async def aclose(self) -> None:
+        """Close the HTTP connection pool."""
+        await self._client.close()
+
+
+def _retry_after(exc: openai.APIStatusError) -> float | None:
+    value = exc.response.headers.get("retry-after") if exc.response is not None else None
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP date; the jittered backoff applies instead

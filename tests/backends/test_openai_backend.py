@@ -1,0 +1,357 @@
+"""OpenAIBackend through the real ``openai`` client against a loopback OpenAI server (tests/support)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from tenacity import AsyncRetrying, RetryCallState
+
+from ceb.backends.base import (
+    ChatBackend,
+    ChatRequest,
+    ChatResponse,
+    Completion,
+    EndpointLimits,
+    RetryPolicy,
+    TransientError,
+)
+from ceb.backends.openai import OpenAIBackend, OpenAISettings, StructuredOutput
+from ceb.errors import BackendError, ConfigError
+from tests.support.openai_server import OpenAITestServer, Reply
+
+KEY_ENV = "CEB_TEST_OPENAI_KEY"
+SECRET = "sk-test-5f3a9c0e-never-print-me"
+MODEL = "critic-model"
+MESSAGES = (
+    {"role": "system", "content": "You are a critic."},
+    {"role": "user", "content": "Is step 3 correct?"},
+)
+SCHEMA = {
+    "type": "object",
+    "properties": {"score": {"type": "number", "minimum": 0, "maximum": 1}},
+    "required": ["score"],
+}
+NO_WAIT = RetryPolicy(max_attempts=3, backoff_s=0, max_backoff_s=0)
+
+
+@pytest.fixture(autouse=True)
+def _no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(KEY_ENV, raising=False)
+
+
+def _settings(server: OpenAITestServer, **kw: Any) -> OpenAISettings:
+    return OpenAISettings(base_url=server.base_url, model=MODEL, api_key_env=KEY_ENV, **kw)
+
+
+def _always(reply: Reply) -> Any:
+    return lambda body, call_index: reply
+
+
+def _fail_first(first: Reply, then: Reply) -> Any:
+    return lambda body, call_index: first if call_index == 0 else then
+
+
+async def _complete_all(backends: list[OpenAIBackend], requests_each: int) -> list[ChatResponse]:
+    responses: list[ChatResponse] = []
+
+    async def one(backend: OpenAIBackend) -> None:
+        responses.append(await backend.complete(ChatRequest(messages=MESSAGES)))
+
+    async with anyio.create_task_group() as tg:
+        for backend in backends:
+            for _ in range(requests_each):
+                tg.start_soon(one, backend)
+    return responses
+
+
+# --- the wire payload ------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_minimal_request_sends_exactly_model_messages_temperature_max_tokens(
+    openai_server: OpenAITestServer,
+) -> None:
+    openai_server.responder = _always(Reply('{"score": 0.5}'))
+    async with OpenAIBackend(_settings(openai_server)) as backend:
+        await backend.complete(ChatRequest(messages=MESSAGES, temperature=0.7, max_tokens=32))
+
+    assert openai_server.requests == [
+        {"model": MODEL, "messages": [dict(m) for m in MESSAGES], "temperature": 0.7, "max_tokens": 32}
+    ]
+
+
+@pytest.mark.anyio
+async def test_n_and_seed_are_sent_when_asked(openai_server: OpenAITestServer) -> None:
+    openai_server.responder = _always(Reply("x"))
+    async with OpenAIBackend(_settings(openai_server)) as backend:
+        await backend.complete(ChatRequest(messages=MESSAGES, n=3, seed=11))
+
+    body = openai_server.requests[0]
+    assert body["n"] == 3
+    assert body["seed"] == 11
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("mode", "extra"),
+    [
+        (
+            "json_schema",
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "verdict", "schema": SCHEMA, "strict": True},
+                }
+            },
+        ),
+        # extra_body is merged into the JSON body by the openai client: vLLM reads it at the top level.
+        ("vllm", {"structured_outputs": {"json": SCHEMA}}),
+        ("json_object", {"response_format": {"type": "json_object"}}),
+        ("none", {}),
+    ],
+)
+async def test_structured_output_mode_shapes_the_body(
+    openai_server: OpenAITestServer, mode: StructuredOutput, extra: dict[str, Any]
+) -> None:
+    openai_server.responder = _always(Reply('{"score": 0.5}'))
+    async with OpenAIBackend(_settings(openai_server, structured_output=mode)) as backend:
+        await backend.complete(ChatRequest(messages=MESSAGES, json_schema=SCHEMA, schema_name="verdict"))
+
+    base = {"model": MODEL, "messages": [dict(m) for m in MESSAGES], "temperature": 0.0, "max_tokens": 256}
+    assert openai_server.requests == [base | extra]
+
+
+# --- the parsed reply ------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_choices_and_token_usage_are_recorded(openai_server: OpenAITestServer) -> None:
+    openai_server.responder = _always(Reply(["yes", "no way", "maybe so"]))
+    async with OpenAIBackend(_settings(openai_server)) as backend:
+        response = await backend.complete(ChatRequest(messages=MESSAGES, n=3))
+
+    # The test server counts whitespace-split words: 4 + 4 in the prompt, 1 + 2 + 2 in the choices.
+    assert response.completion == Completion(
+        texts=("yes", "no way", "maybe so"), prompt_tokens=8, completion_tokens=5, model=MODEL
+    )
+    assert response.attempts == 1
+
+
+@pytest.mark.anyio
+async def test_texts_follow_choice_index_not_arrival_order(openai_server: OpenAITestServer) -> None:
+    choices = [
+        {"index": i, "message": {"role": "assistant", "content": f"choice {i}"}, "finish_reason": "stop"}
+        for i in (2, 0, 1)
+    ]
+    body = {"id": "c", "object": "chat.completion", "created": 0, "model": MODEL, "choices": choices}
+    openai_server.responder = _always(Reply(body=body))
+    async with OpenAIBackend(_settings(openai_server)) as backend:
+        response = await backend.complete(ChatRequest(messages=MESSAGES, n=3))
+
+    assert response.completion.texts == ("choice 0", "choice 1", "choice 2")
+    assert response.completion.prompt_tokens is None  # the server sent no usage
+
+
+@pytest.mark.anyio
+async def test_a_200_that_is_not_a_chat_completion_is_transient(openai_server: OpenAITestServer) -> None:
+    openai_server.responder = _always(Reply(body="<html>gateway page</html>"))
+    retry = RetryPolicy(max_attempts=2, backoff_s=0, max_backoff_s=0)
+    async with OpenAIBackend(_settings(openai_server), retry=retry) as backend:
+        with pytest.raises(TransientError, match="unreadable response body"):
+            await backend.complete(ChatRequest(messages=MESSAGES))
+
+    assert len(openai_server.requests) == 2
+
+
+# --- retries ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_429_with_retry_after_zero_is_retried(openai_server: OpenAITestServer) -> None:
+    openai_server.responder = _fail_first(Reply.error(429, headers={"Retry-After": "0"}), Reply("ok"))
+    async with OpenAIBackend(_settings(openai_server), retry=NO_WAIT) as backend:
+        response = await backend.complete(ChatRequest(messages=MESSAGES))
+
+    assert response.attempts == 2
+    assert response.completion.texts == ("ok",)
+    assert len(openai_server.requests) == 2
+    assert openai_server.requests[0] == openai_server.requests[1]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("status", [500, 503])
+async def test_5xx_is_retried(openai_server: OpenAITestServer, status: int) -> None:
+    openai_server.responder = _fail_first(Reply.error(status), Reply("ok"))
+    async with OpenAIBackend(_settings(openai_server), retry=NO_WAIT) as backend:
+        response = await backend.complete(ChatRequest(messages=MESSAGES))
+
+    assert response.attempts == 2
+    assert response.completion.texts == ("ok",)
+
+
+@pytest.mark.anyio
+async def test_400_is_not_retried(openai_server: OpenAITestServer) -> None:
+    openai_server.responder = _always(Reply.error(400, body={"error": {"message": "bad schema"}}))
+    async with OpenAIBackend(_settings(openai_server), retry=NO_WAIT) as backend:
+        with pytest.raises(BackendError, match="400 from server") as info:
+            await backend.complete(ChatRequest(messages=MESSAGES))
+
+    assert info.value.backend == backend.label
+    assert len(openai_server.requests) == 1
+
+
+@pytest.mark.anyio
+async def test_timeout_is_retried_until_the_budget_is_spent(openai_server: OpenAITestServer) -> None:
+    openai_server.responder = _always(Reply("too late", delay_s=1.0))
+    retry = RetryPolicy(max_attempts=2, backoff_s=0, max_backoff_s=0)
+    async with OpenAIBackend(_settings(openai_server, timeout_s=0.2), retry=retry) as backend:
+        with pytest.raises(TransientError, match="timeout"):
+            await backend.complete(ChatRequest(messages=MESSAGES))
+
+    assert len(openai_server.requests) == 2
+
+
+@pytest.mark.anyio
+async def test_retry_after_header_is_carried_on_the_error(openai_server: OpenAITestServer) -> None:
+    openai_server.responder = _always(Reply.error(429, headers={"Retry-After": "7"}))
+    retry = RetryPolicy(max_attempts=1)
+    async with OpenAIBackend(_settings(openai_server), retry=retry) as backend:
+        with pytest.raises(TransientError) as info:
+            await backend.complete(ChatRequest(messages=MESSAGES))
+
+    assert info.value.retry_after == 7.0
+
+
+class _Unused(ChatBackend):
+    async def _complete(self, request: ChatRequest) -> Completion:
+        raise AssertionError("not called")
+
+
+def _failed_attempt(exc: BaseException, attempt_number: int) -> RetryCallState:
+    state = RetryCallState(retry_object=AsyncRetrying(), fn=None, args=(), kwargs={})
+    state.attempt_number = attempt_number
+    state.set_exception((type(exc), exc, None))
+    return state
+
+
+def test_wait_honours_retry_after_beyond_the_backoff_cap() -> None:
+    backend = _Unused(endpoint="x", retry=RetryPolicy(backoff_s=0.5, max_backoff_s=1.0))
+
+    for attempt in (1, 2, 5):
+        assert backend._wait(_failed_attempt(TransientError("429", retry_after=7), attempt)) >= 7
+
+
+def test_wait_without_retry_after_is_capped_jittered_backoff() -> None:
+    backend = _Unused(endpoint="x", retry=RetryPolicy(backoff_s=0.5, max_backoff_s=1.0))
+    waits = [backend._wait(_failed_attempt(TransientError("503"), 10)) for _ in range(20)]
+
+    assert all(0 <= w <= 1.0 for w in waits)
+    assert len(set(waits)) > 1  # jittered
+
+
+def test_wait_is_zero_with_a_zero_policy() -> None:
+    backend = _Unused(endpoint="x", retry=RetryPolicy(backoff_s=0, max_backoff_s=0))
+
+    assert backend._wait(_failed_attempt(TransientError("503"), 3)) == 0
+
+
+# --- concurrency -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_max_concurrency_bounds_requests_in_flight(openai_server: OpenAITestServer) -> None:
+    openai_server.responder = _always(Reply("ok", delay_s=0.2))
+    async with OpenAIBackend(_settings(openai_server, max_concurrency=2)) as backend:
+        responses = await _complete_all([backend], requests_each=6)
+
+    assert len(openai_server.requests) == 6
+    assert openai_server.max_in_flight == 2
+    # Six requests through two slots: four of them waited at least one 0.2 s round for a slot, and that
+    # wait is counted apart from the server's time.
+    assert sum(r.queue_s > 0.1 for r in responses) >= 4
+    assert all(r.latency_s >= 0.2 for r in responses)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("shared", "expected_in_flight"), [(True, 2), (False, 4)])
+async def test_endpoint_limits_shared_between_backends_bound_their_sum(
+    openai_server: OpenAITestServer, shared: bool, expected_in_flight: int
+) -> None:
+    openai_server.responder = _always(Reply("ok", delay_s=0.2))
+    settings = _settings(openai_server, max_concurrency=2)
+    limits = EndpointLimits()
+    async with (
+        OpenAIBackend(settings, limits=limits if shared else None) as critic,
+        OpenAIBackend(settings, limits=limits if shared else None) as hindsight,
+    ):
+        await _complete_all([critic, hindsight], requests_each=3)
+
+    assert len(openai_server.requests) == 6
+    assert openai_server.max_in_flight == expected_in_flight
+
+
+# --- the API key -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_key_is_read_from_the_named_variable_and_sent_as_bearer(
+    openai_server: OpenAITestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    openai_server.responder = _always(Reply("ok"))
+    async with OpenAIBackend(_settings(openai_server)) as backend:
+        await backend.complete(ChatRequest(messages=MESSAGES))
+
+    assert openai_server.headers[0]["authorization"] == f"Bearer {SECRET}"
+
+
+@pytest.mark.anyio
+async def test_loopback_without_key_sends_a_placeholder(openai_server: OpenAITestServer) -> None:
+    openai_server.responder = _always(Reply("ok"))
+    async with OpenAIBackend(_settings(openai_server)) as backend:
+        await backend.complete(ChatRequest(messages=MESSAGES))
+
+    assert openai_server.headers[0]["authorization"] == "Bearer EMPTY"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.openai.com/v1",
+        "http://127.0.0.1.example.com/v1",  # looks local, is not
+        "https://api.example.com/v1?via=http://127.0.0.1",
+    ],
+)
+def test_remote_url_without_key_is_a_config_error_naming_the_variable(url: str) -> None:
+    with pytest.raises(ConfigError, match=KEY_ENV):
+        OpenAIBackend(OpenAISettings(base_url=url, model=MODEL, api_key_env=KEY_ENV))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://localhost:8000/v1",
+        "http://127.0.0.1:8000/v1",
+        "http://[::1]:8000/v1",
+        "http://0.0.0.0:8000/v1",
+        "http://10.1.2.3:8000/v1",
+        "http://192.168.0.7:8000/v1",
+    ],
+)
+async def test_loopback_and_private_urls_need_no_key(url: str) -> None:
+    async with OpenAIBackend(OpenAISettings(base_url=url, model=MODEL, api_key_env=KEY_ENV)) as backend:
+        assert backend.endpoint == url
+
+
+@pytest.mark.anyio
+async def test_key_never_appears_in_repr_or_str(
+    openai_server: OpenAITestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    async with OpenAIBackend(_settings(openai_server)) as backend:
+        shown = [repr(backend), str(backend), repr(backend.settings), str(backend.settings), backend.label]
+
+    assert all(SECRET not in text for text in shown)

@@ -1,0 +1,242 @@
+"""A real OpenAI-compatible HTTP server on loopback, for testing backends through the real ``openai`` client.
+
+The server is an aiohttp app bound to ``127.0.0.1`` on an ephemeral port, started inside the running event
+loop. Each test scripts the replies with a *responder*: ``(body, call_index) -> Reply``, called once per
+``POST /v1/chat/completions`` with the decoded JSON body and the 0-based index of that call. There is no
+default reply: a test that forgot to set one gets a clear failure instead of a plausible-looking answer.
+
+Usage::
+
+    async with serve_openai(lambda body, i: Reply('{"score": 0.9}')) as server:
+        settings = OpenAISettings(base_url=server.base_url, model=server.model)
+        async with OpenAIBackend(settings) as backend:
+            response = await backend.complete(ChatRequest(messages=({"role": "user", "content": "hi"},)))
+        assert server.requests[0]["messages"][0]["content"] == "hi"
+
+or, in a test, the ``openai_server`` fixture of ``tests/conftest.py`` (set ``openai_server.responder``).
+
+Endpoints:
+    ``GET /v1/models``: the one model the server was started with.
+    ``POST /v1/chat/completions``: a ``chat.completion`` with ``n`` choices, or the scripted error.
+
+Token counts in ``usage`` are whitespace-split words, not a real tokenizer's count: enough to check that
+usage is carried through, not to measure anything.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from aiohttp import web
+
+__all__ = ["NoResponderError", "OpenAITestServer", "Reply", "Responder", "serve_openai"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One scripted answer to a chat-completions request.
+
+    Attributes:
+        contents: Reply text per choice: a list of exactly ``n`` strings (choice ``i`` gets ``contents[i]``),
+            or one string used for every choice.
+        status: HTTP status. Anything but 200 sends an OpenAI-style error body (or ``body``).
+        headers: Extra response headers, e.g. ``{"Retry-After": "0"}``.
+        body: Sent verbatim instead of the generated completion or error: a dict as JSON, a str as
+            ``text/plain`` (to test unreadable replies).
+        delay_s: Seconds to wait before answering (to trigger client timeouts). Cut short when the server
+            stops, so a test never waits on it at teardown.
+    """
+
+    contents: str | Sequence[str] = ""
+    status: int = 200
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: Mapping[str, Any] | str | None = None
+    delay_s: float = 0.0
+
+    @classmethod
+    def error(
+        cls,
+        status: int,
+        *,
+        headers: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | str | None = None,
+        delay_s: float = 0.0,
+    ) -> Reply:
+        """An error reply: ``Reply.error(429, headers={"Retry-After": "0"})``."""
+        return cls(status=status, headers=dict(headers or {}), body=body, delay_s=delay_s)
+
+
+Responder = Callable[[dict[str, Any], int], Reply]
+"""``(request body, 0-based call index) -> Reply``; called once per chat-completions request."""
+
+
+class NoResponderError(AssertionError):
+    """The test did not set a responder before the server got a chat-completions request."""
+
+
+def _no_responder(body: dict[str, Any], call_index: int) -> Reply:
+    raise NoResponderError(
+        "OpenAITestServer got a chat-completions request but no responder is set: "
+        "pass one to serve_openai(...) or assign openai_server.responder in the test"
+    )
+
+
+def _words(text: object) -> int:
+    """Rough token count: whitespace-split words (content parts' ``text`` included). Not a tokenizer."""
+    if isinstance(text, str):
+        return len(text.split())
+    if isinstance(text, list):
+        return sum(_words(part.get("text", "")) for part in text if isinstance(part, dict))
+    return 0
+
+
+class OpenAITestServer:
+    """An aiohttp app speaking the OpenAI chat API on ``127.0.0.1``; see the module docstring.
+
+    Attributes:
+        model: The model ``GET /v1/models`` lists.
+        responder: Scripts the replies; assign it at any time.
+        requests: JSON body of every chat-completions request, in arrival order.
+        headers: Request headers of each entry of ``requests`` (same index), names lower-cased.
+        in_flight: Chat-completions requests being handled now (delays included).
+        max_in_flight: Highest ``in_flight`` seen.
+        failures: Exceptions the responder raised; re-raised when the server stops (see :func:`serve_openai`).
+    """
+
+    def __init__(self, responder: Responder | None = None, *, model: str = "test-model") -> None:
+        self.model = model
+        self.responder: Responder = responder or _no_responder
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.failures: list[BaseException] = []
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+        self._closing: anyio.Event | None = None
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>/v1``, the ``base_url`` to give a client."""
+        if self._port is None:
+            raise RuntimeError("the server is not started")
+        return f"http://127.0.0.1:{self._port}/v1"
+
+    async def start(self) -> None:
+        """Bind to an ephemeral port on 127.0.0.1 and start serving in the running loop."""
+        self._closing = anyio.Event()
+        app = web.Application()
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/chat/completions", self._chat_completions)
+        # A short shutdown timeout: handlers never outlive a test (delays end when `_closing` is set).
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self._port = self._runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        """End pending delays and close every connection and the listening socket."""
+        if self._closing is not None:
+            self._closing.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "ceb-test"}],
+            }
+        )
+
+    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        call_index = len(self.requests)
+        self.requests.append(body)
+        self.headers.append({k.lower(): v for k, v in request.headers.items()})
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            try:
+                reply = self.responder(body, call_index)
+            except Exception as exc:  # surfaced to the test by serve_openai / the fixture
+                self.failures.append(exc)
+                # 400 so the backend does not retry a broken test script.
+                return _error_response(400, f"test responder failed: {exc!r}")
+            if reply.delay_s > 0 and self._closing is not None:
+                with anyio.move_on_after(reply.delay_s):
+                    await self._closing.wait()
+            return self._render(reply, body, call_index)
+        finally:
+            self.in_flight -= 1
+
+    def _render(self, reply: Reply, body: dict[str, Any], call_index: int) -> web.Response:
+        headers = dict(reply.headers)
+        if isinstance(reply.body, str):
+            return web.Response(status=reply.status, text=reply.body, headers=headers)
+        if reply.body is not None:
+            return web.json_response(dict(reply.body), status=reply.status, headers=headers)
+        if reply.status != 200:
+            return _error_response(reply.status, f"scripted error {reply.status}", headers)
+        n = int(body.get("n") or 1)
+        contents = [reply.contents] * n if isinstance(reply.contents, str) else list(reply.contents)
+        if len(contents) != n:
+            exc = AssertionError(f"Reply has {len(contents)} contents but the request asked for n={n}")
+            self.failures.append(exc)
+            return _error_response(400, str(exc))
+        prompt_tokens = sum(_words(m.get("content")) for m in body.get("messages", []))
+        completion_tokens = sum(_words(c) for c in contents)
+        completion = {
+            "id": f"chatcmpl-test-{call_index}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", self.model),
+            "choices": [
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                }
+                for i, text in enumerate(contents)
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+        return web.json_response(completion, headers=headers)
+
+
+def _error_response(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
+    error = {"message": message, "type": "test_error", "param": None, "code": None}
+    return web.json_response({"error": error}, status=status, headers=dict(headers or {}))
+
+
+@asynccontextmanager
+async def serve_openai(
+    responder: Responder | None = None, *, model: str = "test-model"
+) -> AsyncIterator[OpenAITestServer]:
+    """Run an :class:`OpenAITestServer` for the duration of the ``async with`` block.
+
+    Raises:
+        AssertionError: On exit, the first exception the responder raised, unless the block is already
+            raising (a client usually fails first with that message in its 400 reply).
+    """
+    server = OpenAITestServer(responder, model=model)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+    if server.failures:
+        first = server.failures[0]
+        raise AssertionError(f"the test server's responder failed: {first!r}") from first
