@@ -1,0 +1,159 @@
+"""What the pipeline asks of a critic and a hindsight labeler, and what they give back.
+
+Both stages are async callables over frozen dataclasses. LLM versions live in :mod:`ceb.stages.critic` and
+:mod:`ceb.stages.hindsight`; the offline stand-ins in :mod:`ceb.backends.offline` implement the same
+protocols without a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ceb.bank import Retrieval
+from ceb.data.trajectory import Trajectory
+
+__all__ = ["CallStats", "Critic", "CriticInput", "CriticResult", "Hindsight", "HindsightResult", "HistoryItem"]
+
+
+@dataclass(frozen=True, slots=True)
+class CallStats:
+    """Cost of one stage call, summed over its requests.
+
+    Attributes:
+        latency_s: Seconds in the server (0 for offline stages).
+        queue_s: Seconds waiting for an endpoint slot.
+        requests: Requests sent, re-asks and retries included.
+        prompt_tokens: Input tokens the server counted, when it said.
+        completion_tokens: Output tokens the server counted, when it said.
+    """
+
+    latency_s: float = 0.0
+    queue_s: float = 0.0
+    requests: int = 0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+    def __add__(self, other: CallStats) -> CallStats:
+        def add(a: int | None, b: int | None) -> int | None:
+            return None if a is None and b is None else (a or 0) + (b or 0)
+
+        return CallStats(
+            latency_s=self.latency_s + other.latency_s,
+            queue_s=self.queue_s + other.queue_s,
+            requests=self.requests + other.requests,
+            prompt_tokens=add(self.prompt_tokens, other.prompt_tokens),
+            completion_tokens=add(self.completion_tokens, other.completion_tokens),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryItem:
+    """An earlier step ``i < t`` of the same trajectory as the critic sees it (part of ``h_<t``).
+
+    Attributes:
+        action: ``a_i``.
+        observation: ``o_i``: what happened after it (known by step ``t``).
+        score: The critic's own pre-execution score ``z^_i``, ``None`` if that call failed.
+    """
+
+    action: str
+    observation: str
+    score: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CriticInput:
+    """Everything the critic may see for step ``t`` (Eq. 2): ``q, s_t, a_t, h_<t, R_t+-, rho_t``.
+
+    It holds nothing of ``o_t`` or later steps, and nothing evaluation-only (``label``, ``reward``, ``meta``).
+
+    Attributes:
+        domain: Prompt family selector.
+        task: ``q``.
+        step: 0-based index ``t``.
+        state: ``s_t``.
+        action: ``a_t``.
+        reasoning: The agent's stated reason, if logged.
+        op: Structured operation (web / GUI), if logged.
+        element: Target element (web / GUI), if logged.
+        value: Typed value (web / GUI), if logged.
+        history: Earlier steps with their observations and the critic's own scores.
+        retrieval: Contrastive precedents from the bank.
+        use_bank: ``False`` for the bank-free ``static`` critic: the precedent block is left out entirely.
+        repetition_flag: ``rho_t`` (section 3.3).
+        bank_size: ``|B_t|`` when the step was scored.
+        bank_positive: ``|B_t+|`` when the step was scored.
+    """
+
+    domain: str
+    task: str
+    step: int
+    state: str
+    action: str
+    reasoning: str | None = None
+    op: str | None = None
+    element: str | None = None
+    value: str | None = None
+    history: tuple[HistoryItem, ...] = ()
+    retrieval: Retrieval = field(default_factory=Retrieval)
+    use_bank: bool = True
+    repetition_flag: bool = False
+    bank_size: int = 0
+    bank_positive: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CriticResult:
+    """The critic's answer for one step.
+
+    Attributes:
+        score: ``z^_t = clip(r_t, 0, 1)`` (Eq. 6), or ``None`` when no reply could be read.
+        raw: The last reply text (or the offline critic's explanation as JSON).
+        error: Why ``score`` is ``None``; ``None`` on success.
+        clipped: ``r_t`` was outside [0, 1] and was clipped.
+        stats: Requests, tokens and time spent.
+    """
+
+    score: float | None
+    raw: str
+    error: str | None = None
+    clipped: bool = False
+    stats: CallStats = field(default_factory=CallStats)
+
+
+@dataclass(frozen=True, slots=True)
+class HindsightResult:
+    """Hindsight votes for one trajectory (Eq. 3).
+
+    Attributes:
+        votes: Valid votes, each one 0/1 label per step; shape ``(V_valid, T)``.
+        soft_votes: ``y~_t``, mean over valid votes; shape ``(T,)``; empty when no vote was valid.
+        pseudo_labels: ``y^_t = 1[y~_t >= 1/2]``; shape ``(T,)``; empty when no vote was valid.
+        failed_votes: Votes that gave no readable answer after their re-asks.
+        errors: One reason per failed vote.
+        raws: Reply text of every valid vote, in vote order.
+        stats: Requests, tokens and time spent over all votes.
+    """
+
+    votes: tuple[tuple[int, ...], ...]
+    soft_votes: tuple[float, ...]
+    pseudo_labels: tuple[int, ...]
+    failed_votes: int = 0
+    errors: tuple[str, ...] = ()
+    raws: tuple[str, ...] = ()
+    stats: CallStats = field(default_factory=CallStats)
+
+
+class Critic(Protocol):
+    """The frozen critic ``f_theta`` (Eq. 2)."""
+
+    async def score(self, inp: CriticInput) -> CriticResult:
+        """Score the proposed action ``inp.action`` before it runs."""
+
+
+class Hindsight(Protocol):
+    """The hindsight labeler ``g_phi`` (Eq. 3)."""
+
+    async def label(self, trajectory: Trajectory, votes: int) -> HindsightResult:
+        """Vote ``votes`` times on every step of a finished, blinded ``trajectory``."""

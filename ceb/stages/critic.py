@@ -1,0 +1,155 @@
+"""The LLM critic ``f_theta`` (Eq. 2 and 6) and the repetition flag ``rho_t`` (section 3.3)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ceb.backends.base import ChatBackend, ChatRequest, TransientError
+from ceb.bank import Hit
+from ceb.errors import BackendError
+from ceb.stages.base import CallStats, CriticInput, CriticResult
+from ceb.stages.parsing import parse_score
+from ceb.stages.templates import PromptSet
+
+__all__ = ["CRITIC_SCHEMA", "CriticSettings", "LLMCritic", "critic_context", "repetition_flag"]
+
+CRITIC_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"score": {"type": "number"}, "reason": {"type": "string"}},
+    "required": ["score", "reason"],
+    "additionalProperties": False,
+}
+"""The critic's reply shape, sent as structured output where the server supports it."""
+
+_WS = re.compile(r"\s+")
+
+
+def _norm(action: str) -> str:
+    return _WS.sub(" ", action).strip().casefold()
+
+
+def repetition_flag(previous: Sequence[str], action: str, *, window: int = 3, prefix_chars: int = 40) -> bool:
+    """``rho_t``: does ``a_t`` match the prefix of any of the last ``window`` actions (section 3.3)?
+
+    Our reading of "matches the prefix": after collapsing white space and case, the first ``prefix_chars``
+    characters of both actions are equal (so actions shorter than that must be equal outright).
+
+    Args:
+        previous: ``a_1 .. a_{t-1}`` in order.
+        action: ``a_t``.
+        window: How many of the latest actions to compare with (paper: 3).
+        prefix_chars: Length of the compared prefix, in characters.
+    """
+    head = _norm(action)[:prefix_chars]
+    return any(_norm(p)[:prefix_chars] == head for p in previous[-window:] if window > 0)
+
+
+def _score_text(score: float | None) -> str:
+    return "none (the critic gave no readable score)" if score is None else f"{score:.2f}"
+
+
+def _precedent(hit: Hit) -> dict[str, Any]:
+    r = hit.record
+    agreement = {True: "agreed with the hindsight outcome", False: "DISAGREED with the hindsight outcome"}
+    return {
+        "outcome": "productive" if r.pseudo_label == 1 else "unproductive",
+        "action": r.action,
+        "state": r.state,
+        "observation": r.observation,
+        "score_text": _score_text(r.score),
+        "agreement_text": "no past score" if r.agreement is None else agreement[r.agreement],
+        "similarity": hit.similarity,
+    }
+
+
+def critic_context(inp: CriticInput) -> dict[str, Any]:
+    """The template variables of the critic prompt for ``inp`` (no other data reaches the prompt)."""
+    return {
+        "task": inp.task,
+        "step_number": inp.step + 1,
+        "state": inp.state,
+        "action": inp.action,
+        "reasoning": inp.reasoning,
+        "op": inp.op,
+        "element": inp.element,
+        "value": inp.value,
+        "history": [
+            {"number": i + 1, "action": h.action, "observation": h.observation, "score_text": _score_text(h.score)}
+            for i, h in enumerate(inp.history)
+        ],
+        "use_bank": inp.use_bank,
+        "precedents": [_precedent(h) for h in inp.retrieval.hits],
+        "repetition_flag": inp.repetition_flag,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class CriticSettings:
+    """Decoding settings of the critic.
+
+    Attributes:
+        temperature: Sampling temperature; 0 makes the frozen critic deterministic where the server allows.
+        max_tokens: Output budget per reply, in tokens.
+        format_retries: Re-asks after a reply that has no readable score, before the step is marked failed.
+    """
+
+    temperature: float = 0.0
+    max_tokens: int = 160
+    format_retries: int = 2
+
+
+class LLMCritic:
+    """Scores a proposed action with an LLM behind a :class:`~ceb.backends.base.ChatBackend`.
+
+    Args:
+        chat: The endpoint.
+        prompts: Templates to render the critic prompt with.
+        settings: Decoding settings.
+    """
+
+    def __init__(self, chat: ChatBackend, prompts: PromptSet, settings: CriticSettings | None = None) -> None:
+        self.chat = chat
+        self.prompts = prompts
+        self.settings = settings or CriticSettings()
+
+    def messages(self, inp: CriticInput) -> tuple[dict[str, str], ...]:
+        """The ``(system, user)`` messages for ``inp``."""
+        return self.prompts.messages(inp.domain, "critic", critic_context(inp))
+
+    async def score(self, inp: CriticInput) -> CriticResult:
+        """Ask for ``{"score": r_t}`` and return ``clip(r_t, 0, 1)`` (Eq. 6).
+
+        A reply without a readable score is re-asked ``format_retries`` times; an endpoint failure after its
+        retry budget, or the last unreadable reply, gives a result with ``score=None`` and the reason in
+        ``error``. Nothing is raised for a single step's failure, so one bad step cannot stop a stream.
+        """
+        request = ChatRequest(
+            messages=self.messages(inp),
+            temperature=self.settings.temperature,
+            max_tokens=self.settings.max_tokens,
+            json_schema=CRITIC_SCHEMA,
+            schema_name="critic_score",
+            stage="critic",
+        )
+        stats = CallStats()
+        raw = ""
+        error = "no attempt made"
+        for _ in range(1 + self.settings.format_retries):
+            try:
+                resp = await self.chat.complete(request)
+            except (TransientError, BackendError) as exc:
+                return CriticResult(score=None, raw=raw, error=f"endpoint failed: {exc}", stats=stats)
+            c = resp.completion
+            stats += CallStats(resp.latency_s, resp.queue_s, resp.attempts, c.prompt_tokens, c.completion_tokens)
+            raw = c.texts[0] if c.texts else ""
+            try:
+                r = parse_score(raw)
+            except ValueError as exc:
+                error = f"unreadable reply: {exc}"
+                continue
+            z = min(1.0, max(0.0, r))
+            return CriticResult(score=z, raw=raw, clipped=z != r, stats=stats)
+        return CriticResult(score=None, raw=raw, error=error, stats=stats)
