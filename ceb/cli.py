@@ -1,0 +1,225 @@
+"""The ``ceb`` command line (also ``python run.py``): convert data, score streams, report metrics."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import anyio
+import structlog
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ceb.errors import CEBError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Critic Experience Bank: calibrated step-level confidence for LLM agents.\n\n"
+    "Typical use: `ceb convert intercode` writes the real InterCode streams to ./streams, then "
+    "`ceb score streams/intercode-bash-*.jsonl --out runs/bash` scores them and prints ECE, Brier and AUROC.",
+)
+convert_app = typer.Typer(no_args_is_help=True, help="Convert other data layouts to the trajectory JSONL format.")
+app.add_typer(convert_app, name="convert")
+
+out = Console()
+err = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _setup_logging(level: str) -> None:
+    lvl = logging.getLevelNamesMapping().get(level.upper())
+    if lvl is None:
+        raise typer.BadParameter(f"unknown log level {level!r}")
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="%H:%M:%S"),
+            structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(lvl),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+    )
+
+
+def _fail(exc: CEBError) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+    return typer.Exit(2)
+
+
+@convert_app.command("intercode")
+def convert_intercode_cmd(
+    root: Annotated[
+        Path, typer.Option(help="Root of an InterCode checkout (upstream layout: data/results/{bash,sql}/...).")
+    ] = Path("../shared/data/intercode"),
+    out_dir: Annotated[Path, typer.Option("--out", help="Directory for the stream files.")] = Path("streams"),
+    datasets: Annotated[str, typer.Option(help="Comma-separated: bash, sql.")] = "bash,sql",
+) -> None:
+    """Write one trajectory stream per (dataset, agent) from InterCode's multi-turn result files.
+
+    state = the previous step's output; label = the paper's reward rule (a rise of more than 0.05, or a
+    final step at reward >= 0.7 that does not fall).
+    """
+    from ceb.data import convert_intercode
+
+    try:
+        converted = convert_intercode(root, out_dir, datasets=tuple(d.strip() for d in datasets.split(",") if d))
+    except CEBError as exc:
+        raise _fail(exc) from exc
+    table = Table("stream", "trajectories", "steps", "positive rate", "skipped", title=f"streams in {out_dir}")
+    for c in converted:
+        table.add_row(c.path.name, str(c.trajectories), str(c.steps), f"{c.positive_rate:.3f}", str(c.skipped))
+    out.print(table)
+
+
+def _parse_streams(specs: list[str]) -> dict[str, list[Path]]:
+    streams: dict[str, list[Path]] = {}
+    for spec in specs:
+        paths = [Path(p) for p in spec.split("+")]
+        name = "+".join(p.stem for p in paths)
+        if name in streams:
+            raise typer.BadParameter(f"stream {name!r} given twice")
+        streams[name] = paths
+    return streams
+
+
+def _fmt(v: object, digits: int = 3) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def print_metrics(metrics: dict[str, Any], console: Console = out) -> None:
+    """Print the per-stream, pooled and reference rows of ``metrics`` as one table."""
+    bins = metrics["n_bins"]
+    table = Table(
+        "stream", "method", "steps", "pos. rate", "mean score", f"ECE ({bins} bins)", "ECE (equal mass)",
+        "Brier", "AUROC", "failed", title="Step-level confidence vs. held-out labels",
+    )
+    for r in metrics["results"]:
+        table.add_row(
+            r["stream"], r["method"], _fmt(r.get("n")), _fmt(r.get("positive_rate")), _fmt(r.get("mean_score")),
+            _fmt(r.get("ece")), _fmt(r.get("ece_equal_mass")), _fmt(r.get("brier")), _fmt(r.get("auroc")),
+            _fmt(r.get("failed")),
+        )
+    console.print(table)
+    console.print(
+        "base-rate: a constant at the stream's own positive rate, read from the labels (a reference, not a "
+        "method): ECE 0 by construction, AUROC 0.5.",
+        style="dim",
+    )
+
+
+@app.command()
+def score(
+    streams: Annotated[
+        list[str],
+        typer.Argument(help="Trajectory JSONL files, one stream each; join files into one stream with '+'."),
+    ],
+    out_dir: Annotated[Path, typer.Option("--out", help="New directory for the run's results.")],
+    config: Annotated[Path | None, typer.Option(help="TOML or JSON config file (flags override it).")] = None,
+    backend: Annotated[str | None, typer.Option(help="offline (default, no model) or openai.")] = None,
+    methods: Annotated[str | None, typer.Option(help="Comma-separated methods [default: ceb,static].")] = None,
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name at the endpoint.")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="Env variable holding the API key [default: OPENAI_API_KEY].")] = None,
+    max_concurrency: Annotated[int | None, typer.Option(help="Requests in flight to the endpoint [default: 64].")] = None,
+    votes: Annotated[int | None, typer.Option("--votes", "-V", help="Hindsight votes V [default: 5].")] = None,
+    k: Annotated[int | None, typer.Option("-k", help="Precedents per class [default: 2].")] = None,
+    tau: Annotated[float | None, typer.Option(help="Hindsight temperature [default: 0.7].")] = None,
+    prompt_dir: Annotated[Path | None, typer.Option(help="Directory of replacement prompt templates.")] = None,
+    bins: Annotated[int | None, typer.Option(help="ECE bins [default: 10].")] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "warning",
+) -> None:
+    """Score every step of every stream with each method, then print ECE, Brier and AUROC.
+
+    Each stream is scored in order (a trajectory sees only the bank records of earlier ones); streams and
+    methods run concurrently. Results are appended to OUT as they finish: scores.jsonl (one row per step
+    and method), hindsight.jsonl, banks/, config.json and metrics.json.
+    """
+    from ceb.config import load_config
+    from ceb.data import read_stream
+    from ceb.eval import run_metrics, write_metrics
+    from ceb.pipeline import run_scoring
+
+    _setup_logging(log_level)
+    overrides = {
+        "backend": {
+            "name": backend, "base_url": base_url, "model": model, "api_key_env": api_key_env,
+            "max_concurrency": max_concurrency,
+        },
+        "ceb": {"votes": votes, "k": k, "tau": tau},
+        "prompts": {"prompt_dir": prompt_dir},
+        "methods": tuple(m.strip() for m in methods.split(",") if m.strip()) if methods else None,
+        "ece_bins": bins,
+    }
+    try:
+        cfg = load_config(config, overrides)
+        data = {name: read_stream(paths) for name, paths in _parse_streams(streams).items()}
+    except CEBError as exc:
+        raise _fail(exc) from exc
+    total = sum(len(t.steps) for trajs in data.values() for t in trajs) * len(cfg.methods)
+    started = time.perf_counter()
+    progress = Progress(
+        TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"), TimeElapsedColumn(),
+        console=err, transient=True,
+    )
+    task = progress.add_task("steps", total=total)
+
+    def on_row(row: object) -> None:
+        from ceb.pipeline.results import StepRow
+
+        if isinstance(row, StepRow):
+            progress.advance(task)
+
+    try:
+        with progress:
+            summary = anyio.run(lambda: run_scoring(data, cfg, out_dir, on_row=on_row))
+    except KeyboardInterrupt:
+        err.print(f"interrupted: every finished step is in {out_dir / 'scores.jsonl'}")
+        raise typer.Exit(130) from None
+    except CEBError as exc:
+        raise _fail(exc) from exc
+    metrics = run_metrics(out_dir, n_bins=cfg.ece_bins)
+    write_metrics(out_dir, metrics)
+    print_metrics(metrics)
+    wall = time.perf_counter() - started
+    out.print(
+        f"{summary.steps_scored} steps scored, {summary.steps_failed} failed, {summary.steps_clipped} clipped; "
+        f"{summary.trajectories_voted} trajectories voted in hindsight ({summary.votes_failed} failed votes, "
+        f"{summary.trajectories_not_banked} not banked); {summary.requests} requests; "
+        f"wall time {wall:.1f} s. Results in {out_dir}/"
+    )
+
+
+@app.command()
+def metrics(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory written by `ceb score`.")],
+    bins: Annotated[int, typer.Option(help="ECE bins.")] = 10,
+) -> None:
+    """Recompute and print the metrics of a run directory (also of an interrupted run)."""
+    from ceb.eval import run_metrics, write_metrics
+
+    if not (run_dir / "scores.jsonl").is_file():
+        err.print(f"[bold red]error:[/] {run_dir} has no scores.jsonl")
+        raise typer.Exit(2)
+    try:
+        m = run_metrics(run_dir, n_bins=bins)
+    except CEBError as exc:
+        raise _fail(exc) from exc
+    write_metrics(run_dir, m)
+    print_metrics(m)
+
+
+def main() -> None:
+    """Entry point of the ``ceb`` console script."""
+    app()

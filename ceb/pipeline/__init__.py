@@ -1,0 +1,19 @@
+"""The streaming scheduler: lanes (stream x method) in strict stream order, many at once."""
+
+from ceb.pipeline.lane import Lane
+from ceb.pipeline.methods import METHODS, MethodSpec
+from ceb.pipeline.results import HindsightRow, ResultWriter, StepRow, read_rows
+from ceb.pipeline.runner import RunSummary, check_prompts, run_scoring
+
+__all__ = [
+    "METHODS",
+    "HindsightRow",
+    "Lane",
+    "MethodSpec",
+    "ResultWriter",
+    "RunSummary",
+    "StepRow",
+    "check_prompts",
+    "read_rows",
+    "run_scoring",
+]

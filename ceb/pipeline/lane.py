@@ -1,0 +1,186 @@
+"""One lane = one method over one stream, strictly in stream order (Algorithm 1).
+
+Inside a lane nothing runs ahead: step ``t``'s prompt holds the critic's own score of step ``t-1``, and
+trajectory ``i+1`` is scored only after trajectory ``i``'s hindsight votes are in the bank. Throughput comes
+from running many lanes side by side (:mod:`ceb.pipeline.runner`), never from breaking this order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+import structlog
+
+from ceb.backends import Stages
+from ceb.bank import Bank, BankRecord, Retrieval, agreement_flag, composite_key
+from ceb.config import RunConfig
+from ceb.data.trajectory import Trajectory
+from ceb.pipeline.methods import MethodSpec
+from ceb.pipeline.results import HindsightRow, StepRow
+from ceb.stages.base import CriticInput, HindsightResult, HistoryItem
+from ceb.stages.critic import repetition_flag
+from ceb.stages.templates import clip
+
+__all__ = ["Emit", "Lane"]
+
+Emit = Callable[[StepRow | HindsightRow], Awaitable[None]]
+
+log = structlog.get_logger(__name__)
+
+
+class Lane:
+    """Scores one stream with one method and keeps that lane's bank.
+
+    Args:
+        stream: Stream name.
+        method: The method's switches.
+        trajectories: The stream, in order, as read (labels are stripped here before any stage sees them).
+        stages: Critic and hindsight labeler.
+        config: The run's configuration.
+        emit: Receives each result row as soon as it exists.
+        bank: The lane's bank; a new empty one when ``None``.
+    """
+
+    def __init__(
+        self,
+        stream: str,
+        method: MethodSpec,
+        trajectories: Sequence[Trajectory],
+        stages: Stages,
+        config: RunConfig,
+        emit: Emit,
+        bank: Bank | None = None,
+    ) -> None:
+        self.stream = stream
+        self.method = method
+        self.trajectories = trajectories
+        self.stages = stages
+        self.config = config
+        self.emit = emit
+        self.bank = bank if bank is not None else Bank()
+
+    async def run(self) -> None:
+        """Score every trajectory of the stream in order."""
+        for trajectory in self.trajectories:
+            await self.score_trajectory(trajectory)
+
+    async def score_trajectory(self, trajectory: Trajectory) -> None:
+        """Score each step before it "runs", then (bank methods) vote in hindsight and grow the bank."""
+        labels = trajectory.labels  # evaluation only: copied into the result rows, never into a stage
+        blind = trajectory.blinded()
+        cfg = self.config
+        p = cfg.prompts
+        history: list[HistoryItem] = []
+        scores: list[float | None] = []
+        for t, step in enumerate(blind.steps):
+            state_summary = clip(step.state, p.bank_state_chars)
+            retrieval = (
+                self.bank.retrieve(composite_key(blind.task, state_summary, step.action), cfg.ceb.k)
+                if self.method.use_bank
+                else Retrieval()
+            )
+            rho = self.method.use_repetition_flag and repetition_flag(
+                [h.action for h in history],
+                step.action,
+                window=cfg.ceb.repetition_window,
+                prefix_chars=cfg.ceb.repetition_prefix_chars,
+            )
+            inp = CriticInput(
+                domain=blind.domain,
+                task=blind.task,
+                step=t,
+                state=step.state,
+                action=step.action,
+                reasoning=step.reasoning,
+                op=step.op,
+                element=step.element,
+                value=step.value,
+                history=tuple(history),
+                retrieval=retrieval,
+                use_bank=self.method.use_bank,
+                repetition_flag=rho,
+                bank_size=len(self.bank),
+                bank_positive=self.bank.n_positive,
+            )
+            res = await self.stages.critic.score(inp)
+            if res.error is not None:
+                log.warning(
+                    "critic step failed", stream=self.stream, method=self.method.name,
+                    trajectory=blind.id, step=t, error=res.error,
+                )
+            scores.append(res.score)
+            history.append(HistoryItem(action=step.action, observation=step.observation, score=res.score))
+            s = res.stats
+            await self.emit(
+                StepRow(
+                    stream=self.stream,
+                    method=self.method.name,
+                    trajectory=blind.id,
+                    step=t,
+                    score=res.score,
+                    label=labels[t],
+                    error=res.error,
+                    clipped=res.clipped,
+                    raw=res.raw,
+                    latency_s=s.latency_s,
+                    queue_s=s.queue_s,
+                    requests=s.requests,
+                    prompt_tokens=s.prompt_tokens,
+                    completion_tokens=s.completion_tokens,
+                    bank_size=len(self.bank),
+                    repetition_flag=rho,
+                    retrieved=[
+                        (h.record.trajectory_id, h.record.step, h.record.pseudo_label, round(h.similarity, 6))
+                        for h in retrieval.hits
+                    ],
+                )
+            )
+        if self.method.use_bank:
+            await self._grow_bank(blind, scores)
+
+    async def _grow_bank(self, blind: Trajectory, scores: Sequence[float | None]) -> None:
+        cfg = self.config
+        hr: HindsightResult = await self.stages.hindsight.label(blind, cfg.ceb.votes)
+        records: list[BankRecord] = []
+        if hr.pseudo_labels:
+            records = [
+                BankRecord(
+                    task=blind.task,
+                    state=clip(step.state, cfg.prompts.bank_state_chars),
+                    action=step.action,
+                    observation=clip(step.observation, cfg.prompts.bank_observation_chars),
+                    pseudo_label=y,
+                    soft_vote=soft,
+                    score=z,
+                    agreement=agreement_flag(z, y),
+                    trajectory_id=blind.id,
+                    step=t,
+                )
+                for t, (step, y, soft, z) in enumerate(
+                    zip(blind.steps, hr.pseudo_labels, hr.soft_votes, scores, strict=True)
+                )
+            ]
+        else:
+            log.warning(
+                "no valid hindsight vote; trajectory not added to the bank",
+                stream=self.stream, method=self.method.name, trajectory=blind.id, errors=list(hr.errors),
+            )
+        self.bank.add_trajectory(records)
+        s = hr.stats
+        await self.emit(
+            HindsightRow(
+                stream=self.stream,
+                method=self.method.name,
+                trajectory=blind.id,
+                votes=[list(v) for v in hr.votes],
+                soft_votes=list(hr.soft_votes),
+                pseudo_labels=list(hr.pseudo_labels),
+                failed_votes=hr.failed_votes,
+                errors=list(hr.errors),
+                records_added=len(records),
+                latency_s=s.latency_s,
+                requests=s.requests,
+                prompt_tokens=s.prompt_tokens,
+                completion_tokens=s.completion_tokens,
+            )
+        )

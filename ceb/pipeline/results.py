@@ -1,0 +1,154 @@
+"""Per-step and per-trajectory results, appended to the run directory as they finish.
+
+Run directory layout::
+
+    config.json        the effective configuration and the input streams
+    scores.jsonl       one row per scored step per method (StepRow)
+    hindsight.jsonl    one row per trajectory per bank-using method (HindsightRow)
+    banks/             each (stream, method) bank at the end of the run (ceb-bank/1 JSON)
+    metrics.json       ECE, Brier, AUROC per stream and method, and pooled per method
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Self
+
+import orjson
+
+from ceb.errors import RunError
+
+__all__ = ["HindsightRow", "ResultWriter", "StepRow", "read_rows"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    """One scored step of one method.
+
+    Attributes:
+        stream: Stream name.
+        method: Method name.
+        trajectory: Trajectory id.
+        step: 0-based step index ``t``.
+        score: ``z^_t`` in [0, 1], or ``None`` when the critic failed (see ``error``).
+        label: Ground-truth label, copied here for evaluation only (0, 1 or ``None``).
+        error: Why ``score`` is ``None``.
+        clipped: The raw score was outside [0, 1] and was clipped (Eq. 6).
+        raw: The critic's last reply text.
+        latency_s: Seconds in the server.
+        queue_s: Seconds waiting for an endpoint slot.
+        requests: Requests sent for this step (retries and re-asks included).
+        prompt_tokens: Input tokens, when the server reported them.
+        completion_tokens: Output tokens, when the server reported them.
+        bank_size: ``|B_t|`` when the step was scored.
+        repetition_flag: ``rho_t``.
+        retrieved: ``[trajectory_id, step, pseudo_label, similarity]`` of each precedent shown.
+    """
+
+    stream: str
+    method: str
+    trajectory: str
+    step: int
+    score: float | None
+    label: int | None
+    error: str | None
+    clipped: bool
+    raw: str
+    latency_s: float
+    queue_s: float
+    requests: int
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    bank_size: int
+    repetition_flag: bool
+    retrieved: list[tuple[str, int, int, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class HindsightRow:
+    """The hindsight outcome of one trajectory for one bank-using method.
+
+    Attributes:
+        stream: Stream name.
+        method: Method name.
+        trajectory: Trajectory id.
+        votes: Valid votes, shape ``(V_valid, T)``.
+        soft_votes: ``y~_t``, shape ``(T,)``.
+        pseudo_labels: ``y^_t``, shape ``(T,)``.
+        failed_votes: Votes without a readable answer.
+        errors: Reasons of the failed votes.
+        records_added: Records this trajectory added to the bank (0 when no vote was valid).
+        latency_s: Seconds in the server over all votes.
+        requests: Requests sent over all votes.
+        prompt_tokens: Input tokens over all votes, when reported.
+        completion_tokens: Output tokens over all votes, when reported.
+    """
+
+    stream: str
+    method: str
+    trajectory: str
+    votes: list[list[int]]
+    soft_votes: list[float]
+    pseudo_labels: list[int]
+    failed_votes: int
+    errors: list[str]
+    records_added: int
+    latency_s: float
+    requests: int
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+
+class ResultWriter:
+    """Appends rows to ``scores.jsonl`` and ``hindsight.jsonl`` and flushes each one to the OS at once.
+
+    Args:
+        run_dir: The run directory; created if missing.
+    """
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self._files: dict[str, IO[bytes]] = {}
+
+    def __enter__(self) -> Self:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        for name in ("scores", "hindsight"):
+            self._files[name] = (self.run_dir / f"{name}.jsonl").open("ab")
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+
+    def write(self, row: StepRow | HindsightRow) -> None:
+        """Append ``row`` as one JSON line and flush it."""
+        f = self._files["scores" if isinstance(row, StepRow) else "hindsight"]
+        f.write(orjson.dumps(asdict(row)) + b"\n")
+        f.flush()
+
+
+def read_rows(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Yield the JSON rows of a ``scores.jsonl`` or ``hindsight.jsonl`` file.
+
+    A last line cut short by a crash is skipped; any other bad line raises.
+
+    Raises:
+        RunError: A line before the last is not valid JSON (names file and line).
+    """
+    path = Path(path)
+    lines = path.read_bytes().split(b"\n")
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            yield orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            if i == len(lines) - 1:
+                return  # torn final write; everything before it is intact
+            raise RunError(f"{path}:{i + 1}: not a JSON row: {exc}") from exc

@@ -1,0 +1,184 @@
+"""Run many lanes (stream x method) concurrently, each strictly ordered, with results streamed to disk.
+
+Structured concurrency only: one anyio task group holds a writer task and the lanes; lanes hand rows to
+the writer through a bounded memory object stream, and at most ``max_active_lanes`` lanes run at once.
+Endpoint concurrency is bounded separately, per endpoint, inside the backend.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import anyio
+from anyio.abc import ObjectSendStream
+import orjson
+import structlog
+
+import ceb
+from ceb.backends import Stages, build_stages
+from ceb.backends.base import EndpointLimits
+from ceb.backends.factories import prompt_set
+from ceb.config import RunConfig
+from ceb.data.trajectory import Trajectory
+from ceb.errors import RunError
+from ceb.pipeline.lane import Lane
+from ceb.pipeline.methods import METHODS, MethodSpec
+from ceb.pipeline.results import HindsightRow, ResultWriter, StepRow
+from ceb.stages.base import CriticInput
+from ceb.stages.critic import critic_context
+from ceb.stages.hindsight import hindsight_context
+
+__all__ = ["RunSummary", "check_prompts", "run_scoring"]
+
+log = structlog.get_logger(__name__)
+
+Row = StepRow | HindsightRow
+
+
+@dataclass
+class RunSummary:
+    """What a run did, counted as rows were written.
+
+    Attributes:
+        run_dir: Where the results are.
+        steps_scored: Step rows with a score.
+        steps_failed: Step rows without one (critic failure; reasons in ``scores.jsonl``).
+        steps_clipped: Scores clipped into [0, 1] (Eq. 6).
+        trajectories_voted: Hindsight rows written.
+        votes_failed: Hindsight votes without a readable answer.
+        trajectories_not_banked: Trajectories with no valid vote, so missing from their bank.
+        wall_s: Seconds from start to the last row.
+        requests: Requests sent, retries and re-asks included.
+        banks: ``{(stream, method): bank size}`` at the end.
+    """
+
+    run_dir: Path
+    steps_scored: int = 0
+    steps_failed: int = 0
+    steps_clipped: int = 0
+    trajectories_voted: int = 0
+    votes_failed: int = 0
+    trajectories_not_banked: int = 0
+    wall_s: float = 0.0
+    requests: int = 0
+    banks: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def count(self, row: Row) -> None:
+        """Add ``row`` to the counters."""
+        self.requests += row.requests
+        if isinstance(row, StepRow):
+            if row.score is None:
+                self.steps_failed += 1
+            else:
+                self.steps_scored += 1
+            self.steps_clipped += row.clipped
+        else:
+            self.trajectories_voted += 1
+            self.votes_failed += row.failed_votes
+            self.trajectories_not_banked += row.records_added == 0
+
+
+def check_prompts(config: RunConfig, domains: Sequence[str]) -> None:
+    """Render every template each domain will use on a small input, so a broken template fails now.
+
+    Raises:
+        ConfigError: A template is missing or uses a variable the stages do not provide.
+    """
+    prompts = prompt_set(config)
+    probe = Trajectory(id="probe", task="t", domain="generic", steps=())
+    for d in sorted(set(domains)):
+        prompts.messages(d, "critic", critic_context(CriticInput(domain=d, task="t", step=0, state="s", action="a")))
+        prompts.messages(d, "hindsight", hindsight_context(probe))
+
+
+def _write_config(run_dir: Path, config: RunConfig, streams: Mapping[str, Sequence[Trajectory]]) -> None:
+    sources = {
+        name: sorted({t.source.rsplit(":", 1)[0] for t in trajs if t.source}) for name, trajs in streams.items()
+    }
+    doc = {
+        "ceb_version": ceb.__version__,
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "streams": {n: {"files": sources[n], "trajectories": len(t)} for n, t in streams.items()},
+        "config": config.model_dump(mode="json"),
+    }
+    (run_dir / "config.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+
+
+async def run_scoring(
+    streams: Mapping[str, Sequence[Trajectory]],
+    config: RunConfig,
+    run_dir: str | Path,
+    *,
+    stages: Stages | None = None,
+    on_row: Callable[[Row], None] | None = None,
+) -> RunSummary:
+    """Score every stream with every method of ``config.methods``.
+
+    Args:
+        streams: Stream name -> trajectories in stream order (as read, labels included: lanes blind them).
+        config: The effective configuration; written to ``run_dir/config.json``.
+        run_dir: New or empty directory for the results.
+        stages: Critic and hindsight to use; built from ``config.backend`` when ``None``.
+        on_row: Called with each row after it is on disk (progress bars).
+
+    Returns:
+        Counts of what was scored and what failed.
+
+    Raises:
+        RunError: ``run_dir`` already holds results.
+        ConfigError: Unknown method or backend, or a broken prompt template.
+    """
+    run_dir = Path(run_dir)
+    if (run_dir / "scores.jsonl").exists():
+        raise RunError(f"{run_dir} already holds results (scores.jsonl); choose a new output directory")
+    methods: list[MethodSpec] = [METHODS.get(m) for m in config.methods]
+    check_prompts(config, [t.domain for trajs in streams.values() for t in trajs])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _write_config(run_dir, config, streams)
+
+    summary = RunSummary(run_dir=run_dir)
+    started = time.perf_counter()
+    own_stages = stages is None
+    stages = stages or build_stages(config, EndpointLimits())
+    send, receive = anyio.create_memory_object_stream[Row](max_buffer_size=1024)
+    lane_slots = anyio.CapacityLimiter(config.max_active_lanes)
+    lanes: list[Lane] = []
+
+    async def write_all(writer: ResultWriter) -> None:
+        async with receive:
+            async for row in receive:
+                writer.write(row)
+                summary.count(row)
+                if on_row is not None:
+                    on_row(row)
+
+    async def run_lane(lane: Lane, sender: ObjectSendStream[Row]) -> None:
+        async with sender, lane_slots:
+            await lane.run()
+
+    try:
+        with ResultWriter(run_dir) as writer:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(write_all, writer)
+                async with send:
+                    for name, trajs in streams.items():
+                        for method in methods:
+                            sender = send.clone()
+                            lane = Lane(name, method, trajs, stages, config, sender.send)
+                            lanes.append(lane)
+                            tg.start_soon(run_lane, lane, sender)
+    finally:
+        if own_stages:
+            await stages.__aexit__(None, None, None)
+        for lane in lanes:
+            if lane.method.use_bank:
+                lane.bank.save(run_dir / "banks" / f"{lane.stream}__{lane.method.name}.json")
+            summary.banks[(lane.stream, lane.method.name)] = len(lane.bank)
+        summary.wall_s = time.perf_counter() - started
+    return summary
