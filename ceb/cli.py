@@ -28,7 +28,8 @@ app = typer.Typer(
 convert_app = typer.Typer(no_args_is_help=True, help="Convert other data layouts to the trajectory JSONL format.")
 app.add_typer(convert_app, name="convert")
 
-out = Console()
+# Tables are wide; when stdout is a file or pipe (CI logs, `| tee`), do not squeeze them to 80 columns.
+out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,10 +55,18 @@ def _fail(exc: CEBError) -> typer.Exit:
     return typer.Exit(2)
 
 
+@app.callback()
+def _main(
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error (logs go to stderr).")] = "warning",
+) -> None:
+    _setup_logging(log_level)
+
+
 @convert_app.command("intercode")
 def convert_intercode_cmd(
     root: Annotated[
-        Path, typer.Option(help="Root of an InterCode checkout (upstream layout: data/results/{bash,sql}/...).")
+        Path,
+        typer.Option(help="Root of an InterCode checkout (upstream layout: data/results/{bash,sql}/...)."),
     ] = Path("../shared/data/intercode"),
     out_dir: Annotated[Path, typer.Option("--out", help="Directory for the stream files.")] = Path("streams"),
     datasets: Annotated[str, typer.Option(help="Comma-separated: bash, sql.")] = "bash,sql",
@@ -73,9 +82,24 @@ def convert_intercode_cmd(
         converted = convert_intercode(root, out_dir, datasets=tuple(d.strip() for d in datasets.split(",") if d))
     except CEBError as exc:
         raise _fail(exc) from exc
-    table = Table("stream", "trajectories", "steps", "positive rate", "skipped", title=f"streams in {out_dir}")
+    table = Table(
+        "stream",
+        "trajectories",
+        "steps",
+        "positive rate",
+        "skipped trajectories",
+        "dropped 'blocked' turns",
+        title=f"streams in {out_dir}",
+    )
     for c in converted:
-        table.add_row(c.path.name, str(c.trajectories), str(c.steps), f"{c.positive_rate:.3f}", str(c.skipped))
+        table.add_row(
+            c.path.name,
+            str(c.trajectories),
+            str(c.steps),
+            f"{c.positive_rate:.3f}",
+            str(len(c.skipped)),
+            str(c.blocked_turns),
+        )
     out.print(table)
 
 
@@ -102,13 +126,29 @@ def print_metrics(metrics: dict[str, Any], console: Console = out) -> None:
     """Print the per-stream, pooled and reference rows of ``metrics`` as one table."""
     bins = metrics["n_bins"]
     table = Table(
-        "stream", "method", "steps", "pos. rate", "mean score", f"ECE ({bins} bins)", "ECE (equal mass)",
-        "Brier", "AUROC", "failed", title="Step-level confidence vs. held-out labels",
+        "stream",
+        "method",
+        "steps",
+        "pos. rate",
+        "mean score",
+        f"ECE ({bins} bins)",
+        "ECE (equal mass)",
+        "Brier",
+        "AUROC",
+        "failed",
+        title="Step-level confidence vs. held-out labels",
     )
     for r in metrics["results"]:
         table.add_row(
-            r["stream"], r["method"], _fmt(r.get("n")), _fmt(r.get("positive_rate")), _fmt(r.get("mean_score")),
-            _fmt(r.get("ece")), _fmt(r.get("ece_equal_mass")), _fmt(r.get("brier")), _fmt(r.get("auroc")),
+            r["stream"],
+            r["method"],
+            _fmt(r.get("n")),
+            _fmt(r.get("positive_rate")),
+            _fmt(r.get("mean_score")),
+            _fmt(r.get("ece")),
+            _fmt(r.get("ece_equal_mass")),
+            _fmt(r.get("brier")),
+            _fmt(r.get("auroc")),
             _fmt(r.get("failed")),
         )
     console.print(table)
@@ -129,16 +169,22 @@ def score(
     config: Annotated[Path | None, typer.Option(help="TOML or JSON config file (flags override it).")] = None,
     backend: Annotated[str | None, typer.Option(help="offline (default, no model) or openai.")] = None,
     methods: Annotated[str | None, typer.Option(help="Comma-separated methods [default: ceb,static].")] = None,
-    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")] = None,
+    base_url: Annotated[
+        str | None, typer.Option(help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
+    ] = None,
     model: Annotated[str | None, typer.Option(help="Model name at the endpoint.")] = None,
-    api_key_env: Annotated[str | None, typer.Option(help="Env variable holding the API key [default: OPENAI_API_KEY].")] = None,
-    max_concurrency: Annotated[int | None, typer.Option(help="Requests in flight to the endpoint [default: 64].")] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="Env variable holding the API key [default: OPENAI_API_KEY].")
+    ] = None,
+    max_concurrency: Annotated[
+        int | None, typer.Option(help="Requests in flight to the endpoint [default: 64].")
+    ] = None,
     votes: Annotated[int | None, typer.Option("--votes", "-V", help="Hindsight votes V [default: 5].")] = None,
     k: Annotated[int | None, typer.Option("-k", help="Precedents per class [default: 2].")] = None,
     tau: Annotated[float | None, typer.Option(help="Hindsight temperature [default: 0.7].")] = None,
     prompt_dir: Annotated[Path | None, typer.Option(help="Directory of replacement prompt templates.")] = None,
     bins: Annotated[int | None, typer.Option(help="ECE bins [default: 10].")] = None,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "warning",
+    overwrite: Annotated[bool, typer.Option(help="Replace the results of an earlier run in OUT.")] = False,
 ) -> None:
     """Score every step of every stream with each method, then print ECE, Brier and AUROC.
 
@@ -151,10 +197,12 @@ def score(
     from ceb.eval import run_metrics, write_metrics
     from ceb.pipeline import run_scoring
 
-    _setup_logging(log_level)
     overrides = {
         "backend": {
-            "name": backend, "base_url": base_url, "model": model, "api_key_env": api_key_env,
+            "name": backend,
+            "base_url": base_url,
+            "model": model,
+            "api_key_env": api_key_env,
             "max_concurrency": max_concurrency,
         },
         "ceb": {"votes": votes, "k": k, "tau": tau},
@@ -170,8 +218,13 @@ def score(
     total = sum(len(t.steps) for trajs in data.values() for t in trajs) * len(cfg.methods)
     started = time.perf_counter()
     progress = Progress(
-        TextColumn("scoring"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"), TimeElapsedColumn(),
-        console=err, transient=True,
+        TextColumn("scoring"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("steps"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
     )
     task = progress.add_task("steps", total=total)
 
@@ -183,7 +236,7 @@ def score(
 
     try:
         with progress:
-            summary = anyio.run(lambda: run_scoring(data, cfg, out_dir, on_row=on_row))
+            summary = anyio.run(lambda: run_scoring(data, cfg, out_dir, on_row=on_row, overwrite=overwrite))
     except KeyboardInterrupt:
         err.print(f"interrupted: every finished step is in {out_dir / 'scores.jsonl'}")
         raise typer.Exit(130) from None
@@ -193,8 +246,9 @@ def score(
     write_metrics(out_dir, metrics)
     print_metrics(metrics)
     wall = time.perf_counter() - started
+    s = summary
     out.print(
-        f"{summary.steps_scored} steps scored, {summary.steps_failed} failed, {summary.steps_clipped} clipped; "
+        f"{s.steps_scored} steps scored, {s.steps_failed} failed, {s.steps_clipped} clipped; "
         f"{summary.trajectories_voted} trajectories voted in hindsight ({summary.votes_failed} failed votes, "
         f"{summary.trajectories_not_banked} not banked); {summary.requests} requests; "
         f"wall time {wall:.1f} s. Results in {out_dir}/"

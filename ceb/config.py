@@ -34,7 +34,7 @@ class BackendConfig(_Section):
     """Which backend scores, and how to reach it."""
 
     name: str = "offline"
-    """Backend name: ``offline`` (no model, the embedded default) or ``openai`` (any OpenAI-compatible endpoint)."""
+    """Backend: ``offline`` (no model; the embedded default) or ``openai`` (OpenAI-compatible endpoint)."""
     base_url: str | None = None
     """Endpoint root for ``openai``, e.g. ``http://127.0.0.1:8000/v1`` for ``vllm serve``."""
     model: str | None = None
@@ -46,7 +46,7 @@ class BackendConfig(_Section):
     max_concurrency: int = Field(64, ge=1)
     """Requests in flight to the endpoint at most (shared by critic and hindsight)."""
     structured_output: Literal["json_schema", "vllm", "json_object", "none"] = "json_schema"
-    """How reply JSON is enforced: OpenAI ``json_schema`` (also vLLM), vLLM ``structured_outputs``, JSON mode, none."""
+    """How reply JSON is enforced: ``json_schema`` (OpenAI, vLLM), ``vllm``, ``json_object`` or ``none``."""
     max_attempts: int = Field(6, ge=1)
     """Attempts per request on timeouts, dropped connections, 429 and 5xx (the first included)."""
     backoff_s: float = Field(0.5, ge=0)

@@ -117,7 +117,12 @@ class BackendError(CEBError):
     ) -> None:
         ctx = ", ".join(
             f"{k}={v}"
-            for k, v in (("backend", backend), ("stream", stream), ("trajectory", trajectory_id), ("step", step))
+            for k, v in (
+                ("backend", backend),
+                ("stream", stream),
+                ("trajectory", trajectory_id),
+                ("step", step),
+            )
             if v not in (None, "")
         )
         super().__init__(f"{message} [{ctx}]" if ctx else message)

@@ -68,7 +68,12 @@ class OfflineCritic:
         if inp.repetition_flag:
             z *= self.repetition_factor
         raw = orjson.dumps(
-            {"score": round(z, 6), "base_rate": round(p0, 6), "precedents": len(hits), "weight": round(sum(w), 6)}
+            {
+                "score": round(z, 6),
+                "base_rate": round(p0, 6),
+                "precedents": len(hits),
+                "weight": round(sum(w), 6),
+            }
         ).decode()
         return CriticResult(score=z, raw=raw)
 

@@ -103,9 +103,7 @@ class OpenAIBackend(ChatBackend):
                     f"no API key: set the environment variable {settings.api_key_env} for {settings.base_url}"
                 )
             key = "EMPTY"
-        self._client = AsyncOpenAI(
-            api_key=key, base_url=settings.base_url, timeout=settings.timeout_s, max_retries=0
-        )
+        self._client = AsyncOpenAI(api_key=key, base_url=settings.base_url, timeout=settings.timeout_s, max_retries=0)
 
     def payload(self, request: ChatRequest) -> dict[str, Any]:
         """Build the keyword arguments of ``chat.completions.create`` for ``request`` (exact wire fields)."""
@@ -139,9 +137,7 @@ class OpenAIBackend(ChatBackend):
         except openai.RateLimitError as exc:
             raise TransientError(f"429 from {self.endpoint}", retry_after=_retry_after(exc)) from exc
         except openai.InternalServerError as exc:
-            raise TransientError(
-                f"{exc.status_code} from {self.endpoint}", retry_after=_retry_after(exc)
-            ) from exc
+            raise TransientError(f"{exc.status_code} from {self.endpoint}", retry_after=_retry_after(exc)) from exc
         except openai.APITimeoutError as exc:
             raise TransientError(f"timeout after {self.settings.timeout_s}s at {self.endpoint}") from exc
         except openai.APIConnectionError as exc:

@@ -106,7 +106,7 @@ class Bank:
         )
 
     def save(self, path: str | Path) -> None:
-        """Write the bank as one JSON document (``{"format": "ceb-bank/1", "records": [...]}``), atomically."""
+        """Write the bank atomically as one JSON document: ``{"format": "ceb-bank/1", "records": [...]}``."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")

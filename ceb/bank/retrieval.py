@@ -64,7 +64,7 @@ class TfidfReference:
         if not keys:
             self._vectorizer, self._matrix = None, None
             return
-        vec = TfidfVectorizer(**TFIDF_PARAMS)  # type: ignore[arg-type]
+        vec = TfidfVectorizer(**TFIDF_PARAMS)
         try:
             self._matrix = sparse.csr_matrix(vec.fit_transform(keys))
         except ValueError:

@@ -326,9 +326,7 @@ def _check_inputs(
     true = _as_1d(y_true, "y_true")
     prob = _as_1d(y_prob, "y_prob")
     if true.shape[0] != prob.shape[0]:
-        raise ValueError(
-            f"y_true and y_prob differ in length: {true.shape[0]} labels, {prob.shape[0]} probabilities"
-        )
+        raise ValueError(f"y_true and y_prob differ in length: {true.shape[0]} labels, {prob.shape[0]} probabilities")
     if true.shape[0] == 0:
         raise ValueError("y_true and y_prob are empty; the metrics need at least one sample")
 

@@ -105,8 +105,12 @@ class Lane:
             res = await self.stages.critic.score(inp)
             if res.error is not None:
                 log.warning(
-                    "critic step failed", stream=self.stream, method=self.method.name,
-                    trajectory=blind.id, step=t, error=res.error,
+                    "critic step failed",
+                    stream=self.stream,
+                    method=self.method.name,
+                    trajectory=blind.id,
+                    step=t,
+                    error=res.error,
                 )
             scores.append(res.score)
             history.append(HistoryItem(action=step.action, observation=step.observation, score=res.score))
@@ -163,7 +167,10 @@ class Lane:
         else:
             log.warning(
                 "no valid hindsight vote; trajectory not added to the bank",
-                stream=self.stream, method=self.method.name, trajectory=blind.id, errors=list(hr.errors),
+                stream=self.stream,
+                method=self.method.name,
+                trajectory=blind.id,
+                errors=list(hr.errors),
             )
         self.bank.add_trajectory(records)
         s = hr.stats

@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
-from anyio.abc import ObjectSendStream
 import orjson
 import structlog
+from anyio.abc import ObjectSendStream
 
 import ceb
 from ceb.backends import Stages, build_stages
@@ -96,10 +96,22 @@ def check_prompts(config: RunConfig, domains: Sequence[str]) -> None:
         prompts.messages(d, "hindsight", hindsight_context(probe))
 
 
+RESULT_FILES = ("config.json", "scores.jsonl", "hindsight.jsonl", "metrics.json")
+
+
+def _remove_results(run_dir: Path) -> None:
+    for name in RESULT_FILES:
+        (run_dir / name).unlink(missing_ok=True)
+    banks = run_dir / "banks"
+    if banks.is_dir():
+        for f in banks.glob("*.json"):
+            f.unlink()
+        if not any(banks.iterdir()):
+            banks.rmdir()
+
+
 def _write_config(run_dir: Path, config: RunConfig, streams: Mapping[str, Sequence[Trajectory]]) -> None:
-    sources = {
-        name: sorted({t.source.rsplit(":", 1)[0] for t in trajs if t.source}) for name, trajs in streams.items()
-    }
+    sources = {name: sorted({t.source.rsplit(":", 1)[0] for t in trajs if t.source}) for name, trajs in streams.items()}
     doc = {
         "ceb_version": ceb.__version__,
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -117,6 +129,7 @@ async def run_scoring(
     *,
     stages: Stages | None = None,
     on_row: Callable[[Row], None] | None = None,
+    overwrite: bool = False,
 ) -> RunSummary:
     """Score every stream with every method of ``config.methods``.
 
@@ -126,6 +139,7 @@ async def run_scoring(
         run_dir: New or empty directory for the results.
         stages: Critic and hindsight to use; built from ``config.backend`` when ``None``.
         on_row: Called with each row after it is on disk (progress bars).
+        overwrite: Delete the results of an earlier run in ``run_dir`` (and nothing else) first.
 
     Returns:
         Counts of what was scored and what failed.
@@ -135,17 +149,21 @@ async def run_scoring(
         ConfigError: Unknown method or backend, or a broken prompt template.
     """
     run_dir = Path(run_dir)
-    if (run_dir / "scores.jsonl").exists():
-        raise RunError(f"{run_dir} already holds results (scores.jsonl); choose a new output directory")
+    if (run_dir / "scores.jsonl").exists() and not overwrite:
+        raise RunError(
+            f"{run_dir} already holds results (scores.jsonl); choose a new output directory or pass --overwrite"
+        )
     methods: list[MethodSpec] = [METHODS.get(m) for m in config.methods]
     check_prompts(config, [t.domain for trajs in streams.values() for t in trajs])
+    own_stages = stages is None
+    stages = stages or build_stages(config, EndpointLimits())
+    if overwrite:
+        _remove_results(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     _write_config(run_dir, config, streams)
 
     summary = RunSummary(run_dir=run_dir)
     started = time.perf_counter()
-    own_stages = stages is None
-    stages = stages or build_stages(config, EndpointLimits())
     send, receive = anyio.create_memory_object_stream[Row](max_buffer_size=1024)
     lane_slots = anyio.CapacityLimiter(config.max_active_lanes)
     lanes: list[Lane] = []

@@ -1,8 +1,22 @@
 """The two CEB stages: the pre-execution critic (Eq. 2, 6) and the hindsight labeler (Eq. 3)."""
 
-from ceb.stages.base import CallStats, Critic, CriticInput, CriticResult, Hindsight, HindsightResult, HistoryItem
+from ceb.stages.base import (
+    CallStats,
+    Critic,
+    CriticInput,
+    CriticResult,
+    Hindsight,
+    HindsightResult,
+    HistoryItem,
+)
 from ceb.stages.critic import CRITIC_SCHEMA, CriticSettings, LLMCritic, critic_context, repetition_flag
-from ceb.stages.hindsight import HindsightSettings, LLMHindsight, hindsight_context, labels_schema, majority_vote
+from ceb.stages.hindsight import (
+    HindsightSettings,
+    LLMHindsight,
+    hindsight_context,
+    labels_schema,
+    majority_vote,
+)
 from ceb.stages.parsing import find_json_object, parse_labels, parse_score
 from ceb.stages.templates import PROMPT_KINDS, PromptLimits, PromptSet, clip
 

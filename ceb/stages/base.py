@@ -13,7 +13,15 @@ from typing import Protocol
 from ceb.bank import Retrieval
 from ceb.data.trajectory import Trajectory
 
-__all__ = ["CallStats", "Critic", "CriticInput", "CriticResult", "Hindsight", "HindsightResult", "HistoryItem"]
+__all__ = [
+    "CallStats",
+    "Critic",
+    "CriticInput",
+    "CriticResult",
+    "Hindsight",
+    "HindsightResult",
+    "HistoryItem",
+]
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,7 +77,12 @@ def critic_context(inp: CriticInput) -> dict[str, Any]:
         "element": inp.element,
         "value": inp.value,
         "history": [
-            {"number": i + 1, "action": h.action, "observation": h.observation, "score_text": _score_text(h.score)}
+            {
+                "number": i + 1,
+                "action": h.action,
+                "observation": h.observation,
+                "score_text": _score_text(h.score),
+            }
             for i, h in enumerate(inp.history)
         ],
         "use_bank": inp.use_bank,

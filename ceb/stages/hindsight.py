@@ -154,7 +154,8 @@ class LLMHindsight:
 
         Returns:
             The valid votes and their majority; failed votes are counted with their reasons. When no vote
-            is valid, ``soft_votes`` and ``pseudo_labels`` are empty and the trajectory adds nothing to the bank.
+            is valid, ``soft_votes`` and ``pseudo_labels`` are empty, and the trajectory adds nothing to the
+            bank.
         """
         messages = self.messages(trajectory)
         n = len(trajectory.steps)

@@ -7,11 +7,27 @@ from ceb.bank import Bank, BankRecord, TfidfReference, agreement_flag, class_spl
 from ceb.errors import BankError
 
 
-def rec(action: str, label: int, *, task: str = "list files", state: str = "", tid: str = "t0", step: int = 0,
-        score: float | None = 0.5) -> BankRecord:
+def rec(
+    action: str,
+    label: int,
+    *,
+    task: str = "list files",
+    state: str = "",
+    tid: str = "t0",
+    step: int = 0,
+    score: float | None = 0.5,
+) -> BankRecord:
     return BankRecord(
-        task=task, state=state, action=action, observation="out", pseudo_label=label,
-        soft_vote=float(label), score=score, agreement=agreement_flag(score, label), trajectory_id=tid, step=step,
+        task=task,
+        state=state,
+        action=action,
+        observation="out",
+        pseudo_label=label,
+        soft_vote=float(label),
+        score=score,
+        agreement=agreement_flag(score, label),
+        trajectory_id=tid,
+        step=step,
     )
 
 
@@ -29,14 +45,16 @@ def test_agreement_flag_thresholds_the_score_at_one_half(score, label, chi):
 
 def test_retrieval_is_contrastive_top_k_per_class_most_similar_first():
     bank = Bank()
-    bank.add_trajectory([
-        rec("ls -la /testbed", 1, tid="a"),
-        rec("find /testbed -name '*.py'", 1, tid="b"),
-        rec("cat /etc/passwd", 1, tid="c"),
-        rec("ls /nonexistent", 0, tid="d"),
-        rec("rm -rf /testbed", 0, tid="e"),
-        rec("echo hello world", 0, tid="f"),
-    ])
+    bank.add_trajectory(
+        [
+            rec("ls -la /testbed", 1, tid="a"),
+            rec("find /testbed -name '*.py'", 1, tid="b"),
+            rec("cat /etc/passwd", 1, tid="c"),
+            rec("ls /nonexistent", 0, tid="d"),
+            rec("rm -rf /testbed", 0, tid="e"),
+            rec("echo hello world", 0, tid="f"),
+        ]
+    )
     got = bank.retrieve(composite_key("list files", "", "ls -la /testbed"), k=2)
     assert [h.record.trajectory_id for h in got.positives][0] == "a"
     assert got.positives[0].similarity == pytest.approx(1.0)

@@ -29,8 +29,15 @@ def stream(secret: str, labels: tuple[int, ...]) -> list:
             )
             for t in range(3)
         ]
-        trajs.append(trajectory(f"traj-{i}", *steps, task=f"TASK_{i} do things", meta={"secret": secret, "gold": secret},
-                                env="fs_1"))
+        trajs.append(
+            trajectory(
+                f"traj-{i}",
+                *steps,
+                task=f"TASK_{i} do things",
+                meta={"secret": secret, "gold": secret},
+                env="fs_1",
+            )
+        )
     return trajs
 
 

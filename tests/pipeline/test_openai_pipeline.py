@@ -29,19 +29,30 @@ def respond(body: dict, i: int) -> Reply:
 
 def stream():
     return [
-        trajectory(f"t{i}", step("ls /testbed", "a b", label=1), step("rm -rf /x", "error: denied", "a b", label=0),
-                   step("cat a", "hello", "error: denied", label=1))
+        trajectory(
+            f"t{i}",
+            step("ls /testbed", "a b", label=1),
+            step("rm -rf /x", "error: denied", "a b", label=0),
+            step("cat a", "hello", "error: denied", label=1),
+        )
         for i in range(4)
     ]
 
 
 async def test_ceb_and_static_score_every_step_through_the_openai_backend(openai_server, tmp_path):
     openai_server.responder = respond
-    config = load_config(overrides={
-        "backend": {"name": "openai", "base_url": openai_server.base_url, "model": "critic-model",
-                    "max_concurrency": 4, "backoff_s": 0.0},
-        "ceb": {"votes": 3},
-    })
+    config = load_config(
+        overrides={
+            "backend": {
+                "name": "openai",
+                "base_url": openai_server.base_url,
+                "model": "critic-model",
+                "max_concurrency": 4,
+                "backoff_s": 0.0,
+            },
+            "ceb": {"votes": 3},
+        }
+    )
     summary = await run_scoring({"bash": stream(), "bash2": stream()[:2]}, config, tmp_path)
     rows = list(read_rows(tmp_path / "scores.jsonl"))
     assert len(rows) == (4 + 2) * 3 * 2
@@ -75,10 +86,14 @@ async def test_server_failures_are_recorded_per_step_not_raised(openai_server, t
         return Reply.error(400, body={"error": {"message": "prompt too long"}})
 
     openai_server.responder = flaky
-    config = load_config(overrides={
-        "backend": {"name": "openai", "base_url": openai_server.base_url, "model": "m", "backoff_s": 0.0},
-        "ceb": {"votes": 2}, "hindsight": {"format_retries": 0}, "methods": ["ceb"],
-    })
+    config = load_config(
+        overrides={
+            "backend": {"name": "openai", "base_url": openai_server.base_url, "model": "m", "backoff_s": 0.0},
+            "ceb": {"votes": 2},
+            "hindsight": {"format_retries": 0},
+            "methods": ["ceb"],
+        }
+    )
     summary = await run_scoring({"s": stream()[:2]}, config, tmp_path)
     rows = list(read_rows(tmp_path / "scores.jsonl"))
     assert all(r["score"] is None and "prompt too long" in r["error"] for r in rows)

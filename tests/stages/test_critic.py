@@ -18,8 +18,11 @@ pytestmark = pytest.mark.anyio
         (["ls   -la"], "LS -la", True),  # white space and case are folded
         (["ls", "pwd", "cat a", "echo b"], "ls", False),  # outside the last 3
         (["ls", "pwd", "cat a"], "ls", True),
-        (["ls -la /very/long/path/that/keeps/going/and/going/x"], "ls -la /very/long/path/that/keeps/going/and/going/y",
-         True),  # same first 40 characters
+        (
+            ["ls -la /very/long/path/that/keeps/going/and/going/x"],
+            "ls -la /very/long/path/that/keeps/going/and/going/y",
+            True,
+        ),  # same first 40 characters
         (["ls -la"], "ls", False),  # a shorter action is a different prefix
     ],
 )
@@ -35,14 +38,27 @@ def test_repetition_flag_window_and_prefix_are_settings():
 
 
 def _record(action: str, label: int, score: float, agreement: bool) -> BankRecord:
-    return BankRecord(task="old task", state=f"state of {action}", action=action, observation=f"after {action}",
-                      pseudo_label=label, soft_vote=float(label), score=score, agreement=agreement,
-                      trajectory_id="old", step=0)
+    return BankRecord(
+        task="old task",
+        state=f"state of {action}",
+        action=action,
+        observation=f"after {action}",
+        pseudo_label=label,
+        soft_vote=float(label),
+        score=score,
+        agreement=agreement,
+        trajectory_id="old",
+        step=0,
+    )
 
 
 def _input(**kw) -> CriticInput:
     base = dict(
-        domain="shell", task="count the python files", step=2, state="a.py b.py", action="ls *.py | wc -l",
+        domain="shell",
+        task="count the python files",
+        step=2,
+        state="a.py b.py",
+        action="ls *.py | wc -l",
         history=(HistoryItem("ls", "a.py b.py", 0.81), HistoryItem("pwd", "/testbed", None)),
         retrieval=Retrieval(
             positives=(Hit(_record("find . -name '*.py' | wc -l", 1, 0.3, False), 0.7),),

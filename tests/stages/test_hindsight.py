@@ -35,8 +35,15 @@ def _hindsight(responder, retries=2, seed=None):
 
 
 async def test_v_votes_at_temperature_tau_give_the_majority():
-    votes = iter(['{"labels": [1, 0, 1]}', '{"labels": [1, 1, 0]}', '{"labels": [0, 0, 1]}',
-                  '{"labels": [1, 0, 1]}', '{"labels": [1, 0, 0]}'])
+    votes = iter(
+        [
+            '{"labels": [1, 0, 1]}',
+            '{"labels": [1, 1, 0]}',
+            '{"labels": [0, 0, 1]}',
+            '{"labels": [1, 0, 1]}',
+            '{"labels": [1, 0, 0]}',
+        ]
+    )
     h, chat = _hindsight(lambda r: next(votes), seed=10)
     res = await h.label(TRAJ, 5)
     assert len(chat.requests) == 5

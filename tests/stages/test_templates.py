@@ -7,8 +7,19 @@ from ceb.stages import PROMPT_KINDS, CriticInput, PromptSet, clip, critic_contex
 def test_every_packaged_family_is_complete_and_renders():
     ps = PromptSet()
     assert {"shell", "sql", "web", "mobile", "generic"} <= set(ps.families())
-    ctx = critic_context(CriticInput(domain="web", task="buy shoes", step=0, state="<div>", action="[CLICK] Buy",
-                                     op="CLICK", element="<button> Buy", value=None, reasoning="cart is full"))
+    ctx = critic_context(
+        CriticInput(
+            domain="web",
+            task="buy shoes",
+            step=0,
+            state="<div>",
+            action="[CLICK] Buy",
+            op="CLICK",
+            element="<button> Buy",
+            value=None,
+            reasoning="cart is full",
+        )
+    )
     for fam in ("shell", "sql", "web", "mobile", "generic"):
         system, user = ps.messages(fam, "critic", ctx)
         assert "buy shoes" in user["content"] and '"score"' in system["content"]
@@ -16,8 +27,9 @@ def test_every_packaged_family_is_complete_and_renders():
 
 def test_domains_word_the_state_and_action_differently():
     ps = PromptSet()
-    ctx = critic_context(CriticInput(domain="x", task="t", step=0, state="s", action="a", op="CLICK",
-                                     element="<button> Buy"))
+    ctx = critic_context(
+        CriticInput(domain="x", task="t", step=0, state="s", action="a", op="CLICK", element="<button> Buy")
+    )
     shell = ps.render("shell", "critic_user", ctx)
     web = ps.render("web", "critic_user", ctx)
     sql = ps.render("sql", "critic_system", ctx)

@@ -1,0 +1,27 @@
+"""Trajectory streams: the in-memory form, the strict JSONL reader and writer, and source converters.
+
+Every loader turns its source into the stream contract of ``../shared/SCHEMA.md`` (version 1); every stage
+reads only that form.
+"""
+
+from ceb.data.intercode import (
+    DEFAULT_INTERCODE_ROOT,
+    ConvertedStream,
+    SkippedTrajectory,
+    convert_intercode,
+    step_labels,
+)
+from ceb.data.reader import read_stream, write_stream
+from ceb.data.trajectory import Step, Trajectory
+
+__all__ = [
+    "DEFAULT_INTERCODE_ROOT",
+    "ConvertedStream",
+    "SkippedTrajectory",
+    "Step",
+    "Trajectory",
+    "convert_intercode",
+    "read_stream",
+    "step_labels",
+    "write_stream",
+]

@@ -1,0 +1,387 @@
+"""Convert InterCode result files (princeton-nlp/intercode, ``data/results``) into trajectory streams.
+
+Only the multi-turn "try again" runs are used, where every turn executes the action and the environment then
+scores the cumulative state, so ``rewards[t]`` is the reward after action ``t`` (``../shared/data/intercode/
+ORIGIN.md``). ReAct and Plan-and-Solve files are ignored: their intermediate rewards carry no step signal.
+
+One stream per (dataset, actor):
+
+- ``intercode-bash-<model>.jsonl``: the files ``ic_bash_multiturn_<model>_10_turns_fs_<k>.json`` for
+  ``k = 1..4`` concatenated in ``k`` order (a missing ``k`` is passed over), tasks in numeric key order.
+- ``intercode-sql-<model>.jsonl``: ``ic_sql_multiturn_<model>_10_turns.json``, tasks in numeric key order.
+
+Two things in the upstream logs are not agent steps, and the converter reports rather than hides them:
+
+- A final action ``"blocked"`` with no observation is a placeholder the upstream runner
+  (``experiments/eval_n_turn_others.py``) logs when the PaLM API refused to answer; nothing was executed.
+  It is dropped and counted (``ConvertedStream.blocked_turns``); any other length mismatch is an error.
+- A trajectory with no action, or with an action that is empty after stripping, cannot be a SCHEMA.md
+  trajectory (``action`` must be non-empty); it is skipped whole and listed in ``ConvertedStream.skipped``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import structlog
+
+from ceb.data.reader import write_stream
+from ceb.data.trajectory import Step, Trajectory
+from ceb.errors import ConfigError, DataError, Problem
+
+__all__ = [
+    "DEFAULT_INTERCODE_ROOT",
+    "ConvertedStream",
+    "SkippedTrajectory",
+    "convert_intercode",
+    "step_labels",
+]
+
+DEFAULT_INTERCODE_ROOT = Path("../shared/data/intercode")
+"""Where the InterCode data (a checkout, or the shared data-only copy) is looked for, relative to the CWD."""
+
+_DOMAINS = {"bash": "shell", "sql": "sql"}
+_FILE_SYSTEMS = (1, 2, 3, 4)
+_BLOCKED = "blocked"
+_EPS = 1e-9
+_LAYOUT = (
+    "expected an InterCode checkout holding"
+    " data/results/bash/<model>/ic_bash_multiturn_<model>_10_turns_fs_<k>.json"
+    " and data/results/sql/<model>/ic_sql_multiturn_<model>_10_turns.json"
+)
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedTrajectory:
+    """A source trajectory left out of a stream, and why.
+
+    Attributes:
+        id: The trajectory id it would have had.
+        reason: ``"no actions"`` or ``"empty action"``.
+        steps: Steps it held (after dropping a ``"blocked"`` placeholder).
+        step: 0-based index of the first empty action, for ``"empty action"``.
+    """
+
+    id: str
+    reason: str
+    steps: int
+    step: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ConvertedStream:
+    """Summary of one written stream.
+
+    Attributes:
+        path: The JSONL file written.
+        dataset: ``"bash"`` or ``"sql"``.
+        actor: The model directory name (``gpt-4``).
+        trajectories: Trajectories written.
+        steps: Steps written.
+        positive_rate: Share of written steps with label 1, in [0, 1].
+        skipped: Source trajectories left out, in source order.
+        blocked_turns: ``"blocked"`` placeholder turns dropped (PaLM refusals; no action was executed).
+        sources: Source files, relative to the InterCode root, in stream order.
+    """
+
+    path: Path
+    dataset: str
+    actor: str
+    trajectories: int
+    steps: int
+    positive_rate: float
+    skipped: tuple[SkippedTrajectory, ...]
+    blocked_turns: int
+    sources: tuple[str, ...]
+
+
+def step_labels(rewards: Sequence[float]) -> list[int]:
+    """Ground-truth step labels from the per-step rewards of one trajectory.
+
+    The rule of the paper's appendix "Experimental Details" for InterCode: with ``r_{-1} = 0``, step ``t`` is
+    positive (1) when ``r_t - r_{t-1} > 0.05``, or when it is the final step, ``r_t >= 0.7`` and
+    ``r_t >= r_{t-1}``; otherwise it is negative (0). A rise of exactly 0.05 is not positive.
+
+    Comparisons allow ``1e-9`` of float error: InterCode rewards are sums of two-decimal parts, and
+    ``0.7200000000000001 - 0.67`` must count as the rise of 0.05 it is (7 bash steps hit this).
+
+    Args:
+        rewards: ``r_t`` after each step, shape ``(T,)``.
+
+    Returns:
+        Labels 0 or 1, shape ``(T,)``.
+    """
+    labels: list[int] = []
+    last = len(rewards) - 1
+    previous = 0.0
+    for t, reward in enumerate(rewards):
+        rises = reward - previous > 0.05 + _EPS
+        finishes = t == last and reward >= 0.7 - _EPS and reward >= previous - _EPS
+        labels.append(int(rises or finishes))
+        previous = reward
+    return labels
+
+
+def convert_intercode(
+    root: str | Path,
+    out_dir: str | Path,
+    datasets: Sequence[str] = ("bash", "sql"),
+) -> list[ConvertedStream]:
+    """Convert InterCode multi-turn result files into one trajectory stream per (dataset, actor).
+
+    Trajectory ids are ``intercode-bash/<model>/fs_<k>/<key>`` and ``intercode-sql/<model>/<key>``; domain
+    ``shell`` or ``sql``; ``env`` is ``fs_<k>`` for bash and absent for sql (the database is not logged per
+    task); ``meta`` holds ``task_id``, ``file`` (relative to ``root``) and, for sql, ``hardness``. The
+    outcome summary (``max_reward``) is not copied: it would leak the result. Step ``t`` has
+    ``state = o_{t-1}`` (empty for the first step), ``action = a_t``, ``observation = o_t``,
+    ``reward = r_t`` and ``label`` from :func:`step_labels`.
+
+    Args:
+        root: An InterCode checkout (or a copy of its ``data`` folder); :data:`DEFAULT_INTERCODE_ROOT` is
+            the shared copy.
+        out_dir: Directory for the ``.jsonl`` streams; created if missing, existing streams replaced.
+        datasets: Which of ``"bash"`` and ``"sql"`` to convert, in output order.
+
+    Returns:
+        One summary per stream written: datasets in the order given, actors sorted by name.
+
+    Raises:
+        ConfigError: ``datasets`` names something other than ``bash`` or ``sql``.
+        DataError: ``root`` does not have the expected layout, a dataset has no multi-turn files, a source
+            file is not valid JSON or breaks the record shape (the problem names the file, the task key as
+            ``trajectory_id``, and the field), or every trajectory of an actor had to be skipped.
+    """
+    unknown = [d for d in datasets if d not in _DOMAINS]
+    if unknown:
+        raise ConfigError(f"unknown InterCode dataset(s) {unknown}; choose from {sorted(_DOMAINS)}")
+    root = Path(root)
+    out_dir = Path(out_dir)
+    results = root / "data" / "results"
+    if not results.is_dir():
+        raise DataError(Problem(str(root), 0, "<file>", f"no data/results directory here; {_LAYOUT}"))
+
+    plans: list[tuple[str, str, list[tuple[Path, str | None]]]] = []
+    for dataset in datasets:
+        found = _find_files(results, dataset)
+        if not found:
+            where = results / dataset
+            raise DataError(Problem(str(where), 0, "<file>", f"no {dataset} multi-turn result files; {_LAYOUT}"))
+        plans.extend((dataset, actor, files) for actor, files in found)
+
+    # Every source file is read and checked before the first stream is written: an error leaves no
+    # half-converted set of streams behind.
+    built = [_build_stream(root, dataset, actor, files) for dataset, actor, files in plans]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return [_write(out_dir, stream) for stream in built]
+
+
+def _find_files(results: Path, dataset: str) -> list[tuple[str, list[tuple[Path, str | None]]]]:
+    """``(actor, [(file, env)])`` for each model directory with multi-turn files, actors sorted."""
+    base = results / dataset
+    if not base.is_dir():
+        return []
+    found: list[tuple[str, list[tuple[Path, str | None]]]] = []
+    for model_dir in sorted(p for p in base.iterdir() if p.is_dir()):
+        model = model_dir.name
+        files: list[tuple[Path, str | None]]
+        if dataset == "bash":
+            candidates = [
+                (model_dir / f"ic_bash_multiturn_{model}_10_turns_fs_{k}.json", f"fs_{k}") for k in _FILE_SYSTEMS
+            ]
+            files = [(path, env) for path, env in candidates if path.is_file()]
+        else:
+            path = model_dir / f"ic_sql_multiturn_{model}_10_turns.json"
+            files = [(path, None)] if path.is_file() else []
+        if files:
+            found.append((model, files))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Built:
+    """One stream's trajectories and accounting, before writing."""
+
+    dataset: str
+    actor: str
+    trajectories: list[Trajectory]
+    skipped: list[SkippedTrajectory]
+    blocked_turns: int
+    sources: list[str]
+
+
+def _build_stream(root: Path, dataset: str, actor: str, files: list[tuple[Path, str | None]]) -> _Built:
+    trajectories: list[Trajectory] = []
+    skipped: list[SkippedTrajectory] = []
+    blocked_turns = 0
+    sources: list[str] = []
+    for path, env in files:
+        rel = path.relative_to(root).as_posix()
+        sources.append(rel)
+        prefix = f"intercode-{dataset}/{actor}/{env}" if env else f"intercode-{dataset}/{actor}"
+        for key, record in _load_tasks(path):
+            task = _read_task(path, key, record, dataset)
+            blocked_turns += task.blocked
+            tid = f"{prefix}/{key}"
+            skip = _skip(tid, task.actions)
+            if skip is not None:
+                skipped.append(skip)
+                continue
+            meta: dict[str, Any] = {"task_id": task.task_id, "file": rel}
+            if task.hardness is not None:
+                meta["hardness"] = task.hardness
+            trajectories.append(
+                Trajectory(
+                    id=tid,
+                    task=task.query,
+                    domain=_DOMAINS[dataset],
+                    steps=_steps(task),
+                    actor=actor,
+                    env=env,
+                    meta=meta,
+                )
+            )
+
+    if not trajectories:
+        first = files[0][0]
+        raise DataError(Problem(str(first), 0, "<file>", f"every {dataset} trajectory of {actor} had to be skipped"))
+    return _Built(dataset, actor, trajectories, skipped, blocked_turns, sources)
+
+
+def _write(out_dir: Path, built: _Built) -> ConvertedStream:
+    out = write_stream(out_dir / f"intercode-{built.dataset}-{built.actor}.jsonl", built.trajectories)
+    steps = sum(len(t.steps) for t in built.trajectories)
+    positives = sum(s.label or 0 for t in built.trajectories for s in t.steps)
+    log.info(
+        "intercode.stream_written",
+        path=str(out),
+        trajectories=len(built.trajectories),
+        steps=steps,
+        skipped=len(built.skipped),
+        skipped_by_reason=dict(Counter(s.reason for s in built.skipped)),
+        blocked_turns=built.blocked_turns,
+    )
+    return ConvertedStream(
+        path=out,
+        dataset=built.dataset,
+        actor=built.actor,
+        trajectories=len(built.trajectories),
+        steps=steps,
+        positive_rate=positives / steps,
+        skipped=tuple(built.skipped),
+        blocked_turns=built.blocked_turns,
+        sources=tuple(built.sources),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Task:
+    """One source record, checked, with a trailing ``"blocked"`` placeholder already removed."""
+
+    query: str
+    task_id: int
+    hardness: str | None
+    actions: list[str]
+    observations: list[str]
+    rewards: list[float]
+    blocked: int
+
+
+def _steps(task: _Task) -> tuple[Step, ...]:
+    labels = step_labels(task.rewards)
+    steps: list[Step] = []
+    state = ""
+    for action, observation, reward, label in zip(task.actions, task.observations, task.rewards, labels, strict=True):
+        steps.append(Step(state=state, action=action, observation=observation, reward=reward, label=label))
+        # A shell / SQL agent sees the terminal: its next state is this step's output.
+        state = observation
+    return tuple(steps)
+
+
+def _skip(tid: str, actions: list[str]) -> SkippedTrajectory | None:
+    """Why a trajectory cannot be written (SCHEMA.md needs one or more non-empty actions), or ``None``."""
+    if not actions:
+        return SkippedTrajectory(tid, "no actions", 0)
+    for t, action in enumerate(actions):
+        if not action.strip():
+            return SkippedTrajectory(tid, "empty action", len(actions), t)
+    return None
+
+
+def _load_tasks(path: Path) -> list[tuple[str, Any]]:
+    """The file's ``(task key, record)`` pairs in numeric key order."""
+    try:
+        data = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise DataError(Problem(str(path), exc.lineno, "<file>", f"not valid JSON: {exc.msg}")) from exc
+    except OSError as exc:
+        raise DataError(Problem(str(path), 0, "<file>", f"cannot read the file: {exc.strerror or exc}")) from exc
+    if not isinstance(data, dict):
+        raise DataError(Problem(str(path), 0, "<file>", "must be a JSON object keyed by task index"))
+    for key in data:
+        if not (key.isascii() and key.isdigit()):
+            raise DataError(Problem(str(path), 0, "<file>", f"keys must be task indices (0, 1, ...), got {key!r}", key))
+    return sorted(data.items(), key=lambda item: int(item[0]))
+
+
+def _read_task(path: Path, key: str, record: Any, dataset: str) -> _Task:
+    """Check one source record's shape; raise :class:`DataError` naming file, task key and field."""
+
+    def fail(field: str, message: str) -> DataError:
+        return DataError(Problem(str(path), 0, field, message, key))
+
+    if not isinstance(record, dict):
+        raise fail("<task>", "must be an object")
+    query = record.get("query")
+    if not isinstance(query, str):
+        raise fail("query", "missing or not a string")
+    task_id = record.get("task_id")
+    if type(task_id) is not int:
+        raise fail("task_id", "missing or not an integer")
+    hardness = record.get("hardness")
+    if dataset == "sql" and not isinstance(hardness, str):
+        raise fail("hardness", "missing or not a string (every InterCode-SQL record has one)")
+    history = record.get("turn_history")
+    if not isinstance(history, dict):
+        raise fail("turn_history", "missing or not an object")
+    actions = _list_of(history, "actions", str, fail)
+    observations = _list_of(history, "observations", str, fail)
+    raw_rewards = _list_of(history, "rewards", (int, float), fail)
+    for t, reward in enumerate(raw_rewards):
+        if isinstance(reward, bool) or not math.isfinite(reward):
+            raise fail(f"turn_history.rewards[{t}]", f"must be a finite number, got {reward!r}")
+    rewards = [float(r) for r in raw_rewards]
+
+    blocked = 0
+    if (
+        actions
+        and actions[-1] == _BLOCKED
+        and len(actions) == len(rewards) == len(observations) + 1
+        and rewards[-1] == 0.0
+    ):
+        actions, rewards, blocked = actions[:-1], rewards[:-1], 1
+    if not len(actions) == len(observations) == len(rewards):
+        raise fail(
+            "turn_history",
+            f"lengths differ: {len(actions)} actions, {len(observations)} observations, {len(rewards)} rewards",
+        )
+    return _Task(query, task_id, hardness if dataset == "sql" else None, actions, observations, rewards, blocked)
+
+
+def _list_of(
+    history: dict[str, Any], name: str, kind: type | tuple[type, ...], fail: Callable[[str, str], DataError]
+) -> list[Any]:
+    value = history.get(name)
+    if not isinstance(value, list):
+        raise fail(f"turn_history.{name}", "missing or not a list")
+    for t, item in enumerate(value):
+        if not isinstance(item, kind):
+            raise fail(f"turn_history.{name}[{t}]", f"wrong type {type(item).__name__}")
+    return value

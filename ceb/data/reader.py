@@ -1,0 +1,401 @@
+"""Read, validate and write trajectory streams (``../shared/SCHEMA.md``, version 1).
+
+A stream is one or more JSONL files read in order, one trajectory per line. Users bring files no test of ours
+has seen, so :func:`read_stream` checks every line of every file before it returns anything and reports every
+problem it finds at once, each with its file, line and field (:class:`~ceb.errors.Problem`).
+
+Rules beyond the SCHEMA.md table, decided here:
+
+- Lines that are empty or hold only whitespace are skipped (a trailing newline is not an error).
+- Every optional field may be ``null``, which means the same as leaving it out.
+- Unknown fields are rejected, at the top level and in steps: a misspelt ``lable`` must not pass unnoticed.
+- A file that holds no trajectory at all is rejected (almost always the wrong file). Problems that concern a
+  whole file rather than a line (missing, unreadable, empty) carry line ``0`` and field ``<file>``.
+- A UTF-8 byte-order mark is rejected with a message that says so.
+- JSON objects with a repeated key keep the last value (orjson's behaviour); this is not detected.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ceb.data.trajectory import Step, Trajectory
+from ceb.errors import Problem, StreamValidationError
+
+__all__ = ["read_stream", "write_stream"]
+
+_DOMAIN = re.compile(r"[a-z][a-z0-9_-]*")
+_BOM = b"\xef\xbb\xbf"
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+_TOP_REQUIRED = ("id", "task", "domain", "steps")
+_TOP_OPTIONAL = ("actor", "env", "meta")
+_TOP_FIELDS = frozenset(_TOP_REQUIRED + _TOP_OPTIONAL)
+_STEP_REQUIRED = ("state", "action", "observation")
+_STEP_OPTIONAL_STR = ("reasoning", "op", "element", "value")
+_STEP_OPTIONAL = (*_STEP_OPTIONAL_STR, "reward", "actor_logprobs", "label")
+_STEP_FIELDS = frozenset(_STEP_REQUIRED + _STEP_OPTIONAL)
+_TOP_ALLOWED = ", ".join(_TOP_REQUIRED + _TOP_OPTIONAL)
+_STEP_ALLOWED = ", ".join(_STEP_REQUIRED + _STEP_OPTIONAL)
+
+
+@dataclass(frozen=True, slots=True)
+class _Where:
+    """The place a line came from, to stamp on its problems."""
+
+    path: str
+    line: int
+    trajectory_id: str | None = None
+
+    def problem(self, field: str, message: str, step: int | None = None) -> Problem:
+        return Problem(self.path, self.line, field, message, self.trajectory_id, step)
+
+
+def read_stream(paths: Sequence[str | Path]) -> list[Trajectory]:
+    """Read and strictly validate a stream of one or more JSONL trajectory files.
+
+    Every line of every file is checked before anything is returned; there is no partial result.
+
+    Args:
+        paths: The stream's files, in stream order (the order the critic meets the trajectories, paper
+            Algorithm 1). Each problem names the path as given here.
+
+    Returns:
+        The trajectories in stream order, shape ``(N,)``. Each has ``source`` set to ``"<path>:<line>"``
+        (1-based line); step lists and ``actor_logprobs`` are tuples, rewards and log-probabilities floats.
+
+    Raises:
+        StreamValidationError: One or more lines break SCHEMA.md version 1, an ``id`` repeats within the
+            stream, or a file is missing, unreadable or holds no trajectory. ``problems`` lists every one,
+            in file and line order.
+        ValueError: ``paths`` is empty.
+    """
+    if not paths:
+        raise ValueError("read_stream needs at least one path")
+    problems: list[Problem] = []
+    trajectories: list[Trajectory] = []
+    first_seen: dict[str, str] = {}
+    for path in paths:
+        name = str(path)
+        count = 0
+        try:
+            for lineno, raw in _lines(Path(path)):
+                if not raw.strip():
+                    continue
+                count += 1
+                traj, found = _parse_line(raw, name, lineno)
+                # A bad line still claims its id when the id itself is readable (every problem carries it).
+                tid = traj.id if traj is not None else found[0].trajectory_id
+                if tid is not None and tid in first_seen:
+                    where = _Where(name, lineno, tid)
+                    found.append(where.problem("id", f"duplicate id {tid!r}: first at {first_seen[tid]}"))
+                elif tid is not None:
+                    first_seen[tid] = f"{name}:{lineno}"
+                problems.extend(found)
+                if traj is not None and not found:
+                    trajectories.append(traj)
+        except OSError as exc:
+            problems.append(Problem(name, 0, "<file>", f"cannot read the file: {exc.strerror or exc}"))
+            continue
+        if count == 0:
+            problems.append(Problem(name, 0, "<file>", "the file holds no trajectory (empty or blank lines only)"))
+    if problems:
+        raise StreamValidationError(problems)
+    return trajectories
+
+
+def write_stream(path: str | Path, trajectories: Iterable[Trajectory]) -> Path:
+    """Write trajectories as a SCHEMA.md version 1 JSONL file, atomically.
+
+    The file is written next to ``path`` under a temporary name and moved into place with ``os.replace``,
+    so a reader never sees half a file. Optional fields that are ``None`` and an empty ``meta`` are left
+    out; ``source`` is not written. Each trajectory is checked against the same rules :func:`read_stream`
+    applies, so ``read_stream([write_stream(p, xs)])`` equals ``xs`` up to ``source`` (given ``meta`` holds
+    plain JSON values: tuples come back as lists, NaN inside ``meta`` as null).
+
+    Args:
+        path: Destination file; its directory must exist. An existing file is replaced.
+        trajectories: The trajectories, in stream order.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        StreamValidationError: A trajectory breaks the contract (problems name ``path`` and the 1-based
+            line it would have taken); nothing is written.
+        OSError: The file cannot be written.
+    """
+    dest = Path(path)
+    lines: list[bytes] = []
+    problems: list[Problem] = []
+    seen: dict[str, int] = {}
+    for lineno, traj in enumerate(trajectories, start=1):
+        where = _Where(str(dest), lineno, traj.id if isinstance(traj.id, str) else None)
+        obj = _to_json_object(traj)
+        # Validate before encoding: orjson would quietly write NaN as null and break the round trip.
+        _, found = _validate(obj, where)
+        problems.extend(found)
+        if found:
+            continue
+        try:
+            lines.append(orjson.dumps(obj))
+        except TypeError as exc:  # orjson.JSONEncodeError: a value in meta that JSON cannot hold
+            problems.append(where.problem("meta", f"cannot be written as JSON: {exc}"))
+        if traj.id in seen:
+            problems.append(where.problem("id", f"duplicate id {traj.id!r}: first at line {seen[traj.id]}"))
+        seen.setdefault(traj.id, lineno)
+    if problems:
+        raise StreamValidationError(problems)
+    if not lines:
+        raise StreamValidationError([Problem(str(dest), 0, "<file>", "no trajectories to write")])
+    _atomic_write(dest, b"\n".join(lines) + b"\n")
+    return dest
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(1-based line number, raw bytes without the newline)`` for each line of a file."""
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            yield lineno, raw.rstrip(b"\n")
+
+
+def _parse_line(raw: bytes, path: str, lineno: int) -> tuple[Trajectory | None, list[Problem]]:
+    """Decode one non-blank line and validate it; never raises for any input bytes."""
+    where = _Where(path, lineno)
+    if raw.startswith(_BOM):
+        return None, [where.problem("<line>", "starts with a UTF-8 byte-order mark; save the file without one")]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, [where.problem("<line>", f"not valid UTF-8: byte {exc.start} ({exc.reason})")]
+    try:
+        obj = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        return None, [where.problem("<line>", f"not valid JSON: {exc.msg} (column {exc.colno})")]
+    return _validate(obj, where)
+
+
+def _validate(obj: Any, where: _Where) -> tuple[Trajectory | None, list[Problem]]:
+    """Check one decoded line against SCHEMA.md version 1; build the trajectory when it passes."""
+    if not isinstance(obj, dict):
+        return None, [where.problem("<line>", f"must be a JSON object, got {_kind(obj)}")]
+    tid = obj.get("id")
+    if isinstance(tid, str) and tid.strip():
+        where = _Where(where.path, where.line, tid)
+    problems: list[Problem] = []
+    for key in sorted(obj.keys() - _TOP_FIELDS):
+        message = f"unknown field {_name(key)}; allowed fields: {_TOP_ALLOWED}"
+        problems.append(where.problem(_field_path("", key), message))
+    for key in _TOP_REQUIRED:
+        if key not in obj:
+            problems.append(where.problem(key, "required field is missing"))
+
+    if "id" in obj and not (isinstance(tid, str) and tid.strip()):
+        problems.append(where.problem("id", f"must be a non-empty string, got {_show(tid)}"))
+    if "task" in obj and not isinstance(obj["task"], str):
+        problems.append(where.problem("task", f"must be a string, got {_kind(obj['task'])}"))
+    if "domain" in obj:
+        domain = obj["domain"]
+        if not (isinstance(domain, str) and _DOMAIN.fullmatch(domain)):
+            problems.append(
+                where.problem("domain", f"must be a lower-case word matching [a-z][a-z0-9_-]*, got {_show(domain)}")
+            )
+    for key in ("actor", "env"):
+        if obj.get(key) is not None and not isinstance(obj[key], str):
+            problems.append(where.problem(key, f"must be a string or null, got {_kind(obj[key])}"))
+    meta = obj.get("meta")
+    if meta is not None and not isinstance(meta, dict):
+        problems.append(where.problem("meta", f"must be an object or null, got {_kind(meta)}"))
+
+    steps: list[Step] = []
+    raw_steps = obj.get("steps")
+    if "steps" in obj:
+        if not isinstance(raw_steps, list):
+            problems.append(where.problem("steps", f"must be a non-empty list of step objects, got {_kind(raw_steps)}"))
+        elif not raw_steps:
+            problems.append(where.problem("steps", "must hold at least one step, got an empty list"))
+        else:
+            for i, raw_step in enumerate(raw_steps):
+                step, found = _validate_step(raw_step, i, where)
+                problems.extend(found)
+                if step is not None:
+                    steps.append(step)
+
+    if problems:
+        return None, problems
+    return (
+        Trajectory(
+            id=obj["id"],
+            task=obj["task"],
+            domain=obj["domain"],
+            steps=tuple(steps),
+            actor=obj.get("actor"),
+            env=obj.get("env"),
+            meta=meta if meta is not None else {},
+            source=f"{where.path}:{where.line}",
+        ),
+        [],
+    )
+
+
+def _validate_step(obj: Any, i: int, where: _Where) -> tuple[Step | None, list[Problem]]:
+    """Check step ``i`` of a trajectory; field names in problems read ``steps[i].<field>``."""
+    at = f"steps[{i}]"
+    if not isinstance(obj, dict):
+        return None, [where.problem(at, f"must be a step object, got {_kind(obj)}", i)]
+    problems: list[Problem] = []
+    for key in sorted(obj.keys() - _STEP_FIELDS):
+        problems.append(
+            where.problem(_field_path(at, key), f"unknown step field {_name(key)}; allowed: {_STEP_ALLOWED}", i)
+        )
+    for key in _STEP_REQUIRED:
+        if key not in obj:
+            problems.append(where.problem(f"{at}.{key}", "required field is missing", i))
+    for key in ("state", "observation"):
+        if key in obj and not isinstance(obj[key], str):
+            problems.append(where.problem(f"{at}.{key}", f"must be a string (may be empty), got {_kind(obj[key])}", i))
+    if "action" in obj:
+        action = obj["action"]
+        if not isinstance(action, str):
+            problems.append(where.problem(f"{at}.action", f"must be a non-empty string, got {_kind(action)}", i))
+        elif not action.strip():
+            got = "an empty string" if not action else "only whitespace"
+            problems.append(where.problem(f"{at}.action", f"must be a non-empty string, got {got}", i))
+    for key in _STEP_OPTIONAL_STR:
+        if obj.get(key) is not None and not isinstance(obj[key], str):
+            problems.append(where.problem(f"{at}.{key}", f"must be a string or null, got {_kind(obj[key])}", i))
+
+    reward = obj.get("reward")
+    if reward is not None and not _is_finite_number(reward):
+        problems.append(where.problem(f"{at}.reward", f"must be a finite number or null, got {_show(reward)}", i))
+    logprobs = obj.get("actor_logprobs")
+    if logprobs is not None:
+        problems.extend(_check_logprobs(logprobs, f"{at}.actor_logprobs", i, where))
+    label = obj.get("label")
+    if label is not None and not (type(label) is int and label in (0, 1)):
+        problems.append(where.problem(f"{at}.label", f"must be the integer 0 or 1, or null, got {_show(label)}", i))
+
+    if problems:
+        return None, problems
+    return (
+        Step(
+            state=obj["state"],
+            action=obj["action"],
+            observation=obj["observation"],
+            reasoning=obj.get("reasoning"),
+            op=obj.get("op"),
+            element=obj.get("element"),
+            value=obj.get("value"),
+            reward=float(reward) if reward is not None else None,
+            actor_logprobs=tuple(float(x) for x in logprobs) if logprobs is not None else None,
+            label=label,
+        ),
+        [],
+    )
+
+
+def _check_logprobs(value: Any, field: str, i: int, where: _Where) -> list[Problem]:
+    if not isinstance(value, list):
+        return [
+            where.problem(field, f"must be a list of log-probabilities (numbers <= 0) or null, got {_kind(value)}", i)
+        ]
+    if not value:
+        return [where.problem(field, "must hold one log-probability per action token, got an empty list", i)]
+    for j, x in enumerate(value):
+        if not _is_finite_number(x) or x > 0:
+            return [where.problem(f"{field}[{j}]", f"must be a finite number <= 0 (a natural log), got {_show(x)}", i)]
+    return []
+
+
+def _is_finite_number(x: Any) -> bool:
+    # bool is an int subclass; `true` must not pass as a reward of 1.
+    return type(x) in (int, float) and math.isfinite(x)
+
+
+def _field_path(prefix: str, key: str) -> str:
+    """Dotted path of a field; a key that is not a plain name is quoted (``steps[1]['a.b']``), never empty."""
+    if _PLAIN_KEY.fullmatch(key):
+        return f"{prefix}.{key}" if prefix else key
+    return f"{prefix}[{_name(key)}]"
+
+
+def _name(key: str) -> str:
+    """A field name quoted for a message, cut short when a hostile file uses a huge key."""
+    return repr(key if len(key) <= 60 else key[:60] + "...")
+
+
+def _kind(x: Any) -> str:
+    """Name a decoded JSON value's type the way the schema does."""
+    if x is None:
+        return "null"
+    if isinstance(x, bool):
+        return "a boolean"
+    if isinstance(x, int | float):
+        return "a number"
+    if isinstance(x, str):
+        return "a string"
+    if isinstance(x, list):
+        return "a list"
+    if isinstance(x, dict):
+        return "an object"
+    return type(x).__name__
+
+
+def _show(x: Any) -> str:
+    """A short rendering of a bad value for a message: the value when it is small, else its kind."""
+    if x is None:
+        return "null"
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if type(x) in (int, float):
+        return repr(x)
+    if type(x) is str and len(x) <= 40:
+        return orjson.dumps(x).decode()
+    return _kind(x)
+
+
+def _to_json_object(traj: Trajectory) -> dict[str, Any]:
+    """The JSON object for one trajectory, in SCHEMA.md field order, ``None`` and empty ``meta`` left out."""
+    obj: dict[str, Any] = {"id": traj.id, "task": traj.task, "domain": traj.domain}
+    if traj.actor is not None:
+        obj["actor"] = traj.actor
+    if traj.env is not None:
+        obj["env"] = traj.env
+    obj["steps"] = [_step_object(s) for s in traj.steps]
+    if traj.meta:
+        obj["meta"] = dict(traj.meta) if isinstance(traj.meta, Mapping) else traj.meta
+    return obj
+
+
+def _step_object(step: Step) -> dict[str, Any]:
+    obj: dict[str, Any] = {"state": step.state, "action": step.action, "observation": step.observation}
+    for key in _STEP_OPTIONAL:
+        value = getattr(step, key)
+        if value is not None:
+            obj[key] = list(value) if key == "actor_logprobs" else value
+    return obj
+
+
+def _atomic_write(dest: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``dest``, fsync it, then ``os.replace`` it into place."""
+    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
+    # os.open with 0o666 lets the umask decide the final mode, as a plain open() would.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,117 @@
+"""The README's main job, end to end on the real InterCode data, through the command line."""
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from ceb.cli import app
+from ceb.data import read_stream
+from ceb.pipeline import read_rows
+from tests.support.paths import INTERCODE
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def bash_streams(tmp_path_factory):
+    out = tmp_path_factory.mktemp("streams")
+    result = runner.invoke(
+        app, ["convert", "intercode", "--root", str(INTERCODE), "--out", str(out), "--datasets", "bash"]
+    )
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_convert_writes_one_stream_per_agent(bash_streams):
+    names = sorted(p.name for p in bash_streams.glob("*.jsonl"))
+    assert names == [
+        f"intercode-bash-{m}.jsonl"
+        for m in ["chat-bison-001", "gpt-3.5", "gpt-4", "starchat", "text-bison-001", "text-davinci-003", "vicuna"]
+    ]
+
+
+def test_offline_score_on_a_real_stream_prints_and_writes_metrics(bash_streams, tmp_path):
+    stream = bash_streams / "intercode-bash-gpt-4.jsonl"
+    run = tmp_path / "run"
+    result = runner.invoke(app, ["score", str(stream), "--out", str(run)])
+    assert result.exit_code == 0, result.output
+    assert "ECE" in result.output and "Brier" in result.output and "AUROC" in result.output
+    trajs = read_stream([stream])
+    n_steps = sum(len(t.steps) for t in trajs)
+    rows = list(read_rows(run / "scores.jsonl"))
+    assert len(rows) == 2 * n_steps
+    assert all(0.0 <= r["score"] <= 1.0 for r in rows)
+    # labels in the rows are the stream's, in stream order
+    ceb_rows = [r for r in rows if r["method"] == "ceb"]
+    assert [r["label"] for r in ceb_rows] == [s.label for t in trajs for s in t.steps]
+    # strict order: every precedent comes from an earlier trajectory of the stream
+    position = {t.id: i for i, t in enumerate(trajs)}
+    for r in ceb_rows:
+        assert all(position[tid] < position[r["trajectory"]] for tid, *_ in r["retrieved"])
+    metrics = orjson.loads((run / "metrics.json").read_bytes())
+    by = {(m["stream"], m["method"]): m for m in metrics["results"]}
+    ceb = by[("intercode-bash-gpt-4", "ceb")]
+    assert ceb["n"] == n_steps and ceb["failed"] == 0
+    assert 0.0 <= ceb["ece"] <= 1.0 and 0.0 <= ceb["brier"] <= 1.0 and 0.0 <= ceb["auroc"] <= 1.0
+    # the offline CEB critic beats its own bank-free version on calibration on this real stream
+    assert ceb["ece"] < by[("intercode-bash-gpt-4", "static")]["ece"]
+    config = orjson.loads((run / "config.json").read_bytes())
+    assert config["config"]["ceb"] == {
+        "votes": 5,
+        "k": 2,
+        "tau": 0.7,
+        "repetition_window": 3,
+        "repetition_prefix_chars": 40,
+    }
+    assert (run / "banks" / "intercode-bash-gpt-4__ceb.json").is_file()
+    # the metrics command recomputes the same numbers from the run directory
+    again = runner.invoke(app, ["metrics", str(run)])
+    assert again.exit_code == 0
+    assert orjson.loads((run / "metrics.json").read_bytes()) == metrics
+
+
+def test_a_bad_stream_is_refused_before_any_work_with_file_and_line(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        '{"id": "a", "task": "t", "domain": "shell", "steps": [{"state": "", "action": "ls", '
+        '"observation": ""}]}\n{"id": "b", "task": "t", "domain": "shell", "steps": []}\n'
+    )
+    result = runner.invoke(app, ["score", str(bad), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2
+    assert f"{bad}:2" in result.output and "steps" in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_existing_run_directory_is_not_overwritten(bash_streams, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "scores.jsonl").write_text("")
+    result = runner.invoke(app, ["score", str(bash_streams / "intercode-bash-gpt-4.jsonl"), "--out", str(run)])
+    assert result.exit_code == 2 and "already holds results" in result.output
+    (run / "keep.txt").write_text("mine")
+    result = runner.invoke(
+        app,
+        [
+            "score",
+            str(bash_streams / "intercode-bash-gpt-4.jsonl"),
+            "--out",
+            str(run),
+            "--methods",
+            "static",
+            "--overwrite",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert (run / "keep.txt").read_text() == "mine"  # only our result files are replaced
+    assert {r["method"] for r in read_rows(run / "scores.jsonl")} == {"static"}
+
+
+def test_unknown_backend_and_method_are_named(bash_streams, tmp_path):
+    s = str(bash_streams / "intercode-bash-gpt-4.jsonl")
+    r = runner.invoke(app, ["score", s, "--out", str(tmp_path / "a"), "--backend", "nope"])
+    assert r.exit_code == 2 and "unknown backend 'nope'" in r.output
+    assert not (tmp_path / "a").exists()
+    r = runner.invoke(app, ["score", s, "--out", str(tmp_path / "b"), "--methods", "ceb,magic"])
+    assert r.exit_code == 2 and "unknown method 'magic'" in r.output
+    r = runner.invoke(app, ["score", s, "--out", str(tmp_path / "c"), "--backend", "openai"])
+    assert r.exit_code == 2 and "base_url" in r.output
