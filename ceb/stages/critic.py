@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ceb.backends.base import ChatBackend, ChatRequest, TransientError
+from ceb.backends.base import ChatBackend, ChatRequest
 from ceb.bank import Hit
-from ceb.errors import BackendError
-from ceb.stages.base import CallStats, CriticInput, CriticResult
+from ceb.stages.asking import ask
+from ceb.stages.base import CriticInput, CriticResult
 from ceb.stages.parsing import parse_score
 from ceb.stages.templates import PromptSet
 
@@ -139,22 +139,8 @@ class LLMCritic:
             schema_name="critic_score",
             stage="critic",
         )
-        stats = CallStats()
-        raw = ""
-        error = "no attempt made"
-        for _ in range(1 + self.settings.format_retries):
-            try:
-                resp = await self.chat.complete(request)
-            except (TransientError, BackendError) as exc:
-                return CriticResult(score=None, raw=raw, error=f"endpoint failed: {exc}", stats=stats)
-            c = resp.completion
-            stats += CallStats(resp.latency_s, resp.queue_s, resp.attempts, c.prompt_tokens, c.completion_tokens)
-            raw = c.texts[0] if c.texts else ""
-            try:
-                r = parse_score(raw)
-            except ValueError as exc:
-                error = f"unreadable reply: {exc}"
-                continue
-            z = min(1.0, max(0.0, r))
-            return CriticResult(score=z, raw=raw, clipped=z != r, stats=stats)
-        return CriticResult(score=None, raw=raw, error=error, stats=stats)
+        ans = await ask(self.chat, request, parse_score, self.settings.format_retries)
+        if ans.value is None:
+            return CriticResult(score=None, raw=ans.raw, error=ans.error, stats=ans.stats)
+        z = min(1.0, max(0.0, ans.value))
+        return CriticResult(score=z, raw=ans.raw, clipped=z != ans.value, stats=ans.stats)

@@ -8,9 +8,9 @@ from typing import Any
 
 import anyio
 
-from ceb.backends.base import ChatBackend, ChatRequest, TransientError
+from ceb.backends.base import ChatBackend, ChatRequest
 from ceb.data.trajectory import Trajectory
-from ceb.errors import BackendError
+from ceb.stages.asking import Answer, ask
 from ceb.stages.base import CallStats, HindsightResult
 from ceb.stages.parsing import parse_labels
 from ceb.stages.templates import PromptSet
@@ -96,14 +96,6 @@ class HindsightSettings:
     seed: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class _Vote:
-    labels: tuple[int, ...] | None
-    raw: str
-    error: str | None
-    stats: CallStats
-
-
 class LLMHindsight:
     """Votes ``V`` times on a finished trajectory with an LLM, as independent requests.
 
@@ -122,7 +114,7 @@ class LLMHindsight:
         """The ``(system, user)`` messages for ``trajectory``."""
         return self.prompts.messages(trajectory.domain, "hindsight", hindsight_context(trajectory))
 
-    async def _one_vote(self, messages: tuple[dict[str, str], ...], n_steps: int, v: int) -> _Vote:
+    async def _one_vote(self, messages: tuple[dict[str, str], ...], n_steps: int, v: int) -> Answer[tuple[int, ...]]:
         seed = None if self.settings.seed is None else self.settings.seed + v
         request = ChatRequest(
             messages=messages,
@@ -133,21 +125,7 @@ class LLMHindsight:
             seed=seed,
             stage="hindsight",
         )
-        stats = CallStats()
-        error = "no attempt made"
-        for _ in range(1 + self.settings.format_retries):
-            try:
-                resp = await self.chat.complete(request)
-            except (TransientError, BackendError) as exc:
-                return _Vote(None, "", f"endpoint failed: {exc}", stats)
-            c = resp.completion
-            stats += CallStats(resp.latency_s, resp.queue_s, resp.attempts, c.prompt_tokens, c.completion_tokens)
-            raw = c.texts[0] if c.texts else ""
-            try:
-                return _Vote(parse_labels(raw, n_steps), raw, None, stats)
-            except ValueError as exc:
-                error = f"unreadable reply: {exc}"
-        return _Vote(None, "", error, stats)
+        return await ask(self.chat, request, lambda raw: parse_labels(raw, n_steps), self.settings.format_retries)
 
     async def label(self, trajectory: Trajectory, votes: int) -> HindsightResult:
         """Sample ``votes`` hindsight judgements concurrently and take the majority (Eq. 3).
@@ -160,7 +138,7 @@ class LLMHindsight:
         messages = self.messages(trajectory)
         n = len(trajectory.steps)
 
-        slots: list[_Vote | None] = [None] * votes
+        slots: list[Answer[tuple[int, ...]] | None] = [None] * votes
 
         async def run(v: int) -> None:
             slots[v] = await self._one_vote(messages, n, v)
@@ -170,7 +148,7 @@ class LLMHindsight:
             for v in range(votes):
                 tg.start_soon(run, v)
         results = [r for r in slots if r is not None]
-        valid = [r.labels for r in results if r.labels is not None]
+        valid = [r.value for r in results if r.value is not None]
         stats = CallStats()
         for r in results:
             stats += r.stats
@@ -181,6 +159,6 @@ class LLMHindsight:
             pseudo_labels=labels,
             failed_votes=votes - len(valid),
             errors=tuple(r.error for r in results if r.error is not None),
-            raws=tuple(r.raw for r in results if r.labels is not None),
+            raws=tuple(r.raw for r in results if r.value is not None),
             stats=stats,
         )
