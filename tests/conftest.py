@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator
 
 import pytest
+import structlog
 
 from tests.support.openai_server import OpenAITestServer, serve_openai
 
 LIVE_ENV = "CEB_LIVE_BASE_URL"
+
+# Library code logs through structlog and leaves its configuration to the application (the CLI sets it up);
+# the test session is such an application: warnings and errors only.
+structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
+import anyio
 import structlog
 
 from ceb.backends import Stages
@@ -75,7 +76,11 @@ class Lane:
         for t, step in enumerate(blind.steps):
             state_summary = clip(step.state, p.bank_state_chars)
             retrieval = (
-                self.bank.retrieve(composite_key(blind.task, state_summary, step.action), cfg.ceb.k)
+                # Retrieval and bank updates are CPU work: a worker thread keeps the event loop (and every other
+                # lane's requests) moving meanwhile. The lane waits for it, so its bank is never used concurrently.
+                await anyio.to_thread.run_sync(
+                    self.bank.retrieve, composite_key(blind.task, state_summary, step.action), cfg.ceb.k
+                )
                 if self.method.use_bank
                 else Retrieval()
             )
@@ -172,7 +177,7 @@ class Lane:
                 trajectory=blind.id,
                 errors=list(hr.errors),
             )
-        self.bank.add_trajectory(records)
+        await anyio.to_thread.run_sync(self.bank.add_trajectory, records)
         s = hr.stats
         await self.emit(
             HindsightRow(
