@@ -168,22 +168,22 @@ def score(
     out_dir: Annotated[Path, typer.Option("--out", help="New directory for the run's results.")],
     config: Annotated[Path | None, typer.Option(help="TOML or JSON config file (flags override it).")] = None,
     backend: Annotated[str | None, typer.Option(help="offline (default, no model) or openai.")] = None,
-    methods: Annotated[str | None, typer.Option(help="Comma-separated methods [default: ceb,static].")] = None,
+    methods: Annotated[str | None, typer.Option(help="Comma-separated methods (default: ceb,static).")] = None,
     base_url: Annotated[
         str | None, typer.Option(help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model name at the endpoint.")] = None,
     api_key_env: Annotated[
-        str | None, typer.Option(help="Env variable holding the API key [default: OPENAI_API_KEY].")
+        str | None, typer.Option(help="Env variable holding the API key (default: OPENAI_API_KEY).")
     ] = None,
     max_concurrency: Annotated[
-        int | None, typer.Option(help="Requests in flight to the endpoint [default: 64].")
+        int | None, typer.Option(help="Requests in flight to the endpoint (default: 64).")
     ] = None,
-    votes: Annotated[int | None, typer.Option("--votes", "-V", help="Hindsight votes V [default: 5].")] = None,
-    k: Annotated[int | None, typer.Option("-k", help="Precedents per class [default: 2].")] = None,
-    tau: Annotated[float | None, typer.Option(help="Hindsight temperature [default: 0.7].")] = None,
+    votes: Annotated[int | None, typer.Option("--votes", "-V", help="Hindsight votes V (default: 5).")] = None,
+    k: Annotated[int | None, typer.Option("-k", help="Precedents per class (default: 2).")] = None,
+    tau: Annotated[float | None, typer.Option(help="Hindsight temperature (default: 0.7).")] = None,
     prompt_dir: Annotated[Path | None, typer.Option(help="Directory of replacement prompt templates.")] = None,
-    bins: Annotated[int | None, typer.Option(help="ECE bins [default: 10].")] = None,
+    bins: Annotated[int | None, typer.Option(help="ECE bins (default: 10).")] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace the results of an earlier run in OUT.")] = False,
 ) -> None:
     """Score every step of every stream with each method, then print ECE, Brier and AUROC.
