@@ -8,7 +8,7 @@
     │   └── StreamValidationError   every bad line of a stream, gathered before any work starts
     ├── BankError                   a bank file that cannot be read back, or a bad record
     ├── BackendError                a model endpoint failed after its retry budget
-    │   └── ResponseFormatError     the reply could not be read as the JSON the stage asked for
+    │   └── FatalBackendError       the endpoint refuses every request (bad key, unknown model): stop the run
     └── RunError                    the run stopped: failures over threshold, or a broken run directory
 
 Each exception carries the context a user needs to find the cause: the file and line of bad input, or
@@ -26,7 +26,7 @@ __all__ = [
     "ConfigError",
     "DataError",
     "Problem",
-    "ResponseFormatError",
+    "FatalBackendError",
     "RunError",
     "StreamValidationError",
 ]
@@ -127,17 +127,14 @@ class BackendError(CEBError):
         )
         super().__init__(f"{message} [{ctx}]" if ctx else message)
         self.backend = backend
+        self.attempts = 1
         self.stream = stream
         self.trajectory_id = trajectory_id
         self.step = step
 
 
-class ResponseFormatError(BackendError):
-    """A model reply could not be read as the JSON the stage asked for (kept in ``raw``)."""
-
-    def __init__(self, message: str, *, raw: str, **ctx: str | int | None) -> None:
-        super().__init__(message, **ctx)  # type: ignore[arg-type]
-        self.raw = raw
+class FatalBackendError(BackendError):
+    """The endpoint refuses every request the same way (401, 403, 404): retrying or going on cannot help."""
 
 
 class RunError(CEBError):

@@ -25,6 +25,8 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from ceb.errors import BackendError
+
 __all__ = [
     "ChatBackend",
     "ChatRequest",
@@ -102,11 +104,13 @@ class TransientError(Exception):
 
     Attributes:
         retry_after: Seconds the server asked us to wait (``Retry-After``), if it did.
+        attempts: Attempts made before giving up (set by :meth:`ChatBackend.complete`).
     """
 
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.attempts = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,13 +226,17 @@ class ChatBackend(ABC):
             sleep=anyio.sleep,
             reraise=True,
         )
-        async for attempt in retrying:
-            with attempt:
-                attempts += 1
-                asked = time.perf_counter()
-                async with limiter:
-                    started = time.perf_counter()
-                    queue_s += started - asked
-                    completion = await self._complete(request)
-                    latency_s = time.perf_counter() - started
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    attempts += 1
+                    asked = time.perf_counter()
+                    async with limiter:
+                        started = time.perf_counter()
+                        queue_s += started - asked
+                        completion = await self._complete(request)
+                        latency_s = time.perf_counter() - started
+        except (TransientError, BackendError) as exc:
+            exc.attempts = attempts  # so a failed step still reports the requests it cost
+            raise
         return ChatResponse(completion=completion, latency_s=latency_s, queue_s=queue_s, attempts=attempts)

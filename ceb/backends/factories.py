@@ -77,6 +77,7 @@ def openai_stages(config: RunConfig, limits: EndpointLimits) -> Stages:
             timeout_s=b.timeout_s,
             structured_output=b.structured_output,
             max_concurrency=b.max_concurrency,
+            token_limit_field=b.token_limit_field,
         ),
         retry=RetryPolicy(max_attempts=b.max_attempts, backoff_s=b.backoff_s, max_backoff_s=b.max_backoff_s),
         limits=limits,

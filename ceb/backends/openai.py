@@ -24,7 +24,7 @@ from ceb.backends.base import (
     RetryPolicy,
     TransientError,
 )
-from ceb.errors import BackendError, ConfigError
+from ceb.errors import BackendError, ConfigError, FatalBackendError
 
 __all__ = ["OpenAIBackend", "OpenAISettings", "StructuredOutput"]
 
@@ -49,6 +49,8 @@ class OpenAISettings:
         timeout_s: Seconds before one attempt is abandoned.
         structured_output: See :data:`StructuredOutput`.
         max_concurrency: Requests in flight to this endpoint at most.
+        token_limit_field: Wire name of the output budget. ``max_completion_tokens`` is what OpenAI's newer
+            models require (they refuse ``max_tokens``) and vLLM accepts; ``max_tokens`` for older servers.
     """
 
     base_url: str
@@ -57,6 +59,7 @@ class OpenAISettings:
     timeout_s: float = 120.0
     structured_output: StructuredOutput = "json_schema"
     max_concurrency: int = 64
+    token_limit_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
 
 
 def _is_local(url: str) -> bool:
@@ -111,7 +114,7 @@ class OpenAIBackend(ChatBackend):
             "model": self.settings.model,
             "messages": [dict(m) for m in request.messages],
             "temperature": request.temperature,
-            "max_tokens": request.max_tokens,
+            self.settings.token_limit_field: request.max_tokens,
         }
         if request.n != 1:
             kw["n"] = request.n
@@ -142,6 +145,12 @@ class OpenAIBackend(ChatBackend):
             raise TransientError(f"timeout after {self.settings.timeout_s}s at {self.endpoint}") from exc
         except openai.APIConnectionError as exc:
             raise TransientError(f"connection to {self.endpoint} failed: {exc}") from exc
+        except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as exc:
+            raise FatalBackendError(
+                f"{exc.status_code} from server: {exc.message} (check the key variable "
+                f"{self.settings.api_key_env}, the model name and the base URL)",
+                backend=self.label,
+            ) from exc
         except openai.APIStatusError as exc:
             # 4xx other than 429: the request itself is wrong; another attempt cannot help.
             raise BackendError(f"{exc.status_code} from server: {exc.message}", backend=self.label) from exc

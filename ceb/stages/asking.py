@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from ceb.backends.base import ChatBackend, ChatRequest, TransientError
-from ceb.errors import BackendError
+from ceb.errors import BackendError, FatalBackendError
 from ceb.stages.base import CallStats
 
-__all__ = ["Answer", "ask"]
+__all__ = ["REASK_PREFIX", "Answer", "ask"]
+
+REASK_PREFIX = "Your reply could not be read: "
+"""Start of the corrective turn added to a re-ask."""
 
 T = TypeVar("T")
 
@@ -35,9 +38,13 @@ class Answer(Generic[T]):
 async def ask(chat: ChatBackend, request: ChatRequest, parse: Callable[[str], T], format_retries: int) -> Answer[T]:
     """Send ``request``; re-ask up to ``format_retries`` times while ``parse`` raises ``ValueError``.
 
-    Transient endpoint failures are retried inside ``chat`` (its retry policy); what is left after that, and
-    a reply still unreadable after the re-asks, come back as an :class:`Answer` with ``error`` set. Nothing
-    is raised for one request's failure, so a single bad step cannot stop a stream.
+    A re-ask appends the unreadable reply and a short correction naming what was wrong. Transient endpoint
+    failures are retried inside ``chat`` (its retry policy); what is left after that, and a reply still
+    unreadable after the re-asks, come back as an :class:`Answer` with ``error`` set, so a single bad step
+    cannot stop a stream.
+
+    Raises:
+        FatalBackendError: The endpoint refuses every request (bad key, unknown model): the run must stop.
     """
     stats = CallStats()
     raw = ""
@@ -45,8 +52,10 @@ async def ask(chat: ChatBackend, request: ChatRequest, parse: Callable[[str], T]
     for _ in range(1 + format_retries):
         try:
             resp = await chat.complete(request)
+        except FatalBackendError:
+            raise
         except (TransientError, BackendError) as exc:
-            return Answer(None, raw, f"endpoint failed: {exc}", stats)
+            return Answer(None, raw, f"endpoint failed: {exc}", stats + CallStats(requests=exc.attempts))
         c = resp.completion
         stats += CallStats(resp.latency_s, resp.queue_s, resp.attempts, c.prompt_tokens, c.completion_tokens)
         raw = c.texts[0] if c.texts else ""
@@ -54,4 +63,14 @@ async def ask(chat: ChatBackend, request: ChatRequest, parse: Callable[[str], T]
             return Answer(parse(raw), raw, None, stats)
         except ValueError as exc:
             error = f"unreadable reply: {exc}"
+            # Re-asking the identical request at temperature 0 would get the identical reply: show the model
+            # what it wrote and why it could not be read.
+            request = replace(
+                request,
+                messages=(
+                    *request.messages,
+                    {"role": "assistant", "content": raw},
+                    {"role": "user", "content": f"{REASK_PREFIX}{exc}. Reply again with only the JSON object."},
+                ),
+            )
     return Answer(None, raw, error, stats)

@@ -18,7 +18,7 @@ from ceb.backends.base import (
     TransientError,
 )
 from ceb.backends.openai import OpenAIBackend, OpenAISettings, StructuredOutput
-from ceb.errors import BackendError, ConfigError
+from ceb.errors import BackendError, ConfigError, FatalBackendError
 from tests.support.openai_server import OpenAITestServer, Reply
 
 KEY_ENV = "CEB_TEST_OPENAI_KEY"
@@ -78,8 +78,17 @@ async def test_minimal_request_sends_exactly_model_messages_temperature_max_toke
         await backend.complete(ChatRequest(messages=MESSAGES, temperature=0.7, max_tokens=32))
 
     assert openai_server.requests == [
-        {"model": MODEL, "messages": [dict(m) for m in MESSAGES], "temperature": 0.7, "max_tokens": 32}
+        {"model": MODEL, "messages": [dict(m) for m in MESSAGES], "temperature": 0.7, "max_completion_tokens": 32}
     ]
+
+
+@pytest.mark.anyio
+async def test_older_servers_can_get_max_tokens_instead(openai_server: OpenAITestServer) -> None:
+    openai_server.responder = _always(Reply("x"))
+    async with OpenAIBackend(_settings(openai_server, token_limit_field="max_tokens")) as backend:
+        await backend.complete(ChatRequest(messages=MESSAGES, max_tokens=32))
+    assert openai_server.requests[0]["max_tokens"] == 32
+    assert "max_completion_tokens" not in openai_server.requests[0]
 
 
 @pytest.mark.anyio
@@ -119,7 +128,7 @@ async def test_structured_output_mode_shapes_the_body(
     async with OpenAIBackend(_settings(openai_server, structured_output=mode)) as backend:
         await backend.complete(ChatRequest(messages=MESSAGES, json_schema=SCHEMA, schema_name="verdict"))
 
-    base = {"model": MODEL, "messages": [dict(m) for m in MESSAGES], "temperature": 0.0, "max_tokens": 256}
+    base = {"model": MODEL, "messages": [dict(m) for m in MESSAGES], "temperature": 0.0, "max_completion_tokens": 256}
     assert openai_server.requests == [base | extra]
 
 
@@ -200,6 +209,26 @@ async def test_400_is_not_retried(openai_server: OpenAITestServer) -> None:
 
     assert info.value.backend == backend.label
     assert len(openai_server.requests) == 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("status", [401, 403, 404])
+async def test_refusals_that_no_retry_can_fix_are_fatal(openai_server: OpenAITestServer, status: int) -> None:
+    openai_server.responder = _always(Reply.error(status, body={"error": {"message": "no such model"}}))
+    async with OpenAIBackend(_settings(openai_server), retry=NO_WAIT) as backend:
+        with pytest.raises(FatalBackendError, match=f"{status} from server.*{KEY_ENV}"):
+            await backend.complete(ChatRequest(messages=MESSAGES))
+    assert len(openai_server.requests) == 1
+
+
+@pytest.mark.anyio
+async def test_a_spent_retry_budget_reports_its_attempts(openai_server: OpenAITestServer) -> None:
+    openai_server.responder = _always(Reply.error(503))
+    retry = RetryPolicy(max_attempts=3, backoff_s=0, max_backoff_s=0)
+    async with OpenAIBackend(_settings(openai_server), retry=retry) as backend:
+        with pytest.raises(TransientError) as info:
+            await backend.complete(ChatRequest(messages=MESSAGES))
+    assert info.value.attempts == 3 == len(openai_server.requests)
 
 
 @pytest.mark.anyio
