@@ -258,14 +258,19 @@ def score(
 @app.command()
 def metrics(
     run_dir: Annotated[Path, typer.Argument(help="A run directory written by `ceb score`.")],
-    bins: Annotated[int, typer.Option(help="ECE bins.")] = 10,
+    bins: Annotated[int | None, typer.Option(help="ECE bins (default: the run's own ece_bins).")] = None,
 ) -> None:
     """Recompute and print the metrics of a run directory (also of an interrupted run)."""
+    import orjson
+
     from ceb.eval import run_metrics, write_metrics
 
     if not (run_dir / "scores.jsonl").is_file():
         err.print(f"[bold red]error:[/] {run_dir} has no scores.jsonl")
         raise typer.Exit(2)
+    if bins is None:
+        config = run_dir / "config.json"
+        bins = orjson.loads(config.read_bytes())["config"]["ece_bins"] if config.is_file() else 10
     try:
         m = run_metrics(run_dir, n_bins=bins)
     except CEBError as exc:

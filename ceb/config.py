@@ -47,6 +47,8 @@ class BackendConfig(_Section):
     """Requests in flight to the endpoint at most (shared by critic and hindsight)."""
     structured_output: Literal["json_schema", "vllm", "json_object", "none"] = "json_schema"
     """How reply JSON is enforced: ``json_schema`` (OpenAI, vLLM), ``vllm``, ``json_object`` or ``none``."""
+    token_limit_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
+    """Wire name of the output token budget (newer OpenAI models refuse ``max_tokens``; vLLM takes both)."""
     max_attempts: int = Field(6, ge=1)
     """Attempts per request on timeouts, dropped connections, 429 and 5xx (the first included)."""
     backoff_s: float = Field(0.5, ge=0)
@@ -62,8 +64,10 @@ class CEBConfig(_Section):
     """``V``: hindsight votes per trajectory."""
     k: int = Field(2, ge=0)
     """Retrieved precedents per class."""
-    tau: float = Field(0.7, ge=0)
-    """Hindsight sampling temperature."""
+    tau: float = Field(0.7, gt=0)
+    """Hindsight sampling temperature (> 0 so the votes can differ)."""
+    min_valid_votes: int | None = Field(None, ge=1)
+    """Valid votes a trajectory needs to enter the bank; ``None`` means a majority of ``votes``: ceil(V / 2)."""
     repetition_window: int = Field(3, ge=0)
     """How many previous actions the repetition flag compares with."""
     repetition_prefix_chars: int = Field(40, ge=1)
@@ -130,6 +134,8 @@ class RunConfig(_Section):
     """Equal-width bins of the reported ECE."""
     max_active_lanes: int = Field(256, ge=1)
     """(stream, method) lanes in progress at once; each lane is strictly sequential."""
+    fail_on_error: float = Field(0.25, gt=0)
+    """Stop the run when failed steps exceed this: a count if >= 1, else a fraction of steps (after 20 steps)."""
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

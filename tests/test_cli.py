@@ -60,14 +60,17 @@ def test_offline_score_on_a_real_stream_prints_and_writes_metrics(bash_streams, 
         "votes": 5,
         "k": 2,
         "tau": 0.7,
+        "min_valid_votes": None,
         "repetition_window": 3,
         "repetition_prefix_chars": 40,
     }
     assert (run / "banks" / "intercode-bash-gpt-4__ceb.json").is_file()
-    # the metrics command recomputes the same numbers from the run directory
+    # the metrics command recomputes the same numbers from the run directory, with the run's own bins
     again = runner.invoke(app, ["metrics", str(run)])
     assert again.exit_code == 0
     assert orjson.loads((run / "metrics.json").read_bytes()) == metrics
+    assert runner.invoke(app, ["metrics", str(run), "--bins", "15"]).exit_code == 0
+    assert orjson.loads((run / "metrics.json").read_bytes())["n_bins"] == 15
 
 
 def test_a_bad_stream_is_refused_before_any_work_with_file_and_line(tmp_path):

@@ -7,6 +7,7 @@ from running many lanes side by side (:mod:`ceb.pipeline.runner`), never from br
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
@@ -151,7 +152,8 @@ class Lane:
         cfg = self.config
         hr: HindsightResult = await self.stages.hindsight.label(blind, cfg.ceb.votes)
         records: list[BankRecord] = []
-        if hr.pseudo_labels:
+        needed = cfg.ceb.min_valid_votes or math.ceil(cfg.ceb.votes / 2)
+        if len(hr.votes) >= needed:
             records = [
                 BankRecord(
                     task=blind.task,
@@ -171,28 +173,30 @@ class Lane:
             ]
         else:
             log.warning(
-                "no valid hindsight vote; trajectory not added to the bank",
+                f"{len(hr.votes)} valid hindsight votes of {cfg.ceb.votes}, {needed} needed; trajectory not banked",
                 stream=self.stream,
                 method=self.method.name,
                 trajectory=blind.id,
                 errors=list(hr.errors),
             )
-        await anyio.to_thread.run_sync(self.bank.add_trajectory, records)
         s = hr.stats
-        await self.emit(
-            HindsightRow(
-                stream=self.stream,
-                method=self.method.name,
-                trajectory=blind.id,
-                votes=[list(v) for v in hr.votes],
-                soft_votes=list(hr.soft_votes),
-                pseudo_labels=list(hr.pseudo_labels),
-                failed_votes=hr.failed_votes,
-                errors=list(hr.errors),
-                records_added=len(records),
-                latency_s=s.latency_s,
-                requests=s.requests,
-                prompt_tokens=s.prompt_tokens,
-                completion_tokens=s.completion_tokens,
-            )
+        row = HindsightRow(
+            stream=self.stream,
+            method=self.method.name,
+            trajectory=blind.id,
+            votes=[list(v) for v in hr.votes],
+            soft_votes=list(hr.soft_votes),
+            pseudo_labels=list(hr.pseudo_labels),
+            failed_votes=hr.failed_votes,
+            errors=list(hr.errors),
+            records_added=len(records),
+            latency_s=s.latency_s,
+            requests=s.requests,
+            prompt_tokens=s.prompt_tokens,
+            completion_tokens=s.completion_tokens,
         )
+        # The bank update and its row go together even under cancellation, so the saved bank and
+        # hindsight.jsonl always agree.
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self.bank.add_trajectory, records)
+            await self.emit(row)

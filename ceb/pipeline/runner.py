@@ -10,7 +10,7 @@ from __future__ import annotations
 import platform
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,17 +23,18 @@ import ceb
 from ceb.backends import Stages, build_stages
 from ceb.backends.base import EndpointLimits
 from ceb.backends.factories import prompt_set
+from ceb.bank import BankRecord, Hit, Retrieval
 from ceb.config import RunConfig
-from ceb.data.trajectory import Trajectory
-from ceb.errors import RunError
+from ceb.data.trajectory import Step, Trajectory
+from ceb.errors import CEBError, RunError
 from ceb.pipeline.lane import Lane
 from ceb.pipeline.methods import METHODS, MethodSpec
 from ceb.pipeline.results import HindsightRow, ResultWriter, StepRow
-from ceb.stages.base import CriticInput
+from ceb.stages.base import CriticInput, HistoryItem
 from ceb.stages.critic import critic_context
 from ceb.stages.hindsight import hindsight_context
 
-__all__ = ["RunSummary", "check_prompts", "run_scoring"]
+__all__ = ["FailureBudget", "RunSummary", "check_prompts", "run_scoring"]
 
 log = structlog.get_logger(__name__)
 
@@ -90,9 +91,30 @@ def check_prompts(config: RunConfig, domains: Sequence[str]) -> None:
         ConfigError: A template is missing or uses a variable the stages do not provide.
     """
     prompts = prompt_set(config)
-    probe = Trajectory(id="probe", task="t", domain="generic", steps=())
+    record = BankRecord("t", "s", "a", "o", 1, 1.0, 0.9, True, "probe", 0)
+    full = Retrieval(
+        positives=(Hit(record, 0.5),), negatives=(Hit(replace(record, pseudo_label=0, agreement=False), 0.4),)
+    )
+    step = Step(state="s", action="a", observation="o", reasoning="r", op="CLICK", element="e", value="v")
     for d in sorted(set(domains)):
-        prompts.messages(d, "critic", critic_context(CriticInput(domain=d, task="t", step=0, state="s", action="a")))
+        probe = Trajectory(id="probe", task="t", domain=d, steps=(step, step))
+        for use_bank, retrieval, rho in ((True, full, True), (True, Retrieval(), False), (False, Retrieval(), False)):
+            inp = CriticInput(
+                domain=d,
+                task="t",
+                step=1,
+                state="s",
+                action="a",
+                reasoning="r",
+                op="CLICK",
+                element="e",
+                value="v",
+                history=(HistoryItem("a", "o", 0.5), HistoryItem("b", "", None)),
+                retrieval=retrieval,
+                use_bank=use_bank,
+                repetition_flag=rho,
+            )
+            prompts.messages(d, "critic", critic_context(inp))
         prompts.messages(d, "hindsight", hindsight_context(probe))
 
 
@@ -157,46 +179,120 @@ async def run_scoring(
     check_prompts(config, [t.domain for trajs in streams.values() for t in trajs])
     own_stages = stages is None
     stages = stages or build_stages(config, EndpointLimits())
-    if overwrite:
-        _remove_results(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    _write_config(run_dir, config, streams)
-
     summary = RunSummary(run_dir=run_dir)
-    started = time.perf_counter()
-    send, receive = anyio.create_memory_object_stream[Row](max_buffer_size=1024)
-    lane_slots = anyio.CapacityLimiter(config.max_active_lanes)
     lanes: list[Lane] = []
-
-    async def write_all(writer: ResultWriter) -> None:
-        async with receive:
-            async for row in receive:
-                writer.write(row)
-                summary.count(row)
-                if on_row is not None:
-                    on_row(row)
-
-    async def run_lane(lane: Lane, sender: ObjectSendStream[Row]) -> None:
-        async with sender, lane_slots:
-            await lane.run()
-
+    started = time.perf_counter()
     try:
+        if overwrite:
+            _remove_results(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _write_config(run_dir, config, streams)
         with ResultWriter(run_dir) as writer:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(write_all, writer)
-                async with send:
-                    for name, trajs in streams.items():
-                        for method in methods:
-                            sender = send.clone()
-                            lane = Lane(name, method, trajs, stages, config, sender.send)
-                            lanes.append(lane)
-                            tg.start_soon(run_lane, lane, sender)
+            await _run_lanes(streams, methods, stages, config, writer, summary, lanes, on_row)
+    except BaseExceptionGroup as group:
+        # A lane or the writer failed and the task group wrapped it: surface our own error as itself.
+        first = _first_ceb_error(group)
+        if first is None:
+            raise
+        raise first from None
     finally:
-        if own_stages:
-            await stages.__aexit__(None, None, None)
+        # Banks first, without awaiting: under cancellation an await here would be cancelled too. A bank only
+        # changes between trajectories, so what is saved is its state after the last completed trajectory.
         for lane in lanes:
             if lane.method.use_bank:
                 lane.bank.save(run_dir / "banks" / f"{lane.stream}__{lane.method.name}.json")
             summary.banks[(lane.stream, lane.method.name)] = len(lane.bank)
         summary.wall_s = time.perf_counter() - started
+        if own_stages:
+            with anyio.CancelScope(shield=True):
+                await stages.__aexit__(None, None, None)
     return summary
+
+
+def _first_ceb_error(group: BaseExceptionGroup[BaseException]) -> CEBError | None:
+    for exc in group.exceptions:
+        if isinstance(exc, CEBError):
+            return exc
+        if isinstance(exc, BaseExceptionGroup):
+            inner = _first_ceb_error(exc)
+            if inner is not None:
+                return inner
+    return None
+
+
+async def _run_lanes(
+    streams: Mapping[str, Sequence[Trajectory]],
+    methods: Sequence[MethodSpec],
+    stages: Stages,
+    config: RunConfig,
+    writer: ResultWriter,
+    summary: RunSummary,
+    lanes: list[Lane],
+    on_row: Callable[[Row], None] | None,
+) -> None:
+    send, receive = anyio.create_memory_object_stream[Row](max_buffer_size=1024)
+    lane_slots = anyio.CapacityLimiter(config.max_active_lanes)
+    budget = FailureBudget(config.fail_on_error)
+
+    def take(row: Row) -> None:
+        writer.write(row)
+        summary.count(row)
+        if on_row is not None:
+            on_row(row)
+        budget.check(summary, row)
+
+    async def write_all() -> None:
+        try:
+            # Shielded: when the run is cancelled (Ctrl-C, a timeout) the lanes stop, close their senders, and
+            # this loop ends at EndOfStream after writing every row they handed over.
+            with anyio.CancelScope(shield=True):
+                async with receive:
+                    async for row in receive:
+                        take(row)
+        finally:
+            # Cancelled or failed: rows already handed over by the lanes are finished work; write them too.
+            while True:
+                try:
+                    row = receive.receive_nowait()
+                except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                    break
+                writer.write(row)
+                summary.count(row)
+
+    async def run_lane(lane: Lane, sender: ObjectSendStream[Row]) -> None:
+        async with sender, lane_slots:
+            await lane.run()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(write_all)
+        async with send:
+            for name, trajs in streams.items():
+                for method in methods:
+                    sender = send.clone()
+                    lane = Lane(name, method, trajs, stages, config, sender.send)
+                    lanes.append(lane)
+                    tg.start_soon(run_lane, lane, sender)
+
+
+class FailureBudget:
+    """Stops a run whose failed steps pass ``fail_on_error``: a count (>= 1) or a fraction (< 1).
+
+    A fraction is judged once at least :attr:`MIN_STEPS` steps are in, so one early failure cannot stop a run.
+    """
+
+    MIN_STEPS = 20
+
+    def __init__(self, fail_on_error: float) -> None:
+        self.fail_on_error = fail_on_error
+
+    def check(self, summary: RunSummary, row: Row) -> None:
+        """Raise :class:`RunError` when the budget is spent (naming the count and the last reason)."""
+        failed, done = summary.steps_failed, summary.steps_failed + summary.steps_scored
+        limit = self.fail_on_error
+        over = failed > limit if limit >= 1 else done >= self.MIN_STEPS and failed > limit * done
+        if over and isinstance(row, StepRow) and row.error is not None:
+            raise RunError(
+                f"stopping: {failed} of {done} steps failed (fail_on_error = {limit:g}); last failure in stream "
+                f"{row.stream}, trajectory {row.trajectory}, step {row.step}: {row.error}. Finished rows are in "
+                f"{summary.run_dir / 'scores.jsonl'}"
+            )

@@ -128,8 +128,20 @@ def test_blinded_copy_keeps_logprobs_and_drops_evaluation_fields():
     assert dataclasses.replace(b, meta=t.meta).task == t.task
 
 
-@pytest.mark.parametrize("domain", ["web", "mobile", "sql", "robotics"])
+@pytest.mark.parametrize("domain", ["shell", "web", "mobile", "sql", "robotics"])
 def test_rules_hold_for_every_prompt_family(domain):
     trajs = [dataclasses.replace(t, domain=domain) for t in stream("FAMILY_SECRET", (1, 0))]
-    for r in run_and_capture(trajs):
+    requests = run_and_capture(trajs)
+    for r in requests:
         assert "FAMILY_SECRET" not in text(r)
+    critic = [r for r in requests if r.stage == "critic"]
+    assert len(critic) == 9
+    for n, r in enumerate(critic):
+        i, t = divmod(n, 3)
+        u = text(r)
+        assert f"cmd_{i}_{t} --flag" in u
+        for tt in range(3):
+            assert (f"OBS_{i}_{tt}" in u) == (tt < t), (domain, i, t, tt)
+            if tt > t:
+                assert f"cmd_{i}_{tt}" not in u and f"STATE_{i}_{tt}" not in u
+        assert not any(f"TASK_{j}" in u or f"OBS_{j}_" in u for j in range(i + 1, 3))
