@@ -56,6 +56,7 @@ def _precedent(hit: Hit) -> dict[str, Any]:
     agreement = {True: "agreed with the hindsight outcome", False: "DISAGREED with the hindsight outcome"}
     return {
         "outcome": "productive" if r.pseudo_label == 1 else "unproductive",
+        "task": r.task,
         "action": r.action,
         "state": r.state,
         "observation": r.observation,

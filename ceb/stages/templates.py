@@ -54,7 +54,9 @@ def clip(text: str | None, max_chars: int) -> str:
         return ""
     if len(text) <= max_chars:
         return text
-    marker = f" [... {len(text) - max_chars} characters cut ...] "
+    # No word characters in the marker: clipped text is also used in TF-IDF retrieval keys, and the marker
+    # must not add tokens that every clipped state would share.
+    marker = " [...] "
     head = max_chars * 2 // 3
     tail = max_chars - head
     return text[:head] + marker + (text[-tail:] if tail else "")

@@ -91,7 +91,7 @@ def test_critic_prompt_holds_every_input_of_eq_2():
     assert "Step 1: ls" in u and "0.81" in u and "/testbed" in u and "none (the critic gave no readable score)" in u
     # precedents: action, state, observation, hindsight outcome, past score and agreement
     assert "hindsight: productive" in u and "hindsight: unproductive" in u
-    assert "state of ls *.txt" in u and "after ls *.txt" in u
+    assert "state of ls *.txt" in u and "after ls *.txt" in u and "its task: old task" in u
     assert "0.90" in u and "DISAGREED" in u
     assert "repeats one of the last few" not in u
 
@@ -131,6 +131,11 @@ async def test_unreadable_reply_is_re_asked_then_read():
     critic, chat = _critic(lambda r: next(replies))
     res = await critic.score(_input())
     assert res.score == pytest.approx(0.3) and len(chat.requests) == 2 and res.stats.requests == 2
+    # the re-ask shows the model its unreadable reply and why it could not be read
+    first, second = chat.requests
+    assert second.messages[: len(first.messages)] == first.messages
+    assert second.messages[-2] == {"role": "assistant", "content": "no idea"}
+    assert "could not be read" in second.messages[-1]["content"] and "no JSON object" in second.messages[-1]["content"]
 
 
 async def test_unreadable_after_the_budget_is_a_failed_step_not_a_default():
