@@ -68,6 +68,8 @@ class CEBConfig(_Section):
     """Hindsight sampling temperature (> 0 so the votes can differ)."""
     min_valid_votes: int | None = Field(None, ge=1)
     """Valid votes a trajectory needs to enter the bank; ``None`` means a majority of ``votes``: ceil(V / 2)."""
+    retriever: str = "tfidf"
+    """Retrieval backend: ``tfidf`` (exact incremental kernel) or ``tfidf-reference`` (scikit-learn refit)."""
     repetition_window: int = Field(3, ge=0)
     """How many previous actions the repetition flag compares with."""
     repetition_prefix_chars: int = Field(40, ge=1)

@@ -61,6 +61,7 @@ def test_offline_score_on_a_real_stream_prints_and_writes_metrics(bash_streams, 
         "k": 2,
         "tau": 0.7,
         "min_valid_votes": None,
+        "retriever": "tfidf",
         "repetition_window": 3,
         "repetition_prefix_chars": 40,
     }
@@ -118,3 +119,17 @@ def test_unknown_backend_and_method_are_named(bash_streams, tmp_path):
     assert r.exit_code == 2 and "unknown method 'magic'" in r.output
     r = runner.invoke(app, ["score", s, "--out", str(tmp_path / "c"), "--backend", "openai"])
     assert r.exit_code == 2 and "base_url" in r.output
+
+
+def test_the_fast_kernel_and_the_sklearn_reference_give_the_same_run(bash_streams, tmp_path):
+    stream = str(bash_streams / "intercode-bash-gpt-3.5.jsonl")
+    cfg = tmp_path / "ref.toml"
+    cfg.write_text('methods = ["ceb"]\n[ceb]\nretriever = "tfidf-reference"\n')
+    assert runner.invoke(app, ["score", stream, "--out", str(tmp_path / "ref"), "--config", str(cfg)]).exit_code == 0
+    fast = runner.invoke(app, ["score", stream, "--out", str(tmp_path / "fast"), "--methods", "ceb"])
+    assert fast.exit_code == 0
+
+    def rows(run):
+        return [{k: v for k, v in r.items() if k not in ("latency_s", "queue_s")} for r in read_rows(run)]
+
+    assert rows(tmp_path / "ref" / "scores.jsonl") == rows(tmp_path / "fast" / "scores.jsonl")

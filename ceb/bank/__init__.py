@@ -1,19 +1,32 @@
 """The Critic Experience Bank: records, contrastive retrieval, persistence (paper sections 3.2-3.3)."""
 
+from collections.abc import Callable
+
 from ceb.bank.bank import BANK_FORMAT, Bank, Hit, Retrieval
+from ceb.bank.kernel import IncrementalTfidf
 from ceb.bank.record import BankRecord, agreement_flag, composite_key
-from ceb.bank.retrieval import TFIDF_PARAMS, Retriever, TfidfReference, class_split_topk
+from ceb.bank.retrieval import TFIDF_PARAMS, Retriever, TfidfReference, class_split_topk, top_k
+from ceb.registry import Registry
 
 __all__ = [
     "BANK_FORMAT",
+    "RETRIEVERS",
     "TFIDF_PARAMS",
     "Bank",
     "BankRecord",
     "Hit",
+    "IncrementalTfidf",
     "Retrieval",
     "Retriever",
     "TfidfReference",
     "agreement_flag",
     "class_split_topk",
     "composite_key",
+    "top_k",
 ]
+
+RETRIEVERS: Registry[Callable[[], Retriever]] = Registry("retriever")
+"""Retrievers by name: ``tfidf`` (the exact incremental kernel, default) and ``tfidf-reference`` (scikit-learn
+refit on every update; same results, slower, kept as the reference)."""
+RETRIEVERS.register("tfidf", IncrementalTfidf)
+RETRIEVERS.register("tfidf-reference", TfidfReference)

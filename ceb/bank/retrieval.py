@@ -16,7 +16,7 @@ import numpy.typing as npt
 from scipy import sparse
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-__all__ = ["TFIDF_PARAMS", "Retriever", "TfidfReference", "class_split_topk"]
+__all__ = ["TFIDF_PARAMS", "Retriever", "TfidfReference", "class_split_topk", "top_k"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -100,13 +100,38 @@ def class_split_topk(sims: FloatArray, labels: npt.NDArray[np.int8], k: int) -> 
         raise ValueError(f"k must be >= 0, got {k}")
     if sims.shape != labels.shape:
         raise ValueError(f"sims {sims.shape} and labels {labels.shape} differ in shape")
-    out: list[IntArray] = []
-    for cls in (1, 0):
-        idx = np.flatnonzero(labels == cls).astype(np.int64)
-        if k == 0 or idx.size == 0:
-            out.append(np.empty(0, dtype=np.int64))
-            continue
+    pos = top_k(sims, np.flatnonzero(labels == 1).astype(np.int64), k)
+    neg = top_k(sims, np.flatnonzero(labels == 0).astype(np.int64), k)
+    return pos, neg
+
+
+def top_k(sims: FloatArray, idx: IntArray, k: int) -> IntArray:
+    """The ``k`` records of ``idx`` with the highest similarity, most similar first, ties to the earlier record.
+
+    Partial selection, ``O(len(idx))``: a full sort costs 6 ms on a 100k-record bank. Records above the
+    ``k``-th largest similarity are all taken and sorted (there are fewer than ``k``), then the earliest records
+    tied at the ``k``-th value fill the rest, which is exactly the order of a stable sort.
+
+    Args:
+        sims: Similarity per record, shape ``(n,)``.
+        idx: One class's record indices, ascending, shape ``(m,)``.
+        k: Records wanted, ``>= 0``.
+
+    Returns:
+        Record indices, shape ``(min(k, m),)``.
+    """
+    if k == 0 or idx.size == 0:
+        return np.empty(0, dtype=np.int64)
+    s = sims[idx]
+    m = idx.size
+    if m <= k or np.isnan(s).any():
+        # Small classes, and NaN (which partition and lexsort place differently): the plain stable sort.
         # lexsort sorts by the last key first: descending similarity, then ascending index.
-        order = np.lexsort((idx, -sims[idx]))
-        out.append(idx[order[:k]])
-    return out[0], out[1]
+        first: IntArray = idx[np.lexsort((idx, -s))[:k]]
+        return first
+    kth = np.partition(s, m - k)[m - k]
+    above = np.flatnonzero(s > kth)
+    above = above[np.lexsort((above, -s[above]))]
+    tied = np.flatnonzero(s == kth)[: k - above.size]
+    picked: IntArray = idx[np.concatenate([above, tied])]
+    return picked

@@ -14,7 +14,7 @@ import anyio
 import structlog
 
 from ceb.backends import Stages
-from ceb.bank import Bank, BankRecord, Retrieval, agreement_flag, composite_key
+from ceb.bank import RETRIEVERS, Bank, BankRecord, Retrieval, agreement_flag, composite_key
 from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
 from ceb.pipeline.methods import MethodSpec
@@ -59,7 +59,7 @@ class Lane:
         self.stages = stages
         self.config = config
         self.emit = emit
-        self.bank = bank if bank is not None else Bank()
+        self.bank = bank if bank is not None else Bank(RETRIEVERS.get(config.ceb.retriever)())
 
     async def run(self) -> None:
         """Score every trajectory of the stream in order."""

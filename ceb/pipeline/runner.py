@@ -23,7 +23,7 @@ import ceb
 from ceb.backends import Stages, build_stages
 from ceb.backends.base import EndpointLimits
 from ceb.backends.factories import prompt_set
-from ceb.bank import BankRecord, Hit, Retrieval
+from ceb.bank import RETRIEVERS, BankRecord, Hit, Retrieval
 from ceb.config import RunConfig
 from ceb.data.trajectory import Step, Trajectory
 from ceb.errors import CEBError, RunError
@@ -176,6 +176,7 @@ async def run_scoring(
             f"{run_dir} already holds results (scores.jsonl); choose a new output directory or pass --overwrite"
         )
     methods: list[MethodSpec] = [METHODS.get(m) for m in config.methods]
+    RETRIEVERS.get(config.ceb.retriever)
     check_prompts(config, [t.domain for trajs in streams.values() for t in trajs])
     own_stages = stages is None
     stages = stages or build_stages(config, EndpointLimits())

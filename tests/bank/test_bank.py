@@ -149,3 +149,56 @@ def test_load_names_the_file_and_the_bad_record(tmp_path):
     other.write_text('{"format": "something"}')
     with pytest.raises(BankError, match="not a ceb-bank/1 file"):
         Bank.load(other)
+
+
+class FixedSims:
+    """A retriever that returns prepared similarities (the first ``n`` of them for a bank of ``n``)."""
+
+    def __init__(self, sims: np.ndarray) -> None:
+        self.sims = sims
+        self.n = 0
+
+    def update(self, keys) -> None:
+        self.n = len(keys)
+
+    def similarities(self, query: str) -> np.ndarray:
+        return self.sims[: self.n]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_partial_selection_top_k_equals_a_full_stable_sort(seed):
+    # Bank.retrieve selects by partial sort; heavy ties, zeros and tiny classes must still match the full sort.
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    sims = np.round(rng.random(n), int(rng.integers(0, 3)))  # 0, 1 or 2 decimals: many exact ties
+    sims[rng.random(n) < 0.3] = 0.0
+    labels = (rng.random(n) < rng.choice([0.0, 0.02, 0.5, 1.0])).astype(np.int8)
+    bank = Bank(FixedSims(sims))
+    records = [rec(f"cmd {i}", int(y), tid=f"t{i}") for i, y in enumerate(labels)]
+    bank.add_trajectory(records)
+    for k in (1, 2, 3, 7, 50, 1000):
+        got = bank.retrieve("q", k)
+        # the oracle: a full stable sort per class (descending similarity, then ascending index)
+        pos, neg = ([i for i in sorted(np.flatnonzero(labels == c), key=lambda i: (-sims[i], i))][:k] for c in (1, 0))
+        assert class_split_topk(sims, labels, k)[0].tolist() == pos
+        assert [h.record for h in got.positives] == [records[i] for i in pos]
+        assert [h.record for h in got.negatives] == [records[i] for i in neg]
+        assert [h.similarity for h in got.hits] == [sims[i] for i in (*pos, *neg)]
+
+
+def test_bank_retrieve_with_nan_similarities_falls_back_to_the_full_sort():
+    sims = np.array([0.2, np.nan, 0.9, np.nan, 0.2, 0.5])
+    bank = Bank(FixedSims(sims))
+    records = [rec(f"cmd {i}", 1, tid=f"t{i}") for i in range(6)]
+    bank.add_trajectory(records)
+    pos, _ = class_split_topk(sims, np.ones(6, dtype=np.int8), 3)
+    assert [h.record for h in bank.retrieve("q", 3).positives] == [records[i] for i in pos]
+
+
+def test_bank_retrieve_rejects_bad_k_and_a_retriever_of_the_wrong_length():
+    bank = Bank(FixedSims(np.zeros(1)))
+    bank.add_trajectory([rec("ls", 1), rec("pwd", 0)])
+    with pytest.raises(ValueError, match="k must be"):
+        bank.retrieve("q", -1)
+    with pytest.raises(ValueError, match="shape"):
+        bank.retrieve("q", 1)

@@ -1,0 +1,381 @@
+"""Bank benchmark: the incremental TF-IDF kernel against the refit-per-update reference, on real keys.
+
+For each bank size ``N`` the benchmark builds two banks from the same records, one on
+:class:`~ceb.bank.kernel.IncrementalTfidf` and one on :class:`~ceb.bank.retrieval.TfidfReference`, and measures:
+
+- **query**: ``similarities(query)`` latency (the cosine vector over all ``N`` keys), and **retrieve**:
+  :meth:`~ceb.bank.bank.Bank.retrieve` with ``k`` (similarities plus the class-split top-k), on the same sampled
+  queries for both banks;
+- **update**: the cost of adding one real trajectory to a bank of about ``N`` records
+  (:meth:`~ceb.bank.bank.Bank.add_trajectory`: for the reference a full refit on all keys);
+- **agreement**: on every sampled query, the largest absolute difference between the two similarity vectors,
+  whether they are bit-identical, and whether the class-split top-k records are the same.
+
+Keys are the pipeline's real retrieval keys from the InterCode-SQL streams (paper section 3.3: ``composite_key(
+task, clip(state, 400), action)``), pseudo-labelled with the streams' step labels. Where ``N`` exceeds the real
+records (58,185 SQL steps), the streams are replayed: see :func:`grow`.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ceb.bank import Bank, BankRecord, IncrementalTfidf, TfidfReference, class_split_topk
+from ceb.data import convert_intercode, read_stream
+from ceb.stages.templates import clip
+
+__all__ = [
+    "BANK_STATE_CHARS",
+    "REPLAY_RULE",
+    "Agreement",
+    "Latency",
+    "SideResult",
+    "SizeResult",
+    "format_table",
+    "grow",
+    "load_sql_trajectories",
+    "run_size",
+]
+
+BANK_STATE_CHARS = 400
+"""The state budget of the pipeline's keys (``PromptConfig.bank_state_chars``)."""
+
+REPLAY_RULE = (
+    "records are the InterCode-SQL streams' steps, streams in name order, trajectories in stream order; "
+    "pass 0 is the real data; when a bank needs more records, pass r >= 1 replays every trajectory in the "
+    "same order with ' #copy<r>' appended to each action (so each key gains the unigram 'copy<r>' and one "
+    "bigram) and '#copy<r>' appended to the trajectory id; the last trajectory is cut to reach N exactly"
+)
+"""How :func:`grow` makes banks larger than the real data, in words, for the results file."""
+
+
+@dataclass(frozen=True, slots=True)
+class Latency:
+    """Summary of repeated timings, in milliseconds.
+
+    Attributes:
+        n: Timings taken.
+        p50_ms: Median.
+        p99_ms: 99th percentile (numpy's linear interpolation; close to the maximum when ``n`` is small).
+        mean_ms: Mean.
+        max_ms: Maximum.
+    """
+
+    n: int
+    p50_ms: float
+    p99_ms: float
+    mean_ms: float
+    max_ms: float
+
+    @classmethod
+    def of(cls, seconds: Sequence[float]) -> Latency:
+        """Summarise timings given in seconds."""
+        ms = np.asarray(seconds, dtype=np.float64) * 1e3
+        return cls(
+            len(ms),
+            float(np.percentile(ms, 50)),
+            float(np.percentile(ms, 99)),
+            float(ms.mean()),
+            float(ms.max()),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SideResult:
+    """One retriever's figures at one bank size.
+
+    Attributes:
+        retriever: Class name.
+        build_s: Seconds to load the bank's first records in one update (not a per-trajectory figure).
+        query: ``similarities(query)`` latency.
+        retrieve: ``Bank.retrieve(query, k)`` latency.
+        update: Per-trajectory ``Bank.add_trajectory`` cost at about ``N`` records.
+    """
+
+    retriever: str
+    build_s: float
+    query: Latency
+    retrieve: Latency
+    update: Latency
+
+
+@dataclass(frozen=True, slots=True)
+class Agreement:
+    """Kernel against reference on the sampled queries.
+
+    Attributes:
+        queries: Queries compared.
+        max_abs_diff: Largest ``|kernel - reference|`` over all similarities of all queries.
+        bit_identical: Queries whose similarity vectors are equal bit for bit.
+        topk_identical: Queries whose class-split top-k records (same ``k``) are the same, in the same order.
+    """
+
+    queries: int
+    max_abs_diff: float
+    bit_identical: int
+    topk_identical: int
+
+
+@dataclass(frozen=True, slots=True)
+class SizeResult:
+    """Both retrievers at one bank size ``N``.
+
+    Attributes:
+        size: Records in the bank when queried.
+        trajectories: Trajectories they came from.
+        replay_passes: Passes over the real records (1 = no replay; see :data:`REPLAY_RULE`).
+        vocabulary: Distinct 1-2 gram terms.
+        nnz: Stored (key, term) counts.
+        k: Records per class retrieved.
+        kernel: The incremental kernel's figures.
+        reference: The refit reference's figures.
+        query_speedup: Reference over kernel, median ``similarities`` latency.
+        retrieve_speedup: Reference over kernel, median ``retrieve`` latency.
+        update_speedup: Reference over kernel, mean per-trajectory update cost.
+        agreement: Kernel against reference on the sampled queries.
+    """
+
+    size: int
+    trajectories: int
+    replay_passes: int
+    vocabulary: int
+    nnz: int
+    k: int
+    kernel: SideResult
+    reference: SideResult
+    query_speedup: float
+    retrieve_speedup: float
+    update_speedup: float
+    agreement: Agreement
+
+
+def load_sql_trajectories(intercode_root: str | Path) -> list[list[BankRecord]]:
+    """Convert the InterCode-SQL streams and turn every step into a bank record, grouped by trajectory.
+
+    Args:
+        intercode_root: An InterCode checkout or the shared copy (``../shared/data/intercode``).
+
+    Returns:
+        One list of records per trajectory: streams in name order, trajectories in stream order. Each record
+        has the pipeline's key fields (state clipped to :data:`BANK_STATE_CHARS`) and the step's ground-truth
+        label as its pseudo-label; the observation is left empty (it is not part of the key).
+
+    Raises:
+        DataError: The InterCode data is missing or malformed (from :func:`~ceb.data.convert_intercode`).
+    """
+    with tempfile.TemporaryDirectory(prefix="ceb-bench-") as tmp:
+        streams = convert_intercode(intercode_root, tmp, datasets=("sql",))
+        out: list[list[BankRecord]] = []
+        for stream in streams:
+            for t in read_stream([stream.path]):
+                out.append(
+                    [
+                        BankRecord(
+                            task=t.task,
+                            state=clip(s.state, BANK_STATE_CHARS),
+                            action=s.action,
+                            observation="",
+                            pseudo_label=int(s.label or 0),
+                            soft_vote=float(s.label or 0),
+                            score=None,
+                            agreement=None,
+                            trajectory_id=t.id,
+                            step=i,
+                        )
+                        for i, s in enumerate(t.steps)
+                    ]
+                )
+    return out
+
+
+def _copy(record: BankRecord, r: int) -> BankRecord:
+    return BankRecord(
+        task=record.task,
+        state=record.state,
+        action=f"{record.action} #copy{r}",
+        observation=record.observation,
+        pseudo_label=record.pseudo_label,
+        soft_vote=record.soft_vote,
+        score=record.score,
+        agreement=record.agreement,
+        trajectory_id=f"{record.trajectory_id}#copy{r}",
+        step=record.step,
+    )
+
+
+def grow(real: Sequence[Sequence[BankRecord]], size: int) -> tuple[list[list[BankRecord]], int]:
+    """Exactly ``size`` records, by trajectory, replaying the real ones as :data:`REPLAY_RULE` says.
+
+    Args:
+        real: Real trajectories (from :func:`load_sql_trajectories`).
+        size: Records wanted, ``>= 1``.
+
+    Returns:
+        ``(trajectories, passes)``: the trajectories (the last one possibly cut) and how many passes over
+        ``real`` they took.
+
+    Raises:
+        ValueError: ``size < 1`` or ``real`` holds no record.
+    """
+    if size < 1 or not any(real):
+        raise ValueError(f"need size >= 1 and some real records, got size={size}")
+    out: list[list[BankRecord]] = []
+    have = 0
+    for r in itertools.count():
+        for traj in real:
+            if not traj:
+                continue
+            take = list(traj[: size - have]) if r == 0 else [_copy(x, r) for x in traj[: size - have]]
+            out.append(take)
+            have += len(take)
+            if have == size:
+                return out, r + 1
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _time_each(fn: Callable[[str], object], queries: Sequence[str]) -> tuple[list[float], list[object]]:
+    results: list[object] = []
+    times: list[float] = []
+    for q in queries:
+        t0 = time.perf_counter()
+        results.append(fn(q))
+        times.append(time.perf_counter() - t0)
+    return times, results
+
+
+def run_size(
+    real: Sequence[Sequence[BankRecord]],
+    size: int,
+    queries: Sequence[str],
+    *,
+    k: int = 2,
+    update_trajectories: int = 50,
+    reference_budget_s: float = 30.0,
+    log: Callable[[str], None] = lambda _: None,
+) -> SizeResult:
+    """Measure both retrievers on one bank of ``size`` records.
+
+    Each bank is loaded with all but the last ``update_trajectories`` trajectories in one update; the kernel
+    then takes the remaining trajectories one at a time, each timed. The reference's refits cost seconds at
+    large ``N``, so only the last ``R`` of them are timed one by one, ``R = clamp(reference_budget_s /
+    (seconds of its first load), 2, update_trajectories)``; the others are added in one untimed update
+    first. Both banks end with the same records, and then answer the same queries.
+
+    Args:
+        real: Real trajectories (from :func:`load_sql_trajectories`).
+        size: Records in the bank.
+        queries: Query keys, the same for both retrievers.
+        k: Records per class for ``retrieve`` and the top-k agreement check (paper: 2).
+        update_trajectories: Trajectories added one by one (timed for the kernel).
+        reference_budget_s: About how long the timed reference refits may take, in seconds.
+        log: Receives a line of progress now and then.
+
+    Returns:
+        The figures for this size.
+    """
+    trajectories, passes = grow(real, size)
+    u = max(1, min(update_trajectories, len(trajectories) - 1))
+    bulk, last = trajectories[:-u], trajectories[-u:]
+
+    kernel = IncrementalTfidf()
+    kernel_bank = Bank(kernel)
+    t0 = time.perf_counter()
+    kernel_bank.add_trajectory(itertools.chain.from_iterable(bulk))
+    kernel_build = time.perf_counter() - t0
+    kernel_updates = []
+    gc.collect()
+    for traj in last:
+        t0 = time.perf_counter()
+        kernel_bank.add_trajectory(traj)
+        kernel_updates.append(time.perf_counter() - t0)
+    log(f"N={size}: kernel loaded in {kernel_build:.2f} s, {u} updates timed")
+
+    reference = TfidfReference()
+    reference_bank = Bank(reference)
+    t0 = time.perf_counter()
+    reference_bank.add_trajectory(itertools.chain.from_iterable(bulk))
+    reference_build = time.perf_counter() - t0
+    r = int(max(2, min(u, reference_budget_s // max(reference_build, 1e-9))))
+    r = min(r, u)
+    if r < u:
+        reference_bank.add_trajectory(itertools.chain.from_iterable(last[: u - r]))
+    reference_updates = []
+    gc.collect()
+    for traj in last[u - r :]:
+        t0 = time.perf_counter()
+        reference_bank.add_trajectory(traj)
+        reference_updates.append(time.perf_counter() - t0)
+    log(f"N={size}: reference loaded in {reference_build:.2f} s, {r} refits timed")
+    if len(kernel_bank) != size or len(reference_bank) != size:
+        raise AssertionError(f"banks hold {len(kernel_bank)} and {len(reference_bank)} records, not {size}")
+
+    for q in queries[:5]:  # warm caches and lazily built state outside the timings
+        kernel.similarities(q)
+        reference.similarities(q)
+    gc.collect()
+    kq_times, kq = _time_each(kernel.similarities, queries)
+    rq_times, rq = _time_each(reference.similarities, queries)
+    kr_times, _ = _time_each(lambda q: kernel_bank.retrieve(q, k), queries)
+    rr_times, _ = _time_each(lambda q: reference_bank.retrieve(q, k), queries)
+    log(f"N={size}: {len(queries)} queries timed on each bank")
+
+    labels = np.fromiter((rec.pseudo_label for rec in kernel_bank.records), dtype=np.int8, count=size)
+    max_diff, bit, topk = 0.0, 0, 0
+    for a, b in zip(kq, rq, strict=True):
+        sa, sb = np.asarray(a), np.asarray(b)
+        max_diff = max(max_diff, float(np.max(np.abs(sa - sb), initial=0.0)))
+        bit += int(np.array_equal(sa, sb))
+        (pa, na), (pb, nb) = class_split_topk(sa, labels, k), class_split_topk(sb, labels, k)
+        topk += int(np.array_equal(pa, pb) and np.array_equal(na, nb))
+
+    kernel_side = SideResult(
+        "IncrementalTfidf", kernel_build, Latency.of(kq_times), Latency.of(kr_times), Latency.of(kernel_updates)
+    )
+    reference_side = SideResult(
+        "TfidfReference", reference_build, Latency.of(rq_times), Latency.of(rr_times), Latency.of(reference_updates)
+    )
+    return SizeResult(
+        size=size,
+        trajectories=len(trajectories),
+        replay_passes=passes,
+        vocabulary=kernel.vocabulary_size,
+        nnz=kernel.nnz,
+        k=k,
+        kernel=kernel_side,
+        reference=reference_side,
+        query_speedup=reference_side.query.p50_ms / kernel_side.query.p50_ms,
+        retrieve_speedup=reference_side.retrieve.p50_ms / kernel_side.retrieve.p50_ms,
+        update_speedup=reference_side.update.mean_ms / kernel_side.update.mean_ms,
+        agreement=Agreement(len(queries), max_diff, bit, topk),
+    )
+
+
+def format_table(results: Sequence[SizeResult]) -> str:
+    """Render results as a Markdown table (milliseconds; speed-ups as reference / kernel)."""
+    head = (
+        "| N | vocab | nnz | kernel query p50 / p99 ms | reference query p50 / p99 ms | query x "
+        "| kernel retrieve p50 / p99 ms | reference retrieve p50 ms | retrieve x "
+        "| kernel update p50 / mean / max ms (n) | reference update mean ms (n) | update x "
+        "| max abs diff | bit-identical | same top-k |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in results:
+        kq, rq, kr, rr = r.kernel.query, r.reference.query, r.kernel.retrieve, r.reference.retrieve
+        ku, ru, a = r.kernel.update, r.reference.update, r.agreement
+        lines.append(
+            f"| {r.size:,} | {r.vocabulary:,} | {r.nnz:,} | {kq.p50_ms:.3f} / {kq.p99_ms:.3f} "
+            f"| {rq.p50_ms:.2f} / {rq.p99_ms:.2f} | {r.query_speedup:.0f}x "
+            f"| {kr.p50_ms:.3f} / {kr.p99_ms:.3f} | {rr.p50_ms:.2f} | {r.retrieve_speedup:.0f}x "
+            f"| {ku.p50_ms:.2f} / {ku.mean_ms:.2f} / {ku.max_ms:.2f} ({ku.n}) | {ru.mean_ms:.1f} ({ru.n}) "
+            f"| {r.update_speedup:.0f}x | {a.max_abs_diff:.1e} | {a.bit_identical}/{a.queries} "
+            f"| {a.topk_identical}/{a.queries} |"
+        )
+    return "\n".join(lines)
