@@ -29,10 +29,11 @@ from pathlib import Path
 import numpy as np
 
 from ceb.bank import Bank, BankRecord, IncrementalTfidf, TfidfReference, class_split_topk
-from ceb.data import convert_intercode, read_stream
+from ceb.data import Trajectory, convert_intercode, read_stream
 from ceb.stages.templates import clip
 
 __all__ = [
+    "records_from_labels",
     "BANK_STATE_CHARS",
     "REPLAY_RULE",
     "Agreement",
@@ -157,6 +158,32 @@ class SizeResult:
     agreement: Agreement
 
 
+def records_from_labels(trajectories: Sequence[Trajectory]) -> list[list[BankRecord]]:
+    """Bank records per trajectory whose pseudo-labels are the stream's ground-truth labels.
+
+    For exercising retrieval only (benchmarks, kernel tests): keys are built exactly as the pipeline builds them
+    (state clipped to the bank budget); the observation is left empty because retrieval never reads it.
+    """
+    return [
+        [
+            BankRecord(
+                task=t.task,
+                state=clip(s.state, BANK_STATE_CHARS),
+                action=s.action,
+                observation="",
+                pseudo_label=int(s.label or 0),
+                soft_vote=float(s.label or 0),
+                score=None,
+                agreement=None,
+                trajectory_id=t.id,
+                step=i,
+            )
+            for i, s in enumerate(t.steps)
+        ]
+        for t in trajectories
+    ]
+
+
 def load_sql_trajectories(intercode_root: str | Path) -> list[list[BankRecord]]:
     """Convert the InterCode-SQL streams and turn every step into a bank record, grouped by trajectory.
 
@@ -175,24 +202,7 @@ def load_sql_trajectories(intercode_root: str | Path) -> list[list[BankRecord]]:
         streams = convert_intercode(intercode_root, tmp, datasets=("sql",))
         out: list[list[BankRecord]] = []
         for stream in streams:
-            for t in read_stream([stream.path]):
-                out.append(
-                    [
-                        BankRecord(
-                            task=t.task,
-                            state=clip(s.state, BANK_STATE_CHARS),
-                            action=s.action,
-                            observation="",
-                            pseudo_label=int(s.label or 0),
-                            soft_vote=float(s.label or 0),
-                            score=None,
-                            agreement=None,
-                            trajectory_id=t.id,
-                            step=i,
-                        )
-                        for i, s in enumerate(t.steps)
-                    ]
-                )
+            out.extend(records_from_labels(read_stream([stream.path])))
     return out
 
 

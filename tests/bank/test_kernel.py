@@ -24,9 +24,9 @@ from ceb.bank import (
     class_split_topk,
     composite_key,
 )
+from ceb.bench.bank import records_from_labels
 from ceb.data import ConvertedStream, convert_intercode, read_stream
 from ceb.errors import BankError
-from ceb.stages.templates import clip
 from tests.support.paths import INTERCODE
 
 BANK_STATE_CHARS = 400  # PromptConfig.bank_state_chars: the pipeline's keys clip the state to this
@@ -209,25 +209,7 @@ def real_stream(converted: dict[str, ConvertedStream], name: str) -> RealStream:
     trajectories = read_stream([converted[name].path])
     if name in SQL_STREAMS:
         trajectories = trajectories[:SQL_PREFIX]
-    records = [
-        [
-            # Pseudo-labels from the stream's labels: only the retrieval is under test here.
-            BankRecord(
-                task=t.task,
-                state=clip(s.state, BANK_STATE_CHARS),
-                action=s.action,
-                observation="",
-                pseudo_label=int(s.label or 0),
-                soft_vote=float(s.label or 0),
-                score=None,
-                agreement=None,
-                trajectory_id=t.id,
-                step=i,
-            )
-            for i, s in enumerate(t.steps)
-        ]
-        for t in trajectories
-    ]
+    records = records_from_labels(trajectories)  # pseudo-labels = labels: only retrieval is under test
     return RealStream(name, records)
 
 
