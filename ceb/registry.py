@@ -7,7 +7,6 @@ chosen, and a missing one fails with the ``pip install`` extra that brings it.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
 from typing import Generic, TypeVar
 
 from ceb.errors import ConfigError
@@ -44,12 +43,6 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         """Registered names, sorted."""
         return sorted(self._entries)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._entries
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names())
 
     def get(self, name: str) -> T:
         """Resolve ``name``.

@@ -17,38 +17,15 @@ __all__ = ["llm_stages", "offline_stages", "openai_stages", "prompt_set"]
 def prompt_set(config: RunConfig) -> PromptSet:
     """The templates and text budgets of ``config.prompts``."""
     p = config.prompts
-    limits = PromptLimits(
-        state_chars=p.state_chars,
-        action_chars=p.action_chars,
-        history_observation_chars=p.history_observation_chars,
-        bank_state_chars=p.bank_state_chars,
-        bank_observation_chars=p.bank_observation_chars,
-        hindsight_observation_chars=p.hindsight_observation_chars,
-    )
-    return PromptSet(p.prompt_dir, limits)
+    return PromptSet(p.prompt_dir, PromptLimits(**p.model_dump(exclude={"prompt_dir"})))
 
 
 def llm_stages(config: RunConfig, chat: ChatBackend) -> Stages:
     """LLM critic and hindsight over one chat endpoint, with the run's prompts and decoding settings."""
     prompts = prompt_set(config)
-    critic = LLMCritic(
-        chat,
-        prompts,
-        CriticSettings(
-            temperature=config.critic.temperature,
-            max_tokens=config.critic.max_tokens,
-            format_retries=config.critic.format_retries,
-        ),
-    )
+    critic = LLMCritic(chat, prompts, CriticSettings(**config.critic.model_dump()))
     hindsight = LLMHindsight(
-        chat,
-        prompts,
-        HindsightSettings(
-            temperature=config.ceb.tau,
-            max_tokens=config.hindsight.max_tokens,
-            format_retries=config.hindsight.format_retries,
-            seed=config.hindsight.seed,
-        ),
+        chat, prompts, HindsightSettings(temperature=config.ceb.tau, **config.hindsight.model_dump())
     )
     return Stages(critic=critic, hindsight=hindsight, chat=chat)
 

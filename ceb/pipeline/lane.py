@@ -74,8 +74,10 @@ class Lane:
         p = cfg.prompts
         history: list[HistoryItem] = []
         scores: list[float | None] = []
+        states: list[str] = []  # s' per step: the bank budget's clip, shared by the query key and the record
         for t, step in enumerate(blind.steps):
             state_summary = clip(step.state, p.bank_state_chars)
+            states.append(state_summary)
             retrieval = (
                 # Retrieval and bank updates are CPU work: a worker thread keeps the event loop (and every other
                 # lane's requests) moving meanwhile. The lane waits for it, so its bank is never used concurrently.
@@ -146,9 +148,9 @@ class Lane:
                 )
             )
         if self.method.use_bank:
-            await self._grow_bank(blind, scores)
+            await self._grow_bank(blind, states, scores)
 
-    async def _grow_bank(self, blind: Trajectory, scores: Sequence[float | None]) -> None:
+    async def _grow_bank(self, blind: Trajectory, states: Sequence[str], scores: Sequence[float | None]) -> None:
         cfg = self.config
         hr: HindsightResult = await self.stages.hindsight.label(blind, cfg.ceb.votes)
         records: list[BankRecord] = []
@@ -157,7 +159,7 @@ class Lane:
             records = [
                 BankRecord(
                     task=blind.task,
-                    state=clip(step.state, cfg.prompts.bank_state_chars),
+                    state=state,
                     action=step.action,
                     observation=clip(step.observation, cfg.prompts.bank_observation_chars),
                     pseudo_label=y,
@@ -167,8 +169,8 @@ class Lane:
                     trajectory_id=blind.id,
                     step=t,
                 )
-                for t, (step, y, soft, z) in enumerate(
-                    zip(blind.steps, hr.pseudo_labels, hr.soft_votes, scores, strict=True)
+                for t, (step, state, y, soft, z) in enumerate(
+                    zip(blind.steps, states, hr.pseudo_labels, hr.soft_votes, scores, strict=True)
                 )
             ]
         else:

@@ -75,7 +75,6 @@ class PromptSet:
 
     def __init__(self, prompt_dir: str | Path | None = None, limits: PromptLimits | None = None) -> None:
         self.limits = limits or PromptLimits()
-        loaders: list[jinja2.BaseLoader] = []
         self._dirs: list[Path] = []
         if prompt_dir is not None:
             p = Path(prompt_dir)
