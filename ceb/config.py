@@ -74,7 +74,8 @@ class CEBConfig(_Section):
     min_valid_votes: int | None = Field(None, ge=1)
     """Valid votes a trajectory needs to enter the bank; ``None`` means a majority of ``votes``: ceil(V / 2)."""
     retriever: str = "tfidf"
-    """Retrieval backend: ``tfidf`` (exact incremental kernel) or ``tfidf-reference`` (scikit-learn refit)."""
+    """Retrieval backend: ``tfidf`` (exact incremental kernel), ``tfidf-reference`` (scikit-learn refit), ``random``
+    (seeded draws) or ``dense`` (sentence embeddings + faiss; ``pip install 'ceb[dense]'``)."""
     repetition_window: int = Field(3, ge=0)
     """How many previous actions the repetition flag compares with."""
     repetition_prefix_chars: int = Field(40, ge=1)
@@ -90,6 +91,11 @@ class CriticConfig(_Section):
     """Output budget per critic reply, in tokens."""
     format_retries: int = Field(2, ge=0)
     """Re-asks after a reply with no readable score, before the step is recorded as failed."""
+    count_tokens: bool = False
+    """Count each LLM-critic prompt's input and bank tokens in ``cl100k_base`` into the rows, for the report's
+    token-cost table (paper appendix, token cost of retrieval depth). Off by default: it costs about 0.6 ms of
+    CPU per step (two renders and the counting, in a worker thread while the request is in flight), more than
+    the rest of the client's work per step (see :mod:`ceb.stages.tokens`)."""
 
 
 class HindsightConfig(_Section):

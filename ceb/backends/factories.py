@@ -24,7 +24,7 @@ def prompt_set(config: RunConfig) -> PromptSet:
 def llm_stages(config: RunConfig, chat: ChatBackend) -> Stages:
     """LLM critic and hindsight over one chat endpoint, with the run's prompts and decoding settings."""
     prompts = prompt_set(config)
-    critic = LLMCritic(chat, prompts, CriticSettings(**config.critic.model_dump()))
+    critic = LLMCritic(chat, prompts, CriticSettings(**config.critic.model_dump(exclude={"count_tokens"})))
     hindsight = LLMHindsight(
         chat, prompts, HindsightSettings(temperature=config.ceb.tau, **config.hindsight.model_dump())
     )

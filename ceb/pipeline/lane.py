@@ -19,11 +19,12 @@ from ceb.backends.scheduling import priority
 from ceb.bank import RETRIEVERS, Bank, BankRecord, Retrieval, agreement_flag, composite_key
 from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
-from ceb.pipeline.methods import MethodSpec
+from ceb.pipeline.methods import LLM_CRITIC, MethodSpec
 from ceb.pipeline.results import HindsightRow, StepRow
 from ceb.stages.base import Critic, CriticInput, HindsightResult, HistoryItem
 from ceb.stages.critic import repetition_flag
 from ceb.stages.templates import clip
+from ceb.stages.tokens import PromptTokenCounter, PromptTokens
 
 __all__ = ["Emit", "Lane", "new_bank"]
 
@@ -71,6 +72,8 @@ class Lane:
         start: Position of the first trajectory to score (a resumed lane; the bank already holds the earlier ones).
         prefix: Scores of the first steps of trajectory ``start`` already scored before a resume.
         critic_stage: The stage that scores (a baseline's); ``stages.critic`` when ``None``.
+        tokens: Counts the LLM critic's prompt tokens into the rows; ``None`` (or a baseline method) leaves
+            them out.
 
     Attributes:
         remaining: Sequential requests left on this lane's path (steps to score, plus one hindsight round per
@@ -94,6 +97,7 @@ class Lane:
         start: int = 0,
         prefix: Sequence[float | None] = (),
         critic_stage: Critic | None = None,
+        tokens: PromptTokenCounter | None = None,
     ) -> None:
         self.stream = stream
         self.method = method
@@ -103,6 +107,7 @@ class Lane:
         self.emit = emit
         self.bank = bank if bank is not None else new_bank(method, config)
         self.critic_stage = critic_stage or stages.critic
+        self.tokens = tokens if method.critic == LLM_CRITIC else None
         self.votes = method.votes or config.ceb.votes
         self.k = config.ceb.k if method.k is None else method.k
         self.order = order
@@ -181,8 +186,14 @@ class Lane:
                 actor_logprobs=step.actor_logprobs,
                 actor_prompt=actor_prompt,
             )
-            with priority(self.remaining):
-                res = await self.critic_stage.score(inp)
+            cost: list[PromptTokens] = []
+            async with anyio.create_task_group() as tg:
+                if self.tokens is not None:
+                    # Counting is CPU work that needs nothing from the reply: a worker thread does it while the
+                    # request is in flight (tiktoken encodes without the GIL).
+                    tg.start_soon(self._count_tokens, inp, cost)
+                with priority(self.remaining):
+                    res = await self.critic_stage.score(inp)
             self.remaining -= 1
             if res.error is not None:
                 log.warning(
@@ -222,10 +233,16 @@ class Lane:
                     position=self.position,
                     critic=self.critic,
                     alt_labels={name: ys[t] for name, ys in alt.items()},
+                    input_tokens=cost[0].input if cost else None,
+                    bank_tokens=cost[0].bank if cost else None,
                 )
             )
         if self.method.use_bank:
             await self._grow_bank(blind, states, scores, labels)
+
+    async def _count_tokens(self, inp: CriticInput, out: list[PromptTokens]) -> None:
+        assert self.tokens is not None
+        out.append(await anyio.to_thread.run_sync(self.tokens.count, inp))
 
     def _oracle(self, labels: Sequence[int | None]) -> HindsightResult:
         """The held-out labels as one unanimous vote (``ceb-gt-oracle``); unlabeled steps are not banked."""

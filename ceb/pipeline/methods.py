@@ -6,6 +6,8 @@ CEB and its component ablation (paper, Table "Component ablation"; appendix swee
 ``static``: the same critic with no bank: no precedent block, no hindsight calls.
 ``ceb-positives-only``: retrieval shows only productive precedents (no contrastive negatives).
 ``ceb-random-retrieval``: ``k`` records of each class drawn at random (seeded) instead of by similarity.
+``ceb-dense-retrieval``: similarity by sentence embeddings (all-MiniLM-L6-v2, faiss) instead of TF-IDF (the
+appendix's retrieval-mechanism table; needs ``pip install 'ceb[dense]'``).
 ``ceb-v1``: one hindsight vote per trajectory (V = 1) instead of a majority of V.
 ``ceb-no-repetition``: the repetition flag ``rho_t`` is always 0.
 ``ceb-gt-oracle``: the bank's pseudo-labels are the held-out labels (no hindsight calls). An ORACLE: it reads
@@ -66,6 +68,9 @@ for _spec in (
     MethodSpec("static", use_bank=False, description="the same critic with no bank"),
     MethodSpec("ceb-positives-only", classes="positives", description="CEB retrieving productive precedents only"),
     MethodSpec("ceb-random-retrieval", retriever="random", description="CEB with k random records per class"),
+    MethodSpec(
+        "ceb-dense-retrieval", retriever="dense", description="CEB retrieving by dense sentence-embedding cosine"
+    ),
     MethodSpec("ceb-v1", votes=1, description="CEB with a single hindsight vote (V = 1)"),
     MethodSpec("ceb-no-repetition", use_repetition_flag=False, description="CEB without the repetition flag"),
     MethodSpec(

@@ -52,6 +52,10 @@ class StepRow:
         critic: Label of the critic endpoint / model that scored (a grid may run several); ``""`` for one.
         alt_labels: Other labels of this step for evaluation only, e.g. ``{"judge": 1}`` from an LLM-as-judge
             relabelling, copied from the trajectory's ``meta["alt_labels"]`` (name -> one label per step).
+        input_tokens: ``cl100k_base`` tokens of the LLM critic's prompt for this step (contents of its
+            messages), whatever backend scored it; ``None`` for baselines or when counting is off
+            (:mod:`ceb.stages.tokens`).
+        bank_tokens: The part of ``input_tokens`` the precedent section adds (0 without a bank).
     """
 
     stream: str
@@ -75,6 +79,8 @@ class StepRow:
     position: int = 0
     critic: str = ""
     alt_labels: dict[str, int | None] = field(default_factory=dict)
+    input_tokens: int | None = None
+    bank_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

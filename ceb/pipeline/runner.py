@@ -45,6 +45,7 @@ from ceb.pipeline.resume import (
 from ceb.stages.base import NOT_AVAILABLE, CriticInput, HistoryItem
 from ceb.stages.critic import critic_context
 from ceb.stages.hindsight import hindsight_context
+from ceb.stages.tokens import PromptTokenCounter
 
 __all__ = [
     "FailureBudget",
@@ -293,6 +294,7 @@ async def run_scoring(
         for label in critic_configs
         for m in methods
     }
+    tokens = PromptTokenCounter(prompt_set(config)) if config.critic.count_tokens else None
     lanes: list[Lane] = []
     started = time.perf_counter()
     try:
@@ -318,6 +320,7 @@ async def run_scoring(
                         start=prog.position,
                         prefix=prog.prefix,
                         critic_stage=critic_stages[(key[3], method.critic)],
+                        tokens=tokens,
                     )
                 )
             await _run_lanes(lanes, config, writer, summary, on_row)
