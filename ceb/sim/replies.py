@@ -19,6 +19,14 @@ Dispatch (:func:`classify`), first by the structured-output schema, else by the 
     format. Reply ``{"labels": [...]}`` with the schema's ``minItems`` labels (else the step count the
     hindsight prompt states, else 1), each 1 with probability :data:`LABEL_POSITIVE_RATE`.
 
+    ``cot``: the prompt asks to end with the line ``Confidence: <0-100>`` (:data:`COT_MARKER`, the CoT
+    baseline). Reply two filler sentences of reasoning, then ``Confidence: <n>`` with ``n`` an integer drawn
+    from the critic's score distribution times 100.
+
+    ``stated``: the request continues a final message whose text ends with ``(0-100):``
+    (:data:`STATED_MARKER`, the verbalized baseline's cue after the frozen action). Reply ``" <n>"``, the
+    number alone, drawn as for ``cot``.
+
     ``text``: anything else. When the first user message mentions both ``True`` and ``False`` the reply is
     ``True`` (probability :data:`TRUE_RATE`) or ``False``, for P(True)-style questions; otherwise a short
     sentence of filler words. A reply that continues a final message starting without a space gets one.
@@ -41,8 +49,10 @@ import orjson
 from ceb.sim.tokens import message_text, token_id, tokenize
 
 __all__ = [
+    "COT_MARKER",
     "LABEL_POSITIVE_RATE",
     "REPETITION_MARKER",
+    "STATED_MARKER",
     "TRUE_RATE",
     "Replier",
     "ReplyKind",
@@ -50,6 +60,8 @@ __all__ = [
     "choice_rng",
     "classify",
     "completion_logprobs",
+    "confidence_number",
+    "cot_reply",
     "critic_reply",
     "default_replier",
     "format_critic",
@@ -67,11 +79,17 @@ Replier = Callable[[dict[str, Any], int, random.Random], str]
 The rng is seeded as the module docstring says, so a replier that draws only from it stays deterministic.
 """
 
-ReplyKind = Literal["critic", "labels", "text"]
+ReplyKind = Literal["critic", "labels", "cot", "stated", "text"]
 """Which kind of reply a request asks for (see :func:`classify`)."""
 
 REPETITION_MARKER = "repeats one of the last few"
 """Words of the repetition note the critic prompt shows when ``rho_t = 1`` (``critic_user.j2``)."""
+
+COT_MARKER = "Confidence: <0-100>"
+"""Words of the CoT baseline's instruction for its final line (``cot_user.j2``)."""
+
+STATED_MARKER = "(0-100):"
+"""End of the verbalized baseline's cue, which the actor continues with its confidence (``verbalized_cue.j2``)."""
 
 LABEL_POSITIVE_RATE = 0.6
 """Probability that a simulated hindsight label is 1 (productive)."""
@@ -254,7 +272,19 @@ def classify(body: Mapping[str, Any]) -> ReplyPlan:
         if any('{"labels"' in t for t in texts):
             count = _prompt_step_count(texts)
             return ReplyPlan("labels", n_labels=1 if count is None else count)
+    if _continued_text(body).rstrip().endswith(STATED_MARKER):
+        return ReplyPlan("stated")
+    if any(COT_MARKER in t for t in texts):
+        return ReplyPlan("cot")
     return ReplyPlan("text")
+
+
+def _continued_text(body: Mapping[str, Any]) -> str:
+    """The final message's text when the request continues it (``continue_final_message``), else ``""``."""
+    messages = body.get("messages") or ()
+    if body.get("continue_final_message") and messages and isinstance(messages[-1], dict):
+        return message_text(messages[-1].get("content"))
+    return ""
 
 
 def prompt_digest(sim_seed: int, body: Mapping[str, Any]) -> bytes:
@@ -306,6 +336,17 @@ def critic_reply(rng: random.Random, repeated: bool) -> str:
     return format_critic(repr(score), reason)
 
 
+def confidence_number(rng: random.Random) -> int:
+    """A stated confidence in 0..100: the critic's score distribution (Beta(4, 2.5)) times 100, rounded."""
+    return round(100 * rng.betavariate(*_CRITIC_BETA))
+
+
+def cot_reply(rng: random.Random) -> str:
+    """A CoT reply: two filler sentences, then the final line ``Confidence: <n>``."""
+    sentences = [" ".join(rng.choice(_FILLER) for _ in range(rng.randint(5, 9))).capitalize() + "." for _ in "ab"]
+    return f"{' '.join(sentences)}\nConfidence: {confidence_number(rng)}"
+
+
 def labels_reply(rng: random.Random, n_labels: int) -> str:
     """A hindsight reply with ``n_labels`` labels, each 1 with probability :data:`LABEL_POSITIVE_RATE`."""
     return format_labels([1 if rng.random() < LABEL_POSITIVE_RATE else 0 for _ in range(n_labels)])
@@ -334,6 +375,10 @@ def default_replier(body: dict[str, Any], choice_index: int, rng: random.Random)
         return critic_reply(rng, plan.repeated)
     if plan.kind == "labels":
         return labels_reply(rng, plan.n_labels or 0)
+    if plan.kind == "cot":
+        return cot_reply(rng)
+    if plan.kind == "stated":
+        return f" {confidence_number(rng)}"
     return text_reply(rng, body)
 
 
@@ -405,9 +450,10 @@ def prompt_logprobs(tokens: Sequence[str], top_k: int, rng: random.Random) -> li
     """The ``prompt_logprobs`` (a vLLM extension) of a prompt of ``tokens``, with synthetic values.
 
     Entry 0 is ``None`` (nothing precedes the first token). Entry ``i`` maps token ids (as strings, as in
-    vLLM's JSON) to ``{"logprob", "rank", "decoded_token"}``: the prompt's own token ``tokens[i]`` always, at
-    rank 1 with probability 0.6, else at a rank ``2 + floor(Exp(mean 2))``; plus filler alternatives for the
-    other ranks up to ``top_k``. Log-probabilities fall strictly with rank.
+    vLLM's JSON) to ``{"logprob", "rank", "decoded_token"}``: the prompt's own token ``tokens[i]`` always and
+    listed first, as vLLM lists it, at rank 1 with probability 0.6, else at a rank ``2 + floor(Exp(mean 2))``;
+    then filler alternatives for the other ranks up to ``top_k``, by rank. Log-probabilities fall strictly
+    with rank.
 
     Args:
         tokens: The prompt's toy tokens.
@@ -424,7 +470,7 @@ def prompt_logprobs(tokens: Sequence[str], top_k: int, rng: random.Random) -> li
         rank = 1 if rng.random() < 0.6 else 2 + int(rng.expovariate(0.5))
         at = rng.randrange(n_alt)
         value = -rng.expovariate(1.0 / 0.5)
-        entry: dict[str, dict[str, Any]] = {}
+        entry: dict[str, dict[str, Any]] = {str(own): {}}  # the own token's key first; its value is set below
         for r in range(1, max(rank, top_k) + 1):
             if r > 1:
                 value -= 0.01 + rng.expovariate(1.0)

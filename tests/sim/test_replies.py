@@ -257,3 +257,57 @@ async def test_a_custom_replier_answers_and_max_tokens_cuts_the_reply(start_sim:
     assert cut.choices[0].finish_reason == "length"
     assert cut.choices[0].message.content == "choice 0 says"
     assert cut.usage is not None and cut.usage.completion_tokens == 3
+
+
+# --- the baselines' own reply shapes ------------------------------------------------------------------------------
+
+
+def _situation() -> dict[str, Any]:
+    from ceb.stages.critic import situation_context
+
+    inp = CriticInput(domain="shell", task="list the files", step=0, state="", action="ls -la")
+    return situation_context(inp)
+
+
+def test_cot_and_stated_confidence_prompts_get_replies_the_baselines_can_read() -> None:
+    from ceb.sim.replies import default_replier
+    from ceb.stages.baselines._common import render
+    from ceb.stages.baselines.cot import parse_confidence_line
+    from ceb.stages.baselines.verbalized import parse_stated_confidence
+
+    prompts = PromptSet()
+    cot_user = render(prompts, "shell", "cot_user", _situation())
+    cot = {"messages": [{"role": "user", "content": cot_user}], "temperature": 0}
+    assert classify(cot).kind == "cot"
+    cue = render(prompts, "shell", "verbalized_cue", _situation())
+    stated = {
+        "messages": [{"role": "user", "content": "act"}, {"role": "assistant", "content": "ls -la\n" + cue.strip()}],
+        "continue_final_message": True,
+    }
+    assert classify(stated).kind == "stated"
+    # Without continue_final_message the cue is just text in a finished turn.
+    assert classify({**stated, "continue_final_message": False}).kind == "text"
+    for seed in range(20):
+        rng = random.Random(seed)
+        c = parse_confidence_line(default_replier(cot, 0, rng)) / 100
+        v = parse_stated_confidence(default_replier(stated, 0, rng))
+        assert 0.0 <= c <= 1.0 and 0.0 <= v <= 1.0
+
+
+@pytest.mark.anyio
+async def test_prompt_logprobs_list_the_prompt_token_first_as_vllm_does(sim_server: SimServer) -> None:
+    backend = _backend(sim_server)
+    try:
+        request = ChatRequest(
+            messages=({"role": "user", "content": "print the file"}, {"role": "assistant", "content": "cat a.txt"}),
+            max_tokens=1,
+            extra={"prompt_logprobs": 3, "continue_final_message": True, "add_generation_prompt": False},
+        )
+        completion = (await backend.complete(request)).completion
+    finally:
+        await backend.aclose()
+    positions = completion.prompt_logprobs
+    assert positions is not None and positions[0] is None
+    assert "".join(p.token for p in positions[1:]).endswith("cat a.txt")
+    assert all(p is not None and p.rank is not None and p.rank >= 1 for p in positions[1:])
+    assert any(p is not None and p.rank is not None and p.rank > 1 for p in positions[1:])
