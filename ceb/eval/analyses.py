@@ -100,6 +100,11 @@ class Lane:
         alt_labels: A second label column per name (for example ``"judge"``, the LLM-as-judge relabelling of
             appendix A), each shaped like ``label`` with ``NaN`` where missing.
         errors: The distinct ``error`` messages of the failed steps, in the order first seen.
+        input_tokens: ``cl100k_base`` tokens of the LLM critic's prompt for each step (``NaN`` where the row
+            has no count: a baseline, counting off, or a row written before the field existed). Failed steps
+            keep their count: the call was made.
+        bank_tokens: The part of ``input_tokens`` the precedent section adds (0 without a bank), ``NaN`` where
+            the row has no count.
     """
 
     stream: str
@@ -113,6 +118,8 @@ class Lane:
     label: FloatArray
     alt_labels: Mapping[str, FloatArray]
     errors: tuple[str, ...]
+    input_tokens: FloatArray
+    bank_tokens: FloatArray
 
     @property
     def n_rows(self) -> int:
@@ -152,7 +159,8 @@ def lanes_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Lane]:
 
     Rows of different lanes may interleave. Rows written before the multi-order fields existed default to
     ``order = 0`` and ``critic = ""``; without ``position``, a trajectory's position is the rank of its first
-    row within the lane. ``alt_labels`` may be absent or empty.
+    row within the lane. ``alt_labels`` may be absent or empty; ``input_tokens`` and ``bank_tokens`` may be
+    absent or ``null`` (``NaN`` in the lane).
 
     Args:
         rows: Decoded rows with at least ``stream``, ``method``, ``trajectory``, ``step``, ``score`` and
@@ -206,6 +214,8 @@ def _lane(key: tuple[str, str, str, int], rows: list[Mapping[str, Any]]) -> Lane
         label=_floats([row["label"] for row in rows])[order],
         alt_labels=alt,
         errors=tuple(errors),
+        input_tokens=_floats([row.get("input_tokens") for row in rows])[order],
+        bank_tokens=_floats([row.get("bank_tokens") for row in rows])[order],
     )
 
 

@@ -15,15 +15,24 @@
     task-success.md / .tex     task success under a per-task review budget (section 4.5)
     label-shift.md / .tex      strict vs alternative labels (appendix A), when ``alt_labels`` are present
     main-<name>.md / .tex      Table 1 recomputed against the alternative labels ``<name>``
+    abl.md / abl.tex           component ablation: CEB against each component removed, with ΔECE (table "abl")
+    gt-oracle.md / .tex        Static vs CEB vs the GT-oracle bank (an ORACLE), gap closed (table "gt-oracle")
+    vsweep.md / vsweep.tex     hindsight vote count V sweep at one k (appendix, table "vsweep")
+    topk.md / topk.tex         retrieval depth k sweep at one V (appendix, table "topk")
+    token-cost.md / .tex       mean critic prompt and bank tokens per call by k (appendix, table "token-cost")
+    retrieval.md / .tex        random vs dense vs the deployed retriever (appendix, table "retrieval")
 
-An analysis that does not apply to the run (no alternative labels, a single order) is skipped with a note in
-``report.md``, never an error. The command behind ``ceb report`` is :mod:`ceb.eval.report_cmd`.
+The appendix tables (:mod:`ceb.eval.ablations`) take each method's V, k and retriever from its method spec
+over ``config.json``'s ``config.ceb`` (defaults of :class:`ceb.config.CEBConfig` where missing). An analysis
+that does not apply to the run (no alternative labels, a single order, the methods an appendix table compares
+did not run) is skipped with a note in ``report.md``, never an error. The command behind ``ceb report`` is
+:mod:`ceb.eval.report_cmd`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -33,6 +42,24 @@ import orjson
 import structlog
 
 from ceb.errors import RunError
+from ceb.eval.ablations import (
+    ABLATION_VARIANTS,
+    ORACLE_METHOD,
+    RETRIEVAL_METHODS,
+    MethodSettings,
+    RunSettings,
+    Sweep,
+    component_ablation,
+    coverage_note,
+    gt_oracle_gap,
+    headline_rows,
+    k_sweep,
+    method_settings,
+    retrieval_comparison,
+    run_settings,
+    token_costs,
+    vote_sweep,
+)
 from ceb.eval.analyses import (
     POOLED,
     REVIEW_BUDGETS,
@@ -61,16 +88,22 @@ from ceb.eval.metrics import ReliabilityBins, ece, reliability_bins
 from ceb.eval.plots import method_colors, plot_cumulative_ece, plot_depth, plot_reliability
 from ceb.eval.tables import (
     Table,
+    ablation_table,
     averaging_table,
     depth_table,
+    gt_oracle_table,
     label_shift_table,
     main_table,
     method_label,
     metric_detail_table,
+    retrieval_table,
     selective_table,
     task_success_table,
     to_latex,
     to_markdown,
+    token_cost_table,
+    topk_table,
+    vsweep_table,
 )
 from ceb.pipeline.results import read_rows
 
@@ -151,16 +184,25 @@ def build_report(
     out.mkdir(parents=True, exist_ok=True)
     base = base_lanes(lanes)
     colors = method_colors([lane.method for lane in lanes])
+    settings = run_settings(_read_config(run))
+    methods = method_settings((lane.method for lane in lanes), settings)
     rep = _Report(out)
     _header(rep, run, lanes, n_bins, n_boot, seed)
+    _settings_header(rep, settings, lanes, methods)
 
-    _main_section(rep, lanes, n_bins, n_boot, seed)
+    rows = _main_section(rep, lanes, n_bins, n_boot, seed)
     _averaging_section(rep, lanes, n_bins, colors)
     _depth_section(rep, base, n_bins, colors)
     _reliability_section(rep, base, n_bins, colors)
     _selective_section(rep, base)
     _task_success_section(rep, base)
     _label_shift_section(rep, lanes, n_bins, n_boot, seed)
+    headline = headline_rows(rows)
+    _ablation_section(rep, rows, headline)
+    _gt_oracle_section(rep, rows)
+    _sweep_sections(rep, rows, headline, methods, settings)
+    _token_cost_section(rep, rows, base, headline, methods)
+    _retrieval_section(rep, rows, headline, methods)
 
     rep.lines += ["", "All numbers: [report.json](report.json)", ""]
     (out / "report.json").write_bytes(orjson.dumps(_jsonable(rep.data), option=orjson.OPT_INDENT_2))
@@ -215,7 +257,7 @@ def _where(stream: str, critic: str) -> str:
     return f"{name} / {critic}" if critic else name
 
 
-def _main_section(rep: _Report, lanes: Sequence[Lane], n_bins: int, n_boot: int, seed: int) -> None:
+def _main_section(rep: _Report, lanes: Sequence[Lane], n_bins: int, n_boot: int, seed: int) -> list[MetricRow]:
     rep.section(
         "1. Main results (Table 1, section 4.2)",
         "ECE (equal width), Brier and AUC per stream and critic, with each method pooled over streams when it "
@@ -227,6 +269,7 @@ def _main_section(rep: _Report, lanes: Sequence[Lane], n_bins: int, n_boot: int,
     rep.table(main_table(rows, notes=notes))
     rep.table(metric_detail_table(rows))
     rep.data["main"] = [_metric_json(r) for r in rows]
+    return rows
 
 
 def _metric_json(r: MetricRow) -> dict[str, Any]:
@@ -459,6 +502,221 @@ def _label_shift_section(rep: _Report, lanes: Sequence[Lane], n_bins: int, n_boo
         caption = f"Step-level confidence estimation against the alternative labels '{name}' (ECE, Brier, AUC)."
         rep.table(main_table(rows, caption=caption, label=label, notes=_na_notes(rows)))
         rep.data["alt_main"][name] = [_metric_json(r) for r in rows]
+
+
+def _read_config(run: Path) -> Any:
+    """The decoded ``config.json`` of the run, or ``None`` when it is missing or unreadable."""
+    try:
+        return orjson.loads((run / "config.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+
+
+def _settings_header(
+    rep: _Report, settings: RunSettings, lanes: Sequence[Lane], methods: Mapping[str, MethodSettings]
+) -> None:
+    source = {"defaults": "CEBConfig defaults: no values in config.json"}.get(settings.source, settings.source)
+    rep.lines.append(
+        f"- Appendix tables: CEB methods resolve V, k and the retriever over V={settings.votes}, k={settings.k}, "
+        f"retriever `{settings.retriever}` ({source})."
+    )
+    unknown = sorted({lane.method for lane in lanes} - set(methods))
+    if unknown:
+        rep.lines.append(
+            f"- Methods this version of ceb does not know, left out of the appendix tables: "
+            f"{', '.join(f'`{m}`' for m in unknown)}"
+        )
+    rep.data["run"]["ceb"] = asdict(settings)
+    rep.data["run"]["unknown_methods"] = unknown
+
+
+def _scores_json(r: MetricRow) -> dict[str, Any]:
+    """The numbers of a headline row: its stream (or ``POOLED``), step count and metrics."""
+    s = r.summary
+    return {
+        "stream": r.stream,
+        "n": r.n,
+        "ece": None if s is None else s.ece,
+        "brier": None if s is None else s.brier,
+        "auroc": None if s is None else s.auroc,
+    }
+
+
+def _coverage_notes(rows: Sequence[MetricRow], blocks: Mapping[str, Sequence[str]]) -> list[str]:
+    notes = [coverage_note(rows, critic, methods) for critic, methods in blocks.items()]
+    return [n for n in notes if n is not None]
+
+
+def _blocks(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for critic, method in pairs:
+        out.setdefault(critic, []).append(method)
+    return out
+
+
+_HEADLINE = (
+    "Numbers are the main table's (lowest-order lanes): a method's pooled row when it ran on several streams, "
+    "else its row on its one stream; one block per critic."
+)
+
+
+def _ablation_section(rep: _Report, rows: Sequence[MetricRow], headline: Mapping[tuple[str, str], MetricRow]) -> None:
+    rep.section(
+        '8. Component ablation (table "abl")',
+        "CEB (the reference) against variants that each remove one component: contrastive precedents "
+        "(`ceb-positives-only`), similarity retrieval (`ceb-random-retrieval`), the majority vote (`ceb-v1`), "
+        "the repetition flag (`ceb-no-repetition`) and the whole bank (`static`). ΔECE = ECE(variant) − "
+        f"ECE(CEB), positive when the variant is worse calibrated. {_HEADLINE}",
+    )
+    ablation = component_ablation(headline)
+    rep.data["ablation"] = [
+        {"critic": a.critic, "method": a.method, "variant": a.variant, "delta_ece": a.delta_ece} | _scores_json(a.row)
+        for a in ablation
+    ]
+    if not ablation:
+        variants = ", ".join(f"`{m}`" for m, _ in ABLATION_VARIANTS[1:])
+        rep.note(f"Skipped: needs `ceb` and at least one of {variants} scored by the same critic.")
+        return
+    notes = _coverage_notes(rows, _blocks((a.critic, a.method) for a in ablation))
+    rep.table(ablation_table(ablation, notes=notes))
+
+
+def _gt_oracle_section(rep: _Report, rows: Sequence[MetricRow]) -> None:
+    rep.section(
+        '9. Closing the gap to a ground-truth oracle (table "gt-oracle")',
+        f"**ORACLE:** `{ORACLE_METHOD}` fills its bank with the held-out ground-truth step labels instead of "
+        "hindsight pseudo-labels. It reads labels no deployed system has: an upper bound, never a method. "
+        "ECE of Static, CEB and the oracle per stream, pooled when all three ran on the same streams; "
+        "CEB−Oracle is the error due to pseudo-label noise, Static−Oracle the headroom a perfectly labelled bank "
+        "could close, and Closed = (Static − CEB) / (Static − Oracle) the share CEB closes (n/a when "
+        "Static = Oracle).",
+    )
+    gaps = gt_oracle_gap(rows)
+    rep.data["gt_oracle"] = [asdict(g) for g in gaps]
+    if not gaps:
+        rep.note(f"Skipped: needs `static`, `ceb` and `{ORACLE_METHOD}` on a shared stream and critic.")
+        return
+    notes = ["ORACLE: the GT oracle reads held-out labels (unavailable in deployment); it bounds, never competes."]
+    rep.table(gt_oracle_table(gaps, notes=notes))
+
+
+def _sweep_json(sweep: Sweep | None) -> dict[str, Any] | None:
+    if sweep is None:
+        return None
+    fixed = "k" if sweep.swept == "votes" else "votes"
+    return {
+        "swept": sweep.swept,
+        fixed: sweep.fixed,
+        "values": list(sweep.values),
+        "cells": [
+            {"critic": c.critic, "method": c.method, "votes": c.votes, "k": c.k} | _scores_json(c.row)
+            for c in sweep.cells
+        ],
+    }
+
+
+def _sweep_notes(rows: Sequence[MetricRow], sweep: Sweep) -> list[str]:
+    name = "V" if sweep.swept == "votes" else "k"
+    filled = dict.fromkeys(f"{name}={c.votes if sweep.swept == 'votes' else c.k}: `{c.method}`" for c in sweep.cells)
+    return [
+        f"Cells filled by {', '.join(filled)}.",
+        *_coverage_notes(rows, _blocks((c.critic, c.method) for c in sweep.cells)),
+    ]
+
+
+def _sweep_sections(
+    rep: _Report,
+    rows: Sequence[MetricRow],
+    headline: Mapping[tuple[str, str], MetricRow],
+    methods: Mapping[str, MethodSettings],
+    settings: RunSettings,
+) -> None:
+    family = (
+        "The methods that differ from CEB only in V and k: `ceb` (V = ceb.votes, k = ceb.k), the sweep cells "
+        "`ceb-V<v>-k<k>` (a missing part takes the run's value) and `ceb-v1` (V = 1; left out when a "
+        "`ceb-V1-k<k>` ran). When several share a (V, k), `ceb` fills the cell, else a sweep cell."
+    )
+    rep.section(
+        '10. Hindsight vote count sweep (table "vsweep")',
+        f"{family} The V sweep is taken at the k with the most distinct V (ties: ceb.k, then the smaller k); "
+        f"cells are ECE / Brier / AUC, a row per critic. {_HEADLINE}",
+    )
+    votes = vote_sweep(headline, methods, settings)
+    rep.data["v_sweep"] = _sweep_json(votes)
+    if votes is None:
+        rep.note("Skipped: needs CEB methods at two distinct V with the same k (e.g. `ceb` and `ceb-V1`).")
+    else:
+        rep.table(vsweep_table(votes, notes=_sweep_notes(rows, votes)))
+
+    rep.section(
+        '11. Retrieval depth sweep (table "topk")',
+        f"The same methods at V = ceb.votes (else the V with the most distinct k), a row per k (precedents per "
+        f"class). {_HEADLINE}",
+    )
+    depth = k_sweep(headline, methods, settings)
+    rep.data["k_sweep"] = _sweep_json(depth)
+    if depth is None:
+        rep.note("Skipped: needs CEB methods at two distinct k with the same V (e.g. `ceb` and `ceb-k1`).")
+    else:
+        rep.table(topk_table(depth, notes=_sweep_notes(rows, depth)))
+
+
+def _token_cost_section(
+    rep: _Report,
+    rows: Sequence[MetricRow],
+    base: Sequence[Lane],
+    headline: Mapping[tuple[str, str], MetricRow],
+    methods: Mapping[str, MethodSettings],
+) -> None:
+    rep.section(
+        '12. Token cost of retrieval depth (table "token-cost")',
+        "Mean tokens per LLM-critic call over the steps that carry a count (failed steps included: the call was "
+        "made), all streams of the lowest-order lanes. Tokens are counted with tiktoken `cl100k_base` on the "
+        "critic prompt's message contents (chat-template tokens excluded); bank tokens are the prompt's tokens "
+        "minus those of the same prompt without the precedent section. Δ vs k=1 is the relative change in mean "
+        "total input tokens against the method with k = 1, the same V and otherwise the same switches. ECE is "
+        "the main table's.",
+    )
+    costs = token_costs(base, headline, methods)
+    rep.data["token_cost"] = [asdict(t) for t in costs]
+    if not costs:
+        rep.note(
+            "Skipped: no LLM-critic row carries `input_tokens` (score with `critic.count_tokens = true` to count)."
+        )
+        return
+    notes = [
+        f"{method_label(t.method)}{f' ({t.critic})' if t.critic else ''}: {t.n_counted} of {t.n_steps} steps "
+        "carry a count."
+        for t in costs
+        if t.n_counted < t.n_steps
+    ]
+    rep.table(
+        token_cost_table(costs, notes=notes + _coverage_notes(rows, _blocks((t.critic, t.method) for t in costs)))
+    )
+
+
+def _retrieval_section(
+    rep: _Report,
+    rows: Sequence[MetricRow],
+    headline: Mapping[tuple[str, str], MetricRow],
+    methods: Mapping[str, MethodSettings],
+) -> None:
+    rep.section(
+        '13. Retrieval mechanism (table "retrieval")',
+        "CEB with precedents drawn at random from the bank (`ceb-random-retrieval`), by dense embeddings "
+        "(`ceb-dense-retrieval`: all-MiniLM-L6-v2 sentence embeddings, cosine in a faiss index) and by the "
+        f"run's configured retriever (`ceb`, deployed), all else identical. {_HEADLINE}",
+    )
+    compared = retrieval_comparison(headline, methods)
+    rep.data["retrieval"] = [
+        {"critic": r.critic, "method": r.method, "retriever": r.retriever, "deployed": r.deployed} | _scores_json(r.row)
+        for r in compared
+    ]
+    if not compared:
+        names = ", ".join(f"`{m}`" for m in RETRIEVAL_METHODS)
+        rep.note(f"Skipped: needs two of {names} with different retrievers, scored by the same critic.")
+        return
+    rep.table(retrieval_table(compared, notes=_coverage_notes(rows, _blocks((r.critic, r.method) for r in compared))))
 
 
 def _jsonable(value: Any) -> Any:

@@ -31,8 +31,10 @@ def report_command(
     """Write the paper's tables (Markdown and LaTeX), figures (PNG) and report.json for a run directory.
 
     Covers Table 1 with bootstrap intervals, multi-order stream averaging, calibration by depth, reliability
-    diagrams, selective execution, task success under a review budget and, when the run has alternative
-    labels, the label shift and Table 1 against them. Writes RUN_DIR/report/report.md linking everything.
+    diagrams, selective execution, task success under a review budget, when the run has alternative
+    labels the label shift and Table 1 against them, and the appendix tables the run's methods allow: component
+    ablation, GT-oracle gap, V and k sweeps, token cost and retrieval mechanism. Writes RUN_DIR/report/report.md
+    linking everything.
     """
     if bins is None:
         bins = _run_bins(run_dir)

@@ -20,6 +20,7 @@ from typing import Literal
 
 import numpy as np
 
+from ceb.eval.ablations import RETRIEVER_LABELS, AblationRow, OracleGap, RetrieverRow, Sweep, TokenCost
 from ceb.eval.analyses import (
     POOLED,
     STREAM_CHECKPOINTS,
@@ -39,20 +40,26 @@ __all__ = [
     "Column",
     "Row",
     "Table",
+    "ablation_table",
     "averaging_table",
     "bold_cells",
     "depth_table",
     "format_cell",
+    "gt_oracle_table",
     "label_shift_table",
     "latex_escape",
     "main_table",
     "method_label",
     "method_sort_key",
     "metric_detail_table",
+    "retrieval_table",
     "selective_table",
     "task_success_table",
     "to_latex",
     "to_markdown",
+    "token_cost_table",
+    "topk_table",
+    "vsweep_table",
 ]
 
 Better = Literal["lower", "higher"]
@@ -72,6 +79,7 @@ METHOD_LABELS: Mapping[str, str] = {
     "ceb-v1": "CEB - vote (V=1)",
     "ceb-no-repetition": "CEB - repetition signal",
     "ceb-gt-oracle": "CEB, GT-oracle bank",
+    "ceb-dense-retrieval": "CEB - dense retrieval",
 }
 """Display names of the paper's methods (Table 1 and the ablation table); other names print as they are."""
 
@@ -104,6 +112,8 @@ class Column:
         digits: Decimals printed.
         scale: Factor applied before printing (100 prints fractions as percentages).
         latex: Header as LaTeX source, used verbatim.
+        signed: Print a sign on positive values too (``+0.065``), for differences.
+        suffix: Printed right after the number (``"%"`` gives ``+18%``); escaped for LaTeX.
     """
 
     name: str
@@ -111,6 +121,8 @@ class Column:
     digits: int = 3
     scale: float = 1.0
     latex: str | None = None
+    signed: bool = False
+    suffix: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +197,9 @@ def format_cell(cell: Cell, column: Column, *, latex: bool = False) -> str:
     if cell.value is None or not np.isfinite(cell.value):
         return "n/a"
     text = _number(cell.value, column)
+    if latex and column.signed:
+        text = f"${text}$"  # a math minus / plus, as the paper prints differences
+    text += latex_escape(column.suffix) if latex else column.suffix
     if cell.std is not None and np.isfinite(cell.std):
         text += (r" $\pm$ " if latex else " ± ") + _number(cell.std, column)
     if cell.low is not None and cell.high is not None:
@@ -194,7 +209,8 @@ def format_cell(cell: Cell, column: Column, *, latex: bool = False) -> str:
 
 
 def _number(value: float, column: Column) -> str:
-    return f"{value * column.scale:.{column.digits}f}"
+    sign = "+" if column.signed else ""
+    return f"{value * column.scale:{sign}.{column.digits}f}"
 
 
 def bold_cells(table: Table) -> set[tuple[int, int, int]]:
@@ -282,6 +298,8 @@ _LATEX_SPECIALS = {
     "→": r"$\to$",
     "↓": r"$\downarrow$",
     "↑": r"$\uparrow$",
+    "−": "$-$",
+    "Δ": r"$\Delta$",
 }
 
 
@@ -642,5 +660,173 @@ def label_shift_table(shifts: Mapping[tuple[str, str, str], LabelShift | None], 
         blocks=tuple(Block(name, tuple(rows)) for name, rows in blocks.items()),
         row_header="Stream",
         block_header="Labels",
+        notes=tuple(notes),
+    )
+
+
+# --- appendix and ablation tables -------------------------------------------------------------------------
+
+
+def _metric_cells(row: MetricRow | None) -> tuple[Cell, Cell, Cell]:
+    if row is None or row.summary is None:
+        return (Cell(), Cell(), Cell())
+    s = row.summary
+    return (Cell(s.ece), Cell(s.brier), Cell(s.auroc))
+
+
+def _critic_blocks(rows: Mapping[str, list[Row]]) -> tuple[Block, ...]:
+    return tuple(Block(critic, tuple(block)) for critic, block in rows.items())
+
+
+def ablation_table(rows: Sequence[AblationRow], *, notes: Sequence[str] = ()) -> Table:
+    """The component ablation (paper table "abl"): ECE, Brier, AUC and ΔECE against CEB, a block per critic.
+
+    ``rows`` come from :func:`ceb.eval.ablations.component_ablation`; ΔECE prints signed (``+0.065``) and
+    ``—`` on the reference row.
+    """
+    blocks: dict[str, list[Row]] = {}
+    for r in rows:
+        delta = Cell(text="—") if r.method == "ceb" else Cell(r.delta_ece)
+        blocks.setdefault(r.critic, []).append(Row(r.variant, (*_metric_cells(r.row), delta)))
+    columns = (_ECE, _BRIER, _AUC, Column("ΔECE", signed=True, latex=r"$\Delta$ECE"))
+    return Table(
+        caption="Component ablation: each variant removes one component of CEB, all scoring the same steps. "
+        "ΔECE is ECE(variant) − ECE(CEB); positive means the variant is worse calibrated.",
+        label="abl",
+        groups=(("", columns),),
+        blocks=_critic_blocks(blocks),
+        row_header="Variant",
+        notes=tuple(notes),
+    )
+
+
+def gt_oracle_table(gaps: Sequence[OracleGap], *, notes: Sequence[str] = ()) -> Table:
+    """Static vs CEB vs the GT oracle in ECE (paper table "gt-oracle"), a row per stream, a block per critic.
+
+    ``gaps`` come from :func:`ceb.eval.ablations.gt_oracle_gap`. Closed is
+    ``(Static − CEB) / (Static − Oracle)`` in percent, ``n/a`` when the denominator is 0. No column is bold:
+    the rows are streams, not competitors.
+    """
+    columns = (
+        Column("Static"),
+        Column("CEB"),
+        Column("GT oracle"),
+        Column("CEB−Oracle"),
+        Column("Static−Oracle"),
+        Column("Closed", digits=0, scale=100.0, suffix="%"),
+    )
+    blocks: dict[str, list[Row]] = {}
+    for g in gaps:
+        cells = (g.static, g.ceb, g.oracle, g.ceb_minus_oracle, g.static_minus_oracle, g.closed)
+        label = "pooled" if g.stream == POOLED else g.stream
+        blocks.setdefault(g.critic, []).append(Row(label, tuple(Cell(v) for v in cells)))
+    return Table(
+        caption="GT-oracle upper bound (ECE, lower is better). ORACLE: the GT oracle's bank holds the held-out "
+        "ground-truth step labels, which no deployed system has; CEB's bank holds hindsight pseudo-labels. "
+        "Closed = (Static − CEB) / (Static − Oracle).",
+        label="gt-oracle",
+        groups=(("", columns),),
+        blocks=_critic_blocks(blocks),
+        row_header="Stream",
+        notes=tuple(notes),
+    )
+
+
+def vsweep_table(sweep: Sweep, *, notes: Sequence[str] = ()) -> Table:
+    """The hindsight vote count sweep (paper table "vsweep"): a column group per ``V``, a row per critic.
+
+    ``sweep`` comes from :func:`ceb.eval.ablations.vote_sweep`. Cells are ECE / Brier / AUC, none bold (the
+    rows are critics, not competitors). The unlabelled critic of a single-critic run prints as ``critic``.
+    """
+    columns = (Column("ECE"), Column("Brier"), Column("AUC"))
+    cells = {(c.critic, c.votes): c for c in sweep.cells}
+    rows = []
+    for critic in dict.fromkeys(c.critic for c in sweep.cells):
+        row_cells: list[Cell] = []
+        for v in sweep.values:
+            got = cells.get((critic, v))
+            row_cells += _metric_cells(None if got is None else got.row)
+        rows.append(Row(critic or "critic", tuple(row_cells)))
+    return Table(
+        caption=f"Hindsight vote count V sweep at k={sweep.fixed}. Cells are ECE / Brier / AUC.",
+        label="vsweep",
+        groups=tuple((f"V={v}", columns) for v in sweep.values),
+        blocks=(Block("", tuple(rows)),),
+        row_header="Critic",
+        notes=tuple(notes),
+    )
+
+
+def topk_table(sweep: Sweep, *, notes: Sequence[str] = ()) -> Table:
+    """The retrieval depth sweep (paper table "topk"): a row per ``k``, a block per critic, best in bold.
+
+    ``sweep`` comes from :func:`ceb.eval.ablations.k_sweep`.
+    """
+    blocks: dict[str, list[Row]] = {}
+    for c in sweep.cells:
+        blocks.setdefault(c.critic, []).append(Row(str(c.k), _metric_cells(c.row)))
+    return Table(
+        caption=f"Retrieval depth k sweep (precedents per class) at V={sweep.fixed}. Best per column in bold.",
+        label="topk",
+        groups=(("", (_ECE, _BRIER, _AUC)),),
+        blocks=_critic_blocks(blocks),
+        row_header="k",
+        notes=tuple(notes),
+    )
+
+
+def token_cost_table(costs: Sequence[TokenCost], *, notes: Sequence[str] = ()) -> Table:
+    """Token cost of retrieval depth (paper table "token-cost"): mean critic prompt tokens per call.
+
+    ``costs`` come from :func:`ceb.eval.ablations.token_costs`. Δ vs k=1 is the relative change of the mean
+    total input tokens against the ``k = 1`` method with the same ``V`` and switches (``+18%``), ``—`` on
+    that method itself or when none ran. A method without a bank prints ``—`` for ``V`` and ``k``.
+    """
+    columns = (
+        Column("V", digits=0),
+        Column("k (per class)", digits=0, latex=r"$k$ (per class)"),
+        Column("Bank tokens", digits=0),
+        Column("Total input tokens", digits=0),
+        Column("Δ vs k=1", digits=0, scale=100.0, signed=True, suffix="%", latex=r"$\Delta$ vs.\ $k{=}1$"),
+        _ECE,
+    )
+    blocks: dict[str, list[Row]] = {}
+    for t in costs:
+        cells = (
+            Cell(text="—") if t.votes is None else Cell(t.votes),
+            Cell(text="—") if t.k is None else Cell(t.k),
+            Cell(_num(t.bank_tokens)),
+            Cell(_num(t.input_tokens)),
+            Cell(text="—") if t.delta_vs_k1 is None else Cell(t.delta_vs_k1),
+            Cell(t.ece),
+        )
+        blocks.setdefault(t.critic, []).append(Row(method_label(t.method), cells))
+    return Table(
+        caption="Token cost of retrieval depth: mean cl100k_base tokens per critic call (bank tokens: the "
+        "precedent section). Δ vs k=1 is the relative change in total input tokens against k=1 at the same V.",
+        label="token-cost",
+        groups=(("", columns),),
+        blocks=_critic_blocks(blocks),
+        notes=tuple(notes),
+    )
+
+
+def retrieval_table(rows: Sequence[RetrieverRow], *, notes: Sequence[str] = ()) -> Table:
+    """The retrieval mechanism (paper table "retrieval"): ECE, Brier, AUC per retriever, best in bold.
+
+    ``rows`` come from :func:`ceb.eval.ablations.retrieval_comparison`; the deployed retriever (``ceb``'s)
+    is marked "(deployed)".
+    """
+    blocks: dict[str, list[Row]] = {}
+    for r in rows:
+        label = RETRIEVER_LABELS.get(r.retriever, r.retriever) + (" (deployed)" if r.deployed else "")
+        blocks.setdefault(r.critic, []).append(Row(label, _metric_cells(r.row)))
+    return Table(
+        caption="Retrieval mechanism: precedents drawn at random, by dense embeddings or by the deployed "
+        "retriever, otherwise identical. Best per column in bold.",
+        label="retrieval",
+        groups=(("", (_ECE, _BRIER, _AUC)),),
+        blocks=_critic_blocks(blocks),
+        row_header="Retriever",
         notes=tuple(notes),
     )

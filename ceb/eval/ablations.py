@@ -1,0 +1,648 @@
+"""The paper's appendix and ablation analyses, computed from the main table's metric rows.
+
+Each function picks the methods one appendix table compares and derives that table's numbers; nothing is
+read from or written to disk, and no metric is recomputed: every ECE, Brier and AUROC is the one of the main
+table (:func:`ceb.eval.analyses.metric_rows`, lowest-order lanes). A method's *headline* row is its pooled
+row when it ran on several streams, else its row on its one stream (:func:`headline_rows`).
+
+- :func:`component_ablation`: CEB against each component removed (paper Table "Component ablation").
+- :func:`gt_oracle_gap`: Static, CEB and the GT oracle per stream, and the share of the gap CEB closes
+  (section "Closing the gap to a ground truth oracle").
+- :func:`vote_sweep` and :func:`k_sweep`: the hindsight vote count ``V`` and retrieval depth ``k`` sweeps
+  (appendix "Hyperparameter sensitivity").
+- :func:`token_costs`: prompt tokens per critic call by retrieval depth (appendix "Token cost of retrieval
+  depth").
+- :func:`retrieval_comparison`: random, dense and TF-IDF retrieval (appendix "Retrieval mechanism").
+
+A method's ``V``, ``k`` and retriever are its :class:`~ceb.pipeline.methods.MethodSpec` switches over the
+run's ``ceb`` settings (:class:`RunSettings`), so ``ceb`` is ``V = ceb.votes``, ``k = ceb.k`` and the sweep
+cell ``ceb-V3`` is ``V = 3``, ``k = ceb.k``. Method names this version of ``ceb`` does not know are left out.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from ceb.config import CEBConfig
+from ceb.errors import ConfigError
+from ceb.eval.analyses import POOLED, Lane, MetricRow
+from ceb.pipeline.methods import LLM_CRITIC, MethodSpec, resolve_method
+
+__all__ = [
+    "ABLATION_VARIANTS",
+    "ORACLE_METHOD",
+    "RETRIEVAL_METHODS",
+    "RETRIEVER_LABELS",
+    "AblationRow",
+    "MethodSettings",
+    "OracleGap",
+    "RetrieverRow",
+    "RunSettings",
+    "Sweep",
+    "SweepCell",
+    "TokenCost",
+    "component_ablation",
+    "coverage_note",
+    "gt_oracle_gap",
+    "headline_rows",
+    "k_sweep",
+    "method_settings",
+    "retrieval_comparison",
+    "run_settings",
+    "token_costs",
+    "vote_sweep",
+]
+
+ABLATION_VARIANTS: tuple[tuple[str, str], ...] = (
+    ("ceb", "CEB (reference)"),
+    ("ceb-positives-only", "− contrastive (positives only)"),
+    ("ceb-random-retrieval", "− similarity retrieval (random from bank)"),
+    ("ceb-v1", "− majority vote (V=1)"),
+    ("ceb-no-repetition", "− repetition flag"),
+    ("static", "Static (no bank)"),
+)
+"""Rows of the component ablation, in the paper's order: ``(method, row label)``; the first is the reference."""
+
+ORACLE_METHOD = "ceb-gt-oracle"
+"""The method whose bank holds the held-out labels: an upper bound no deployed system reaches."""
+
+RETRIEVAL_METHODS: tuple[str, ...] = ("ceb-random-retrieval", "ceb-dense-retrieval", "ceb")
+"""Methods of the retrieval-mechanism table, in its row order; ``ceb`` is the deployed retriever."""
+
+RETRIEVER_LABELS: Mapping[str, str] = {
+    "random": "Random",
+    "dense": "Dense (all-MiniLM-L6-v2 + faiss)",
+    "tfidf": "TF-IDF",
+    "tfidf-reference": "TF-IDF (scikit-learn reference)",
+}
+"""Display names of the retrievers (:data:`ceb.bank.RETRIEVERS`); others print as they are."""
+
+_DEFAULTS = CEBConfig()
+_SWEEP_CELL = re.compile(r"^ceb(?:-V\d+)?(?:-k\d+)?$")
+
+
+# --- settings and headline rows ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    """The run's ``ceb`` settings the methods' ``None`` switches take (``config.json``, ``config.ceb``).
+
+    Attributes:
+        votes: ``ceb.votes``, hindsight votes ``V``.
+        k: ``ceb.k``, precedents per class.
+        retriever: ``ceb.retriever``.
+        source: Where the values come from: ``"config.json"`` (all read from the run's config), ``"defaults"``
+            (all from :class:`ceb.config.CEBConfig`'s defaults) or ``"config.json + defaults"``.
+    """
+
+    votes: int = _DEFAULTS.votes
+    k: int = _DEFAULTS.k
+    retriever: str = _DEFAULTS.retriever
+    source: str = "defaults"
+
+
+def run_settings(doc: Any) -> RunSettings:
+    """Read ``V``, ``k`` and the retriever from a decoded ``config.json`` document.
+
+    Args:
+        doc: The decoded document (``{"config": {"ceb": {"votes": ..., "k": ..., "retriever": ...}}}``), or
+            ``None`` when the run has none.
+
+    Returns:
+        The values found; a missing or ill-typed value takes :class:`ceb.config.CEBConfig`'s default.
+    """
+    section = doc.get("config") if isinstance(doc, Mapping) else None
+    found = section.get("ceb") if isinstance(section, Mapping) else None
+    ceb: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    votes = _int(ceb.get("votes"), minimum=1)
+    k = _int(ceb.get("k"), minimum=0)
+    retriever = ceb.get("retriever")
+    retriever = retriever if isinstance(retriever, str) and retriever else None
+    return RunSettings(
+        votes=_DEFAULTS.votes if votes is None else votes,
+        k=_DEFAULTS.k if k is None else k,
+        retriever=_DEFAULTS.retriever if retriever is None else retriever,
+        source=_SOURCES[sum(v is not None for v in (votes, k, retriever))],
+    )
+
+
+_SOURCES = ("defaults", "config.json + defaults", "config.json + defaults", "config.json")
+
+
+def _int(value: Any, *, minimum: int) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= minimum else None
+
+
+@dataclass(frozen=True, slots=True)
+class MethodSettings:
+    """A method's effective switches in a run: its :class:`MethodSpec` over the run's :class:`RunSettings`.
+
+    Attributes:
+        method: Method name.
+        spec: The resolved spec (``votes``, ``k``, ``retriever`` may be ``None``).
+        votes: Effective ``V``.
+        k: Effective precedents per class.
+        retriever: Effective retriever name.
+    """
+
+    method: str
+    spec: MethodSpec
+    votes: int
+    k: int
+    retriever: str
+
+    @property
+    def switches(self) -> tuple[MethodSpec, str]:
+        """Every switch except ``V`` and ``k`` (and the name): equal for the cells of one V / k sweep."""
+        return replace(self.spec, name="", votes=None, k=None, retriever=None, description=""), self.retriever
+
+    @property
+    def uses_llm_critic(self) -> bool:
+        """Scored by the LLM critic with the paper's critic prompt (CEB, its ablations, Static)."""
+        return self.spec.critic == LLM_CRITIC
+
+
+def method_settings(methods: Iterable[str], settings: RunSettings) -> dict[str, MethodSettings]:
+    """Resolve each method name (:func:`ceb.pipeline.methods.resolve_method`) against the run's settings.
+
+    Names ``resolve_method`` rejects (a method added after this version of ``ceb``) are left out.
+    """
+    out: dict[str, MethodSettings] = {}
+    for name in dict.fromkeys(methods):
+        try:
+            spec = resolve_method(name)
+        except ConfigError:
+            continue
+        out[name] = MethodSettings(
+            method=name,
+            spec=spec,
+            votes=spec.votes if spec.votes is not None else settings.votes,
+            k=spec.k if spec.k is not None else settings.k,
+            retriever=spec.retriever if spec.retriever is not None else settings.retriever,
+        )
+    return out
+
+
+def headline_rows(rows: Iterable[MetricRow]) -> dict[tuple[str, str], MetricRow]:
+    """One row per ``(critic, method)``: the pooled row when the method ran on several streams, else its one row.
+
+    Args:
+        rows: The main table's rows (:func:`ceb.eval.analyses.metric_rows`).
+
+    Returns:
+        ``(critic, method) -> row``, in the order the rows first name each pair.
+    """
+    out: dict[tuple[str, str], MetricRow] = {}
+    for r in rows:
+        key = (r.critic, r.method)
+        if key not in out or r.stream == POOLED:
+            out[key] = r
+    return out
+
+
+def coverage_note(rows: Iterable[MetricRow], critic: str, methods: Iterable[str]) -> str | None:
+    """A note when ``methods`` ran on different streams for ``critic``, so their rows pool different steps.
+
+    Args:
+        rows: The main table's rows.
+        critic: The critic of the block.
+        methods: The methods compared in the block.
+
+    Returns:
+        ``None`` when every method covers the same streams, else one line naming each method's streams.
+    """
+    wanted = list(dict.fromkeys(methods))
+    streams: dict[str, list[str]] = {m: [] for m in wanted}
+    for r in rows:
+        if r.critic == critic and r.method in streams and r.stream != POOLED:
+            streams[r.method].append(r.stream)
+    present = {m: s for m, s in streams.items() if s}
+    if len({tuple(sorted(s)) for s in present.values()}) <= 1:
+        return None
+    where = f"critic {critic}" if critic else "the run"
+    cover = "; ".join(f"{m}: {', '.join(s)}" for m, s in present.items())
+    return f"In {where} the methods ran on different streams ({cover}), so their rows are not on the same steps."
+
+
+def _ece(row: MetricRow | None) -> float | None:
+    return None if row is None or row.summary is None else row.summary.ece
+
+
+def _critics(headline: Mapping[tuple[str, str], MetricRow]) -> list[str]:
+    return sorted({critic for critic, _ in headline})
+
+
+# --- component ablation -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AblationRow:
+    """One variant of the component ablation (paper Table "Component ablation").
+
+    Attributes:
+        critic: Critic label.
+        method: Method name (a name of :data:`ABLATION_VARIANTS`).
+        variant: Row label, e.g. ``"− contrastive (positives only)"``.
+        row: The method's headline metric row.
+        delta_ece: ``ECE(variant) - ECE(ceb)``; positive means the variant is worse calibrated. ``None`` for
+            ``ceb`` itself and when either has no numbers.
+    """
+
+    critic: str
+    method: str
+    variant: str
+    row: MetricRow
+    delta_ece: float | None
+
+
+def component_ablation(headline: Mapping[tuple[str, str], MetricRow]) -> list[AblationRow]:
+    """CEB against each ablated variant that ran, one block per critic that ran ``ceb`` and a variant.
+
+    Args:
+        headline: :func:`headline_rows` of the main table.
+
+    Returns:
+        Rows in the order of :data:`ABLATION_VARIANTS`, critic by critic (sorted); empty when no critic ran
+        ``ceb`` and at least one variant.
+    """
+    out: list[AblationRow] = []
+    reference = ABLATION_VARIANTS[0][0]
+    for critic in _critics(headline):
+        ref = headline.get((critic, reference))
+        present = [(m, label) for m, label in ABLATION_VARIANTS if (critic, m) in headline]
+        if ref is None or len(present) < 2:
+            continue
+        ref_ece = _ece(ref)
+        for method, label in present:
+            row = headline[(critic, method)]
+            value = _ece(row)
+            delta = None if method == reference or value is None or ref_ece is None else value - ref_ece
+            out.append(AblationRow(critic, method, label, row, delta))
+    return out
+
+
+# --- GT oracle --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OracleGap:
+    """ECE of Static, CEB and the GT oracle on one stream (or pooled), and the gap CEB closes.
+
+    The oracle (``ceb-gt-oracle``) fills its bank with the held-out labels: it reads labels no deployed
+    system has and bounds what a perfectly labelled bank could reach.
+
+    Attributes:
+        stream: Stream name, or :data:`ceb.eval.analyses.POOLED`.
+        critic: Critic label.
+        static: ECE of ``static``, or ``None`` without numbers.
+        ceb: ECE of ``ceb``.
+        oracle: ECE of ``ceb-gt-oracle``.
+        ceb_minus_oracle: ``ceb - oracle``: the part of CEB's error due to pseudo-label noise.
+        static_minus_oracle: ``static - oracle``: the headroom a perfectly labelled bank could close.
+        closed: ``(static - ceb) / (static - oracle)``, a fraction (0.95 prints as 95%); ``None`` when the
+            denominator is 0 (within 1e-12) or a value is missing.
+    """
+
+    stream: str
+    critic: str
+    static: float | None
+    ceb: float | None
+    oracle: float | None
+    ceb_minus_oracle: float | None
+    static_minus_oracle: float | None
+    closed: float | None
+
+
+_ORACLE_SET = ("static", "ceb", ORACLE_METHOD)
+
+
+def gt_oracle_gap(rows: Sequence[MetricRow]) -> list[OracleGap]:
+    """Static vs CEB vs the GT oracle in ECE, per stream and pooled (paper table "gt-oracle").
+
+    A stream gets a row when all three methods ran on it; the pooled row is added when all three ran on the
+    same streams (so pool the same steps) and on more than one.
+
+    Args:
+        rows: The main table's rows, per stream and pooled.
+
+    Returns:
+        Rows critic by critic (sorted), streams in the order of ``rows``, pooled last; empty when no stream
+        has all three methods.
+    """
+    by_key = {(r.critic, r.stream, r.method): r for r in rows}
+    streams = list(dict.fromkeys(r.stream for r in rows if r.stream != POOLED))
+    out: list[OracleGap] = []
+    for critic in sorted({r.critic for r in rows}):
+        ran = {m: {s for s in streams if (critic, s, m) in by_key} for m in _ORACLE_SET}
+        shared = [s for s in streams if all(s in ran[m] for m in _ORACLE_SET)]
+        same = len({frozenset(v) for v in ran.values()}) == 1
+        pooled = [POOLED] if same and all((critic, POOLED, m) in by_key for m in _ORACLE_SET) else []
+        for stream in shared + pooled:
+            s, c, o = (_ece(by_key[(critic, stream, m)]) for m in _ORACLE_SET)
+            out.append(_oracle_gap(stream, critic, s, c, o))
+    return out
+
+
+def _oracle_gap(stream: str, critic: str, s: float | None, c: float | None, o: float | None) -> OracleGap:
+    ceb_gap = None if c is None or o is None else c - o
+    static_gap = None if s is None or o is None else s - o
+    closed = None
+    if s is not None and c is not None and static_gap is not None and not math.isclose(static_gap, 0, abs_tol=1e-12):
+        closed = (s - c) / static_gap
+    return OracleGap(stream, critic, s, c, o, ceb_gap, static_gap, closed)
+
+
+# --- V and k sweeps ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SweepCell:
+    """The metrics of one (critic, V, k) cell of a sweep.
+
+    Attributes:
+        critic: Critic label.
+        method: The method that fills the cell (``ceb``, a sweep cell ``ceb-V<v>-k<k>`` or ``ceb-v1``).
+        votes: Its ``V``.
+        k: Its precedents per class.
+        row: Its headline metric row.
+    """
+
+    critic: str
+    method: str
+    votes: int
+    k: int
+    row: MetricRow
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    """A one-parameter sweep over the CEB methods that differ only in ``V`` and ``k``.
+
+    Attributes:
+        swept: ``"votes"`` (the V sweep, fixed ``k``) or ``"k"`` (the depth sweep, fixed ``V``).
+        fixed: The value of the other parameter.
+        values: The swept values present, increasing.
+        cells: One per (critic, swept value) that ran, critic by critic (sorted), then by value.
+    """
+
+    swept: Literal["votes", "k"]
+    fixed: int
+    values: tuple[int, ...]
+    cells: tuple[SweepCell, ...]
+
+
+def _sweep_rank(method: str) -> tuple[int, str]:
+    """Which of several methods with one (V, k) fills the cell: ``ceb``, then sweep cells, then ``ceb-v1``."""
+    if method == "ceb":
+        return (0, method)
+    return (1 if _SWEEP_CELL.match(method) else 2, method)
+
+
+def _sweep_family(
+    headline: Mapping[tuple[str, str], MetricRow], methods: Mapping[str, MethodSettings], settings: RunSettings
+) -> list[tuple[str, MethodSettings]]:
+    """``(critic, method)`` pairs that ran and differ from ``ceb`` in ``V`` and ``k`` only."""
+    ceb = method_settings(["ceb"], settings)["ceb"].switches
+    return [(c, methods[m]) for c, m in headline if m in methods and methods[m].switches == ceb]
+
+
+def _sweep(
+    headline: Mapping[tuple[str, str], MetricRow],
+    family: Sequence[tuple[str, MethodSettings]],
+    swept: Literal["votes", "k"],
+    fixed: int,
+) -> Sweep:
+    def value(m: MethodSettings) -> int:
+        return m.votes if swept == "votes" else m.k
+
+    def other(m: MethodSettings) -> int:
+        return m.k if swept == "votes" else m.votes
+
+    chosen: dict[tuple[str, int], MethodSettings] = {}
+    for critic, m in family:
+        if other(m) != fixed:
+            continue
+        key = (critic, value(m))
+        if key not in chosen or _sweep_rank(m.method) < _sweep_rank(chosen[key].method):
+            chosen[key] = m
+    cells = tuple(
+        SweepCell(critic, m.method, m.votes, m.k, headline[(critic, m.method)])
+        for (critic, _), m in sorted(chosen.items(), key=lambda kv: kv[0])
+    )
+    return Sweep(swept, fixed, tuple(sorted({v for _, v in chosen})), cells)
+
+
+def vote_sweep(
+    headline: Mapping[tuple[str, str], MetricRow], methods: Mapping[str, MethodSettings], settings: RunSettings
+) -> Sweep | None:
+    """The hindsight vote count sweep (paper table "vsweep") at the ``k`` with the most distinct ``V``.
+
+    The methods are ``ceb``, the sweep cells ``ceb-V<v>-k<k>`` and ``ceb-v1`` (``V = 1``, ``k = ceb.k``):
+    the ones that differ from ``ceb`` only in ``V`` and ``k``. Ties between values of ``k`` go to ``ceb.k``,
+    then to the smaller ``k``. When several methods share a (V, k), ``ceb`` fills the cell, else a sweep cell,
+    else ``ceb-v1`` (so ``ceb-v1`` counts only when no ``ceb-V1-k<k>`` ran).
+
+    Args:
+        headline: :func:`headline_rows` of the main table.
+        methods: :func:`method_settings` of the run's methods.
+        settings: The run's ``ceb`` settings.
+
+    Returns:
+        The sweep, or ``None`` when no ``k`` has two distinct ``V``.
+    """
+    family = _sweep_family(headline, methods, settings)
+    by_k: dict[int, set[int]] = {}
+    for _, m in family:
+        by_k.setdefault(m.k, set()).add(m.votes)
+    if not by_k:
+        return None
+    k = max(by_k, key=lambda kk: (len(by_k[kk]), kk == settings.k, -kk))
+    return _sweep(headline, family, "votes", k) if len(by_k[k]) >= 2 else None
+
+
+def k_sweep(
+    headline: Mapping[tuple[str, str], MetricRow], methods: Mapping[str, MethodSettings], settings: RunSettings
+) -> Sweep | None:
+    """The retrieval depth sweep (paper table "topk") at ``V = ceb.votes``, else the ``V`` with the most ``k``.
+
+    The methods and the choice among several with one (V, k) are those of :func:`vote_sweep`. ``V = ceb.votes``
+    is used when it has two distinct ``k``; otherwise the ``V`` with the most distinct ``k`` (ties to the
+    smaller ``V``).
+
+    Args:
+        headline: :func:`headline_rows` of the main table.
+        methods: :func:`method_settings` of the run's methods.
+        settings: The run's ``ceb`` settings.
+
+    Returns:
+        The sweep, or ``None`` when no ``V`` has two distinct ``k``.
+    """
+    family = _sweep_family(headline, methods, settings)
+    by_v: dict[int, set[int]] = {}
+    for _, m in family:
+        by_v.setdefault(m.votes, set()).add(m.k)
+    if not by_v:
+        return None
+    v = max(by_v, key=lambda vv: (vv == settings.votes and len(by_v[vv]) >= 2, len(by_v[vv]), -vv))
+    return _sweep(headline, family, "k", v) if len(by_v[v]) >= 2 else None
+
+
+# --- token cost -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCost:
+    """Mean critic prompt tokens per call of one (critic, method) (paper table "token-cost").
+
+    Tokens are ``cl100k_base`` tokens of the critic prompt's message contents, as counted into the rows
+    (``input_tokens``, ``bank_tokens`` of :class:`ceb.pipeline.results.StepRow`).
+
+    Attributes:
+        critic: Critic label.
+        method: Method name.
+        votes: ``V``, or ``None`` for a method without a bank (``static``).
+        k: Precedents per class, or ``None`` without a bank.
+        n_steps: Steps of the method (lowest-order lanes, all streams).
+        n_counted: Steps carrying a count (failed steps included: their call was made).
+        input_tokens: Mean total input tokens per call, over the counted steps.
+        bank_tokens: Mean tokens of the precedent section per call; ``NaN`` when no step carries it.
+        reference: The method with ``k = 1``, the same ``V`` and otherwise the same switches, or ``None``
+            (for a ``k = 1`` method itself, a method without a bank, or when no such method was counted).
+        delta_vs_k1: ``input_tokens / reference's input_tokens - 1`` (0.18 prints as +18%), or ``None``.
+        ece: ECE of the method's headline row, or ``None``.
+    """
+
+    critic: str
+    method: str
+    votes: int | None
+    k: int | None
+    n_steps: int
+    n_counted: int
+    input_tokens: float
+    bank_tokens: float
+    reference: str | None
+    delta_vs_k1: float | None
+    ece: float | None
+
+
+def token_costs(
+    lanes: Iterable[Lane], headline: Mapping[tuple[str, str], MetricRow], methods: Mapping[str, MethodSettings]
+) -> list[TokenCost]:
+    """Mean critic prompt and precedent-section tokens per call of the LLM-critic methods that counted them.
+
+    Args:
+        lanes: The lowest-order lanes (:func:`ceb.eval.analyses.base_lanes`).
+        headline: :func:`headline_rows` of the main table (for the ECE column).
+        methods: :func:`method_settings` of the run's methods.
+
+    Returns:
+        Per critic (sorted): the methods without a bank first, then by ``(V, k)``; empty when no LLM-critic
+        method carries a count.
+    """
+    grouped: dict[tuple[str, str], list[Lane]] = {}
+    for lane in lanes:
+        m = methods.get(lane.method)
+        if m is not None and m.uses_llm_critic:
+            grouped.setdefault((lane.critic, lane.method), []).append(lane)
+    measured: dict[tuple[str, str], tuple[int, int, float, float]] = {}
+    for key, group in grouped.items():
+        total = np.concatenate([lane.input_tokens for lane in group])
+        bank = np.concatenate([lane.bank_tokens for lane in group])
+        counted = ~np.isnan(total)
+        if counted.any():
+            has_bank = ~np.isnan(bank)
+            bank_mean = float(bank[has_bank].mean()) if has_bank.any() else math.nan
+            measured[key] = (int(total.shape[0]), int(counted.sum()), float(total[counted].mean()), bank_mean)
+
+    def order(key: tuple[str, str]) -> tuple[str, bool, int, int, tuple[int, str]]:
+        m = methods[key[1]]
+        return (key[0], m.spec.use_bank, m.votes, m.k, _sweep_rank(m.method))
+
+    out: list[TokenCost] = []
+    for critic, method in sorted(measured, key=order):
+        m = methods[method]
+        n_steps, n_counted, total_mean, bank_mean = measured[(critic, method)]
+        reference = _k1_peer(critic, m, [methods[name] for c, name in measured if c == critic])
+        delta = None
+        if reference is not None:
+            delta = total_mean / measured[(critic, reference.method)][2] - 1.0
+        out.append(
+            TokenCost(
+                critic=critic,
+                method=method,
+                votes=m.votes if m.spec.use_bank else None,
+                k=m.k if m.spec.use_bank else None,
+                n_steps=n_steps,
+                n_counted=n_counted,
+                input_tokens=total_mean,
+                bank_tokens=bank_mean,
+                reference=None if reference is None else reference.method,
+                delta_vs_k1=delta,
+                ece=_ece(headline.get((critic, method))),
+            )
+        )
+    return out
+
+
+def _k1_peer(critic: str, m: MethodSettings, candidates: Sequence[MethodSettings]) -> MethodSettings | None:
+    if not m.spec.use_bank or m.k == 1:
+        return None
+    peers = [p for p in candidates if p.k == 1 and p.votes == m.votes and p.switches == m.switches]
+    return min(peers, key=lambda p: _sweep_rank(p.method)) if peers else None
+
+
+# --- retrieval mechanism ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RetrieverRow:
+    """One retriever of the retrieval-mechanism comparison (paper table "retrieval").
+
+    Attributes:
+        critic: Critic label.
+        method: The method that used it (a name of :data:`RETRIEVAL_METHODS`).
+        retriever: Effective retriever name (``ceb``'s is the run's ``ceb.retriever``).
+        deployed: ``True`` for ``ceb``'s retriever.
+        row: The method's headline metric row.
+    """
+
+    critic: str
+    method: str
+    retriever: str
+    deployed: bool
+    row: MetricRow
+
+
+def retrieval_comparison(
+    headline: Mapping[tuple[str, str], MetricRow], methods: Mapping[str, MethodSettings]
+) -> list[RetrieverRow]:
+    """Random, dense and the deployed retriever, per critic that ran two of them.
+
+    When two methods used the same retriever (``ceb.retriever = "dense"`` makes ``ceb`` dense too), the row
+    of ``ceb`` is kept.
+
+    Args:
+        headline: :func:`headline_rows` of the main table.
+        methods: :func:`method_settings` of the run's methods (an unknown ``ceb-dense-retrieval`` is left out).
+
+    Returns:
+        Rows in the order of :data:`RETRIEVAL_METHODS`, critic by critic (sorted).
+    """
+    out: list[RetrieverRow] = []
+    for critic in _critics(headline):
+        rows: dict[str, RetrieverRow] = {}
+        for method in reversed(RETRIEVAL_METHODS):  # ceb first, so it keeps its retriever's row
+            m = methods.get(method)
+            if m is None or (critic, method) not in headline or m.retriever in rows:
+                continue
+            rows[m.retriever] = RetrieverRow(critic, method, m.retriever, method == "ceb", headline[(critic, method)])
+        if len(rows) >= 2:
+            out += sorted(rows.values(), key=lambda r: RETRIEVAL_METHODS.index(r.method))
+    return out
