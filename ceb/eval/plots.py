@@ -11,8 +11,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
 from ceb.eval.analyses import DepthBucket, OrderCurves
@@ -25,12 +27,25 @@ _DPI = 120
 
 
 def method_colors(methods: Sequence[str]) -> dict[str, str]:
-    """A fixed colour per method (tab10, then tab20, in the paper's method order), shared by all figures."""
+    """A distinct colour per method, in the paper's method order, shared by all figures of a report.
+
+    Up to 10 methods take matplotlib's ``tab10``, up to 20 ``tab20``; more are spread evenly over ``turbo``,
+    so no two methods of a report share a colour.
+    """
     names = sorted(set(methods), key=method_sort_key)
-    palette = [
-        f"tab:{c}" for c in ("blue", "orange", "green", "red", "purple", "brown", "pink", "gray", "olive", "cyan")
-    ]
-    return {m: palette[i] if i < len(palette) else f"C{i % 10}" for i, m in enumerate(names)}
+    n = len(names)
+    if n <= 10:
+        cmap, points = colormaps["tab10"], [i for i in range(n)]
+    elif n <= 20:
+        cmap, points = colormaps["tab20"], [i for i in range(n)]
+    else:
+        cmap, points = colormaps["turbo"], list(np.linspace(0.05, 0.95, n))
+    return {m: to_hex(cmap(p)) for m, p in zip(names, points, strict=True)}
+
+
+def _legend(ax: Axes) -> None:
+    """The legend beside the axes (right), where it never covers a curve."""
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -73,7 +88,7 @@ def plot_cumulative_ece(
     ax.set_ylim(bottom=0)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
+    _legend(ax)
     return _save(fig, path)
 
 
@@ -107,18 +122,19 @@ def plot_depth(
         conf = [_or_nan(by_label.get(lab), "mean_score") for lab in labels]
         acc = [_or_nan(by_label.get(lab), "positive_rate") for lab in labels]
         ax_ece.plot(x, ece, marker="o", color=color, label=method_label(method))
-        ax_conf.plot(x, conf, marker="o", color=color, label=f"{method_label(method)} confidence")
-        ax_conf.plot(x, acc, marker="x", linestyle=":", color=color, label=f"{method_label(method)} accuracy")
+        ax_conf.plot(x, conf, marker="o", color=color)
+        ax_conf.plot(x, acc, marker="x", linestyle=":", color=color)
     for ax in (ax_ece, ax_conf):
         ax.set_xticks(x, labels)
         ax.set_xlabel("step index within the trajectory")
         ax.grid(alpha=0.3)
     ax_ece.set_ylabel("ECE")
     ax_ece.set_ylim(bottom=0)
-    ax_ece.legend(fontsize="small")
     ax_conf.set_ylabel("mean confidence (solid) / positive rate (dotted)")
     ax_conf.set_ylim(0, 1)
-    ax_conf.legend(fontsize="x-small", ncols=2)
+    # One legend for both panels (a method has one colour in each), beside the right one.
+    handles, names = ax_ece.get_legend_handles_labels()
+    ax_conf.legend(handles, names, fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.suptitle(title)
     return _save(fig, path)
 

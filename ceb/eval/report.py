@@ -311,10 +311,12 @@ def _averaging_section(rep: _Report, lanes: Sequence[Lane], n_bins: int, colors:
     groups: dict[tuple[str, str], list[OrderCurves]] = {}
     for cv in curves:
         groups.setdefault((cv.stream, cv.critic), []).append(cv)
+    shown = _figure_methods([cv.method for cv in curves], rep)
     for (stream, critic), group in groups.items():
         path = rep.out_dir / f"cumulative-ece-{rep.slug(stream, critic)}.png"
         title = f"Cumulative ECE, {_where(stream, critic)}"
-        rep.figure(plot_cumulative_ece(group, path, title=title, colors=colors), title)
+        drawn = [cv for cv in group if cv.method in shown]
+        rep.figure(plot_cumulative_ece(drawn, path, title=title, colors=colors), title)
     rep.data["stream_averaging"] = [
         {
             "stream": cv.stream,
@@ -346,8 +348,9 @@ def _depth_section(rep: _Report, base: Sequence[Lane], n_bins: int, colors: Mapp
         for lane in base
     }
     rep.table(depth_table(depth))
+    shown = _figure_methods([lane.method for lane in base], rep)
     for (stream, critic), per_method in _by_stream(depth).items():
-        usable = {m: buckets for m, buckets in per_method.items() if any(b.n for b in buckets)}
+        usable = {m: buckets for m, buckets in per_method.items() if any(b.n for b in buckets) and m in shown}
         if usable:
             path = rep.out_dir / f"depth-{rep.slug(stream, critic)}.png"
             title = f"Calibration by depth, {_where(stream, critic)}"
@@ -356,6 +359,22 @@ def _depth_section(rep: _Report, base: Sequence[Lane], n_bins: int, colors: Mapp
         {"stream": s, "critic": c, "method": m, "buckets": [asdict(b) for b in buckets]}
         for (s, c, m), buckets in depth.items()
     ]
+
+
+_SWEEP_CELL = re.compile(r"^ceb-(?:V\d+-k\d+|V\d+|k\d+)$")
+
+
+def _figure_methods(methods: Sequence[str], rep: _Report) -> set[str]:
+    """The methods a figure draws: all but the V / k sweep cells, which have their own tables (sections 10-12).
+
+    A figure of 30 curves reads as none; when only sweep cells ran, they are drawn. Notes what was left out.
+    """
+    names = set(methods)
+    sweep = {m for m in names if _SWEEP_CELL.match(m)}
+    if not sweep or sweep == names:
+        return names
+    rep.note(f"Figures leave out the {len(sweep)} V / k sweep cells (see the sweep tables); the table above has them.")
+    return names - sweep
 
 
 def _by_stream(items: Mapping[tuple[str, str, str], Any]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -381,7 +400,9 @@ def _reliability_section(rep: _Report, base: Sequence[Lane], n_bins: int, colors
             eces[key] = ece(lane.label[use], lane.score[use], n_bins=n_bins)
     if not bins:
         rep.note("Skipped: no lane has a step with both a score and a label.")
+    shown = _figure_methods([m for _, _, m in bins], rep)
     for (stream, critic), per_method in _by_stream(bins).items():
+        per_method = {m: b for m, b in per_method.items() if m in shown}
         panel_eces = {m: eces[(stream, critic, m)] for m in per_method}
         path = rep.out_dir / f"reliability-{rep.slug(stream, critic)}.png"
         title = f"Reliability, {_where(stream, critic)}"

@@ -21,7 +21,7 @@ from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
 from ceb.pipeline.methods import LLM_CRITIC, MethodSpec
 from ceb.pipeline.results import HindsightRow, StepRow
-from ceb.stages.base import Critic, CriticInput, HindsightResult, HistoryItem
+from ceb.stages.base import NOT_AVAILABLE, Critic, CriticInput, HindsightResult, HistoryItem
 from ceb.stages.critic import repetition_flag
 from ceb.stages.templates import clip
 from ceb.stages.tokens import PromptTokenCounter, PromptTokens
@@ -108,6 +108,7 @@ class Lane:
         self.bank = bank if bank is not None else new_bank(method, config)
         self.critic_stage = critic_stage or stages.critic
         self.tokens = tokens if method.critic == LLM_CRITIC else None
+        self._unavailable_seen: set[str] = set()
         self.votes = method.votes or config.ceb.votes
         self.k = config.ceb.k if method.k is None else method.k
         self.order = order
@@ -195,7 +196,12 @@ class Lane:
                 with priority(self.remaining):
                     res = await self.critic_stage.score(inp)
             self.remaining -= 1
-            if res.error is not None:
+            if res.error is not None and res.error.startswith(NOT_AVAILABLE):
+                # Not a failure, and the same for most steps of a lane: said once per lane and reason.
+                if res.error not in self._unavailable_seen:
+                    self._unavailable_seen.add(res.error)
+                    log.info("method not available here", stream=self.stream, method=self.method.name, reason=res.error)
+            elif res.error is not None:
                 log.warning(
                     "critic step failed",
                     stream=self.stream,

@@ -142,3 +142,30 @@ def test_report_reads_v_and_k_from_config_and_lists_unknown_methods(tmp_path: Pa
     assert data["run"]["unknown_methods"] == ["ceb-from-the-future"]
     assert "does not know" in md and "`ceb-from-the-future`" in md
     assert "Cells filled by V=1: `ceb-V1`, V=3: `ceb`, V=5: `ceb-V5`." in (run / "report" / "vsweep.md").read_text()
+
+
+def test_figures_leave_out_sweep_cells_but_tables_keep_them(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _write_run(
+        run,
+        {
+            "static": (0.85, 0.85, None),
+            "ceb": (0.85, 0.25, None),
+            "ceb-V1-k1": (0.8, 0.3, None),
+            "ceb-V3-k1": (0.8, 0.3, None),
+        },
+        None,
+    )
+    md = build_report(run, n_boot=0).read_text()
+    assert md.count("Figures leave out the 2 V / k sweep cells") == 3  # averaging, depth, reliability
+    assert "ceb-V1-k1" in (run / "report" / "main.md").read_text()
+    data = orjson.loads((run / "report" / "report.json").read_bytes())
+    assert {r["method"] for r in data["reliability"]} >= {"ceb-V1-k1", "ceb-V3-k1"}  # numbers keep them too
+
+
+def test_method_colors_are_distinct_for_a_large_grid() -> None:
+    from ceb.eval.plots import method_colors
+
+    for n in (3, 12, 31):
+        colors = method_colors([f"ceb-V{i}-k1" for i in range(n)])
+        assert len(colors) == n and len(set(colors.values())) == n
