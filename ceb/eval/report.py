@@ -183,7 +183,8 @@ def build_report(
     out = Path(out_dir) if out_dir is not None else run / "report"
     out.mkdir(parents=True, exist_ok=True)
     base = base_lanes(lanes)
-    colors = method_colors([lane.method for lane in lanes])
+    # Colours go to the methods figures draw, so that the few drawn ones are far apart on the palette.
+    colors = method_colors(sorted(_drawn(lane.method for lane in lanes)))
     settings = run_settings(_read_config(run))
     methods = method_settings((lane.method for lane in lanes), settings)
     rep = _Report(out)
@@ -364,17 +365,23 @@ def _depth_section(rep: _Report, base: Sequence[Lane], n_bins: int, colors: Mapp
 _SWEEP_CELL = re.compile(r"^ceb-(?:V\d+-k\d+|V\d+|k\d+)$")
 
 
-def _figure_methods(methods: Sequence[str], rep: _Report) -> set[str]:
-    """The methods a figure draws: all but the V / k sweep cells, which have their own tables (sections 10-12).
+def _drawn(methods: Iterable[str]) -> set[str]:
+    """The methods figures draw: all but the V / k sweep cells, which have their own tables (sections 10-12).
 
-    A figure of 30 curves reads as none; when only sweep cells ran, they are drawn. Notes what was left out.
+    A figure of 30 curves reads as none; when only sweep cells ran, they are drawn.
     """
     names = set(methods)
     sweep = {m for m in names if _SWEEP_CELL.match(m)}
-    if not sweep or sweep == names:
-        return names
-    rep.note(f"Figures leave out the {len(sweep)} V / k sweep cells (see the sweep tables); the table above has them.")
-    return names - sweep
+    return names if sweep == names else names - sweep
+
+
+def _figure_methods(methods: Sequence[str], rep: _Report) -> set[str]:
+    """:func:`_drawn`, with a note in the report naming how many sweep cells were left out."""
+    shown = _drawn(methods)
+    if len(shown) < len(set(methods)):
+        left = len(set(methods)) - len(shown)
+        rep.note(f"Figures leave out the {left} V / k sweep cells (see the sweep tables); the table above has them.")
+    return shown
 
 
 def _by_stream(items: Mapping[tuple[str, str, str], Any]) -> dict[tuple[str, str], dict[str, Any]]:
