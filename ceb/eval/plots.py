@@ -29,15 +29,16 @@ _DPI = 120
 def method_colors(methods: Sequence[str]) -> dict[str, str]:
     """A distinct colour per method, in the paper's method order, shared by all figures of a report.
 
-    Up to 10 methods take matplotlib's ``tab10``, up to 20 ``tab20``; more are spread evenly over ``turbo``,
-    so no two methods of a report share a colour.
+    Up to 10 methods take matplotlib's ``tab10``, up to 20 ``tab20`` (dark hues first); more are spread
+    evenly over ``turbo``, so no two methods of a report share a colour.
     """
     names = sorted(set(methods), key=method_sort_key)
     n = len(names)
     if n <= 10:
         cmap, points = colormaps["tab10"], [i for i in range(n)]
     elif n <= 20:
-        cmap, points = colormaps["tab20"], [i for i in range(n)]
+        # tab20's ten dark hues first, then their light pairs: the first ten methods stay as distinct as tab10.
+        cmap, points = colormaps["tab20"], [*range(0, 20, 2), *range(1, 20, 2)][:n]
     else:
         cmap, points = colormaps["turbo"], list(np.linspace(0.05, 0.95, n))
     return {m: to_hex(cmap(p)) for m, p in zip(names, points, strict=True)}

@@ -183,8 +183,8 @@ def build_report(
     out = Path(out_dir) if out_dir is not None else run / "report"
     out.mkdir(parents=True, exist_ok=True)
     base = base_lanes(lanes)
-    # Colours go to the methods figures draw, so that the few drawn ones are far apart on the palette.
-    colors = method_colors(sorted(_drawn(lane.method for lane in lanes)))
+    # Colours go to the methods figures draw (scored, not sweep cells), so that those are far apart on the palette.
+    colors = method_colors(sorted(_drawn(lane.method for lane in lanes if lane.note is None)))
     settings = run_settings(_read_config(run))
     methods = method_settings((lane.method for lane in lanes), settings)
     rep = _Report(out)
