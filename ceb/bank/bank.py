@@ -24,7 +24,7 @@ _NO_INDEX = np.empty(0, dtype=np.int64)
 
 @dataclass(frozen=True, slots=True)
 class Hit:
-    """A retrieved record and its cosine similarity to the query, in [0, 1]."""
+    """A retrieved record and its similarity to the query: TF-IDF cosine in [0, 1]; dense cosine may be negative."""
 
     record: BankRecord
     similarity: float
@@ -100,7 +100,7 @@ class Bank:
         self._retriever.update(tuple(self._keys))
 
     def retrieve(self, query_key: str, k: int) -> Retrieval:
-        """Top-``k`` productive and top-``k`` unproductive records by TF-IDF cosine to ``query_key``.
+        """Top-``k`` productive and top-``k`` unproductive records by the retriever's similarity to ``query_key``.
 
         Args:
             query_key: The step's composite key (:func:`~ceb.bank.record.composite_key`).
