@@ -360,11 +360,9 @@ def text_reply(rng: random.Random, body: Mapping[str, Any]) -> str:
     else:
         words = [rng.choice(_FILLER) for _ in range(rng.randint(5, 12))]
         text = "Simulated reply: " + " ".join(words) + "."
-    messages = body.get("messages") or ()
-    if body.get("continue_final_message") and messages and isinstance(messages[-1], dict):
-        final = message_text(messages[-1].get("content"))
-        if final and not final[-1].isspace():
-            text = " " + text
+    final = _continued_text(body)
+    if final and not final[-1].isspace():
+        text = " " + text
     return text
 
 
