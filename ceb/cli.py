@@ -214,16 +214,6 @@ def print_metrics(metrics: dict[str, Any], console: Console = out) -> None:
     )
 
 
-def _merge_overrides(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge_overrides(out[key], value)
-        elif value is not None:
-            out[key] = value
-    return out
-
-
 @app.command()
 def score(
     streams: Annotated[
@@ -272,9 +262,7 @@ def score(
     a kill) continues with --resume OUT. The first Ctrl-C stops cleanly, writing every finished step; a
     second one aborts at once.
     """
-    import orjson
-
-    from ceb.config import load_config
+    from ceb.config import load_config, recorded_config
     from ceb.data import read_stream
 
     overrides = {
@@ -298,11 +286,9 @@ def score(
     if out_dir is None:
         raise typer.BadParameter("give --out DIR for a new run, or --resume DIR to continue one")
     try:
-        recorded = resume / "config.json" if resume is not None else None
-        if recorded is not None and recorded.is_file() and config is None:
+        if resume is not None and (resume / "config.json").is_file() and config is None:
             # The run's own effective config is the base of its resume; flags still override it.
-            base = orjson.loads(recorded.read_bytes())["config"]
-            cfg = load_config(overrides=_merge_overrides(base, overrides))
+            cfg = load_config(overrides=overrides, base=recorded_config(resume).model_dump(mode="json"))
         else:
             cfg = load_config(config, overrides)
         data = {name: read_stream(paths) for name, paths in _parse_streams(streams).items()}
@@ -396,16 +382,15 @@ def metrics(
     bins: Annotated[int | None, typer.Option(help="ECE bins (default: the run's own ece_bins).")] = None,
 ) -> None:
     """Recompute and print the metrics of a run directory (also of an interrupted run)."""
-    import orjson
-
     from ceb.eval import run_metrics, write_metrics
 
     if not (run_dir / "scores.jsonl").is_file():
         err.print(f"[bold red]error:[/] {run_dir} has no scores.jsonl")
         raise typer.Exit(2)
     if bins is None:
-        config = run_dir / "config.json"
-        bins = orjson.loads(config.read_bytes())["config"]["ece_bins"] if config.is_file() else 10
+        from ceb.config import recorded_config
+
+        bins = recorded_config(run_dir).ece_bins if (run_dir / "config.json").is_file() else 10
     try:
         m = run_metrics(run_dir, n_bins=bins)
     except CEBError as exc:

@@ -25,6 +25,9 @@ __all__ = [
     "PromptConfig",
     "RunConfig",
     "load_config",
+    "merge_settings",
+    "read_settings_file",
+    "recorded_config",
 ]
 
 
@@ -83,10 +86,10 @@ class CEBConfig(_Section):
 
 
 class CriticConfig(_Section):
-    """Decoding of the critic."""
+    """Decoding of the critic (read by :class:`ceb.stages.critic.LLMCritic`)."""
 
     temperature: float = Field(0.0, ge=0)
-    """Sampling temperature of the critic."""
+    """Sampling temperature of the critic; 0 makes the frozen critic deterministic where the server allows."""
     max_tokens: int = Field(160, ge=1)
     """Output budget per critic reply, in tokens."""
     format_retries: int = Field(2, ge=0)
@@ -99,7 +102,7 @@ class CriticConfig(_Section):
 
 
 class HindsightConfig(_Section):
-    """Decoding of the hindsight labeler (its temperature is ``ceb.tau``)."""
+    """Decoding of the hindsight labeler (:class:`ceb.stages.hindsight.LLMHindsight`); its temperature: ``ceb.tau``."""
 
     max_tokens: int = Field(512, ge=1)
     """Output budget per vote, in tokens."""
@@ -114,18 +117,35 @@ class HindsightConfig(_Section):
 
 
 class BaselineConfig(_Section):
-    """Settings of the paper's baselines (section 4.1); see :class:`ceb.stages.baselines.BaselineSettings`."""
+    """Settings of the paper's baselines (section 4.1); each critic of :mod:`ceb.stages.baselines` reads its own."""
 
     prompt_logprobs: int = Field(20, ge=1)
-    """``K`` of teacher forcing (PPL, ME, PRO); ME's entropy is truncated to these ``K``."""
+    """``K`` of teacher forcing (PPL, ME, PRO): vLLM's ``prompt_logprobs=K`` returns, per prompt token, its own
+    log-prob and the ``K`` most likely tokens. ME's entropy is truncated to these ``K``. vLLM refuses more than
+    its ``--max-logprobs`` (20 by default)."""
     me_surprisal: bool = False
-    """ME from ``actor_logprobs`` alone: use each token's surprisal as its entropy estimate (else n/a)."""
+    """ME on a step that carries only ``actor_logprobs`` and no actor endpoint: ``True`` takes each token's
+    surprisal ``-log p(x_t)`` as a one-sample estimate of its entropy (so the score equals PPL's); ``False``
+    reports the step as not available."""
     ptrue_top_logprobs: int = Field(20, ge=1)
-    """Alternatives read for the P(True) answer token."""
+    """Alternatives read for the P(True) answer token (OpenAI allows at most 20)."""
+    ptrue_max_tokens: int = Field(1, ge=1)
+    """Output budget of P(True), in tokens; only the first token is read."""
+    cot_temperature: float = Field(0.0, ge=0)
+    """Sampling temperature of the CoT critic."""
     cot_max_tokens: int = Field(768, ge=1)
-    """Output budget of the CoT critic, in tokens."""
+    """Output budget of the CoT critic's reasoning and confidence, in tokens."""
+    format_retries: int = Field(2, ge=0)
+    """Re-asks of the CoT critic after a reply without a readable confidence."""
+    verbalized_max_tokens: int = Field(8, ge=1)
+    """Output budget of the actor's continuation with its confidence, in tokens."""
     pro_samples: int = Field(5, ge=1)
     """``N`` actions PRO samples from the actor (paper: 5)."""
+    pro_temperature: float = Field(1.0, ge=0)
+    """Sampling temperature of PRO's samples (1 keeps the reported log-probs those of the model's own
+    distribution)."""
+    pro_max_tokens: int = Field(256, ge=1)
+    """Output budget of each sampled action, in tokens."""
     actor_base_url: str | None = None
     """Endpoint of the ACTOR model for ``verbalized`` and ``pro`` (and teacher forcing); ``None``: the critic's."""
     actor_model: str | None = None
@@ -216,41 +236,83 @@ class RunConfig(_Section):
         return out
 
 
-def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+def merge_settings(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge two nested settings mappings; ``over`` wins, and its ``None`` values are ignored.
+
+    The one merge of configuration layers (defaults < file < flags) used everywhere.
+    """
     out = dict(base)
     for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), dict) else v
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = merge_settings(out[k], v)
+        elif isinstance(v, Mapping):
+            out[k] = merge_settings({}, v)
+        elif v is not None:
+            out[k] = v
     return out
 
 
-def load_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> RunConfig:
-    """Build the effective :class:`RunConfig`: defaults, then the file at ``path``, then ``overrides``.
+def read_settings_file(path: str | Path, what: str = "config file") -> dict[str, Any]:
+    """Read a TOML (``.toml``) or JSON (anything else) settings file into a dict.
+
+    Args:
+        path: The file.
+        what: What the file is, for error messages (``"grid file"``).
+
+    Raises:
+        ConfigError: The file cannot be read or parsed, or its top level is not a table (names the file).
+    """
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+        data = tomllib.loads(raw.decode()) if p.suffix == ".toml" else orjson.loads(raw)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, orjson.JSONDecodeError) as exc:
+        raise ConfigError(f"{what} {p}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {p}: the top level must be a table / object")
+    return data
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    base: Mapping[str, Any] | None = None,
+) -> RunConfig:
+    """Build the effective :class:`RunConfig`: defaults, then ``base``, then the file at ``path``, then ``overrides``.
 
     Args:
         path: A ``.toml`` or ``.json`` file with the same sections as :class:`RunConfig`, or ``None``.
         overrides: Nested values from the command line (``{"ceb": {"k": 3}}``); ``None`` entries are ignored.
+        base: Settings below the file, e.g. a run's recorded configuration when it is resumed.
 
     Raises:
         ConfigError: The file cannot be read or parsed, or a value is unknown or out of range (names it).
     """
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        try:
-            raw = p.read_bytes()
-            data = tomllib.loads(raw.decode()) if p.suffix == ".toml" else orjson.loads(raw)
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, orjson.JSONDecodeError) as exc:
-            raise ConfigError(f"config file {p}: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {p}: the top level must be a table / object")
-
-    def prune(m: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: prune(v) if isinstance(v, Mapping) else v for k, v in m.items() if v is not None}
-
-    merged = _merge(data, prune(overrides or {}))
+    data = read_settings_file(path) if path is not None else {}
+    merged = merge_settings(merge_settings(base or {}, data), overrides or {})
     try:
         return RunConfig.model_validate(merged)
     except ValidationError as exc:
         lines = [f"  {'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors()]
         src = f" (file {path})" if path else ""
         raise ConfigError("bad configuration" + src + ":\n" + "\n".join(lines)) from exc
+
+
+def recorded_config(run_dir: str | Path) -> RunConfig:
+    """The configuration a run recorded in ``run_dir/config.json`` when it started.
+
+    Raises:
+        ConfigError: The file is missing, unreadable, or holds no valid configuration (names the file).
+    """
+    path = Path(run_dir) / "config.json"
+    doc = read_settings_file(path, "run config")
+    section = doc.get("config")
+    if not isinstance(section, dict):
+        raise ConfigError(f"run config {path}: no 'config' section")
+    try:
+        return RunConfig.model_validate(section)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise ConfigError(f"run config {path}: invalid setting {where}: {first['msg']}") from exc

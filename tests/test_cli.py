@@ -47,7 +47,7 @@ def test_offline_score_on_a_real_stream_prints_and_writes_metrics(bash_streams, 
     # strict order: every precedent comes from an earlier trajectory of the stream
     position = {t.id: i for i, t in enumerate(trajs)}
     for r in ceb_rows:
-        assert all(position[tid] < position[r["trajectory"]] for tid, *_ in r["retrieved"])
+        assert all(position[p["trajectory"]] < position[r["trajectory"]] for p in r["retrieved"])
     metrics = orjson.loads((run / "metrics.json").read_bytes())
     by = {(m["stream"], m["method"]): m for m in metrics["results"]}
     ceb = by[("intercode-bash-gpt-4", "ceb")]

@@ -22,7 +22,6 @@ from typing import Any
 
 import anyio
 
-from ceb.backends import build_stages
 from ceb.backends.base import AttemptRecord
 from ceb.backends.scheduling import EndpointLimits
 from ceb.bench.simproc import sim_process, sim_stats
@@ -31,6 +30,7 @@ from ceb.data import Trajectory
 from ceb.eval import run_metrics
 from ceb.pipeline import read_rows, run_scoring
 from ceb.sim import SimConfig
+from ceb.stages.assembly import build_stages
 
 __all__ = ["DEFAULT_FAULTS", "run_fault_bench"]
 

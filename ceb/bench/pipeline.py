@@ -42,7 +42,6 @@ from typing import Any
 import anyio
 import numpy as np
 
-from ceb.backends import build_stages
 from ceb.backends.base import AttemptRecord, ChatRequest
 from ceb.backends.scheduling import EndpointLimits
 from ceb.bench.simproc import sim_process, sim_stats
@@ -51,6 +50,7 @@ from ceb.data import Trajectory, convert_intercode, read_stream
 from ceb.pipeline import read_rows, run_scoring
 from ceb.pipeline.runner import check_prompts
 from ceb.sim import SimConfig
+from ceb.stages.assembly import build_stages
 from ceb.stages.critic import CRITIC_SCHEMA
 
 __all__ = [
@@ -233,8 +233,8 @@ def run_pipeline_bench(
 
 def _critic_requests(streams: Mapping[str, Sequence[Trajectory]], config: RunConfig, n: int) -> list[ChatRequest]:
     """``n`` real critic requests (the static method's prompts of the first steps of the streams)."""
-    from ceb.backends.factories import prompt_set
     from ceb.bank import Retrieval
+    from ceb.stages.assembly import prompt_set
     from ceb.stages.base import CriticInput
     from ceb.stages.critic import critic_context
 

@@ -14,36 +14,32 @@ row when it ran on several streams, else its row on its one stream (:func:`headl
   depth").
 - :func:`retrieval_comparison`: random, dense and TF-IDF retrieval (appendix "Retrieval mechanism").
 
-A method's ``V``, ``k`` and retriever are its :class:`~ceb.pipeline.methods.MethodSpec` switches over the
-run's ``ceb`` settings (:class:`RunSettings`), so ``ceb`` is ``V = ceb.votes``, ``k = ceb.k`` and the sweep
-cell ``ceb-V3`` is ``V = 3``, ``k = ceb.k``. Method names this version of ``ceb`` does not know are left out.
+A method's ``V``, ``k`` and retriever are its :class:`~ceb.stages.methods.MethodSpec` switches over the
+run's ``ceb`` section (:meth:`~ceb.stages.methods.MethodSpec.resolve`), so ``ceb`` is ``V = ceb.votes``,
+``k = ceb.k`` and the sweep cell ``ceb-V3`` is ``V = 3``, ``k = ceb.k``. Method names this version of
+``ceb`` does not know are left out.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from ceb.config import CEBConfig
 from ceb.errors import ConfigError
 from ceb.eval.analyses import POOLED, Lane, MetricRow
-from ceb.pipeline.methods import LLM_CRITIC, MethodSpec, resolve_method
+from ceb.stages.methods import MethodSpec, ResolvedMethod, all_methods, resolve_method
 
 __all__ = [
-    "ABLATION_VARIANTS",
     "ORACLE_METHOD",
-    "RETRIEVAL_METHODS",
     "RETRIEVER_LABELS",
     "AblationRow",
-    "MethodSettings",
     "OracleGap",
     "RetrieverRow",
-    "RunSettings",
     "Sweep",
     "SweepCell",
     "TokenCost",
@@ -52,28 +48,49 @@ __all__ = [
     "gt_oracle_gap",
     "headline_rows",
     "k_sweep",
+    "ablation_variants",
     "method_settings",
+    "oracle_methods",
     "retrieval_comparison",
-    "run_settings",
+    "retrieval_methods",
     "token_costs",
     "vote_sweep",
 ]
 
-ABLATION_VARIANTS: tuple[tuple[str, str], ...] = (
-    ("ceb", "CEB (reference)"),
-    ("ceb-positives-only", "− contrastive (positives only)"),
-    ("ceb-random-retrieval", "− similarity retrieval (random from bank)"),
-    ("ceb-v1", "− majority vote (V=1)"),
-    ("ceb-no-repetition", "− repetition flag"),
-    ("static", "Static (no bank)"),
-)
-"""Rows of the component ablation, in the paper's order: ``(method, row label)``; the first is the reference."""
+
+def ablation_variants() -> list[tuple[str, str]]:
+    """Rows of the component ablation in the paper's order, ``(method, row label)``; the first is the reference.
+
+    Read from the catalogue (:attr:`~ceb.stages.methods.MethodSpec.ablation`): ``ceb``, the ablations, then the
+    bank-free ``static``.
+    """
+    rows = [m for m in all_methods() if m.ablation]
+    rows.sort(key=lambda m: (m.name != "ceb", m.group == "baseline", m.sort_key()))
+    return [(m.name, m.ablation or m.name) for m in rows]
+
+
+def oracle_methods() -> list[str]:
+    """Methods whose bank holds the held-out labels: upper bounds no deployed system reaches."""
+    return [m.name for m in all_methods() if m.group == "oracle"]
+
 
 ORACLE_METHOD = "ceb-gt-oracle"
-"""The method whose bank holds the held-out labels: an upper bound no deployed system reaches."""
+"""The GT-oracle method of the oracle-gap table (the catalogue's oracle; a test keeps the two in step)."""
 
-RETRIEVAL_METHODS: tuple[str, ...] = ("ceb-random-retrieval", "ceb-dense-retrieval", "ceb")
-"""Methods of the retrieval-mechanism table, in its row order; ``ceb`` is the deployed retriever."""
+
+def retrieval_methods() -> list[str]:
+    """Methods of the retrieval-mechanism table, in row order.
+
+    CEB's variants that change only the retriever, then ``ceb`` itself (the deployed retriever).
+    """
+    ceb = resolve_method("ceb")
+
+    def only_retriever(m: MethodSpec) -> bool:
+        same = (m.votes, m.k, m.behaviour) == (ceb.votes, ceb.k, ceb.behaviour)
+        return m.retriever is not None and same
+
+    return [m.name for m in all_methods() if m.name != "ceb" and only_retriever(m)] + ["ceb"]
+
 
 RETRIEVER_LABELS: Mapping[str, str] = {
     "random": "Random",
@@ -83,110 +100,21 @@ RETRIEVER_LABELS: Mapping[str, str] = {
 }
 """Display names of the retrievers (:data:`ceb.bank.RETRIEVERS`); others print as they are."""
 
-_DEFAULTS = CEBConfig()
-_SWEEP_CELL = re.compile(r"^ceb(?:-V\d+)?(?:-k\d+)?$")
-
 
 # --- settings and headline rows ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class RunSettings:
-    """The run's ``ceb`` settings the methods' ``None`` switches take (``config.json``, ``config.ceb``).
+def method_settings(names: Iterable[str], ceb: CEBConfig) -> dict[str, ResolvedMethod]:
+    """Resolve each method name (:func:`ceb.stages.methods.resolve_method`) against the run's ``ceb`` section.
 
-    Attributes:
-        votes: ``ceb.votes``, hindsight votes ``V``.
-        k: ``ceb.k``, precedents per class.
-        retriever: ``ceb.retriever``.
-        source: Where the values come from: ``"config.json"`` (all read from the run's config), ``"defaults"``
-            (all from :class:`ceb.config.CEBConfig`'s defaults) or ``"config.json + defaults"``.
+    Names the catalogue does not know (a method added after this version of ``ceb``) are left out.
     """
-
-    votes: int = _DEFAULTS.votes
-    k: int = _DEFAULTS.k
-    retriever: str = _DEFAULTS.retriever
-    source: str = "defaults"
-
-
-def run_settings(doc: Any) -> RunSettings:
-    """Read ``V``, ``k`` and the retriever from a decoded ``config.json`` document.
-
-    Args:
-        doc: The decoded document (``{"config": {"ceb": {"votes": ..., "k": ..., "retriever": ...}}}``), or
-            ``None`` when the run has none.
-
-    Returns:
-        The values found; a missing or ill-typed value takes :class:`ceb.config.CEBConfig`'s default.
-    """
-    section = doc.get("config") if isinstance(doc, Mapping) else None
-    found = section.get("ceb") if isinstance(section, Mapping) else None
-    ceb: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
-    votes = _int(ceb.get("votes"), minimum=1)
-    k = _int(ceb.get("k"), minimum=0)
-    retriever = ceb.get("retriever")
-    retriever = retriever if isinstance(retriever, str) and retriever else None
-    return RunSettings(
-        votes=_DEFAULTS.votes if votes is None else votes,
-        k=_DEFAULTS.k if k is None else k,
-        retriever=_DEFAULTS.retriever if retriever is None else retriever,
-        source=_SOURCES[sum(v is not None for v in (votes, k, retriever))],
-    )
-
-
-_SOURCES = ("defaults", "config.json + defaults", "config.json + defaults", "config.json")
-
-
-def _int(value: Any, *, minimum: int) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= minimum else None
-
-
-@dataclass(frozen=True, slots=True)
-class MethodSettings:
-    """A method's effective switches in a run: its :class:`MethodSpec` over the run's :class:`RunSettings`.
-
-    Attributes:
-        method: Method name.
-        spec: The resolved spec (``votes``, ``k``, ``retriever`` may be ``None``).
-        votes: Effective ``V``.
-        k: Effective precedents per class.
-        retriever: Effective retriever name.
-    """
-
-    method: str
-    spec: MethodSpec
-    votes: int
-    k: int
-    retriever: str
-
-    @property
-    def switches(self) -> tuple[MethodSpec, str]:
-        """Every switch except ``V`` and ``k`` (and the name): equal for the cells of one V / k sweep."""
-        return replace(self.spec, name="", votes=None, k=None, retriever=None, description=""), self.retriever
-
-    @property
-    def uses_llm_critic(self) -> bool:
-        """Scored by the LLM critic with the paper's critic prompt (CEB, its ablations, Static)."""
-        return self.spec.critic == LLM_CRITIC
-
-
-def method_settings(methods: Iterable[str], settings: RunSettings) -> dict[str, MethodSettings]:
-    """Resolve each method name (:func:`ceb.pipeline.methods.resolve_method`) against the run's settings.
-
-    Names ``resolve_method`` rejects (a method added after this version of ``ceb``) are left out.
-    """
-    out: dict[str, MethodSettings] = {}
-    for name in dict.fromkeys(methods):
+    out: dict[str, ResolvedMethod] = {}
+    for name in dict.fromkeys(names):
         try:
-            spec = resolve_method(name)
+            out[name] = resolve_method(name).resolve(ceb)
         except ConfigError:
             continue
-        out[name] = MethodSettings(
-            method=name,
-            spec=spec,
-            votes=spec.votes if spec.votes is not None else settings.votes,
-            k=spec.k if spec.k is not None else settings.k,
-            retriever=spec.retriever if spec.retriever is not None else settings.retriever,
-        )
     return out
 
 
@@ -248,7 +176,7 @@ class AblationRow:
 
     Attributes:
         critic: Critic label.
-        method: Method name (a name of :data:`ABLATION_VARIANTS`).
+        method: Method name (a name of :func:`ablation_variants`).
         variant: Row label, e.g. ``"− contrastive (positives only)"``.
         row: The method's headline metric row.
         delta_ece: ``ECE(variant) - ECE(ceb)``; positive means the variant is worse calibrated. ``None`` for
@@ -269,14 +197,15 @@ def component_ablation(headline: Mapping[tuple[str, str], MetricRow]) -> list[Ab
         headline: :func:`headline_rows` of the main table.
 
     Returns:
-        Rows in the order of :data:`ABLATION_VARIANTS`, critic by critic (sorted); empty when no critic ran
+        Rows in the order of :func:`ablation_variants`, critic by critic (sorted); empty when no critic ran
         ``ceb`` and at least one variant.
     """
     out: list[AblationRow] = []
-    reference = ABLATION_VARIANTS[0][0]
+    variants = ablation_variants()
+    reference = variants[0][0]
     for critic in _critics(headline):
         ref = headline.get((critic, reference))
-        present = [(m, label) for m, label in ABLATION_VARIANTS if (critic, m) in headline]
+        present = [(m, label) for m, label in variants if (critic, m) in headline]
         if ref is None or len(present) < 2:
             continue
         ref_ece = _ece(ref)
@@ -402,30 +331,34 @@ def _sweep_rank(method: str) -> tuple[int, str]:
     """Which of several methods with one (V, k) fills the cell: ``ceb``, then sweep cells, then ``ceb-v1``."""
     if method == "ceb":
         return (0, method)
-    return (1 if _SWEEP_CELL.match(method) else 2, method)
+    try:
+        sweep = resolve_method(method).group == "sweep"
+    except ConfigError:
+        sweep = False
+    return (1 if sweep else 2, method)
 
 
 def _sweep_family(
-    headline: Mapping[tuple[str, str], MetricRow], methods: Mapping[str, MethodSettings], settings: RunSettings
-) -> list[tuple[str, MethodSettings]]:
+    headline: Mapping[tuple[str, str], MetricRow], methods: Mapping[str, ResolvedMethod], settings: CEBConfig
+) -> list[tuple[str, ResolvedMethod]]:
     """``(critic, method)`` pairs that ran and differ from ``ceb`` in ``V`` and ``k`` only."""
-    ceb = method_settings(["ceb"], settings)["ceb"].switches
+    ceb = resolve_method("ceb").resolve(settings).switches
     return [(c, methods[m]) for c, m in headline if m in methods and methods[m].switches == ceb]
 
 
 def _sweep(
     headline: Mapping[tuple[str, str], MetricRow],
-    family: Sequence[tuple[str, MethodSettings]],
+    family: Sequence[tuple[str, ResolvedMethod]],
     swept: Literal["votes", "k"],
     fixed: int,
 ) -> Sweep:
-    def value(m: MethodSettings) -> int:
+    def value(m: ResolvedMethod) -> int:
         return m.votes if swept == "votes" else m.k
 
-    def other(m: MethodSettings) -> int:
+    def other(m: ResolvedMethod) -> int:
         return m.k if swept == "votes" else m.votes
 
-    chosen: dict[tuple[str, int], MethodSettings] = {}
+    chosen: dict[tuple[str, int], ResolvedMethod] = {}
     for critic, m in family:
         if other(m) != fixed:
             continue
@@ -440,7 +373,7 @@ def _sweep(
 
 
 def vote_sweep(
-    headline: Mapping[tuple[str, str], MetricRow], methods: Mapping[str, MethodSettings], settings: RunSettings
+    headline: Mapping[tuple[str, str], MetricRow], methods: Mapping[str, ResolvedMethod], settings: CEBConfig
 ) -> Sweep | None:
     """The hindsight vote count sweep (paper table "vsweep") at the ``k`` with the most distinct ``V``.
 
@@ -468,7 +401,7 @@ def vote_sweep(
 
 
 def k_sweep(
-    headline: Mapping[tuple[str, str], MetricRow], methods: Mapping[str, MethodSettings], settings: RunSettings
+    headline: Mapping[tuple[str, str], MetricRow], methods: Mapping[str, ResolvedMethod], settings: CEBConfig
 ) -> Sweep | None:
     """The retrieval depth sweep (paper table "topk") at ``V = ceb.votes``, else the ``V`` with the most ``k``.
 
@@ -533,7 +466,7 @@ class TokenCost:
 
 
 def token_costs(
-    lanes: Iterable[Lane], headline: Mapping[tuple[str, str], MetricRow], methods: Mapping[str, MethodSettings]
+    lanes: Iterable[Lane], headline: Mapping[tuple[str, str], MetricRow], methods: Mapping[str, ResolvedMethod]
 ) -> list[TokenCost]:
     """Mean critic prompt and precedent-section tokens per call of the LLM-critic methods that counted them.
 
@@ -591,7 +524,7 @@ def token_costs(
     return out
 
 
-def _k1_peer(critic: str, m: MethodSettings, candidates: Sequence[MethodSettings]) -> MethodSettings | None:
+def _k1_peer(critic: str, m: ResolvedMethod, candidates: Sequence[ResolvedMethod]) -> ResolvedMethod | None:
     if not m.spec.use_bank or m.k == 1:
         return None
     peers = [p for p in candidates if p.k == 1 and p.votes == m.votes and p.switches == m.switches]
@@ -607,7 +540,7 @@ class RetrieverRow:
 
     Attributes:
         critic: Critic label.
-        method: The method that used it (a name of :data:`RETRIEVAL_METHODS`).
+        method: The method that used it (a name of :func:`retrieval_methods`).
         retriever: Effective retriever name (``ceb``'s is the run's ``ceb.retriever``).
         deployed: ``True`` for ``ceb``'s retriever.
         row: The method's headline metric row.
@@ -621,7 +554,7 @@ class RetrieverRow:
 
 
 def retrieval_comparison(
-    headline: Mapping[tuple[str, str], MetricRow], methods: Mapping[str, MethodSettings]
+    headline: Mapping[tuple[str, str], MetricRow], methods: Mapping[str, ResolvedMethod]
 ) -> list[RetrieverRow]:
     """Random, dense and the deployed retriever, per critic that ran two of them.
 
@@ -633,16 +566,17 @@ def retrieval_comparison(
         methods: :func:`method_settings` of the run's methods (an unknown ``ceb-dense-retrieval`` is left out).
 
     Returns:
-        Rows in the order of :data:`RETRIEVAL_METHODS`, critic by critic (sorted).
+        Rows in the order of :func:`retrieval_methods`, critic by critic (sorted).
     """
     out: list[RetrieverRow] = []
+    order = retrieval_methods()
     for critic in _critics(headline):
         rows: dict[str, RetrieverRow] = {}
-        for method in reversed(RETRIEVAL_METHODS):  # ceb first, so it keeps its retriever's row
+        for method in reversed(order):  # ceb first, so it keeps its retriever's row
             m = methods.get(method)
             if m is None or (critic, method) not in headline or m.retriever in rows:
                 continue
             rows[m.retriever] = RetrieverRow(critic, method, m.retriever, method == "ceb", headline[(critic, method)])
         if len(rows) >= 2:
-            out += sorted(rows.values(), key=lambda r: RETRIEVAL_METHODS.index(r.method))
+            out += sorted(rows.values(), key=lambda r: order.index(r.method))
     return out

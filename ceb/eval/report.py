@@ -41,14 +41,12 @@ import numpy as np
 import orjson
 import structlog
 
-from ceb.errors import RunError
+from ceb.config import CEBConfig, recorded_config
+from ceb.errors import ConfigError, RunError
 from ceb.eval.ablations import (
-    ABLATION_VARIANTS,
     ORACLE_METHOD,
-    RETRIEVAL_METHODS,
-    MethodSettings,
-    RunSettings,
     Sweep,
+    ablation_variants,
     component_ablation,
     coverage_note,
     gt_oracle_gap,
@@ -56,7 +54,7 @@ from ceb.eval.ablations import (
     k_sweep,
     method_settings,
     retrieval_comparison,
-    run_settings,
+    retrieval_methods,
     token_costs,
     vote_sweep,
 )
@@ -106,6 +104,7 @@ from ceb.eval.tables import (
     vsweep_table,
 )
 from ceb.pipeline.results import read_rows
+from ceb.stages.methods import ResolvedMethod, resolve_method
 
 __all__ = ["build_report"]
 
@@ -185,11 +184,11 @@ def build_report(
     base = base_lanes(lanes)
     # Colours go to the methods figures draw (scored, not sweep cells), so that those are far apart on the palette.
     colors = method_colors(sorted(_drawn(lane.method for lane in lanes if lane.note is None)))
-    settings = run_settings(_read_config(run))
+    settings, source = _run_ceb(run)
     methods = method_settings((lane.method for lane in lanes), settings)
     rep = _Report(out)
     _header(rep, run, lanes, n_bins, n_boot, seed)
-    _settings_header(rep, settings, lanes, methods)
+    _settings_header(rep, settings, source, lanes, methods)
 
     rows = _main_section(rep, lanes, n_bins, n_boot, seed)
     _averaging_section(rep, lanes, n_bins, colors)
@@ -362,17 +361,21 @@ def _depth_section(rep: _Report, base: Sequence[Lane], n_bins: int, colors: Mapp
     ]
 
 
-_SWEEP_CELL = re.compile(r"^ceb-(?:V\d+-k\d+|V\d+|k\d+)$")
-
-
 def _drawn(methods: Iterable[str]) -> set[str]:
     """The methods figures draw: all but the V / k sweep cells, which have their own tables (sections 10-12).
 
     A figure of 30 curves reads as none; when only sweep cells ran, they are drawn.
     """
     names = set(methods)
-    sweep = {m for m in names if _SWEEP_CELL.match(m)}
+    sweep = {m for m in names if _is_sweep_cell(m)}
     return names if sweep == names else names - sweep
+
+
+def _is_sweep_cell(method: str) -> bool:
+    try:
+        return resolve_method(method).group == "sweep"
+    except ConfigError:
+        return False
 
 
 def _figure_methods(methods: Sequence[str], rep: _Report) -> set[str]:
@@ -532,21 +535,21 @@ def _label_shift_section(rep: _Report, lanes: Sequence[Lane], n_bins: int, n_boo
         rep.data["alt_main"][name] = [_metric_json(r) for r in rows]
 
 
-def _read_config(run: Path) -> Any:
-    """The decoded ``config.json`` of the run, or ``None`` when it is missing or unreadable."""
+def _run_ceb(run: Path) -> tuple[CEBConfig, str]:
+    """The run's recorded ``ceb`` section and where it came from (``config.json``, or the defaults without one)."""
     try:
-        return orjson.loads((run / "config.json").read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return None
+        return recorded_config(run).ceb, "config.json"
+    except ConfigError:
+        return CEBConfig(), "defaults"
 
 
 def _settings_header(
-    rep: _Report, settings: RunSettings, lanes: Sequence[Lane], methods: Mapping[str, MethodSettings]
+    rep: _Report, settings: CEBConfig, source: str, lanes: Sequence[Lane], methods: Mapping[str, ResolvedMethod]
 ) -> None:
-    source = {"defaults": "CEBConfig defaults: no values in config.json"}.get(settings.source, settings.source)
+    shown = {"defaults": "CEBConfig defaults: no readable config.json"}.get(source, source)
     rep.lines.append(
         f"- Appendix tables: CEB methods resolve V, k and the retriever over V={settings.votes}, k={settings.k}, "
-        f"retriever `{settings.retriever}` ({source})."
+        f"retriever `{settings.retriever}` ({shown})."
     )
     unknown = sorted({lane.method for lane in lanes} - set(methods))
     if unknown:
@@ -554,7 +557,8 @@ def _settings_header(
             f"- Methods this version of ceb does not know, left out of the appendix tables: "
             f"{', '.join(f'`{m}`' for m in unknown)}"
         )
-    rep.data["run"]["ceb"] = asdict(settings)
+    ceb = {"votes": settings.votes, "k": settings.k, "retriever": settings.retriever}
+    rep.data["run"]["ceb"] = ceb | {"source": source}
     rep.data["run"]["unknown_methods"] = unknown
 
 
@@ -602,7 +606,7 @@ def _ablation_section(rep: _Report, rows: Sequence[MetricRow], headline: Mapping
         for a in ablation
     ]
     if not ablation:
-        variants = ", ".join(f"`{m}`" for m, _ in ABLATION_VARIANTS[1:])
+        variants = ", ".join(f"`{m}`" for m, _ in ablation_variants()[1:])
         rep.note(f"Skipped: needs `ceb` and at least one of {variants} scored by the same critic.")
         return
     notes = _coverage_notes(rows, _blocks((a.critic, a.method) for a in ablation))
@@ -656,8 +660,8 @@ def _sweep_sections(
     rep: _Report,
     rows: Sequence[MetricRow],
     headline: Mapping[tuple[str, str], MetricRow],
-    methods: Mapping[str, MethodSettings],
-    settings: RunSettings,
+    methods: Mapping[str, ResolvedMethod],
+    settings: CEBConfig,
 ) -> None:
     family = (
         "The methods that differ from CEB only in V and k: `ceb` (V = ceb.votes, k = ceb.k), the sweep cells "
@@ -694,7 +698,7 @@ def _token_cost_section(
     rows: Sequence[MetricRow],
     base: Sequence[Lane],
     headline: Mapping[tuple[str, str], MetricRow],
-    methods: Mapping[str, MethodSettings],
+    methods: Mapping[str, ResolvedMethod],
 ) -> None:
     rep.section(
         '12. Token cost of retrieval depth (table "token-cost")',
@@ -727,7 +731,7 @@ def _retrieval_section(
     rep: _Report,
     rows: Sequence[MetricRow],
     headline: Mapping[tuple[str, str], MetricRow],
-    methods: Mapping[str, MethodSettings],
+    methods: Mapping[str, ResolvedMethod],
 ) -> None:
     rep.section(
         '13. Retrieval mechanism (table "retrieval")',
@@ -741,7 +745,7 @@ def _retrieval_section(
         for r in compared
     ]
     if not compared:
-        names = ", ".join(f"`{m}`" for m in RETRIEVAL_METHODS)
+        names = ", ".join(f"`{m}`" for m in retrieval_methods())
         rep.note(f"Skipped: needs two of {names} with different retrievers, scored by the same critic.")
         return
     rep.table(retrieval_table(compared, notes=_coverage_notes(rows, _blocks((r.critic, r.method) for r in compared))))

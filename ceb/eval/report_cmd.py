@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import orjson
 import typer
 
-from ceb.errors import CEBError
+from ceb.config import recorded_config
+from ceb.errors import CEBError, ConfigError
 
 __all__ = ["report_command"]
 
@@ -50,9 +50,7 @@ def report_command(
 
 def _run_bins(run_dir: Path) -> int:
     """The run's configured ECE bins (``config.json``), or 10 when the run has no readable config."""
-    config = run_dir / "config.json"
     try:
-        bins = orjson.loads(config.read_bytes())["config"]["ece_bins"]
-    except (OSError, orjson.JSONDecodeError, KeyError, TypeError):
+        return recorded_config(run_dir).ece_bins
+    except ConfigError:
         return 10
-    return int(bins) if isinstance(bins, int) and bins >= 1 else 10

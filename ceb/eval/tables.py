@@ -20,6 +20,7 @@ from typing import Literal
 
 import numpy as np
 
+from ceb.errors import ConfigError
 from ceb.eval.ablations import RETRIEVER_LABELS, AblationRow, OracleGap, RetrieverRow, Sweep, TokenCost
 from ceb.eval.analyses import (
     POOLED,
@@ -31,9 +32,9 @@ from ceb.eval.analyses import (
     TaskSuccess,
 )
 from ceb.eval.bootstrap import Interval
+from ceb.stages.methods import GROUPS, resolve_method
 
 __all__ = [
-    "METHOD_LABELS",
     "Better",
     "Block",
     "Cell",
@@ -65,38 +66,24 @@ __all__ = [
 Better = Literal["lower", "higher"]
 """Which direction of a column is better."""
 
-METHOD_LABELS: Mapping[str, str] = {
-    "ppl": "PPL",
-    "me": "ME",
-    "pro": "PRO",
-    "verbalized": "Verbalization",
-    "ptrue": "P(True)",
-    "cot": "CoT",
-    "static": "Static",
-    "ceb": "CEB",
-    "ceb-positives-only": "CEB - contrastive (positives only)",
-    "ceb-random-retrieval": "CEB - TF-IDF retrieval (random)",
-    "ceb-v1": "CEB - vote (V=1)",
-    "ceb-no-repetition": "CEB - repetition signal",
-    "ceb-gt-oracle": "CEB, GT-oracle bank",
-    "ceb-dense-retrieval": "CEB - dense retrieval",
-}
-"""Display names of the paper's methods (Table 1 and the ablation table); other names print as they are."""
-
-_METHOD_ORDER = tuple(METHOD_LABELS)
-
 
 def method_label(method: str) -> str:
-    """The paper's name of ``method`` (``"ptrue"`` -> ``"P(True)"``), or ``method`` itself when unknown."""
-    return METHOD_LABELS.get(method, method)
-
-
-def method_sort_key(method: str) -> tuple[int, str]:
-    """Sort key putting methods in the paper's row order: baselines, Static, CEB, ablations, then the rest."""
+    """The table name of ``method`` from the catalogue (``"ptrue"`` -> ``"P(True)"``), or ``method`` when unknown."""
     try:
-        return (_METHOD_ORDER.index(method), method)
-    except ValueError:
-        return (len(_METHOD_ORDER), method)
+        return resolve_method(method).display
+    except ConfigError:
+        return method
+
+
+def method_sort_key(method: str) -> tuple[int, int, str]:
+    """Sort key of the paper's row order: baselines, Static, CEB, ablations, oracle, sweep cells, then unknowns.
+
+    The order is the catalogue's (:meth:`~ceb.stages.methods.MethodSpec.sort_key`).
+    """
+    try:
+        return resolve_method(method).sort_key()
+    except ConfigError:
+        return (len(GROUPS), 0, method)
 
 
 # --- the table model --------------------------------------------------------------------------------------

@@ -25,18 +25,16 @@ per step per method, with ``stream``, ``order``, ``critic`` and ``method`` colum
 from __future__ import annotations
 
 import glob
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from ceb.config import RunConfig, load_config
+from ceb.config import RunConfig, load_config, merge_settings, read_settings_file
 from ceb.errors import ConfigError
+from ceb.stages.methods import sweep_methods
 
-__all__ = ["GridSpec", "expand_streams", "load_grid", "sweep_methods"]
+__all__ = ["GridSpec", "expand_streams", "load_grid"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,11 +50,6 @@ class GridSpec:
     config: RunConfig
     streams: dict[str, list[Path]]
     out: Path
-
-
-def sweep_methods(votes: Sequence[int], ks: Sequence[int]) -> list[str]:
-    """The sweep cells ``ceb-V<v>-k<k>`` of every pair, in row-major order (appendix V / k tables)."""
-    return [f"ceb-V{v}-k{k}" for v in votes for k in ks]
 
 
 def expand_streams(specs: Sequence[str], base: Path) -> dict[str, list[Path]]:
@@ -92,12 +85,8 @@ def load_grid(path: str | Path, overrides: dict[str, Any] | None = None) -> Grid
         ConfigError: Unreadable file, no ``[grid]`` table, no streams, or a bad setting (named).
     """
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-        data = tomllib.loads(raw.decode()) if p.suffix == ".toml" else orjson.loads(raw)
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, orjson.JSONDecodeError) as exc:
-        raise ConfigError(f"grid file {p}: {exc}") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("grid"), dict):
+    data = read_settings_file(p, "grid file")
+    if not isinstance(data.get("grid"), dict):
         raise ConfigError(f"grid file {p}: needs a [grid] table with streams and out")
     grid = data.pop("grid")
     unknown = set(grid) - {"streams", "out", "sweep_votes", "sweep_k"}
@@ -108,16 +97,6 @@ def load_grid(path: str | Path, overrides: dict[str, Any] | None = None) -> Grid
     cells = sweep_methods(grid.get("sweep_votes", []), grid.get("sweep_k", []))
     methods = list(data.get("methods", RunConfig().methods))
     data["methods"] = methods + [m for m in cells if m not in methods]
-    config = load_config(None, _merge(data, overrides or {}))
+    config = load_config(None, merge_settings(data, overrides or {}))
     base = p.parent
     return GridSpec(config=config, streams=expand_streams(grid["streams"], base), out=base / grid["out"])
-
-
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        elif v is not None:
-            out[k] = v
-    return out

@@ -14,15 +14,15 @@ from dataclasses import asdict
 import anyio
 import structlog
 
-from ceb.backends import Stages
 from ceb.backends.scheduling import priority
 from ceb.bank import RETRIEVERS, Bank, BankRecord, Retrieval, agreement_flag, composite_key
 from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
-from ceb.pipeline.methods import LLM_CRITIC, MethodSpec
-from ceb.pipeline.results import HindsightRow, StepRow
-from ceb.stages.base import NOT_AVAILABLE, Critic, CriticInput, HindsightResult, HistoryItem
+from ceb.pipeline.results import HindsightRow, Precedent, StepRow
+from ceb.stages.assembly import Stages
+from ceb.stages.base import Critic, CriticInput, HindsightResult, HistoryItem
 from ceb.stages.critic import repetition_flag
+from ceb.stages.methods import MethodSpec
 from ceb.stages.templates import clip
 from ceb.stages.tokens import PromptTokenCounter, PromptTokens
 
@@ -53,7 +53,7 @@ def alt_labels(trajectory: Trajectory) -> dict[str, list[int | None]]:
 
 def new_bank(method: MethodSpec, config: RunConfig) -> Bank:
     """An empty bank with the method's retriever (``ceb.retriever`` unless the method sets its own)."""
-    return Bank(RETRIEVERS.get(method.retriever or config.ceb.retriever)())
+    return Bank(RETRIEVERS.get(method.resolve(config.ceb).retriever)())
 
 
 class Lane:
@@ -107,10 +107,11 @@ class Lane:
         self.emit = emit
         self.bank = bank if bank is not None else new_bank(method, config)
         self.critic_stage = critic_stage or stages.critic
-        self.tokens = tokens if method.critic == LLM_CRITIC else None
+        self.tokens = tokens if method.uses_llm_critic else None
         self._unavailable_seen: set[str] = set()
-        self.votes = method.votes or config.ceb.votes
-        self.k = config.ceb.k if method.k is None else method.k
+        resolved = method.resolve(config.ceb)
+        self.votes = resolved.votes
+        self.k = resolved.k
         self.order = order
         self.critic = critic
         self.position = start
@@ -196,12 +197,12 @@ class Lane:
                 with priority(self.remaining):
                     res = await self.critic_stage.score(inp)
             self.remaining -= 1
-            if res.error is not None and res.error.startswith(NOT_AVAILABLE):
+            if res.status == "not_available" and res.error is not None:
                 # Not a failure, and the same for most steps of a lane: said once per lane and reason.
                 if res.error not in self._unavailable_seen:
                     self._unavailable_seen.add(res.error)
                     log.info("method not available here", stream=self.stream, method=self.method.name, reason=res.error)
-            elif res.error is not None:
+            elif res.status == "failed":
                 log.warning(
                     "critic step failed",
                     stream=self.stream,
@@ -232,7 +233,12 @@ class Lane:
                     bank_size=len(self.bank),
                     repetition_flag=rho,
                     retrieved=[
-                        (h.record.trajectory_id, h.record.step, h.record.pseudo_label, round(h.similarity, 6))
+                        Precedent(
+                            trajectory=h.record.trajectory_id,
+                            step=h.record.step,
+                            pseudo_label=h.record.pseudo_label,
+                            similarity=round(h.similarity, 6),
+                        )
                         for h in retrieval.hits
                     ],
                     order=self.order,
@@ -241,6 +247,7 @@ class Lane:
                     alt_labels={name: ys[t] for name, ys in alt.items()},
                     input_tokens=cost[0].input if cost else None,
                     bank_tokens=cost[0].bank if cost else None,
+                    status=res.status,
                 )
             )
         if self.method.use_bank:

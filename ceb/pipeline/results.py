@@ -11,17 +11,40 @@ Run directory layout::
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Self
+from typing import IO, Any, Self, TypedDict, TypeVar
 
 import orjson
 
 from ceb.errors import RunError
+from ceb.stages.base import NOT_AVAILABLE, StepStatus
 
-__all__ = ["HindsightRow", "ResultWriter", "StepRow", "read_rows"]
+__all__ = [
+    "ROW_SCHEMA",
+    "HindsightRow",
+    "Precedent",
+    "ResultWriter",
+    "StepRow",
+    "read_hindsight_rows",
+    "read_rows",
+    "read_step_rows",
+]
+
+ROW_SCHEMA = 2
+"""Version of the row layout written now. 1: no ``status``, ``retrieved`` as ``[id, step, label, sim]`` lists
+(still read: :func:`read_step_rows` upgrades them); 2: explicit ``status``, ``retrieved`` as objects."""
+
+
+class Precedent(TypedDict):
+    """A bank record shown to the critic for a step (one element of :attr:`StepRow.retrieved`)."""
+
+    trajectory: str
+    step: int
+    pseudo_label: int
+    similarity: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,9 +56,9 @@ class StepRow:
         method: Method name.
         trajectory: Trajectory id.
         step: 0-based step index ``t``.
-        score: ``z^_t`` in [0, 1], or ``None`` when the critic failed (see ``error``).
+        score: ``z^_t`` in [0, 1], or ``None`` when the step is not scored (see ``status`` and ``error``).
         label: Ground-truth label, copied here for evaluation only (0, 1 or ``None``).
-        error: Why ``score`` is ``None``.
+        error: Why ``score`` is ``None`` (for people; code reads ``status``).
         clipped: The raw score was outside [0, 1] and was clipped (Eq. 6).
         raw: The critic's last reply text.
         latency_s: Seconds in the server.
@@ -45,7 +68,7 @@ class StepRow:
         completion_tokens: Output tokens, when the server reported them.
         bank_size: ``|B_t|`` when the step was scored.
         repetition_flag: ``rho_t``.
-        retrieved: ``[trajectory_id, step, pseudo_label, similarity]`` of each precedent shown.
+        retrieved: Each precedent shown (:class:`Precedent`), positives first.
         order: Stream order: 0 is the order of the input files, ``r >= 1`` the seeded permutation ``r``
             (paper section 4.4, multi-order averaging).
         position: 0-based position of the trajectory in this order of the stream.
@@ -56,6 +79,8 @@ class StepRow:
             messages), whatever backend scored it; ``None`` for baselines or when counting is off
             (:mod:`ceb.stages.tokens`).
         bank_tokens: The part of ``input_tokens`` the precedent section adds (0 without a bank).
+        status: ``scored``, ``failed``, ``not_available`` or ``reused`` (:data:`~ceb.stages.base.StepStatus`).
+        schema: :data:`ROW_SCHEMA` of the row.
     """
 
     stream: str
@@ -74,13 +99,20 @@ class StepRow:
     completion_tokens: int | None
     bank_size: int
     repetition_flag: bool
-    retrieved: list[tuple[str, int, int, float]]
+    retrieved: list[Precedent]
     order: int = 0
     position: int = 0
     critic: str = ""
     alt_labels: dict[str, int | None] = field(default_factory=dict)
     input_tokens: int | None = None
     bank_tokens: int | None = None
+    status: StepStatus = "scored"
+    schema: int = ROW_SCHEMA
+
+    @property
+    def finished(self) -> bool:
+        """Nothing left to ask for this step: it has a score, or its method cannot score it here."""
+        return self.status != "failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +138,7 @@ class HindsightRow:
         critic: Critic label (see :class:`StepRow`).
         records: The bank records this trajectory added (:class:`~ceb.bank.BankRecord` fields), so this file
             is also the bank's append-only checkpoint (:mod:`ceb.pipeline.resume`).
+        schema: :data:`ROW_SCHEMA` of the row.
     """
 
     stream: str
@@ -125,6 +158,7 @@ class HindsightRow:
     position: int = 0
     critic: str = ""
     records: list[dict[str, Any]] = field(default_factory=list)
+    schema: int = ROW_SCHEMA
 
 
 class ResultWriter:
@@ -159,21 +193,89 @@ class ResultWriter:
 
 
 def read_rows(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Yield the JSON rows of a ``scores.jsonl`` or ``hindsight.jsonl`` file.
+    """Yield the raw JSON objects of a ``scores.jsonl`` or ``hindsight.jsonl`` file, as stored.
 
-    A last line cut short by a crash is skipped; any other bad line raises.
+    Code that computes with results reads typed rows (:func:`read_step_rows`, :func:`read_hindsight_rows`);
+    this is for looking at the file itself. A last line cut short by a crash is skipped; any other bad line
+    raises.
 
     Raises:
         RunError: A line before the last is not valid JSON (names file and line).
     """
-    path = Path(path)
+    for _, row in _lines(Path(path)):
+        yield row
+
+
+def read_step_rows(path: str | Path) -> Iterator[StepRow]:
+    """Yield the :class:`StepRow` of each line of a ``scores.jsonl`` (older layouts upgraded).
+
+    Raises:
+        RunError: A bad line before the last, a row of a newer layout, or a row missing a field (names file,
+            line and field).
+    """
+    return _typed(Path(path), StepRow, _upgrade_step)
+
+
+def read_hindsight_rows(path: str | Path) -> Iterator[HindsightRow]:
+    """Yield the :class:`HindsightRow` of each line of a ``hindsight.jsonl`` (older layouts upgraded).
+
+    Raises:
+        RunError: As :func:`read_step_rows`.
+    """
+    return _typed(Path(path), HindsightRow, lambda row: row)
+
+
+_Row = TypeVar("_Row", StepRow, HindsightRow)
+
+
+def _typed(path: Path, cls: type[_Row], upgrade: Callable[[dict[str, Any]], dict[str, Any]]) -> Iterator[_Row]:
+    names = {f.name for f in fields(cls)}
+    for line, raw in _lines(path):
+        schema = raw.get("schema", 1)
+        if not isinstance(schema, int) or schema > ROW_SCHEMA:
+            raise RunError(f"{path}:{line}: row layout {schema!r} is newer than this ceb reads ({ROW_SCHEMA})")
+        row = upgrade(raw) if schema < ROW_SCHEMA else raw
+        row["schema"] = ROW_SCHEMA
+        unknown = set(row) - names
+        if unknown:
+            raise RunError(f"{path}:{line}: unknown field(s) {sorted(unknown)} in a {cls.__name__}")
+        try:
+            yield cls(**row)
+        except TypeError as exc:
+            raise RunError(f"{path}:{line}: not a {cls.__name__}: {exc}") from exc
+
+
+def _upgrade_step(row: dict[str, Any]) -> dict[str, Any]:
+    """Layout 1 -> 2: the status from the score and the error's prefix; precedents as objects."""
+    out = dict(row)
+    if out.get("score") is not None:
+        out["status"] = "scored"
+    else:
+        out["status"] = "not_available" if str(out.get("error") or "").startswith(NOT_AVAILABLE) else "failed"
+    out["retrieved"] = [_precedent(p) for p in out.get("retrieved", [])]
+    return out
+
+
+def _precedent(p: Any) -> Precedent:
+    if isinstance(p, Mapping):
+        return Precedent(
+            trajectory=p["trajectory"], step=p["step"], pseudo_label=p["pseudo_label"], similarity=p["similarity"]
+        )
+    tid, step, label, sim = p
+    return Precedent(trajectory=tid, step=step, pseudo_label=label, similarity=sim)
+
+
+def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     lines = path.read_bytes().split(b"\n")
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            yield orjson.loads(line)
+            row = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             if i == len(lines) - 1:
                 return  # torn final write; everything before it is intact
             raise RunError(f"{path}:{i + 1}: not a JSON row: {exc}") from exc
+        if not isinstance(row, dict):
+            raise RunError(f"{path}:{i + 1}: a row must be a JSON object")
+        yield i + 1, row

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +33,7 @@ from ceb.bank import Bank, BankRecord
 from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
 from ceb.errors import RunError
-from ceb.pipeline.results import read_rows
-from ceb.stages.base import NOT_AVAILABLE
+from ceb.pipeline.results import HindsightRow, StepRow, read_hindsight_rows, read_step_rows
 
 __all__ = [
     "VOLATILE_SETTINGS",
@@ -142,21 +141,12 @@ class LaneProgress:
     position: int = 0
     prefix: list[float | None] = field(default_factory=list)
     bank: Bank | None = None
-    kept_steps: list[dict[str, Any]] = field(default_factory=list)
-    kept_hindsight: list[dict[str, Any]] = field(default_factory=list)
+    kept_steps: list[StepRow] = field(default_factory=list)
+    kept_hindsight: list[HindsightRow] = field(default_factory=list)
 
 
-def _key(row: Mapping[str, Any]) -> LaneKey:
-    return (row["stream"], int(row.get("order", 0)), row["method"], row.get("critic", ""))
-
-
-def _finished(row: Mapping[str, Any]) -> bool:
-    """A step is finished when it has a score, or its method cannot score it at all (``not available``)."""
-    return row["score"] is not None or str(row.get("error") or "").startswith(NOT_AVAILABLE)
-
-
-def _read(path: Path) -> list[dict[str, Any]]:
-    return list(read_rows(path)) if path.exists() else []
+def _key(row: StepRow | HindsightRow) -> LaneKey:
+    return (row.stream, row.order, row.method, row.critic)
 
 
 def restore_progress(
@@ -175,12 +165,13 @@ def restore_progress(
     Raises:
         RunError: A result file has a bad line before its last (names file and line).
     """
-    step_rows = _read(run_dir / "scores.jsonl")
-    hind_rows = _read(run_dir / "hindsight.jsonl")
-    steps: dict[tuple[LaneKey, str, int], dict[str, Any]] = {}
+    scores, hindsight = run_dir / "scores.jsonl", run_dir / "hindsight.jsonl"
+    step_rows = list(read_step_rows(scores)) if scores.exists() else []
+    hind_rows = list(read_hindsight_rows(hindsight)) if hindsight.exists() else []
+    steps: dict[tuple[LaneKey, str, int], StepRow] = {}
     for row in step_rows:
-        steps[(_key(row), row["trajectory"], int(row["step"]))] = row
-    hinds: dict[tuple[LaneKey, str], dict[str, Any]] = {(_key(r), r["trajectory"]): r for r in hind_rows}
+        steps[(_key(row), row.trajectory, row.step)] = row
+    hinds: dict[tuple[LaneKey, str], HindsightRow] = {(_key(r), r.trajectory): r for r in hind_rows}
 
     progress: dict[LaneKey, LaneProgress] = {}
     keep_steps: set[int] = set()
@@ -192,9 +183,9 @@ def restore_progress(
             prefix: list[float | None] = []
             for t in range(len(traj.steps)):
                 srow = steps.get((key, traj.id, t))
-                if srow is None or not _finished(srow):
+                if srow is None or not srow.finished:
                     break
-                prefix.append(None if srow["score"] is None else float(srow["score"]))
+                prefix.append(srow.score)
                 keep_steps.add(id(srow))
             hrow = hinds.get((key, traj.id)) if use_bank else None
             complete = len(prefix) == len(traj.steps) and (not use_bank or hrow is not None)
@@ -203,27 +194,27 @@ def restore_progress(
                 break
             if hrow is not None and prog.bank is not None:
                 keep_hinds.add(id(hrow))
-                prog.bank.add_trajectory(BankRecord(**r) for r in hrow.get("records", []))
+                prog.bank.add_trajectory(BankRecord(**r) for r in hrow.records)
         else:
             prog.position = len(trajectories)
         progress[key] = prog
     kept_steps = [r for r in step_rows if id(r) in keep_steps]
     kept_hinds = [r for r in hind_rows if id(r) in keep_hinds]
-    for row in kept_steps:
-        progress[_key(row)].kept_steps.append(row)
-    for row in kept_hinds:
-        progress[_key(row)].kept_hindsight.append(row)
+    for srow in kept_steps:
+        progress[_key(srow)].kept_steps.append(srow)
+    for hrow in kept_hinds:
+        progress[_key(hrow)].kept_hindsight.append(hrow)
     _rewrite(run_dir / "scores.jsonl", kept_steps)
     _rewrite(run_dir / "hindsight.jsonl", kept_hinds)
     return progress
 
 
-def _rewrite(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Replace ``path`` with ``rows`` atomically (write a sibling, fsync, rename)."""
+def _rewrite(path: Path, rows: Sequence[StepRow | HindsightRow]) -> None:
+    """Replace ``path`` with ``rows`` atomically (write a sibling, fsync, rename), in the current layout."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     with tmp.open("wb") as f:
         for row in rows:
-            f.write(orjson.dumps(row) + b"\n")
+            f.write(orjson.dumps(asdict(row)) + b"\n")
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -22,16 +22,12 @@ import orjson
 import structlog
 from anyio.abc import ObjectSendStream
 
-import ceb
-from ceb.backends import Stages, build_critic, build_stages
-from ceb.backends.factories import prompt_set
 from ceb.backends.scheduling import EndpointLimits
 from ceb.bank import RETRIEVERS, BankRecord, Hit, Retrieval
 from ceb.config import RunConfig
 from ceb.data.trajectory import Step, Trajectory
 from ceb.errors import CEBError, ConfigError, RunError
 from ceb.pipeline.lane import Lane, new_bank
-from ceb.pipeline.methods import MethodSpec, resolve_method
 from ceb.pipeline.results import HindsightRow, ResultWriter, StepRow
 from ceb.pipeline.resume import (
     LaneKey,
@@ -42,10 +38,13 @@ from ceb.pipeline.resume import (
     stream_fingerprint,
     write_atomic,
 )
-from ceb.stages.base import NOT_AVAILABLE, CriticInput, HistoryItem
+from ceb.stages.assembly import Stages, build_critic, build_stages, prompt_set
+from ceb.stages.base import CriticInput, HistoryItem
 from ceb.stages.critic import critic_context
 from ceb.stages.hindsight import hindsight_context
+from ceb.stages.methods import MethodSpec, resolve_method
 from ceb.stages.tokens import PromptTokenCounter
+from ceb.version import __version__
 
 __all__ = [
     "FailureBudget",
@@ -97,28 +96,24 @@ class RunSummary:
     trajectories_resumed: int = 0
     steps_unavailable: int = 0
 
-    def count_resumed(self, raw: Mapping[str, Any], *, step: bool) -> None:
-        """Count a row kept from before a resume (a JSON row, not a dataclass)."""
-        if step:
+    def count_resumed(self, row: Row) -> None:
+        """Count a row kept from before a resume (its requests were spent by the earlier run)."""
+        if isinstance(row, StepRow):
             self.steps_resumed += 1
-            if raw.get("score") is None:
-                self.steps_unavailable += 1
-            else:
-                self.steps_scored += 1
-            self.steps_clipped += bool(raw.get("clipped"))
         else:
             self.trajectories_resumed += 1
-            self.trajectories_voted += 1
-            self.votes_failed += int(raw.get("failed_votes", 0))
-            self.trajectories_not_banked += raw.get("records_added", 0) == 0
+        self._count_outcome(row)
 
     def count(self, row: Row) -> None:
         """Add ``row`` to the counters."""
         self.requests += row.requests
+        self._count_outcome(row)
+
+    def _count_outcome(self, row: Row) -> None:
         if isinstance(row, StepRow):
-            if row.score is None and (row.error or "").startswith(NOT_AVAILABLE):
+            if row.status == "not_available":
                 self.steps_unavailable += 1
-            elif row.score is None:
+            elif row.status == "failed":
                 self.steps_failed += 1
             else:
                 self.steps_scored += 1
@@ -209,7 +204,7 @@ def _write_config(
 ) -> None:
     sources = {name: sorted({t.source.rsplit(":", 1)[0] for t in trajs if t.source}) for name, trajs in streams.items()}
     doc = {
-        "ceb_version": ceb.__version__,
+        "ceb_version": __version__,
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "python": platform.python_version(),
         "streams": {n: {"files": sources[n], "trajectories": len(t)} for n, t in streams.items()},
@@ -260,7 +255,7 @@ async def run_scoring(
             f"or continue it with --resume {run_dir}"
         )
     methods: list[MethodSpec] = [resolve_method(m) for m in config.methods]
-    for retriever in {config.ceb.retriever, *(m.retriever for m in methods if m.retriever)}:
+    for retriever in {m.resolve(config.ceb).retriever for m in methods}:
         RETRIEVERS.get(retriever)  # an unknown or uninstalled retriever fails here, not mid-run
     check_prompts(config, [t.domain for trajs in streams.values() for t in trajs])
     prints = fingerprints(config, streams)
@@ -283,14 +278,13 @@ async def run_scoring(
             {k: (t, partial(new_bank, m, config) if m.use_bank else None) for k, (t, m) in specs.items()},
         )
         for prog in progress.values():
-            for raw in prog.kept_steps:
-                summary.count_resumed(raw, step=True)
-            for raw in prog.kept_hindsight:
-                summary.count_resumed(raw, step=False)
+            kept: list[Row] = [*prog.kept_steps, *prog.kept_hindsight]
+            for row in kept:
+                summary.count_resumed(row)
     own_stages = stages is None
     by_critic = _stages_by_critic(stages, critic_configs)
     critic_stages = {
-        (label, m.critic): build_critic(m.critic, critic_configs[label], by_critic[label])
+        (label, m.critic): build_critic(m, critic_configs[label], by_critic[label])
         for label in critic_configs
         for m in methods
     }

@@ -1,6 +1,12 @@
-"""The two CEB stages: the pre-execution critic (Eq. 2, 6) and the hindsight labeler (Eq. 3)."""
+"""The CEB stages: critic (Eq. 2, 6), hindsight labeler (Eq. 3), baselines, offline stand-ins, methods.
 
+The method catalogue (:mod:`ceb.stages.methods`) names every method; :mod:`ceb.stages.assembly` builds the
+stages of a run configuration.
+"""
+
+from ceb.stages.assembly import BACKENDS, Stages, build_critic, build_stages
 from ceb.stages.base import (
+    NOT_AVAILABLE,
     CallStats,
     Critic,
     CriticInput,
@@ -8,41 +14,47 @@ from ceb.stages.base import (
     Hindsight,
     HindsightResult,
     HistoryItem,
+    StepStatus,
 )
-from ceb.stages.critic import CRITIC_SCHEMA, CriticSettings, LLMCritic, critic_context, repetition_flag
-from ceb.stages.hindsight import (
-    HindsightSettings,
-    LLMHindsight,
-    hindsight_context,
-    labels_schema,
-    majority_vote,
-)
+from ceb.stages.critic import CRITIC_SCHEMA, LLMCritic, critic_context, repetition_flag
+from ceb.stages.hindsight import LLMHindsight, hindsight_context, labels_schema, majority_vote
+from ceb.stages.methods import LLM_CRITIC, MethodSpec, all_methods, method_names, register_method, resolve_method
 from ceb.stages.parsing import find_json_object, parse_labels, parse_score
 from ceb.stages.templates import PROMPT_KINDS, PromptLimits, PromptSet, clip
 
 __all__ = [
+    "BACKENDS",
     "CRITIC_SCHEMA",
+    "LLM_CRITIC",
+    "NOT_AVAILABLE",
     "PROMPT_KINDS",
     "CallStats",
     "Critic",
     "CriticInput",
     "CriticResult",
-    "CriticSettings",
     "Hindsight",
     "HindsightResult",
-    "HindsightSettings",
     "HistoryItem",
     "LLMCritic",
     "LLMHindsight",
+    "MethodSpec",
     "PromptLimits",
     "PromptSet",
+    "Stages",
+    "StepStatus",
+    "build_critic",
+    "build_stages",
     "clip",
     "critic_context",
     "find_json_object",
     "hindsight_context",
     "labels_schema",
+    "all_methods",
     "majority_vote",
+    "method_names",
     "parse_labels",
     "parse_score",
+    "register_method",
     "repetition_flag",
+    "resolve_method",
 ]

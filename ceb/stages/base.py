@@ -1,20 +1,21 @@
 """What the pipeline asks of a critic and a hindsight labeler, and what they give back.
 
 Both stages are async callables over frozen dataclasses. LLM versions live in :mod:`ceb.stages.critic` and
-:mod:`ceb.stages.hindsight`; the offline stand-ins in :mod:`ceb.backends.offline` implement the same
+:mod:`ceb.stages.hindsight`; the offline stand-ins in :mod:`ceb.stages.offline` implement the same
 protocols without a model.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from ceb.bank import Retrieval
 from ceb.data.trajectory import Trajectory
 
 __all__ = [
     "NOT_AVAILABLE",
+    "StepStatus",
     "CallStats",
     "Critic",
     "CriticInput",
@@ -26,8 +27,15 @@ __all__ = [
 
 NOT_AVAILABLE = "not available"
 """Start of :attr:`CriticResult.error` when a method cannot give a number for a step at all (no log-probs, no
-endpoint, no True/False token...): the result is ``CriticResult(score=None, error=f"{NOT_AVAILABLE}: <reason>")``.
-A method never fabricates a score in its place."""
+endpoint...); such a result is made by :meth:`CriticResult.not_available` and has ``available=False``. The prefix
+is for people reading the error; code reads :attr:`CriticResult.status`. A method never fabricates a score in
+its place."""
+
+StepStatus = Literal["scored", "failed", "not_available", "reused"]
+"""Outcome of one step of one method: ``scored`` (a score in [0, 1]); ``failed`` (no readable reply after the
+retries and re-asks; ``error`` says why); ``not_available`` (the method cannot score this step here at all, e.g.
+no log-probs; neither a score nor a failure); ``reused`` (a result row copied from another stream order that
+sees the same prompts; set by the pipeline, never by a stage)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +142,7 @@ class CriticResult:
         error: Why ``score`` is ``None``; ``None`` on success.
         clipped: ``r_t`` was outside [0, 1] and was clipped.
         stats: Requests, tokens and time spent.
+        available: ``False`` when the method cannot score this step at all (see :data:`NOT_AVAILABLE`).
     """
 
     score: float | None
@@ -141,6 +150,19 @@ class CriticResult:
     error: str | None = None
     clipped: bool = False
     stats: CallStats = field(default_factory=CallStats)
+    available: bool = True
+
+    @classmethod
+    def not_available(cls, reason: str, *, raw: str = "", stats: CallStats | None = None) -> CriticResult:
+        """A result with no score because the method cannot give one for this step (never a made-up number)."""
+        return cls(score=None, raw=raw, error=f"{NOT_AVAILABLE}: {reason}", stats=stats or CallStats(), available=False)
+
+    @property
+    def status(self) -> StepStatus:
+        """``scored``, ``failed`` or ``not_available``."""
+        if self.score is not None:
+            return "scored"
+        return "failed" if self.available else "not_available"
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ceb.backends.base import ChatBackend, ChatRequest
 from ceb.bank import Hit
+from ceb.config import CriticConfig
 from ceb.stages.asking import ask
 from ceb.stages.base import CriticInput, CriticResult
 from ceb.stages.parsing import parse_score
@@ -16,7 +16,6 @@ from ceb.stages.templates import PromptSet
 
 __all__ = [
     "CRITIC_SCHEMA",
-    "CriticSettings",
     "LLMCritic",
     "critic_context",
     "repetition_flag",
@@ -107,21 +106,6 @@ def critic_context(inp: CriticInput) -> dict[str, Any]:
     return ctx
 
 
-@dataclass(frozen=True, slots=True)
-class CriticSettings:
-    """Decoding settings of the critic.
-
-    Attributes:
-        temperature: Sampling temperature; 0 makes the frozen critic deterministic where the server allows.
-        max_tokens: Output budget per reply, in tokens.
-        format_retries: Re-asks after a reply that has no readable score, before the step is marked failed.
-    """
-
-    temperature: float = 0.0
-    max_tokens: int = 160
-    format_retries: int = 2
-
-
 class LLMCritic:
     """Scores a proposed action with an LLM behind a :class:`~ceb.backends.base.ChatBackend`.
 
@@ -131,10 +115,10 @@ class LLMCritic:
         settings: Decoding settings.
     """
 
-    def __init__(self, chat: ChatBackend, prompts: PromptSet, settings: CriticSettings | None = None) -> None:
+    def __init__(self, chat: ChatBackend, prompts: PromptSet, settings: CriticConfig | None = None) -> None:
         self.chat = chat
         self.prompts = prompts
-        self.settings = settings or CriticSettings()
+        self.settings = settings or CriticConfig()
 
     def messages(self, inp: CriticInput) -> tuple[dict[str, str], ...]:
         """The ``(system, user)`` messages for ``inp``."""

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 
 from ceb.backends.base import ChatBackend, ChatRequest, TransientError
+from ceb.config import HindsightConfig
 from ceb.data.trajectory import Trajectory
 from ceb.errors import BackendError, FatalBackendError
 from ceb.stages.asking import REASK_PREFIX, Answer, ask
@@ -16,7 +16,7 @@ from ceb.stages.base import CallStats, HindsightResult
 from ceb.stages.parsing import parse_labels
 from ceb.stages.templates import PromptSet
 
-__all__ = ["HindsightSettings", "LLMHindsight", "hindsight_context", "labels_schema", "majority_vote"]
+__all__ = ["LLMHindsight", "hindsight_context", "labels_schema", "majority_vote"]
 
 
 def majority_vote(votes: Sequence[Sequence[int]]) -> tuple[tuple[float, ...], tuple[int, ...]]:
@@ -80,39 +80,23 @@ def hindsight_context(trajectory: Trajectory) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True, slots=True)
-class HindsightSettings:
-    """Sampling settings of the hindsight labeler.
-
-    Attributes:
-        temperature: ``tau`` (paper: 0.7); must be > 0 for the votes to differ.
-        max_tokens: Output budget per vote, in tokens.
-        format_retries: Re-asks of one vote whose reply is not exactly one 0/1 per step.
-        seed: Base sampling seed; vote ``v`` uses ``seed + v``. ``None`` leaves seeding to the server.
-        sampling: ``requests`` (one request per vote) or ``n`` (one request with ``n = V`` choices; a choice
-            that cannot be read is re-asked on its own).
-    """
-
-    temperature: float = 0.7
-    max_tokens: int = 512
-    format_retries: int = 2
-    seed: int | None = None
-    sampling: Literal["requests", "n"] = "requests"
-
-
 class LLMHindsight:
     """Votes ``V`` times on a finished trajectory with an LLM (independent requests, or ``n = V`` choices).
 
     Args:
         chat: The endpoint.
         prompts: Templates to render the hindsight prompt with.
-        settings: Sampling settings.
+        settings: Decoding and sampling settings (``config.hindsight``).
+        tau: Sampling temperature of the votes (``ceb.tau``, paper: 0.7); must be > 0 for the votes to differ.
     """
 
-    def __init__(self, chat: ChatBackend, prompts: PromptSet, settings: HindsightSettings | None = None) -> None:
+    def __init__(
+        self, chat: ChatBackend, prompts: PromptSet, settings: HindsightConfig | None = None, *, tau: float = 0.7
+    ) -> None:
         self.chat = chat
         self.prompts = prompts
-        self.settings = settings or HindsightSettings()
+        self.settings = settings or HindsightConfig()
+        self.tau = tau
 
     def messages(self, trajectory: Trajectory) -> tuple[dict[str, str], ...]:
         """The ``(system, user)`` messages for ``trajectory``."""
@@ -121,7 +105,7 @@ class LLMHindsight:
     def _request(self, messages: tuple[dict[str, str], ...], n_steps: int, v: int, n: int = 1) -> ChatRequest:
         return ChatRequest(
             messages=messages,
-            temperature=self.settings.temperature,
+            temperature=self.tau,
             max_tokens=self.settings.max_tokens,
             n=n,
             json_schema=labels_schema(n_steps),

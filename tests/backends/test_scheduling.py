@@ -5,13 +5,13 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from ceb.backends import Stages
 from ceb.backends.base import ChatRequest, RetryPolicy
 from ceb.backends.openai import OpenAIBackend, OpenAISettings
 from ceb.backends.scheduling import EndpointLimits, PrioritySlots, current_priority, priority
 from ceb.backends.scripted import ScriptedChat
 from ceb.config import load_config
 from ceb.pipeline.runner import run_scoring
+from ceb.stages.assembly import Stages
 from ceb.stages.critic import LLMCritic
 from ceb.stages.hindsight import LLMHindsight
 from ceb.stages.templates import PromptSet

@@ -171,5 +171,5 @@ async def test_a_run_with_the_dense_retriever_scores_every_step_from_dense_prece
     position = {(r.trajectory_id, r.step): i for i, r in enumerate(before)}
     row = next(r for r in rows if r["trajectory"] == "t5" and r["step"] == 0)
     assert len(row["retrieved"]) == 4  # k = 2 per class
-    for tid, t, _, sim in row["retrieved"]:
+    for tid, t, sim in ((p["trajectory"], p["step"], p["similarity"]) for p in row["retrieved"]):
         assert sim == pytest.approx(want[position[(tid, t)]], abs=1e-5)

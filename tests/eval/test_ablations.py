@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 
+from ceb.config import CEBConfig
 from ceb.eval.ablations import (
-    MethodSettings,
-    RunSettings,
     component_ablation,
     coverage_note,
     gt_oracle_gap,
@@ -21,7 +20,6 @@ from ceb.eval.ablations import (
     k_sweep,
     method_settings,
     retrieval_comparison,
-    run_settings,
     token_costs,
     vote_sweep,
 )
@@ -37,7 +35,7 @@ from ceb.eval.tables import (
     topk_table,
     vsweep_table,
 )
-from ceb.pipeline.methods import MethodSpec
+from ceb.stages.methods import MethodSpec, ResolvedMethod
 
 
 def _pair(method: str, a: float | None, b: float | None, *, stream: str = "web", **kw: Any) -> list[dict[str, Any]]:
@@ -56,20 +54,9 @@ def _rows(*groups: list[dict[str, Any]]) -> list[MetricRow]:
 # --- settings ---------------------------------------------------------------------------------------------
 
 
-def test_run_settings_reads_config_and_falls_back_to_defaults() -> None:
-    assert run_settings(None) == RunSettings(5, 2, "tfidf", "defaults")
-    assert run_settings({"config": {"ceb": {"votes": 3, "k": 1, "retriever": "dense"}}}) == RunSettings(
-        3, 1, "dense", "config.json"
-    )
-    # An ill-typed value (bool, negative, empty) takes the default; the rest is read.
-    partial = run_settings({"config": {"ceb": {"votes": True, "k": -1, "retriever": "random"}}})
-    assert partial == RunSettings(5, 2, "random", "config.json + defaults")
-    assert run_settings({"config": []}) == RunSettings()
-
-
 def test_method_settings_resolve_v_k_retriever_and_skip_unknown_names() -> None:
     got = method_settings(
-        ["ceb", "ceb-v1", "ceb-V3", "ceb-k1", "ceb-V2-k4", "ceb-random-retrieval", "nope"], RunSettings(3, 1)
+        ["ceb", "ceb-v1", "ceb-V3", "ceb-k1", "ceb-V2-k4", "ceb-random-retrieval", "nope"], CEBConfig(votes=3, k=1)
     )
     assert {m: (s.votes, s.k, s.retriever) for m, s in got.items()} == {
         "ceb": (3, 1, "tfidf"),
@@ -185,14 +172,14 @@ def test_gt_oracle_closed_is_na_when_static_equals_oracle_and_needs_all_three() 
 
 
 def _sweep_inputs(
-    names: list[str], settings: RunSettings
-) -> tuple[dict[tuple[str, str], MetricRow], dict[str, MethodSettings]]:
+    names: list[str], settings: CEBConfig
+) -> tuple[dict[tuple[str, str], MetricRow], dict[str, ResolvedMethod]]:
     rows = _rows(*(_pair(name, 0.85 - 0.01 * i, 0.25) for i, name in enumerate(names)))
     return headline_rows(rows), method_settings(names, settings)
 
 
 def test_vote_sweep_ceb_v1_v3_gives_three_groups_at_k2() -> None:
-    settings = RunSettings()
+    settings = CEBConfig()
     head, methods = _sweep_inputs(["ceb", "ceb-V1", "ceb-V3", "ceb-v1", "ceb-positives-only", "ceb-k1"], settings)
     sweep = vote_sweep(head, methods, settings)
     assert sweep is not None
@@ -210,7 +197,7 @@ def test_vote_sweep_ceb_v1_v3_gives_three_groups_at_k2() -> None:
 
 
 def test_vote_sweep_uses_ceb_v1_without_a_sweep_cell_and_needs_two_v() -> None:
-    settings = RunSettings()
+    settings = CEBConfig()
     head, methods = _sweep_inputs(["ceb", "ceb-v1"], settings)
     sweep = vote_sweep(head, methods, settings)
     assert sweep is not None and [(c.votes, c.method) for c in sweep.cells] == [(1, "ceb-v1"), (5, "ceb")]
@@ -220,7 +207,7 @@ def test_vote_sweep_uses_ceb_v1_without_a_sweep_cell_and_needs_two_v() -> None:
 
 def test_sweeps_follow_the_run_config() -> None:
     # ceb.votes = 3, ceb.k = 1: ceb is (3, 1), like ceb-V3; ceb fills the shared cell.
-    settings = run_settings({"config": {"ceb": {"votes": 3, "k": 1, "retriever": "tfidf"}}})
+    settings = CEBConfig(votes=3, k=1, retriever="tfidf")
     head, methods = _sweep_inputs(["ceb", "ceb-V3", "ceb-V1", "ceb-V3-k2", "ceb-V1-k2"], settings)
     votes = vote_sweep(head, methods, settings)
     # k=1 and k=2 both have V in {1, 3}: the tie goes to ceb.k.
@@ -232,7 +219,7 @@ def test_sweeps_follow_the_run_config() -> None:
 
 
 def test_k_sweep_at_config_votes_else_the_v_with_most_k() -> None:
-    settings = RunSettings()
+    settings = CEBConfig()
     head, methods = _sweep_inputs(["ceb", "ceb-k1", "ceb-k5", "ceb-V3-k1", "ceb-V3-k2", "ceb-V3-k3"], settings)
     sweep = k_sweep(head, methods, settings)
     # V=3 has more k values, but V = ceb.votes = 5 has two and is preferred.
@@ -271,7 +258,7 @@ def test_token_costs_means_and_delta_vs_k1_by_hand() -> None:
     ]
     lanes = lanes_from_rows(raw)
     head = headline_rows(metric_rows(lanes, n_boot=0))
-    settings = RunSettings()
+    settings = CEBConfig()
     costs = token_costs(base_lanes(lanes), head, method_settings([la.method for la in lanes], settings))
     assert [c.method for c in costs] == ["static", "ceb-V3", "ceb-k1", "ceb", "ceb-positives-only", "ceb-k5"]
     by = {c.method: c for c in costs}
@@ -299,20 +286,19 @@ def test_token_costs_means_and_delta_vs_k1_by_hand() -> None:
 def test_token_costs_need_a_count() -> None:
     lanes = lanes_from_rows(_pair("ceb", 0.85, 0.25) + _pair("static", 0.5, 0.5))
     head = headline_rows(metric_rows(lanes, n_boot=0))
-    assert token_costs(lanes, head, method_settings(["ceb", "static"], RunSettings())) == []
+    assert token_costs(lanes, head, method_settings(["ceb", "static"], CEBConfig())) == []
 
 
 # --- retrieval --------------------------------------------------------------------------------------------
 
 
-def _dense(settings: RunSettings) -> MethodSettings:
+def _dense(settings: CEBConfig) -> ResolvedMethod:
     """``ceb-dense-retrieval`` built here, so the test does not depend on the registry knowing it."""
-    spec = MethodSpec("ceb-dense-retrieval", retriever="dense")
-    return MethodSettings("ceb-dense-retrieval", spec, settings.votes, settings.k, "dense")
+    return MethodSpec("ceb-dense-retrieval", retriever="dense").resolve(settings)
 
 
 def test_retrieval_comparison_rows_and_table() -> None:
-    settings = RunSettings()
+    settings = CEBConfig()
     rows = _rows(
         _pair("ceb-random-retrieval", 0.75, 0.35),  # 0.30
         _pair("ceb-dense-retrieval", 0.85, 0.35),  # 0.25
@@ -338,7 +324,7 @@ def test_retrieval_comparison_rows_and_table() -> None:
 
 
 def test_retrieval_comparison_keeps_ceb_when_it_is_the_dense_run() -> None:
-    settings = RunSettings(retriever="dense")
+    settings = CEBConfig(retriever="dense")
     head = headline_rows(_rows(_pair("ceb-dense-retrieval", 0.85, 0.35), _pair("ceb", 0.85, 0.25)))
     methods = method_settings(["ceb"], settings) | {"ceb-dense-retrieval": _dense(settings)}
     assert retrieval_comparison(head, methods) == []  # one retriever: ceb's row, no comparison

@@ -116,7 +116,7 @@ def test_report_notes_missing_methods_and_writes_no_appendix_file(tmp_path: Path
     assert "Skipped: needs `ceb` and at least one of" in md
     assert "Skipped: needs `static`, `ceb` and `ceb-gt-oracle`" in md
     assert "Skipped: no LLM-critic row carries `input_tokens`" in md
-    assert "CEBConfig defaults: no values in config.json" in md
+    assert "CEBConfig defaults: no readable config.json" in md
     data = orjson.loads((out / "report.json").read_bytes())
     assert data["ablation"] == data["gt_oracle"] == data["token_cost"] == data["retrieval"] == []
     assert data["v_sweep"] is None and data["k_sweep"] is None

@@ -7,14 +7,15 @@ from collections import Counter
 import pytest
 from typer.testing import CliRunner
 
-from ceb.backends import factories
 from ceb.backends.scripted import ScriptedChat
 from ceb.cli import app
 from ceb.config import load_config
 from ceb.data import write_stream
 from ceb.errors import ConfigError
 from ceb.pipeline import read_rows, run_scoring
-from ceb.pipeline.grid import load_grid, sweep_methods
+from ceb.pipeline.grid import load_grid
+from ceb.stages.assembly import llm_stages
+from ceb.stages.methods import sweep_methods
 from tests.support.builders import default_reply, step, trajectory
 
 
@@ -83,7 +84,7 @@ async def test_the_critic_axis_runs_each_critic_on_its_own_endpoint(tmp_path):
         }
     )
     chats = {name: ScriptedChat(default_reply) for name in ("small", "large")}
-    stages = {name: factories.llm_stages(config, chat) for name, chat in chats.items()}
+    stages = {name: llm_stages(config, chat) for name, chat in chats.items()}
     trajs = [trajectory(f"t{i}", step("ls", "x", label=1)) for i in range(3)]
     await run_scoring({"s": trajs}, config, tmp_path, stages=stages)
     rows = list(read_rows(tmp_path / "scores.jsonl"))

@@ -5,11 +5,11 @@ import dataclasses
 import anyio
 import pytest
 
-from ceb.backends import Stages
 from ceb.backends.scripted import ScriptedChat
 from ceb.config import RunConfig
 from ceb.pipeline import run_scoring
 from ceb.stages import LLMCritic, LLMHindsight, PromptSet
+from ceb.stages.assembly import Stages
 from tests.support.builders import default_reply, step, trajectory
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from ceb.backends import factories
 from ceb.backends.base import ChatRequest
 from ceb.backends.scripted import ScriptedChat
 from ceb.bank import Bank
 from ceb.config import load_config
 from ceb.errors import ConfigError
-from ceb.pipeline import read_rows, resolve_method, run_scoring
+from ceb.pipeline import read_rows, run_scoring
+from ceb.stages.assembly import llm_stages
+from ceb.stages.methods import resolve_method
 from tests.support.builders import n_steps_of, step, trajectory
 
 pytestmark = pytest.mark.anyio
@@ -38,7 +39,7 @@ def reply(request: ChatRequest) -> str:
 async def run(tmp_path, method: str, **ceb):
     chat = ScriptedChat(reply)
     config = load_config(overrides={"methods": [method], "ceb": {"votes": 3, **ceb}})
-    await run_scoring({"s": stream()}, config, tmp_path, stages=factories.llm_stages(config, chat))
+    await run_scoring({"s": stream()}, config, tmp_path, stages=llm_stages(config, chat))
     return chat, list(read_rows(tmp_path / "scores.jsonl"))
 
 
@@ -49,9 +50,9 @@ def hindsight_requests(chat: ScriptedChat) -> list[ChatRequest]:
 async def test_positives_only_shows_no_unproductive_precedent(tmp_path):
     _, rows = await run(tmp_path / "a", "ceb-positives-only")
     shown = [hit for r in rows for hit in r["retrieved"]]
-    assert shown and all(label == 1 for _, _, label, _ in shown)
+    assert shown and all(p["pseudo_label"] == 1 for p in shown)
     _, full = await run(tmp_path / "b", "ceb")
-    assert any(label == 0 for r in full for _, _, label, _ in r["retrieved"])
+    assert any(p["pseudo_label"] == 0 for r in full for p in r["retrieved"])
 
 
 async def test_random_retrieval_is_seeded_and_ignores_similarity(tmp_path):
@@ -60,7 +61,7 @@ async def test_random_retrieval_is_seeded_and_ignores_similarity(tmp_path):
     _, tfidf = await run(tmp_path / "c", "ceb")
     assert [r["retrieved"] for r in one] == [r["retrieved"] for r in two]
     assert [r["retrieved"] for r in one] != [r["retrieved"] for r in tfidf]
-    assert all(0.0 <= s < 1.0 for r in one for *_, s in r["retrieved"])
+    assert all(0.0 <= p["similarity"] < 1.0 for r in one for p in r["retrieved"])
 
 
 async def test_v1_asks_one_hindsight_vote_per_trajectory(tmp_path):

@@ -6,13 +6,13 @@ import anyio
 import orjson
 import pytest
 
-from ceb.backends import factories
 from ceb.backends.base import ChatRequest
 from ceb.backends.scripted import ScriptedChat
 from ceb.bank import Bank
 from ceb.config import load_config
 from ceb.errors import RunError
 from ceb.pipeline import read_rows, run_scoring
+from ceb.stages.assembly import llm_stages
 from tests.support.builders import n_steps_of, step, trajectory
 
 pytestmark = pytest.mark.anyio
@@ -50,7 +50,7 @@ def rows(run_dir, name: str) -> list[bytes]:
 
 
 async def score(run_dir, *, responder=reply, config=CONFIG, streams=STREAMS, resume=False, stop_after=None):
-    stages = factories.llm_stages(config, ScriptedChat(responder))
+    stages = llm_stages(config, ScriptedChat(responder))
     seen = 0
     with anyio.CancelScope() as scope:
 

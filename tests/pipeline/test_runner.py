@@ -1,20 +1,18 @@
 """Run-level behaviour: ordering inside a lane, failure budget, fatal errors, cancellation, wiring checks."""
 
-import math
-
 import anyio
 import orjson
 import pytest
 
-from ceb.backends import Stages, factories
 from ceb.backends.base import ChatRequest
-from ceb.backends.offline import OfflineCritic, OfflineHindsight
 from ceb.backends.scripted import ScriptedChat
 from ceb.bank import Bank
 from ceb.config import load_config
 from ceb.errors import ConfigError, FatalBackendError, RunError
 from ceb.pipeline import read_rows, run_scoring
-from ceb.stages import LLMCritic, LLMHindsight, PromptSet
+from ceb.stages import LLMCritic, LLMHindsight, PromptSet, assembly
+from ceb.stages.assembly import Stages
+from ceb.stages.offline import OfflineCritic, OfflineHindsight
 from tests.support.builders import default_reply, n_steps_of, step, trajectory
 
 pytestmark = pytest.mark.anyio
@@ -30,7 +28,7 @@ def stream(n: int = 4, steps: int = 3) -> list:
 def llm_stages(responder, config=None) -> tuple[Stages, ScriptedChat]:
     """LLM stages over a scripted endpoint, with the decoding settings of ``config``."""
     chat = ScriptedChat(responder)
-    return factories.llm_stages(config or load_config(), chat), chat
+    return assembly.llm_stages(config or load_config(), chat), chat
 
 
 def scored(request: ChatRequest) -> str:
@@ -79,8 +77,9 @@ async def test_a_trajectory_without_a_majority_of_valid_votes_is_not_banked(tmp_
     assert summary.trajectories_not_banked == 2
     assert not Bank.load(tmp_path / "banks" / "s__ceb.json").records
     rows = list(read_rows(tmp_path / "hindsight.jsonl"))
-    assert all(len(r["votes"]) == 1 and r["records_added"] == 0 for r in rows)
-    assert math.ceil(5 / 2) == 3  # the default threshold those rows fell short of
+    # One valid vote of V = 5 is short of the majority a trajectory needs (ceil(5 / 2) = 3 by default).
+    assert config.ceb.votes == 5 and config.ceb.min_valid_votes is None
+    assert all(len(r["votes"]) == 1 and r["failed_votes"] == 4 and r["records_added"] == 0 for r in rows)
 
 
 async def test_failures_past_the_budget_stop_the_run_with_a_clear_error(tmp_path):

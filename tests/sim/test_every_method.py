@@ -11,9 +11,9 @@ from ceb.bank import RETRIEVERS
 from ceb.config import load_config
 from ceb.errors import ConfigError
 from ceb.eval.report import build_report
-from ceb.pipeline import METHODS, read_rows, run_scoring
-from ceb.pipeline.grid import sweep_methods
+from ceb.pipeline import read_rows, run_scoring
 from ceb.sim import SimServer
+from ceb.stages.methods import method_names, resolve_method, sweep_methods
 from tests.support.builders import step, trajectory
 
 pytestmark = pytest.mark.anyio
@@ -33,7 +33,7 @@ def _stream(n: int = 4) -> list:
 
 
 def _methods() -> list[str]:
-    names = METHODS.names()
+    names = method_names()
     try:
         RETRIEVERS.get("dense")
     except ConfigError:  # the optional extra is missing: its own test says so
@@ -61,9 +61,7 @@ async def test_every_method_scores_every_step_through_the_endpoint(tmp_path, sim
     assert summary.steps_failed == 0 and summary.steps_unavailable == 0
     # CEB-family rows carry their prompt's token cost; baselines do not.
     for r in rows:
-        spec = METHODS.get(r["method"]) if r["method"] in METHODS.names() else None
-        llm = spec is None or spec.critic == "llm"
-        assert (r["input_tokens"] is not None) == llm
+        assert (r["input_tokens"] is not None) == resolve_method(r["method"]).uses_llm_critic
     # Bank methods voted in hindsight (the oracle reads labels instead); V of a sweep cell is its own.
     votes = Counter((h["method"], len(h["votes"])) for h in read_rows(tmp_path / "hindsight.jsonl"))
     assert votes[("ceb", 3)] == 8 and votes[("ceb-v1", 1)] == 8 and votes[("ceb-V2-k3", 2)] == 8

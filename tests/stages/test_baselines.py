@@ -8,17 +8,18 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from ceb.backends.base import RetryPolicy, TokenLogprob
 from ceb.backends.openai import OpenAIBackend, OpenAISettings
 from ceb.backends.scripted import ScriptedChat
+from ceb.config import BaselineConfig, load_config
 from ceb.errors import ConfigError
 from ceb.stages import CriticInput, HistoryItem, PromptSet
 from ceb.stages.asking import REASK_PREFIX
+from ceb.stages.assembly import Stages, UnavailableCritic, build_critic
 from ceb.stages.base import NOT_AVAILABLE
 from ceb.stages.baselines import (
-    BASELINES,
-    BaselineSettings,
     CoTCritic,
     MeanEntropyCritic,
     PerplexityCritic,
@@ -32,6 +33,7 @@ from ceb.stages.baselines import (
     softmax_weight,
     top_k_entropy,
 )
+from ceb.stages.methods import all_methods, resolve_method
 from tests.support.openai_server import OpenAITestServer, PromptPosition, Reply
 
 pytestmark = pytest.mark.anyio
@@ -258,7 +260,7 @@ async def test_me_by_teacher_forcing_uses_the_top_k_of_each_action_token(
         _pos("la", -3.0, [("l", -0.1), ("a", -0.5)], rank=3),
     ]
     openai_server.responder = lambda body, i: Reply("\n", prompt_logprobs=positions)
-    critic = MeanEntropyCritic(backend, PromptSet(), BaselineSettings(prompt_logprobs=2))
+    critic = MeanEntropyCritic(backend, PromptSet(), BaselineConfig(prompt_logprobs=2))
 
     result = await critic.score(_input(actor_logprobs=(-9.0, -9.0, -9.0)))  # not used: no alternatives there
 
@@ -289,7 +291,7 @@ async def test_me_from_logged_logprobs_alone_is_not_available_by_default() -> No
 
 
 async def test_me_surprisal_estimate_from_logged_logprobs_needs_no_endpoint() -> None:
-    critic = MeanEntropyCritic(None, PromptSet(), BaselineSettings(me_surprisal=True))
+    critic = MeanEntropyCritic(None, PromptSet(), BaselineConfig(me_surprisal=True))
 
     result = await critic.score(_input(actor_logprobs=(-0.1, -0.5)))
 
@@ -443,7 +445,7 @@ async def test_cot_re_asks_an_unreadable_reply(openai_server: OpenAITestServer, 
 async def test_cot_gives_up_after_its_re_asks(openai_server: OpenAITestServer, backend: OpenAIBackend) -> None:
     openai_server.responder = lambda body, i: Reply("Confidence: 140")
 
-    result = await CoTCritic(backend, PromptSet(), BaselineSettings(format_retries=1)).score(_input())
+    result = await CoTCritic(backend, PromptSet(), BaselineConfig(format_retries=1)).score(_input())
 
     assert result.score is None
     assert result.error == "unreadable reply: confidence 140 is outside 0-100"
@@ -574,37 +576,44 @@ async def test_pro_without_sample_logprobs_is_not_available(
 # --- the registry and the prompts ------------------------------------------------------------------------
 
 
-async def test_baselines_registry_builds_each_method(backend: OpenAIBackend) -> None:
-    expected = {
-        "ppl": PerplexityCritic,
-        "me": MeanEntropyCritic,
-        "ptrue": PTrueCritic,
-        "cot": CoTCritic,
-        "verbalized": VerbalizedCritic,
-        "pro": PROCritic,
-    }
-    assert set(BASELINES) == set(expected)
-    for name, cls in expected.items():
-        assert isinstance(BASELINES[name](backend, backend, PromptSet(), BaselineSettings()), cls)
+EXPECTED = {
+    "ppl": PerplexityCritic,
+    "me": MeanEntropyCritic,
+    "ptrue": PTrueCritic,
+    "cot": CoTCritic,
+    "verbalized": VerbalizedCritic,
+    "pro": PROCritic,
+}
 
 
-@pytest.mark.parametrize(
-    ("name", "role"), [("ptrue", "critic"), ("cot", "critic"), ("verbalized", "actor"), ("pro", "actor")]
-)
-def test_a_missing_endpoint_fails_when_the_baseline_is_built(name: str, role: str) -> None:
-    with pytest.raises(ConfigError, match=f"{name}.*{role} endpoint"):
-        BASELINES[name](None, None, PromptSet(), BaselineSettings())
+def _stages(chat: Any) -> Stages:
+    return Stages(critic=UnavailableCritic("not the LLM critic"), hindsight=None, chat=chat)  # type: ignore[arg-type]
+
+
+async def test_the_catalogue_builds_each_baseline_over_an_endpoint(backend: OpenAIBackend) -> None:
+    baselines = {m.name for m in all_methods() if m.group == "baseline" and not m.uses_llm_critic}
+    assert baselines == set(EXPECTED)
+    for name, cls in EXPECTED.items():
+        spec = resolve_method(name)
+        assert not spec.use_bank and not spec.use_repetition_flag
+        assert isinstance(build_critic(spec, load_config(), _stages(backend)), cls)
+
+
+@pytest.mark.parametrize("name", ["ptrue", "cot", "verbalized", "pro"])
+def test_a_baseline_that_needs_an_llm_is_not_available_without_one(name: str) -> None:
+    critic = build_critic(resolve_method(name), load_config(), _stages(None))
+    assert isinstance(critic, UnavailableCritic) and name in critic.reason
 
 
 def test_ppl_and_me_build_without_an_actor() -> None:
-    assert isinstance(BASELINES["ppl"](None, None, PromptSet(), BaselineSettings()), PerplexityCritic)
-    assert isinstance(BASELINES["me"](None, None, PromptSet(), BaselineSettings()), MeanEntropyCritic)
+    assert isinstance(build_critic(resolve_method("ppl"), load_config(), _stages(None)), PerplexityCritic)
+    assert isinstance(build_critic(resolve_method("me"), load_config(), _stages(None)), MeanEntropyCritic)
 
 
 @pytest.mark.parametrize("field", ["prompt_logprobs", "pro_samples", "ptrue_top_logprobs"])
 def test_settings_refuse_counts_below_one(field: str) -> None:
-    with pytest.raises(ConfigError, match=field):
-        BaselineSettings(**{field: 0})
+    with pytest.raises(ValidationError, match=field):
+        BaselineConfig(**{field: 0})
 
 
 def test_a_family_may_replace_a_baseline_prompt(tmp_path: Any) -> None:

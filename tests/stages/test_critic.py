@@ -71,10 +71,10 @@ def _input(**kw) -> CriticInput:
 
 
 def _critic(responder, retries: int = 2) -> tuple[LLMCritic, ScriptedChat]:
-    from ceb.stages import CriticSettings
+    from ceb.config import CriticConfig
 
     chat = ScriptedChat(responder, retry=RetryPolicy(max_attempts=2, backoff_s=0, max_backoff_s=0))
-    return LLMCritic(chat, PromptSet(), CriticSettings(format_retries=retries)), chat
+    return LLMCritic(chat, PromptSet(), CriticConfig(format_retries=retries)), chat
 
 
 def test_critic_prompt_holds_every_input_of_eq_2():

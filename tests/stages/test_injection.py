@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 from ceb.backends.base import RetryPolicy
 from ceb.backends.scripted import ScriptedChat
 from ceb.bank import BankRecord, Hit, Retrieval
+from ceb.config import CriticConfig
 from ceb.data.trajectory import Step, Trajectory
 from ceb.stages import (
     CriticInput,
-    CriticSettings,
     HistoryItem,
     LLMCritic,
     LLMHindsight,
@@ -432,7 +432,7 @@ def test_the_first_object_after_plain_text_gives_the_score(before: str, score: f
 async def test_a_negative_zero_score_is_stored_as_plus_zero_and_an_echo_is_not_a_crash() -> None:
     replies = iter(['{"score": -0.0}', '{"a": ' + "[" * 100_000 + "}", '{"score": 0.5}'])
     chat = ScriptedChat(lambda request: next(replies), retry=RetryPolicy(max_attempts=1, backoff_s=0, max_backoff_s=0))
-    critic = LLMCritic(chat, PROMPTS, CriticSettings(format_retries=1))
+    critic = LLMCritic(chat, PROMPTS, CriticConfig(format_retries=1))
 
     first = await critic.score(critic_input("shell"))
     second = await critic.score(critic_input("shell"))

@@ -11,7 +11,7 @@ import jinja2
 
 from ceb.backends.base import ChatBackend, ChatRequest, Completion, TransientError
 from ceb.errors import BackendError, ConfigError, FatalBackendError
-from ceb.stages.base import NOT_AVAILABLE, CallStats, CriticInput, CriticResult
+from ceb.stages.base import CallStats, CriticInput, CriticResult
 from ceb.stages.critic import situation_context
 from ceb.stages.templates import PromptSet
 
@@ -53,7 +53,7 @@ async def send(chat: ChatBackend, request: ChatRequest) -> Sent:
 
 def not_available(reason: str, *, raw: str = "", stats: CallStats | None = None) -> CriticResult:
     """A result with no score because the method cannot give one for this step; see :data:`NOT_AVAILABLE`."""
-    return CriticResult(score=None, raw=raw, error=f"{NOT_AVAILABLE}: {reason}", stats=stats or CallStats())
+    return CriticResult.not_available(reason, raw=raw, stats=stats)
 
 
 def evidence(**fields: Any) -> str:
@@ -114,3 +114,14 @@ def actor_messages(prompts: PromptSet, inp: CriticInput, *, ask_confidence: bool
 def continuation_extra() -> dict[str, Any]:
     """Body fields (vLLM) that leave the last assistant message open, as a prefix the model continues."""
     return {"continue_final_message": True, "add_generation_prompt": False}
+
+
+def need_chat(chat: ChatBackend | None) -> ChatBackend:
+    """``chat``, which the caller's catalogue entry guarantees (its ``needs`` holds ``"chat"``).
+
+    Raises:
+        ConfigError: ``chat`` is ``None`` (the method was built without :func:`ceb.stages.assembly.build_critic`).
+    """
+    if chat is None:
+        raise ConfigError("this baseline needs an LLM endpoint, and none is set")
+    return chat

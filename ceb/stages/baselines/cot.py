@@ -6,10 +6,13 @@ import math
 import re
 
 from ceb.backends.base import ChatBackend, ChatRequest
+from ceb.config import BaselineConfig, RunConfig
 from ceb.stages.asking import ask
-from ceb.stages.base import CriticInput, CriticResult
+from ceb.stages.assembly import Stages, prompt_set
+from ceb.stages.base import Critic, CriticInput, CriticResult
+from ceb.stages.baselines._common import need_chat as _need
 from ceb.stages.baselines._common import prompt_messages
-from ceb.stages.baselines.settings import BaselineSettings
+from ceb.stages.methods import MethodSpec, register_method
 from ceb.stages.templates import PromptSet
 
 __all__ = ["CoTCritic", "parse_confidence_line"]
@@ -59,10 +62,10 @@ class CoTCritic:
         settings: ``cot_temperature``, ``cot_max_tokens`` and ``format_retries`` are read.
     """
 
-    def __init__(self, chat: ChatBackend, prompts: PromptSet, settings: BaselineSettings | None = None) -> None:
+    def __init__(self, chat: ChatBackend, prompts: PromptSet, settings: BaselineConfig | None = None) -> None:
         self.chat = chat
         self.prompts = prompts
-        self.settings = settings or BaselineSettings()
+        self.settings = settings or BaselineConfig()
 
     def request(self, inp: CriticInput) -> ChatRequest:
         """The CoT request for ``inp``."""
@@ -83,3 +86,23 @@ class CoTCritic:
         if ans.value is None:
             return CriticResult(score=None, raw=ans.raw, error=ans.error, stats=ans.stats)
         return CriticResult(score=ans.value / 100.0, raw=ans.raw, stats=ans.stats)
+
+
+def build(config: RunConfig, stages: Stages) -> Critic:
+    """The CoT critic over the critic's endpoint."""
+    return CoTCritic(_need(stages.chat), prompt_set(config), config.baselines)
+
+
+METHOD = register_method(
+    MethodSpec(
+        "cot",
+        label="CoT",
+        group="baseline",
+        order=15,
+        description="chain of thought, then a verbalised confidence in [0, 100]",
+        use_bank=False,
+        use_repetition_flag=False,
+        critic=build,
+        needs=("chat",),
+    )
+)

@@ -6,10 +6,12 @@ import math
 from collections.abc import Sequence
 
 from ceb.backends.base import ChatBackend, TokenLogprob
-from ceb.stages.base import CallStats, CriticInput, CriticResult
+from ceb.config import BaselineConfig, RunConfig
+from ceb.stages.assembly import Stages, actor_chat, prompt_set
+from ceb.stages.base import CallStats, Critic, CriticInput, CriticResult
 from ceb.stages.baselines._common import evidence, not_available
-from ceb.stages.baselines.settings import BaselineSettings
 from ceb.stages.baselines.teacher_forcing import teacher_force
+from ceb.stages.methods import MethodSpec, register_method
 from ceb.stages.templates import PromptSet
 
 __all__ = ["MeanEntropyCritic", "top_k_entropy"]
@@ -60,10 +62,10 @@ class MeanEntropyCritic:
         settings: ``prompt_logprobs`` (K) and ``me_surprisal`` are read.
     """
 
-    def __init__(self, actor: ChatBackend | None, prompts: PromptSet, settings: BaselineSettings | None = None) -> None:
+    def __init__(self, actor: ChatBackend | None, prompts: PromptSet, settings: BaselineConfig | None = None) -> None:
         self.actor = actor
         self.prompts = prompts
-        self.settings = settings or BaselineSettings()
+        self.settings = settings or BaselineConfig()
 
     async def score(self, inp: CriticInput) -> CriticResult:
         """Return ``exp(-H_mean)`` of ``inp.action`` under the actor; never raises for one step's failure.
@@ -74,7 +76,7 @@ class MeanEntropyCritic:
         if self.actor is not None:
             forced = await teacher_force(self.actor, self.prompts, inp, self.settings.prompt_logprobs)
             if forced.span is None:
-                return CriticResult(score=None, raw="", error=forced.error, stats=forced.stats)
+                return forced.failure()
             return self._from_span(forced.span, forced.stats)
         if inp.actor_logprobs and self.settings.me_surprisal:
             lps = inp.actor_logprobs
@@ -102,3 +104,23 @@ class MeanEntropyCritic:
             mean_entropy=h,
         )
         return CriticResult(score=min(1.0, math.exp(-h)), raw=raw, stats=stats)
+
+
+def build(config: RunConfig, stages: Stages) -> Critic:
+    """ME over the actor's endpoint, or over the stream's ``actor_logprobs`` alone."""
+    return MeanEntropyCritic(actor_chat(config, stages), prompt_set(config), config.baselines)
+
+
+METHOD = register_method(
+    MethodSpec(
+        "me",
+        label="ME",
+        group="baseline",
+        order=11,
+        description="exp(-mean token entropy) over the action's tokens",
+        use_bank=False,
+        use_repetition_flag=False,
+        critic=build,
+        needs=(),
+    )
+)

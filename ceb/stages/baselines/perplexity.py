@@ -6,10 +6,12 @@ import math
 from collections.abc import Sequence
 
 from ceb.backends.base import ChatBackend
-from ceb.stages.base import CriticInput, CriticResult
+from ceb.config import BaselineConfig, RunConfig
+from ceb.stages.assembly import Stages, actor_chat, prompt_set
+from ceb.stages.base import Critic, CriticInput, CriticResult
 from ceb.stages.baselines._common import evidence, not_available
-from ceb.stages.baselines.settings import BaselineSettings
 from ceb.stages.baselines.teacher_forcing import teacher_force
+from ceb.stages.methods import MethodSpec, register_method
 from ceb.stages.templates import PromptSet
 
 __all__ = ["PerplexityCritic", "inverse_perplexity"]
@@ -51,10 +53,10 @@ class PerplexityCritic:
         settings: ``prompt_logprobs`` (K) is read.
     """
 
-    def __init__(self, actor: ChatBackend | None, prompts: PromptSet, settings: BaselineSettings | None = None) -> None:
+    def __init__(self, actor: ChatBackend | None, prompts: PromptSet, settings: BaselineConfig | None = None) -> None:
         self.actor = actor
         self.prompts = prompts
-        self.settings = settings or BaselineSettings()
+        self.settings = settings or BaselineConfig()
 
     async def score(self, inp: CriticInput) -> CriticResult:
         """Return ``1/PPL`` of ``inp.action`` under the actor; never raises for one step's failure.
@@ -71,7 +73,7 @@ class PerplexityCritic:
             return not_available("the step has no actor_logprobs and no actor endpoint is set for teacher forcing")
         forced = await teacher_force(self.actor, self.prompts, inp, self.settings.prompt_logprobs)
         if forced.span is None:
-            return CriticResult(score=None, raw="", error=forced.error, stats=forced.stats)
+            return forced.failure()
         lps = tuple(t.logprob for t in forced.span)
         raw = evidence(
             source="teacher_forcing",
@@ -80,3 +82,23 @@ class PerplexityCritic:
             mean_logprob=math.fsum(lps) / len(lps),
         )
         return CriticResult(score=inverse_perplexity(lps), raw=raw, stats=forced.stats)
+
+
+def build(config: RunConfig, stages: Stages) -> Critic:
+    """PPL over the actor's endpoint, or over the stream's ``actor_logprobs`` alone."""
+    return PerplexityCritic(actor_chat(config, stages), prompt_set(config), config.baselines)
+
+
+METHOD = register_method(
+    MethodSpec(
+        "ppl",
+        label="PPL",
+        group="baseline",
+        order=10,
+        description="1 / perplexity of the action's tokens",
+        use_bank=False,
+        use_repetition_flag=False,
+        critic=build,
+        needs=(),
+    )
+)

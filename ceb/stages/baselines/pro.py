@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from ceb.backends.base import ChatBackend, ChatRequest, TokenLogprob
-from ceb.stages.base import CriticInput, CriticResult
+from ceb.config import BaselineConfig, RunConfig
+from ceb.stages.assembly import Stages, actor_chat, prompt_set
+from ceb.stages.base import Critic, CriticInput, CriticResult
 from ceb.stages.baselines._common import actor_messages, evidence, not_available, send
-from ceb.stages.baselines.settings import BaselineSettings
+from ceb.stages.baselines._common import need_chat as _need
 from ceb.stages.baselines.teacher_forcing import teacher_force
+from ceb.stages.methods import MethodSpec, register_method
 from ceb.stages.templates import PromptSet
 
 __all__ = ["PROCritic", "action_key", "softmax_weight"]
@@ -66,10 +70,10 @@ class PROCritic:
         settings: ``pro_samples``, ``pro_temperature``, ``pro_max_tokens`` and ``prompt_logprobs`` are read.
     """
 
-    def __init__(self, actor: ChatBackend, prompts: PromptSet, settings: BaselineSettings | None = None) -> None:
+    def __init__(self, actor: ChatBackend, prompts: PromptSet, settings: BaselineConfig | None = None) -> None:
         self.actor = actor
         self.prompts = prompts
-        self.settings = settings or BaselineSettings()
+        self.settings = settings or BaselineConfig()
 
     def sample_request(self, inp: CriticInput) -> ChatRequest:
         """The request that samples ``N`` actions with their log-probs for ``inp``."""
@@ -99,7 +103,7 @@ class PROCritic:
         forced = await teacher_force(self.actor, self.prompts, inp, self.settings.prompt_logprobs)
         stats = sent.stats + forced.stats
         if forced.span is None:
-            return CriticResult(score=None, raw="", error=forced.error, stats=stats)
+            return replace(forced.failure(), stats=stats)
         own = _sequence_logprob(forced.span)
         frozen = action_key(inp.action)
         classes: dict[str, float] = {}
@@ -115,3 +119,23 @@ class PROCritic:
             distinct_others=len(classes),
         )
         return CriticResult(score=z, raw=raw, stats=stats)
+
+
+def build(config: RunConfig, stages: Stages) -> Critic:
+    """PRO over the actor's endpoint."""
+    return PROCritic(_need(actor_chat(config, stages)), prompt_set(config), config.baselines)
+
+
+METHOD = register_method(
+    MethodSpec(
+        "pro",
+        label="PRO",
+        group="baseline",
+        order=12,
+        description="softmax weight of the frozen action among N sampled actor actions",
+        use_bank=False,
+        use_repetition_flag=False,
+        critic=build,
+        needs=("chat", "n", "logprobs", "prompt_logprobs", "continue_final_message"),
+    )
+)

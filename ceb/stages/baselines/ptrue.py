@@ -7,9 +7,12 @@ import string
 from collections.abc import Iterable
 
 from ceb.backends.base import ChatBackend, ChatRequest, TokenLogprob
-from ceb.stages.base import CriticInput, CriticResult
+from ceb.config import BaselineConfig, RunConfig
+from ceb.stages.assembly import Stages, prompt_set
+from ceb.stages.base import Critic, CriticInput, CriticResult
 from ceb.stages.baselines._common import evidence, not_available, prompt_messages, send
-from ceb.stages.baselines.settings import BaselineSettings
+from ceb.stages.baselines._common import need_chat as _need
+from ceb.stages.methods import MethodSpec, register_method
 from ceb.stages.templates import PromptSet
 
 __all__ = ["PTrueCritic", "answer_class", "p_true"]
@@ -79,10 +82,10 @@ class PTrueCritic:
         settings: ``ptrue_top_logprobs`` and ``ptrue_max_tokens`` are read.
     """
 
-    def __init__(self, chat: ChatBackend, prompts: PromptSet, settings: BaselineSettings | None = None) -> None:
+    def __init__(self, chat: ChatBackend, prompts: PromptSet, settings: BaselineConfig | None = None) -> None:
         self.chat = chat
         self.prompts = prompts
-        self.settings = settings or BaselineSettings()
+        self.settings = settings or BaselineConfig()
 
     def request(self, inp: CriticInput) -> ChatRequest:
         """The P(True) request for ``inp``."""
@@ -115,3 +118,23 @@ class PTrueCritic:
             return not_available(str(exc), raw=text, stats=sent.stats)
         raw = evidence(answer=text, first_token=tokens[0].token, true_mass=m_t, false_mass=m_f)
         return CriticResult(score=z, raw=raw, stats=sent.stats)
+
+
+def build(config: RunConfig, stages: Stages) -> Critic:
+    """P(True) over the critic's endpoint."""
+    return PTrueCritic(_need(stages.chat), prompt_set(config), config.baselines)
+
+
+METHOD = register_method(
+    MethodSpec(
+        "ptrue",
+        label="P(True)",
+        group="baseline",
+        order=14,
+        description="P(True) of the critic asked whether the action is correct",
+        use_bank=False,
+        use_repetition_flag=False,
+        critic=build,
+        needs=("chat", "logprobs"),
+    )
+)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ceb.backends.base import ChatBackend, ChatRequest, TokenLogprob
-from ceb.stages.base import NOT_AVAILABLE, CallStats, CriticInput
+from ceb.stages.base import NOT_AVAILABLE, CallStats, CriticInput, CriticResult
 from ceb.stages.baselines._common import actor_messages, continuation_extra, send
 from ceb.stages.templates import PromptSet
 
@@ -100,11 +100,17 @@ class ForcedAction:
         span: The action's tokens with their log-probs and top alternatives, ``None`` on failure.
         stats: Requests, tokens and time spent.
         error: Why ``span`` is ``None``: ``"endpoint failed: ..."`` or ``"not available: ..."``.
+        available: ``False`` when the step cannot be teacher-forced here at all (not a failure).
     """
 
     span: tuple[TokenLogprob, ...] | None
     stats: CallStats
     error: str | None = None
+    available: bool = True
+
+    def failure(self) -> CriticResult:
+        """The critic result of a step whose span could not be had: failed, or not available."""
+        return CriticResult(score=None, raw="", error=self.error, stats=self.stats, available=self.available)
 
 
 async def teacher_force(actor: ChatBackend, prompts: PromptSet, inp: CriticInput, top_k: int) -> ForcedAction:
@@ -119,8 +125,8 @@ async def teacher_force(actor: ChatBackend, prompts: PromptSet, inp: CriticInput
     positions = sent.completion.prompt_logprobs
     if not positions:
         reason = "the endpoint returned no prompt_logprobs (teacher forcing needs a vLLM-style server)"
-        return ForcedAction(None, sent.stats, f"{NOT_AVAILABLE}: {reason}")
+        return ForcedAction(None, sent.stats, f"{NOT_AVAILABLE}: {reason}", available=False)
     try:
         return ForcedAction(action_span(positions, inp.action), sent.stats)
     except ValueError as exc:
-        return ForcedAction(None, sent.stats, f"{NOT_AVAILABLE}: {exc}")
+        return ForcedAction(None, sent.stats, f"{NOT_AVAILABLE}: {exc}", available=False)

@@ -6,7 +6,9 @@ import math
 import re
 
 from ceb.backends.base import ChatBackend, ChatRequest
-from ceb.stages.base import CriticInput, CriticResult
+from ceb.config import BaselineConfig, RunConfig
+from ceb.stages.assembly import Stages, actor_chat, prompt_set
+from ceb.stages.base import Critic, CriticInput, CriticResult
 from ceb.stages.baselines._common import (
     actor_messages,
     continuation_extra,
@@ -14,8 +16,9 @@ from ceb.stages.baselines._common import (
     render,
     send,
 )
-from ceb.stages.baselines.settings import BaselineSettings
+from ceb.stages.baselines._common import need_chat as _need
 from ceb.stages.critic import situation_context
+from ceb.stages.methods import MethodSpec, register_method
 from ceb.stages.templates import PromptSet
 
 __all__ = ["VerbalizedCritic", "parse_stated_confidence"]
@@ -72,10 +75,10 @@ class VerbalizedCritic:
         settings: ``verbalized_max_tokens`` is read.
     """
 
-    def __init__(self, actor: ChatBackend, prompts: PromptSet, settings: BaselineSettings | None = None) -> None:
+    def __init__(self, actor: ChatBackend, prompts: PromptSet, settings: BaselineConfig | None = None) -> None:
         self.actor = actor
         self.prompts = prompts
-        self.settings = settings or BaselineSettings()
+        self.settings = settings or BaselineConfig()
 
     def request(self, inp: CriticInput) -> ChatRequest:
         """The request for ``inp``: the actor prompt, then the action, a line break and the cue, left open."""
@@ -104,3 +107,23 @@ class VerbalizedCritic:
         except ValueError as exc:
             return CriticResult(score=None, raw=text, error=f"unreadable reply: {exc}", stats=sent.stats)
         return CriticResult(score=z, raw=evidence(continuation=text, confidence=z), stats=sent.stats)
+
+
+def build(config: RunConfig, stages: Stages) -> Critic:
+    """Verbalized confidence from the actor's endpoint."""
+    return VerbalizedCritic(_need(actor_chat(config, stages)), prompt_set(config), config.baselines)
+
+
+METHOD = register_method(
+    MethodSpec(
+        "verbalized",
+        label="Verbalization",
+        group="baseline",
+        order=13,
+        description="the actor's own verbalised confidence after the frozen action",
+        use_bank=False,
+        use_repetition_flag=False,
+        critic=build,
+        needs=("chat", "continue_final_message"),
+    )
+)

@@ -2,9 +2,9 @@
 
 import pytest
 
-from ceb.backends.offline import OfflineCritic, OfflineHindsight
 from ceb.bank import BankRecord, Hit, Retrieval
 from ceb.stages import CriticInput
+from ceb.stages.offline import OfflineCritic, OfflineHindsight
 from tests.support.builders import step, trajectory
 
 pytestmark = pytest.mark.anyio

@@ -1,0 +1,359 @@
+"""The method catalogue: every scoring method by name, with all the pipeline and the report need to know of it.
+
+A method is a :class:`MethodSpec`: switches over the same CEB stages (bank, retrieval, votes, repetition flag)
+plus the critic stage that scores its steps. The pipeline builds lanes from it, the report reads its label,
+group and table row from it, and :meth:`MethodSpec.resolve` gives its effective ``V``, ``k`` and retriever in a
+run. Nothing else keeps a list of methods.
+
+CEB and its component ablation (paper, Table "Component ablation"; appendix sweeps), registered here:
+
+``ceb``: the full method (Algorithm 1): critic with retrieved precedents, hindsight votes fill the bank.
+``static``: the same critic with no bank: no precedent block, no hindsight calls.
+``ceb-positives-only``: retrieval shows only productive precedents (no contrastive negatives).
+``ceb-random-retrieval``: ``k`` records of each class drawn at random (seeded) instead of by similarity.
+``ceb-dense-retrieval``: similarity by sentence embeddings (all-MiniLM-L6-v2, faiss) instead of TF-IDF (the
+appendix's retrieval-mechanism table; needs ``pip install 'ceb[dense]'``).
+``ceb-v1``: one hindsight vote per trajectory (V = 1) instead of a majority of V.
+``ceb-no-repetition``: the repetition flag ``rho_t`` is always 0.
+``ceb-gt-oracle``: the bank's pseudo-labels are the held-out labels (no hindsight calls). An ORACLE: it reads
+labels no deployed system has, and reports mark it so.
+``ceb-V<v>-k<k>`` (either part optional, e.g. ``ceb-V3``, ``ceb-k1``): the V / k sweep cells, made on demand
+by :func:`resolve_method`; the only place a method name is parsed.
+
+The paper's baselines (section 4.1: ``ppl``, ``me``, ``ptrue``, ``cot``, ``verbalized``, ``pro``) register
+themselves in their own modules under :mod:`ceb.stages.baselines`, which are imported on the first look-up.
+Adding a method is one file: a critic and a ``register_method(MethodSpec(...))`` call
+(``tests/stages/test_catalogue.py`` shows it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
+
+from ceb.config import CEBConfig, RunConfig
+from ceb.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ceb.stages.assembly import Stages
+    from ceb.stages.base import Critic
+
+__all__ = [
+    "CAPABILITIES",
+    "GROUPS",
+    "LLM_CRITIC",
+    "CriticFactory",
+    "Group",
+    "MethodSpec",
+    "ResolvedMethod",
+    "all_methods",
+    "method_names",
+    "register_method",
+    "resolve_method",
+    "sweep_methods",
+]
+
+LLM_CRITIC = "llm"
+"""The critic of CEB, its ablations and Static: the frozen LLM critic with the paper's critic prompt."""
+
+Group = Literal["ceb", "ablation", "oracle", "sweep", "baseline"]
+"""Where a method sits in the paper's tables."""
+
+GROUPS: tuple[Group, ...] = ("baseline", "ceb", "ablation", "oracle", "sweep")
+"""Groups in table order."""
+
+CAPABILITIES: dict[str, str] = {
+    "chat": "an LLM chat endpoint (the offline backend has none)",
+    "structured_output": "replies constrained to a JSON schema (helps; free text is parsed otherwise)",
+    "logprobs": "logprobs / top_logprobs of the generated tokens",
+    "prompt_logprobs": "vLLM's prompt_logprobs (teacher forcing)",
+    "continue_final_message": "vLLM's continue_final_message / add_generation_prompt",
+    "n": "several choices per request (n > 1)",
+}
+"""Endpoint capabilities a method may need (``MethodSpec.needs``), with what each means."""
+
+CriticFactory = Callable[[RunConfig, "Stages"], "Critic"]
+"""``(config, stages) -> Critic``: builds a method's critic stage over the stages of one critic endpoint."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedMethod:
+    """A method's effective settings in one run: its switches over the run's ``ceb`` section.
+
+    Attributes:
+        spec: The method.
+        votes: Effective hindsight votes ``V``.
+        k: Effective precedents per class.
+        retriever: Effective retriever name.
+    """
+
+    spec: MethodSpec
+    votes: int
+    k: int
+    retriever: str
+
+    @property
+    def method(self) -> str:
+        """The method's name."""
+        return self.spec.name
+
+    @property
+    def uses_llm_critic(self) -> bool:
+        """Scored by the LLM critic (see :attr:`MethodSpec.uses_llm_critic`)."""
+        return self.spec.uses_llm_critic
+
+    @property
+    def switches(self) -> tuple[object, ...]:
+        """Every switch but ``V`` and ``k``: equal for the cells of one V / k sweep."""
+        return (*self.spec.behaviour, self.retriever)
+
+
+@dataclass(frozen=True, slots=True)
+class MethodSpec:
+    """One scoring method.
+
+    Attributes:
+        name: The name users select it by.
+        label: Its name in tables and figures (the paper's, where it has one).
+        group: Where it sits in the paper's tables (:data:`GROUPS`).
+        order: Row position within the tables (lower first; ties by name).
+        description: One line for ``--help``, the README and reports.
+        use_bank: Retrieve precedents into the critic prompt, and fill the bank from hindsight votes.
+        use_repetition_flag: Compute ``rho_t``; when ``False`` it is always 0.
+        critic: Which critic stage scores: :data:`LLM_CRITIC`, or a factory (``(config, stages) -> Critic``)
+            as an object or a lazy ``"module:attr"`` path.
+        needs: Endpoint capabilities (keys of :data:`CAPABILITIES`) without which it cannot score; without
+            ``chat`` its every step is ``not available`` on a backend with no LLM.
+        votes: Hindsight votes ``V``; ``None`` takes ``ceb.votes``.
+        k: Precedents per class; ``None`` takes ``ceb.k``.
+        retriever: Retriever name; ``None`` takes ``ceb.retriever``.
+        classes: ``both`` (contrastive precedents) or ``positives`` (productive ones only).
+        oracle_labels: Fill the bank with the held-out labels instead of hindsight votes (an oracle).
+        ablation: Its row label in the component-ablation table, or ``None`` when it is not a row there.
+    """
+
+    name: str
+    label: str = ""
+    group: Group = "ceb"
+    order: int = 1000
+    description: str = ""
+    use_bank: bool = True
+    use_repetition_flag: bool = True
+    critic: str | CriticFactory = LLM_CRITIC
+    needs: tuple[str, ...] = ("chat",)
+    votes: int | None = None
+    k: int | None = None
+    retriever: str | None = None
+    classes: Literal["both", "positives"] = "both"
+    oracle_labels: bool = False
+    ablation: str | None = None
+
+    def __post_init__(self) -> None:
+        unknown = [n for n in self.needs if n not in CAPABILITIES]
+        if unknown:
+            raise ConfigError(f"method {self.name}: unknown capabilities {unknown}; known: {sorted(CAPABILITIES)}")
+        if self.group not in GROUPS:
+            raise ConfigError(f"method {self.name}: unknown group {self.group!r}; known: {GROUPS}")
+
+    @property
+    def display(self) -> str:
+        """:attr:`label`, or the name when it has none."""
+        return self.label or self.name
+
+    @property
+    def uses_llm_critic(self) -> bool:
+        """Scored by the LLM critic with the paper's critic prompt (CEB, its ablations, Static)."""
+        return self.critic == LLM_CRITIC
+
+    @property
+    def behaviour(self) -> tuple[object, ...]:
+        """Every switch but ``V``, ``k``, the retriever and the presentation fields."""
+        return (self.use_bank, self.use_repetition_flag, self.critic, self.classes, self.oracle_labels)
+
+    def critic_factory(self) -> CriticFactory:
+        """The factory of :attr:`critic` (imported on first use when it is a path).
+
+        Raises:
+            ConfigError: The method uses the LLM critic (it has no factory), or the path cannot be imported.
+        """
+        if not isinstance(self.critic, str):
+            return self.critic
+        if self.critic == LLM_CRITIC:
+            raise ConfigError(f"method {self.name} uses the stages' own LLM critic, not a factory")
+        module, _, attr = self.critic.partition(":")
+        try:
+            factory: CriticFactory = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"method {self.name}: cannot load its critic {self.critic!r} ({exc})") from exc
+        return factory
+
+    def resolve(self, ceb: CEBConfig) -> ResolvedMethod:
+        """Its effective ``V``, ``k`` and retriever over a run's ``ceb`` section."""
+        return ResolvedMethod(
+            spec=self,
+            votes=self.votes if self.votes is not None else ceb.votes,
+            k=self.k if self.k is not None else ceb.k,
+            retriever=self.retriever if self.retriever is not None else ceb.retriever,
+        )
+
+    def sort_key(self) -> tuple[int, int, str]:
+        """Table row order: group, then :attr:`order`, then name."""
+        return (GROUPS.index(self.group), self.order, self.name)
+
+
+_METHODS: dict[str, MethodSpec] = {}
+_PLUGINS = ("ceb.stages.baselines",)
+_loaded = False
+
+
+def register_method(spec: MethodSpec) -> MethodSpec:
+    """Add ``spec`` to the catalogue under its name (a later registration of the same name replaces it).
+
+    Returns:
+        ``spec``, so a module can keep it as a constant.
+
+    Raises:
+        ConfigError: The name is a V / k sweep cell's (``ceb-V<v>-k<k>``), which :func:`resolve_method` makes.
+    """
+    if _SWEEP.match(spec.name) and spec.name != "ceb":
+        raise ConfigError(f"method name {spec.name!r} is reserved for V / k sweep cells")
+    _METHODS[spec.name] = spec
+    return spec
+
+
+def _load_plugins() -> None:
+    """Import every module of the packages in :data:`_PLUGINS` once, so their methods register themselves."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for package_name in _PLUGINS:
+        package = importlib.import_module(package_name)
+        for info in pkgutil.iter_modules(package.__path__, prefix=f"{package_name}."):
+            importlib.import_module(info.name)
+
+
+def all_methods() -> Iterator[MethodSpec]:
+    """Every registered method, in table order."""
+    _load_plugins()
+    return iter(sorted(_METHODS.values(), key=MethodSpec.sort_key))
+
+
+def method_names() -> list[str]:
+    """Registered method names in table order (sweep cells are made on demand and not listed)."""
+    return [m.name for m in all_methods()]
+
+
+_SWEEP = re.compile(r"^ceb(?:-V(?P<v>\d+))?(?:-k(?P<k>\d+))?$")
+
+
+def sweep_methods(votes: Sequence[int], ks: Sequence[int]) -> list[str]:
+    """The sweep cells ``ceb-V<v>-k<k>`` of every pair, in row-major order (appendix V / k tables)."""
+    return [f"ceb-V{v}-k{k}" for v in votes for k in ks]
+
+
+def resolve_method(name: str) -> MethodSpec:
+    """The method called ``name``: a registered one, or a sweep cell ``ceb-V<v>-k<k>``.
+
+    Raises:
+        ConfigError: Unknown name (lists the known ones and the sweep-cell form), or a sweep cell with V < 1.
+    """
+    _load_plugins()
+    if name in _METHODS:
+        return _METHODS[name]
+    m = _SWEEP.match(name)
+    if m is None or (m.group("v") is None and m.group("k") is None):
+        raise ConfigError(
+            f"unknown method {name!r}; choose one of: {', '.join(method_names())}, or a sweep cell ceb-V<v>-k<k>"
+        )
+    v = int(m.group("v")) if m.group("v") is not None else None
+    if v is not None and v < 1:
+        raise ConfigError(f"method {name}: V must be >= 1")
+    k = int(m.group("k")) if m.group("k") is not None else None
+    return replace(
+        _METHODS["ceb"],
+        name=name,
+        label=name,
+        group="sweep",
+        order=0,
+        votes=v,
+        k=k,
+        ablation=None,
+        description=f"CEB sweep cell V={v}, k={k}",
+    )
+
+
+for _spec in (
+    MethodSpec(
+        "ceb",
+        label="CEB",
+        order=0,
+        description="critic + contrastive bank of hindsight-labelled steps (Algorithm 1)",
+        ablation="CEB (reference)",
+    ),
+    MethodSpec(
+        "static",
+        label="Static",
+        group="baseline",
+        order=100,
+        description="the same critic with no bank",
+        use_bank=False,
+        ablation="Static (no bank)",
+    ),
+    MethodSpec(
+        "ceb-positives-only",
+        label="CEB - contrastive (positives only)",
+        group="ablation",
+        order=10,
+        description="CEB retrieving productive precedents only",
+        classes="positives",
+        ablation="− contrastive (positives only)",
+    ),
+    MethodSpec(
+        "ceb-random-retrieval",
+        label="CEB - TF-IDF retrieval (random)",
+        group="ablation",
+        order=11,
+        description="CEB with k random records per class",
+        retriever="random",
+        ablation="− similarity retrieval (random from bank)",
+    ),
+    MethodSpec(
+        "ceb-v1",
+        label="CEB - vote (V=1)",
+        group="ablation",
+        order=12,
+        description="CEB with a single hindsight vote (V = 1)",
+        votes=1,
+        ablation="− majority vote (V=1)",
+    ),
+    MethodSpec(
+        "ceb-no-repetition",
+        label="CEB - repetition signal",
+        group="ablation",
+        order=13,
+        description="CEB without the repetition flag",
+        use_repetition_flag=False,
+        ablation="− repetition flag",
+    ),
+    MethodSpec(
+        "ceb-dense-retrieval",
+        label="CEB - dense retrieval",
+        group="ablation",
+        order=20,
+        description="CEB retrieving by dense sentence-embedding cosine (needs the dense extra)",
+        retriever="dense",
+    ),
+    MethodSpec(
+        "ceb-gt-oracle",
+        label="CEB, GT-oracle bank",
+        group="oracle",
+        description="ORACLE: CEB whose bank holds the held-out labels (unavailable in deployment)",
+        oracle_labels=True,
+    ),
+):
+    register_method(_spec)
