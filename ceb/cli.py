@@ -178,39 +178,34 @@ def _fmt(v: object, digits: int = 3) -> str:
 
 
 def print_metrics(metrics: dict[str, Any], console: Console = out) -> None:
-    """Print the per-stream, pooled and reference rows of ``metrics`` as one table."""
+    """Print the entries of ``metrics`` (:func:`ceb.eval.run_metrics`) as one table, saying how they pool."""
     bins = metrics["n_bins"]
-    table = Table(
-        "stream",
-        "method",
-        "steps",
-        "pos. rate",
-        "mean score",
-        f"ECE ({bins} bins)",
-        "ECE (equal mass)",
-        "Brier",
-        "AUROC",
-        "failed",
-        title="Step-level confidence vs. held-out labels",
-    )
-    for r in metrics["results"]:
-        table.add_row(
-            r["stream"],
-            r["method"],
-            _fmt(r.get("n")),
-            _fmt(r.get("positive_rate")),
-            _fmt(r.get("mean_score")),
-            _fmt(r.get("ece")),
-            _fmt(r.get("ece_equal_mass")),
-            _fmt(r.get("brier")),
-            _fmt(r.get("auroc")),
-            _fmt(r.get("failed")),
-        )
+    results = metrics["results"]
+    orders = metrics.get("orders", 1) > 1
+    critics = any(r.get("critic") for r in results)
+    columns = ["stream", *(["order"] if orders else []), *(["critic"] if critics else []), "method", "steps"]
+    columns += ["pos. rate", "mean score", f"ECE ({bins} bins)", "ECE (equal mass)", "Brier", "AUROC", "failed"]
+    table = Table(*columns, title="Step-level confidence vs. held-out labels")
+    for r in results:
+        mean = r.get("order", 0) is None
+        cells = [r["stream"]]
+        if orders:
+            cells.append(f"mean of {r['orders']}" if mean else str(r.get("order", 0)))
+        if critics:
+            cells.append(r.get("critic") or "")
+        cells += [r["method"], _fmt(r.get("n")), _fmt(r.get("positive_rate")), _fmt(r.get("mean_score"))]
+        for name in ("ece", "ece_equal_mass", "brier", "auroc"):
+            value = _fmt(r.get(name))
+            cells.append(f"{value} ± {_fmt(r.get(f'{name}_sd'))}" if mean else value)
+        cells.append(_fmt(r.get("failed")))
+        table.add_row(*cells)
     console.print(table)
     console.print(
-        "base-rate: a constant at the stream's own positive rate, read from the labels (a reference, not a "
+        f"(pooled): all streams within one stream order{'; mean of R: mean ± sd over the R orders' if orders else ''}."
+        " base-rate: a constant at the stream's own positive rate, read from the labels (a reference, not a "
         "method): ECE 0 by construction, AUROC 0.5.",
         style="dim",
+        markup=False,
     )
 
 

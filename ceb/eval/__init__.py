@@ -10,11 +10,12 @@ from ceb.eval.metrics import (
     reliability_bins,
     summarize,
 )
-from ceb.eval.runs import BASE_RATE, POOLED, run_metrics, write_metrics
+from ceb.eval.runs import BASE_RATE, POOLED, POOLING, run_metrics, write_metrics
 
 __all__ = [
     "BASE_RATE",
     "POOLED",
+    "POOLING",
     "MetricSummary",
     "ReliabilityBins",
     "Strategy",

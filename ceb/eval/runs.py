@@ -1,109 +1,149 @@
-"""Metrics of a finished (or partly finished) run directory, per stream and method and pooled per method.
+"""The metrics of a run directory, pooled one way everywhere: ``metrics.json``, ``ceb score`` and ``ceb metrics``.
 
-Reads only ``scores.jsonl``. Steps whose critic failed (no score) and steps without a label are left out of
-the metrics and counted, so a number never hides a failure. Each stream also gets a ``base-rate`` reference
-row: a constant predictor at that stream's own positive rate. It reads the labels (an oracle no deployed
-method has); its ECE is 0 by construction and its AUROC 0.5, so it is the floor for Brier and AUROC that
-any useful confidence must beat.
+Reads only ``scores.jsonl`` (typed rows, :func:`ceb.pipeline.read_step_rows`). How rows are pooled:
+
+- one entry per (critic, method, stream, stream order);
+- ``(pooled)`` entries pool every stream of a (critic, method) **within one stream order**, so a step counts
+  once, never once per order; the report's pooled row is the order-0 one of these;
+- with ``R > 1`` orders, an ``(pooled)`` entry with ``order = None`` gives the **mean and the standard deviation
+  over the R orders** of the per-order pooled ECE, Brier and AUROC (``ece_sd``...; ``orders = R``);
+- a ``base-rate`` reference per stream (order 0): a constant at that stream's own positive rate. It reads the
+  labels (an oracle no deployed method has); ECE 0 by construction, AUROC 0.5: the floor for Brier and AUROC.
+
+Steps that failed, steps a method cannot score (``not_available``) and steps without a label are left out of
+the numbers and counted, so a number never hides a failure.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from ceb.eval.metrics import summarize
-from ceb.pipeline.results import read_rows
-from ceb.stages.base import NOT_AVAILABLE
+from ceb.pipeline.results import StepRow, read_step_rows
 
-__all__ = ["BASE_RATE", "POOLED", "run_metrics", "write_metrics"]
+__all__ = ["BASE_RATE", "MEAN_METRICS", "POOLED", "POOLING", "run_metrics", "write_metrics"]
 
 BASE_RATE = "base-rate"
-"""Name of the label-oracle constant reference row."""
+"""Method name of the label-oracle constant reference entries."""
 POOLED = "(pooled)"
-"""Stream name of the rows that pool every stream of a method."""
+"""Stream name of the entries that pool every stream of a method within one order (or average over orders)."""
+POOLING = (
+    "per stream and order; (pooled): all streams within one stream order; "
+    "order = None: mean and sd over orders of the per-order pooled values"
+)
+"""How the entries pool, written into ``metrics.json`` and printed under the CLI table."""
+MEAN_METRICS = ("ece", "ece_equal_mass", "brier", "auroc")
+"""Metrics averaged over orders in the ``order = None`` entries."""
+
+_Key = tuple[str, str, str, int]  # critic, method, stream, order
 
 
-def _entry(
-    ys: list[int], ps: list[float], failed: int, unlabeled: int, n_bins: int, unavailable: int = 0
-) -> dict[str, Any]:
-    out: dict[str, Any] = {"failed": failed, "unlabeled": unlabeled, "not_available": unavailable}
-    if ys:
-        out |= summarize(ys, ps, n_bins=n_bins).to_dict()
-        out["ece_equal_mass"] = summarize(ys, ps, n_bins=n_bins, strategy="quantile").ece
-    else:
-        out |= {"n": 0}
-    return out
+@dataclass
+class _Cell:
+    ys: list[int] = field(default_factory=list)
+    ps: list[float] = field(default_factory=list)
+    failed: int = 0
+    unlabeled: int = 0
+    not_available: int = 0
 
+    def add(self, row: StepRow) -> None:
+        if row.status == "not_available":
+            self.not_available += 1
+        elif row.score is None:
+            self.failed += 1
+        elif row.label is None:
+            self.unlabeled += 1
+        else:
+            self.ys.append(row.label)
+            self.ps.append(row.score)
 
-def _stream_label(row: dict[str, Any]) -> str:
-    """The stream column of a metrics row: the stream, with ``@o<order>`` and ``@<critic>`` when set."""
-    label = str(row["stream"])
-    if row.get("order"):
-        label += f"@o{row['order']}"
-    if row.get("critic"):
-        label += f"@{row['critic']}"
-    return label
+    def merge(self, other: _Cell) -> None:
+        self.ys += other.ys
+        self.ps += other.ps
+        self.failed += other.failed
+        self.unlabeled += other.unlabeled
+        self.not_available += other.not_available
+
+    def entry(self, n_bins: int) -> dict[str, Any]:
+        out: dict[str, Any] = {"failed": self.failed, "unlabeled": self.unlabeled, "not_available": self.not_available}
+        if self.ys:
+            out |= summarize(self.ys, self.ps, n_bins=n_bins).to_dict()
+            out["ece_equal_mass"] = summarize(self.ys, self.ps, n_bins=n_bins, strategy="quantile").ece
+        else:
+            out["n"] = 0
+        return out
 
 
 def run_metrics(run_dir: str | Path, *, n_bins: int = 10) -> dict[str, Any]:
-    """ECE (equal-width and equal-mass), Brier and AUROC of every (stream, method) of a run.
+    """ECE (equal-width and equal-mass bins), Brier and AUROC of a run, pooled as the module docstring says.
 
     Args:
         run_dir: A run directory with ``scores.jsonl``.
         n_bins: Bins of both ECE variants.
 
     Returns:
-        ``{"n_bins": ..., "results": [{"stream", "method", "n", "ece", "brier", "auroc", ...}, ...]}``, one
-        entry per (stream, method), then the pooled entries (``stream == "(pooled)"``), then the
+        ``{"n_bins", "orders", "pooling", "results": [...]}``. Each result has ``critic``, ``method``,
+        ``stream``, ``order`` (``None`` on the mean-over-orders entries, which also carry ``orders`` and
+        ``<metric>_sd``), ``n``, ``ece``, ``brier``, ``auroc``, ... and the counts ``failed``, ``unlabeled``,
+        ``not_available``. Entries come per stream, then pooled per order, then averaged over orders, then the
         ``base-rate`` references.
+
+    Raises:
+        RunError: ``scores.jsonl`` has a bad line before its last (names file and line).
     """
-    ys: dict[tuple[str, str], list[int]] = defaultdict(list)
-    ps: dict[tuple[str, str], list[float]] = defaultdict(list)
-    failed: dict[tuple[str, str], int] = defaultdict(int)
-    unlabeled: dict[tuple[str, str], int] = defaultdict(int)
-    unavailable: dict[tuple[str, str], int] = defaultdict(int)
-    keys: dict[tuple[str, str], None] = {}
-    for row in read_rows(Path(run_dir) / "scores.jsonl"):
-        key = (_stream_label(row), row["method"])
-        keys[key] = None
-        if row["score"] is None and str(row.get("error") or "").startswith(NOT_AVAILABLE):
-            unavailable[key] += 1
-        elif row["score"] is None:
-            failed[key] += 1
-        elif row["label"] is None:
-            unlabeled[key] += 1
-        else:
-            ys[key].append(int(row["label"]))
-            ps[key].append(float(row["score"]))
-    results = []
-    for stream, method in sorted(keys):
-        k = (stream, method)
-        results.append(
-            {"stream": stream, "method": method} | _entry(ys[k], ps[k], failed[k], unlabeled[k], n_bins, unavailable[k])
-        )
-    for method in sorted({m for _, m in keys}):
-        streams = [s for s, m in sorted(keys) if m == method]
-        y = [v for s in streams for v in ys[(s, method)]]
-        p = [v for s in streams for v in ps[(s, method)]]
-        nf = sum(failed[(s, method)] for s in streams)
-        nu = sum(unlabeled[(s, method)] for s in streams)
-        na = sum(unavailable[(s, method)] for s in streams)
-        results.append({"stream": POOLED, "method": method} | _entry(y, p, nf, nu, n_bins, na))
-    # The reference uses the labels of the steps of the first method of each stream (all methods score the
-    # same steps).
-    firsts: dict[str, str] = {}
-    for stream, method in keys:
-        firsts.setdefault(stream, method)
-    for stream in sorted(firsts):
-        y = ys[(stream, firsts[stream])]
-        if y:
-            rate = sum(y) / len(y)
-            results.append({"stream": stream, "method": BASE_RATE} | _entry(y, [rate] * len(y), 0, 0, n_bins))
-    return {"n_bins": n_bins, "results": results}
+    cells: dict[_Key, _Cell] = defaultdict(_Cell)
+    for row in read_step_rows(Path(run_dir) / "scores.jsonl"):
+        cells[(row.critic, row.method, row.stream, row.order)].add(row)
+    results: list[dict[str, Any]] = []
+    for (critic, method, stream, order), cell in sorted(cells.items()):
+        results.append(_entry(critic, method, stream, order) | cell.entry(n_bins))
+
+    pooled: dict[tuple[str, str, int], _Cell] = defaultdict(_Cell)
+    for (critic, method, _, order), cell in sorted(cells.items()):
+        pooled[(critic, method, order)].merge(cell)
+    per_order: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for (critic, method, order), cell in sorted(pooled.items()):
+        entry = _entry(critic, method, POOLED, order) | cell.entry(n_bins)
+        results.append(entry)
+        per_order[(critic, method)].append(entry)
+    orders = len({order for *_, order in cells})
+    for (critic, method), entries in sorted(per_order.items()):
+        if len(entries) > 1:
+            results.append(_mean_over_orders(critic, method, entries))
+
+    # The reference reads the labels of the steps of the first method of each stream (every method scores
+    # the same steps), in order 0.
+    firsts: dict[tuple[str, str], _Cell] = {}
+    for (critic, _, stream, order), cell in sorted(cells.items()):
+        if order == 0:
+            firsts.setdefault((critic, stream), cell)
+    for (critic, stream), cell in sorted(firsts.items()):
+        if cell.ys:
+            rate = sum(cell.ys) / len(cell.ys)
+            ref = _Cell(ys=list(cell.ys), ps=[rate] * len(cell.ys))
+            results.append(_entry(critic, BASE_RATE, stream, 0) | ref.entry(n_bins))
+    return {"n_bins": n_bins, "orders": orders, "pooling": POOLING, "results": results}
+
+
+def _entry(critic: str, method: str, stream: str, order: int | None) -> dict[str, Any]:
+    return {"stream": stream, "order": order, "critic": critic, "method": method}
+
+
+def _mean_over_orders(critic: str, method: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    out = _entry(critic, method, POOLED, None) | {"orders": len(entries), "n": entries[0].get("n", 0)}
+    for name in MEAN_METRICS:
+        values = [e[name] for e in entries if e.get(name) is not None]
+        out[name] = statistics.fmean(values) if values else None
+        out[f"{name}_sd"] = statistics.stdev(values) if len(values) > 1 else None
+    for count in ("failed", "unlabeled", "not_available"):
+        out[count] = sum(e[count] for e in entries)
+    return out
 
 
 def write_metrics(run_dir: str | Path, metrics: dict[str, Any]) -> Path:
