@@ -11,6 +11,7 @@ from typing import Annotated, Any, TypeVar
 import anyio
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -392,6 +393,61 @@ def metrics(
         raise _fail(exc) from exc
     write_metrics(run_dir, m)
     print_metrics(m)
+
+
+@app.command()
+def doctor(
+    base_url: Annotated[str, typer.Option("--base-url", help="API root, e.g. http://127.0.0.1:8000/v1.")],
+    model: Annotated[str, typer.Option("--model", help="Model name as the endpoint knows it.")],
+    api_key_env: Annotated[str, typer.Option("--api-key-env", help="Variable holding the API key.")] = "OPENAI_API_KEY",
+    structured_output: Annotated[
+        str, typer.Option("--structured-output", help="json_schema, vllm, json_object or none.")
+    ] = "json_schema",
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds per probe request.")] = 30.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Probe an endpoint: what it supports, and which methods will run there and which will not (and why).
+
+    One small request per feature, no retries. Exits 1 when ceb cannot run there at all (no chat reply).
+    """
+    import orjson
+
+    from ceb.backends.openai import OpenAISettings
+    from ceb.backends.probe import probe_endpoint
+    from ceb.stages.methods import all_methods
+
+    if structured_output not in ("json_schema", "vllm", "json_object", "none"):
+        raise typer.BadParameter(
+            f"--structured-output {structured_output!r}: choose json_schema, vllm, json_object, none"
+        )
+    settings = OpenAISettings(
+        base_url=base_url,
+        model=model,
+        api_key_env=api_key_env,
+        timeout_s=timeout,
+        structured_output=structured_output,  # type: ignore[arg-type]
+    )
+    try:
+        report = anyio.run(probe_endpoint, settings)
+    except CEBError as exc:
+        raise _fail(exc) from exc
+    verdicts = {m.name: m.verdict(report.capabilities) for m in all_methods()}
+    if as_json:
+        doc = report.to_dict() | {"methods": {n: {"runs": ok, "note": note} for n, (ok, note) in verdicts.items()}}
+        out.print_json(orjson.dumps(doc).decode())
+    else:
+        checks = Table("feature", "result", "seconds", "detail", title=f"{model} at {base_url}")
+        for c in report.checks:
+            style = {"ok": "green", "missing": "yellow", "failed": "red"}[c.outcome]
+            checks.add_row(c.name, f"[{style}]{c.outcome}[/]", f"{c.seconds:.2f}", escape(c.detail))
+        out.print(checks)
+        methods = Table("method", "runs here", "note", title="Methods on this endpoint")
+        for name, (ok, note) in verdicts.items():
+            methods.add_row(name, "[green]yes[/]" if ok else "[red]not available[/]", escape(note))
+        out.print(methods)
+    if not report.usable:
+        err.print("ceb cannot run on this endpoint: no chat reply for this model.", markup=False)
+        raise typer.Exit(1)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

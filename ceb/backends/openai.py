@@ -282,6 +282,34 @@ class OpenAIBackend(ChatBackend):
             )
         return BackendError(f"{status} from server: {message}", backend=self.label)
 
+    async def get(self, path: str, *, endpoint: str | None = None, root: bool = False) -> tuple[int, bytes]:
+        """``GET`` a path of an endpoint with this backend's key, in one attempt (for probes, not scoring).
+
+        Args:
+            path: Relative path, e.g. ``models``.
+            endpoint: Which endpoint; the first when ``None``.
+            root: Resolve ``path`` against the server root (``/metrics``) instead of the API root (``/v1``).
+
+        Returns:
+            ``(status, body)``.
+
+        Raises:
+            TransientError: A timeout or a failed connection.
+        """
+        base = endpoint or self.endpoints[0]
+        if root:
+            parts = urlsplit(base)
+            base = f"{parts.scheme}://{parts.netloc}"
+        url = base.rstrip("/") + "/" + path.lstrip("/")
+        headers = {k: v for k, v in self._headers.items() if k != "Content-Type"}
+        try:
+            async with self._session(base).get(url, headers=headers) as resp:
+                return resp.status, await resp.read()
+        except TimeoutError as exc:
+            raise TransientError(f"timeout after {self.settings.timeout_s}s at {url}") from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise TransientError(f"connection to {url} failed: {self._redact(str(exc) or repr(exc))}") from exc
+
     def _redact(self, text: str) -> str:
         """``text`` with the API key masked, for server text that might echo the request's headers."""
         if self._key == _PLACEHOLDER_KEY:

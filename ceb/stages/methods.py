@@ -69,6 +69,7 @@ GROUPS: tuple[Group, ...] = ("baseline", "ceb", "ablation", "oracle", "sweep")
 CAPABILITIES: dict[str, str] = {
     "chat": "an LLM chat endpoint (the offline backend has none)",
     "structured_output": "replies constrained to a JSON schema (helps; free text is parsed otherwise)",
+    "schema_bounds": "the schema's minimum / maximum / maxLength enforced, so a reply cannot run away",
     "logprobs": "logprobs / top_logprobs of the generated tokens",
     "prompt_logprobs": "vLLM's prompt_logprobs (teacher forcing)",
     "continue_final_message": "vLLM's continue_final_message / add_generation_prompt",
@@ -128,6 +129,8 @@ class MethodSpec:
             as an object or a lazy ``"module:attr"`` path.
         needs: Endpoint capabilities (keys of :data:`CAPABILITIES`) without which it cannot score; without
             ``chat`` its every step is ``not available`` on a backend with no LLM.
+        uses: Capabilities it uses when they are there, and does without otherwise (see ``fallback``).
+        fallback: What it scores when one of ``uses`` is missing (``ceb doctor`` prints it).
         votes: Hindsight votes ``V``; ``None`` takes ``ceb.votes``.
         k: Precedents per class; ``None`` takes ``ceb.k``.
         retriever: Retriever name; ``None`` takes ``ceb.retriever``.
@@ -145,6 +148,8 @@ class MethodSpec:
     use_repetition_flag: bool = True
     critic: str | CriticFactory = LLM_CRITIC
     needs: tuple[str, ...] = ("chat",)
+    uses: tuple[str, ...] = ()
+    fallback: str = ""
     votes: int | None = None
     k: int | None = None
     retriever: str | None = None
@@ -153,7 +158,7 @@ class MethodSpec:
     ablation: str | None = None
 
     def __post_init__(self) -> None:
-        unknown = [n for n in self.needs if n not in CAPABILITIES]
+        unknown = [n for n in (*self.needs, *self.uses) if n not in CAPABILITIES]
         if unknown:
             raise ConfigError(f"method {self.name}: unknown capabilities {unknown}; known: {sorted(CAPABILITIES)}")
         if self.group not in GROUPS:
@@ -190,6 +195,21 @@ class MethodSpec:
         except (ImportError, AttributeError) as exc:
             raise ConfigError(f"method {self.name}: cannot load its critic {self.critic!r} ({exc})") from exc
         return factory
+
+    def verdict(self, capabilities: set[str]) -> tuple[bool, str]:
+        """Whether it can score on an endpoint with ``capabilities``, and what it lacks or falls back to.
+
+        Returns:
+            ``(runs, note)``: ``runs`` is ``False`` when a capability of :attr:`needs` is missing (the note
+            names them); a missing one of :attr:`uses` keeps ``runs`` and says what it scores instead.
+        """
+        missing = [n for n in self.needs if n not in capabilities]
+        if missing:
+            return False, "needs " + ", ".join(missing)
+        lacking = [n for n in self.uses if n not in capabilities]
+        if lacking:
+            return True, f"without {', '.join(lacking)}: {self.fallback}"
+        return True, ""
 
     def resolve(self, ceb: CEBConfig) -> ResolvedMethod:
         """Its effective ``V``, ``k`` and retriever over a run's ``ceb`` section."""
@@ -287,16 +307,23 @@ def resolve_method(name: str) -> MethodSpec:
     )
 
 
+_CRITIC_USES = ("structured_output", "schema_bounds")
+_CRITIC_FALLBACK = "replies are read from free text, so expect re-asks"
+
 for _spec in (
     MethodSpec(
-        "ceb",
+        uses=_CRITIC_USES,
+        fallback=_CRITIC_FALLBACK,
+        name="ceb",
         label="CEB",
         order=0,
         description="critic + contrastive bank of hindsight-labelled steps (Algorithm 1)",
         ablation="CEB (reference)",
     ),
     MethodSpec(
-        "static",
+        uses=_CRITIC_USES,
+        fallback=_CRITIC_FALLBACK,
+        name="static",
         label="Static",
         group="baseline",
         order=100,
@@ -305,7 +332,9 @@ for _spec in (
         ablation="Static (no bank)",
     ),
     MethodSpec(
-        "ceb-positives-only",
+        uses=_CRITIC_USES,
+        fallback=_CRITIC_FALLBACK,
+        name="ceb-positives-only",
         label="CEB - contrastive (positives only)",
         group="ablation",
         order=10,
@@ -314,7 +343,9 @@ for _spec in (
         ablation="− contrastive (positives only)",
     ),
     MethodSpec(
-        "ceb-random-retrieval",
+        uses=_CRITIC_USES,
+        fallback=_CRITIC_FALLBACK,
+        name="ceb-random-retrieval",
         label="CEB - TF-IDF retrieval (random)",
         group="ablation",
         order=11,
@@ -323,7 +354,9 @@ for _spec in (
         ablation="− similarity retrieval (random from bank)",
     ),
     MethodSpec(
-        "ceb-v1",
+        uses=_CRITIC_USES,
+        fallback=_CRITIC_FALLBACK,
+        name="ceb-v1",
         label="CEB - vote (V=1)",
         group="ablation",
         order=12,
@@ -332,7 +365,9 @@ for _spec in (
         ablation="− majority vote (V=1)",
     ),
     MethodSpec(
-        "ceb-no-repetition",
+        uses=_CRITIC_USES,
+        fallback=_CRITIC_FALLBACK,
+        name="ceb-no-repetition",
         label="CEB - repetition signal",
         group="ablation",
         order=13,
@@ -341,7 +376,9 @@ for _spec in (
         ablation="− repetition flag",
     ),
     MethodSpec(
-        "ceb-dense-retrieval",
+        uses=_CRITIC_USES,
+        fallback=_CRITIC_FALLBACK,
+        name="ceb-dense-retrieval",
         label="CEB - dense retrieval",
         group="ablation",
         order=20,
@@ -349,7 +386,9 @@ for _spec in (
         retriever="dense",
     ),
     MethodSpec(
-        "ceb-gt-oracle",
+        uses=_CRITIC_USES,
+        fallback=_CRITIC_FALLBACK,
+        name="ceb-gt-oracle",
         label="CEB, GT-oracle bank",
         group="oracle",
         description="ORACLE: CEB whose bank holds the held-out labels (unavailable in deployment)",

@@ -122,5 +122,7 @@ METHOD = register_method(
         use_repetition_flag=False,
         critic=build,
         needs=(),
+        uses=("chat", "prompt_logprobs", "continue_final_message"),
+        fallback="only steps whose stream carries actor_logprobs",
     )
 )

@@ -1,0 +1,241 @@
+"""What an OpenAI-compatible endpoint supports, found by asking it: one tiny request per feature.
+
+:func:`probe_endpoint` checks, in order: the model list (reachable, model listed), a plain chat request, JSON
+schema structured output (and whether ``minimum`` / ``maximum`` / ``maxLength`` held in the reply), ``n``,
+``logprobs`` / ``top_logprobs``, vLLM's ``prompt_logprobs`` and ``continue_final_message``, the ``priority``
+field, and the prefix cache's counters on ``/metrics`` where the server exposes them. Each check is one
+request with no retries, so a dead endpoint is reported in about one timeout, not after a backoff schedule.
+The capability names are those of :data:`ceb.stages.methods.CAPABILITIES`; which methods can run follows from
+them (``ceb doctor``).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Literal
+
+import orjson
+
+from ceb.backends.base import ChatRequest, Completion, RetryPolicy, TransientError
+from ceb.backends.openai import OpenAIBackend, OpenAISettings
+from ceb.errors import BackendError
+
+__all__ = ["Check", "EndpointReport", "probe_endpoint"]
+
+Outcome = Literal["ok", "missing", "failed"]
+
+_PROBE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "score": {"type": "number", "minimum": 0, "maximum": 1},
+        "reason": {"type": "string", "maxLength": 12},
+    },
+    "required": ["score", "reason"],
+    "additionalProperties": False,
+}
+_USER = ({"role": "user", "content": "Reply with one short word."},)
+_PREFIX_METRIC = re.compile(r"^vllm:prefix_cache_(hits|queries)(?:_total)?(?:\{[^}]*\})?\s+([0-9.eE+-]+)$", re.M)
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One probed feature.
+
+    Attributes:
+        name: The feature; a capability name where it is one (``chat``, ``n``, ``logprobs``...).
+        outcome: ``ok`` (supported), ``missing`` (refused or ignored by the server) or ``failed`` (no answer).
+        detail: What was seen, in a few words.
+        seconds: Wall time of the check.
+    """
+
+    name: str
+    outcome: Outcome
+    detail: str
+    seconds: float = 0.0
+
+
+@dataclass
+class EndpointReport:
+    """All checks of one endpoint.
+
+    Attributes:
+        base_url: The probed API root.
+        model: The model name asked for.
+        checks: Every check in the order run.
+    """
+
+    base_url: str
+    model: str
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def capabilities(self) -> set[str]:
+        """Names of the checks that passed."""
+        return {c.name for c in self.checks if c.outcome == "ok"}
+
+    @property
+    def usable(self) -> bool:
+        """The endpoint answers chat requests for the model: ``ceb`` can run there at all."""
+        return "chat" in self.capabilities
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values."""
+        return {
+            "base_url": self.base_url,
+            "model": self.model,
+            "usable": self.usable,
+            "checks": [
+                {"name": c.name, "outcome": c.outcome, "detail": c.detail, "seconds": round(c.seconds, 3)}
+                for c in self.checks
+            ],
+        }
+
+
+async def probe_endpoint(settings: OpenAISettings) -> EndpointReport:
+    """Probe the first endpoint of ``settings`` (see the module docstring for what is checked).
+
+    Args:
+        settings: Endpoint, model, key variable, timeout (per request) and structured-output mode.
+
+    Returns:
+        The report; checks after a failed chat request are skipped (reported as ``failed``).
+
+    Raises:
+        ConfigError: The base URL is not an http(s) URL, or a non-local endpoint has no key.
+    """
+    backend = OpenAIBackend(settings, retry=RetryPolicy(max_attempts=1, backoff_s=0, max_backoff_s=0))
+    report = EndpointReport(base_url=backend.endpoints[0], model=settings.model)
+    try:
+        report.checks.append(await _timed("models", lambda: _models(backend, settings.model)))
+        chat = await _timed("chat", lambda: _chat(backend, ChatRequest(messages=_USER, max_tokens=4), _any_text))
+        report.checks.append(chat)
+        if chat.outcome != "ok":
+            for name, _, _ in _feature_requests():
+                report.checks.append(Check(name, "failed", "skipped: no chat reply"))
+            return report
+        for name, request, judge in _feature_requests():
+            report.checks.append(await _timed(name, partial(_chat, backend, request, judge)))
+        report.checks.append(await _timed("prefix_cache", lambda: _prefix_cache(backend)))
+    finally:
+        await backend.aclose()
+    return report
+
+
+_Judge = Callable[[Completion], tuple[bool, str]]
+
+
+def _feature_requests() -> list[tuple[str, ChatRequest, _Judge]]:
+    forced = (*_USER, {"role": "assistant", "content": "The answer is"})
+    return [
+        ("structured_output", ChatRequest(messages=_USER, max_tokens=48, json_schema=_PROBE_SCHEMA), _schema_followed),
+        ("schema_bounds", ChatRequest(messages=_USER, max_tokens=48, json_schema=_PROBE_SCHEMA), _schema_held),
+        ("n", ChatRequest(messages=_USER, max_tokens=2, n=2, temperature=1.0), _two_choices),
+        ("logprobs", ChatRequest(messages=_USER, max_tokens=2, logprobs=True, top_logprobs=20), _has_logprobs),
+        ("prompt_logprobs", ChatRequest(messages=_USER, max_tokens=1, extra={"prompt_logprobs": 1}), _has_prompt_lps),
+        (
+            "continue_final_message",
+            ChatRequest(
+                messages=forced,
+                max_tokens=2,
+                extra={"continue_final_message": True, "add_generation_prompt": False},
+            ),
+            _any_text,
+        ),
+        ("priority", ChatRequest(messages=_USER, max_tokens=1, extra={"priority": 1}), _any_text),
+    ]
+
+
+async def _timed(name: str, run: Callable[[], Awaitable[tuple[Outcome, str]]]) -> Check:
+    started = time.perf_counter()
+    outcome, detail = await run()
+    return Check(name, outcome, detail, time.perf_counter() - started)
+
+
+async def _models(backend: OpenAIBackend, model: str) -> tuple[Outcome, str]:
+    try:
+        status, body = await backend.get("models")
+    except TransientError as exc:
+        return "failed", str(exc)
+    if status != 200:
+        return "failed", f"GET /models answered {status}"
+    try:
+        names = [m["id"] for m in orjson.loads(body)["data"]]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return "missing", "GET /models is not an OpenAI model list"
+    if model not in names:
+        return "missing", f"model {model!r} is not listed; the server has: {', '.join(names[:8]) or 'none'}"
+    return "ok", f"{len(names)} model(s), {model!r} among them"
+
+
+async def _chat(backend: OpenAIBackend, request: ChatRequest, judge: _Judge) -> tuple[Outcome, str]:
+    try:
+        response = await backend.complete(request)
+    except TransientError as exc:  # no answer: refused connection, timeout, 5xx
+        return "failed", str(exc)[:200]
+    except BackendError as exc:  # the server answered and refused the request (400, 404...)
+        return "missing", str(exc)[:200]
+    ok, detail = judge(response.completion)
+    return ("ok" if ok else "missing"), detail
+
+
+def _any_text(c: Completion) -> tuple[bool, str]:
+    return True, f"answered {c.texts[0][:24]!r}"
+
+
+def _schema_followed(c: Completion) -> tuple[bool, str]:
+    try:
+        reply = orjson.loads(c.texts[0])
+        ok = isinstance(reply, dict) and set(reply) == {"score", "reason"}
+    except orjson.JSONDecodeError:
+        ok = False
+    return ok, "reply follows the JSON schema" if ok else f"reply does not follow the schema: {c.texts[0][:40]!r}"
+
+
+def _schema_held(c: Completion) -> tuple[bool, str]:
+    try:
+        reply = orjson.loads(c.texts[0])
+        score, reason = reply["score"], reply["reason"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return False, f"reply does not follow the schema: {c.texts[0][:40]!r}"
+    held = [
+        name for name, ok in (("minimum/maximum", 0 <= float(score) <= 1), ("maxLength", len(str(reason)) <= 12)) if ok
+    ]
+    broken = {"minimum/maximum", "maxLength"} - set(held)
+    if broken:
+        return False, f"schema followed, but {', '.join(sorted(broken))} did not hold"
+    return True, "schema followed; minimum/maximum and maxLength held"
+
+
+def _two_choices(c: Completion) -> tuple[bool, str]:
+    return len(c.texts) == 2, f"{len(c.texts)} choice(s) for n=2"
+
+
+def _has_logprobs(c: Completion) -> tuple[bool, str]:
+    tokens = (c.logprobs or (None,))[0]
+    if not tokens:
+        return False, "no logprobs in the reply"
+    return True, f"{len(tokens[0].top)} top_logprobs per token"
+
+
+def _has_prompt_lps(c: Completion) -> tuple[bool, str]:
+    if not c.prompt_logprobs:
+        return False, "no prompt_logprobs in the reply"
+    return True, f"{len(c.prompt_logprobs)} prompt positions"
+
+
+async def _prefix_cache(backend: OpenAIBackend) -> tuple[Outcome, str]:
+    try:
+        status, body = await backend.get("metrics", root=True)
+    except TransientError as exc:
+        return "missing", f"no /metrics ({exc})"
+    if status != 200:
+        return "missing", f"GET /metrics answered {status}"
+    found = {kind: float(value) for kind, value in _PREFIX_METRIC.findall(body.decode(errors="replace"))}
+    if "queries" not in found:
+        return "missing", "/metrics has no vllm:prefix_cache_queries counter (prefix caching off, or not vLLM)"
+    rate = found.get("hits", 0.0) / found["queries"] if found["queries"] else 0.0
+    return "ok", f"prefix cache counters present; hit rate so far {rate:.1%} of {found['queries']:.0f} tokens"
