@@ -5,16 +5,11 @@ reads only that form.
 """
 
 from ceb.data.amex import convert_amex
-from ceb.data.intercode import (
-    DEFAULT_INTERCODE_ROOT,
-    ConvertedStream,
-    SkippedTrajectory,
-    convert_intercode,
-    step_labels,
-)
+from ceb.data.intercode import DEFAULT_INTERCODE_ROOT, convert_intercode, step_labels
 from ceb.data.mind2web import convert_mind2web
 from ceb.data.reader import read_stream, write_stream
 from ceb.data.trajectory import Step, Trajectory
+from ceb.data.writer import ConvertedStream, SkippedTrajectory
 
 __all__ = [
     "DEFAULT_INTERCODE_ROOT",

@@ -73,21 +73,10 @@ from typing import Any, Literal
 import orjson
 import structlog
 
-from ceb.data.intercode import ConvertedStream
-
-# One definition of the prediction-file rules (JSONL or .json list, strict keys, actor names) for both
-# offline GUI converters.
-from ceb.data.mind2web import (
-    _Fail,
-    _kind,
-    _natural_key,
-    _optional_str,
-    _predictions,
-    _required_str,
-    _stream_files,
-)
-from ceb.data.reader import write_stream
+from ceb.data.predictions import read_predictions
+from ceb.data.sources import Fail, kind, natural_key, optional_str, required_str
 from ceb.data.trajectory import Step, Trajectory
+from ceb.data.writer import ConvertedStream, stream_file_names, write_converted
 from ceb.errors import ConfigError, DataError, Problem
 
 __all__ = [
@@ -340,7 +329,7 @@ def convert_amex(
 
     sources = (*(str(p) for p in files), str(pred_path))
     out = Path(out_dir)
-    stream_files = _stream_files("amex", sorted(by_actor), pred_path)
+    stream_files = stream_file_names("amex", sorted(by_actor), pred_path)
     out.mkdir(parents=True, exist_ok=True)
     return [_write(out / stream_files[name], name, built[name], sources) for name in sorted(by_actor)]
 
@@ -352,7 +341,7 @@ def convert_amex(
 class _Prediction:
     """One predicted step, checked; points still in the frame of ``coords``.
 
-    ``line``, ``prefix`` and ``where`` place it in its file (``mind2web._Record``).
+    ``line``, ``prefix`` and ``where`` place it in its file (:class:`~ceb.data.predictions.PredictionRecord`).
     """
 
     line: int
@@ -369,27 +358,25 @@ class _Prediction:
 def _load_predictions(path: Path, default_actor: str | None) -> dict[str, dict[str, dict[int, _Prediction]]]:
     """``actor -> episode_id -> step_id -> prediction``, in file order."""
     out: dict[str, dict[str, dict[int, _Prediction]]] = {}
-    for p in _predictions(path, _PREDICTION_KEYS, default_actor):
+    for p in read_predictions(path, _PREDICTION_KEYS, default_actor):
         record, obj, fail, name, logprobs = p.record, p.obj, p.fail, p.actor, p.logprobs
-        eid = _required_str(obj, "episode_id", fail)
+        eid = required_str(obj, "episode_id", fail)
         step_id = obj.get("step_id")
         if type(step_id) is not int:
-            raise fail("step_id", f"missing or not an integer, got {_kind(step_id)}")
-        action = _required_str(obj, "action", fail).strip().upper()
+            raise fail("step_id", f"missing or not an integer, got {kind(step_id)}")
+        action = required_str(obj, "action", fail).strip().upper()
         touch = _point(obj.get("touch_coord"), "touch_coord", fail)
         if action == _TAP and touch is None:
             raise fail("touch_coord", "missing: a TAP prediction needs its [x, y] touch point")
         lift = _point(obj.get("lift_coord"), "lift_coord", fail)
-        type_text = _optional_str(obj, "type_text", fail)
-        reasoning = _optional_str(obj, "reasoning", fail)
+        type_text = optional_str(obj, "type_text", fail)
+        reasoning = optional_str(obj, "reasoning", fail)
         per_step = out.setdefault(name, {}).setdefault(eid, {})
         if step_id in per_step:
             raise fail("step_id", f"repeats the prediction at {per_step[step_id].where} (actor {name!r})")
         per_step[step_id] = _Prediction(
             record.line, record.prefix, record.where, action, touch, lift, type_text, reasoning, logprobs
         )
-    if not out:
-        raise DataError(Problem(str(path), 0, "<file>", "holds no prediction"))
     return out
 
 
@@ -424,7 +411,7 @@ def _episode_files(episodes: str | Path | Sequence[str | Path]) -> tuple[list[Pa
     files: list[Path] = []
     for path in given:
         if path.is_dir():
-            found = sorted(path.glob("*.json"), key=_natural_key)
+            found = sorted(path.glob("*.json"), key=natural_key)
             if not found:
                 raise DataError(Problem(str(path), 0, "<file>", "an episode directory must hold AMEX *.json files"))
             files.extend(found)
@@ -459,8 +446,8 @@ def _read_episode(path: Path) -> _Episode:
     def fail(field: str, message: str, step: int | None = None) -> DataError:
         return DataError(Problem(str(path), 0, field, message, eid, step))
 
-    eid = _required_str(record, "episode_id", fail)
-    instruction = _required_str(record, "instruction", fail)
+    eid = required_str(record, "episode_id", fail)
+    instruction = required_str(record, "instruction", fail)
     raw_steps = record.get("steps")
     if not isinstance(raw_steps, list) or not raw_steps:
         raise fail("steps", "missing, empty or not a list")
@@ -473,15 +460,15 @@ def _read_episode(path: Path) -> _Episode:
             return fail(f"{at}.{field}", message, t)
 
         if not isinstance(raw, dict):
-            raise fail(at, f"must be an object, got {_kind(raw)}", t)
+            raise fail(at, f"must be an object, got {kind(raw)}", t)
         step_id = raw.get("step_id")
         if type(step_id) is not int:
-            raise step_fail("step_id", f"missing or not an integer, got {_kind(step_id)}")
+            raise step_fail("step_id", f"missing or not an integer, got {kind(step_id)}")
         if step_id in ids:
             raise step_fail("step_id", f"step_id {step_id} repeats within the episode")
         ids.add(step_id)
-        image = _required_str(raw, "image_path", step_fail)
-        action = _required_str(raw, "action", step_fail).strip().upper()
+        image = required_str(raw, "image_path", step_fail)
+        action = required_str(raw, "action", step_fail).strip().upper()
         touch = _point(raw.get("touch_coord"), "touch_coord", step_fail)
         if action == _TAP and touch is None:
             raise step_fail("touch_coord", "missing: a TAP step needs the human's [x, y] touch point")
@@ -496,7 +483,7 @@ def _read_episode(path: Path) -> _Episode:
                 action=action,
                 touch=touch,
                 lift=_point(raw.get("lift_coord"), "lift_coord", step_fail),
-                type_text=_optional_str(raw, "type_text", step_fail),
+                type_text=optional_str(raw, "type_text", step_fail),
                 device_dim=dim,
                 package_name=package if isinstance(package, str) and package else None,
             )
@@ -721,7 +708,7 @@ def _inside(point: tuple[float, float], box: Box) -> bool:
     return box[0] <= x <= box[2] and box[1] <= y <= box[3]
 
 
-def _point(value: Any, field: str, fail: _Fail) -> tuple[float, float] | None:
+def _point(value: Any, field: str, fail: Fail) -> tuple[float, float] | None:
     if value is None:
         return None
     if (
@@ -729,7 +716,7 @@ def _point(value: Any, field: str, fail: _Fail) -> tuple[float, float] | None:
         or len(value) != 2
         or not all(type(v) in (int, float) and math.isfinite(v) for v in value)
     ):
-        raise fail(field, f"must be a list of 2 finite numbers [x, y], got {_kind(value)}")
+        raise fail(field, f"must be a list of 2 finite numbers [x, y], got {kind(value)}")
     return float(value[0]), float(value[1])
 
 
@@ -768,29 +755,17 @@ def _write(
     path: Path, actor: str, built: list[tuple[Trajectory, Counter[str]]], sources: tuple[str, ...]
 ) -> ConvertedStream:
     trajectories = [traj for traj, _ in built]
-    out = write_stream(path, trajectories)
-    steps = [s for traj in trajectories for s in traj.steps]
-    labelled = [s.label for s in steps if s.label is not None]
+    stream = write_converted(path, trajectories, dataset="amex", actor=actor, sources=sources)
     unlabelled = Counter[str]()
     for _, reasons in built:
         unlabelled.update(reasons)
     log.info(
         "amex.stream_written",
-        path=str(out),
+        path=str(stream.path),
         actor=actor,
-        trajectories=len(trajectories),
-        steps=len(steps),
-        labelled=len(labelled),
+        trajectories=stream.trajectories,
+        steps=stream.steps,
+        labelled=sum(1 for traj in trajectories for s in traj.steps if s.label is not None),
         unlabelled_by_reason=dict(unlabelled),
     )
-    return ConvertedStream(
-        path=out,
-        dataset="amex",
-        actor=actor,
-        trajectories=len(trajectories),
-        steps=len(steps),
-        positive_rate=sum(labelled) / len(labelled) if labelled else math.nan,
-        skipped=(),
-        blocked_turns=0,
-        sources=sources,
-    )
+    return stream

@@ -31,8 +31,8 @@ from typing import Any
 import orjson
 import structlog
 
-from ceb.data.reader import write_stream
 from ceb.data.trajectory import Step, Trajectory
+from ceb.data.writer import ConvertedStream, SkippedTrajectory, write_converted
 from ceb.errors import ConfigError, DataError, Problem
 
 __all__ = [
@@ -57,50 +57,6 @@ _LAYOUT = (
 )
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class SkippedTrajectory:
-    """A source trajectory left out of a stream, and why.
-
-    Attributes:
-        id: The trajectory id it would have had.
-        reason: ``"no actions"`` or ``"empty action"``.
-        steps: Steps it held (after dropping a ``"blocked"`` placeholder).
-        step: 0-based index of the first empty action, for ``"empty action"``.
-    """
-
-    id: str
-    reason: str
-    steps: int
-    step: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ConvertedStream:
-    """Summary of one written stream.
-
-    Attributes:
-        path: The JSONL file written.
-        dataset: ``"bash"`` or ``"sql"``.
-        actor: The model directory name (``gpt-4``).
-        trajectories: Trajectories written.
-        steps: Steps written.
-        positive_rate: Share of written steps with label 1, in [0, 1].
-        skipped: Source trajectories left out, in source order.
-        blocked_turns: ``"blocked"`` placeholder turns dropped (PaLM refusals; no action was executed).
-        sources: Source files, relative to the InterCode root, in stream order.
-    """
-
-    path: Path
-    dataset: str
-    actor: str
-    trajectories: int
-    steps: int
-    positive_rate: float
-    skipped: tuple[SkippedTrajectory, ...]
-    blocked_turns: int
-    sources: tuple[str, ...]
 
 
 def step_labels(rewards: Sequence[float]) -> list[int]:
@@ -256,29 +212,25 @@ def _build_stream(root: Path, dataset: str, actor: str, files: list[tuple[Path, 
 
 
 def _write(out_dir: Path, built: _Built) -> ConvertedStream:
-    out = write_stream(out_dir / f"intercode-{built.dataset}-{built.actor}.jsonl", built.trajectories)
-    steps = sum(len(t.steps) for t in built.trajectories)
-    positives = sum(s.label or 0 for t in built.trajectories for s in t.steps)
+    stream = write_converted(
+        out_dir / f"intercode-{built.dataset}-{built.actor}.jsonl",
+        built.trajectories,
+        dataset=built.dataset,
+        actor=built.actor,
+        sources=built.sources,
+        skipped=built.skipped,
+        blocked_turns=built.blocked_turns,
+    )
     log.info(
         "intercode.stream_written",
-        path=str(out),
-        trajectories=len(built.trajectories),
-        steps=steps,
+        path=str(stream.path),
+        trajectories=stream.trajectories,
+        steps=stream.steps,
         skipped=len(built.skipped),
         skipped_by_reason=dict(Counter(s.reason for s in built.skipped)),
         blocked_turns=built.blocked_turns,
     )
-    return ConvertedStream(
-        path=out,
-        dataset=built.dataset,
-        actor=built.actor,
-        trajectories=len(built.trajectories),
-        steps=steps,
-        positive_rate=positives / steps,
-        skipped=tuple(built.skipped),
-        blocked_turns=built.blocked_turns,
-        sources=tuple(built.sources),
-    )
+    return stream
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,10 +50,9 @@ observations.
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -62,9 +61,10 @@ from typing import Any, Literal
 import orjson
 import structlog
 
-from ceb.data.intercode import ConvertedStream
-from ceb.data.reader import write_stream
+from ceb.data.predictions import read_predictions
+from ceb.data.sources import Fail, kind, natural_key, optional_str, required_str
 from ceb.data.trajectory import Step, Trajectory
+from ceb.data.writer import ConvertedStream, stream_file_names, write_converted
 from ceb.errors import ConfigError, DataError, Problem
 
 __all__ = [
@@ -81,8 +81,6 @@ DEFAULT_DOM_CHARS = 2000
 Observation = Literal["reference", "empty"]
 """What a step's ``observation`` holds: the executed reference action, or nothing (module docstring)."""
 
-_Fail = Callable[..., DataError]
-
 _MIN_DOM_CHARS = 100
 _TEXT_CHARS = 80
 _OP_ALIASES = {"HOVER": "CLICK", "ENTER": "CLICK"}
@@ -91,8 +89,6 @@ _VOID_TAGS = frozenset(
 )
 _TEXT_ATTRIBUTES = ("aria_label", "aria-label", "title", "placeholder", "alt", "value", "name")
 _PREDICTION_KEYS = ("annotation_id", "action_uid", "element_id", "op", "value", "reasoning", "actor", "actor_logprobs")
-_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
-_DIGITS = re.compile(r"(\d+)")
 
 log = structlog.get_logger(__name__)
 
@@ -255,7 +251,7 @@ def convert_mind2web(
 
     sources = (*(str(p) for p in task_files), str(pred_path))
     out = Path(out_dir)
-    files = _stream_files("mind2web", sorted(by_actor), pred_path)
+    files = stream_file_names("mind2web", sorted(by_actor), pred_path)
     out.mkdir(parents=True, exist_ok=True)
     return [_write(out / files[name], name, trajectories[name], sources) for name in sorted(by_actor)]
 
@@ -280,123 +276,25 @@ class _Prediction:
 def _load_predictions(path: Path, default_actor: str | None) -> dict[str, dict[str, dict[str, _Prediction]]]:
     """``actor -> annotation_id -> action_uid -> prediction``, in file order."""
     out: dict[str, dict[str, dict[str, _Prediction]]] = {}
-    for p in _predictions(path, _PREDICTION_KEYS, default_actor):
+    for p in read_predictions(path, _PREDICTION_KEYS, default_actor):
         record, obj, fail, name, logprobs = p.record, p.obj, p.fail, p.actor, p.logprobs
-        aid = _required_str(obj, "annotation_id", fail)
-        uid = _required_str(obj, "action_uid", fail)
+        aid = required_str(obj, "annotation_id", fail)
+        uid = required_str(obj, "action_uid", fail)
         if "element_id" not in obj:
             raise fail("element_id", "missing (use null when the agent chose no element)")
         element = obj["element_id"]
         if type(element) is int:
             element = str(element)
         if element is not None and not isinstance(element, str):
-            raise fail("element_id", f"must be a string, an integer or null, got {_kind(element)}")
-        op = _required_str(obj, "op", fail)
-        value = _optional_str(obj, "value", fail)
-        reasoning = _optional_str(obj, "reasoning", fail)
+            raise fail("element_id", f"must be a string, an integer or null, got {kind(element)}")
+        op = required_str(obj, "op", fail)
+        value = optional_str(obj, "value", fail)
+        reasoning = optional_str(obj, "reasoning", fail)
         per_step = out.setdefault(name, {}).setdefault(aid, {})
         if uid in per_step:
             raise fail("action_uid", f"repeats the prediction at {per_step[uid].where} (actor {name!r})")
         per_step[uid] = _Prediction(record.line, record.prefix, record.where, element, op, value, reasoning, logprobs)
-    if not out:
-        raise DataError(Problem(str(path), 0, "<file>", "holds no prediction"))
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class _Record:
-    """One record of a predictions file and its place: a JSONL line, or an item of a ``.json`` list.
-
-    Attributes:
-        line: 1-based line of a JSONL record; 0 for a list item (a problem then names the item in its field).
-        prefix: ``""`` for a JSONL record, ``"[i]."`` for item ``i`` of a list; prepended to field names.
-        where: ``"line 3"`` or ``"item [3]"``, for messages.
-        obj: The decoded record.
-    """
-
-    line: int
-    prefix: str
-    where: str
-    obj: Any
-
-
-@dataclass(frozen=True, slots=True)
-class _Checked:
-    """A prediction record past the checks every predictions file shares (see :func:`_predictions`)."""
-
-    record: _Record
-    obj: Mapping[str, Any]
-    fail: _Fail
-    actor: str
-    logprobs: tuple[float, ...] | None
-
-
-def _predictions(path: Path, keys: Sequence[str], default_actor: str | None) -> Iterator[_Checked]:
-    """The records of a predictions file that are objects with only ``keys``, with their actor and log-probs.
-
-    Shared by the Mind2Web and AMEX converters; each then reads its own fields with ``fail``.
-
-    Raises:
-        DataError: A record is not an object, has an unknown key, or has no usable actor or log-probs (names
-            the file, the line or item, and the field).
-    """
-    for record in _load_records(path):
-        obj = record.obj
-
-        def fail(field: str, message: str, record: _Record = record) -> DataError:
-            return DataError(Problem(str(path), record.line, record.prefix + field, message))
-
-        if not isinstance(obj, dict):
-            raise fail("<line>", f"must be a JSON object, got {_kind(obj)}")
-        unknown = sorted(set(obj) - set(keys))
-        if unknown:
-            raise fail(unknown[0], f"unknown key; a prediction holds {', '.join(keys)}")
-        name = obj.get("actor", default_actor)
-        if name is None:
-            raise fail("actor", "missing: give each prediction an actor, or pass actor= to the converter")
-        if not isinstance(name, str) or not name.strip():
-            raise fail("actor", f"must be a non-empty string, got {_kind(name)}")
-        yield _Checked(record, obj, fail, name, _logprobs(obj.get("actor_logprobs"), fail))
-
-
-def _load_records(path: Path) -> Iterator[_Record]:
-    """The records of a predictions file: JSONL lines, or the items of a ``.json`` list."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise DataError(Problem(str(path), 0, "<file>", f"cannot read the file: {exc.strerror or exc}")) from exc
-    if path.suffix == ".json":
-        try:
-            items = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise DataError(Problem(str(path), exc.lineno, "<file>", f"not valid JSON: {exc.msg}")) from exc
-        if not isinstance(items, list):
-            raise DataError(Problem(str(path), 0, "<file>", "a .json predictions file must hold a list of objects"))
-        yield from (_Record(0, f"[{i}].", f"item [{i}]", item) for i, item in enumerate(items))
-        return
-    for lineno, raw in enumerate(data.split(b"\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise DataError(Problem(str(path), lineno, "<line>", f"not valid JSON: {exc.msg}")) from exc
-        yield _Record(lineno, "", f"line {lineno}", obj)
-
-
-def _stream_files(prefix: str, actors: list[str], pred_path: Path) -> dict[str, str]:
-    """``actor -> <prefix>-<actor>.jsonl``, characters unsafe in a file name replaced by ``_``."""
-    files: dict[str, str] = {}
-    taken: dict[str, str] = {}
-    for name in actors:
-        file = f"{prefix}-{_UNSAFE_NAME.sub('_', name)}.jsonl"
-        if file in taken:
-            raise DataError(
-                Problem(str(pred_path), 0, "actor", f"actors {taken[file]!r} and {name!r} would both write {file}")
-            )
-        taken[file] = name
-        files[name] = file
-    return files
 
 
 # --- task files ---------------------------------------------------------------------------------------
@@ -430,17 +328,13 @@ def _task_files(tasks: str | Path | Sequence[str | Path]) -> list[Path]:
     files: list[Path] = []
     for path in given:
         if path.is_dir():
-            found = sorted(path.glob("*.json"), key=_natural_key)
+            found = sorted(path.glob("*.json"), key=natural_key)
             if not found:
                 raise DataError(Problem(str(path), 0, "<file>", "a task directory must hold Mind2Web *.json files"))
             files.extend(found)
         else:
             files.append(path)
     return files
-
-
-def _natural_key(path: Path) -> list[str | int]:
-    return [int(part) if part.isdigit() else part for part in _DIGITS.split(path.name)]
 
 
 def _load_task_list(path: Path) -> list[Any]:
@@ -452,7 +346,7 @@ def _load_task_list(path: Path) -> list[Any]:
         raise DataError(Problem(str(path), exc.lineno, "<file>", f"not valid JSON: {exc.msg}")) from exc
     if not isinstance(data, list):
         raise DataError(
-            Problem(str(path), 0, "<file>", f"must be a JSON list of Mind2Web task objects, got {_kind(data)}")
+            Problem(str(path), 0, "<file>", f"must be a JSON list of Mind2Web task objects, got {kind(data)}")
         )
     return data
 
@@ -465,12 +359,12 @@ def _read_task(path: Path, index: int, record: Any, *, need_reprs: bool) -> _Tas
         return DataError(Problem(str(path), 0, f"[{index}].{field}", message, aid, step))
 
     if not isinstance(record, dict):
-        raise fail("<task>", f"must be an object, got {_kind(record)}")
-    aid = _required_str(record, "annotation_id", fail)
-    task = _required_str(record, "confirmed_task", fail)
-    website = _required_str(record, "website", fail)
-    domain = _optional_str(record, "domain", fail)
-    subdomain = _optional_str(record, "subdomain", fail)
+        raise fail("<task>", f"must be an object, got {kind(record)}")
+    aid = required_str(record, "annotation_id", fail)
+    task = required_str(record, "confirmed_task", fail)
+    website = required_str(record, "website", fail)
+    domain = optional_str(record, "domain", fail)
+    subdomain = optional_str(record, "subdomain", fail)
     actions = record.get("actions")
     if not isinstance(actions, list) or not actions:
         raise fail("actions", "missing, empty or not a list")
@@ -489,10 +383,10 @@ def _read_task(path: Path, index: int, record: Any, *, need_reprs: bool) -> _Tas
     return _Task(aid, task, website, domain, subdomain, read, str(path))
 
 
-def _read_action(action: Any, t: int, reference: str | None, fail: _Fail) -> _Action:
+def _read_action(action: Any, t: int, reference: str | None, fail: Fail) -> _Action:
     at = f"actions[{t}]"
     if not isinstance(action, dict):
-        raise fail(at, f"must be an object, got {_kind(action)}", t)
+        raise fail(at, f"must be an object, got {kind(action)}", t)
     uid = action.get("action_uid")
     if not isinstance(uid, str) or not uid:
         raise fail(f"{at}.action_uid", "missing or not a non-empty string", t)
@@ -744,67 +638,14 @@ def _canonical_op(op: str) -> str:
     return _OP_ALIASES.get(upper, upper)
 
 
-def _required_str(obj: Mapping[str, Any], key: str, fail: _Fail) -> str:
-    value = obj.get(key)
-    if not isinstance(value, str) or not value.strip():
-        raise fail(key, f"missing or not a non-empty string, got {_kind(value)}")
-    return value
-
-
-def _optional_str(obj: Mapping[str, Any], key: str, fail: _Fail) -> str | None:
-    value = obj.get(key)
-    if value is not None and not isinstance(value, str):
-        raise fail(key, f"must be a string or null, got {_kind(value)}")
-    return value
-
-
-def _logprobs(value: Any, fail: _Fail) -> tuple[float, ...] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list) or not value:
-        raise fail("actor_logprobs", "must be a non-empty list of log-probabilities (numbers <= 0) or null")
-    for j, x in enumerate(value):
-        if type(x) not in (int, float) or not math.isfinite(x) or x > 0:
-            raise fail(f"actor_logprobs[{j}]", f"must be a finite number <= 0 (a natural log), got {x!r}")
-    return tuple(float(x) for x in value)
-
-
-def _kind(x: Any) -> str:
-    if x is None:
-        return "null"
-    if isinstance(x, bool):
-        return "a boolean"
-    if isinstance(x, int | float):
-        return "a number"
-    if isinstance(x, str):
-        return "a string" if x.strip() else "an empty string"
-    if isinstance(x, list):
-        return "a list"
-    if isinstance(x, dict):
-        return "an object"
-    return type(x).__name__
-
-
 def _write(path: Path, actor: str, trajectories: list[Trajectory], sources: tuple[str, ...]) -> ConvertedStream:
-    out = write_stream(path, trajectories)
-    steps = sum(len(t.steps) for t in trajectories)
-    positives = sum(s.label or 0 for t in trajectories for s in t.steps)
+    stream = write_converted(path, trajectories, dataset="mind2web", actor=actor, sources=sources)
     log.info(
         "mind2web.stream_written",
-        path=str(out),
+        path=str(stream.path),
         actor=actor,
-        trajectories=len(trajectories),
-        steps=steps,
+        trajectories=stream.trajectories,
+        steps=stream.steps,
         ops=dict(Counter(s.op for t in trajectories for s in t.steps)),
     )
-    return ConvertedStream(
-        path=out,
-        dataset="mind2web",
-        actor=actor,
-        trajectories=len(trajectories),
-        steps=steps,
-        positive_rate=positives / steps,
-        skipped=(),
-        blocked_turns=0,
-        sources=sources,
-    )
+    return stream
