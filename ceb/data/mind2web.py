@@ -50,19 +50,19 @@ observations.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 import structlog
 
+from ceb.data.mind2web_dom import DEFAULT_DOM_CHARS, ELEMENT_TEXT_CHARS, MIN_DOM_CHARS, dom_snippet, locate
+from ceb.data.mind2web_tasks import Action, Task, load_task_list, read_task, task_files
 from ceb.data.predictions import read_predictions
-from ceb.data.sources import Fail, kind, natural_key, optional_str, required_str
+from ceb.data.sources import kind, optional_str, required_str
 from ceb.data.trajectory import Step, Trajectory
 from ceb.data.writer import ConvertedStream, stream_file_names, write_converted
 from ceb.errors import ConfigError, DataError, Problem
@@ -75,18 +75,10 @@ __all__ = [
     "mind2web_step_label",
 ]
 
-DEFAULT_DOM_CHARS = 2000
-"""Default HTML budget of a step's state, in characters: the critic prompt's default ``state_chars``."""
-
 Observation = Literal["reference", "empty"]
 """What a step's ``observation`` holds: the executed reference action, or nothing (module docstring)."""
 
-_MIN_DOM_CHARS = 100
-_TEXT_CHARS = 80
 _OP_ALIASES = {"HOVER": "CLICK", "ENTER": "CLICK"}
-_VOID_TAGS = frozenset(
-    {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
-)
 _TEXT_ATTRIBUTES = ("aria_label", "aria-label", "title", "placeholder", "alt", "value", "name")
 _PREDICTION_KEYS = ("annotation_id", "action_uid", "element_id", "op", "value", "reasoning", "actor", "actor_logprobs")
 
@@ -118,52 +110,6 @@ def mind2web_step_label(
     """
     matches_element = predicted_element is not None and predicted_element in positive_ids
     return int(matches_element and _canonical_op(predicted_op) == _canonical_op(gold_op))
-
-
-def dom_snippet(html: str, backend_node_id: str | None, max_chars: int = DEFAULT_DOM_CHARS) -> str:
-    """A window of ``html`` of at most ``max_chars`` characters around one element (paper section 3.2, ``s'``).
-
-    The window is centred on the start tag of the element whose ``backend_node_id`` attribute equals
-    ``backend_node_id``, then shrunk so that it starts at a ``<`` and ends after a ``>`` (no half tags), and
-    ``"... "`` / ``" ..."`` mark each end that was cut (the budget holds the markers too). A start tag longer
-    than the budget is itself cut. When the element is ``None`` or not on the page, the window is the head of
-    the page. A page that fits is returned whole.
-
-    Args:
-        html: The page (Mind2Web ``cleaned_html``).
-        backend_node_id: The element to centre on.
-        max_chars: Budget in characters, cut markers included.
-
-    Returns:
-        The snippet, at most ``max_chars`` characters long.
-
-    Raises:
-        ConfigError: ``max_chars`` is below 100.
-    """
-    if max_chars < _MIN_DOM_CHARS:
-        raise ConfigError(f"dom_chars must be at least {_MIN_DOM_CHARS}, got {max_chars}")
-    if len(html) <= max_chars:
-        return html
-    budget = max_chars - len("... ") - len(" ...")
-    located = _locate(html, backend_node_id)
-    if located is None:
-        end = budget
-        cut = html.rfind(">", 0, end)
-        if cut > 0:
-            end = cut + 1
-        return html[:end] + " ..."
-    start, tag_end = located.start, located.start + located.start_tag_len
-    if tag_end - start >= budget:
-        a, b = start, start + budget
-    else:
-        a = max(0, min(start - (budget - (tag_end - start)) // 2, len(html) - budget))
-        b = a + budget
-        if a > 0:
-            # html[start] is "<", so a tag boundary exists between a and start.
-            a = html.find("<", a, start + 1)
-        if b < len(html):
-            b = html.rfind(">", tag_end - 1, b) + 1
-    return ("... " if a > 0 else "") + html[a:b] + (" ..." if b < len(html) else "")
 
 
 def convert_mind2web(
@@ -201,11 +147,11 @@ def convert_mind2web(
             a prediction names an unknown ``annotation_id`` or ``action_uid``, repeats a step, or has no
             actor; a predicted task lacks a prediction for one of its steps; two actors map to one file name.
     """
-    if dom_chars < _MIN_DOM_CHARS:
-        raise ConfigError(f"dom_chars must be at least {_MIN_DOM_CHARS}, got {dom_chars}")
+    if dom_chars < MIN_DOM_CHARS:
+        raise ConfigError(f"dom_chars must be at least {MIN_DOM_CHARS}, got {dom_chars}")
     if observation not in ("reference", "empty"):
         raise ConfigError(f"unknown observation mode {observation!r}; choose 'reference' or 'empty'")
-    task_files = _task_files(tasks)
+    task_paths = task_files(tasks)
     pred_path = Path(predictions)
     by_actor = _load_predictions(pred_path, actor)
     wanted: dict[str, list[str]] = {}
@@ -215,9 +161,9 @@ def convert_mind2web(
 
     trajectories: dict[str, list[Trajectory]] = {name: [] for name in by_actor}
     seen: dict[str, Path] = {}
-    for path in task_files:
-        for index, record in enumerate(_load_task_list(path)):
-            task = _read_task(path, index, record, need_reprs=observation == "reference")
+    for path in task_paths:
+        for index, record in enumerate(load_task_list(path)):
+            task = read_task(path, index, record, need_reprs=observation == "reference")
             if task.annotation_id in seen:
                 raise DataError(
                     Problem(
@@ -238,7 +184,7 @@ def convert_mind2web(
         for aid, per_step in per_task.items():
             if aid not in seen:
                 first = next(iter(per_step.values()))
-                known = ", ".join(str(p) for p in task_files)
+                known = ", ".join(str(p) for p in task_paths)
                 raise DataError(
                     Problem(
                         str(pred_path),
@@ -249,7 +195,7 @@ def convert_mind2web(
                     )
                 )
 
-    sources = (*(str(p) for p in task_files), str(pred_path))
+    sources = (*(str(p) for p in task_paths), str(pred_path))
     out = Path(out_dir)
     files = stream_file_names("mind2web", sorted(by_actor), pred_path)
     out.mkdir(parents=True, exist_ok=True)
@@ -297,131 +243,11 @@ def _load_predictions(path: Path, default_actor: str | None) -> dict[str, dict[s
     return out
 
 
-# --- task files ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Action:
-    uid: str
-    op: str
-    html: str
-    positive: frozenset[str]
-    candidates: tuple[tuple[str, dict[str, Any]], ...]
-    reference: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Task:
-    annotation_id: str
-    task: str
-    website: str
-    domain: str | None
-    subdomain: str | None
-    actions: tuple[_Action, ...]
-    file: str
-
-
-def _task_files(tasks: str | Path | Sequence[str | Path]) -> list[Path]:
-    given = [Path(tasks)] if isinstance(tasks, str | Path) else [Path(t) for t in tasks]
-    if not given:
-        raise ConfigError("convert_mind2web needs at least one task file")
-    files: list[Path] = []
-    for path in given:
-        if path.is_dir():
-            found = sorted(path.glob("*.json"), key=natural_key)
-            if not found:
-                raise DataError(Problem(str(path), 0, "<file>", "a task directory must hold Mind2Web *.json files"))
-            files.extend(found)
-        else:
-            files.append(path)
-    return files
-
-
-def _load_task_list(path: Path) -> list[Any]:
-    try:
-        data = orjson.loads(path.read_bytes())
-    except OSError as exc:
-        raise DataError(Problem(str(path), 0, "<file>", f"cannot read the file: {exc.strerror or exc}")) from exc
-    except orjson.JSONDecodeError as exc:
-        raise DataError(Problem(str(path), exc.lineno, "<file>", f"not valid JSON: {exc.msg}")) from exc
-    if not isinstance(data, list):
-        raise DataError(
-            Problem(str(path), 0, "<file>", f"must be a JSON list of Mind2Web task objects, got {kind(data)}")
-        )
-    return data
-
-
-def _read_task(path: Path, index: int, record: Any, *, need_reprs: bool) -> _Task:
-    """Check one task's shape; raise :class:`DataError` naming file, annotation_id, step and field."""
-    aid: str | None = None
-
-    def fail(field: str, message: str, step: int | None = None) -> DataError:
-        return DataError(Problem(str(path), 0, f"[{index}].{field}", message, aid, step))
-
-    if not isinstance(record, dict):
-        raise fail("<task>", f"must be an object, got {kind(record)}")
-    aid = required_str(record, "annotation_id", fail)
-    task = required_str(record, "confirmed_task", fail)
-    website = required_str(record, "website", fail)
-    domain = optional_str(record, "domain", fail)
-    subdomain = optional_str(record, "subdomain", fail)
-    actions = record.get("actions")
-    if not isinstance(actions, list) or not actions:
-        raise fail("actions", "missing, empty or not a list")
-    reprs = record.get("action_reprs")
-    if need_reprs and (
-        not isinstance(reprs, list) or len(reprs) != len(actions) or not all(isinstance(r, str) for r in reprs)
-    ):
-        raise fail(
-            "action_reprs",
-            f"must be a list of {len(actions)} strings, one per action (observation='reference' reads it)",
-        )
-    read = tuple(
-        _read_action(action, t, reprs[t] if need_reprs and isinstance(reprs, list) else None, fail)
-        for t, action in enumerate(actions)
-    )
-    return _Task(aid, task, website, domain, subdomain, read, str(path))
-
-
-def _read_action(action: Any, t: int, reference: str | None, fail: Fail) -> _Action:
-    at = f"actions[{t}]"
-    if not isinstance(action, dict):
-        raise fail(at, f"must be an object, got {kind(action)}", t)
-    uid = action.get("action_uid")
-    if not isinstance(uid, str) or not uid:
-        raise fail(f"{at}.action_uid", "missing or not a non-empty string", t)
-    operation = action.get("operation")
-    if not isinstance(operation, dict):
-        raise fail(f"{at}.operation", f"missing or not an object (action_uid {uid!r})", t)
-    op = operation.get("op")
-    if not isinstance(op, str) or not op:
-        raise fail(f"{at}.operation.op", f"missing or not a non-empty string (action_uid {uid!r})", t)
-    html = action.get("cleaned_html")
-    if not isinstance(html, str):
-        raise fail(f"{at}.cleaned_html", f"missing or not a string (action_uid {uid!r})", t)
-    candidates: list[tuple[str, dict[str, Any]]] = []
-    positive: set[str] = set()
-    for key in ("pos_candidates", "neg_candidates"):
-        found = action.get(key)
-        if not isinstance(found, list):
-            raise fail(f"{at}.{key}", f"missing or not a list (action_uid {uid!r})", t)
-        for j, cand in enumerate(found):
-            node = cand.get("backend_node_id") if isinstance(cand, dict) else None
-            if type(node) is int:
-                node = str(node)
-            if not isinstance(node, str):
-                raise fail(f"{at}.{key}[{j}].backend_node_id", f"missing or not a string (action_uid {uid!r})", t)
-            if key == "pos_candidates":
-                positive.add(node)
-            candidates.append((f"{at}.{key}[{j}]", cand))
-    return _Action(uid, op, html, frozenset(positive), tuple(candidates), reference)
-
-
 # --- building a trajectory ----------------------------------------------------------------------------
 
 
 def _trajectory(
-    task: _Task,
+    task: Task,
     actor: str,
     predictions: dict[str, _Prediction],
     pred_path: Path,
@@ -476,7 +302,7 @@ def _trajectory(
     )
 
 
-def _step(task: _Task, t: int, action: _Action, pred: _Prediction, dom_chars: int, observation: Observation) -> Step:
+def _step(task: Task, t: int, action: Action, pred: _Prediction, dom_chars: int, observation: Observation) -> Step:
     element = _describe(task, t, action, pred.element_id)
     op = pred.op.strip().upper()
     shown = element if element is not None else "(no element)"
@@ -497,12 +323,12 @@ def _step(task: _Task, t: int, action: _Action, pred: _Prediction, dom_chars: in
     )
 
 
-def _describe(task: _Task, t: int, action: _Action, node: str | None) -> str | None:
+def _describe(task: Task, t: int, action: Action, node: str | None) -> str | None:
     """``<tag> text`` for the predicted element, from the page and, failing that, its candidate record."""
     if node is None:
         return None
     field, candidate = next(((f, c) for f, c in action.candidates if str(c.get("backend_node_id")) == node), ("", None))
-    located = _locate(action.html, node)
+    located = locate(action.html, node)
     if located is None and candidate is None:
         return f"(element {node}, not on this page)"
     tag = located.tag if located is not None else ""
@@ -516,12 +342,12 @@ def _describe(task: _Task, t: int, action: _Action, node: str | None) -> str | N
     if not text:
         text = next((attrs[k].strip() for k in _TEXT_ATTRIBUTES if attrs.get(k, "").strip()), "")
     text = " ".join(text.split())
-    if len(text) > _TEXT_CHARS:
-        text = text[: _TEXT_CHARS - 3].rstrip() + "..."
+    if len(text) > ELEMENT_TEXT_CHARS:
+        text = text[: ELEMENT_TEXT_CHARS - 3].rstrip() + "..."
     return f"<{tag or '?'}> {text}".rstrip()
 
 
-def _candidate_attributes(task: _Task, t: int, field: str, candidate: Mapping[str, Any]) -> dict[str, str]:
+def _candidate_attributes(task: Task, t: int, field: str, candidate: Mapping[str, Any]) -> dict[str, str]:
     raw = candidate.get("attributes")
     if raw is None:
         return {}
@@ -543,91 +369,6 @@ def _candidate_attributes(task: _Task, t: int, field: str, candidate: Mapping[st
             )
         )
     return {str(k): v for k, v in value.items() if isinstance(v, str)}
-
-
-# --- locating an element in the page ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Located:
-    start: int
-    start_tag_len: int
-    tag: str
-    attrs: tuple[tuple[str, str], ...]
-    text: str
-
-
-class _Done(Exception):
-    """Stops the element reader once it has what it needs."""
-
-
-class _ElementReader(HTMLParser):
-    """Reads the first element of its input: tag, attributes, start-tag length and the head of its text."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.tag: str | None = None
-        self.attrs: tuple[tuple[str, str], ...] = ()
-        self.start_tag_len = 0
-        self.depth = 0
-        self.words: list[str] = []
-        self.chars = 0
-
-    def _open(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tag = tag
-        self.attrs = tuple((k, v or "") for k, v in attrs)
-        self.start_tag_len = len(self.get_starttag_text() or "")
-        self.depth = 1
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if self.tag is None:
-            self._open(tag, attrs)
-            if tag in _VOID_TAGS:
-                raise _Done
-        elif tag not in _VOID_TAGS:
-            self.depth += 1
-
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if self.tag is None:
-            self._open(tag, attrs)
-            raise _Done
-
-    def handle_endtag(self, tag: str) -> None:
-        if self.tag is None or tag in _VOID_TAGS:
-            return
-        self.depth -= 1
-        if self.depth <= 0:
-            raise _Done
-
-    def handle_data(self, data: str) -> None:
-        if self.tag is None:
-            return
-        for word in data.split():
-            self.words.append(word)
-            self.chars += len(word) + 1
-        if self.chars > _TEXT_CHARS:
-            raise _Done
-
-
-def _locate(html: str, node: str | None) -> _Located | None:
-    """The element of ``html`` whose ``backend_node_id`` attribute is ``node``, or ``None``."""
-    if node is None:
-        return None
-    match = re.search(r"""backend_node_id\s*=\s*(["']?)""" + re.escape(node) + r"""\1(?=[\s/>])""", html)
-    if match is None:
-        return None
-    start = html.rfind("<", 0, match.start())
-    if start < 0:
-        return None
-    reader = _ElementReader()
-    try:
-        reader.feed(html[start:])
-        reader.close()
-    except _Done:
-        pass
-    if reader.tag is None:
-        return None
-    return _Located(start, reader.start_tag_len, reader.tag, reader.attrs, " ".join(reader.words))
 
 
 # --- small helpers ------------------------------------------------------------------------------------
