@@ -87,6 +87,7 @@ from ceb.data.amex_screen import (
     to_pixels,
     touched_box,
 )
+from ceb.data.converters import ACTOR, OUT_DIR, Converter, ConverterOption
 from ceb.data.predictions import read_predictions
 from ceb.data.sources import kind, optional_str, required_str
 from ceb.data.trajectory import Step, Trajectory
@@ -94,6 +95,7 @@ from ceb.data.writer import ConvertedStream, stream_file_names, write_converted
 from ceb.errors import ConfigError, DataError, Problem
 
 __all__ = [
+    "CONVERTER",
     "DEFAULT_STATE_CHARS",
     "Box",
     "Coords",
@@ -265,6 +267,30 @@ def convert_amex(
     stream_files = stream_file_names("amex", sorted(by_actor), pred_path)
     out.mkdir(parents=True, exist_ok=True)
     return [_write(out / stream_files[name], name, built[name], sources) for name in sorted(by_actor)]
+
+
+CONVERTER = Converter(
+    help="""Write one stream per agent from AMEX episodes joined with the agent's predictions.
+
+state = the visible clickable elements; a TAP step is positive when the predicted point falls inside the
+gold element's bounding box (the paper's rule); other steps carry no label.""",
+    convert=convert_amex,
+    options=(
+        ConverterOption("episodes", Path, "AMEX instruction_anno folder (or episode JSON files)."),
+        ConverterOption("predictions", Path, "The agent's per-step predictions (see ceb/data/amex.py)."),
+        ConverterOption("elements", Path | None, "AMEX element_anno folder.", default=None),
+        OUT_DIR,
+        ACTOR,
+        ConverterOption(
+            "coords",
+            str,
+            "Predicted points in pixel, unit (0-1) or permille.",
+            default="pixel",
+            choices=("pixel", "unit", "permille"),
+        ),
+    ),
+)
+"""``ceb convert amex`` (:data:`ceb.data.converters.CONVERTERS`)."""
 
 
 # --- predictions --------------------------------------------------------------------------------------

@@ -31,11 +31,13 @@ from typing import Any
 import orjson
 import structlog
 
+from ceb.data.converters import OUT_DIR, Converter, ConverterOption, SummaryColumn
 from ceb.data.trajectory import Step, Trajectory
 from ceb.data.writer import ConvertedStream, SkippedTrajectory, write_converted
 from ceb.errors import ConfigError, DataError, Problem
 
 __all__ = [
+    "CONVERTER",
     "DEFAULT_INTERCODE_ROOT",
     "ConvertedStream",
     "SkippedTrajectory",
@@ -137,6 +139,35 @@ def convert_intercode(
     built = [_build_stream(root, dataset, actor, files) for dataset, actor, files in plans]
     out_dir.mkdir(parents=True, exist_ok=True)
     return [_write(out_dir, stream) for stream in built]
+
+
+def _convert_command(root: Path, out_dir: Path, datasets: str) -> list[ConvertedStream]:
+    """:func:`convert_intercode` with ``datasets`` as the command line gives it: comma-separated."""
+    return convert_intercode(root, out_dir, datasets=tuple(d.strip() for d in datasets.split(",") if d))
+
+
+CONVERTER = Converter(
+    help="""Write one trajectory stream per (dataset, agent) from InterCode's multi-turn result files.
+
+state = the previous step's output; label = the paper's reward rule (a rise of more than 0.05, or a
+final step at reward >= 0.7 that does not fall).""",
+    convert=_convert_command,
+    options=(
+        ConverterOption(
+            "root",
+            Path,
+            "Root of an InterCode checkout (upstream layout: data/results/{bash,sql}/...).",
+            default=DEFAULT_INTERCODE_ROOT,
+        ),
+        OUT_DIR,
+        ConverterOption("datasets", str, "Comma-separated: bash, sql.", default="bash,sql"),
+    ),
+    columns=(
+        SummaryColumn("skipped trajectories", lambda c: str(len(c.skipped))),
+        SummaryColumn("dropped 'blocked' turns", lambda c: str(c.blocked_turns)),
+    ),
+)
+"""``ceb convert intercode`` (:data:`ceb.data.converters.CONVERTERS`)."""
 
 
 def _find_files(results: Path, dataset: str) -> list[tuple[str, list[tuple[Path, str | None]]]]:

@@ -59,6 +59,7 @@ from typing import Any, Literal
 import orjson
 import structlog
 
+from ceb.data.converters import ACTOR, OUT_DIR, Converter, ConverterOption
 from ceb.data.mind2web_dom import DEFAULT_DOM_CHARS, ELEMENT_TEXT_CHARS, MIN_DOM_CHARS, dom_snippet, locate
 from ceb.data.mind2web_tasks import Action, Task, load_task_list, read_task, task_files
 from ceb.data.predictions import read_predictions
@@ -68,6 +69,7 @@ from ceb.data.writer import ConvertedStream, stream_file_names, write_converted
 from ceb.errors import ConfigError, DataError, Problem
 
 __all__ = [
+    "CONVERTER",
     "DEFAULT_DOM_CHARS",
     "Observation",
     "convert_mind2web",
@@ -200,6 +202,25 @@ def convert_mind2web(
     files = stream_file_names("mind2web", sorted(by_actor), pred_path)
     out.mkdir(parents=True, exist_ok=True)
     return [_write(out / files[name], name, trajectories[name], sources) for name in sorted(by_actor)]
+
+
+CONVERTER = Converter(
+    help="""Write one stream per agent from Mind2Web tasks joined with the agent's predictions.
+
+state = a DOM snippet around the predicted element; label = the predicted element is a positive candidate
+and the operation matches (the paper's rule).""",
+    convert=convert_mind2web,
+    options=(
+        ConverterOption("tasks", Path, "Mind2Web task JSON: a file or a folder of them (official layout)."),
+        ConverterOption("predictions", Path, "The agent's per-step predictions (JSONL; see ceb/data/mind2web.py)."),
+        OUT_DIR,
+        ACTOR,
+        ConverterOption(
+            "dom_chars", int, "Budget of the DOM snippet (state), in characters.", default=DEFAULT_DOM_CHARS
+        ),
+    ),
+)
+"""``ceb convert mind2web`` (:data:`ceb.data.converters.CONVERTERS`)."""
 
 
 # --- predictions --------------------------------------------------------------------------------------
