@@ -65,13 +65,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import structlog
 
 from ceb.data.amex_episodes import Episode, GoldStep, episode_files, read_elements, read_episode
+from ceb.data.amex_predictions import Prediction, load_predictions
 from ceb.data.amex_screen import (
     DEFAULT_STATE_CHARS,
     MIN_STATE_CHARS,
@@ -81,15 +81,12 @@ from ceb.data.amex_screen import (
     Element,
     describe_action,
     inside,
-    read_point,
     render,
     render_elements,
     to_pixels,
     touched_box,
 )
 from ceb.data.converters import ACTOR, OUT_DIR, Converter, ConverterOption
-from ceb.data.predictions import read_predictions
-from ceb.data.sources import kind, optional_str, required_str
 from ceb.data.trajectory import Step, Trajectory
 from ceb.data.writer import ConvertedStream, stream_file_names, write_converted
 from ceb.errors import ConfigError, DataError, Problem
@@ -109,17 +106,6 @@ __all__ = [
 Observation = Literal["reference", "empty"]
 """What a step's ``observation`` holds: the executed reference action, or nothing (module docstring)."""
 
-_PREDICTION_KEYS = (
-    "episode_id",
-    "step_id",
-    "action",
-    "touch_coord",
-    "lift_coord",
-    "type_text",
-    "reasoning",
-    "actor",
-    "actor_logprobs",
-)
 
 log = structlog.get_logger(__name__)
 
@@ -208,7 +194,7 @@ def convert_amex(
             Problem(str(element_dir), 0, "<file>", "no element_anno directory here; pass elements= explicitly")
         )
     pred_path = Path(predictions)
-    by_actor = _load_predictions(pred_path, actor)
+    by_actor = load_predictions(pred_path, actor)
     wanted: dict[str, list[str]] = {}
     for name, per_episode in by_actor.items():
         for eid in per_episode:
@@ -293,52 +279,6 @@ gold element's bounding box (the paper's rule); other steps carry no label.""",
 """``ceb convert amex`` (:data:`ceb.data.converters.CONVERTERS`)."""
 
 
-# --- predictions --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Prediction:
-    """One predicted step, checked; points still in the frame of ``coords``.
-
-    ``line``, ``prefix`` and ``where`` place it in its file (:class:`~ceb.data.predictions.PredictionRecord`).
-    """
-
-    line: int
-    prefix: str
-    where: str
-    action: str
-    touch: tuple[float, float] | None
-    lift: tuple[float, float] | None
-    type_text: str | None
-    reasoning: str | None
-    actor_logprobs: tuple[float, ...] | None
-
-
-def _load_predictions(path: Path, default_actor: str | None) -> dict[str, dict[str, dict[int, _Prediction]]]:
-    """``actor -> episode_id -> step_id -> prediction``, in file order."""
-    out: dict[str, dict[str, dict[int, _Prediction]]] = {}
-    for p in read_predictions(path, _PREDICTION_KEYS, default_actor):
-        record, obj, fail, name, logprobs = p.record, p.obj, p.fail, p.actor, p.logprobs
-        eid = required_str(obj, "episode_id", fail)
-        step_id = obj.get("step_id")
-        if type(step_id) is not int:
-            raise fail("step_id", f"missing or not an integer, got {kind(step_id)}")
-        action = required_str(obj, "action", fail).strip().upper()
-        touch = read_point(obj.get("touch_coord"), "touch_coord", fail)
-        if action == TAP and touch is None:
-            raise fail("touch_coord", "missing: a TAP prediction needs its [x, y] touch point")
-        lift = read_point(obj.get("lift_coord"), "lift_coord", fail)
-        type_text = optional_str(obj, "type_text", fail)
-        reasoning = optional_str(obj, "reasoning", fail)
-        per_step = out.setdefault(name, {}).setdefault(eid, {})
-        if step_id in per_step:
-            raise fail("step_id", f"repeats the prediction at {per_step[step_id].where} (actor {name!r})")
-        per_step[step_id] = _Prediction(
-            record.line, record.prefix, record.where, action, touch, lift, type_text, reasoning, logprobs
-        )
-    return out
-
-
 # --- episodes and element annotations -----------------------------------------------------------------
 
 
@@ -349,7 +289,7 @@ def _trajectory(
     episode: Episode,
     screens: list[list[Element]],
     actor: str,
-    predictions: dict[int, _Prediction],
+    predictions: dict[int, Prediction],
     pred_path: Path,
     coords: Coords,
     state_chars: int,
@@ -406,7 +346,7 @@ def _step(
     t: int,
     gold: GoldStep,
     screen: list[Element],
-    pred: _Prediction,
+    pred: Prediction,
     pred_path: Path,
     coords: Coords,
     state_chars: int,

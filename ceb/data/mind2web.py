@@ -52,7 +52,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -61,9 +60,8 @@ import structlog
 
 from ceb.data.converters import ACTOR, OUT_DIR, Converter, ConverterOption
 from ceb.data.mind2web_dom import DEFAULT_DOM_CHARS, ELEMENT_TEXT_CHARS, MIN_DOM_CHARS, dom_snippet, locate
+from ceb.data.mind2web_predictions import Prediction, load_predictions
 from ceb.data.mind2web_tasks import Action, Task, load_task_list, read_task, task_files
-from ceb.data.predictions import read_predictions
-from ceb.data.sources import kind, optional_str, required_str
 from ceb.data.trajectory import Step, Trajectory
 from ceb.data.writer import ConvertedStream, stream_file_names, write_converted
 from ceb.errors import ConfigError, DataError, Problem
@@ -82,7 +80,6 @@ Observation = Literal["reference", "empty"]
 
 _OP_ALIASES = {"HOVER": "CLICK", "ENTER": "CLICK"}
 _TEXT_ATTRIBUTES = ("aria_label", "aria-label", "title", "placeholder", "alt", "value", "name")
-_PREDICTION_KEYS = ("annotation_id", "action_uid", "element_id", "op", "value", "reasoning", "actor", "actor_logprobs")
 
 log = structlog.get_logger(__name__)
 
@@ -155,7 +152,7 @@ def convert_mind2web(
         raise ConfigError(f"unknown observation mode {observation!r}; choose 'reference' or 'empty'")
     task_paths = task_files(tasks)
     pred_path = Path(predictions)
-    by_actor = _load_predictions(pred_path, actor)
+    by_actor = load_predictions(pred_path, actor)
     wanted: dict[str, list[str]] = {}
     for name, per_task in by_actor.items():
         for aid in per_task:
@@ -223,54 +220,13 @@ and the operation matches (the paper's rule).""",
 """``ceb convert mind2web`` (:data:`ceb.data.converters.CONVERTERS`)."""
 
 
-# --- predictions --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Prediction:
-    """One predicted step, checked; ``line``, ``prefix`` and ``where`` place it in its file."""
-
-    line: int
-    prefix: str
-    where: str
-    element_id: str | None
-    op: str
-    value: str | None
-    reasoning: str | None
-    actor_logprobs: tuple[float, ...] | None
-
-
-def _load_predictions(path: Path, default_actor: str | None) -> dict[str, dict[str, dict[str, _Prediction]]]:
-    """``actor -> annotation_id -> action_uid -> prediction``, in file order."""
-    out: dict[str, dict[str, dict[str, _Prediction]]] = {}
-    for p in read_predictions(path, _PREDICTION_KEYS, default_actor):
-        record, obj, fail, name, logprobs = p.record, p.obj, p.fail, p.actor, p.logprobs
-        aid = required_str(obj, "annotation_id", fail)
-        uid = required_str(obj, "action_uid", fail)
-        if "element_id" not in obj:
-            raise fail("element_id", "missing (use null when the agent chose no element)")
-        element = obj["element_id"]
-        if type(element) is int:
-            element = str(element)
-        if element is not None and not isinstance(element, str):
-            raise fail("element_id", f"must be a string, an integer or null, got {kind(element)}")
-        op = required_str(obj, "op", fail)
-        value = optional_str(obj, "value", fail)
-        reasoning = optional_str(obj, "reasoning", fail)
-        per_step = out.setdefault(name, {}).setdefault(aid, {})
-        if uid in per_step:
-            raise fail("action_uid", f"repeats the prediction at {per_step[uid].where} (actor {name!r})")
-        per_step[uid] = _Prediction(record.line, record.prefix, record.where, element, op, value, reasoning, logprobs)
-    return out
-
-
 # --- building a trajectory ----------------------------------------------------------------------------
 
 
 def _trajectory(
     task: Task,
     actor: str,
-    predictions: dict[str, _Prediction],
+    predictions: dict[str, Prediction],
     pred_path: Path,
     dom_chars: int,
     observation: Observation,
@@ -323,7 +279,7 @@ def _trajectory(
     )
 
 
-def _step(task: Task, t: int, action: Action, pred: _Prediction, dom_chars: int, observation: Observation) -> Step:
+def _step(task: Task, t: int, action: Action, pred: Prediction, dom_chars: int, observation: Observation) -> Step:
     element = _describe(task, t, action, pred.element_id)
     op = pred.op.strip().upper()
     shown = element if element is not None else "(no element)"
