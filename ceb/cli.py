@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
 import typer
+import typer.core
+import typer.main
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ceb.errors import CEBError, ConfigError
+
+if TYPE_CHECKING:
+    from ceb.data.converters import Converter, SummaryColumn
+    from ceb.data.writer import ConvertedStream
 
 app = typer.Typer(
     add_completion=False,
@@ -24,8 +31,6 @@ app = typer.Typer(
     "Typical use: `ceb convert intercode` writes the real InterCode streams to ./streams, then "
     "`ceb score streams/intercode-bash-*.jsonl --out runs/bash` scores them and prints ECE, Brier and AUROC.",
 )
-convert_app = typer.Typer(no_args_is_help=True, help="Convert other data layouts to the trajectory JSONL format.")
-app.add_typer(convert_app, name="convert")
 
 # Tables are wide; when stdout is a file or pipe (CI logs, `| tee`), do not squeeze them to 80 columns.
 out = Console(width=None if sys.stdout.isatty() else 160)
@@ -55,108 +60,74 @@ def _main(
     _setup_logging(log_level)
 
 
-@convert_app.command("intercode")
-def convert_intercode_cmd(
-    root: Annotated[
-        Path,
-        typer.Option(help="Root of an InterCode checkout (upstream layout: data/results/{bash,sql}/...)."),
-    ] = Path("../shared/data/intercode"),
-    out_dir: Annotated[Path, typer.Option("--out", help="Directory for the stream files.")] = Path("streams"),
-    datasets: Annotated[str, typer.Option(help="Comma-separated: bash, sql.")] = "bash,sql",
-) -> None:
-    """Write one trajectory stream per (dataset, agent) from InterCode's multi-turn result files.
-
-    state = the previous step's output; label = the paper's reward rule (a rise of more than 0.05, or a
-    final step at reward >= 0.7 that does not fall).
-    """
-    from ceb.data import convert_intercode
-
-    try:
-        converted = convert_intercode(root, out_dir, datasets=tuple(d.strip() for d in datasets.split(",") if d))
-    except CEBError as exc:
-        raise _fail(exc) from exc
-    table = Table(
-        "stream",
-        "trajectories",
-        "steps",
-        "positive rate",
-        "skipped trajectories",
-        "dropped 'blocked' turns",
-        title=f"streams in {out_dir}",
-    )
+def _print_converted(converted: list[ConvertedStream], out_dir: Path, columns: tuple[SummaryColumn, ...]) -> None:
+    titles = ("stream", "trajectories", "steps", "positive rate", *(c.title for c in columns))
+    table = Table(*titles, title=f"streams in {out_dir}")
     for c in converted:
-        table.add_row(
-            c.path.name,
-            str(c.trajectories),
-            str(c.steps),
-            f"{c.positive_rate:.3f}",
-            str(len(c.skipped)),
-            str(c.blocked_turns),
-        )
+        extra = (column.value(c) for column in columns)
+        table.add_row(c.path.name, str(c.trajectories), str(c.steps), f"{c.positive_rate:.3f}", *extra)
     out.print(table)
 
 
-def _print_converted(converted: Any, out_dir: Path) -> None:
-    table = Table("stream", "trajectories", "steps", "positive rate", title=f"streams in {out_dir}")
-    for c in converted:
-        table.add_row(c.path.name, str(c.trajectories), str(c.steps), f"{c.positive_rate:.3f}")
-    out.print(table)
+def _convert_command(name: str, converter: Converter) -> Any:
+    """The ``ceb convert <name>`` command of one converter: its options become flags, its help the command's."""
+    from ceb.data.converters import OUT_DIR, REQUIRED
 
+    def run(**values: Any) -> None:
+        for option in converter.options:
+            if option.choices is not None and values[option.name] not in option.choices:
+                *head, last = option.choices
+                allowed = f"{', '.join(head)} or {last}" if head else last
+                flag = option.flag or "--" + option.name.replace("_", "-")
+                raise typer.BadParameter(f"{flag} must be {allowed}")
+        try:
+            converted = converter.convert(**values)
+        except CEBError as exc:
+            raise _fail(exc) from exc
+        _print_converted(converted, values[OUT_DIR.name], converter.columns)
 
-@convert_app.command("mind2web")
-def convert_mind2web_cmd(
-    tasks: Annotated[Path, typer.Option(help="Mind2Web task JSON: a file or a folder of them (official layout).")],
-    predictions: Annotated[
-        Path, typer.Option(help="The agent's per-step predictions (JSONL; see ceb/data/mind2web.py).")
-    ],
-    out_dir: Annotated[Path, typer.Option("--out", help="Directory for the stream files.")] = Path("streams"),
-    actor: Annotated[str | None, typer.Option(help="Actor name when the predictions do not carry one.")] = None,
-    dom_chars: Annotated[int, typer.Option(help="Budget of the DOM snippet (state), in characters.")] = 2000,
-) -> None:
-    """Write one stream per agent from Mind2Web tasks joined with the agent's predictions.
-
-    state = a DOM snippet around the predicted element; label = the predicted element is a positive candidate
-    and the operation matches (the paper's rule).
-    """
-    from ceb.data import convert_mind2web
-
-    try:
-        converted = convert_mind2web(tasks, predictions, out_dir, actor=actor, dom_chars=dom_chars)
-    except CEBError as exc:
-        raise _fail(exc) from exc
-    _print_converted(converted, out_dir)
-
-
-@convert_app.command("amex")
-def convert_amex_cmd(
-    episodes: Annotated[Path, typer.Option(help="AMEX instruction_anno folder (or episode JSON files).")],
-    predictions: Annotated[Path, typer.Option(help="The agent's per-step predictions (see ceb/data/amex.py).")],
-    elements: Annotated[Path | None, typer.Option(help="AMEX element_anno folder.")] = None,
-    out_dir: Annotated[Path, typer.Option("--out", help="Directory for the stream files.")] = Path("streams"),
-    actor: Annotated[str | None, typer.Option(help="Actor name when the predictions do not carry one.")] = None,
-    coords: Annotated[str, typer.Option(help="Predicted points in pixel, unit (0-1) or permille.")] = "pixel",
-) -> None:
-    """Write one stream per agent from AMEX episodes joined with the agent's predictions.
-
-    state = the visible clickable elements; a TAP step is positive when the predicted point falls inside the
-    gold element's bounding box (the paper's rule); other steps carry no label.
-    """
-    from ceb.data import convert_amex
-
-    if coords not in ("pixel", "unit", "permille"):
-        raise typer.BadParameter("--coords must be pixel, unit or permille")
-    try:
-        converted = convert_amex(
-            episodes,
-            predictions,
-            out_dir,
-            elements=elements,
-            actor=actor,
-            coords=coords,  # type: ignore[arg-type]
+    parameters = [
+        inspect.Parameter(
+            option.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=option.type,
+            default=typer.Option(
+                ... if option.default is REQUIRED else option.default,
+                *([option.flag] if option.flag else []),
+                help=option.help,
+            ),
         )
-    except CEBError as exc:
-        raise _fail(exc) from exc
-    _print_converted(converted, out_dir)
+        for option in converter.options
+    ]
+    run.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    single = typer.Typer(add_completion=False)
+    single.command(name, help=converter.help)(run)
+    return typer.main.get_command(single)
+
+
+class _ConvertGroup(typer.core.TyperGroup):
+    """``ceb convert``: one command per entry of :data:`ceb.data.converters.CONVERTERS`, read when first needed."""
+
+    def _add_converters(self) -> None:
+        from ceb.data.converters import CONVERTERS
+
+        for name in CONVERTERS.names():
+            if name not in self.commands:
+                self.commands[name] = _convert_command(name, CONVERTERS.get(name))
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        self._add_converters()
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        self._add_converters()
+        return super().get_command(ctx, cmd_name)
+
+
+convert_app = typer.Typer(
+    cls=_ConvertGroup, no_args_is_help=True, help="Convert other data layouts to the trajectory JSONL format."
+)
+app.add_typer(convert_app, name="convert")
 
 
 def _parse_streams(specs: list[str]) -> dict[str, list[Path]]:

@@ -1,23 +1,29 @@
 """Trajectory streams: the in-memory form, the strict JSONL reader and writer, and source converters.
 
+Converters (``ceb convert``) are listed in :data:`CONVERTERS` (:mod:`ceb.data.converters`): InterCode
+(:mod:`~ceb.data.intercode`), Mind2Web (:mod:`~ceb.data.mind2web`, its pages in
+:mod:`~ceb.data.mind2web_dom`, its task files in :mod:`~ceb.data.mind2web_tasks`) and AMEX
+(:mod:`~ceb.data.amex`, its screens in :mod:`~ceb.data.amex_screen`, its episode files in
+:mod:`~ceb.data.amex_episodes`). What they share: :mod:`~ceb.data.sources` (checked input fields),
+:mod:`~ceb.data.predictions` (an agent's predictions file) and :mod:`~ceb.data.writer` (written streams).
+
 Every loader turns its source into the stream contract of ``../shared/SCHEMA.md`` (version 1); every stage
 reads only that form.
 """
 
 from ceb.data.amex import convert_amex
-from ceb.data.intercode import (
-    DEFAULT_INTERCODE_ROOT,
-    ConvertedStream,
-    SkippedTrajectory,
-    convert_intercode,
-    step_labels,
-)
+from ceb.data.converters import CONVERTERS, Converter, ConverterOption
+from ceb.data.intercode import DEFAULT_INTERCODE_ROOT, convert_intercode, step_labels
 from ceb.data.mind2web import convert_mind2web
 from ceb.data.reader import read_stream, write_stream
 from ceb.data.trajectory import Step, Trajectory
+from ceb.data.writer import ConvertedStream, SkippedTrajectory
 
 __all__ = [
+    "CONVERTERS",
     "DEFAULT_INTERCODE_ROOT",
+    "Converter",
+    "ConverterOption",
     "ConvertedStream",
     "SkippedTrajectory",
     "Step",

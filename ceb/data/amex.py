@@ -63,34 +63,36 @@ observations.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import orjson
 import structlog
 
-from ceb.data.intercode import ConvertedStream
-
-# One definition of the prediction-file rules (JSONL or .json list, strict keys, actor names) for both
-# offline GUI converters.
-from ceb.data.mind2web import (
-    _Fail,
-    _kind,
-    _natural_key,
-    _optional_str,
-    _predictions,
-    _required_str,
-    _stream_files,
+from ceb.data.amex_episodes import Episode, GoldStep, episode_files, read_elements, read_episode
+from ceb.data.amex_predictions import Prediction, load_predictions
+from ceb.data.amex_screen import (
+    DEFAULT_STATE_CHARS,
+    MIN_STATE_CHARS,
+    TAP,
+    Box,
+    Coords,
+    Element,
+    describe_action,
+    inside,
+    render,
+    render_elements,
+    to_pixels,
+    touched_box,
 )
-from ceb.data.reader import write_stream
+from ceb.data.converters import ACTOR, OUT_DIR, Converter, ConverterOption
 from ceb.data.trajectory import Step, Trajectory
+from ceb.data.writer import ConvertedStream, stream_file_names, write_converted
 from ceb.errors import ConfigError, DataError, Problem
 
 __all__ = [
+    "CONVERTER",
     "DEFAULT_STATE_CHARS",
     "Box",
     "Coords",
@@ -101,67 +103,11 @@ __all__ = [
     "touched_box",
 ]
 
-DEFAULT_STATE_CHARS = 2000
-"""Default budget of a step's element list, in characters: the critic prompt's default ``state_chars``."""
-
-Box = tuple[float, float, float, float]
-"""An element's bounding box ``(x1, y1, x2, y2)`` in screen pixels, ``x1 <= x2`` and ``y1 <= y2``."""
-
-Coords = Literal["pixel", "unit", "permille"]
-"""The frame of predicted points: pixels, fractions of ``device_dim``, or thousandths of ``device_dim``."""
-
 Observation = Literal["reference", "empty"]
 """What a step's ``observation`` holds: the executed reference action, or nothing (module docstring)."""
 
-_TAP = "TAP"
-_MIN_STATE_CHARS = 200
-_LABEL_CHARS = 80
-_MORE_RESERVE = 40
-_SCALE: dict[str, float] = {"unit": 1.0, "permille": 1000.0}
-_PREDICTION_KEYS = (
-    "episode_id",
-    "step_id",
-    "action",
-    "touch_coord",
-    "lift_coord",
-    "type_text",
-    "reasoning",
-    "actor",
-    "actor_logprobs",
-)
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class _Element:
-    """One clickable element of a screen."""
-
-    box: Box
-    text: str
-    functionality: str
-
-
-def touched_box(point: tuple[float, float], boxes: Iterable[Box]) -> int | None:
-    """Index of the smallest box that holds ``point``, edges included; the first such box on a tie.
-
-    Nested boxes are common (a row holds a button); the smallest one is the element actually touched.
-
-    Args:
-        point: ``(x, y)`` in screen pixels.
-        boxes: ``(x1, y1, x2, y2)`` boxes in screen pixels, shape ``(N, 4)``.
-
-    Returns:
-        The index into ``boxes``, or ``None`` when no box holds the point.
-    """
-    best: int | None = None
-    best_area = math.inf
-    for i, box in enumerate(boxes):
-        if _inside(point, box):
-            area = (box[2] - box[0]) * (box[3] - box[1])
-            if area < best_area:
-                best, best_area = i, area
-    return best
 
 
 def amex_step_label(
@@ -186,47 +132,11 @@ def amex_step_label(
     Returns:
         1 or 0; ``None`` when the reference action is not ``TAP`` or ``gold_box`` is ``None``.
     """
-    if gold_action.strip().upper() != _TAP or gold_box is None:
+    if gold_action.strip().upper() != TAP or gold_box is None:
         return None
-    if predicted_action.strip().upper() != _TAP or predicted_point is None:
+    if predicted_action.strip().upper() != TAP or predicted_point is None:
         return 0
-    return int(_inside(predicted_point, gold_box))
-
-
-def render_elements(
-    elements: Sequence[Mapping[str, Any]],
-    device_dim: tuple[float, float] | None = None,
-    max_chars: int = DEFAULT_STATE_CHARS,
-) -> str:
-    """The visible clickable element list of one screen, as the state ``s_t`` (paper section 3.2).
-
-    A header line (``screen 1080x2400 px; clickable elements`` when ``device_dim`` is known), then one line
-    per element in file order: ``[i] text="..." function="..." bbox=[x1,y1,x2,y2]``, where ``text`` joins the
-    element's distinct non-empty ``xml_desc`` strings with ``" | "``, ``function`` is its ``functionality``
-    (each left out when empty, each cut to 80 characters) and the box is in pixels. Lines are added while
-    the list stays within ``max_chars``; if elements are left out a last line says how many.
-
-    Args:
-        elements: The screen's ``clickable_elements`` objects (``bbox`` required).
-        device_dim: ``(width, height)`` in pixels, for the header.
-        max_chars: Budget of the whole list in characters.
-
-    Returns:
-        The list, at most ``max_chars`` characters long.
-
-    Raises:
-        ConfigError: ``max_chars`` is below 200.
-        ValueError: An element has no valid ``bbox``.
-    """
-    if max_chars < _MIN_STATE_CHARS:
-        raise ConfigError(f"state_chars must be at least {_MIN_STATE_CHARS}, got {max_chars}")
-    parsed: list[_Element] = []
-    for i, element in enumerate(elements):
-        box = _box(element.get("bbox"))
-        if box is None:
-            raise ValueError(f"clickable element {i} has no valid bbox")
-        parsed.append(_element(element, box))
-    return _render(parsed, device_dim, max_chars)
+    return int(inside(predicted_point, gold_box))
 
 
 def convert_amex(
@@ -271,20 +181,20 @@ def convert_amex(
             prediction names an unknown episode or ``step_id``, repeats a step, lacks a field its action
             needs, or has no actor; a predicted episode lacks a prediction for one of its steps.
     """
-    if state_chars < _MIN_STATE_CHARS:
-        raise ConfigError(f"state_chars must be at least {_MIN_STATE_CHARS}, got {state_chars}")
+    if state_chars < MIN_STATE_CHARS:
+        raise ConfigError(f"state_chars must be at least {MIN_STATE_CHARS}, got {state_chars}")
     if coords not in ("pixel", "unit", "permille"):
         raise ConfigError(f"unknown coords {coords!r}; choose 'pixel', 'unit' or 'permille'")
     if observation not in ("reference", "empty"):
         raise ConfigError(f"unknown observation mode {observation!r}; choose 'reference' or 'empty'")
-    files, default_elements = _episode_files(episodes)
+    files, default_elements = episode_files(episodes)
     element_dir = Path(elements) if elements is not None else default_elements
     if not element_dir.is_dir():
         raise DataError(
             Problem(str(element_dir), 0, "<file>", "no element_anno directory here; pass elements= explicitly")
         )
     pred_path = Path(predictions)
-    by_actor = _load_predictions(pred_path, actor)
+    by_actor = load_predictions(pred_path, actor)
     wanted: dict[str, list[str]] = {}
     for name, per_episode in by_actor.items():
         for eid in per_episode:
@@ -293,7 +203,7 @@ def convert_amex(
     built: dict[str, list[tuple[Trajectory, Counter[str]]]] = {name: [] for name in by_actor}
     seen: dict[str, Path] = {}
     for path in files:
-        episode = _read_episode(path)
+        episode = read_episode(path)
         if episode.episode_id in seen:
             raise DataError(
                 Problem(
@@ -308,7 +218,7 @@ def convert_amex(
         names = wanted.get(episode.episode_id, [])
         if not names:
             continue
-        screens = [_read_elements(element_dir, episode, t) for t in range(len(episode.steps))]
+        screens = [read_elements(element_dir, episode, t) for t in range(len(episode.steps))]
         for name in names:
             built[name].append(
                 _trajectory(
@@ -340,227 +250,46 @@ def convert_amex(
 
     sources = (*(str(p) for p in files), str(pred_path))
     out = Path(out_dir)
-    stream_files = _stream_files("amex", sorted(by_actor), pred_path)
+    stream_files = stream_file_names("amex", sorted(by_actor), pred_path)
     out.mkdir(parents=True, exist_ok=True)
     return [_write(out / stream_files[name], name, built[name], sources) for name in sorted(by_actor)]
 
 
-# --- predictions --------------------------------------------------------------------------------------
+CONVERTER = Converter(
+    help="""Write one stream per agent from AMEX episodes joined with the agent's predictions.
 
-
-@dataclass(frozen=True, slots=True)
-class _Prediction:
-    """One predicted step, checked; points still in the frame of ``coords``.
-
-    ``line``, ``prefix`` and ``where`` place it in its file (``mind2web._Record``).
-    """
-
-    line: int
-    prefix: str
-    where: str
-    action: str
-    touch: tuple[float, float] | None
-    lift: tuple[float, float] | None
-    type_text: str | None
-    reasoning: str | None
-    actor_logprobs: tuple[float, ...] | None
-
-
-def _load_predictions(path: Path, default_actor: str | None) -> dict[str, dict[str, dict[int, _Prediction]]]:
-    """``actor -> episode_id -> step_id -> prediction``, in file order."""
-    out: dict[str, dict[str, dict[int, _Prediction]]] = {}
-    for p in _predictions(path, _PREDICTION_KEYS, default_actor):
-        record, obj, fail, name, logprobs = p.record, p.obj, p.fail, p.actor, p.logprobs
-        eid = _required_str(obj, "episode_id", fail)
-        step_id = obj.get("step_id")
-        if type(step_id) is not int:
-            raise fail("step_id", f"missing or not an integer, got {_kind(step_id)}")
-        action = _required_str(obj, "action", fail).strip().upper()
-        touch = _point(obj.get("touch_coord"), "touch_coord", fail)
-        if action == _TAP and touch is None:
-            raise fail("touch_coord", "missing: a TAP prediction needs its [x, y] touch point")
-        lift = _point(obj.get("lift_coord"), "lift_coord", fail)
-        type_text = _optional_str(obj, "type_text", fail)
-        reasoning = _optional_str(obj, "reasoning", fail)
-        per_step = out.setdefault(name, {}).setdefault(eid, {})
-        if step_id in per_step:
-            raise fail("step_id", f"repeats the prediction at {per_step[step_id].where} (actor {name!r})")
-        per_step[step_id] = _Prediction(
-            record.line, record.prefix, record.where, action, touch, lift, type_text, reasoning, logprobs
-        )
-    if not out:
-        raise DataError(Problem(str(path), 0, "<file>", "holds no prediction"))
-    return out
+state = the visible clickable elements; a TAP step is positive when the predicted point falls inside the
+gold element's bounding box (the paper's rule); other steps carry no label.""",
+    convert=convert_amex,
+    options=(
+        ConverterOption("episodes", Path, "AMEX instruction_anno folder (or episode JSON files)."),
+        ConverterOption("predictions", Path, "The agent's per-step predictions (see ceb/data/amex.py)."),
+        ConverterOption("elements", Path | None, "AMEX element_anno folder.", default=None),
+        OUT_DIR,
+        ACTOR,
+        ConverterOption(
+            "coords",
+            str,
+            "Predicted points in pixel, unit (0-1) or permille.",
+            default="pixel",
+            choices=("pixel", "unit", "permille"),
+        ),
+    ),
+)
+"""``ceb convert amex`` (:data:`ceb.data.converters.CONVERTERS`)."""
 
 
 # --- episodes and element annotations -----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _GoldStep:
-    step_id: int
-    image_path: str
-    action: str
-    touch: tuple[float, float] | None
-    lift: tuple[float, float] | None
-    type_text: str | None
-    device_dim: tuple[float, float] | None
-    package_name: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Episode:
-    episode_id: str
-    instruction: str
-    steps: tuple[_GoldStep, ...]
-    file: str
-
-
-def _episode_files(episodes: str | Path | Sequence[str | Path]) -> tuple[list[Path], Path]:
-    """The episode files in stream order, and the default ``element_anno`` directory."""
-    given = [Path(episodes)] if isinstance(episodes, str | Path) else [Path(e) for e in episodes]
-    if not given:
-        raise ConfigError("convert_amex needs at least one episode file")
-    files: list[Path] = []
-    for path in given:
-        if path.is_dir():
-            found = sorted(path.glob("*.json"), key=_natural_key)
-            if not found:
-                raise DataError(Problem(str(path), 0, "<file>", "an episode directory must hold AMEX *.json files"))
-            files.extend(found)
-        else:
-            files.append(path)
-    first = given[0]
-    base = first.parent if first.is_dir() else first.parent.parent
-    return files, base / "element_anno"
-
-
-def _load_object(path: Path, what: str, episode_id: str | None = None, step: int | None = None) -> dict[str, Any]:
-    try:
-        data = orjson.loads(path.read_bytes())
-    except OSError as exc:
-        raise DataError(
-            Problem(str(path), 0, "<file>", f"cannot read the {what}: {exc.strerror or exc}", episode_id, step)
-        ) from exc
-    except orjson.JSONDecodeError as exc:
-        raise DataError(
-            Problem(str(path), exc.lineno, "<file>", f"not valid JSON: {exc.msg}", episode_id, step)
-        ) from exc
-    if not isinstance(data, dict):
-        raise DataError(Problem(str(path), 0, "<file>", f"the {what} must be a JSON object", episode_id, step))
-    return data
-
-
-def _read_episode(path: Path) -> _Episode:
-    """Check one episode file's shape; raise :class:`DataError` naming file, episode, step and field."""
-    record = _load_object(path, "episode file")
-    eid: str | None = None
-
-    def fail(field: str, message: str, step: int | None = None) -> DataError:
-        return DataError(Problem(str(path), 0, field, message, eid, step))
-
-    eid = _required_str(record, "episode_id", fail)
-    instruction = _required_str(record, "instruction", fail)
-    raw_steps = record.get("steps")
-    if not isinstance(raw_steps, list) or not raw_steps:
-        raise fail("steps", "missing, empty or not a list")
-    steps: list[_GoldStep] = []
-    ids: set[int] = set()
-    for t, raw in enumerate(raw_steps):
-        at = f"steps[{t}]"
-
-        def step_fail(field: str, message: str, t: int = t, at: str = at) -> DataError:
-            return fail(f"{at}.{field}", message, t)
-
-        if not isinstance(raw, dict):
-            raise fail(at, f"must be an object, got {_kind(raw)}", t)
-        step_id = raw.get("step_id")
-        if type(step_id) is not int:
-            raise step_fail("step_id", f"missing or not an integer, got {_kind(step_id)}")
-        if step_id in ids:
-            raise step_fail("step_id", f"step_id {step_id} repeats within the episode")
-        ids.add(step_id)
-        image = _required_str(raw, "image_path", step_fail)
-        action = _required_str(raw, "action", step_fail).strip().upper()
-        touch = _point(raw.get("touch_coord"), "touch_coord", step_fail)
-        if action == _TAP and touch is None:
-            raise step_fail("touch_coord", "missing: a TAP step needs the human's [x, y] touch point")
-        dim = _point(raw.get("device_dim"), "device_dim", step_fail)
-        if dim is not None and (dim[0] <= 0 or dim[1] <= 0):
-            raise step_fail("device_dim", f"must be a positive [width, height], got {list(dim)}")
-        package = raw.get("package_name")
-        steps.append(
-            _GoldStep(
-                step_id=step_id,
-                image_path=image,
-                action=action,
-                touch=touch,
-                lift=_point(raw.get("lift_coord"), "lift_coord", step_fail),
-                type_text=_optional_str(raw, "type_text", step_fail),
-                device_dim=dim,
-                package_name=package if isinstance(package, str) and package else None,
-            )
-        )
-    return _Episode(eid, instruction, tuple(steps), str(path))
-
-
-def _read_elements(element_dir: Path, episode: _Episode, t: int) -> list[_Element]:
-    """The clickable elements of step ``t``'s screen, from ``<element_dir>/<image stem>.json``."""
-    step = episode.steps[t]
-    path = element_dir / f"{Path(step.image_path).stem}.json"
-    if not path.is_file():
-        raise DataError(
-            Problem(
-                str(path),
-                0,
-                "<file>",
-                f"no element annotation for image_path {step.image_path!r} (step {t} of {episode.file})",
-                episode.episode_id,
-                t,
-            )
-        )
-    data = _load_object(path, "element annotation", episode.episode_id, t)
-    raw = data.get("clickable_elements")
-    if not isinstance(raw, list):
-        raise DataError(Problem(str(path), 0, "clickable_elements", "missing or not a list", episode.episode_id, t))
-    found: list[_Element] = []
-    for i, element in enumerate(raw):
-        box = _box(element.get("bbox")) if isinstance(element, dict) else None
-        if box is None:
-            raise DataError(
-                Problem(
-                    str(path),
-                    0,
-                    f"clickable_elements[{i}].bbox",
-                    "missing or not a list of 4 finite numbers [x1, y1, x2, y2]",
-                    episode.episode_id,
-                    t,
-                )
-            )
-        found.append(_element(element, box))
-    return found
-
-
-def _element(element: Mapping[str, Any], box: Box) -> _Element:
-    descs = element.get("xml_desc")
-    texts: list[str] = []
-    for desc in descs if isinstance(descs, list) else []:
-        text = " ".join(desc.split()) if isinstance(desc, str) else ""
-        if text and text not in texts:
-            texts.append(text)
-    functionality = element.get("functionality")
-    function = " ".join(functionality.split()) if isinstance(functionality, str) else ""
-    return _Element(box, _cut(" | ".join(texts)), _cut(function))
 
 
 # --- building a trajectory ----------------------------------------------------------------------------
 
 
 def _trajectory(
-    episode: _Episode,
-    screens: list[list[_Element]],
+    episode: Episode,
+    screens: list[list[Element]],
     actor: str,
-    predictions: dict[int, _Prediction],
+    predictions: dict[int, Prediction],
     pred_path: Path,
     coords: Coords,
     state_chars: int,
@@ -613,11 +342,11 @@ def _trajectory(
 
 
 def _step(
-    episode: _Episode,
+    episode: Episode,
     t: int,
-    gold: _GoldStep,
-    screen: list[_Element],
-    pred: _Prediction,
+    gold: GoldStep,
+    screen: list[Element],
+    pred: Prediction,
     pred_path: Path,
     coords: Coords,
     state_chars: int,
@@ -636,23 +365,22 @@ def _step(
                 t,
             )
         )
-    touch = _to_pixels(pred.touch, coords, gold.device_dim)
-    lift = _to_pixels(pred.lift, coords, gold.device_dim)
-    text, element = _describe(pred.action, touch, lift, pred.type_text, screen)
+    touch = to_pixels(pred.touch, coords, gold.device_dim)
+    lift = to_pixels(pred.lift, coords, gold.device_dim)
+    text, element = describe_action(pred.action, touch, lift, pred.type_text, screen)
     gold_index = touched_box(gold.touch, [e.box for e in screen]) if gold.touch is not None else None
     gold_box = screen[gold_index].box if gold_index is not None else None
     reason = None
-    if gold.action != _TAP:
+    if gold.action != TAP:
         reason = "reference action is not TAP"
     elif gold_box is None:
         reason = "reference touch point in no clickable box"
     reference = ""
     if observation == "reference":
-        reference = (
-            "reference action executed: " + _describe(gold.action, gold.touch, gold.lift, gold.type_text, screen)[0]
-        )
+        executed, _ = describe_action(gold.action, gold.touch, gold.lift, gold.type_text, screen)
+        reference = "reference action executed: " + executed
     step = Step(
-        state=_render(screen, gold.device_dim, state_chars),
+        state=render(screen, gold.device_dim, state_chars),
         action=text,
         observation=reference,
         reasoning=pred.reasoning,
@@ -665,132 +393,24 @@ def _step(
     return step, reason
 
 
-def _describe(
-    action: str,
-    touch: tuple[float, float] | None,
-    lift: tuple[float, float] | None,
-    type_text: str | None,
-    screen: list[_Element],
-) -> tuple[str, str | None]:
-    """``(action string, element)`` for an action in pixels; ``element`` is ``[i] text`` of the touched box."""
-    element: str | None = None
-    text = f"[{action}]"
-    if action == "SWIPE" and touch is not None and lift is not None:
-        return f"{text} {_show(touch)} -> {_show(lift)}", None
-    if touch is not None and action in (_TAP, "TYPE"):
-        index = touched_box(touch, [e.box for e in screen])
-        if index is not None:
-            found = screen[index]
-            element = f"[{index}] {found.text or found.functionality or '(no text)'}"
-        if action == _TAP:
-            text += f" {_show(touch)}" + (f" on {element}" if element else "")
-    if action == "TYPE":
-        text += f" {orjson.dumps(type_text or '').decode()}"
-    return text, element
-
-
-def _render(screen: list[_Element], device_dim: tuple[float, float] | None, max_chars: int) -> str:
-    head = "clickable elements"
-    if device_dim is not None:
-        head = f"screen {_num(device_dim[0])}x{_num(device_dim[1])} px; clickable elements"
-    lines = [head + (":" if screen else ": (none)")]
-    size = len(lines[0])
-    for i, element in enumerate(screen):
-        parts = [f"[{i}]"]
-        if element.text:
-            parts.append(f"text={orjson.dumps(element.text).decode()}")
-        if element.functionality:
-            parts.append(f"function={orjson.dumps(element.functionality).decode()}")
-        parts.append("bbox=[" + ",".join(_num(v) for v in element.box) + "]")
-        line = " ".join(parts)
-        left = len(screen) - i - 1
-        budget = max_chars if left == 0 else max_chars - _MORE_RESERVE
-        if size + 1 + len(line) > budget:
-            lines.append(f"... {len(screen) - i} more elements not shown")
-            break
-        lines.append(line)
-        size += 1 + len(line)
-    return "\n".join(lines)
-
-
 # --- small helpers ------------------------------------------------------------------------------------
-
-
-def _inside(point: tuple[float, float], box: Box) -> bool:
-    x, y = point
-    return box[0] <= x <= box[2] and box[1] <= y <= box[3]
-
-
-def _point(value: Any, field: str, fail: _Fail) -> tuple[float, float] | None:
-    if value is None:
-        return None
-    if (
-        not isinstance(value, list)
-        or len(value) != 2
-        or not all(type(v) in (int, float) and math.isfinite(v) for v in value)
-    ):
-        raise fail(field, f"must be a list of 2 finite numbers [x, y], got {_kind(value)}")
-    return float(value[0]), float(value[1])
-
-
-def _box(value: Any) -> Box | None:
-    if not isinstance(value, list) or len(value) != 4:
-        return None
-    if not all(type(v) in (int, float) and math.isfinite(v) for v in value):
-        return None
-    x1, y1, x2, y2 = (float(v) for v in value)
-    return min(x1, x2), min(y1, y2), max(x1, x2), max(y1, y2)
-
-
-def _to_pixels(
-    point: tuple[float, float] | None, coords: Coords, device_dim: tuple[float, float] | None
-) -> tuple[float, float] | None:
-    if point is None or coords == "pixel":
-        return point
-    assert device_dim is not None  # checked by the caller
-    scale = _SCALE[coords]
-    return point[0] * device_dim[0] / scale, point[1] * device_dim[1] / scale
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= _LABEL_CHARS else text[: _LABEL_CHARS - 3].rstrip() + "..."
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else f"{x:.1f}"
-
-
-def _show(point: tuple[float, float]) -> str:
-    return f"({_num(point[0])}, {_num(point[1])})"
 
 
 def _write(
     path: Path, actor: str, built: list[tuple[Trajectory, Counter[str]]], sources: tuple[str, ...]
 ) -> ConvertedStream:
     trajectories = [traj for traj, _ in built]
-    out = write_stream(path, trajectories)
-    steps = [s for traj in trajectories for s in traj.steps]
-    labelled = [s.label for s in steps if s.label is not None]
+    stream = write_converted(path, trajectories, dataset="amex", actor=actor, sources=sources)
     unlabelled = Counter[str]()
     for _, reasons in built:
         unlabelled.update(reasons)
     log.info(
         "amex.stream_written",
-        path=str(out),
+        path=str(stream.path),
         actor=actor,
-        trajectories=len(trajectories),
-        steps=len(steps),
-        labelled=len(labelled),
+        trajectories=stream.trajectories,
+        steps=stream.steps,
+        labelled=sum(1 for traj in trajectories for s in traj.steps if s.label is not None),
         unlabelled_by_reason=dict(unlabelled),
     )
-    return ConvertedStream(
-        path=out,
-        dataset="amex",
-        actor=actor,
-        trajectories=len(trajectories),
-        steps=len(steps),
-        positive_rate=sum(labelled) / len(labelled) if labelled else math.nan,
-        skipped=(),
-        blocked_turns=0,
-        sources=sources,
-    )
+    return stream

@@ -31,11 +31,13 @@ from typing import Any
 import orjson
 import structlog
 
-from ceb.data.reader import write_stream
+from ceb.data.converters import OUT_DIR, Converter, ConverterOption, SummaryColumn
 from ceb.data.trajectory import Step, Trajectory
+from ceb.data.writer import ConvertedStream, SkippedTrajectory, write_converted
 from ceb.errors import ConfigError, DataError, Problem
 
 __all__ = [
+    "CONVERTER",
     "DEFAULT_INTERCODE_ROOT",
     "ConvertedStream",
     "SkippedTrajectory",
@@ -57,50 +59,6 @@ _LAYOUT = (
 )
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class SkippedTrajectory:
-    """A source trajectory left out of a stream, and why.
-
-    Attributes:
-        id: The trajectory id it would have had.
-        reason: ``"no actions"`` or ``"empty action"``.
-        steps: Steps it held (after dropping a ``"blocked"`` placeholder).
-        step: 0-based index of the first empty action, for ``"empty action"``.
-    """
-
-    id: str
-    reason: str
-    steps: int
-    step: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ConvertedStream:
-    """Summary of one written stream.
-
-    Attributes:
-        path: The JSONL file written.
-        dataset: ``"bash"`` or ``"sql"``.
-        actor: The model directory name (``gpt-4``).
-        trajectories: Trajectories written.
-        steps: Steps written.
-        positive_rate: Share of written steps with label 1, in [0, 1].
-        skipped: Source trajectories left out, in source order.
-        blocked_turns: ``"blocked"`` placeholder turns dropped (PaLM refusals; no action was executed).
-        sources: Source files, relative to the InterCode root, in stream order.
-    """
-
-    path: Path
-    dataset: str
-    actor: str
-    trajectories: int
-    steps: int
-    positive_rate: float
-    skipped: tuple[SkippedTrajectory, ...]
-    blocked_turns: int
-    sources: tuple[str, ...]
 
 
 def step_labels(rewards: Sequence[float]) -> list[int]:
@@ -183,6 +141,35 @@ def convert_intercode(
     return [_write(out_dir, stream) for stream in built]
 
 
+def _convert_command(root: Path, out_dir: Path, datasets: str) -> list[ConvertedStream]:
+    """:func:`convert_intercode` with ``datasets`` as the command line gives it: comma-separated."""
+    return convert_intercode(root, out_dir, datasets=tuple(d.strip() for d in datasets.split(",") if d))
+
+
+CONVERTER = Converter(
+    help="""Write one trajectory stream per (dataset, agent) from InterCode's multi-turn result files.
+
+state = the previous step's output; label = the paper's reward rule (a rise of more than 0.05, or a
+final step at reward >= 0.7 that does not fall).""",
+    convert=_convert_command,
+    options=(
+        ConverterOption(
+            "root",
+            Path,
+            "Root of an InterCode checkout (upstream layout: data/results/{bash,sql}/...).",
+            default=DEFAULT_INTERCODE_ROOT,
+        ),
+        OUT_DIR,
+        ConverterOption("datasets", str, "Comma-separated: bash, sql.", default="bash,sql"),
+    ),
+    columns=(
+        SummaryColumn("skipped trajectories", lambda c: str(len(c.skipped))),
+        SummaryColumn("dropped 'blocked' turns", lambda c: str(c.blocked_turns)),
+    ),
+)
+"""``ceb convert intercode`` (:data:`ceb.data.converters.CONVERTERS`)."""
+
+
 def _find_files(results: Path, dataset: str) -> list[tuple[str, list[tuple[Path, str | None]]]]:
     """``(actor, [(file, env)])`` for each model directory with multi-turn files, actors sorted."""
     base = results / dataset
@@ -256,29 +243,25 @@ def _build_stream(root: Path, dataset: str, actor: str, files: list[tuple[Path, 
 
 
 def _write(out_dir: Path, built: _Built) -> ConvertedStream:
-    out = write_stream(out_dir / f"intercode-{built.dataset}-{built.actor}.jsonl", built.trajectories)
-    steps = sum(len(t.steps) for t in built.trajectories)
-    positives = sum(s.label or 0 for t in built.trajectories for s in t.steps)
+    stream = write_converted(
+        out_dir / f"intercode-{built.dataset}-{built.actor}.jsonl",
+        built.trajectories,
+        dataset=built.dataset,
+        actor=built.actor,
+        sources=built.sources,
+        skipped=built.skipped,
+        blocked_turns=built.blocked_turns,
+    )
     log.info(
         "intercode.stream_written",
-        path=str(out),
-        trajectories=len(built.trajectories),
-        steps=steps,
+        path=str(stream.path),
+        trajectories=stream.trajectories,
+        steps=stream.steps,
         skipped=len(built.skipped),
         skipped_by_reason=dict(Counter(s.reason for s in built.skipped)),
         blocked_turns=built.blocked_turns,
     )
-    return ConvertedStream(
-        path=out,
-        dataset=built.dataset,
-        actor=built.actor,
-        trajectories=len(built.trajectories),
-        steps=steps,
-        positive_rate=positives / steps,
-        skipped=tuple(built.skipped),
-        blocked_turns=built.blocked_turns,
-        sources=tuple(built.sources),
-    )
+    return stream
 
 
 @dataclass(frozen=True, slots=True)

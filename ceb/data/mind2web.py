@@ -50,24 +50,24 @@ observations.
 
 from __future__ import annotations
 
-import math
-import re
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from html.parser import HTMLParser
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 import structlog
 
-from ceb.data.intercode import ConvertedStream
-from ceb.data.reader import write_stream
+from ceb.data.converters import ACTOR, OUT_DIR, Converter, ConverterOption
+from ceb.data.mind2web_dom import DEFAULT_DOM_CHARS, ELEMENT_TEXT_CHARS, MIN_DOM_CHARS, dom_snippet, locate
+from ceb.data.mind2web_predictions import Prediction, load_predictions
+from ceb.data.mind2web_tasks import Action, Task, load_task_list, read_task, task_files
 from ceb.data.trajectory import Step, Trajectory
+from ceb.data.writer import ConvertedStream, stream_file_names, write_converted
 from ceb.errors import ConfigError, DataError, Problem
 
 __all__ = [
+    "CONVERTER",
     "DEFAULT_DOM_CHARS",
     "Observation",
     "convert_mind2web",
@@ -75,24 +75,11 @@ __all__ = [
     "mind2web_step_label",
 ]
 
-DEFAULT_DOM_CHARS = 2000
-"""Default HTML budget of a step's state, in characters: the critic prompt's default ``state_chars``."""
-
 Observation = Literal["reference", "empty"]
 """What a step's ``observation`` holds: the executed reference action, or nothing (module docstring)."""
 
-_Fail = Callable[..., DataError]
-
-_MIN_DOM_CHARS = 100
-_TEXT_CHARS = 80
 _OP_ALIASES = {"HOVER": "CLICK", "ENTER": "CLICK"}
-_VOID_TAGS = frozenset(
-    {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
-)
 _TEXT_ATTRIBUTES = ("aria_label", "aria-label", "title", "placeholder", "alt", "value", "name")
-_PREDICTION_KEYS = ("annotation_id", "action_uid", "element_id", "op", "value", "reasoning", "actor", "actor_logprobs")
-_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
-_DIGITS = re.compile(r"(\d+)")
 
 log = structlog.get_logger(__name__)
 
@@ -122,52 +109,6 @@ def mind2web_step_label(
     """
     matches_element = predicted_element is not None and predicted_element in positive_ids
     return int(matches_element and _canonical_op(predicted_op) == _canonical_op(gold_op))
-
-
-def dom_snippet(html: str, backend_node_id: str | None, max_chars: int = DEFAULT_DOM_CHARS) -> str:
-    """A window of ``html`` of at most ``max_chars`` characters around one element (paper section 3.2, ``s'``).
-
-    The window is centred on the start tag of the element whose ``backend_node_id`` attribute equals
-    ``backend_node_id``, then shrunk so that it starts at a ``<`` and ends after a ``>`` (no half tags), and
-    ``"... "`` / ``" ..."`` mark each end that was cut (the budget holds the markers too). A start tag longer
-    than the budget is itself cut. When the element is ``None`` or not on the page, the window is the head of
-    the page. A page that fits is returned whole.
-
-    Args:
-        html: The page (Mind2Web ``cleaned_html``).
-        backend_node_id: The element to centre on.
-        max_chars: Budget in characters, cut markers included.
-
-    Returns:
-        The snippet, at most ``max_chars`` characters long.
-
-    Raises:
-        ConfigError: ``max_chars`` is below 100.
-    """
-    if max_chars < _MIN_DOM_CHARS:
-        raise ConfigError(f"dom_chars must be at least {_MIN_DOM_CHARS}, got {max_chars}")
-    if len(html) <= max_chars:
-        return html
-    budget = max_chars - len("... ") - len(" ...")
-    located = _locate(html, backend_node_id)
-    if located is None:
-        end = budget
-        cut = html.rfind(">", 0, end)
-        if cut > 0:
-            end = cut + 1
-        return html[:end] + " ..."
-    start, tag_end = located.start, located.start + located.start_tag_len
-    if tag_end - start >= budget:
-        a, b = start, start + budget
-    else:
-        a = max(0, min(start - (budget - (tag_end - start)) // 2, len(html) - budget))
-        b = a + budget
-        if a > 0:
-            # html[start] is "<", so a tag boundary exists between a and start.
-            a = html.find("<", a, start + 1)
-        if b < len(html):
-            b = html.rfind(">", tag_end - 1, b) + 1
-    return ("... " if a > 0 else "") + html[a:b] + (" ..." if b < len(html) else "")
 
 
 def convert_mind2web(
@@ -205,13 +146,13 @@ def convert_mind2web(
             a prediction names an unknown ``annotation_id`` or ``action_uid``, repeats a step, or has no
             actor; a predicted task lacks a prediction for one of its steps; two actors map to one file name.
     """
-    if dom_chars < _MIN_DOM_CHARS:
-        raise ConfigError(f"dom_chars must be at least {_MIN_DOM_CHARS}, got {dom_chars}")
+    if dom_chars < MIN_DOM_CHARS:
+        raise ConfigError(f"dom_chars must be at least {MIN_DOM_CHARS}, got {dom_chars}")
     if observation not in ("reference", "empty"):
         raise ConfigError(f"unknown observation mode {observation!r}; choose 'reference' or 'empty'")
-    task_files = _task_files(tasks)
+    task_paths = task_files(tasks)
     pred_path = Path(predictions)
-    by_actor = _load_predictions(pred_path, actor)
+    by_actor = load_predictions(pred_path, actor)
     wanted: dict[str, list[str]] = {}
     for name, per_task in by_actor.items():
         for aid in per_task:
@@ -219,9 +160,9 @@ def convert_mind2web(
 
     trajectories: dict[str, list[Trajectory]] = {name: [] for name in by_actor}
     seen: dict[str, Path] = {}
-    for path in task_files:
-        for index, record in enumerate(_load_task_list(path)):
-            task = _read_task(path, index, record, need_reprs=observation == "reference")
+    for path in task_paths:
+        for index, record in enumerate(load_task_list(path)):
+            task = read_task(path, index, record, need_reprs=observation == "reference")
             if task.annotation_id in seen:
                 raise DataError(
                     Problem(
@@ -242,7 +183,7 @@ def convert_mind2web(
         for aid, per_step in per_task.items():
             if aid not in seen:
                 first = next(iter(per_step.values()))
-                known = ", ".join(str(p) for p in task_files)
+                known = ", ".join(str(p) for p in task_paths)
                 raise DataError(
                     Problem(
                         str(pred_path),
@@ -253,283 +194,39 @@ def convert_mind2web(
                     )
                 )
 
-    sources = (*(str(p) for p in task_files), str(pred_path))
+    sources = (*(str(p) for p in task_paths), str(pred_path))
     out = Path(out_dir)
-    files = _stream_files("mind2web", sorted(by_actor), pred_path)
+    files = stream_file_names("mind2web", sorted(by_actor), pred_path)
     out.mkdir(parents=True, exist_ok=True)
     return [_write(out / files[name], name, trajectories[name], sources) for name in sorted(by_actor)]
 
 
-# --- predictions --------------------------------------------------------------------------------------
+CONVERTER = Converter(
+    help="""Write one stream per agent from Mind2Web tasks joined with the agent's predictions.
 
-
-@dataclass(frozen=True, slots=True)
-class _Prediction:
-    """One predicted step, checked; ``line``, ``prefix`` and ``where`` place it in its file."""
-
-    line: int
-    prefix: str
-    where: str
-    element_id: str | None
-    op: str
-    value: str | None
-    reasoning: str | None
-    actor_logprobs: tuple[float, ...] | None
-
-
-def _load_predictions(path: Path, default_actor: str | None) -> dict[str, dict[str, dict[str, _Prediction]]]:
-    """``actor -> annotation_id -> action_uid -> prediction``, in file order."""
-    out: dict[str, dict[str, dict[str, _Prediction]]] = {}
-    for p in _predictions(path, _PREDICTION_KEYS, default_actor):
-        record, obj, fail, name, logprobs = p.record, p.obj, p.fail, p.actor, p.logprobs
-        aid = _required_str(obj, "annotation_id", fail)
-        uid = _required_str(obj, "action_uid", fail)
-        if "element_id" not in obj:
-            raise fail("element_id", "missing (use null when the agent chose no element)")
-        element = obj["element_id"]
-        if type(element) is int:
-            element = str(element)
-        if element is not None and not isinstance(element, str):
-            raise fail("element_id", f"must be a string, an integer or null, got {_kind(element)}")
-        op = _required_str(obj, "op", fail)
-        value = _optional_str(obj, "value", fail)
-        reasoning = _optional_str(obj, "reasoning", fail)
-        per_step = out.setdefault(name, {}).setdefault(aid, {})
-        if uid in per_step:
-            raise fail("action_uid", f"repeats the prediction at {per_step[uid].where} (actor {name!r})")
-        per_step[uid] = _Prediction(record.line, record.prefix, record.where, element, op, value, reasoning, logprobs)
-    if not out:
-        raise DataError(Problem(str(path), 0, "<file>", "holds no prediction"))
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class _Record:
-    """One record of a predictions file and its place: a JSONL line, or an item of a ``.json`` list.
-
-    Attributes:
-        line: 1-based line of a JSONL record; 0 for a list item (a problem then names the item in its field).
-        prefix: ``""`` for a JSONL record, ``"[i]."`` for item ``i`` of a list; prepended to field names.
-        where: ``"line 3"`` or ``"item [3]"``, for messages.
-        obj: The decoded record.
-    """
-
-    line: int
-    prefix: str
-    where: str
-    obj: Any
-
-
-@dataclass(frozen=True, slots=True)
-class _Checked:
-    """A prediction record past the checks every predictions file shares (see :func:`_predictions`)."""
-
-    record: _Record
-    obj: Mapping[str, Any]
-    fail: _Fail
-    actor: str
-    logprobs: tuple[float, ...] | None
-
-
-def _predictions(path: Path, keys: Sequence[str], default_actor: str | None) -> Iterator[_Checked]:
-    """The records of a predictions file that are objects with only ``keys``, with their actor and log-probs.
-
-    Shared by the Mind2Web and AMEX converters; each then reads its own fields with ``fail``.
-
-    Raises:
-        DataError: A record is not an object, has an unknown key, or has no usable actor or log-probs (names
-            the file, the line or item, and the field).
-    """
-    for record in _load_records(path):
-        obj = record.obj
-
-        def fail(field: str, message: str, record: _Record = record) -> DataError:
-            return DataError(Problem(str(path), record.line, record.prefix + field, message))
-
-        if not isinstance(obj, dict):
-            raise fail("<line>", f"must be a JSON object, got {_kind(obj)}")
-        unknown = sorted(set(obj) - set(keys))
-        if unknown:
-            raise fail(unknown[0], f"unknown key; a prediction holds {', '.join(keys)}")
-        name = obj.get("actor", default_actor)
-        if name is None:
-            raise fail("actor", "missing: give each prediction an actor, or pass actor= to the converter")
-        if not isinstance(name, str) or not name.strip():
-            raise fail("actor", f"must be a non-empty string, got {_kind(name)}")
-        yield _Checked(record, obj, fail, name, _logprobs(obj.get("actor_logprobs"), fail))
-
-
-def _load_records(path: Path) -> Iterator[_Record]:
-    """The records of a predictions file: JSONL lines, or the items of a ``.json`` list."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise DataError(Problem(str(path), 0, "<file>", f"cannot read the file: {exc.strerror or exc}")) from exc
-    if path.suffix == ".json":
-        try:
-            items = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise DataError(Problem(str(path), exc.lineno, "<file>", f"not valid JSON: {exc.msg}")) from exc
-        if not isinstance(items, list):
-            raise DataError(Problem(str(path), 0, "<file>", "a .json predictions file must hold a list of objects"))
-        yield from (_Record(0, f"[{i}].", f"item [{i}]", item) for i, item in enumerate(items))
-        return
-    for lineno, raw in enumerate(data.split(b"\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise DataError(Problem(str(path), lineno, "<line>", f"not valid JSON: {exc.msg}")) from exc
-        yield _Record(lineno, "", f"line {lineno}", obj)
-
-
-def _stream_files(prefix: str, actors: list[str], pred_path: Path) -> dict[str, str]:
-    """``actor -> <prefix>-<actor>.jsonl``, characters unsafe in a file name replaced by ``_``."""
-    files: dict[str, str] = {}
-    taken: dict[str, str] = {}
-    for name in actors:
-        file = f"{prefix}-{_UNSAFE_NAME.sub('_', name)}.jsonl"
-        if file in taken:
-            raise DataError(
-                Problem(str(pred_path), 0, "actor", f"actors {taken[file]!r} and {name!r} would both write {file}")
-            )
-        taken[file] = name
-        files[name] = file
-    return files
-
-
-# --- task files ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Action:
-    uid: str
-    op: str
-    html: str
-    positive: frozenset[str]
-    candidates: tuple[tuple[str, dict[str, Any]], ...]
-    reference: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Task:
-    annotation_id: str
-    task: str
-    website: str
-    domain: str | None
-    subdomain: str | None
-    actions: tuple[_Action, ...]
-    file: str
-
-
-def _task_files(tasks: str | Path | Sequence[str | Path]) -> list[Path]:
-    given = [Path(tasks)] if isinstance(tasks, str | Path) else [Path(t) for t in tasks]
-    if not given:
-        raise ConfigError("convert_mind2web needs at least one task file")
-    files: list[Path] = []
-    for path in given:
-        if path.is_dir():
-            found = sorted(path.glob("*.json"), key=_natural_key)
-            if not found:
-                raise DataError(Problem(str(path), 0, "<file>", "a task directory must hold Mind2Web *.json files"))
-            files.extend(found)
-        else:
-            files.append(path)
-    return files
-
-
-def _natural_key(path: Path) -> list[str | int]:
-    return [int(part) if part.isdigit() else part for part in _DIGITS.split(path.name)]
-
-
-def _load_task_list(path: Path) -> list[Any]:
-    try:
-        data = orjson.loads(path.read_bytes())
-    except OSError as exc:
-        raise DataError(Problem(str(path), 0, "<file>", f"cannot read the file: {exc.strerror or exc}")) from exc
-    except orjson.JSONDecodeError as exc:
-        raise DataError(Problem(str(path), exc.lineno, "<file>", f"not valid JSON: {exc.msg}")) from exc
-    if not isinstance(data, list):
-        raise DataError(
-            Problem(str(path), 0, "<file>", f"must be a JSON list of Mind2Web task objects, got {_kind(data)}")
-        )
-    return data
-
-
-def _read_task(path: Path, index: int, record: Any, *, need_reprs: bool) -> _Task:
-    """Check one task's shape; raise :class:`DataError` naming file, annotation_id, step and field."""
-    aid: str | None = None
-
-    def fail(field: str, message: str, step: int | None = None) -> DataError:
-        return DataError(Problem(str(path), 0, f"[{index}].{field}", message, aid, step))
-
-    if not isinstance(record, dict):
-        raise fail("<task>", f"must be an object, got {_kind(record)}")
-    aid = _required_str(record, "annotation_id", fail)
-    task = _required_str(record, "confirmed_task", fail)
-    website = _required_str(record, "website", fail)
-    domain = _optional_str(record, "domain", fail)
-    subdomain = _optional_str(record, "subdomain", fail)
-    actions = record.get("actions")
-    if not isinstance(actions, list) or not actions:
-        raise fail("actions", "missing, empty or not a list")
-    reprs = record.get("action_reprs")
-    if need_reprs and (
-        not isinstance(reprs, list) or len(reprs) != len(actions) or not all(isinstance(r, str) for r in reprs)
-    ):
-        raise fail(
-            "action_reprs",
-            f"must be a list of {len(actions)} strings, one per action (observation='reference' reads it)",
-        )
-    read = tuple(
-        _read_action(action, t, reprs[t] if need_reprs and isinstance(reprs, list) else None, fail)
-        for t, action in enumerate(actions)
-    )
-    return _Task(aid, task, website, domain, subdomain, read, str(path))
-
-
-def _read_action(action: Any, t: int, reference: str | None, fail: _Fail) -> _Action:
-    at = f"actions[{t}]"
-    if not isinstance(action, dict):
-        raise fail(at, f"must be an object, got {_kind(action)}", t)
-    uid = action.get("action_uid")
-    if not isinstance(uid, str) or not uid:
-        raise fail(f"{at}.action_uid", "missing or not a non-empty string", t)
-    operation = action.get("operation")
-    if not isinstance(operation, dict):
-        raise fail(f"{at}.operation", f"missing or not an object (action_uid {uid!r})", t)
-    op = operation.get("op")
-    if not isinstance(op, str) or not op:
-        raise fail(f"{at}.operation.op", f"missing or not a non-empty string (action_uid {uid!r})", t)
-    html = action.get("cleaned_html")
-    if not isinstance(html, str):
-        raise fail(f"{at}.cleaned_html", f"missing or not a string (action_uid {uid!r})", t)
-    candidates: list[tuple[str, dict[str, Any]]] = []
-    positive: set[str] = set()
-    for key in ("pos_candidates", "neg_candidates"):
-        found = action.get(key)
-        if not isinstance(found, list):
-            raise fail(f"{at}.{key}", f"missing or not a list (action_uid {uid!r})", t)
-        for j, cand in enumerate(found):
-            node = cand.get("backend_node_id") if isinstance(cand, dict) else None
-            if type(node) is int:
-                node = str(node)
-            if not isinstance(node, str):
-                raise fail(f"{at}.{key}[{j}].backend_node_id", f"missing or not a string (action_uid {uid!r})", t)
-            if key == "pos_candidates":
-                positive.add(node)
-            candidates.append((f"{at}.{key}[{j}]", cand))
-    return _Action(uid, op, html, frozenset(positive), tuple(candidates), reference)
+state = a DOM snippet around the predicted element; label = the predicted element is a positive candidate
+and the operation matches (the paper's rule).""",
+    convert=convert_mind2web,
+    options=(
+        ConverterOption("tasks", Path, "Mind2Web task JSON: a file or a folder of them (official layout)."),
+        ConverterOption("predictions", Path, "The agent's per-step predictions (JSONL; see ceb/data/mind2web.py)."),
+        OUT_DIR,
+        ACTOR,
+        ConverterOption(
+            "dom_chars", int, "Budget of the DOM snippet (state), in characters.", default=DEFAULT_DOM_CHARS
+        ),
+    ),
+)
+"""``ceb convert mind2web`` (:data:`ceb.data.converters.CONVERTERS`)."""
 
 
 # --- building a trajectory ----------------------------------------------------------------------------
 
 
 def _trajectory(
-    task: _Task,
+    task: Task,
     actor: str,
-    predictions: dict[str, _Prediction],
+    predictions: dict[str, Prediction],
     pred_path: Path,
     dom_chars: int,
     observation: Observation,
@@ -582,7 +279,7 @@ def _trajectory(
     )
 
 
-def _step(task: _Task, t: int, action: _Action, pred: _Prediction, dom_chars: int, observation: Observation) -> Step:
+def _step(task: Task, t: int, action: Action, pred: Prediction, dom_chars: int, observation: Observation) -> Step:
     element = _describe(task, t, action, pred.element_id)
     op = pred.op.strip().upper()
     shown = element if element is not None else "(no element)"
@@ -603,12 +300,12 @@ def _step(task: _Task, t: int, action: _Action, pred: _Prediction, dom_chars: in
     )
 
 
-def _describe(task: _Task, t: int, action: _Action, node: str | None) -> str | None:
+def _describe(task: Task, t: int, action: Action, node: str | None) -> str | None:
     """``<tag> text`` for the predicted element, from the page and, failing that, its candidate record."""
     if node is None:
         return None
     field, candidate = next(((f, c) for f, c in action.candidates if str(c.get("backend_node_id")) == node), ("", None))
-    located = _locate(action.html, node)
+    located = locate(action.html, node)
     if located is None and candidate is None:
         return f"(element {node}, not on this page)"
     tag = located.tag if located is not None else ""
@@ -622,12 +319,12 @@ def _describe(task: _Task, t: int, action: _Action, node: str | None) -> str | N
     if not text:
         text = next((attrs[k].strip() for k in _TEXT_ATTRIBUTES if attrs.get(k, "").strip()), "")
     text = " ".join(text.split())
-    if len(text) > _TEXT_CHARS:
-        text = text[: _TEXT_CHARS - 3].rstrip() + "..."
+    if len(text) > ELEMENT_TEXT_CHARS:
+        text = text[: ELEMENT_TEXT_CHARS - 3].rstrip() + "..."
     return f"<{tag or '?'}> {text}".rstrip()
 
 
-def _candidate_attributes(task: _Task, t: int, field: str, candidate: Mapping[str, Any]) -> dict[str, str]:
+def _candidate_attributes(task: Task, t: int, field: str, candidate: Mapping[str, Any]) -> dict[str, str]:
     raw = candidate.get("attributes")
     if raw is None:
         return {}
@@ -651,91 +348,6 @@ def _candidate_attributes(task: _Task, t: int, field: str, candidate: Mapping[st
     return {str(k): v for k, v in value.items() if isinstance(v, str)}
 
 
-# --- locating an element in the page ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Located:
-    start: int
-    start_tag_len: int
-    tag: str
-    attrs: tuple[tuple[str, str], ...]
-    text: str
-
-
-class _Done(Exception):
-    """Stops the element reader once it has what it needs."""
-
-
-class _ElementReader(HTMLParser):
-    """Reads the first element of its input: tag, attributes, start-tag length and the head of its text."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.tag: str | None = None
-        self.attrs: tuple[tuple[str, str], ...] = ()
-        self.start_tag_len = 0
-        self.depth = 0
-        self.words: list[str] = []
-        self.chars = 0
-
-    def _open(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tag = tag
-        self.attrs = tuple((k, v or "") for k, v in attrs)
-        self.start_tag_len = len(self.get_starttag_text() or "")
-        self.depth = 1
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if self.tag is None:
-            self._open(tag, attrs)
-            if tag in _VOID_TAGS:
-                raise _Done
-        elif tag not in _VOID_TAGS:
-            self.depth += 1
-
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if self.tag is None:
-            self._open(tag, attrs)
-            raise _Done
-
-    def handle_endtag(self, tag: str) -> None:
-        if self.tag is None or tag in _VOID_TAGS:
-            return
-        self.depth -= 1
-        if self.depth <= 0:
-            raise _Done
-
-    def handle_data(self, data: str) -> None:
-        if self.tag is None:
-            return
-        for word in data.split():
-            self.words.append(word)
-            self.chars += len(word) + 1
-        if self.chars > _TEXT_CHARS:
-            raise _Done
-
-
-def _locate(html: str, node: str | None) -> _Located | None:
-    """The element of ``html`` whose ``backend_node_id`` attribute is ``node``, or ``None``."""
-    if node is None:
-        return None
-    match = re.search(r"""backend_node_id\s*=\s*(["']?)""" + re.escape(node) + r"""\1(?=[\s/>])""", html)
-    if match is None:
-        return None
-    start = html.rfind("<", 0, match.start())
-    if start < 0:
-        return None
-    reader = _ElementReader()
-    try:
-        reader.feed(html[start:])
-        reader.close()
-    except _Done:
-        pass
-    if reader.tag is None:
-        return None
-    return _Located(start, reader.start_tag_len, reader.tag, reader.attrs, " ".join(reader.words))
-
-
 # --- small helpers ------------------------------------------------------------------------------------
 
 
@@ -744,67 +356,14 @@ def _canonical_op(op: str) -> str:
     return _OP_ALIASES.get(upper, upper)
 
 
-def _required_str(obj: Mapping[str, Any], key: str, fail: _Fail) -> str:
-    value = obj.get(key)
-    if not isinstance(value, str) or not value.strip():
-        raise fail(key, f"missing or not a non-empty string, got {_kind(value)}")
-    return value
-
-
-def _optional_str(obj: Mapping[str, Any], key: str, fail: _Fail) -> str | None:
-    value = obj.get(key)
-    if value is not None and not isinstance(value, str):
-        raise fail(key, f"must be a string or null, got {_kind(value)}")
-    return value
-
-
-def _logprobs(value: Any, fail: _Fail) -> tuple[float, ...] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list) or not value:
-        raise fail("actor_logprobs", "must be a non-empty list of log-probabilities (numbers <= 0) or null")
-    for j, x in enumerate(value):
-        if type(x) not in (int, float) or not math.isfinite(x) or x > 0:
-            raise fail(f"actor_logprobs[{j}]", f"must be a finite number <= 0 (a natural log), got {x!r}")
-    return tuple(float(x) for x in value)
-
-
-def _kind(x: Any) -> str:
-    if x is None:
-        return "null"
-    if isinstance(x, bool):
-        return "a boolean"
-    if isinstance(x, int | float):
-        return "a number"
-    if isinstance(x, str):
-        return "a string" if x.strip() else "an empty string"
-    if isinstance(x, list):
-        return "a list"
-    if isinstance(x, dict):
-        return "an object"
-    return type(x).__name__
-
-
 def _write(path: Path, actor: str, trajectories: list[Trajectory], sources: tuple[str, ...]) -> ConvertedStream:
-    out = write_stream(path, trajectories)
-    steps = sum(len(t.steps) for t in trajectories)
-    positives = sum(s.label or 0 for t in trajectories for s in t.steps)
+    stream = write_converted(path, trajectories, dataset="mind2web", actor=actor, sources=sources)
     log.info(
         "mind2web.stream_written",
-        path=str(out),
+        path=str(stream.path),
         actor=actor,
-        trajectories=len(trajectories),
-        steps=steps,
+        trajectories=stream.trajectories,
+        steps=stream.steps,
         ops=dict(Counter(s.op for t in trajectories for s in t.steps)),
     )
-    return ConvertedStream(
-        path=out,
-        dataset="mind2web",
-        actor=actor,
-        trajectories=len(trajectories),
-        steps=steps,
-        positive_rate=positives / steps,
-        skipped=(),
-        blocked_turns=0,
-        sources=sources,
-    )
+    return stream

@@ -1,0 +1,81 @@
+"""Reading an agent's AMEX predictions: the keys of :mod:`ceb.data.amex`'s predictions format, checked per step.
+
+The container rules shared with Mind2Web (JSONL or ``.json`` list, strict keys, actor, log-probs) are
+:func:`~ceb.data.predictions.read_predictions`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ceb.data.amex_screen import TAP, read_point
+from ceb.data.predictions import read_predictions
+from ceb.data.sources import kind, optional_str, required_str
+
+__all__ = ["PREDICTION_KEYS", "Prediction", "load_predictions"]
+
+PREDICTION_KEYS = (
+    "episode_id",
+    "step_id",
+    "action",
+    "touch_coord",
+    "lift_coord",
+    "type_text",
+    "reasoning",
+    "actor",
+    "actor_logprobs",
+)
+"""Every key a prediction record may hold."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """One predicted step, checked; points still in the frame of ``coords``.
+
+    ``line``, ``prefix`` and ``where`` place it in its file (:class:`~ceb.data.predictions.PredictionRecord`).
+    """
+
+    line: int
+    prefix: str
+    where: str
+    action: str
+    touch: tuple[float, float] | None
+    lift: tuple[float, float] | None
+    type_text: str | None
+    reasoning: str | None
+    actor_logprobs: tuple[float, ...] | None
+
+
+def load_predictions(path: Path, default_actor: str | None) -> dict[str, dict[str, dict[int, Prediction]]]:
+    """``actor -> episode_id -> step_id -> prediction``, in file order.
+
+    Args:
+        path: The predictions file.
+        default_actor: The actor of records without an ``actor`` key.
+
+    Raises:
+        DataError: The file breaks the predictions format, a ``TAP`` has no touch point, or a step is predicted
+            twice by one actor (names the file, the line or item, and the field).
+    """
+    out: dict[str, dict[str, dict[int, Prediction]]] = {}
+    for p in read_predictions(path, PREDICTION_KEYS, default_actor):
+        record, obj, fail, name, logprobs = p.record, p.obj, p.fail, p.actor, p.logprobs
+        eid = required_str(obj, "episode_id", fail)
+        step_id = obj.get("step_id")
+        if type(step_id) is not int:
+            raise fail("step_id", f"missing or not an integer, got {kind(step_id)}")
+        action = required_str(obj, "action", fail).strip().upper()
+        touch = read_point(obj.get("touch_coord"), "touch_coord", fail)
+        if action == TAP and touch is None:
+            raise fail("touch_coord", "missing: a TAP prediction needs its [x, y] touch point")
+        lift = read_point(obj.get("lift_coord"), "lift_coord", fail)
+        type_text = optional_str(obj, "type_text", fail)
+        reasoning = optional_str(obj, "reasoning", fail)
+        per_step = out.setdefault(name, {}).setdefault(eid, {})
+        if step_id in per_step:
+            raise fail("step_id", f"repeats the prediction at {per_step[step_id].where} (actor {name!r})")
+        per_step[step_id] = Prediction(
+            record.line, record.prefix, record.where, action, touch, lift, type_text, reasoning, logprobs
+        )
+    return out

@@ -1,0 +1,253 @@
+"""One AMEX screen: its clickable elements, their boxes, points on it, and how the state and actions read.
+
+Every box and point here is in screen pixels, the frame of the dataset's ``touch_coord`` (an agent's points in
+another frame go through :func:`to_pixels` first). :func:`render_elements` is the state ``s_t`` the critic
+sees (paper section 3.2); :func:`touched_box` finds the element a point touches.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from ceb.data.sources import Fail, kind
+from ceb.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_STATE_CHARS",
+    "MIN_STATE_CHARS",
+    "TAP",
+    "Box",
+    "Coords",
+    "Element",
+    "describe_action",
+    "inside",
+    "parse_box",
+    "read_point",
+    "render",
+    "render_elements",
+    "to_element",
+    "to_pixels",
+    "touched_box",
+]
+
+DEFAULT_STATE_CHARS = 2000
+"""Default budget of a step's element list, in characters: the critic prompt's default ``state_chars``."""
+
+Box = tuple[float, float, float, float]
+"""An element's bounding box ``(x1, y1, x2, y2)`` in screen pixels, ``x1 <= x2`` and ``y1 <= y2``."""
+
+Coords = Literal["pixel", "unit", "permille"]
+"""The frame of predicted points: pixels, fractions of ``device_dim``, or thousandths of ``device_dim``."""
+
+TAP = "TAP"
+"""The action the paper scores (a touch on the screen)."""
+
+MIN_STATE_CHARS = 200
+"""Smallest element-list budget accepted, in characters."""
+
+_LABEL_CHARS = 80
+_MORE_RESERVE = 40
+_SCALE: dict[str, float] = {"unit": 1.0, "permille": 1000.0}
+
+
+@dataclass(frozen=True, slots=True)
+class Element:
+    """One clickable element of a screen.
+
+    Attributes:
+        box: Its bounding box, in pixels.
+        text: Its distinct ``xml_desc`` strings joined with ``" | "`` (at most 80 characters), or ``""``.
+        functionality: Its ``functionality`` (at most 80 characters), or ``""``.
+    """
+
+    box: Box
+    text: str
+    functionality: str
+
+
+def touched_box(point: tuple[float, float], boxes: Iterable[Box]) -> int | None:
+    """Index of the smallest box that holds ``point``, edges included; the first such box on a tie.
+
+    Nested boxes are common (a row holds a button); the smallest one is the element actually touched.
+
+    Args:
+        point: ``(x, y)`` in screen pixels.
+        boxes: ``(x1, y1, x2, y2)`` boxes in screen pixels, shape ``(N, 4)``.
+
+    Returns:
+        The index into ``boxes``, or ``None`` when no box holds the point.
+    """
+    best: int | None = None
+    best_area = math.inf
+    for i, box in enumerate(boxes):
+        if inside(point, box):
+            area = (box[2] - box[0]) * (box[3] - box[1])
+            if area < best_area:
+                best, best_area = i, area
+    return best
+
+
+def render_elements(
+    elements: Sequence[Mapping[str, Any]],
+    device_dim: tuple[float, float] | None = None,
+    max_chars: int = DEFAULT_STATE_CHARS,
+) -> str:
+    """The visible clickable element list of one screen, as the state ``s_t`` (paper section 3.2).
+
+    A header line (``screen 1080x2400 px; clickable elements`` when ``device_dim`` is known), then one line
+    per element in file order: ``[i] text="..." function="..." bbox=[x1,y1,x2,y2]``, where ``text`` joins the
+    element's distinct non-empty ``xml_desc`` strings with ``" | "``, ``function`` is its ``functionality``
+    (each left out when empty, each cut to 80 characters) and the box is in pixels. Lines are added while
+    the list stays within ``max_chars``; if elements are left out a last line says how many.
+
+    Args:
+        elements: The screen's ``clickable_elements`` objects (``bbox`` required).
+        device_dim: ``(width, height)`` in pixels, for the header.
+        max_chars: Budget of the whole list in characters.
+
+    Returns:
+        The list, at most ``max_chars`` characters long.
+
+    Raises:
+        ConfigError: ``max_chars`` is below 200.
+        ValueError: An element has no valid ``bbox``.
+    """
+    if max_chars < MIN_STATE_CHARS:
+        raise ConfigError(f"state_chars must be at least {MIN_STATE_CHARS}, got {max_chars}")
+    parsed: list[Element] = []
+    for i, element in enumerate(elements):
+        box = parse_box(element.get("bbox"))
+        if box is None:
+            raise ValueError(f"clickable element {i} has no valid bbox")
+        parsed.append(to_element(element, box))
+    return render(parsed, device_dim, max_chars)
+
+
+def describe_action(
+    action: str,
+    touch: tuple[float, float] | None,
+    lift: tuple[float, float] | None,
+    type_text: str | None,
+    screen: list[Element],
+) -> tuple[str, str | None]:
+    """``(action string, element)`` for an action in pixels; ``element`` is ``[i] text`` of the touched box."""
+    element: str | None = None
+    text = f"[{action}]"
+    if action == "SWIPE" and touch is not None and lift is not None:
+        return f"{text} {_show(touch)} -> {_show(lift)}", None
+    if touch is not None and action in (TAP, "TYPE"):
+        index = touched_box(touch, [e.box for e in screen])
+        if index is not None:
+            found = screen[index]
+            element = f"[{index}] {found.text or found.functionality or '(no text)'}"
+        if action == TAP:
+            text += f" {_show(touch)}" + (f" on {element}" if element else "")
+    if action == "TYPE":
+        text += f" {orjson.dumps(type_text or '').decode()}"
+    return text, element
+
+
+def render(screen: list[Element], device_dim: tuple[float, float] | None, max_chars: int) -> str:
+    """:func:`render_elements` of elements already read; ``max_chars`` is not checked here."""
+    head = "clickable elements"
+    if device_dim is not None:
+        head = f"screen {_num(device_dim[0])}x{_num(device_dim[1])} px; clickable elements"
+    lines = [head + (":" if screen else ": (none)")]
+    size = len(lines[0])
+    for i, element in enumerate(screen):
+        parts = [f"[{i}]"]
+        if element.text:
+            parts.append(f"text={orjson.dumps(element.text).decode()}")
+        if element.functionality:
+            parts.append(f"function={orjson.dumps(element.functionality).decode()}")
+        parts.append("bbox=[" + ",".join(_num(v) for v in element.box) + "]")
+        line = " ".join(parts)
+        left = len(screen) - i - 1
+        budget = max_chars if left == 0 else max_chars - _MORE_RESERVE
+        if size + 1 + len(line) > budget:
+            lines.append(f"... {len(screen) - i} more elements not shown")
+            break
+        lines.append(line)
+        size += 1 + len(line)
+    return "\n".join(lines)
+
+
+def inside(point: tuple[float, float], box: Box) -> bool:
+    """Whether ``point`` lies in ``box``, edges included (both in pixels)."""
+    x, y = point
+    return box[0] <= x <= box[2] and box[1] <= y <= box[3]
+
+
+def read_point(value: Any, field: str, fail: Fail) -> tuple[float, float] | None:
+    """A decoded ``[x, y]`` field as a point; ``None`` stays ``None``.
+
+    Raises:
+        DataError: From ``fail``, naming ``field``, when it is not a list of 2 finite numbers.
+    """
+    if value is None:
+        return None
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not all(type(v) in (int, float) and math.isfinite(v) for v in value)
+    ):
+        raise fail(field, f"must be a list of 2 finite numbers [x, y], got {kind(value)}")
+    return float(value[0]), float(value[1])
+
+
+def parse_box(value: Any) -> Box | None:
+    """A decoded ``[x1, y1, x2, y2]`` as a :data:`Box` with its corners ordered, or ``None`` if it is not one."""
+    if not isinstance(value, list) or len(value) != 4:
+        return None
+    if not all(type(v) in (int, float) and math.isfinite(v) for v in value):
+        return None
+    x1, y1, x2, y2 = (float(v) for v in value)
+    return min(x1, x2), min(y1, y2), max(x1, x2), max(y1, y2)
+
+
+def to_element(element: Mapping[str, Any], box: Box) -> Element:
+    """The :class:`Element` of one ``clickable_elements`` object whose ``bbox`` has been read as ``box``.
+
+    ``text`` joins its distinct non-empty ``xml_desc`` strings with ``" | "``; text and functionality have
+    their white space collapsed and are cut to 80 characters.
+    """
+    descs = element.get("xml_desc")
+    texts: list[str] = []
+    for desc in descs if isinstance(descs, list) else []:
+        text = " ".join(desc.split()) if isinstance(desc, str) else ""
+        if text and text not in texts:
+            texts.append(text)
+    functionality = element.get("functionality")
+    function = " ".join(functionality.split()) if isinstance(functionality, str) else ""
+    return Element(box, _cut(" | ".join(texts)), _cut(function))
+
+
+def to_pixels(
+    point: tuple[float, float] | None, coords: Coords, device_dim: tuple[float, float] | None
+) -> tuple[float, float] | None:
+    """``point`` from the frame ``coords`` into pixels of a ``device_dim`` screen; ``None`` stays ``None``.
+
+    ``device_dim`` may be ``None`` only when ``coords`` is ``"pixel"``; the caller checks that.
+    """
+    if point is None or coords == "pixel":
+        return point
+    assert device_dim is not None  # checked by the caller
+    scale = _SCALE[coords]
+    return point[0] * device_dim[0] / scale, point[1] * device_dim[1] / scale
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _LABEL_CHARS else text[: _LABEL_CHARS - 3].rstrip() + "..."
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:.1f}"
+
+
+def _show(point: tuple[float, float]) -> str:
+    return f"({_num(point[0])}, {_num(point[1])})"

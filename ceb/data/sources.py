@@ -1,0 +1,68 @@
+"""Strict reading of converter inputs: decoded JSON fields checked one by one, and input files in order.
+
+A converter checks each field of a source record as it reads it, and a failure must name the file, the record
+and the field. The reader of a record therefore makes a :data:`Fail` that turns ``(field, message)`` into a
+:class:`~ceb.errors.DataError` placed in its file; the helpers here take it and call it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ceb.errors import DataError
+
+__all__ = ["Fail", "kind", "natural_key", "optional_str", "required_str"]
+
+Fail = Callable[..., DataError]
+"""Builds the error of one record: ``fail(field, message)`` (some readers also take the 0-based step)."""
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def required_str(obj: Mapping[str, Any], key: str, fail: Fail) -> str:
+    """``obj[key]``, which must be a string holding more than white space.
+
+    Raises:
+        DataError: From ``fail``, naming ``key``, when the value is missing or not such a string.
+    """
+    value = obj.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise fail(key, f"missing or not a non-empty string, got {kind(value)}")
+    return value
+
+
+def optional_str(obj: Mapping[str, Any], key: str, fail: Fail) -> str | None:
+    """``obj[key]``, which must be a string or null; ``None`` when absent.
+
+    Raises:
+        DataError: From ``fail``, naming ``key``, when the value is something else.
+    """
+    value = obj.get(key)
+    if value is not None and not isinstance(value, str):
+        raise fail(key, f"must be a string or null, got {kind(value)}")
+    return value
+
+
+def kind(x: Any) -> str:
+    """What a decoded JSON value is, for messages: ``"null"``, ``"a number"``, ``"an empty string"``..."""
+    if x is None:
+        return "null"
+    if isinstance(x, bool):
+        return "a boolean"
+    if isinstance(x, int | float):
+        return "a number"
+    if isinstance(x, str):
+        return "a string" if x.strip() else "an empty string"
+    if isinstance(x, list):
+        return "a list"
+    if isinstance(x, dict):
+        return "an object"
+    return type(x).__name__
+
+
+def natural_key(path: Path) -> list[str | int]:
+    """Sort key of a file name with its digit runs compared as numbers: ``train_2`` before ``train_10``."""
+    return [int(part) if part.isdigit() else part for part in _DIGITS.split(path.name)]
