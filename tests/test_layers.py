@@ -109,3 +109,15 @@ def test_the_check_sees_upward_imports_lazy_and_relative_ones_too(tmp_path: Path
     (pkg / "bad.py").write_text(source)
     found = upward_imports(tmp_path / "ceb")
     assert len(found) == 1 and expected in found[0]
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    private = [
+        f"{path.relative_to(ROOT.parent)}: from {node.module} import {alias.name}"
+        for path in sorted(ROOT.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ceb")
+        for alias in node.names
+        if alias.name.startswith("_") and alias.name != "__version__"
+    ]
+    assert private == []

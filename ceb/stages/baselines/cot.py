@@ -10,8 +10,7 @@ from ceb.config import BaselineConfig, RunConfig
 from ceb.stages.asking import ask
 from ceb.stages.assembly import Stages, prompt_set
 from ceb.stages.base import Critic, CriticInput, CriticResult
-from ceb.stages.baselines._common import need_chat as _need
-from ceb.stages.baselines._common import prompt_messages
+from ceb.stages.baselines._common import need_chat, prompt_messages
 from ceb.stages.methods import MethodSpec, register_method
 from ceb.stages.templates import PromptSet
 
@@ -90,7 +89,7 @@ class CoTCritic:
 
 def build(config: RunConfig, stages: Stages) -> Critic:
     """The CoT critic over the critic's endpoint."""
-    return CoTCritic(_need(stages.chat), prompt_set(config), config.baselines)
+    return CoTCritic(need_chat(stages.chat), prompt_set(config), config.baselines)
 
 
 METHOD = register_method(

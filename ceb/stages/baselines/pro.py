@@ -10,8 +10,7 @@ from ceb.backends.base import ChatBackend, ChatRequest, TokenLogprob
 from ceb.config import BaselineConfig, RunConfig
 from ceb.stages.assembly import Stages, actor_chat, prompt_set
 from ceb.stages.base import Critic, CriticInput, CriticResult
-from ceb.stages.baselines._common import actor_messages, evidence, not_available, send
-from ceb.stages.baselines._common import need_chat as _need
+from ceb.stages.baselines._common import actor_messages, evidence, need_chat, not_available, send
 from ceb.stages.baselines.teacher_forcing import teacher_force
 from ceb.stages.methods import MethodSpec, register_method
 from ceb.stages.templates import PromptSet
@@ -123,7 +122,7 @@ class PROCritic:
 
 def build(config: RunConfig, stages: Stages) -> Critic:
     """PRO over the actor's endpoint."""
-    return PROCritic(_need(actor_chat(config, stages)), prompt_set(config), config.baselines)
+    return PROCritic(need_chat(actor_chat(config, stages)), prompt_set(config), config.baselines)
 
 
 METHOD = register_method(

@@ -10,8 +10,7 @@ from ceb.backends.base import ChatBackend, ChatRequest, TokenLogprob
 from ceb.config import BaselineConfig, RunConfig
 from ceb.stages.assembly import Stages, prompt_set
 from ceb.stages.base import Critic, CriticInput, CriticResult
-from ceb.stages.baselines._common import evidence, not_available, prompt_messages, send
-from ceb.stages.baselines._common import need_chat as _need
+from ceb.stages.baselines._common import evidence, need_chat, not_available, prompt_messages, send
 from ceb.stages.methods import MethodSpec, register_method
 from ceb.stages.templates import PromptSet
 
@@ -122,7 +121,7 @@ class PTrueCritic:
 
 def build(config: RunConfig, stages: Stages) -> Critic:
     """P(True) over the critic's endpoint."""
-    return PTrueCritic(_need(stages.chat), prompt_set(config), config.baselines)
+    return PTrueCritic(need_chat(stages.chat), prompt_set(config), config.baselines)
 
 
 METHOD = register_method(

@@ -13,10 +13,10 @@ from ceb.stages.baselines._common import (
     actor_messages,
     continuation_extra,
     evidence,
+    need_chat,
     render,
     send,
 )
-from ceb.stages.baselines._common import need_chat as _need
 from ceb.stages.critic import situation_context
 from ceb.stages.methods import MethodSpec, register_method
 from ceb.stages.templates import PromptSet
@@ -111,7 +111,7 @@ class VerbalizedCritic:
 
 def build(config: RunConfig, stages: Stages) -> Critic:
     """Verbalized confidence from the actor's endpoint."""
-    return VerbalizedCritic(_need(actor_chat(config, stages)), prompt_set(config), config.baselines)
+    return VerbalizedCritic(need_chat(actor_chat(config, stages)), prompt_set(config), config.baselines)
 
 
 METHOD = register_method(
