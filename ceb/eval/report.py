@@ -58,29 +58,25 @@ from ceb.eval.ablations import (
     token_costs,
     vote_sweep,
 )
-from ceb.eval.analyses import (
-    POOLED,
+from ceb.eval.averaging import OrderCurves, stream_averaging
+from ceb.eval.calibration import DepthBucket, LabelShift, MetricRow, depth_calibration, label_shift, metric_rows
+from ceb.eval.deployment import (
     REVIEW_BUDGETS,
     SELECTIVE_BUDGETS,
-    DepthBucket,
-    LabelShift,
-    Lane,
-    MetricRow,
-    OrderCurves,
     TaskSuccess,
+    oracle_task_success,
+    selective_execution,
+    task_success,
+)
+from ceb.eval.lanes import (
+    POOLED,
+    Lane,
     alt_label_names,
     base_lanes,
     comparable_masks,
-    depth_calibration,
-    label_shift,
     lanes_from_rows,
-    metric_rows,
-    oracle_task_success,
     reference_method,
     relabel,
-    selective_execution,
-    stream_averaging,
-    task_success,
 )
 from ceb.eval.metrics import ReliabilityBins, ece, reliability_bins
 from ceb.eval.plots import method_colors, plot_cumulative_ece, plot_depth, plot_reliability

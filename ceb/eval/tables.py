@@ -22,16 +22,11 @@ import numpy as np
 
 from ceb.errors import ConfigError
 from ceb.eval.ablations import RETRIEVER_LABELS, AblationRow, OracleGap, RetrieverRow, Sweep, TokenCost
-from ceb.eval.analyses import (
-    POOLED,
-    STREAM_CHECKPOINTS,
-    DepthBucket,
-    LabelShift,
-    MetricRow,
-    OrderCurves,
-    TaskSuccess,
-)
+from ceb.eval.averaging import STREAM_CHECKPOINTS, OrderCurves
 from ceb.eval.bootstrap import Interval
+from ceb.eval.calibration import DepthBucket, LabelShift, MetricRow
+from ceb.eval.deployment import TaskSuccess
+from ceb.eval.lanes import POOLED
 from ceb.stages.methods import GROUPS, resolve_method
 
 __all__ = [
@@ -463,7 +458,7 @@ def averaging_table(curves: Sequence[OrderCurves], *, notes: Sequence[str] = ())
     """Multi-order stream averaging (section 4.4): cumulative ECE mean ± std over orders at checkpoints.
 
     Columns: the number of orders and tasks, the cumulative ECE after the checkpoint task counts of
-    :data:`ceb.eval.analyses.STREAM_CHECKPOINTS` that some stream reaches, the final cumulative ECE (whole
+    :data:`ceb.eval.averaging.STREAM_CHECKPOINTS` that some stream reaches, the final cumulative ECE (whole
     stream) and the final gap to the reference (``ECE(static) - ECE(method)``, higher is better).
     """
     reached = [c for c in STREAM_CHECKPOINTS if any(c in cv.task_counts for cv in curves)]
@@ -509,7 +504,7 @@ def _num(value: float) -> float | None:
 def depth_table(depth: Mapping[tuple[str, str, str], Sequence[DepthBucket]], *, notes: Sequence[str] = ()) -> Table:
     """Calibration by within-trajectory depth (Figure 1): per bucket, ECE and mean score / positive rate.
 
-    ``depth`` maps ``(stream, critic, method)`` to :func:`ceb.eval.analyses.depth_calibration`'s buckets.
+    ``depth`` maps ``(stream, critic, method)`` to :func:`ceb.eval.calibration.depth_calibration`'s buckets.
     Blocks are (stream, critic) pairs.
     """
     labels = list(dict.fromkeys(b.label for buckets in depth.values() for b in buckets))
@@ -550,7 +545,7 @@ def selective_table(
 ) -> Table:
     """Selective execution (section 4.5, table "gating"): retained GT positive rate per abstention budget.
 
-    ``rates`` maps ``(stream, critic, method)`` to :func:`ceb.eval.analyses.selective_execution`'s output.
+    ``rates`` maps ``(stream, critic, method)`` to :func:`ceb.eval.deployment.selective_execution`'s output.
     """
     columns = tuple(
         Column(f"b={b}%" if b else "b=0", "higher", latex=f"$b{{=}}{b}\\%$" if b else "$b{=}0$") for b in budgets
@@ -579,8 +574,8 @@ def task_success_table(
 ) -> Table:
     """Task success rate (%) under a per-task review budget ``m`` (section 4.5, table "tasksucc").
 
-    ``success`` maps ``(stream, critic, method)`` to :func:`ceb.eval.analyses.task_success`; ``oracle`` maps
-    ``(stream, critic)`` to :func:`ceb.eval.analyses.oracle_task_success`, printed as the reference row
+    ``success`` maps ``(stream, critic, method)`` to :func:`ceb.eval.deployment.task_success`; ``oracle`` maps
+    ``(stream, critic)`` to :func:`ceb.eval.deployment.oracle_task_success`, printed as the reference row
     *Oracle* at the end of each block.
     """
     budgets = next(iter(success.values())).budgets if success else ()
@@ -614,7 +609,7 @@ def task_success_table(
 def label_shift_table(shifts: Mapping[tuple[str, str, str], LabelShift | None], *, notes: Sequence[str] = ()) -> Table:
     """Strict vs alternative labels (appendix A, table "judge-shift-main"); one block per label column.
 
-    ``shifts`` maps ``(stream, critic, alt label name)`` to :func:`ceb.eval.analyses.label_shift`.
+    ``shifts`` maps ``(stream, critic, alt label name)`` to :func:`ceb.eval.calibration.label_shift`.
     """
     columns = (
         Column("steps", digits=0),

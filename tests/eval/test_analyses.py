@@ -5,22 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from ceb.eval.analyses import (
-    POOLED,
-    comparable_masks,
-    cumulative_ece,
-    depth_calibration,
-    label_shift,
-    lanes_from_rows,
-    metric_rows,
-    oracle_task_success,
-    reference_method,
-    relabel,
-    selective_execution,
-    stream_averaging,
-    task_count_grid,
-    task_success,
-)
+from ceb.eval.averaging import cumulative_ece, stream_averaging, task_count_grid
+from ceb.eval.calibration import depth_calibration, label_shift, metric_rows
+from ceb.eval.deployment import oracle_task_success, selective_execution, task_success
+from ceb.eval.lanes import POOLED, comparable_masks, lanes_from_rows, reference_method, relabel
 
 NAN = float("nan")
 
