@@ -2,7 +2,7 @@
 
 Each function picks the methods one appendix table compares and derives that table's numbers; nothing is
 read from or written to disk, and no metric is recomputed: every ECE, Brier and AUROC is the one of the main
-table (:func:`ceb.eval.analyses.metric_rows`, lowest-order lanes). A method's *headline* row is its pooled
+table (:func:`ceb.eval.calibration.metric_rows`, lowest-order lanes). A method's *headline* row is its pooled
 row when it ran on several streams, else its row on its one stream (:func:`headline_rows`).
 
 - :func:`component_ablation`: CEB against each component removed (paper Table "Component ablation").
@@ -31,7 +31,8 @@ import numpy as np
 
 from ceb.config import CEBConfig
 from ceb.errors import ConfigError
-from ceb.eval.analyses import POOLED, Lane, MetricRow
+from ceb.eval.calibration import MetricRow
+from ceb.eval.lanes import POOLED, Lane
 from ceb.stages.methods import MethodSpec, ResolvedMethod, all_methods, resolve_method
 
 __all__ = [
@@ -122,7 +123,7 @@ def headline_rows(rows: Iterable[MetricRow]) -> dict[tuple[str, str], MetricRow]
     """One row per ``(critic, method)``: the pooled row when the method ran on several streams, else its one row.
 
     Args:
-        rows: The main table's rows (:func:`ceb.eval.analyses.metric_rows`).
+        rows: The main table's rows (:func:`ceb.eval.calibration.metric_rows`).
 
     Returns:
         ``(critic, method) -> row``, in the order the rows first name each pair.
@@ -228,7 +229,7 @@ class OracleGap:
     system has and bounds what a perfectly labelled bank could reach.
 
     Attributes:
-        stream: Stream name, or :data:`ceb.eval.analyses.POOLED`.
+        stream: Stream name, or :data:`ceb.eval.lanes.POOLED`.
         critic: Critic label.
         static: ECE of ``static``, or ``None`` without numbers.
         ceb: ECE of ``ceb``.
@@ -471,7 +472,7 @@ def token_costs(
     """Mean critic prompt and precedent-section tokens per call of the LLM-critic methods that counted them.
 
     Args:
-        lanes: The lowest-order lanes (:func:`ceb.eval.analyses.base_lanes`).
+        lanes: The lowest-order lanes (:func:`ceb.eval.lanes.base_lanes`).
         headline: :func:`headline_rows` of the main table (for the ECE column).
         methods: :func:`method_settings` of the run's methods.
 

@@ -17,7 +17,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
-from ceb.eval.analyses import DepthBucket, OrderCurves
+from ceb.eval.averaging import OrderCurves
+from ceb.eval.calibration import DepthBucket
 from ceb.eval.metrics import ReliabilityBins
 from ceb.eval.tables import method_label, method_sort_key
 

@@ -23,7 +23,8 @@ from ceb.eval.ablations import (
     token_costs,
     vote_sweep,
 )
-from ceb.eval.analyses import POOLED, MetricRow, base_lanes, lanes_from_rows, metric_rows
+from ceb.eval.calibration import MetricRow, metric_rows
+from ceb.eval.lanes import POOLED, base_lanes, lanes_from_rows
 from ceb.eval.tables import (
     ablation_table,
     bold_cells,

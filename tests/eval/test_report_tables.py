@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from ceb.eval.analyses import TaskSuccess, lanes_from_rows, metric_rows
+from ceb.eval.calibration import metric_rows
+from ceb.eval.deployment import TaskSuccess
+from ceb.eval.lanes import lanes_from_rows
 from ceb.eval.tables import (
     Block,
     Cell,

@@ -1,0 +1,283 @@
+"""Scored lanes: the steps one method scored for one (stream, critic, order), built from ``scores.jsonl``.
+
+The analyses of :mod:`ceb.eval.calibration`, :mod:`ceb.eval.averaging` and :mod:`ceb.eval.deployment` read
+arrays or lanes and return numbers; nothing there touches the disk. Conventions they share:
+
+- Confidences ``y_prob`` and labels ``y_true`` are float arrays in which ``NaN`` marks a missing value: a
+  step whose critic failed (``score`` is ``null`` in ``scores.jsonl``) or a step without a label. Such steps
+  are left out of every metric and counted where the result has a field for it, never imputed.
+- A *lane* is the stream of steps one method scored for one (stream, critic, order). Unless a function says
+  otherwise, the single-order analyses use each (stream, critic, method)'s lowest order, normally order 0
+  (the order of the input files), so that every step counts once; see :func:`base_lanes`.
+- Per-stream analyses of a method that scored nothing on a stream (for example a baseline that is "not
+  available" for it) return ``None`` in place of numbers; tables print those as ``n/a``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ceb.eval._arrays import FloatArray, IntArray
+
+__all__ = [
+    "POOLED",
+    "Lane",
+    "alt_label_names",
+    "base_lanes",
+    "comparable_masks",
+    "lanes_from_rows",
+    "reference_method",
+    "relabel",
+]
+
+POOLED = "(pooled)"
+"""Stream name of the rows that pool every stream of one (critic, method)."""
+
+
+_REFERENCE_METHODS = ("ceb", "static")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Lane:
+    """The steps one method scored for one (stream, critic, order), in stream order.
+
+    Every array has shape ``(N,)``, one entry per row of ``scores.jsonl``, sorted by ``(position, step)``.
+
+    Attributes:
+        stream: Stream name.
+        critic: Critic label (``""`` when the run has one critic).
+        method: Method name.
+        order: Stream order: 0 is the input-file order, ``r >= 1`` the seeded permutation ``r`` (section 4.4).
+        trajectory: Trajectory ids (``str``), dtype object.
+        position: 0-based position of each step's trajectory in this order of the stream.
+        step: 0-based step index ``t`` within the trajectory.
+        score: Confidence in [0, 1]; ``NaN`` where the critic failed.
+        label: Ground-truth label 0.0 / 1.0; ``NaN`` where the step has none.
+        alt_labels: A second label column per name (for example ``"judge"``, the LLM-as-judge relabelling of
+            appendix A), each shaped like ``label`` with ``NaN`` where missing.
+        errors: The distinct ``error`` messages of the failed steps, in the order first seen.
+        input_tokens: ``cl100k_base`` tokens of the LLM critic's prompt for each step (``NaN`` where the row
+            has no count: a baseline, counting off, or a row written before the field existed). Failed steps
+            keep their count: the call was made.
+        bank_tokens: The part of ``input_tokens`` the precedent section adds (0 without a bank), ``NaN`` where
+            the row has no count.
+    """
+
+    stream: str
+    critic: str
+    method: str
+    order: int
+    trajectory: npt.NDArray[np.object_]
+    position: IntArray
+    step: IntArray
+    score: FloatArray
+    label: FloatArray
+    alt_labels: Mapping[str, FloatArray]
+    errors: tuple[str, ...]
+    input_tokens: FloatArray
+    bank_tokens: FloatArray
+
+    @property
+    def n_rows(self) -> int:
+        """Number of rows (scored, failed and unlabeled steps)."""
+        return int(self.score.shape[0])
+
+    @property
+    def n_failed(self) -> int:
+        """Steps whose critic failed (no score)."""
+        return int(np.isnan(self.score).sum())
+
+    @property
+    def n_unlabeled(self) -> int:
+        """Scored steps without a label (failed steps are counted in :attr:`n_failed` only)."""
+        return int((~np.isnan(self.score) & np.isnan(self.label)).sum())
+
+    @property
+    def usable(self) -> npt.NDArray[np.bool_]:
+        """Mask, shape ``(N,)``, of the steps with both a score and a label: the ones metrics use."""
+        return ~np.isnan(self.score) & ~np.isnan(self.label)
+
+    @property
+    def n_tasks(self) -> int:
+        """Number of distinct trajectories in the lane."""
+        return int(np.unique(self.position).shape[0]) if self.n_rows else 0
+
+    @property
+    def note(self) -> str | None:
+        """Why the lane has no numbers (the first error of a lane with no scored step), else ``None``."""
+        if np.isnan(self.score).all():
+            return self.errors[0] if self.errors else "no scored step"
+        return None
+
+
+def lanes_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Lane]:
+    """Group the rows of ``scores.jsonl`` into lanes.
+
+    Rows of different lanes may interleave. Rows written before the multi-order fields existed default to
+    ``order = 0`` and ``critic = ""``; without ``position``, a trajectory's position is the rank of its first
+    row within the lane. ``alt_labels`` may be absent or empty; ``input_tokens`` and ``bank_tokens`` may be
+    absent or ``null`` (``NaN`` in the lane).
+
+    Args:
+        rows: Decoded rows with at least ``stream``, ``method``, ``trajectory``, ``step``, ``score`` and
+            ``label`` (see :class:`ceb.pipeline.results.StepRow`).
+
+    Returns:
+        One lane per (stream, critic, method, order), in the order each lane first appears.
+
+    Raises:
+        KeyError: A row lacks one of the required fields.
+    """
+    grouped: dict[tuple[str, str, str, int], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        key = (str(row["stream"]), str(row.get("critic") or ""), str(row["method"]), int(row.get("order") or 0))
+        grouped.setdefault(key, []).append(row)
+    return [_lane(key, lane_rows) for key, lane_rows in grouped.items()]
+
+
+def _lane(key: tuple[str, str, str, int], rows: list[Mapping[str, Any]]) -> Lane:
+    first_seen: dict[str, int] = {}
+    for row in rows:
+        first_seen.setdefault(str(row["trajectory"]), len(first_seen))
+    position = np.array(
+        [
+            int(row["position"]) if row.get("position") is not None else first_seen[str(row["trajectory"])]
+            for row in rows
+        ],
+        dtype=np.int64,
+    )
+    step = np.array([int(row["step"]) for row in rows], dtype=np.int64)
+    # lexsort: last key is primary; it is stable, so duplicate (position, step) keep file order.
+    order = np.lexsort((step, position))
+    names = sorted({name for row in rows for name in (row.get("alt_labels") or {})})
+    alt = {name: _floats([(row.get("alt_labels") or {}).get(name) for row in rows])[order] for name in names}
+    errors: dict[str, None] = {}
+    for row in rows:
+        if row["score"] is None:
+            errors.setdefault(str(row.get("error") or "no score"), None)
+    for array in (position, step):
+        array.setflags(write=False)
+    stream, critic, method, lane_order = key
+    return Lane(
+        stream=stream,
+        critic=critic,
+        method=method,
+        order=lane_order,
+        trajectory=np.array([str(row["trajectory"]) for row in rows], dtype=object)[order],
+        position=position[order],
+        step=step[order],
+        score=_floats([row["score"] for row in rows])[order],
+        label=_floats([row["label"] for row in rows])[order],
+        alt_labels=alt,
+        errors=tuple(errors),
+        input_tokens=_floats([row.get("input_tokens") for row in rows])[order],
+        bank_tokens=_floats([row.get("bank_tokens") for row in rows])[order],
+    )
+
+
+def _floats(values: Sequence[Any]) -> FloatArray:
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+
+
+def base_lanes(lanes: Iterable[Lane]) -> list[Lane]:
+    """Keep, for each (stream, critic, method), the lane of its lowest order (normally 0, the file order).
+
+    The single-order analyses (main table, depth, reliability, selective execution, task success, label
+    shift) use these lanes so that each step is counted once even when a run scored several orders.
+    """
+    best: dict[tuple[str, str, str], Lane] = {}
+    for lane in lanes:
+        key = (lane.stream, lane.critic, lane.method)
+        if key not in best or lane.order < best[key].order:
+            best[key] = lane
+    return list(best.values())
+
+
+def alt_label_names(lanes: Iterable[Lane]) -> list[str]:
+    """Sorted names of the alternative label columns present in any lane."""
+    return sorted({name for lane in lanes for name in lane.alt_labels})
+
+
+def relabel(lane: Lane, name: str) -> Lane:
+    """Return ``lane`` with its labels replaced by the alternative label column ``name``.
+
+    Steps without that label get ``NaN`` (left out of the metrics). The returned lane has no alternative
+    labels of its own.
+    """
+    alt = lane.alt_labels.get(name)
+    label = alt if alt is not None else np.full(lane.n_rows, np.nan)
+    return replace(lane, label=label, alt_labels={})
+
+
+def reference_method(methods: Iterable[str]) -> str:
+    """The method whose rows supply a stream's step labels for the label-only analyses.
+
+    Labels are a property of the step, but the methods that generate their own action (verbalized, PRO)
+    carry labels of those actions; ``ceb`` (else ``static``) scores the frozen actions. Falls back to the
+    alphabetically first method.
+
+    Raises:
+        ValueError: If ``methods`` is empty.
+    """
+    names = sorted(set(methods))
+    if not names:
+        raise ValueError("no methods to choose a reference from")
+    for preferred in _REFERENCE_METHODS:
+        if preferred in names:
+            return preferred
+    return names[0]
+
+
+def comparable_masks(
+    lanes: Sequence[Lane], *, whole_trajectories: bool
+) -> tuple[list[npt.NDArray[np.bool_]], int, int]:
+    """Restrict the lanes of one (stream, critic) to the steps every method can be judged on.
+
+    The selective-execution and task-success tables compare methods at a shared base rate (``b = 0``,
+    ``m = 0``), which needs a shared step set. A lane is *available* when it has a usable step (score and
+    label); lanes that are not (a "not available" baseline) keep all their rows and come out as n/a.
+
+    Args:
+        lanes: Lanes of one (stream, critic), any methods.
+        whole_trajectories: ``False``: keep the ``(trajectory, step)`` pairs usable in every available lane.
+            ``True``: keep the trajectories whose every row is usable in every available lane (task success
+            needs whole tasks).
+
+    Returns:
+        ``(masks, kept, total)``: one boolean mask per lane, shape ``(N_lane,)``; the number of kept units
+        (steps or trajectories) and the number present in any available lane. When the available lanes
+        share no unit at all (their step ids do not match), every mask keeps the lane's own usable rows and
+        ``kept == 0``.
+    """
+
+    def units(lane: Lane) -> tuple[set[Any], set[Any]]:
+        if whole_trajectories:
+            present = set(lane.trajectory.tolist())
+            return present, present - set(lane.trajectory[~lane.usable].tolist())
+        keys = list(zip(lane.trajectory.tolist(), lane.step.tolist(), strict=True))
+        return set(keys), {k for k, ok in zip(keys, lane.usable.tolist(), strict=True) if ok}
+
+    available = [lane for lane in lanes if lane.usable.any()]
+    seen: set[Any] = set()
+    common: set[Any] | None = None
+    for lane in available:
+        present, good = units(lane)
+        seen |= present
+        common = good if common is None else common & good
+    masks = []
+    for lane in lanes:
+        if lane not in available:
+            masks.append(np.ones(lane.n_rows, dtype=bool))
+        elif not common:
+            masks.append(lane.usable.copy())
+        elif whole_trajectories:
+            masks.append(np.array([t in common for t in lane.trajectory.tolist()], dtype=bool))
+        else:
+            pairs = zip(lane.trajectory.tolist(), lane.step.tolist(), strict=True)
+            masks.append(np.array([k in common for k in pairs], dtype=bool))
+    return masks, len(common or ()), len(seen)

@@ -1,0 +1,254 @@
+"""The report's section registry, the context sections read, the report writer and their shared helpers.
+
+A section is a function ``(writer, context) -> None`` registered with :func:`section` under its number and
+title, naming the :class:`ReportContext` fields it reads (``needs``) and those it fills in (``yields``).
+:func:`registered_sections` returns them in number order and checks that wiring.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ceb.config import CEBConfig
+from ceb.errors import ConfigError
+from ceb.eval.calibration import MetricRow
+from ceb.eval.lanes import POOLED, Lane
+from ceb.eval.tables import Table, method_label, to_latex, to_markdown
+from ceb.stages.methods import ResolvedMethod, resolve_method
+
+__all__ = [
+    "ReportContext",
+    "ReportWriter",
+    "Section",
+    "SectionFn",
+    "by_stream",
+    "drawn",
+    "figure_methods",
+    "metric_json",
+    "na_notes",
+    "registered_sections",
+    "section",
+    "where",
+]
+
+
+class ReportWriter:
+    """Accumulates report.md sections and report.json entries; writes tables and figures as it goes."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = out_dir
+        self.lines: list[str] = []
+        self.data: dict[str, Any] = {}
+        self._slugs: dict[tuple[str, ...], str] = {}
+
+    def heading(self, title: str) -> None:
+        """Start a section of report.md titled ``title``."""
+        self.lines += ["", f"## {title}", ""]
+
+    def intro(self, text: str) -> None:
+        """The paragraph under a section heading saying what the section shows and how it is computed."""
+        self.lines += [text, ""]
+
+    def note(self, text: str) -> None:
+        """A quoted note (a skipped analysis, a caveat)."""
+        self.lines += [f"> {text}", ""]
+
+    def table(self, table: Table) -> None:
+        """Write ``table`` as ``<label>.md`` and ``<label>.tex`` and inline its Markdown with links to both."""
+        md, tex = f"{table.label}.md", f"{table.label}.tex"
+        (self.out_dir / md).write_text(to_markdown(table), encoding="utf-8")
+        (self.out_dir / tex).write_text(to_latex(table), encoding="utf-8")
+        self.lines += [f"Table: [{md}]({md}) · [{tex}]({tex})", "", to_markdown(table)]
+
+    def figure(self, path: Path, caption: str) -> None:
+        """Embed the figure at ``path`` (inside the report directory) with its caption and a link."""
+        name = path.relative_to(self.out_dir).as_posix()
+        self.lines += [f"![{caption}]({name})", "", f"Figure: [{name}]({name}) — {caption}", ""]
+
+    def slug(self, *parts: str) -> str:
+        """A file-name-safe, unique stem for ``parts`` (the same parts always give the same stem)."""
+        if parts not in self._slugs:
+            base = re.sub(r"[^A-Za-z0-9._]+", "-", "-".join(p for p in parts if p)).strip("-.") or "stream"
+            stem, i = base, 2
+            while stem in self._slugs.values():
+                stem, i = f"{base}-{i}", i + 1
+            self._slugs[parts] = stem
+        return self._slugs[parts]
+
+
+@dataclass(slots=True)
+class ReportContext:
+    """What the sections read: the run's lanes and settings, plus what earlier sections computed.
+
+    Attributes:
+        run: The run directory.
+        lanes: Every lane of the run, all orders.
+        base: Each (stream, critic, method)'s lowest-order lane (:func:`ceb.eval.lanes.base_lanes`).
+        n_bins: Equal-width ECE bins.
+        n_boot: Bootstrap replicates per metric row.
+        seed: Bootstrap seed.
+        colors: Figure colour per method.
+        settings: The run's recorded ``ceb`` settings (defaults without ``config.json``).
+        methods: The run's methods the catalogue knows, resolved over ``settings``.
+        rows: The main table's metric rows (filled in by section 1).
+        headline: Each (critic, method)'s headline row (filled in by section 1).
+    """
+
+    run: Path
+    lanes: Sequence[Lane]
+    base: Sequence[Lane]
+    n_bins: int
+    n_boot: int
+    seed: int
+    colors: Mapping[str, str]
+    settings: CEBConfig
+    methods: Mapping[str, ResolvedMethod]
+    rows: list[MetricRow] = field(default_factory=list)
+    headline: dict[tuple[str, str], MetricRow] = field(default_factory=dict)
+
+
+SectionFn = Callable[[ReportWriter, ReportContext], None]
+"""A section: writes its part of ``report.md`` (and its files) through the writer."""
+
+_YIELDED = frozenset({"rows", "headline"})
+_INPUTS = frozenset(f.name for f in fields(ReportContext)) - _YIELDED
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """One numbered section of ``report.md``.
+
+    Attributes:
+        number: Section number, printed before the title.
+        title: Heading text after the number.
+        needs: :class:`ReportContext` fields the section reads.
+        yields: :class:`ReportContext` fields the section fills in for later sections.
+        write: The section function.
+    """
+
+    number: int
+    title: str
+    needs: tuple[str, ...]
+    yields: tuple[str, ...]
+    write: SectionFn
+
+    @property
+    def heading(self) -> str:
+        """The Markdown heading text, e.g. ``"5. Selective execution (section 4.5)"``."""
+        return f"{self.number}. {self.title}"
+
+
+_SECTIONS: dict[int, Section] = {}
+
+
+def section(
+    number: int, title: str, *, needs: Sequence[str] = (), yields: Sequence[str] = ()
+) -> Callable[[SectionFn], SectionFn]:
+    """Register the decorated function as section ``number`` of the report.
+
+    Args:
+        number: Section number; unique.
+        title: Heading text after the number.
+        needs: :class:`ReportContext` fields the section reads.
+        yields: :class:`ReportContext` fields the section fills in.
+
+    Returns:
+        A decorator that registers the function and returns it unchanged.
+
+    Raises:
+        ValueError: ``number`` is taken, or a name in ``needs`` / ``yields`` is not a context field.
+    """
+    unknown = (set(needs) | set(yields)) - _INPUTS - _YIELDED
+    if unknown:
+        raise ValueError(f"section {number}: {sorted(unknown)} are not ReportContext fields")
+
+    def register(fn: SectionFn) -> SectionFn:
+        if number in _SECTIONS:
+            raise ValueError(f"section {number} is already registered ({_SECTIONS[number].write.__name__})")
+        _SECTIONS[number] = Section(number, title, tuple(needs), tuple(yields), fn)
+        return fn
+
+    return register
+
+
+def registered_sections() -> list[Section]:
+    """The registered sections in number order, their wiring checked.
+
+    Raises:
+        ValueError: A section needs a field that no earlier section yields.
+    """
+    ordered = [_SECTIONS[n] for n in sorted(_SECTIONS)]
+    available = set(_INPUTS)
+    for s in ordered:
+        missing = set(s.needs) - available
+        if missing:
+            raise ValueError(f"section {s.heading!r} needs {sorted(missing)}, which no earlier section yields")
+        available |= set(s.yields)
+    return ordered
+
+
+def na_notes(rows: Sequence[MetricRow]) -> list[str]:
+    """One note per metric row without numbers, saying where and why it prints n/a."""
+    return [
+        f"{method_label(r.method)} on {where(r.stream, r.critic)}: n/a ({r.note})" for r in rows if r.summary is None
+    ]
+
+
+def where(stream: str, critic: str) -> str:
+    """How the report names a (stream, critic): ``"web / gpt"``, or ``"all streams (pooled)"``."""
+    name = "all streams (pooled)" if stream == POOLED else stream
+    return f"{name} / {critic}" if critic else name
+
+
+def metric_json(r: MetricRow) -> dict[str, Any]:
+    """A metric row as report.json stores it."""
+    return {
+        "stream": r.stream,
+        "critic": r.critic,
+        "method": r.method,
+        "n": r.n,
+        "failed": r.failed,
+        "unlabeled": r.unlabeled,
+        "n_trajectories": r.n_trajectories,
+        "metrics": None if r.summary is None else r.summary.to_dict(),
+        "ci": None if r.ci is None else asdict(r.ci),
+        "note": r.note,
+    }
+
+
+def drawn(methods: Iterable[str]) -> set[str]:
+    """The methods figures draw: all but the V / k sweep cells, which have their own tables (sections 10-12).
+
+    A figure of 30 curves reads as none; when only sweep cells ran, they are drawn.
+    """
+    names = set(methods)
+    sweep = {m for m in names if is_sweep_cell(m)}
+    return names if sweep == names else names - sweep
+
+
+def is_sweep_cell(method: str) -> bool:
+    try:
+        return resolve_method(method).group == "sweep"
+    except ConfigError:
+        return False
+
+
+def figure_methods(methods: Sequence[str], rep: ReportWriter) -> set[str]:
+    """:func:`drawn`, with a note in the report naming how many sweep cells were left out."""
+    shown = drawn(methods)
+    if len(shown) < len(set(methods)):
+        left = len(set(methods)) - len(shown)
+        rep.note(f"Figures leave out the {left} V / k sweep cells (see the sweep tables); the table above has them.")
+    return shown
+
+
+def by_stream(items: Mapping[tuple[str, str, str], Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Regroup ``(stream, critic, method)`` keys as ``(stream, critic) -> method -> value``."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for (stream, critic, method), value in items.items():
+        out.setdefault((stream, critic), {})[method] = value
+    return out
