@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ceb.eval._arrays import FloatArray, IntArray
+from ceb.pipeline.results import StepRow
 
 __all__ = [
     "POOLED",
@@ -115,51 +116,32 @@ class Lane:
         return None
 
 
-def lanes_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Lane]:
-    """Group the rows of ``scores.jsonl`` into lanes.
+def lanes_from_rows(rows: Iterable[StepRow]) -> list[Lane]:
+    """Group the typed rows of ``scores.jsonl`` (:func:`ceb.pipeline.read_step_rows`) into lanes.
 
-    Rows of different lanes may interleave. Rows written before the multi-order fields existed default to
-    ``order = 0`` and ``critic = ""``; without ``position``, a trajectory's position is the rank of its first
-    row within the lane. ``alt_labels`` may be absent or empty; ``input_tokens`` and ``bank_tokens`` may be
-    absent or ``null`` (``NaN`` in the lane).
-
-    Args:
-        rows: Decoded rows with at least ``stream``, ``method``, ``trajectory``, ``step``, ``score`` and
-            ``label`` (see :class:`ceb.pipeline.results.StepRow`).
+    Rows of different lanes may interleave; within a lane they are put in (position, step) order.
+    ``input_tokens`` and ``bank_tokens`` may be ``None`` (``NaN`` in the lane).
 
     Returns:
         One lane per (stream, critic, method, order), in the order each lane first appears.
-
-    Raises:
-        KeyError: A row lacks one of the required fields.
     """
-    grouped: dict[tuple[str, str, str, int], list[Mapping[str, Any]]] = {}
+    grouped: dict[tuple[str, str, str, int], list[StepRow]] = {}
     for row in rows:
-        key = (str(row["stream"]), str(row.get("critic") or ""), str(row["method"]), int(row.get("order") or 0))
-        grouped.setdefault(key, []).append(row)
+        grouped.setdefault((row.stream, row.critic, row.method, row.order), []).append(row)
     return [_lane(key, lane_rows) for key, lane_rows in grouped.items()]
 
 
-def _lane(key: tuple[str, str, str, int], rows: list[Mapping[str, Any]]) -> Lane:
-    first_seen: dict[str, int] = {}
-    for row in rows:
-        first_seen.setdefault(str(row["trajectory"]), len(first_seen))
-    position = np.array(
-        [
-            int(row["position"]) if row.get("position") is not None else first_seen[str(row["trajectory"])]
-            for row in rows
-        ],
-        dtype=np.int64,
-    )
-    step = np.array([int(row["step"]) for row in rows], dtype=np.int64)
+def _lane(key: tuple[str, str, str, int], rows: list[StepRow]) -> Lane:
+    position = np.array([row.position for row in rows], dtype=np.int64)
+    step = np.array([row.step for row in rows], dtype=np.int64)
     # lexsort: last key is primary; it is stable, so duplicate (position, step) keep file order.
     order = np.lexsort((step, position))
-    names = sorted({name for row in rows for name in (row.get("alt_labels") or {})})
-    alt = {name: _floats([(row.get("alt_labels") or {}).get(name) for row in rows])[order] for name in names}
+    names = sorted({name for row in rows for name in row.alt_labels})
+    alt = {name: _floats([row.alt_labels.get(name) for row in rows])[order] for name in names}
     errors: dict[str, None] = {}
     for row in rows:
-        if row["score"] is None:
-            errors.setdefault(str(row.get("error") or "no score"), None)
+        if row.status in ("failed", "not_available"):
+            errors.setdefault(row.error or "no score", None)
     for array in (position, step):
         array.setflags(write=False)
     stream, critic, method, lane_order = key
@@ -168,15 +150,15 @@ def _lane(key: tuple[str, str, str, int], rows: list[Mapping[str, Any]]) -> Lane
         critic=critic,
         method=method,
         order=lane_order,
-        trajectory=np.array([str(row["trajectory"]) for row in rows], dtype=object)[order],
+        trajectory=np.array([row.trajectory for row in rows], dtype=object)[order],
         position=position[order],
         step=step[order],
-        score=_floats([row["score"] for row in rows])[order],
-        label=_floats([row["label"] for row in rows])[order],
+        score=_floats([row.score for row in rows])[order],
+        label=_floats([row.label for row in rows])[order],
         alt_labels=alt,
         errors=tuple(errors),
-        input_tokens=_floats([row.get("input_tokens") for row in rows])[order],
-        bank_tokens=_floats([row.get("bank_tokens") for row in rows])[order],
+        input_tokens=_floats([row.input_tokens for row in rows])[order],
+        bank_tokens=_floats([row.bank_tokens for row in rows])[order],
     )
 
 

@@ -49,7 +49,7 @@ from ceb.eval.lanes import Lane, base_lanes, lanes_from_rows
 from ceb.eval.plots import method_colors
 from ceb.eval.sections import ReportContext, ReportWriter, registered_sections
 from ceb.eval.sections.base import drawn
-from ceb.pipeline.results import read_rows
+from ceb.pipeline.results import read_step_rows
 from ceb.stages.methods import ResolvedMethod
 
 __all__ = ["build_report"]
@@ -86,7 +86,7 @@ def build_report(
     scores = run / "scores.jsonl"
     if not scores.is_file():
         raise RunError(f"{run} has no scores.jsonl; is it a run directory written by `ceb score`?")
-    lanes = lanes_from_rows(read_rows(scores))
+    lanes = lanes_from_rows(read_step_rows(scores))
     if not lanes:
         raise RunError(f"{scores} holds no scored step")
     out = Path(out_dir) if out_dir is not None else run / "report"

@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from ceb.eval.lanes import POOLED
 from ceb.eval.metrics import summarize
 from ceb.pipeline.results import StepRow, read_step_rows
 
@@ -31,8 +32,6 @@ __all__ = ["BASE_RATE", "MEAN_METRICS", "POOLED", "POOLING", "run_metrics", "wri
 
 BASE_RATE = "base-rate"
 """Method name of the label-oracle constant reference entries."""
-POOLED = "(pooled)"
-"""Stream name of the entries that pool every stream of a method within one order (or average over orders)."""
 POOLING = (
     "per stream and order; (pooled): all streams within one stream order; "
     "order = None: mean and sd over orders of the per-order pooled values"

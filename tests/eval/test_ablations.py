@@ -37,6 +37,7 @@ from ceb.eval.tables import (
     vsweep_table,
 )
 from ceb.stages.methods import MethodSpec, ResolvedMethod
+from tests.support.builders import step_rows
 
 
 def _pair(method: str, a: float | None, b: float | None, *, stream: str = "web", **kw: Any) -> list[dict[str, Any]]:
@@ -49,7 +50,7 @@ def _pair(method: str, a: float | None, b: float | None, *, stream: str = "web",
 
 
 def _rows(*groups: list[dict[str, Any]]) -> list[MetricRow]:
-    return metric_rows(lanes_from_rows([r for g in groups for r in g]), n_boot=0)
+    return metric_rows(lanes_from_rows(step_rows([r for g in groups for r in g])), n_boot=0)
 
 
 # --- settings ---------------------------------------------------------------------------------------------
@@ -257,7 +258,7 @@ def test_token_costs_means_and_delta_vs_k1_by_hand() -> None:
         *_tokens(_pair("ceb-positives-only", 0.85, 0.25), [1800, 1800], [380, 380]),
         *_pair("ppl", 0.5, 0.5),  # a baseline: no counts, no row
     ]
-    lanes = lanes_from_rows(raw)
+    lanes = lanes_from_rows(step_rows(raw))
     head = headline_rows(metric_rows(lanes, n_boot=0))
     settings = CEBConfig()
     costs = token_costs(base_lanes(lanes), head, method_settings([la.method for la in lanes], settings))
@@ -285,7 +286,7 @@ def test_token_costs_means_and_delta_vs_k1_by_hand() -> None:
 
 
 def test_token_costs_need_a_count() -> None:
-    lanes = lanes_from_rows(_pair("ceb", 0.85, 0.25) + _pair("static", 0.5, 0.5))
+    lanes = lanes_from_rows(step_rows(_pair("ceb", 0.85, 0.25) + _pair("static", 0.5, 0.5)))
     head = headline_rows(metric_rows(lanes, n_boot=0))
     assert token_costs(lanes, head, method_settings(["ceb", "static"], CEBConfig())) == []
 

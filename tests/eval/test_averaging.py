@@ -9,6 +9,7 @@ import pytest
 
 from ceb.eval.averaging import cumulative_ece, stream_averaging, task_count_grid
 from ceb.eval.lanes import lanes_from_rows
+from tests.support.builders import step_rows
 
 NAN = float("nan")
 
@@ -56,7 +57,7 @@ def test_stream_averaging_mean_std_and_gap_over_two_orders() -> None:
     for order, first, second in ((0, ("A", 1), ("B", 0)), (1, ("B", 0), ("A", 1))):
         rows.append(_row("s", "static", first[0], 0, 0.5, first[1], order=order, position=0))
         rows.append(_row("s", "static", second[0], 0, 0.5, second[1], order=order, position=1))
-    curves = {c.method: c for c in stream_averaging(lanes_from_rows(rows))}
+    curves = {c.method: c for c in stream_averaging(lanes_from_rows(step_rows(rows)))}
     ceb = curves["ceb"]
     assert ceb.orders == (0, 1)
     assert list(ceb.task_counts) == [1, 2]
@@ -74,7 +75,7 @@ def test_stream_averaging_mean_std_and_gap_over_two_orders() -> None:
 
 def test_stream_averaging_single_order_has_nan_std() -> None:
     rows = [_row("s", "ceb", "A", 0, 0.85, 1), _row("s", "ceb", "B", 0, 0.15, 0, position=1)]
-    (curve,) = stream_averaging(lanes_from_rows(rows))
+    (curve,) = stream_averaging(lanes_from_rows(step_rows(rows)))
     assert curve.orders == (0,)
     assert all(math.isnan(v) for v in curve.std)
     assert curve.at(2) is not None and curve.at(3) is None

@@ -6,6 +6,7 @@ import pytest
 
 from ceb.eval.calibration import depth_calibration, label_shift, metric_rows
 from ceb.eval.lanes import POOLED, lanes_from_rows
+from tests.support.builders import step_rows
 
 NAN = float("nan")
 
@@ -23,7 +24,7 @@ def test_not_available_method_has_no_numbers_and_keeps_its_reason() -> None:
         _row("s", "ceb", "A", 0, 0.9, 1),
         _row("s", "ceb", "A", 1, 0.2, 0),
     ]
-    by_method = {r.method: r for r in metric_rows(lanes_from_rows(rows), n_boot=5)}
+    by_method = {r.method: r for r in metric_rows(lanes_from_rows(step_rows(rows)), n_boot=5)}
     assert by_method["ppl"].summary is None and by_method["ppl"].ci is None
     assert by_method["ppl"].note == "not available: no logprobs"
     assert by_method["ppl"].failed == 2
@@ -38,13 +39,15 @@ def test_pooled_rows_only_for_methods_on_several_streams_and_use_lowest_order() 
         _row("s2", "ceb", "C", 0, 0.0, 1, order=1),  # a second order: must not be double counted
         _row("s1", "static", "A", 0, 0.5, 1),
     ]
-    out = metric_rows(lanes_from_rows(rows), n_boot=0)
+    out = metric_rows(lanes_from_rows(step_rows(rows)), n_boot=0)
     keys = [(r.stream, r.method, r.n) for r in out]
     assert keys == [("s1", "ceb", 2), ("s2", "ceb", 1), ("s1", "static", 1), (POOLED, "ceb", 3)]
     pooled = out[-1]
     # A method without numbers on one of its streams gets a pooled row without numbers.
     rows += [_row("s1", "ppl", "A", 0, None, 1, error="not available"), _row("s2", "ppl", "C", 0, 0.5, 1)]
-    ppl = [r for r in metric_rows(lanes_from_rows(rows), n_boot=0) if r.method == "ppl" and r.stream == POOLED]
+    ppl = [
+        r for r in metric_rows(lanes_from_rows(step_rows(rows)), n_boot=0) if r.method == "ppl" and r.stream == POOLED
+    ]
     assert ppl[0].summary is None and ppl[0].note == "not pooled: no numbers on s1"
     assert pooled.summary is not None
     # Brier over (1, 0.9), (0, 0.1), (1, 0.6): (0.01 + 0.01 + 0.16) / 3 = 0.06

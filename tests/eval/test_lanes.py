@@ -7,6 +7,7 @@ import pytest
 
 from ceb.eval.calibration import metric_rows
 from ceb.eval.lanes import comparable_masks, lanes_from_rows, reference_method, relabel
+from tests.support.builders import step_rows
 
 NAN = float("nan")
 
@@ -25,7 +26,7 @@ def test_lanes_group_interleaved_rows_and_sort_by_position_then_step() -> None:
         _row("s", "ceb", "A", 0, 0.6, 0, position=0, order=0, alt_labels={"judge": 1}),
         _row("s", "ceb", "A", 0, 0.9, 1, position=0, order=1),
     ]
-    lanes = lanes_from_rows(rows)
+    lanes = lanes_from_rows(step_rows(rows))
     assert [(la.method, la.order, la.n_rows) for la in lanes] == [("ceb", 0, 3), ("static", 0, 1), ("ceb", 1, 1)]
     ceb0 = lanes[0]
     assert list(ceb0.trajectory) == ["A", "A", "B"]
@@ -38,7 +39,7 @@ def test_lanes_group_interleaved_rows_and_sort_by_position_then_step() -> None:
 
 def test_rows_without_order_position_or_critic_get_defaults() -> None:
     rows = [_row("s", "ceb", "X", 0, 0.5, 1), _row("s", "ceb", "Y", 0, 0.5, 0), _row("s", "ceb", "X", 1, 0.4, 1)]
-    (lane,) = lanes_from_rows(rows)
+    (lane,) = lanes_from_rows(step_rows(rows))
     assert (lane.order, lane.critic) == (0, "")
     # position = rank of the trajectory's first row, so X's second step stays with X.
     assert list(lane.trajectory) == ["X", "X", "Y"]
@@ -51,7 +52,7 @@ def test_failed_and_unlabeled_steps_are_counted_not_used() -> None:
         _row("s", "ceb", "A", 1, None, 1, error="timeout"),
         _row("s", "ceb", "A", 2, 0.3, None),
     ]
-    (lane,) = lanes_from_rows(rows)
+    (lane,) = lanes_from_rows(step_rows(rows))
     assert (lane.n_failed, lane.n_unlabeled, int(lane.usable.sum())) == (1, 1, 1)
     (row,) = metric_rows([lane], n_boot=0)
     assert (row.n, row.failed, row.unlabeled) == (1, 1, 1)
@@ -69,7 +70,7 @@ def test_comparable_masks_keep_steps_and_tasks_every_available_method_can_be_jud
         _row("s", "static", "B", 0, 0.5, 0, position=1),
         _row("s", "ppl", "A", 0, None, 1, error="not available"),
     ]
-    lanes = lanes_from_rows(rows)
+    lanes = lanes_from_rows(step_rows(rows))
     masks, kept, total = comparable_masks(lanes, whole_trajectories=False)
     # Step (A, 1) failed for ceb, so static loses it too; ppl is not available and keeps its rows (-> n/a).
     assert [m.tolist() for m in masks] == [[True, False, True], [True, False, True], [True]]

@@ -35,7 +35,10 @@ def _step(stream: str, method: str, traj: str, step: int, score: float | None, l
         "repetition_flag": False,
         "retrieved": [],
     }
-    return StepRow(stream, method, traj, step, score, label, **(base | kw))
+    fields = base | kw
+    if score is None:
+        fields["status"] = "not_available" if fields["error"].startswith("not available") else "failed"
+    return StepRow(stream, method, traj, step, score, label, **fields)
 
 
 def _write_run(

@@ -37,6 +37,7 @@ def _row(method: str, traj: str, score: float | None, label: int, tokens: tuple[
         retrieved=[],
         input_tokens=None if tokens is None else tokens[0],
         bank_tokens=None if tokens is None else tokens[1],
+        status="scored" if score is not None else "failed",
     )
     return asdict(row)
 

@@ -19,6 +19,7 @@ from ceb.eval.tables import (
     to_latex,
     to_markdown,
 )
+from tests.support.builders import step_rows
 
 
 def _table(rows: list[Row], columns: tuple[Column, ...]) -> Table:
@@ -111,7 +112,7 @@ def test_main_table_paper_layout_with_na_method() -> None:
         {"stream": "web", "method": "ptrue", "trajectory": "A", "step": 0, "score": 0.5, "label": 1},
         {"stream": "web", "method": "ptrue", "trajectory": "A", "step": 1, "score": 0.5, "label": 0},
     ]  # fmt: skip
-    table = main_table(metric_rows(lanes_from_rows(rows), n_boot=0))
+    table = main_table(metric_rows(lanes_from_rows(step_rows(rows)), n_boot=0))
     md = to_markdown(table)
     # Paper row order (PPL, P(True), CEB), display names, n/a for the unavailable method.
     assert md.index("| PPL |") < md.index("| P(True) |") < md.index("| CEB |")

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import orjson
 
 from ceb.backends.base import ChatRequest
 from ceb.data.trajectory import Step, Trajectory
+from ceb.pipeline.results import StepRow
+from ceb.stages.base import NOT_AVAILABLE
 
 
 def step(action: str, observation: str = "", state: str = "", label: int | None = None, **kw: object) -> Step:
@@ -36,3 +40,26 @@ def default_reply(request: ChatRequest, score: float = 0.6, label: int = 1) -> s
     if request.stage == "critic":
         return orjson.dumps({"score": score, "reason": "scripted"}).decode()
     return orjson.dumps({"labels": [label] * n_steps_of(request)}).decode()
+
+
+def step_rows(rows: Iterable[Mapping[str, Any]]) -> list[StepRow]:
+    """Typed result rows from short dicts (``stream``, ``method``, ``trajectory``, ``step``, ``score``, ``label``).
+
+    Other fields take neutral defaults; the status follows the score and the error (as layout-1 rows are
+    read); without ``position`` a trajectory's position is the rank of its first row in its lane.
+    """
+    seen: dict[tuple[Any, ...], dict[str, int]] = {}
+    out = []
+    for raw in rows:
+        row = {"error": None, "clipped": False, "raw": "", "latency_s": 0.0, "queue_s": 0.0, "requests": 1}
+        row |= {"prompt_tokens": None, "completion_tokens": None, "bank_size": 0, "repetition_flag": False}
+        row |= {"retrieved": []} | dict(raw)
+        lane = (row["stream"], row.get("critic", ""), row["method"], row.get("order", 0))
+        first = seen.setdefault(lane, {})
+        first.setdefault(row["trajectory"], len(first))
+        row.setdefault("position", first[row["trajectory"]])
+        if "status" not in row:
+            na = str(row["error"] or "").startswith(NOT_AVAILABLE)
+            row["status"] = "scored" if row["score"] is not None else "not_available" if na else "failed"
+        out.append(StepRow(**row))
+    return out
