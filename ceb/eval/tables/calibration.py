@@ -35,7 +35,11 @@ def main_table(
         keys,
         (ECE, BRIER, AUC),
         cells,
-        caption=caption or "Step-level confidence estimation: ECE (equal width), Brier and AUC per stream.",
+        caption=caption
+        or (
+            "Step-level confidence estimation: ECE (equal width), Brier and AUC per stream, in the first stream "
+            "order; pooled: all streams of that order, each step once (mean and sd over orders: metrics.json)."
+        ),
         label=label,
         notes=notes,
     )
