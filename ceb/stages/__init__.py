@@ -20,7 +20,7 @@ from ceb.stages.critic import CRITIC_SCHEMA, LLMCritic, critic_context, repetiti
 from ceb.stages.hindsight import LLMHindsight, hindsight_context, labels_schema, majority_vote
 from ceb.stages.methods import LLM_CRITIC, MethodSpec, all_methods, method_names, register_method, resolve_method
 from ceb.stages.parsing import find_json_object, parse_labels, parse_score
-from ceb.stages.templates import PROMPT_KINDS, PromptLimits, PromptSet, clip
+from ceb.stages.templates import PROMPT_KINDS, PromptSet, clip
 
 __all__ = [
     "BACKENDS",
@@ -38,7 +38,6 @@ __all__ = [
     "LLMCritic",
     "LLMHindsight",
     "MethodSpec",
-    "PromptLimits",
     "PromptSet",
     "Stages",
     "StepStatus",

@@ -24,7 +24,7 @@ from ceb.stages.critic import LLMCritic
 from ceb.stages.hindsight import LLMHindsight
 from ceb.stages.methods import MethodSpec
 from ceb.stages.offline import OfflineCritic, OfflineHindsight
-from ceb.stages.templates import PromptLimits, PromptSet
+from ceb.stages.templates import PromptSet
 
 __all__ = [
     "BACKENDS",
@@ -80,8 +80,7 @@ def build_stages(config: RunConfig, limits: EndpointLimits | None = None) -> Sta
 
 def prompt_set(config: RunConfig) -> PromptSet:
     """The templates and text budgets of ``config.prompts``."""
-    p = config.prompts
-    return PromptSet(p.prompt_dir, PromptLimits(**p.model_dump(exclude={"prompt_dir"})))
+    return PromptSet(config.prompts.prompt_dir, config.prompts)
 
 
 def llm_stages(config: RunConfig, chat: ChatBackend) -> Stages:

@@ -24,7 +24,7 @@ templates keep such text in its place with one rule, applied by the :func:`fence
   their ``<`` and stay plain text. Model-specific markers that are also ordinary text (``<s>`` in HTML,
   ``[INST]``) are left alone.
 - Values are inserted as data and never parsed as Jinja (``{{ 7*7 }}`` in a state is shown as is).
-- Each value is cut to its budget in :class:`PromptLimits`: ``fence(text, n)`` gives at most
+- Each value is cut to its budget in :class:`~ceb.config.PromptConfig`: ``fence(text, n)`` gives at most
   ``n + len(CLIP_MARKER)`` characters, indentation included, keeping the head and the tail (see :func:`clip`).
   So a prompt is at most its template text plus, per untrusted value shown, its budget plus
   ``len(CLIP_MARKER)``, however large the input.
@@ -37,15 +37,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
+from ceb.config import PromptConfig
 from ceb.errors import ConfigError
 
-__all__ = ["CLIP_MARKER", "DATA_INDENT", "PROMPT_KINDS", "PromptLimits", "PromptSet", "clip", "fence"]
+__all__ = ["CLIP_MARKER", "DATA_INDENT", "PROMPT_KINDS", "PromptSet", "clip", "fence"]
 
 PROMPT_KINDS = ("critic_system", "critic_user", "hindsight_system", "hindsight_user")
 _PACKAGE_DIR = Path(__file__).with_name("prompts")
@@ -61,29 +61,6 @@ DATA_INDENT = "    "
 _OTHER_LINE_BREAK = re.compile(r"[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 # `<|...|>` (ChatML, Llama 3, Phi, Qwen), its fullwidth-bar form (DeepSeek) and Gemma's turn markers.
 _CONTROL_TOKEN = re.compile(r"<(?=[|\uff5c]|(?:start|end)_of_turn>)")
-
-
-@dataclass(frozen=True, slots=True)
-class PromptLimits:
-    """Character budgets for untrusted text in prompts (keep the head and the tail, mark the cut).
-
-    Attributes:
-        task_chars: The task ``q`` (critic and hindsight prompts).
-        state_chars: The current state ``s_t`` in the critic prompt.
-        action_chars: Any action or reasoning string.
-        history_observation_chars: Each earlier step's observation in the critic's history block.
-        bank_state_chars: A bank record's state summary ``s'`` (also the state part of retrieval keys).
-        bank_observation_chars: A bank record's observation summary ``o~'``.
-        hindsight_observation_chars: Each step's observation in the hindsight prompt.
-    """
-
-    state_chars: int = 2000
-    action_chars: int = 600
-    history_observation_chars: int = 600
-    bank_state_chars: int = 400
-    bank_observation_chars: int = 300
-    hindsight_observation_chars: int = 600
-    task_chars: int = 2000
 
 
 def clip(text: str | None, max_chars: int) -> str:
@@ -151,8 +128,9 @@ class PromptSet:
         ConfigError: ``prompt_dir`` does not exist.
     """
 
-    def __init__(self, prompt_dir: str | Path | None = None, limits: PromptLimits | None = None) -> None:
-        self.limits = limits or PromptLimits()
+    def __init__(self, prompt_dir: str | Path | None = None, limits: PromptConfig | None = None) -> None:
+        self.limits = limits or PromptConfig()
+        self._budgets = self.limits.model_dump(exclude={"prompt_dir"})  # rendered into every prompt
         self._dirs: list[Path] = []
         if prompt_dir is not None:
             p = Path(prompt_dir)
@@ -185,7 +163,7 @@ class PromptSet:
         name = f"{self.family(domain)}/{kind}.j2"
         try:
             tpl = self._env.get_template(name)
-            return tpl.render(limits=asdict(self.limits), **context).strip() + "\n"
+            return tpl.render(limits=self._budgets, **context).strip() + "\n"
         except jinja2.TemplateError as exc:
             raise ConfigError(f"prompt template {name}: {exc}") from exc
 

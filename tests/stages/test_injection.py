@@ -14,7 +14,7 @@ import json
 import math
 import re
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -24,14 +24,13 @@ from hypothesis import strategies as st
 from ceb.backends.base import RetryPolicy
 from ceb.backends.scripted import ScriptedChat
 from ceb.bank import BankRecord, Hit, Retrieval
-from ceb.config import CriticConfig
+from ceb.config import CriticConfig, PromptConfig
 from ceb.data.trajectory import Step, Trajectory
 from ceb.stages import (
     CriticInput,
     HistoryItem,
     LLMCritic,
     LLMHindsight,
-    PromptLimits,
     PromptSet,
     critic_context,
     hindsight_context,
@@ -109,7 +108,7 @@ def _precedent(**fields: str) -> Retrieval:
     return Retrieval(positives=(Hit(record(**fields), 0.9),))
 
 
-# field name -> (how to put text there, the PromptLimits budget that applies to it)
+# field name -> (how to put text there, the PromptConfig budget that applies to it)
 CRITIC_FIELDS: dict[str, tuple[Callable[[CriticInput, str], CriticInput], str]] = {
     "task": (lambda i, x: replace(i, task=x), "task_chars"),
     "state": (lambda i, x: replace(i, state=x), "state_chars"),
@@ -163,7 +162,7 @@ def render(stage: str, domain: str, field: str, text: str) -> tuple[dict[str, st
 
 def budget(stage: str, field: str) -> int:
     name = (CRITIC_FIELDS if stage == "critic" else HINDSIGHT_FIELDS)[field][1]
-    value = asdict(LIMITS)[name]
+    value = getattr(LIMITS, name)
     assert isinstance(value, int)
     return value
 
@@ -496,7 +495,7 @@ def test_a_five_megabyte_value_costs_at_most_its_budget(stage: str, field: str, 
 
 @pytest.mark.parametrize("domain", FAMILIES)
 def test_every_value_five_megabytes_at_once_stays_under_the_sum_of_the_budgets(domain: str) -> None:
-    limits = PromptLimits()
+    limits = PromptConfig()
     history = tuple(HistoryItem(HUGE, HUGE, 0.5) for _ in range(3))
     precedents = tuple(Hit(record(task=HUGE, state=HUGE, action=HUGE, observation=HUGE), 0.5) for _ in range(2))
     inp = critic_input(
