@@ -20,7 +20,11 @@ class BaselineSettings:
         me_surprisal: ME on a step that carries only ``actor_logprobs`` and no actor endpoint: ``True`` takes
             each token's surprisal ``-log p(x_t)`` as a one-sample estimate of its entropy (so the score equals
             PPL's); ``False`` (default) reports the step as not available.
-        ptrue_top_logprobs: Alternatives read for the answer token of P(True) (OpenAI allows at most 20).
+        ptrue_forced: P(True) from the teacher-forced log-probabilities of both whole answers (vLLM's
+            ``prompt_logprobs``; default), so it never depends on the answer tokens ranking among the top
+            alternatives; ``False`` reads the first answer token's ``top_logprobs`` instead (OpenAI).
+        ptrue_top_logprobs: Alternatives read for the answer token of P(True) when not forced (OpenAI allows at
+            most 20).
         ptrue_max_tokens: Output budget of P(True), in tokens; only the first token is read.
         cot_temperature: Sampling temperature of the CoT critic.
         cot_max_tokens: Output budget of the CoT critic's reasoning and confidence line, in tokens.
@@ -37,6 +41,7 @@ class BaselineSettings:
 
     prompt_logprobs: int = 20
     me_surprisal: bool = False
+    ptrue_forced: bool = True
     ptrue_top_logprobs: int = 20
     ptrue_max_tokens: int = 1
     cot_temperature: float = 0.0
