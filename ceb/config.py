@@ -127,8 +127,12 @@ class BaselineConfig(_Section):
     """ME on a step that carries only ``actor_logprobs`` and no actor endpoint: ``True`` takes each token's
     surprisal ``-log p(x_t)`` as a one-sample estimate of its entropy (so the score equals PPL's); ``False``
     reports the step as not available."""
+    ptrue_forced: bool = True
+    """P(True) from the teacher-forced log-probabilities of both whole answers (vLLM's ``prompt_logprobs``), so it
+    never depends on the answer tokens ranking among the top alternatives; ``False`` reads the first answer
+    token's ``top_logprobs`` instead (for servers without ``prompt_logprobs``, e.g. OpenAI)."""
     ptrue_top_logprobs: int = Field(20, ge=1)
-    """Alternatives read for the P(True) answer token (OpenAI allows at most 20)."""
+    """Alternatives read for the P(True) answer token when not forced (OpenAI allows at most 20)."""
     ptrue_max_tokens: int = Field(1, ge=1)
     """Output budget of P(True), in tokens; only the first token is read."""
     cot_temperature: float = Field(0.0, ge=0)

@@ -11,16 +11,51 @@ OpenAI's nested shape).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
 from ceb.backends.base import Completion, TokenLogprob
 
-__all__ = ["error_message", "parse_completion", "retry_after"]
+__all__ = ["OPENAI_STRICT_UNSUPPORTED", "error_message", "openai_strict_schema", "parse_completion", "retry_after"]
 
 _MAX_ERROR_CHARS = 500
 """Longest server error text carried into an exception: enough for any API error, not a proxy's whole page."""
+
+
+OPENAI_STRICT_UNSUPPORTED = frozenset({"minLength", "maxLength"})
+"""Schema keywords OpenAI's strict structured outputs refuse (its "Supported schemas" list has ``pattern`` and
+``format`` for strings, and ``minimum``/``maximum``, ``minItems``/``maxItems`` and ``enum``, but no string length
+bounds); :func:`openai_strict_schema` drops them."""
+
+
+def openai_strict_schema(schema: Any) -> Any:
+    """A copy of ``schema`` without the keywords in :data:`OPENAI_STRICT_UNSUPPORTED`, at every depth.
+
+    vLLM enforces them (xgrammar), and ``structured_output = "vllm"`` sends them; OpenAI's strict mode would
+    refuse the whole request, so ``json_schema`` mode sends the schema without them and leaves those bounds to
+    the prompt and the output budget.
+
+    Args:
+        schema: A JSON Schema as JSON values (mappings are copied into dicts).
+
+    Returns:
+        The schema without those keywords; property names are kept even when they equal a keyword.
+    """
+    if isinstance(schema, Mapping):
+        out: dict[str, Any] = {}
+        for key, value in schema.items():
+            if key in OPENAI_STRICT_UNSUPPORTED:
+                continue
+            if key in ("properties", "$defs", "definitions") and isinstance(value, Mapping):
+                out[key] = {name: openai_strict_schema(sub) for name, sub in value.items()}
+            else:
+                out[key] = openai_strict_schema(value)
+        return out
+    if isinstance(schema, list | tuple):
+        return [openai_strict_schema(item) for item in schema]
+    return schema
 
 
 def parse_completion(body: Any, *, default_model: str, asked_prompt_logprobs: Any = None) -> Completion:

@@ -32,7 +32,7 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from ceb.backends._wire import error_message, parse_completion, retry_after
+from ceb.backends._wire import error_message, openai_strict_schema, parse_completion, retry_after
 from ceb.backends.base import (
     ChatBackend,
     ChatRequest,
@@ -48,9 +48,12 @@ __all__ = ["OpenAIBackend", "OpenAISettings", "StructuredOutput"]
 StructuredOutput = Literal["json_schema", "vllm", "json_object", "none"]
 """How a reply's JSON shape is enforced.
 
-``json_schema``: OpenAI's ``response_format={"type": "json_schema", ...}`` (also accepted by vLLM);
-``vllm``: vLLM's top-level ``structured_outputs={"json": schema}`` body field;
-``json_object``: JSON mode without a schema; ``none``: prompt instructions only.
+``json_schema``: OpenAI's ``response_format={"type": "json_schema", ...}`` with ``strict: true`` (also accepted
+by vLLM), the schema cut to what OpenAI's strict mode accepts (no string length bounds; see
+:func:`~ceb.backends._wire.openai_strict_schema`);
+``vllm``: vLLM's top-level ``structured_outputs={"json": schema}`` body field, the whole schema (number ranges and
+string lengths enforced);
+``json_object``: JSON mode without a schema, for object-shaped replies only; ``none``: prompt instructions only.
 """
 
 _PLACEHOLDER_KEY = "EMPTY"
@@ -206,11 +209,16 @@ class OpenAIBackend(ChatBackend):
             if mode == "json_schema":
                 body["response_format"] = {
                     "type": "json_schema",
-                    "json_schema": {"name": request.schema_name, "schema": schema, "strict": True},
+                    "json_schema": {
+                        "name": request.schema_name,
+                        "schema": openai_strict_schema(schema),
+                        "strict": True,
+                    },
                 }
             elif mode == "vllm":
                 body["structured_outputs"] = {"json": schema}
-            else:
+            elif schema.get("type") == "object":
+                # JSON mode can only ask for an object; a reply of another shape (a bare number) goes unguarded.
                 body["response_format"] = {"type": "json_object"}
         if request.extra:
             clash = sorted(k for k in request.extra if k in body)

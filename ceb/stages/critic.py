@@ -16,19 +16,32 @@ from ceb.stages.templates import PromptSet
 
 __all__ = [
     "CRITIC_SCHEMA",
+    "REASON_MAX_CHARS",
     "LLMCritic",
     "critic_context",
     "repetition_flag",
     "situation_context",
 ]
 
+REASON_MAX_CHARS = 240
+"""Longest ``reason`` the critic may write, in characters: a sentence, well inside the 160-token budget."""
+
 CRITIC_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"score": {"type": "number"}, "reason": {"type": "string"}},
+    "properties": {
+        "score": {"type": "number", "minimum": 0, "maximum": 1},
+        "reason": {"type": "string", "maxLength": REASON_MAX_CHARS},
+    },
     "required": ["score", "reason"],
     "additionalProperties": False,
 }
-"""The critic's reply shape, sent as structured output where the server supports it."""
+"""The critic's reply shape, sent as structured output where the server supports it.
+
+The bounds are what make an enforced reply readable whatever the model: without them guided decoding lets a
+model write an endless number (``{"score": 17653980053980...``) or reason until the output budget runs out,
+and the reply is cut before it closes. vLLM enforces both; OpenAI's strict mode takes the score's range but
+not string lengths (:func:`ceb.backends._wire.openai_strict_schema`).
+"""
 
 _WS = re.compile(r"\s+")
 

@@ -131,7 +131,10 @@ class LLMHindsight:
         except FatalBackendError:
             raise
         except (TransientError, BackendError) as exc:
-            failed = Answer[tuple[int, ...]](None, "", f"endpoint failed: {exc}", CallStats(requests=exc.attempts))
+            # Annotated, not subscripted: calling Answer[...] sets __orig_class__, which a slots dataclass refuses.
+            failed: Answer[tuple[int, ...]] = Answer(
+                None, "", f"endpoint failed: {exc}", CallStats(requests=exc.attempts)
+            )
             return [failed] + [Answer(None, "", failed.error, CallStats()) for _ in range(votes - 1)]
         c = resp.completion
         # The request's cost is carried by the first answer only, so sums over votes count it once.

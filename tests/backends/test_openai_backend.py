@@ -722,3 +722,72 @@ async def test_malformed_prompt_logprobs_are_an_unreadable_body(openai_server: O
     async with OpenAIBackend(_settings(openai_server), retry=RetryPolicy(max_attempts=1)) as backend:
         with pytest.raises(TransientError, match="unreadable response body"):
             await backend.complete(ChatRequest(messages=MESSAGES))
+
+
+BOUNDED = {
+    "type": "object",
+    "properties": {
+        "score": {"type": "number", "minimum": 0, "maximum": 1},
+        "reason": {"type": "string", "maxLength": 240},
+        "maxLength": {"type": "string", "minLength": 1},  # a property may be named like a keyword
+    },
+    "required": ["score", "reason", "maxLength"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("mode", "sent"),
+    [
+        # OpenAI's strict mode refuses string lengths: they are dropped, the number range is kept.
+        (
+            "json_schema",
+            {
+                "type": "object",
+                "properties": {
+                    "score": {"type": "number", "minimum": 0, "maximum": 1},
+                    "reason": {"type": "string"},
+                    "maxLength": {"type": "string"},
+                },
+                "required": ["score", "reason", "maxLength"],
+                "additionalProperties": False,
+            },
+        ),
+        # vLLM enforces every bound, so it gets the schema whole.
+        ("vllm", BOUNDED),
+    ],
+)
+async def test_each_mode_gets_the_schema_keywords_its_server_accepts(
+    openai_server: OpenAITestServer, mode: StructuredOutput, sent: dict[str, Any]
+) -> None:
+    openai_server.responder = _always(Reply('{"score": 0.5}'))
+    async with OpenAIBackend(_settings(openai_server, structured_output=mode)) as backend:
+        await backend.complete(ChatRequest(messages=MESSAGES, json_schema=BOUNDED, schema_name="verdict"))
+
+    body = openai_server.requests[0]
+    got = (
+        body["response_format"]["json_schema"]["schema"]
+        if mode == "json_schema"
+        else body["structured_outputs"]["json"]
+    )
+    assert got == sent
+    assert BOUNDED["properties"]["reason"] == {"type": "string", "maxLength": 240}  # the request's own is untouched
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("mode", "field"),
+    [("json_schema", "response_format"), ("vllm", "structured_outputs"), ("json_object", None), ("none", None)],
+)
+async def test_a_reply_that_is_not_an_object_is_guided_only_where_a_schema_can_say_so(
+    openai_server: OpenAITestServer, mode: StructuredOutput, field: str | None
+) -> None:
+    number = {"type": "integer", "minimum": 0, "maximum": 100}
+    openai_server.responder = _always(Reply("42"))
+    async with OpenAIBackend(_settings(openai_server, structured_output=mode)) as backend:
+        await backend.complete(ChatRequest(messages=MESSAGES, json_schema=number))
+
+    body = openai_server.requests[0]
+    # JSON mode can only ask for an object, which would forbid the bare number: nothing is sent there.
+    assert {k for k in ("response_format", "structured_outputs") if k in body} == ({field} if field else set())

@@ -46,6 +46,7 @@ async def test_ptrue_runs_through_an_openai_compatible_endpoint(tmp_path, openai
         overrides={
             "methods": ["ptrue"],
             "backend": {"name": "openai", "base_url": openai_server.base_url, "model": "m"},
+            "baselines": {"ptrue_forced": False},  # an OpenAI-style endpoint: first-token top_logprobs
         }
     )
     summary = await run_scoring({"s": stream(logprobs=False)}, config, tmp_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -33,12 +34,14 @@ from ceb.stages.baselines import (
     softmax_weight,
     top_k_entropy,
 )
+from ceb.stages.baselines.ptrue import forced_p_true
 from ceb.stages.methods import all_methods, resolve_method
 from tests.support.openai_server import OpenAITestServer, PromptPosition, Reply
 
 pytestmark = pytest.mark.anyio
 
 KEY_ENV = "CEB_TEST_BASELINES_KEY"
+FIRST_TOKEN = BaselineConfig(ptrue_forced=False)
 NO_WAIT = RetryPolicy(max_attempts=2, backoff_s=0, max_backoff_s=0)
 ACTOR_PROMPT = "You are ShellBot. Answer with one bash command."
 E = math.exp
@@ -333,7 +336,7 @@ async def test_ptrue_is_the_true_mass_against_the_false_mass(
     top = [("True", -0.2), ("False", -1.0), ("true", -2.0), ("Yes", -3.0)]
     openai_server.responder = lambda body, i: Reply("True", logprobs=[[("True", -0.2, top)]])
 
-    result = await PTrueCritic(backend, PromptSet()).score(_input(reasoning="show permissions"))
+    result = await PTrueCritic(backend, PromptSet(), FIRST_TOKEN).score(_input(reasoning="show permissions"))
 
     # (e^-0.2 + e^-2) / (e^-0.2 + e^-2 + e^-1); "Yes" is not a variant.
     assert result.score == pytest.approx(0.7217136051094603)
@@ -350,7 +353,7 @@ async def test_ptrue_is_the_true_mass_against_the_false_mass(
 async def test_ptrue_with_only_true_listed_is_one(openai_server: OpenAITestServer, backend: OpenAIBackend) -> None:
     openai_server.responder = lambda body, i: Reply(" TRUE", logprobs=[[(" TRUE", -0.01, [(" TRUE", -0.01)])]])
 
-    result = await PTrueCritic(backend, PromptSet()).score(_input())
+    result = await PTrueCritic(backend, PromptSet(), FIRST_TOKEN).score(_input())
 
     assert result.score == 1.0
 
@@ -360,7 +363,7 @@ async def test_ptrue_reads_the_chosen_token_when_no_alternatives_came(
 ) -> None:
     openai_server.responder = lambda body, i: Reply("False", logprobs=[[("False", -0.1)]])
 
-    result = await PTrueCritic(backend, PromptSet()).score(_input())
+    result = await PTrueCritic(backend, PromptSet(), FIRST_TOKEN).score(_input())
 
     assert result.score == 0.0
 
@@ -371,7 +374,7 @@ async def test_ptrue_without_true_or_false_tokens_is_not_available(
     top = [("Sure", -0.1), ("The", -2.5)]
     openai_server.responder = lambda body, i: Reply("Sure", logprobs=[[("Sure", -0.1, top)]])
 
-    result = await PTrueCritic(backend, PromptSet()).score(_input())
+    result = await PTrueCritic(backend, PromptSet(), FIRST_TOKEN).score(_input())
 
     assert _not_available(result)
     assert "no True or False token" in result.error and "'Sure'" in result.error
@@ -380,11 +383,72 @@ async def test_ptrue_without_true_or_false_tokens_is_not_available(
 async def test_ptrue_without_logprobs_is_not_available(openai_server: OpenAITestServer, backend: OpenAIBackend) -> None:
     openai_server.responder = lambda body, i: Reply("True")
 
-    result = await PTrueCritic(backend, PromptSet()).score(_input())
+    result = await PTrueCritic(backend, PromptSet(), FIRST_TOKEN).score(_input())
 
     assert _not_available(result)
     assert "no log-probs" in result.error
     assert result.raw == "True"
+
+
+def _forced_replies(true: list[PromptPosition], false: list[PromptPosition]) -> Any:
+    """A responder giving the prompt log-probs of the question answered "True" or "False" (its last message)."""
+    return lambda body, i: Reply("x", prompt_logprobs=true if body["messages"][-1]["content"] == "True" else false)
+
+
+async def test_ptrue_forced_compares_both_whole_answers(
+    openai_server: OpenAITestServer, backend: OpenAIBackend
+) -> None:
+    # "True" as two tokens, "False" as one: whole-answer probabilities, whatever their tokens or ranks.
+    true = [*PREFIX, _pos("Tr", -0.5, rank=4000), _pos("ue", -0.5)]
+    false = [*PREFIX, _pos("False", -2.0, rank=7000)]
+    openai_server.responder = _forced_replies(true, false)
+
+    result = await PTrueCritic(backend, PromptSet()).score(_input(reasoning="show permissions"))
+
+    # p_T / (p_T + p_F) = e^-1 / (e^-1 + e^-2)
+    assert result.score == pytest.approx(E(-1.0) / (E(-1.0) + E(-2.0)))
+    assert result.stats.requests == 2
+    assert json.loads(result.raw) == {"method": "forced", "logprob_true": -1.0, "logprob_false": -2.0}
+    answers = sorted(body["messages"][-1]["content"] for body in openai_server.requests)
+    assert answers == ["False", "True"]
+    for body in openai_server.requests:
+        assert body["prompt_logprobs"] == 1
+        assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+        assert body["max_completion_tokens"] == 1 and body["temperature"] == 0.0
+        assert "logprobs" not in body and "top_logprobs" not in body
+        assert "True or False" in body["messages"][0]["content"]
+        assert "show permissions" in body["messages"][1]["content"]
+
+
+def test_forced_p_true_does_not_underflow() -> None:
+    assert forced_p_true(-2000.0, -2001.0) == pytest.approx(1 / (1 + E(-1.0)))
+    assert forced_p_true(-1.0, -1.0) == 0.5
+    assert forced_p_true(-1000.0, 0.0) == 0.0
+
+
+async def test_ptrue_forced_without_prompt_logprobs_is_not_available(
+    openai_server: OpenAITestServer, backend: OpenAIBackend
+) -> None:
+    openai_server.responder = lambda body, i: Reply("True")
+
+    result = await PTrueCritic(backend, PromptSet()).score(_input())
+
+    assert _not_available(result)
+    assert "no prompt_logprobs" in result.error
+    assert result.stats.requests == 2
+
+
+async def test_ptrue_forced_when_the_template_changed_the_answer_is_not_available(
+    openai_server: OpenAITestServer, backend: OpenAIBackend
+) -> None:
+    openai_server.responder = _forced_replies(
+        [*PREFIX, _pos("Tr", -0.5), _pos("ux", -0.5)], [*PREFIX, _pos("False", -2.0)]
+    )
+
+    result = await PTrueCritic(backend, PromptSet()).score(_input())
+
+    assert _not_available(result)
+    assert "True: the prompt does not end with the action" in result.error
 
 
 # --- CoT -------------------------------------------------------------------------------------------------
@@ -427,6 +491,21 @@ async def test_cot_rescales_the_stated_confidence(openai_server: OpenAITestServe
     assert body["max_completion_tokens"] == 768
     assert "step by step" in body["messages"][0]["content"]
     assert "Confidence: <integer from 0 to 100>" in body["messages"][0]["content"]
+    # The confidence is also asked for under structure, which a vLLM server enforces.
+    schema = body["response_format"]["json_schema"]
+    assert schema["name"] == "cot_confidence"
+    assert schema["schema"]["properties"]["confidence"] == {"type": "integer", "minimum": 0, "maximum": 100}
+    assert list(schema["schema"]["properties"]) == ["reasoning", "confidence"]
+
+
+async def test_cot_reads_the_structured_reply(openai_server: OpenAITestServer, backend: OpenAIBackend) -> None:
+    reply = '{"reasoning":"It lists permissions; confidence: 20 would be too low.","confidence":81}'
+    openai_server.responder = lambda body, i: Reply(reply)
+
+    result = await CoTCritic(backend, PromptSet()).score(_input())
+
+    assert result.score == pytest.approx(0.81)
+    assert result.stats.requests == 1
 
 
 async def test_cot_re_asks_an_unreadable_reply(openai_server: OpenAITestServer, backend: OpenAIBackend) -> None:
@@ -495,6 +574,8 @@ async def test_verbalized_continues_the_actors_own_reply(
     assert body["add_generation_prompt"] is False
     assert body["max_completion_tokens"] == 8
     assert "prompt_logprobs" not in body
+    # Where the server enforces it, the continuation can only be an integer from 0 to 100.
+    assert body["response_format"]["json_schema"]["schema"] == {"type": "integer", "minimum": 0, "maximum": 100}
 
 
 async def test_verbalized_unreadable_continuation_is_an_error(

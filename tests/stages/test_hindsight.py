@@ -1,6 +1,6 @@
 import pytest
 
-from ceb.backends.base import RetryPolicy
+from ceb.backends.base import RetryPolicy, TransientError
 from ceb.backends.scripted import ScriptedChat
 from ceb.config import HindsightConfig
 from ceb.stages import LLMHindsight, PromptSet, majority_vote
@@ -108,4 +108,16 @@ async def test_n_sampling_re_asks_an_unreadable_choice_alone():
     res = await h.label(TRAJ, 3)
     assert [r.n for r in chat.requests] == [3, 1]
     assert res.votes == ((1, 0, 1), (1, 1, 1), (0, 0, 1)) and res.failed_votes == 0
+    assert res.stats.requests == 2
+
+
+async def test_n_sampling_after_an_endpoint_failure_counts_every_vote_failed():
+    def responder(r):
+        raise TransientError("503 from server: overloaded")
+
+    chat = ScriptedChat(responder, retry=RetryPolicy(max_attempts=2, backoff_s=0, max_backoff_s=0))
+    h = LLMHindsight(chat, PromptSet(), HindsightConfig(sampling="n"), tau=0.7)
+    res = await h.label(TRAJ, 3)
+    assert res.failed_votes == 3 and res.votes == () and res.pseudo_labels == ()
+    assert all(e.startswith("endpoint failed: ") for e in res.errors)
     assert res.stats.requests == 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 from ceb.backends.base import ChatBackend, ChatRequest
 from ceb.config import BaselineConfig, RunConfig
@@ -14,7 +15,24 @@ from ceb.stages.baselines._common import need_chat, prompt_messages
 from ceb.stages.methods import MethodSpec, register_method
 from ceb.stages.templates import PromptSet
 
-__all__ = ["CoTCritic", "parse_confidence_line"]
+__all__ = ["COT_REASONING_MAX_CHARS", "COT_SCHEMA", "CoTCritic", "parse_confidence_line"]
+
+COT_REASONING_MAX_CHARS = 1200
+"""Longest reasoning the CoT critic may write under structure, in characters: room to think, while the reply
+still closes within the default 768-token budget (a byte-level token holds at least one character of text)."""
+
+COT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "reasoning": {"type": "string", "maxLength": COT_REASONING_MAX_CHARS},
+        "confidence": {"type": "integer", "minimum": 0, "maximum": 100},
+    },
+    "required": ["reasoning", "confidence"],
+    "additionalProperties": False,
+}
+"""The CoT reply under structure: the reasoning first, so the confidence is still stated after it, then the
+confidence in percent. Where the server enforces it (vLLM), the final confidence cannot be missing or out of
+range; elsewhere the free-text reply is read by :func:`parse_confidence_line`, which reads both forms."""
 
 # "Confidence: 73", "**Confidence:** 73%", "Final confidence (0-100) = 73", and the JSON form
 # {"confidence": 73} a re-ask may get: the word, up to 20 other characters on the same line, ":" or "=",
@@ -50,6 +68,10 @@ class CoTCritic:
     in paper section 4.1: reasoning without examples, then a confidence in [0, 100], rescaled to [0, 1]. The
     critic sees ``(q, s_t, h_<t, a_t)`` (``cot_system.j2`` / ``cot_user.j2``).
 
+    The request carries :data:`COT_SCHEMA`, which the backend sends as structured output where its
+    ``structured_output`` mode allows, so a server that enforces it returns ``{"reasoning": ..., "confidence":
+    c}`` with ``c`` an integer in [0, 100]; where nothing is enforced, the prompt asks for the final line.
+
     A reply without a readable confidence (:func:`parse_confidence_line`) is re-asked up to
     ``settings.format_retries`` times through :func:`~ceb.stages.asking.ask`; its correction asks for a JSON
     object, which the parser also reads (``{"confidence": 73}``). After that, or when the endpoint fails, the
@@ -72,6 +94,8 @@ class CoTCritic:
             messages=prompt_messages(self.prompts, inp, "cot"),
             temperature=self.settings.cot_temperature,
             max_tokens=self.settings.cot_max_tokens,
+            json_schema=COT_SCHEMA,
+            schema_name="cot_confidence",
             stage="critic",
         )
 

@@ -6,15 +6,29 @@ import math
 import string
 from collections.abc import Iterable
 
+import anyio
+
 from ceb.backends.base import ChatBackend, ChatRequest, TokenLogprob
 from ceb.config import BaselineConfig, RunConfig
 from ceb.stages.assembly import Stages, prompt_set
-from ceb.stages.base import Critic, CriticInput, CriticResult
-from ceb.stages.baselines._common import evidence, need_chat, not_available, prompt_messages, send
+from ceb.stages.base import NOT_AVAILABLE, Critic, CriticInput, CriticResult
+from ceb.stages.baselines._common import (
+    Sent,
+    continuation_extra,
+    evidence,
+    need_chat,
+    not_available,
+    prompt_messages,
+    send,
+)
+from ceb.stages.baselines.teacher_forcing import action_span
 from ceb.stages.methods import MethodSpec, register_method
 from ceb.stages.templates import PromptSet
 
-__all__ = ["PTrueCritic", "answer_class", "p_true"]
+__all__ = ["ANSWERS", "PTrueCritic", "answer_class", "forced_p_true", "p_true"]
+
+ANSWERS = ("True", "False")
+"""The two answers whose teacher-forced log-probabilities P(True) compares."""
 
 _EDGES = string.whitespace + string.punctuation
 
@@ -57,6 +71,21 @@ def p_true(first: TokenLogprob) -> tuple[float, float, float]:
     return m_t / (m_t + m_f), m_t, m_f
 
 
+def forced_p_true(logprob_true: float, logprob_false: float) -> float:
+    """``P(True) = p_T / (p_T + p_F)`` from the log-probabilities of the two whole answers.
+
+    Args:
+        logprob_true: ``log p("True" | prompt)``, summed over the answer's tokens (natural log).
+        logprob_false: ``log p("False" | prompt)``, likewise.
+
+    Returns:
+        The normalised probability of True, in [0, 1]; computed as a logistic of the difference, so two very
+        unlikely answers do not underflow to 0 / 0.
+    """
+    diff = logprob_false - logprob_true
+    return 0.0 if diff > 700 else 1.0 / (1.0 + math.exp(diff))
+
+
 def _shown(tokens: Iterable[str], limit: int = 8) -> str:
     tokens = list(tokens)
     more = f", ... {len(tokens) - limit} more" if len(tokens) > limit else ""
@@ -64,21 +93,29 @@ def _shown(tokens: Iterable[str], limit: int = 8) -> str:
 
 
 class PTrueCritic:
-    """Asks the critic "is the proposed action correct? True or False" and reads ``P(True)`` off its first token.
+    """Asks the critic "is the proposed action correct? True or False" and compares the answers' probabilities.
 
     Source: P(True) of Kadavath et al., 2022 ("Language Models (Mostly) Know What They Know"), as adapted in
     paper section 4.1: the critic sees ``(q, s_t, h_<t, a_t)`` (``ptrue_system.j2`` / ``ptrue_user.j2``) and the
-    score is the probability mass on True, renormalised against False (:func:`p_true`).
+    score is the probability it puts on True, renormalised against False.
 
-    One request per step: ``max_tokens`` 1 (``settings.ptrue_max_tokens``), temperature 0, ``logprobs=True``,
-    ``top_logprobs=settings.ptrue_top_logprobs``. A reply without log-probs, or whose first token lists no
-    True or False variant, is not available (:data:`~ceb.stages.base.NOT_AVAILABLE`) with the reason; it is not
-    re-asked, since the same request would get the same distribution.
+    Teacher-forced (``settings.ptrue_forced``, the default): two requests, the question followed by the open
+    answer "True" and by "False" (``continue_final_message`` with ``prompt_logprobs``, as teacher forcing for
+    PPL does), give each answer's whole log-probability, however it is tokenized and wherever it ranks, and
+    ``P(True) = p_T / (p_T + p_F)`` (:func:`forced_p_true`). So the score never depends on the answer tokens
+    being among the top alternatives. This needs a vLLM-style server; elsewhere the step is not available.
+
+    First token (``ptrue_forced=False``): one request, ``max_tokens`` 1 (``settings.ptrue_max_tokens``),
+    ``logprobs=True``, ``top_logprobs=settings.ptrue_top_logprobs``, and the True/False mass among the first
+    token's alternatives (:func:`p_true`); for servers that have ``logprobs`` but not ``prompt_logprobs``
+    (OpenAI). A first token that lists neither answer is not available.
+
+    No reply is re-asked: the same request would get the same distribution.
 
     Args:
-        chat: The critic's endpoint (it must return ``logprobs`` with ``top_logprobs``).
+        chat: The critic's endpoint.
         prompts: Templates.
-        settings: ``ptrue_top_logprobs`` and ``ptrue_max_tokens`` are read.
+        settings: ``ptrue_forced``, ``ptrue_top_logprobs`` and ``ptrue_max_tokens`` are read.
     """
 
     def __init__(self, chat: ChatBackend, prompts: PromptSet, settings: BaselineConfig | None = None) -> None:
@@ -87,7 +124,7 @@ class PTrueCritic:
         self.settings = settings or BaselineConfig()
 
     def request(self, inp: CriticInput) -> ChatRequest:
-        """The P(True) request for ``inp``."""
+        """The first-token P(True) request for ``inp`` (``ptrue_forced=False``)."""
         return ChatRequest(
             messages=prompt_messages(self.prompts, inp, "ptrue"),
             temperature=0.0,
@@ -97,12 +134,64 @@ class PTrueCritic:
             stage="critic",
         )
 
+    def forced_requests(self, inp: CriticInput) -> tuple[ChatRequest, ChatRequest]:
+        """The teacher-forcing requests for ``inp``: the question answered "True", and answered "False".
+
+        Each ends with the answer as the open assistant message; ``prompt_logprobs=1`` returns every prompt
+        token's own log-prob, and the one generated token is not read.
+        """
+        messages = prompt_messages(self.prompts, inp, "ptrue")
+        true, false = (
+            ChatRequest(
+                messages=(*messages, {"role": "assistant", "content": answer}),
+                temperature=0.0,
+                max_tokens=1,
+                extra={"prompt_logprobs": 1, **continuation_extra()},
+                stage="critic",
+            )
+            for answer in ANSWERS
+        )
+        return true, false
+
     async def score(self, inp: CriticInput) -> CriticResult:
         """Return ``P(True)`` for ``inp.action``; never raises for one step's failure.
 
         Raises:
             FatalBackendError: The endpoint refuses every request.
         """
+        if self.settings.ptrue_forced:
+            return await self._forced(inp)
+        return await self._first_token(inp)
+
+    async def _forced(self, inp: CriticInput) -> CriticResult:
+        sent: list[Sent | None] = [None, None]
+
+        async def one(i: int, request: ChatRequest) -> None:
+            sent[i] = await send(self.chat, request)
+
+        async with anyio.create_task_group() as tg:
+            for i, request in enumerate(self.forced_requests(inp)):
+                tg.start_soon(one, i, request)
+        results = [s for s in sent if s is not None]
+        stats = results[0].stats + results[1].stats
+        logprobs: list[float] = []
+        for answer, result in zip(ANSWERS, results, strict=True):
+            if result.completion is None:
+                return CriticResult(score=None, raw="", error=result.error, stats=stats)
+            positions = result.completion.prompt_logprobs
+            if not positions:
+                reason = "the endpoint returned no prompt_logprobs (teacher forcing needs a vLLM-style server)"
+                return not_available(reason, stats=stats)
+            try:
+                span = action_span(positions, answer)
+            except ValueError as exc:
+                return CriticResult(score=None, raw="", error=f"{NOT_AVAILABLE}: {answer}: {exc}", stats=stats)
+            logprobs.append(sum(t.logprob for t in span))
+        z = forced_p_true(logprobs[0], logprobs[1])
+        raw = evidence(method="forced", logprob_true=logprobs[0], logprob_false=logprobs[1])
+        return CriticResult(score=z, raw=raw, stats=stats)
+
+    async def _first_token(self, inp: CriticInput) -> CriticResult:
         sent = await send(self.chat, self.request(inp))
         if sent.completion is None:
             return CriticResult(score=None, raw="", error=sent.error, stats=sent.stats)
@@ -115,7 +204,7 @@ class PTrueCritic:
             z, m_t, m_f = p_true(tokens[0])
         except ValueError as exc:
             return not_available(str(exc), raw=text, stats=sent.stats)
-        raw = evidence(answer=text, first_token=tokens[0].token, true_mass=m_t, false_mass=m_f)
+        raw = evidence(method="first_token", answer=text, first_token=tokens[0].token, true_mass=m_t, false_mass=m_f)
         return CriticResult(score=z, raw=raw, stats=sent.stats)
 
 
@@ -134,6 +223,9 @@ METHOD = register_method(
         use_bank=False,
         use_repetition_flag=False,
         critic=build,
-        needs=("chat", "logprobs"),
+        needs=("chat",),
+        uses=("prompt_logprobs", "continue_final_message", "logprobs"),
+        fallback="forced (default) needs prompt_logprobs and continue_final_message; with ptrue_forced = false, "
+        "logprobs, and answers outside the top-k are not available",
     )
 )

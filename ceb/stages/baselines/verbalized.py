@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 from ceb.backends.base import ChatBackend, ChatRequest
 from ceb.config import BaselineConfig, RunConfig
@@ -21,7 +22,12 @@ from ceb.stages.critic import situation_context
 from ceb.stages.methods import MethodSpec, register_method
 from ceb.stages.templates import PromptSet
 
-__all__ = ["VerbalizedCritic", "parse_stated_confidence"]
+__all__ = ["STATED_CONFIDENCE_SCHEMA", "VerbalizedCritic", "parse_stated_confidence"]
+
+STATED_CONFIDENCE_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": 100}
+"""The continuation under structure: a bare integer from 0 to 100, the percentage the cue asks for. Where the
+server enforces it (vLLM) the continuation cannot be anything else; JSON mode cannot express it, so there and
+without structure the prompt alone asks for it."""
 
 _STATED = re.compile(r"[\s*_`\"']*([-+]?\d+(?:\.\d+)?)\s*(%?)")
 
@@ -64,7 +70,8 @@ class VerbalizedCritic:
     ``verbalized_cue.j2`` ("Confidence (0-100):"). With ``continue_final_message`` the actor continues that same
     reply, so the confidence it writes is conditioned on the frozen action as if it had written it. The
     continuation's number is read by :func:`parse_stated_confidence` (0-100, or 0-1 when written as a
-    probability).
+    probability). The request carries :data:`STATED_CONFIDENCE_SCHEMA`, so a server that enforces it can only
+    continue with an integer from 0 to 100.
 
     A continuation without a readable number gives ``score=None`` with the reason; it is not re-asked (a
     corrective turn would close the reply that is being continued).
@@ -88,6 +95,8 @@ class VerbalizedCritic:
             messages=(*actor_messages(self.prompts, inp, ask_confidence=True), reply),
             temperature=0.0,
             max_tokens=self.settings.verbalized_max_tokens,
+            json_schema=STATED_CONFIDENCE_SCHEMA,
+            schema_name="stated_confidence",
             extra=continuation_extra(),
             stage="critic",
         )

