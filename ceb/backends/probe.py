@@ -145,7 +145,7 @@ def _feature_requests() -> list[tuple[str, ChatRequest, _Judge]]:
             ),
             _any_text,
         ),
-        ("priority", ChatRequest(messages=_USER, max_tokens=1, extra={"priority": 1}), _any_text),
+        ("priority", ChatRequest(messages=_USER, max_tokens=1, extra={"priority": 1}), _priority_accepted),
     ]
 
 
@@ -184,6 +184,10 @@ async def _chat(backend: OpenAIBackend, request: ChatRequest, judge: _Judge) -> 
 
 def _any_text(c: Completion) -> tuple[bool, str]:
     return True, f"answered {c.texts[0][:24]!r}"
+
+
+def _priority_accepted(c: Completion) -> tuple[bool, str]:
+    return True, "accepted; vLLM orders its queue by it only when started with --scheduling-policy priority"
 
 
 def _schema_followed(c: Completion) -> tuple[bool, str]:
