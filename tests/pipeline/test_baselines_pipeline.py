@@ -56,3 +56,27 @@ async def test_ptrue_runs_through_an_openai_compatible_endpoint(tmp_path, openai
     assert all(r["score"] == pytest.approx(expected) for r in rows)
     assert all(b["logprobs"] is True and b["top_logprobs"] == 20 for b in openai_server.requests)
     assert orjson.loads((tmp_path / "config.json").read_bytes())["config"]["methods"] == ["ptrue"]
+
+
+async def test_forced_ptrue_reads_both_answers_teacher_forced_through_the_endpoint(tmp_path, openai_server):
+    # The default: the question answered "True" and answered "False", each left open, read with the prompt's
+    # log-probs; the answer is the last prompt token.
+    answer_logprob = {"True": -0.2, "False": -1.0}
+
+    def responder(body, i):
+        answer = body["messages"][-1]["content"]
+        return Reply("x", prompt_logprobs=[None, {7: ("\n", -0.1, 1)}, {8: (answer, answer_logprob[answer], 1)}])
+
+    openai_server.responder = responder
+    config = load_config(
+        overrides={
+            "methods": ["ptrue"],
+            "backend": {"name": "openai", "base_url": openai_server.base_url, "model": "m"},
+        }
+    )
+    summary = await run_scoring({"s": stream(logprobs=False)}, config, tmp_path)
+    assert summary.steps_scored == 6
+    rows = list(read_rows(tmp_path / "scores.jsonl"))
+    expected = math.exp(-0.2) / (math.exp(-0.2) + math.exp(-1.0))
+    assert all(r["score"] == pytest.approx(expected) and r["requests"] == 2 for r in rows)
+    assert all(b["prompt_logprobs"] == 1 and b["continue_final_message"] is True for b in openai_server.requests)

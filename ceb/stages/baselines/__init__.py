@@ -7,15 +7,18 @@ name           class                             endpoint   what the endpoint mu
                                                             ``continue_final_message``, ``add_generation_prompt``
 ``me``         :class:`MeanEntropyCritic`        actor      ``prompt_logprobs`` (top K), ``continue_final_message``,
                                                             ``add_generation_prompt``
-``ptrue``      :class:`PTrueCritic`              critic     ``logprobs``, ``top_logprobs``
-``cot``        :class:`CoTCritic`                critic     plain chat
-``verbalized`` :class:`VerbalizedCritic`         actor      ``continue_final_message``, ``add_generation_prompt``
+``ptrue``      :class:`PTrueCritic`              critic     ``prompt_logprobs``, ``continue_final_message``,
+                                                            ``add_generation_prompt`` (teacher-forced, the default);
+                                                            else (``ptrue_forced = false``) ``top_logprobs``
+``cot``        :class:`CoTCritic`                critic     plain chat; a JSON schema where the server enforces one
+``verbalized`` :class:`VerbalizedCritic`         actor      ``continue_final_message``, ``add_generation_prompt``;
+                                                            an integer schema where the server enforces one
 ``pro``        :class:`PROCritic`                actor      ``n``, ``logprobs``, ``prompt_logprobs``,
                                                             ``continue_final_message``, ``add_generation_prompt``
 =============  ================================  =========  ==========================================================
 
 ``prompt_logprobs``, ``continue_final_message`` and ``add_generation_prompt`` are vLLM extensions of the chat
-API. A step a method cannot score (no log-probs, no endpoint, no True/False token) gets ``score=None`` with an
+API. A step a method cannot score (no log-probs, no endpoint, no True/False token) gets ``score=None`` and the
 status ``not_available`` (:meth:`~ceb.stages.base.CriticResult.not_available`); no number is made up.
 
 Each module registers its method in the catalogue (:mod:`ceb.stages.methods`) with a ``build(config, stages)``
