@@ -381,16 +381,17 @@ def doctor(
 
     One small request per feature, no retries. Exits 1 when ceb cannot run there at all (no chat reply).
     """
+    from typing import get_args
+
     import orjson
 
-    from ceb.backends.openai import OpenAISettings
+    from ceb.backends.openai import OpenAISettings, StructuredOutput
     from ceb.backends.probe import probe_endpoint
     from ceb.stages.methods import all_methods
 
-    if structured_output not in ("json_schema", "vllm", "json_object", "none"):
-        raise typer.BadParameter(
-            f"--structured-output {structured_output!r}: choose json_schema, vllm, json_object, none"
-        )
+    modes = get_args(StructuredOutput)
+    if structured_output not in modes:
+        raise typer.BadParameter(f"--structured-output {structured_output!r}: choose one of {', '.join(modes)}")
     settings = OpenAISettings(
         base_url=base_url,
         model=model,
