@@ -23,6 +23,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import urllib.request
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -65,6 +66,14 @@ client drops an idle connection before the server does instead of racing it with
 
 _JSON_OPTIONS = orjson.OPT_NON_STR_KEYS
 """Integer keys (``logit_bias`` token ids) become strings, as ``json.dumps`` and so the SDK send them."""
+
+REQUEST_ID_HEADER = "X-Request-Id"
+"""vLLM takes this header as the request's id in its logs, traces and responses (a new one per attempt)."""
+
+
+def request_id(stage: str) -> str:
+    """``ceb-<stage>-<32 hex digits>``: unique per attempt, so a server log line names the stage that asked."""
+    return f"ceb-{stage or 'request'}-{uuid.uuid4().hex}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +265,8 @@ class OpenAIBackend(ChatBackend):
         """
         data = orjson.dumps(self.payload(request), default=_jsonable, option=_JSON_OPTIONS)
         try:
-            async with self._session(endpoint).post(self._urls[endpoint], data=data, headers=self._headers) as resp:
+            headers = self._headers | {REQUEST_ID_HEADER: request_id(request.stage)}
+            async with self._session(endpoint).post(self._urls[endpoint], data=data, headers=headers) as resp:
                 status = resp.status
                 raw = await resp.read()
                 wait = retry_after(resp.headers.get("Retry-After")) if status >= 300 else None

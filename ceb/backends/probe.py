@@ -11,7 +11,6 @@ them (``ceb doctor``).
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any, Literal
 import orjson
 
 from ceb.backends.base import ChatRequest, Completion, RetryPolicy, TransientError
+from ceb.backends.metrics import parse_metrics
 from ceb.backends.openai import OpenAIBackend, OpenAISettings
 from ceb.errors import BackendError
 
@@ -38,7 +38,6 @@ _PROBE_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 _USER = ({"role": "user", "content": "Reply with one short word."},)
-_PREFIX_METRIC = re.compile(r"^vllm:prefix_cache_(hits|queries)(?:_total)?(?:\{[^}]*\})?\s+([0-9.eE+-]+)$", re.M)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,8 +237,14 @@ async def _prefix_cache(backend: OpenAIBackend) -> tuple[Outcome, str]:
         return "missing", f"no /metrics ({exc})"
     if status != 200:
         return "missing", f"GET /metrics answered {status}"
-    found = {kind: float(value) for kind, value in _PREFIX_METRIC.findall(body.decode(errors="replace"))}
-    if "queries" not in found:
+    try:
+        found = parse_metrics(body.decode(errors="replace"))
+    except ValueError as exc:
+        return "missing", f"/metrics is not Prometheus text ({exc})"
+    if found.prefix_cache_queries is None:
         return "missing", "/metrics has no vllm:prefix_cache_queries counter (prefix caching off, or not vLLM)"
-    rate = found.get("hits", 0.0) / found["queries"] if found["queries"] else 0.0
-    return "ok", f"prefix cache counters present; hit rate so far {rate:.1%} of {found['queries']:.0f} tokens"
+    blocks = f", blocks of {found.block_size} tokens" if found.block_size else ""
+    return "ok", (
+        f"prefix cache counters present; hit rate so far {found.hit_rate or 0.0:.1%} of "
+        f"{found.prefix_cache_queries:.0f} tokens{blocks}"
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import re
 import socket
 import warnings
 from typing import Any
@@ -236,6 +237,17 @@ async def test_429_with_retry_after_zero_is_retried(openai_server: OpenAITestSer
     assert response.completion.texts == ("ok",)
     assert len(openai_server.requests) == 2
     assert openai_server.requests[0] == openai_server.requests[1]
+
+
+@pytest.mark.anyio
+async def test_every_attempt_carries_a_new_request_id_naming_its_stage(openai_server: OpenAITestServer) -> None:
+    openai_server.responder = _fail_first(Reply.error(503), Reply("ok"))
+    async with OpenAIBackend(_settings(openai_server), retry=NO_WAIT) as backend:
+        await backend.complete(ChatRequest(messages=MESSAGES, stage="hindsight"))
+
+    ids = [h["x-request-id"] for h in openai_server.headers]
+    assert len(ids) == 2 and ids[0] != ids[1]
+    assert all(re.fullmatch(r"ceb-hindsight-[0-9a-f]{32}", i) for i in ids)
 
 
 @pytest.mark.anyio

@@ -25,7 +25,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,6 +105,8 @@ def serve_vllm(
     max_model_len: int = 8192,
     kv_cache_gib: int = 1,
     ready_timeout_s: float = 300.0,
+    extra_args: Sequence[str] = (),
+    dev_mode: bool = False,
 ) -> Iterator[VLLMServer]:
     """Start vLLM on a free loopback port, wait until ``/health`` answers, and stop it on exit.
 
@@ -114,6 +116,8 @@ def serve_vllm(
         max_model_len: Context length in tokens (prompt and reply).
         kv_cache_gib: ``VLLM_CPU_KVCACHE_SPACE``, the KV cache size in GiB.
         ready_timeout_s: Seconds to wait for ``/health`` before giving up.
+        extra_args: More ``vllm serve`` flags (``--enable-prompt-tokens-details``, ``--block-size 16``).
+        dev_mode: ``VLLM_SERVER_DEV_MODE=1``, which adds ``POST /reset_prefix_cache`` (benchmarks use it).
 
     Yields:
         The running server.
@@ -151,6 +155,7 @@ def serve_vllm(
         "0",
         "--dtype",
         "bfloat16",
+        *extra_args,
     ]
     env = os.environ | {
         "VLLM_TARGET_DEVICE": "cpu",
@@ -160,6 +165,8 @@ def serve_vllm(
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
     }
+    if dev_mode:
+        env["VLLM_SERVER_DEV_MODE"] = "1"
     base = f"http://127.0.0.1:{port}"
     started = time.monotonic()
     with log.open("wb") as out:

@@ -26,5 +26,7 @@ async def test_doctor_on_the_real_server_finds_every_feature_the_methods_need(vl
         assert outcome[name] == "ok", (name, report.checks)
     assert outcome["continue_final_message"] == "ok"
     assert outcome["prefix_cache"] == "ok"  # started with --enable-prefix-caching; /metrics has the counters
+    # The block size comes from vllm:cache_config_info; the CPU build's default is 128 tokens.
+    assert "blocks of 128 tokens" in next(c.detail for c in report.checks if c.name == "prefix_cache")
     verdicts = {m.name: m.verdict(report.capabilities) for m in all_methods()}
     assert all(runs for runs, _ in verdicts.values()), verdicts

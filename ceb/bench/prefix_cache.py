@@ -1,0 +1,421 @@
+"""Prefix caching on a real vLLM server: the hit rate vLLM reports against the bound our prompts allow.
+
+A run scores real streams through a recording proxy that sits between ``ceb`` and the server. The proxy asks
+vLLM for each request's prompt token ids (``return_token_ids``) and keeps them in arrival order, with the
+request's stage (from the ``X-Request-Id`` header :mod:`ceb.backends.openai` sends) and the cached-token count
+vLLM reports per request (``usage.prompt_tokens_details.cached_tokens``, with ``--enable-prompt-tokens-details``).
+
+The bound (:func:`whole_block_bound`) is what an ideal prefix cache of unlimited size could give these requests
+in this order: for each request, the tokens of the longest prefix, in whole blocks of the server's block size,
+that it shares with any earlier request, at most ``prompt_tokens - 1`` (vLLM recomputes the last prompt token
+for its logits: ``max_cache_hit_length`` in ``vllm/v1/core/kv_cache_manager.py``). Requests asking for
+``prompt_logprobs`` never read the cache (vLLM sets ``skip_reading_prefix_cache`` for them) and are not counted
+in vLLM's queries, so they are left out of both figures; their blocks still enter the cache.
+
+The measured rate is the difference of ``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries`` on
+``/metrics`` before and after the run (:mod:`ceb.backends.metrics`). With ``VLLM_SERVER_DEV_MODE=1`` the
+server's cache is emptied before each run (``POST /reset_prefix_cache``), so the bound's empty start holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from ceb.backends.metrics import ServerMetrics, parse_metrics
+from ceb.backends.openai import REQUEST_ID_HEADER
+from ceb.config import RunConfig, load_config
+from ceb.data.trajectory import Trajectory
+from ceb.pipeline import run_scoring
+
+__all__ = [
+    "PrefixCacheSettings",
+    "WireRecord",
+    "hindsight_rounds",
+    "recording_proxy",
+    "run_prefix_cache_bench",
+    "summarize",
+    "token_bound",
+    "whole_block_bound",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class WireRecord:
+    """One chat completion request as the server received it.
+
+    Attributes:
+        index: Arrival order at the proxy (0-based).
+        stage: The asking stage, from the request id (``critic``, ``hindsight``); ``""`` when unknown.
+        prompt_token_ids: The prompt as the server tokenized it (chat template applied).
+        reads_cache: ``False`` when the request asked for ``prompt_logprobs``: vLLM does not read the cache then.
+        n: Choices asked for.
+        cached_tokens: Prompt tokens the server found in its cache, when it said. For ``n > 1`` vLLM reports the
+            count of one of the ``n`` child requests only, so the figures below use it for ``n = 1`` alone.
+    """
+
+    index: int
+    stage: str
+    prompt_token_ids: tuple[int, ...]
+    reads_cache: bool
+    n: int
+    cached_tokens: int | None
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt length in tokens."""
+        return len(self.prompt_token_ids)
+
+    @property
+    def queried_tokens(self) -> int:
+        """Prompt tokens vLLM looks up in its cache for this request: ``n`` lookups of the prompt, or 0.
+
+        What ``vllm:prefix_cache_queries`` adds for it; 0 when the request does not read the cache.
+        """
+        return self.n * self.prompt_tokens if self.reads_cache else 0
+
+
+def whole_block_bound(records: Sequence[WireRecord], block_size: int) -> list[int]:
+    """Per request, the prompt tokens an unlimited prefix cache could serve, in arrival order.
+
+    Blocks are identified as vLLM does: a block's key chains the previous block's key with the block's tokens, so
+    equal keys mean equal prefixes. A request's bound is its leading run of blocks already seen, in tokens, at most
+    ``prompt_tokens - 1`` rounded down to a whole block; every full block of every request (those that do not read
+    the cache included) is then seen. A request with ``n`` choices is ``n`` lookups to vLLM (it runs one child
+    request per choice): the first as above, each other one up to the cap, since the first has seen its blocks.
+
+    Args:
+        records: Requests in arrival order.
+        block_size: Tokens per KV cache block (vLLM's ``--block-size``; 16 on GPUs, 128 on the CPU build).
+
+    Returns:
+        Tokens per request, ``0`` for a request that does not read the cache.
+
+    Raises:
+        ValueError: ``block_size`` < 1.
+    """
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    seen: set[int] = set()
+    bounds: list[int] = []
+    for r in records:
+        ids = r.prompt_token_ids
+        keys: list[int] = []
+        key = 0
+        for start in range(0, len(ids) - block_size + 1, block_size):
+            key = hash((key, ids[start : start + block_size]))
+            keys.append(key)
+        hit = 0
+        while hit < len(keys) and keys[hit] in seen:
+            hit += 1
+        cap = (len(ids) - 1) // block_size * block_size
+        bounds.append(min(hit * block_size, cap) + (r.n - 1) * cap if r.reads_cache else 0)
+        seen.update(keys)
+    return bounds
+
+
+def token_bound(records: Sequence[WireRecord]) -> list[int]:
+    """Per request, the longest prefix in tokens (at most ``prompt_tokens - 1``) shared with an earlier request.
+
+    :func:`whole_block_bound` with a block of one token: the gap between the two is what block granularity
+    costs; what neither covers is prompt text no earlier request had. ``n`` choices count as in
+    :func:`whole_block_bound`. A token trie of nested dicts: time and memory linear in the prompt tokens.
+    """
+    trie: dict[int, Any] = {}
+    bounds: list[int] = []
+    for r in records:
+        node, depth, matching = trie, 0, True
+        for token in r.prompt_token_ids:
+            child = node.get(token)
+            if child is None:
+                matching = False
+                child = node[token] = {}
+            elif matching:
+                depth += 1
+            node = child
+        cap = max(r.prompt_tokens - 1, 0)
+        bounds.append(min(depth, cap) + (r.n - 1) * cap if r.reads_cache else 0)
+    return bounds
+
+
+def hindsight_rounds(records: Iterable[WireRecord]) -> list[list[WireRecord]]:
+    """The hindsight requests grouped by prompt, one group per trajectory's round of votes.
+
+    The ``V`` votes of one trajectory (one request with ``n = V``, or ``V`` requests of one choice) share a prompt.
+    """
+    rounds: dict[tuple[int, ...], list[WireRecord]] = defaultdict(list)
+    for r in records:
+        if r.stage == "hindsight":
+            rounds[r.prompt_token_ids].append(r)
+    return list(rounds.values())
+
+
+@dataclass
+class _Proxy:
+    upstream: str
+    records: list[WireRecord] = field(default_factory=list)
+    arrived: int = 0
+    session: aiohttp.ClientSession | None = None
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        assert self.session is not None
+        url = self.upstream + request.path_qs
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
+        raw = await request.read()
+        if request.method != "POST" or not request.path.endswith("/chat/completions"):
+            async with self.session.request(request.method, url, data=raw or None, headers=headers) as resp:
+                return web.Response(body=await resp.read(), status=resp.status, content_type=resp.content_type)
+        index = self.arrived
+        self.arrived += 1
+        body = orjson.loads(raw)
+        wanted_ids = bool(body.get("return_token_ids"))
+        body["return_token_ids"] = True
+        async with self.session.post(url, data=orjson.dumps(body), headers=headers) as resp:
+            status, reply = resp.status, await resp.read()
+        if status != 200:
+            return web.Response(body=reply, status=status, content_type="application/json")
+        doc = orjson.loads(reply)
+        usage = doc.get("usage") or {}
+        details = usage.get("prompt_tokens_details") or {}
+        rid = request.headers.get(REQUEST_ID_HEADER, "")
+        stage = rid.split("-")[1] if rid.startswith("ceb-") and rid.count("-") >= 2 else ""
+        self.records.append(
+            WireRecord(
+                index=index,
+                stage=stage,
+                prompt_token_ids=tuple(doc.get("prompt_token_ids") or ()),
+                reads_cache=body.get("prompt_logprobs") is None,
+                n=int(body.get("n") or 1),
+                cached_tokens=details.get("cached_tokens"),
+            )
+        )
+        if not wanted_ids:  # hand back the reply the client asked for
+            doc.pop("prompt_token_ids", None)
+            for choice in doc.get("choices") or ():
+                choice.pop("token_ids", None)
+        return web.Response(body=orjson.dumps(doc), status=200, content_type="application/json")
+
+
+@contextlib.asynccontextmanager
+async def recording_proxy(upstream: str) -> AsyncIterator[tuple[str, list[WireRecord]]]:
+    """Serve a recording proxy to ``upstream`` (a server root, no ``/v1``) on a free loopback port.
+
+    Yields:
+        The proxy's ``/v1`` base URL and the list its records are appended to (arrival order by ``index``).
+    """
+    proxy = _Proxy(upstream.rstrip("/"))
+    app = web.Application(client_max_size=64 * 2**20)
+    app.router.add_route("*", "/{tail:.*}", proxy.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    timeout = aiohttp.ClientTimeout(total=None)
+    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as session:
+        proxy.session = session
+        try:
+            yield f"http://127.0.0.1:{port}/v1", proxy.records
+        finally:
+            await runner.cleanup()
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixCacheSettings:
+    """One benchmark run.
+
+    Attributes:
+        methods: Methods scored (the issue's measurement: ``ceb`` and ``static``).
+        sampling: ``hindsight.sampling``: ``requests`` (``V`` requests) or ``n`` (one request, ``n = V``).
+        votes: ``V``.
+        max_concurrency: Requests in flight at most.
+        structured_output: The backend's structured-output mode.
+    """
+
+    methods: tuple[str, ...] = ("ceb", "static")
+    sampling: str = "requests"
+    votes: int = 5
+    max_concurrency: int = 32
+    structured_output: str = "vllm"
+
+
+def _config(base_url: str, model: str, s: PrefixCacheSettings) -> RunConfig:
+    return load_config(
+        overrides={
+            "methods": list(s.methods),
+            "orders": 1,
+            "ceb": {"votes": s.votes},
+            "hindsight": {"sampling": s.sampling},
+            "backend": {
+                "name": "openai",
+                "base_url": base_url,
+                "model": model,
+                "structured_output": s.structured_output,
+                "max_concurrency": s.max_concurrency,
+                "timeout_s": 900,
+            },
+        }
+    )
+
+
+async def _metrics(session: aiohttp.ClientSession, root: str) -> ServerMetrics:
+    async with session.get(f"{root}/metrics") as resp:
+        resp.raise_for_status()
+        return parse_metrics(await resp.text())
+
+
+async def _reset_cache(session: aiohttp.ClientSession, root: str) -> bool:
+    async with session.post(f"{root}/reset_prefix_cache") as resp:
+        return resp.status == 200
+
+
+def _share(part: float, whole: float) -> float | None:
+    """``part / whole``; ``None`` for an empty whole."""
+    return part / whole if whole else None
+
+
+def summarize(records: Sequence[WireRecord], block_size: int, metrics_hits: float | None = None) -> dict[str, Any]:
+    """Bound and measured hits, over all requests and per stage, plus the hindsight rounds.
+
+    Per-request hits come from vLLM's ``cached_tokens``, which holds for ``n = 1`` only; a stage with ``n > 1``
+    requests gets the hits ``/metrics`` counted minus those of every other stage (``metrics_hits``), when those
+    are all ``n = 1``.
+
+    Args:
+        records: What the proxy recorded.
+        block_size: The server's KV block size, in tokens.
+        metrics_hits: Hits ``/metrics`` counted over the run, in tokens.
+
+    Returns:
+        ``requests``, ``prompt_tokens``, ``reading_requests``, ``queried_tokens`` (what vLLM looks up),
+        ``bound_tokens``/``bound_rate``, ``token_bound_rate`` (:func:`token_bound`), and ``by_stage`` with the
+        same plus ``hit_tokens``/``hit_rate`` and their source; ``hindsight_rounds`` with the prompt tokens
+        computed per round (queried minus hits).
+    """
+    ordered = sorted(records, key=lambda r: r.index)
+    triples = list(zip(ordered, whole_block_bound(ordered, block_size), token_bound(ordered), strict=True))
+    by_stage: dict[str, list[tuple[WireRecord, int, int]]] = defaultdict(list)
+    for t in triples:
+        by_stage[t[0].stage or "?"].append(t)
+
+    def figures(part: Sequence[tuple[WireRecord, int, int]]) -> dict[str, Any]:
+        queried = sum(r.queried_tokens for r, _, _ in part)
+        bound = sum(b for _, b, _ in part)
+        by_token = sum(t for _, _, t in part)
+        return {
+            "requests": len(part),
+            "prompt_tokens": sum(r.prompt_tokens for r, _, _ in part),
+            "reading_requests": sum(1 for r, _, _ in part if r.reads_cache),
+            "queried_tokens": queried,
+            "bound_tokens": bound,
+            "bound_rate": _share(bound, queried),
+            "token_bound_rate": _share(by_token, queried),
+        }
+
+    def exact(part: Sequence[tuple[WireRecord, int, int]]) -> int | None:
+        reading = [r for r, _, _ in part if r.reads_cache]
+        if any(r.n > 1 or r.cached_tokens is None for r in reading):
+            return None
+        return sum(r.cached_tokens or 0 for r in reading)
+
+    stages: dict[str, dict[str, Any]] = {}
+    for stage, pairs in sorted(by_stage.items()):
+        hits, source = exact(pairs), "usage.cached_tokens"
+        if hits is None and metrics_hits is not None:
+            others = [exact(p) for st, p in by_stage.items() if st != stage]
+            if all(o is not None for o in others):
+                hits, source = round(metrics_hits - sum(o or 0 for o in others)), "/metrics minus other stages"
+        f = figures(pairs)
+        stages[stage] = f | {
+            "hit_tokens": hits,
+            "hit_rate": _share(hits, f["queried_tokens"]) if hits is not None else None,
+            "hit_source": source if hits is not None else None,
+        }
+    rounds = hindsight_rounds(ordered)
+    hind = stages.get("hindsight", {})
+    computed = hind["queried_tokens"] - hind["hit_tokens"] if hind.get("hit_tokens") is not None else None
+    return {
+        **figures(triples),
+        "by_stage": stages,
+        "hindsight_rounds": {
+            "rounds": len(rounds),
+            "requests_per_round": _share(sum(len(rnd) for rnd in rounds), len(rounds)),
+            "prompt_tokens_per_round": _share(sum(rnd[0].prompt_tokens for rnd in rounds), len(rounds)),
+            "queried_tokens_per_round": _share(hind.get("queried_tokens", 0), len(rounds)),
+            "computed_prompt_tokens_per_round": _share(computed, len(rounds)) if computed is not None else None,
+        },
+    }
+
+
+async def run_prefix_cache_bench(
+    streams: Mapping[str, Sequence[Trajectory]],
+    root: str,
+    model: str,
+    settings: PrefixCacheSettings,
+    work: Path,
+) -> dict[str, Any]:
+    """Score ``streams`` against the vLLM server at ``root`` through the recording proxy; compare hit rates.
+
+    The measured prefix-cache hit rate (``/metrics``) is set against :func:`whole_block_bound`.
+
+    Args:
+        streams: Stream name -> trajectories.
+        root: The server's root URL (``http://host:port``, no ``/v1``): ``/metrics`` and the API live there.
+        model: The served model name.
+        settings: Methods, hindsight sampling, votes, concurrency.
+        work: A fresh directory for the run.
+
+    Returns:
+        The settings, the server's counters before and after, the measured rate, :func:`summarize`'s figures and
+        ``ratio`` (measured rate / bound rate).
+
+    Raises:
+        RuntimeError: ``/metrics`` has no prefix-cache counters or no block size (prefix caching off, not vLLM).
+        aiohttp.ClientError: The server cannot be reached.
+    """
+    root = root.rstrip("/")
+    async with aiohttp.ClientSession() as session:
+        reset = await _reset_cache(session, root)
+        before = await _metrics(session, root)
+        if before.prefix_cache_queries is None or before.block_size is None:
+            raise RuntimeError(f"{root}/metrics has no prefix-cache counters or block size: is prefix caching on?")
+        started = time.perf_counter()
+        async with recording_proxy(root) as (proxy_url, records):
+            summary = await run_scoring(streams, _config(proxy_url, model, settings), work)
+        wall_s = time.perf_counter() - started
+        after = await _metrics(session, root)
+    assert after.prefix_cache_queries is not None and after.prefix_cache_hits is not None
+    queries = after.prefix_cache_queries - before.prefix_cache_queries
+    hits = after.prefix_cache_hits - (before.prefix_cache_hits or 0.0)
+    figures = summarize(records, before.block_size, hits)
+    measured = _share(hits, queries)
+    bound = figures["bound_rate"]
+    return {
+        "settings": {
+            "methods": list(settings.methods),
+            "sampling": settings.sampling,
+            "votes": settings.votes,
+            "max_concurrency": settings.max_concurrency,
+            "structured_output": settings.structured_output,
+            "streams": {name: len(ts) for name, ts in streams.items()},
+        },
+        "cache_reset_before_run": reset,
+        "block_size": before.block_size,
+        "wall_s": wall_s,
+        "steps_scored": summary.steps_scored,
+        "steps_failed": summary.steps_failed,
+        "metrics_queries": queries,
+        "metrics_hits": hits,
+        "measured_rate": measured,
+        "ratio_to_bound": measured / bound if measured is not None and bound else None,
+        **figures,
+    }
