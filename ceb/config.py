@@ -57,6 +57,9 @@ class BackendConfig(_Section):
     """How reply JSON is enforced: ``json_schema`` (OpenAI, vLLM), ``vllm``, ``json_object`` or ``none``."""
     token_limit_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
     """Wire name of the output token budget (newer OpenAI models refuse ``max_tokens``; vLLM takes both)."""
+    preflight: bool = True
+    """Before a run starts, check every endpoint (model list, one one-token request) and stop at once, naming
+    the endpoint, when one cannot serve the run."""
     max_attempts: int = Field(6, ge=1)
     """Attempts per request on timeouts, dropped connections, 429 and 5xx (the first included)."""
     backoff_s: float = Field(0.5, ge=0)

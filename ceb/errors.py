@@ -100,6 +100,7 @@ class BackendError(CEBError):
     """A model endpoint failed after its retry budget.
 
     Attributes:
+        message: The message without the context suffix.
         backend: Backend name and endpoint (``openai@http://127.0.0.1:8000/v1``).
         stream: Stream name, when known.
         trajectory_id: Trajectory id, when known.
@@ -126,6 +127,7 @@ class BackendError(CEBError):
             if v not in (None, "")
         )
         super().__init__(f"{message} [{ctx}]" if ctx else message)
+        self.message = message
         self.backend = backend
         self.attempts = 1
         self.stream = stream

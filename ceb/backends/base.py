@@ -253,6 +253,13 @@ class ChatBackend(ABC):
         """Seconds the server asked to wait before the next attempt, if any."""
         return exc.retry_after if isinstance(exc, TransientError) else None
 
+    async def preflight(self) -> None:  # noqa: B027 - a hook with a safe default, not abstract on purpose
+        """Check, before a run starts, that every endpoint answers; the default has nothing to check.
+
+        Raises:
+            FatalBackendError: An endpoint cannot serve the run (down, wrong address, key or model).
+        """
+
     async def aclose(self) -> None:  # noqa: B027 - a hook with a safe default, not abstract on purpose
         """Release connections; the default holds none."""
 

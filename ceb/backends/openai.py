@@ -71,6 +71,23 @@ REQUEST_ID_HEADER = "X-Request-Id"
 """vLLM takes this header as the request's id in its logs, traces and responses (a new one per attempt)."""
 
 
+PREFLIGHT_MESSAGES: tuple[dict[str, str], ...] = ({"role": "user", "content": "Reply with one word."},)
+"""The messages of the preflight's one-token request (:meth:`OpenAIBackend.preflight`)."""
+
+_PERMANENT = (aiohttp.ClientSSLError, aiohttp.ClientConnectorDNSError)
+"""Connection failures that no retry fixes: TLS failures (certificate, or https:// to an http server) and names
+that do not resolve. Refused connections stay transient mid-run (a server restarting); the preflight refuses them."""
+
+
+def _model_ids(body: bytes) -> set[str] | None:
+    """The model ids of a ``GET /models`` body; ``None`` when it is not an OpenAI model list."""
+    try:
+        doc = orjson.loads(body)
+        return {str(m["id"]) for m in doc["data"]}
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def request_id(stage: str) -> str:
     """``ceb-<stage>-<32 hex digits>``: unique per attempt, so a server log line names the stage that asked."""
     return f"ceb-{stage or 'request'}-{uuid.uuid4().hex}"
@@ -272,9 +289,11 @@ class OpenAIBackend(ChatBackend):
                 wait = retry_after(resp.headers.get("Retry-After")) if status >= 300 else None
         except TimeoutError as exc:  # aiohttp's total timeout, and its ServerTimeoutError subclasses
             raise TransientError(f"timeout after {self.settings.timeout_s}s at {endpoint}") from exc
+        except _PERMANENT as exc:
+            raise self._permanent(endpoint, exc) from exc
         except (aiohttp.ClientError, OSError) as exc:
-            # Refused or reset connections, a server that hung up mid-reply (ClientPayloadError,
-            # ServerDisconnectedError), or a reply that is not HTTP.
+            # Refused or reset connections (a server restarting mid-run), a server that hung up mid-reply
+            # (ClientPayloadError, ServerDisconnectedError), or a reply that is not HTTP.
             raise TransientError(f"connection to {endpoint} failed: {self._redact(str(exc) or repr(exc))}") from exc
         if status >= 300:
             raise self._status_error(status, raw, wait, endpoint)
@@ -299,6 +318,65 @@ class OpenAIBackend(ChatBackend):
                 backend=self.label,
             )
         return BackendError(f"{status} from server: {message}", backend=self.label)
+
+    def _permanent(self, endpoint: str, exc: BaseException) -> FatalBackendError:
+        """The error for a failure no retry can fix: a name that does not resolve, a TLS handshake that fails."""
+        detail = self._redact(str(exc) or repr(exc))
+        if isinstance(exc, aiohttp.ClientSSLError):
+            hint = " (an https:// URL for a plain-http server? vLLM serves http unless given --ssl-keyfile)"
+            return FatalBackendError(f"TLS handshake with {endpoint} failed{hint}: {detail}", backend=self.label)
+        return FatalBackendError(f"cannot resolve the host of {endpoint}: {detail}", backend=self.label)
+
+    async def preflight(self) -> None:
+        """Check each endpoint in seconds before a run: it answers, serves the model, and completes one token.
+
+        ``GET /models`` (one attempt; a server without the route is let through), then a one-token chat request
+        (one attempt).
+
+        Raises:
+            FatalBackendError: Nothing listens there, the host does not resolve, TLS fails, the key is refused,
+                the model is not served, or the one-token request fails; the message names the endpoint.
+        """
+        for endpoint in self.endpoints:
+            try:
+                status, body = await self.get("models", endpoint=endpoint)
+            except TransientError as exc:
+                cause = exc.__cause__
+                if isinstance(cause, _PERMANENT):
+                    raise self._permanent(endpoint, cause) from exc
+                down = isinstance(cause, aiohttp.ClientConnectorError) and isinstance(
+                    cause.os_error, ConnectionRefusedError
+                )
+                what = "nothing is listening there (connection refused)" if down else str(exc)
+                raise FatalBackendError(
+                    f"preflight: {endpoint} cannot be reached: {what}; is the server up, and is this its URL?",
+                    backend=self.label,
+                ) from exc
+            if status in (401, 403):
+                raise self._status_error(status, body, None, endpoint)
+            if status == 200:
+                served = _model_ids(body)
+                if served is not None and self.settings.model not in served:
+                    raise FatalBackendError(
+                        f"preflight: {endpoint} does not serve the model {self.settings.model!r}; it serves: "
+                        f"{', '.join(sorted(served)) or '(none)'}",
+                        backend=self.label,
+                    )
+            ping = ChatRequest(
+                messages=PREFLIGHT_MESSAGES,
+                max_tokens=1,
+                temperature=0.0,
+                stage="preflight",
+            )
+            try:
+                await self._complete(ping, endpoint)
+            except FatalBackendError:
+                raise
+            except (TransientError, BackendError) as exc:
+                why = exc.message if isinstance(exc, BackendError) else str(exc)
+                raise FatalBackendError(
+                    f"preflight: a one-token chat request to {endpoint} failed: {why}", backend=self.label
+                ) from exc
 
     async def get(self, path: str, *, endpoint: str | None = None, root: bool = False) -> tuple[int, bytes]:
         """``GET`` a path of an endpoint with this backend's key, in one attempt (for probes, not scoring).

@@ -10,7 +10,7 @@ from __future__ import annotations
 import platform
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
@@ -28,7 +28,7 @@ from ceb.config import RunConfig
 from ceb.data.trajectory import Step, Trajectory
 from ceb.errors import CEBError, ConfigError, RunError
 from ceb.pipeline.lane import Lane, new_bank
-from ceb.pipeline.results import HindsightRow, ResultWriter, StepRow
+from ceb.pipeline.results import HindsightRow, ResultWriter, StepRow, read_step_rows
 from ceb.pipeline.resume import (
     LaneKey,
     LaneProgress,
@@ -161,6 +161,17 @@ def check_prompts(config: RunConfig, domains: Sequence[str]) -> None:
 RESULT_FILES = ("config.json", "scores.jsonl", "hindsight.jsonl", "metrics.json")
 
 
+def _finished_anything(run_dir: Path) -> bool:
+    """Whether ``run_dir/scores.jsonl`` holds a step with a score (not only failures and "not available").
+
+    A file that cannot be read counts as holding results: it is never replaced without ``overwrite``.
+    """
+    try:
+        return any(row.score is not None for row in read_step_rows(run_dir / "scores.jsonl"))
+    except RunError:
+        return True
+
+
 def _remove_results(run_dir: Path) -> None:
     for name in RESULT_FILES:
         (run_dir / name).unlink(missing_ok=True)
@@ -241,7 +252,7 @@ async def run_scoring(
         Counts of what was scored and what failed (resumed rows included, and counted apart).
 
     Raises:
-        RunError: ``run_dir`` already holds results (and neither ``overwrite`` nor ``resume``), or a resume
+        RunError: ``run_dir`` already holds scored steps (and neither ``overwrite`` nor ``resume``), or a resume
             finds changed input or settings (names each change).
         ConfigError: Unknown method or backend, or a broken prompt template.
     """
@@ -249,6 +260,11 @@ async def run_scoring(
     if overwrite and resume:
         raise RunError("choose one of overwrite and resume")
     started_run = (run_dir / "config.json").exists()
+    if (run_dir / "scores.jsonl").exists() and not (overwrite or resume) and not _finished_anything(run_dir):
+        # An earlier run that stopped before scoring a step (a wrong endpoint, say) must not block the
+        # corrected command: its failure rows are replaced, as with overwrite.
+        log.warning("replacing an earlier run that scored no step", run_dir=str(run_dir))
+        overwrite = True
     if (run_dir / "scores.jsonl").exists() and not (overwrite or resume):
         raise RunError(
             f"{run_dir} already holds results (scores.jsonl); choose a new output directory, pass --overwrite, "
@@ -292,6 +308,8 @@ async def run_scoring(
     lanes: list[Lane] = []
     started = time.perf_counter()
     try:
+        if own_stages and config.backend.preflight:
+            await _preflight(by_critic.values())
         if overwrite:
             _remove_results(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -354,6 +372,15 @@ def _stages_by_critic(
     if missing:
         raise ConfigError(f"no stages given for critic(s) {sorted(missing)}")
     return dict(stages)
+
+
+async def _preflight(stages: Iterable[Stages]) -> None:
+    """Preflight each distinct endpoint backend of ``stages`` once (:meth:`ChatBackend.preflight`)."""
+    seen: set[int] = set()
+    for s in stages:
+        if s.chat is not None and id(s.chat) not in seen:
+            seen.add(id(s.chat))
+            await s.chat.preflight()
 
 
 async def _unset_emit(row: Row) -> None:

@@ -45,7 +45,7 @@ async def test_ptrue_runs_through_an_openai_compatible_endpoint(tmp_path, openai
     config = load_config(
         overrides={
             "methods": ["ptrue"],
-            "backend": {"name": "openai", "base_url": openai_server.base_url, "model": "m"},
+            "backend": {"name": "openai", "base_url": openai_server.base_url, "model": openai_server.model},
             "baselines": {"ptrue_forced": False},  # an OpenAI-style endpoint: first-token top_logprobs
         }
     )
@@ -71,7 +71,7 @@ async def test_forced_ptrue_reads_both_answers_teacher_forced_through_the_endpoi
     config = load_config(
         overrides={
             "methods": ["ptrue"],
-            "backend": {"name": "openai", "base_url": openai_server.base_url, "model": "m"},
+            "backend": {"name": "openai", "base_url": openai_server.base_url, "model": openai_server.model},
         }
     )
     summary = await run_scoring({"s": stream(logprobs=False)}, config, tmp_path)

@@ -46,7 +46,7 @@ async def test_ceb_and_static_score_every_step_through_the_openai_backend(openai
             "backend": {
                 "name": "openai",
                 "base_url": openai_server.base_url,
-                "model": "critic-model",
+                "model": openai_server.model,
                 "max_concurrency": 4,
                 "backoff_s": 0.0,
             },
@@ -55,17 +55,20 @@ async def test_ceb_and_static_score_every_step_through_the_openai_backend(openai
     )
     summary = await run_scoring({"bash": stream(), "bash2": stream()[:2]}, config, tmp_path)
     rows = list(read_rows(tmp_path / "scores.jsonl"))
+    # One one-token preflight request before any lane started (kept apart by the server), then the run's own.
+    assert [b["max_completion_tokens"] for b in openai_server.preflights] == [1]
+    run_requests = openai_server.requests
     assert len(rows) == (4 + 2) * 3 * 2
     assert summary.steps_scored == len(rows) and summary.steps_failed == 0
     assert {r["score"] for r in rows} == {0.2, 0.8}
     assert all(r["prompt_tokens"] > 0 and r["completion_tokens"] > 0 and r["requests"] == 1 for r in rows)
     # V hindsight requests per trajectory, for the ceb lanes only, at tau with the labels schema
-    hindsight = [b for b in openai_server.requests if "labels" in orjson.dumps(b.get("response_format", {})).decode()]
+    hindsight = [b for b in run_requests if "labels" in orjson.dumps(b.get("response_format", {})).decode()]
     assert len(hindsight) == (4 + 2) * 3
     assert {b["temperature"] for b in hindsight} == {0.7}
-    critic = [b for b in openai_server.requests if b not in hindsight]
+    critic = [b for b in run_requests if b not in hindsight]
     assert {b["temperature"] for b in critic} == {0.0}
-    assert all(b["model"] == "critic-model" and b["response_format"]["type"] == "json_schema" for b in critic)
+    assert all(b["model"] == openai_server.model and b["response_format"]["type"] == "json_schema" for b in critic)
     assert len(critic) == len(rows)
     hrows = list(read_rows(tmp_path / "hindsight.jsonl"))
     assert len(hrows) == 6 and all(h["pseudo_labels"] == [1, 0, 1] for h in hrows)
@@ -88,7 +91,12 @@ async def test_server_failures_are_recorded_per_step_not_raised(openai_server, t
     openai_server.responder = flaky
     config = load_config(
         overrides={
-            "backend": {"name": "openai", "base_url": openai_server.base_url, "model": "m", "backoff_s": 0.0},
+            "backend": {
+                "name": "openai",
+                "base_url": openai_server.base_url,
+                "model": openai_server.model,
+                "backoff_s": 0.0,
+            },
             "ceb": {"votes": 2},
             "hindsight": {"format_retries": 0},
             "methods": ["ceb"],

@@ -38,6 +38,8 @@ from typing import Any
 import anyio
 from aiohttp import web
 
+from ceb.backends.openai import PREFLIGHT_MESSAGES
+
 __all__ = ["NoResponderError", "OpenAITestServer", "PromptPosition", "Reply", "Responder", "TokenSpec", "serve_openai"]
 
 TokenSpec = tuple[str, float] | tuple[str, float, Sequence[tuple[str, float]]]
@@ -124,6 +126,9 @@ class OpenAITestServer:
         in_flight: Chat-completions requests being handled now (delays included).
         max_in_flight: Highest ``in_flight`` seen.
         failures: Exceptions the responder raised; re-raised when the server stops (see :func:`serve_openai`).
+        preflights: Bodies of ``ceb``'s preflight requests, answered ``"ok"`` by the server itself, not the
+            responder, and kept out of ``requests`` (a run's own requests keep their call indices).
+        answer_preflight: Set ``False`` to hand preflight requests to the responder like any other.
     """
 
     def __init__(self, responder: Responder | None = None, *, model: str = "test-model") -> None:
@@ -134,6 +139,8 @@ class OpenAITestServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self.failures: list[BaseException] = []
+        self.preflights: list[dict[str, Any]] = []
+        self.answer_preflight = True
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
         self._closing: anyio.Event | None = None
@@ -176,6 +183,9 @@ class OpenAITestServer:
 
     async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        if self.answer_preflight and body.get("messages") == list(PREFLIGHT_MESSAGES):
+            self.preflights.append(body)
+            return self._render(Reply("ok"), body, -1)
         call_index = len(self.requests)
         self.requests.append(body)
         self.headers.append({k.lower(): v for k, v in request.headers.items()})
