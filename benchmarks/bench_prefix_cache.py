@@ -67,11 +67,11 @@ def _print(run: dict[str, Any]) -> None:
         f"bound {bound:.1%}; ratio {ratio:.3f}"
     )
     print("  stage        requests  looked up   bound     hit  per-token bound  (hits from)")
-    for stage, f in [("all", run), *run["by_stage"].items()]:
-        b, h, t = (
-            f"{x:.1%}" if x is not None else "-" for x in (f["bound_rate"], f.get("hit_rate"), f["token_bound_rate"])
-        )
-        source = f"({f['hit_source']})" if "hit_source" in f else ""
+    every = run | {"hit_rate": rate, "hit_source": "/metrics"}
+    for stage, f in [("all", every), *run["by_stage"].items()]:
+        rates = (f["bound_rate"], f["hit_rate"], f["token_bound_rate"])
+        b, h, t = (f"{x:.1%}" if x is not None else "-" for x in rates)
+        source = f"({f['hit_source']})" if f["hit_source"] else ""
         print(f"  {stage:12} {f['requests']:>8} {f['queried_tokens']:>10,} {b:>7} {h:>7} {t:>16}  {source}")
     h = run["hindsight_rounds"]
     if h["rounds"]:

@@ -88,9 +88,9 @@ def test_a_bad_stream_is_refused_before_any_work_with_file_and_line(tmp_path):
 
 def test_an_existing_run_directory_is_not_overwritten(bash_streams, tmp_path):
     run = tmp_path / "run"
-    run.mkdir()
-    (run / "scores.jsonl").write_text("")
-    result = runner.invoke(app, ["score", str(bash_streams / "intercode-bash-gpt-4.jsonl"), "--out", str(run)])
+    stream = str(bash_streams / "intercode-bash-gpt-4.jsonl")
+    assert runner.invoke(app, ["score", stream, "--out", str(run), "--methods", "ceb"]).exit_code == 0
+    result = runner.invoke(app, ["score", stream, "--out", str(run)])
     assert result.exit_code == 2 and "already holds results" in result.output
     (run / "keep.txt").write_text("mine")
     result = runner.invoke(

@@ -11,7 +11,7 @@ import platform
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -28,6 +28,7 @@ from ceb.config import RunConfig
 from ceb.data.trajectory import Step, Trajectory
 from ceb.errors import CEBError, ConfigError, RunError
 from ceb.pipeline.lane import Lane, new_bank
+from ceb.pipeline.lock import run_lock
 from ceb.pipeline.results import HindsightRow, ResultWriter, StepRow, read_step_rows
 from ceb.pipeline.resume import (
     LaneKey,
@@ -80,6 +81,8 @@ class RunSummary:
         banks: ``{lane name: bank size}`` at the end (:func:`lane_name`).
         steps_resumed: Step rows kept from before a resume (included in ``steps_scored``).
         trajectories_resumed: Hindsight rows kept from before a resume (included in ``trajectories_voted``).
+        prompt_tokens: Input tokens the server reported for this call's rows (resumed rows not included).
+        completion_tokens: Output tokens likewise.
     """
 
     run_dir: Path
@@ -95,6 +98,8 @@ class RunSummary:
     steps_resumed: int = 0
     trajectories_resumed: int = 0
     steps_unavailable: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
     def count_resumed(self, row: Row) -> None:
         """Count a row kept from before a resume (its requests were spent by the earlier run)."""
@@ -107,6 +112,8 @@ class RunSummary:
     def count(self, row: Row) -> None:
         """Add ``row`` to the counters."""
         self.requests += row.requests
+        self.prompt_tokens += row.prompt_tokens or 0
+        self.completion_tokens += row.completion_tokens or 0
         self._count_outcome(row)
 
     def _count_outcome(self, row: Row) -> None:
@@ -158,7 +165,30 @@ def check_prompts(config: RunConfig, domains: Sequence[str]) -> None:
         prompts.messages(d, "hindsight", hindsight_context(probe))
 
 
-RESULT_FILES = ("config.json", "scores.jsonl", "hindsight.jsonl", "metrics.json")
+RESULT_FILES = ("config.json", "scores.jsonl", "hindsight.jsonl", "metrics.json", "summary.json")
+
+
+SUMMARY_SCHEMA = 1
+"""Layout version of ``summary.json``."""
+
+
+def write_summary(run_dir: Path, summary: RunSummary, outcome: str, error: str, started_at: datetime) -> None:
+    """Write ``run_dir/summary.json`` (atomically): how this call of :func:`run_scoring` ended and what it did.
+
+    Written when the call ends, however it ends: ``status`` is ``finished``, ``failed`` (with ``error``) or
+    ``interrupted`` (Ctrl-C, cancellation). A resume writes it anew; its counts include the resumed rows, whose
+    requests and tokens were spent by the earlier call and are not counted again.
+    """
+    doc = {
+        "schema": SUMMARY_SCHEMA,
+        "status": outcome,
+        "error": error or None,
+        "started_at": started_at.isoformat(timespec="seconds"),
+        "ended_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "ceb_version": __version__,
+        **{k: v for k, v in asdict(summary).items() if k != "run_dir"},
+    }
+    write_atomic(run_dir / "summary.json", orjson.dumps(doc, option=orjson.OPT_INDENT_2))
 
 
 def _finished_anything(run_dir: Path) -> bool:
@@ -252,10 +282,28 @@ async def run_scoring(
         Counts of what was scored and what failed (resumed rows included, and counted apart).
 
     Raises:
-        RunError: ``run_dir`` already holds scored steps (and neither ``overwrite`` nor ``resume``), or a resume
+        RunError: Another process is using ``run_dir`` (its lock, :mod:`ceb.pipeline.lock`); ``run_dir`` already
+            holds scored steps (and neither ``overwrite`` nor ``resume``), or a resume
             finds changed input or settings (names each change).
         ConfigError: Unknown method or backend, or a broken prompt template.
     """
+    run_dir = Path(run_dir)
+    with run_lock(run_dir):
+        return await _run_scoring(
+            streams, config, run_dir, stages=stages, on_row=on_row, overwrite=overwrite, resume=resume
+        )
+
+
+async def _run_scoring(
+    streams: Mapping[str, Sequence[Trajectory]],
+    config: RunConfig,
+    run_dir: Path,
+    *,
+    stages: Stages | Mapping[str, Stages] | None,
+    on_row: Callable[[Row], None] | None,
+    overwrite: bool,
+    resume: bool,
+) -> RunSummary:
     run_dir = Path(run_dir)
     if overwrite and resume:
         raise RunError("choose one of overwrite and resume")
@@ -307,41 +355,49 @@ async def run_scoring(
     tokens = PromptTokenCounter(prompt_set(config)) if config.critic.count_tokens else None
     lanes: list[Lane] = []
     started = time.perf_counter()
+    started_at = datetime.now(UTC)
+    outcome, error, began = "interrupted", "", False
     try:
-        if own_stages and config.backend.preflight:
-            await _preflight(by_critic.values())
-        if overwrite:
-            _remove_results(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if not resuming:
-            _write_config(run_dir, config, streams, prints)
-        with ResultWriter(run_dir) as writer:
-            for key, (trajs, method) in specs.items():
-                prog = progress.get(key, LaneProgress())
-                lanes.append(
-                    Lane(
-                        key[0],
-                        method,
-                        trajs,
-                        by_critic[key[3]],
-                        config,
-                        _unset_emit,
-                        bank=prog.bank,
-                        order=key[1],
-                        critic=key[3],
-                        start=prog.position,
-                        prefix=prog.prefix,
-                        critic_stage=critic_stages[(key[3], method.critic)],
-                        tokens=tokens,
+        try:
+            if own_stages and config.backend.preflight:
+                await _preflight(by_critic.values())
+            if overwrite:
+                _remove_results(run_dir)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            if not resuming:
+                _write_config(run_dir, config, streams, prints)
+            began = True
+            with ResultWriter(run_dir) as writer:
+                for key, (trajs, method) in specs.items():
+                    prog = progress.get(key, LaneProgress())
+                    lanes.append(
+                        Lane(
+                            key[0],
+                            method,
+                            trajs,
+                            by_critic[key[3]],
+                            config,
+                            _unset_emit,
+                            bank=prog.bank,
+                            order=key[1],
+                            critic=key[3],
+                            start=prog.position,
+                            prefix=prog.prefix,
+                            critic_stage=critic_stages[(key[3], method.critic)],
+                            tokens=tokens,
+                        )
                     )
-                )
-            await _run_lanes(lanes, config, writer, summary, on_row)
-    except BaseExceptionGroup as group:
-        # A lane or the writer failed and the task group wrapped it: surface our own error as itself.
-        first = _first_ceb_error(group)
-        if first is None:
-            raise
-        raise first from None
+                await _run_lanes(lanes, config, writer, summary, on_row)
+            outcome = "finished"
+        except BaseExceptionGroup as group:
+            # A lane or the writer failed and the task group wrapped it: surface our own error as itself.
+            first = _first_ceb_error(group)
+            if first is None:
+                raise
+            raise first from None
+    except Exception as exc:
+        outcome, error = "failed", str(exc)
+        raise
     finally:
         # Banks first, without awaiting: under cancellation an await here would be cancelled too. A bank only
         # changes between trajectories, so what is saved is its state after the last completed trajectory.
@@ -351,6 +407,8 @@ async def run_scoring(
                 lane.bank.save(run_dir / "banks" / f"{lane_name(key)}.json")
             summary.banks[lane_name(key)] = len(lane.bank)
         summary.wall_s = time.perf_counter() - started
+        if began:
+            write_summary(run_dir, summary, outcome, error, started_at)
         if own_stages:
             with anyio.CancelScope(shield=True):
                 for own in by_critic.values():
