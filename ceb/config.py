@@ -221,6 +221,9 @@ class RunConfig(_Section):
     """Equal-width bins of the reported ECE."""
     max_active_lanes: int = Field(256, ge=1)
     """(stream, method) lanes in progress at once; each lane is strictly sequential."""
+    allow_unavailable: bool = False
+    """Run methods that cannot score on this backend (an LLM-only baseline on ``offline``) as rows marked "not
+    available" instead of refusing the run at start."""
     fail_on_error: float = Field(0.25, gt=0)
     """Stop the run when failed steps exceed this: a count if >= 1, else a fraction of steps (after 20 steps)."""
 

@@ -94,6 +94,12 @@ def load_grid(path: str | Path, overrides: dict[str, Any] | None = None) -> Grid
         raise ConfigError(f"grid file {p}: unknown [grid] keys {sorted(unknown)}")
     if not grid.get("streams") or not grid.get("out"):
         raise ConfigError(f"grid file {p}: [grid] needs streams (a list) and out (a directory)")
+    if bool(grid.get("sweep_votes")) != bool(grid.get("sweep_k")):
+        given, missing = ("sweep_votes", "sweep_k") if grid.get("sweep_votes") else ("sweep_k", "sweep_votes")
+        raise ConfigError(
+            f"grid file {p}: {given} without {missing} adds no cell (the sweep is every (V, k) pair); "
+            f"give both, e.g. sweep_votes = [1, 3, 5] and sweep_k = [1, 2]"
+        )
     cells = sweep_methods(grid.get("sweep_votes", []), grid.get("sweep_k", []))
     methods = list(data.get("methods", RunConfig().methods))
     data["methods"] = methods + [m for m in cells if m not in methods]

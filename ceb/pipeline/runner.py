@@ -39,7 +39,7 @@ from ceb.pipeline.resume import (
     stream_fingerprint,
     write_atomic,
 )
-from ceb.stages.assembly import Stages, build_critic, build_stages, prompt_set
+from ceb.stages.assembly import Stages, build_critic, build_stages, lacks_endpoint, prompt_set
 from ceb.stages.base import CriticInput, HistoryItem
 from ceb.stages.critic import critic_context
 from ceb.stages.hindsight import hindsight_context
@@ -347,6 +347,8 @@ async def _run_scoring(
                 summary.count_resumed(row)
     own_stages = stages is None
     by_critic = _stages_by_critic(stages, critic_configs)
+    if not config.allow_unavailable:
+        _refuse_unavailable(methods, by_critic, critic_configs)
     critic_stages = {
         (label, m.critic): build_critic(m, critic_configs[label], by_critic[label])
         for label in critic_configs
@@ -430,6 +432,26 @@ def _stages_by_critic(
     if missing:
         raise ConfigError(f"no stages given for critic(s) {sorted(missing)}")
     return dict(stages)
+
+
+def _refuse_unavailable(
+    methods: Sequence[MethodSpec], by_critic: Mapping[str, Stages], critic_configs: Mapping[str, RunConfig]
+) -> None:
+    """Refuse a run in which a method needs an LLM endpoint its critic's backend does not have.
+
+    Raises:
+        ConfigError: Names the methods and the backend, and the two ways out.
+    """
+    for label, s in by_critic.items():
+        lacking = [m.name for m in methods if lacks_endpoint(m, s)]
+        if lacking:
+            backend = critic_configs[label].backend.name
+            raise ConfigError(
+                f"{', '.join(lacking)} need{'s' if len(lacking) == 1 else ''} an LLM endpoint, and backend "
+                f"{backend!r} has none: every step would be 'not available'. Use --backend openai, drop "
+                f"{'it' if len(lacking) == 1 else 'them'} from methods, or set allow_unavailable = true to keep "
+                f"the rows"
+            )
 
 
 async def _preflight(stages: Iterable[Stages]) -> None:

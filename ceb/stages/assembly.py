@@ -169,6 +169,15 @@ def build_critic(method: MethodSpec, config: RunConfig, stages: Stages) -> Criti
     """
     if method.uses_llm_critic:
         return stages.critic
-    if stages.chat is None and "chat" in method.needs:
+    if lacks_endpoint(method, stages):
         return UnavailableCritic(f"{method.name} needs an LLM endpoint; backend {config.backend.name!r} has none")
     return method.critic_factory()(config, stages)
+
+
+def lacks_endpoint(method: MethodSpec, stages: Stages) -> bool:
+    """Whether ``method`` cannot score on ``stages`` at all.
+
+    True when it needs an LLM endpoint (not the stages' own critic) and the stages have none: an LLM-only
+    baseline on the ``offline`` backend.
+    """
+    return not method.uses_llm_critic and stages.chat is None and "chat" in method.needs

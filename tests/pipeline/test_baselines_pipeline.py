@@ -8,6 +8,7 @@ import orjson
 import pytest
 
 from ceb.config import load_config
+from ceb.errors import ConfigError
 from ceb.eval import run_metrics
 from ceb.pipeline import read_rows, run_scoring
 from tests.support.builders import step, trajectory
@@ -24,8 +25,17 @@ def stream(logprobs: bool) -> list:
     ]
 
 
+async def test_offline_backend_refuses_an_llm_only_method_at_start_and_names_the_way_out(tmp_path):
+    config = load_config(overrides={"methods": ["ppl", "ptrue", "cot", "static"]})
+    with pytest.raises(ConfigError, match=r"ptrue, cot need an LLM endpoint, and backend 'offline' has none"):
+        await run_scoring({"s": stream(logprobs=True)}, config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
 async def test_offline_backend_scores_ppl_from_logged_logprobs_and_marks_the_rest_not_available(tmp_path):
-    config = load_config(overrides={"methods": ["ppl", "ptrue", "static"], "fail_on_error": 1})
+    config = load_config(
+        overrides={"methods": ["ppl", "ptrue", "static"], "fail_on_error": 1, "allow_unavailable": True}
+    )
     summary = await run_scoring({"s": stream(logprobs=True)}, config, tmp_path)
     rows = list(read_rows(tmp_path / "scores.jsonl"))
     ppl = [r for r in rows if r["method"] == "ppl"]

@@ -71,6 +71,9 @@ def test_grid_file_errors_name_the_problem(tmp_path):
     bad.write_text('[grid]\nstreams = ["x"]\nout = "o"\nsweep = 1\n')
     with pytest.raises(ConfigError, match="unknown"):
         load_grid(bad)
+    bad.write_text('[grid]\nstreams = ["x"]\nout = "o"\nsweep_k = [1, 2]\n')
+    with pytest.raises(ConfigError, match=r"sweep_k without sweep_votes adds no cell"):
+        load_grid(bad)
     assert sweep_methods([1, 2], [3]) == ["ceb-V1-k3", "ceb-V2-k3"]
 
 
