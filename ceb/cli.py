@@ -53,9 +53,20 @@ def _fail(exc: CEBError) -> typer.Exit:
     return typer.Exit(2)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from ceb.version import __version__
+
+        print(f"ceb {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _main(
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error (logs go to stderr).")] = "warning",
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     _setup_logging(log_level)
 

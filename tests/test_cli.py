@@ -133,3 +133,19 @@ def test_the_fast_kernel_and_the_sklearn_reference_give_the_same_run(bash_stream
         return [{k: v for k, v in r.items() if k not in ("latency_s", "queue_s")} for r in read_rows(run)]
 
     assert rows(tmp_path / "ref" / "scores.jsonl") == rows(tmp_path / "fast" / "scores.jsonl")
+
+
+def test_version_prints_the_package_version() -> None:
+    from ceb.version import __version__
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"ceb {__version__}"
+
+
+def test_the_command_line_starts_without_importing_scikit_learn() -> None:
+    import subprocess
+    import sys
+
+    probe = "import sys, ceb.cli; print(sorted(m for m in sys.modules if m.split('.')[0] in ('sklearn', 'scipy')))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -1,16 +1,34 @@
-"""Evaluation of step confidences against held-out labels: ECE, Brier and AUROC (paper section 4.1)."""
+"""Evaluation of step confidences against held-out labels: ECE, Brier and AUROC (paper section 4.1).
 
-from ceb.eval.metrics import (
-    MetricSummary,
-    ReliabilityBins,
-    Strategy,
-    auroc,
-    brier,
-    ece,
-    reliability_bins,
-    summarize,
-)
-from ceb.eval.runs import BASE_RATE, POOLED, POOLING, run_metrics, write_metrics
+The names below load on first use (PEP 562), so importing a submodule such as :mod:`ceb.eval.report_cmd` (the
+command line does, to register ``ceb report``) does not import scikit-learn.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ceb.eval.metrics import (
+        MetricSummary,
+        ReliabilityBins,
+        Strategy,
+        auroc,
+        brier,
+        ece,
+        reliability_bins,
+        summarize,
+    )
+    from ceb.eval.runs import BASE_RATE, POOLED, POOLING, run_metrics, write_metrics
+
+_HOME = {
+    **dict.fromkeys(
+        ("MetricSummary", "ReliabilityBins", "Strategy", "auroc", "brier", "ece", "reliability_bins", "summarize"),
+        "ceb.eval.metrics",
+    ),
+    **dict.fromkeys(("BASE_RATE", "POOLED", "POOLING", "run_metrics", "write_metrics"), "ceb.eval.runs"),
+}
 
 __all__ = [
     "BASE_RATE",
@@ -27,3 +45,13 @@ __all__ = [
     "summarize",
     "write_metrics",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the module that defines ``name`` on first use."""
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'ceb.eval' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
