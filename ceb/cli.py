@@ -14,9 +14,9 @@ import typer
 import typer.core
 import typer.main
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from ceb.errors import CEBError, ConfigError
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer(
     add_completion=False,
+    rich_markup_mode=None,  # help texts are plain: "[grid]" stays "[grid]"
     no_args_is_help=True,
     help="Critic Experience Bank: calibrated step-level confidence for LLM agents.\n\n"
     "Typical use: `ceb convert intercode` writes the real InterCode streams to ./streams, then "
@@ -33,8 +34,9 @@ app = typer.Typer(
 )
 
 # Tables are wide; when stdout is a file or pipe (CI logs, `| tee`), do not squeeze them to 80 columns.
-out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True)
+# markup=False: paths, stream names and error messages may hold brackets ("[grid]"), which rich would eat.
+out = Console(width=None if sys.stdout.isatty() else 160, markup=False)
+err = Console(stderr=True, markup=False)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -49,7 +51,7 @@ def _setup_logging(level: str) -> None:
 
 
 def _fail(exc: CEBError) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+    err.print(Text.assemble(("error:", "bold red"), f" {exc}"), highlight=False, soft_wrap=True)
     return typer.Exit(2)
 
 
@@ -363,7 +365,7 @@ def metrics(
     from ceb.eval import run_metrics, write_metrics
 
     if not (run_dir / "scores.jsonl").is_file():
-        err.print(f"[bold red]error:[/] {run_dir} has no scores.jsonl")
+        err.print(Text.assemble(("error:", "bold red"), f" {run_dir} has no scores.jsonl"))
         raise typer.Exit(2)
     if bins is None:
         from ceb.config import recorded_config
@@ -422,11 +424,11 @@ def doctor(
         checks = Table("feature", "result", "seconds", "detail", title=f"{model} at {base_url}")
         for c in report.checks:
             style = {"ok": "green", "missing": "yellow", "failed": "red"}[c.outcome]
-            checks.add_row(c.name, f"[{style}]{c.outcome}[/]", f"{c.seconds:.2f}", escape(c.detail))
+            checks.add_row(c.name, Text(c.outcome, style=style), f"{c.seconds:.2f}", c.detail)
         out.print(checks)
         methods = Table("method", "runs here", "note", title="Methods on this endpoint")
         for name, (ok, note) in verdicts.items():
-            methods.add_row(name, "[green]yes[/]" if ok else "[red]not available[/]", escape(note))
+            methods.add_row(name, Text("yes", "green") if ok else Text("not available", "red"), note)
         out.print(methods)
     if not report.usable:
         err.print("ceb cannot run on this endpoint: no chat reply for this model.", markup=False)
@@ -456,7 +458,7 @@ def bench(
         raise typer.BadParameter(f"unknown benchmark {kind!r}; choose from {', '.join(kinds)}")
     script = Path(__file__).resolve().parents[1] / "benchmarks" / kinds[kind]
     if not script.is_file():
-        err.print(f"[bold red]error:[/] {script} not found: benchmarks run from a checkout of the repository")
+        err.print(Text.assemble(("error:", "bold red"), f" {script} not found: benchmarks run from a checkout"))
         raise typer.Exit(2)
     argv = [str(script), *([kind] if kind != "bank" else []), *ctx.args]
     saved = sys.argv

@@ -149,3 +149,12 @@ def test_the_command_line_starts_without_importing_scikit_learn() -> None:
     probe = "import sys, ceb.cli; print(sorted(m for m in sys.modules if m.split('.')[0] in ('sklearn', 'scipy')))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_bracketed_text_in_help_and_errors_is_printed_as_written(tmp_path) -> None:
+    help_text = runner.invoke(app, ["grid", "--help"]).output
+    assert "a run config plus a [grid] table" in " ".join(help_text.split())
+    grid = tmp_path / "g.toml"
+    grid.write_text('methods = ["ceb"]\n')
+    result = runner.invoke(app, ["grid", str(grid)])
+    assert result.exit_code == 2 and "needs a [grid] table with streams and out" in result.output
