@@ -158,3 +158,26 @@ def test_bracketed_text_in_help_and_errors_is_printed_as_written(tmp_path) -> No
     grid.write_text('methods = ["ceb"]\n')
     result = runner.invoke(app, ["grid", str(grid)])
     assert result.exit_code == 2 and "needs a [grid] table with streams and out" in result.output
+
+
+def test_common_mistakes_are_one_line_errors_not_tracebacks(bash_streams, tmp_path) -> None:
+    import socket
+
+    stream = str(bash_streams / "intercode-bash-gpt-4.jsonl")
+    taken = tmp_path / "a-file"
+    taken.write_text("x")
+    result = runner.invoke(app, ["score", stream, "--out", str(taken)])
+    assert result.exit_code == 2 and f"cannot use {taken} as a run directory" in result.output
+    assert "Traceback" not in result.output
+
+    run = tmp_path / "run"
+    assert runner.invoke(app, ["score", stream, "--out", str(run), "--methods", "static"]).exit_code == 0
+    result = runner.invoke(app, ["report", str(run), "--out", str(taken)])
+    assert result.exit_code == 2 and f"cannot write the report to {taken}" in result.output
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = runner.invoke(app, ["sim-server", "--port", str(port)])
+    assert result.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in result.output

@@ -45,6 +45,9 @@ def report_command(
     except CEBError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
+    except OSError as exc:  # --out names a file, or a directory that cannot be written
+        typer.echo(f"error: cannot write the report to {exc.filename or out}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(2) from exc
     typer.echo(f"report written to {path}")
 
 

@@ -107,5 +107,9 @@ def sim_server_command(
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    run_sim_server(config, host, port, on_started=lambda server: typer.echo(banner(server)))
+    try:
+        run_sim_server(config, host, port, on_started=lambda server: typer.echo(banner(server)))
+    except OSError as exc:  # the port is taken, or the address is not this machine's
+        typer.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(2) from exc
     typer.echo("ceb SIMULATOR stopped.")
