@@ -31,6 +31,7 @@ from typing import Any
 
 import orjson
 
+from ceb.data.sources import kind
 from ceb.data.trajectory import Step, Trajectory
 from ceb.errors import Problem, StreamValidationError
 
@@ -193,7 +194,7 @@ def _parse_line(raw: bytes, path: str, lineno: int) -> tuple[Trajectory | None, 
 def _validate(obj: Any, where: _Where) -> tuple[Trajectory | None, list[Problem]]:
     """Check one decoded line against SCHEMA.md version 1; build the trajectory when it passes."""
     if not isinstance(obj, dict):
-        return None, [where.problem("<line>", f"must be a JSON object, got {_kind(obj)}")]
+        return None, [where.problem("<line>", f"must be a JSON object, got {kind(obj)}")]
     tid = obj.get("id")
     if isinstance(tid, str) and tid.strip():
         where = _Where(where.path, where.line, tid)
@@ -208,7 +209,7 @@ def _validate(obj: Any, where: _Where) -> tuple[Trajectory | None, list[Problem]
     if "id" in obj and not (isinstance(tid, str) and tid.strip()):
         problems.append(where.problem("id", f"must be a non-empty string, got {_show(tid)}"))
     if "task" in obj and not isinstance(obj["task"], str):
-        problems.append(where.problem("task", f"must be a string, got {_kind(obj['task'])}"))
+        problems.append(where.problem("task", f"must be a string, got {kind(obj['task'])}"))
     if "domain" in obj:
         domain = obj["domain"]
         if not (isinstance(domain, str) and _DOMAIN.fullmatch(domain)):
@@ -217,10 +218,10 @@ def _validate(obj: Any, where: _Where) -> tuple[Trajectory | None, list[Problem]
             )
     for key in ("actor", "env"):
         if obj.get(key) is not None and not isinstance(obj[key], str):
-            problems.append(where.problem(key, f"must be a string or null, got {_kind(obj[key])}"))
+            problems.append(where.problem(key, f"must be a string or null, got {kind(obj[key])}"))
     meta = obj.get("meta")
     if meta is not None and not isinstance(meta, dict):
-        problems.append(where.problem("meta", f"must be an object or null, got {_kind(meta)}"))
+        problems.append(where.problem("meta", f"must be an object or null, got {kind(meta)}"))
     elif meta is not None and _nests_deeper_than(meta, _META_MAX_DEPTH):
         problems.append(where.problem("meta", f"nests deeper than {_META_MAX_DEPTH} levels of objects and lists"))
 
@@ -228,7 +229,7 @@ def _validate(obj: Any, where: _Where) -> tuple[Trajectory | None, list[Problem]
     raw_steps = obj.get("steps")
     if "steps" in obj:
         if not isinstance(raw_steps, list):
-            problems.append(where.problem("steps", f"must be a non-empty list of step objects, got {_kind(raw_steps)}"))
+            problems.append(where.problem("steps", f"must be a non-empty list of step objects, got {kind(raw_steps)}"))
         elif not raw_steps:
             problems.append(where.problem("steps", "must hold at least one step, got an empty list"))
         else:
@@ -259,7 +260,7 @@ def _validate_step(obj: Any, i: int, where: _Where) -> tuple[Step | None, list[P
     """Check step ``i`` of a trajectory; field names in problems read ``steps[i].<field>``."""
     at = f"steps[{i}]"
     if not isinstance(obj, dict):
-        return None, [where.problem(at, f"must be a step object, got {_kind(obj)}", i)]
+        return None, [where.problem(at, f"must be a step object, got {kind(obj)}", i)]
     problems: list[Problem] = []
     for key in sorted(obj.keys() - _STEP_FIELDS):
         problems.append(
@@ -270,17 +271,17 @@ def _validate_step(obj: Any, i: int, where: _Where) -> tuple[Step | None, list[P
             problems.append(where.problem(f"{at}.{key}", "required field is missing", i))
     for key in ("state", "observation"):
         if key in obj and not isinstance(obj[key], str):
-            problems.append(where.problem(f"{at}.{key}", f"must be a string (may be empty), got {_kind(obj[key])}", i))
+            problems.append(where.problem(f"{at}.{key}", f"must be a string (may be empty), got {kind(obj[key])}", i))
     if "action" in obj:
         action = obj["action"]
         if not isinstance(action, str):
-            problems.append(where.problem(f"{at}.action", f"must be a non-empty string, got {_kind(action)}", i))
+            problems.append(where.problem(f"{at}.action", f"must be a non-empty string, got {kind(action)}", i))
         elif not action.strip():
             got = "an empty string" if not action else "only whitespace"
             problems.append(where.problem(f"{at}.action", f"must be a non-empty string, got {got}", i))
     for key in _STEP_OPTIONAL_STR:
         if obj.get(key) is not None and not isinstance(obj[key], str):
-            problems.append(where.problem(f"{at}.{key}", f"must be a string or null, got {_kind(obj[key])}", i))
+            problems.append(where.problem(f"{at}.{key}", f"must be a string or null, got {kind(obj[key])}", i))
 
     reward = obj.get("reward")
     if reward is not None and not _is_finite_number(reward):
@@ -314,7 +315,7 @@ def _validate_step(obj: Any, i: int, where: _Where) -> tuple[Step | None, list[P
 def _check_logprobs(value: Any, field: str, i: int, where: _Where) -> list[Problem]:
     if not isinstance(value, list):
         return [
-            where.problem(field, f"must be a list of log-probabilities (numbers <= 0) or null, got {_kind(value)}", i)
+            where.problem(field, f"must be a list of log-probabilities (numbers <= 0) or null, got {kind(value)}", i)
         ]
     if not value:
         return [where.problem(field, "must hold one log-probability per action token, got an empty list", i)]
@@ -353,23 +354,6 @@ def _name(key: str) -> str:
     return repr(key if len(key) <= 60 else key[:60] + "...")
 
 
-def _kind(x: Any) -> str:
-    """Name a decoded JSON value's type the way the schema does."""
-    if x is None:
-        return "null"
-    if isinstance(x, bool):
-        return "a boolean"
-    if isinstance(x, int | float):
-        return "a number"
-    if isinstance(x, str):
-        return "a string"
-    if isinstance(x, list):
-        return "a list"
-    if isinstance(x, dict):
-        return "an object"
-    return type(x).__name__
-
-
 def _show(x: Any) -> str:
     """A short rendering of a bad value for a message: the value when it is small, else its kind."""
     if x is None:
@@ -380,7 +364,7 @@ def _show(x: Any) -> str:
         return repr(x)
     if type(x) is str and len(x) <= 40:
         return orjson.dumps(x).decode()
-    return _kind(x)
+    return kind(x)
 
 
 def _to_json_object(traj: Trajectory) -> dict[str, Any]:

@@ -304,7 +304,6 @@ async def _run_scoring(
     overwrite: bool,
     resume: bool,
 ) -> RunSummary:
-    run_dir = Path(run_dir)
     if overwrite and resume:
         raise RunError("choose one of overwrite and resume")
     started_run = (run_dir / "config.json").exists()
