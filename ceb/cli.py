@@ -503,6 +503,10 @@ _BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench_gate.py",
         "The live gate's overhead over the critic call (1k/10k/100k records) and the calls/s of ceb serve.",
     ),
+    "scale": (
+        "bench_scale.py",
+        "How many SIMULATED replicas (about 30 calls/s each) one ceb process keeps saturated, and its CPU per call.",
+    ),
     "prefix-cache": (
         "bench_prefix_cache.py",
         "Prefix-cache hit rate on a REAL vLLM server against the bound our prompts allow (--tiny: the tests' CPU "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -10,14 +11,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import orjson
 
 from ceb.sim import SimConfig
 
-__all__ = ["free_port", "sim_process", "sim_stats"]
+__all__ = ["SimReplicas", "free_port", "sim_process", "sim_replicas", "sim_stats"]
 
 _SCRIPT = (
     "import sys, orjson\n"
@@ -90,3 +91,99 @@ def sim_stats(base_url: str, *, reset: bool = False) -> dict[str, Any]:
         with urllib.request.urlopen(req, timeout=10):
             pass
     return stats
+
+
+_REPLICAS_SCRIPT = (
+    "import sys, orjson, anyio\n"
+    "from contextlib import AsyncExitStack\n"
+    "from ceb.sim import SimConfig, serve_sim\n"
+    "async def main(config, ports):\n"
+    "    async with AsyncExitStack() as stack:\n"
+    "        for port in ports:\n"
+    "            await stack.enter_async_context(serve_sim(config, '127.0.0.1', port))\n"
+    "        await anyio.sleep_forever()\n"
+    "anyio.run(main, SimConfig(**orjson.loads(sys.argv[1])), [int(p) for p in sys.argv[2].split(',')])\n"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SimReplicas:
+    """Simulated replicas running in child processes (see :func:`sim_replicas`).
+
+    Attributes:
+        base_urls: One ``http://127.0.0.1:<port>/v1`` per replica.
+        pids: The child processes' ids (several replicas share one process).
+    """
+
+    base_urls: tuple[str, ...]
+    pids: tuple[int, ...]
+
+
+@contextmanager
+def sim_replicas(
+    config: SimConfig,
+    replicas: int,
+    *,
+    processes: int = 1,
+    cpus: set[int] | None = None,
+    start_timeout_s: float = 30.0,
+) -> Iterator[SimReplicas]:
+    """Start ``replicas`` independent simulators (each its own port and ``max_num_seqs`` slots) in child processes.
+
+    Replicas are dealt round-robin to ``processes`` child processes, each one event loop serving its replicas,
+    so the simulators' CPU stays out of the caller's process and can be kept to chosen cores.
+
+    Args:
+        config: Every replica's load model.
+        replicas: How many replicas (>= 1).
+        processes: Child processes (at most ``replicas``).
+        cpus: CPU ids the children may run on (``os.sched_setaffinity``); ``None`` leaves them free.
+        start_timeout_s: Seconds to wait for every replica's ``/health``.
+
+    Raises:
+        ValueError: ``replicas`` or ``processes`` below 1.
+        RuntimeError: A replica did not answer ``/health`` in time (a child's stderr is included).
+    """
+    if replicas < 1 or processes < 1:
+        raise ValueError(f"replicas and processes must be >= 1, got {replicas} and {processes}")
+    ports = [free_port() for _ in range(replicas)]
+    groups = [ports[i::processes] for i in range(min(processes, replicas))]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _REPLICAS_SCRIPT, orjson.dumps(asdict(config)).decode(), ",".join(map(str, g))],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for g in groups
+    ]
+    try:
+        if cpus is not None:
+            for p in procs:
+                os.sched_setaffinity(p.pid, cpus)
+        deadline = time.monotonic() + start_timeout_s
+        for port in ports:
+            root = f"http://127.0.0.1:{port}"
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{root}/health", timeout=1) as r:
+                        if r.status == 200:
+                            break
+                except (urllib.error.URLError, ConnectionError, TimeoutError):
+                    pass
+                dead = [p for p in procs if p.poll() is not None]
+                if dead or time.monotonic() > deadline:
+                    err = dead[0].stderr.read().decode() if dead and dead[0].stderr else ""
+                    raise RuntimeError(f"the simulator did not start on {root}: {err[-2000:]}")
+                time.sleep(0.05)
+        yield SimReplicas(tuple(f"http://127.0.0.1:{p}/v1" for p in ports), tuple(p.pid for p in procs))
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            if p.stderr is not None:
+                p.stderr.close()
