@@ -31,14 +31,20 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_INTERCODE = Path(os.environ.get("CEB_SHARED", REPO.parent / "shared")) / "data" / "intercode"
 
 
+def _share(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
 def _print_point(p: dict[str, Any]) -> None:
     sim = p["sim_cpu_utilisation"]
     print(
-        f"R={p['replicas']:>3} lanes={p['lanes']:>4}: {p['achieved_calls_per_s']:7.1f} calls/s of "
+        f"R={p['replicas']:>3} lanes={p['lanes']:>4} gc={p['gc']:<7}: {p['achieved_calls_per_s']:7.1f} calls/s of "
         f"{p['capacity_calls_per_s']:7.1f} capacity (saturation {p['saturation']:.3f}); ceb CPU "
-        f"{p['ceb_cpu_utilisation']:.2f} cores, {p['ceb_cpu_ms_per_call']:.2f} ms/call; sim CPU "
-        f"{'n/a' if sim is None else f'{sim:.2f}'} cores; loop lag mean {p['loop_lag_ms']['mean']:.1f} ms, "
-        f"p99 {p['loop_lag_ms']['p99']:.1f} ms; failed {p['failed_attempts']}"
+        f"{p['ceb_cpu_utilisation']:.2f} cores (its core busy {_share(p['ceb_core_busy'])}), "
+        f"{p['ceb_cpu_ms_per_call']:.2f} ms/call; sim CPU "
+        f"{_share(sim)} cores; loop lag mean {p['loop_lag_ms']['mean']:.1f} ms, "
+        f"p99 {p['loop_lag_ms']['p99']:.1f} ms; GC {p['gc_pauses']['total_s']:.2f} s, {p['gc_pauses']['full']} full, "
+        f"max {p['gc_pauses']['max_ms']:.0f} ms; failed {p['failed_attempts']}"
         + (" (the run ENDED inside the window: raise --max-trajectories)" if p["ended_inside_window"] else ""),
         flush=True,
     )
@@ -56,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window-s", type=float, default=d.window_s, help="seconds measured per R")
     ap.add_argument("--max-trajectories", type=int, default=d.max_trajectories, help="per stream and order")
     ap.add_argument("--sim-processes", type=int, default=d.sim_processes, help="child processes for the replicas")
+    ap.add_argument("--compare-gc", action="store_true", help="also run each R with CPython's default GC, back to back")
     ap.add_argument("--no-pin", action="store_true", help="do not pin ceb and the simulators to separate cores")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = ap.parse_args(argv)
@@ -69,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         max_trajectories=args.max_trajectories,
         sim_processes=args.sim_processes,
         pin=not args.no_pin,
+        gc_modes=("default", "quiet") if args.compare_gc else ("quiet",),
     )
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -85,12 +93,18 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"extrapolated to a core of ceb's own: {ext['ceb_cpu_ms_per_call']:.2f} CPU ms/call -> "
         f"{ext['calls_per_s_one_core']:.0f} calls/s -> {ext['replicas_one_core']:.1f} replicas at "
-        f"{args.per_replica_calls_s:g} calls/s"
+        f"{args.per_replica_calls_s:g} calls/s; at the busiest point "
+        f"{ext['calls_per_s_per_core_at_max']:.0f} calls/s per core of ceb CPU"
     )
     doc = {"benchmark": "scale", "simulator": "ceb-simulator (not a model)", **result, "machine": machine_info()}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"scale-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    for c in result["gc_comparison"]:
+        print(
+            f"R={c['replicas']}: quiet GC / default GC: calls/s x{c['calls_per_s_quiet_over_default']:.3f}, "
+            f"CPU ms/call x{c['cpu_ms_per_call_quiet_over_default']:.3f}"
+        )
     print(f"saved {path}")
     return 0
 

@@ -12,6 +12,8 @@ event loops are not `ceb`'s. Per ``R`` the run is cut after a warm-up and a meas
     ceb CPU       = this process's CPU seconds / window seconds (1.0 = one core; asyncio uses one)
     CPU per call  = this process's CPU milliseconds / completed calls
     loop lag      = how late a 50 ms sleep in `ceb`'s event loop wakes up (mean, p99, max)
+    core busy     = share of `ceb`'s pinned core busy with any process; busy minus `ceb` CPU is what other
+                    processes on a shared machine took from it
 
 The lanes grow with ``R`` (``lanes_per_slot`` lanes per replica slot, as stream x order x method), so there is
 always more sequential work than slots; a saturation under 1 then means a CPU ran out (`ceb`'s or the
@@ -21,11 +23,13 @@ sustains ``1000 / cpu_ms_per_call`` calls/s, i.e. that over ``per-replica calls/
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +43,7 @@ from ceb.bench.simproc import SimReplicas, sim_replicas, sim_stats
 from ceb.config import RunConfig, load_config
 from ceb.data import Trajectory
 from ceb.pipeline import run_scoring
+from ceb.pipeline.heap import quiet_gc
 from ceb.sim import SimConfig
 from ceb.stages.assembly import build_stages
 
@@ -62,9 +67,11 @@ class ScaleSettings:
         max_trajectories: Trajectories kept per stream and order (enough that no lane ends inside the window).
         warmup_s: Seconds run before the window opens (lanes start, connections open).
         window_s: Seconds measured.
-        sim_processes: Child processes serving the replicas (replicas are dealt round-robin).
+        sim_processes: Child processes serving the replicas (shared out evenly).
         pin: On a machine with at least two usable CPUs, keep this process on the first one and the
             simulators on the others (``os.sched_setaffinity``).
+        gc_modes: Garbage-collector settings run per ``R``, back to back: ``"quiet"`` is what ``ceb score``
+            and ``ceb grid`` use (:func:`~ceb.pipeline.heap.quiet_gc`), ``"default"`` CPython's own.
     """
 
     replicas: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
@@ -77,6 +84,7 @@ class ScaleSettings:
     window_s: float = 15.0
     sim_processes: int = 1
     pin: bool = True
+    gc_modes: tuple[str, ...] = ("quiet",)
 
 
 @dataclass
@@ -110,6 +118,28 @@ def process_cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
 
 
+def cpu_ticks(cpus: set[int] | None) -> tuple[int, int] | None:
+    """(busy, total) clock ticks of ``cpus`` since boot from ``/proc/stat`` (every CPU when ``None``); None off Linux.
+
+    Busy is everything but idle and iowait, whichever process ran: with this process pinned to a core, the core's
+    busy share minus this process's CPU share is what other processes took from it.
+    """
+    try:
+        with open("/proc/stat", "rb") as f:
+            lines = f.read().decode().splitlines()
+    except OSError:
+        return None
+    busy = total = 0
+    for line in lines:
+        name, *values = line.split()
+        if not name.startswith("cpu") or name == "cpu" or (cpus is not None and int(name[3:]) not in cpus):
+            continue
+        ticks = [int(v) for v in values[:8]]  # user nice system idle iowait irq softirq steal
+        total += sum(ticks)
+        busy += sum(ticks) - ticks[3] - ticks[4]
+    return busy, total
+
+
 @dataclass(frozen=True, slots=True)
 class _Snapshot:
     wall: float
@@ -122,9 +152,10 @@ class _Snapshot:
     sim_done: int
     sim_prompt_tokens: int
     sim_completion_tokens: int
+    core: tuple[int, int] | None
 
 
-async def _snapshot(counts: _Counts, replicas: SimReplicas) -> _Snapshot:
+async def _snapshot(counts: _Counts, replicas: SimReplicas, own: set[int] | None) -> _Snapshot:
     def read_sims() -> tuple[float, int, int, int]:
         busy, done, ptok, ctok = 0.0, 0, 0, 0
         for url in replicas.base_urls:
@@ -135,11 +166,26 @@ async def _snapshot(counts: _Counts, replicas: SimReplicas) -> _Snapshot:
             ctok += s["completion_tokens"]
         return busy, done, ptok, ctok
 
-    wall, t, c = time.perf_counter(), os.times(), counts.copy()
+    wall, t, c, core = time.perf_counter(), os.times(), counts.copy(), cpu_ticks(own)
     cpus = [process_cpu_s(p) for p in replicas.pids]
     sim_cpu = None if any(x is None for x in cpus) else sum(x for x in cpus if x is not None)
     busy, done, ptok, ctok = await anyio.to_thread.run_sync(read_sims)
-    return _Snapshot(wall, t.user + t.system, t.user, t.system, c, sim_cpu, busy, done, ptok, ctok)
+    return _Snapshot(wall, t.user + t.system, t.user, t.system, c, sim_cpu, busy, done, ptok, ctok, core)
+
+
+class _GcPauses:
+    """Records each collection's (end time, seconds, generation) while installed in ``gc.callbacks``."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[float, float, int]] = []
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            self._start = now
+        else:
+            self.pauses.append((now, now - self._start, info["generation"]))
 
 
 async def _lag_monitor(lags: list[float]) -> None:
@@ -155,6 +201,7 @@ async def _drive(
     run_dir: Path,
     settings: ScaleSettings,
     replicas: SimReplicas,
+    own: set[int] | None,
 ) -> tuple[_Snapshot, _Snapshot, list[float], float | None]:
     """Run the pipeline, measure one window after the warm-up, cancel the rest; (start, end, lags, ended_at)."""
     stages = build_stages(config, EndpointLimits())
@@ -171,12 +218,17 @@ async def _drive(
     async with stages, anyio.create_task_group() as tg:
         tg.start_soon(score)
         await anyio.sleep(settings.warmup_s)
-        start = await _snapshot(counts, replicas)
+        start = await _snapshot(counts, replicas, own)
         with anyio.move_on_after(settings.window_s):
             await _lag_monitor(lags)
-        end = await _snapshot(counts, replicas)
+        end = await _snapshot(counts, replicas, own)
         tg.cancel_scope.cancel()
     return start, end, lags, ended_at[0] if ended_at else None
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 def _orders(settings: ScaleSettings, streams: int, replicas: int) -> int:
@@ -185,13 +237,28 @@ def _orders(settings: ScaleSettings, streams: int, replicas: int) -> int:
 
 
 def run_scale_point(
-    streams: Mapping[str, Sequence[Trajectory]], settings: ScaleSettings, replicas: int, work: Path
+    streams: Mapping[str, Sequence[Trajectory]],
+    settings: ScaleSettings,
+    replicas: int,
+    work: Path,
+    *,
+    gc_mode: str = "quiet",
 ) -> dict[str, Any]:
     """Measure one replica count ``R`` (see the module docstring); return its figures (JSON-ready).
 
+    Args:
+        streams: Stream name -> trajectories.
+        settings: The replicas' load model, lanes and window.
+        replicas: ``R``.
+        work: Scratch directory for the run directory.
+        gc_mode: ``"quiet"`` (:func:`~ceb.pipeline.heap.quiet_gc`, as ``ceb score``) or ``"default"``.
+
     Raises:
+        ValueError: Unknown ``gc_mode``.
         RuntimeError: A simulator did not start.
     """
+    if gc_mode not in ("quiet", "default"):
+        raise ValueError(f"gc_mode is 'quiet' or 'default', got {gc_mode!r}")
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     pin = settings.pin and len(cpus) >= 2
     own, sim_cpus = ({cpus[0]}, set(cpus[1:])) if pin else (None, None)
@@ -215,11 +282,15 @@ def run_scale_point(
             }
         )
         before = os.sched_getaffinity(0) if pin else None
+        collections = _GcPauses()
+        gc.callbacks.append(collections)
         try:
             if own is not None:
                 os.sched_setaffinity(0, own)
-            a, b, lags, ended_at = anyio.run(_drive, streams, config, work / f"r{replicas}", settings, reps)
+            with quiet_gc() if gc_mode == "quiet" else _nothing():
+                a, b, lags, ended_at = anyio.run(_drive, streams, config, work / f"r{replicas}", settings, reps, own)
         finally:
+            gc.callbacks.remove(collections)
             if before is not None:
                 os.sched_setaffinity(0, before)
     wall = b.wall - a.wall
@@ -230,8 +301,13 @@ def run_scale_point(
     cpu = b.cpu - a.cpu
     sim_cpu = None if a.sim_cpu is None or b.sim_cpu is None else b.sim_cpu - a.sim_cpu
     lag = np.array(lags) * 1000
+    core_busy = None
+    if a.core is not None and b.core is not None and b.core[1] > a.core[1]:
+        core_busy = (b.core[0] - a.core[0]) / (b.core[1] - a.core[1]) * (len(own) if own else os.cpu_count() or 1)
+    pauses = [(s, g) for end, s, g in collections.pauses if a.wall <= end <= b.wall]
     return {
         "replicas": replicas,
+        "gc": gc_mode,
         "lanes": len(streams) * orders * len(settings.methods),
         "orders": orders,
         "slots": replicas * slots,
@@ -252,12 +328,19 @@ def run_scale_point(
         "ceb_cpu_user_s": b.cpu_user - a.cpu_user,
         "ceb_cpu_system_s": b.cpu_system - a.cpu_system,
         "ceb_cpu_ms_per_call": cpu / calls * 1000 if calls else math.nan,
+        "ceb_core_busy": core_busy,
         "sim_cpu_utilisation": None if sim_cpu is None else sim_cpu / wall,
         "sim_cpu_ms_per_call": None if sim_cpu is None or not served else sim_cpu / served * 1000,
         "loop_lag_ms": {
             "mean": float(lag.mean()) if lag.size else math.nan,
             "p99": float(np.percentile(lag, 99)) if lag.size else math.nan,
             "max": float(lag.max()) if lag.size else math.nan,
+        },
+        "gc_pauses": {
+            "count": len(pauses),
+            "full": sum(1 for _, g in pauses if g == 2),
+            "total_s": sum(s for s, _ in pauses),
+            "max_ms": max((s for s, _ in pauses), default=0.0) * 1000,
         },
         "pinned": {"ceb": sorted(own), "sim": sorted(sim_cpus or ())} if own is not None else None,
     }
@@ -283,31 +366,52 @@ def run_scale_bench(
         on_point: Called with each point's figures as it is measured (to print them).
 
     Returns:
-        ``{"settings", "points", "knee", "extrapolation"}`` (JSON-ready).
+        ``{"settings", "gc_mode_of_knee", "points", "gc_comparison", "knee", "extrapolation"}`` (JSON-ready);
+        the knee and the extrapolation use the ``"quiet"`` points when they were measured.
     """
-    points = []
+    all_points = []
     for r in settings.replicas:
-        point = run_scale_point(streams, settings, r, work)
-        points.append(point)
-        if on_point is not None:
-            on_point(point)
+        for mode in settings.gc_modes:
+            point = run_scale_point(streams, settings, r, work, gc_mode=mode)
+            all_points.append(point)
+            if on_point is not None:
+                on_point(point)
+    main = "quiet" if "quiet" in settings.gc_modes else settings.gc_modes[0]
+    points = [p for p in all_points if p["gc"] == main]
     below = [p for p in points if p["saturation"] < knee_saturation]
     saturated = [p for p in points if p["saturation"] >= knee_saturation]
     # CPU per call measured where neither side ran out of CPU is what a core of ceb's own would pay per call.
     unhurried = [p["ceb_cpu_ms_per_call"] for p in saturated] or [p["ceb_cpu_ms_per_call"] for p in points]
     cpu_ms = statistics.median(unhurried)
+    busiest = max(points, key=lambda p: p["achieved_calls_per_s"])
+    by_r = {(p["replicas"], p["gc"]): p for p in all_points}
+    gc_ratio = [
+        {
+            "replicas": r,
+            "calls_per_s_quiet_over_default": by_r[r, "quiet"]["achieved_calls_per_s"]
+            / by_r[r, "default"]["achieved_calls_per_s"],
+            "cpu_ms_per_call_quiet_over_default": by_r[r, "quiet"]["ceb_cpu_ms_per_call"]
+            / by_r[r, "default"]["ceb_cpu_ms_per_call"],
+        }
+        for r in settings.replicas
+        if (r, "quiet") in by_r and (r, "default") in by_r
+    ]
     return {
         "settings": {**asdict(settings), "per_replica_calls_s": per_replica_calls_s},
-        "points": points,
+        "gc_mode_of_knee": main,
+        "points": all_points,
+        "gc_comparison": gc_ratio,
         "knee": {
             "saturation_threshold": knee_saturation,
             "largest_saturated_replicas": max((p["replicas"] for p in saturated), default=None),
             "first_unsaturated_replicas": below[0]["replicas"] if below else None,
-            "max_achieved_calls_per_s": max(p["achieved_calls_per_s"] for p in points),
+            "max_achieved_calls_per_s": busiest["achieved_calls_per_s"],
+            "ceb_cpu_utilisation_at_max": busiest["ceb_cpu_utilisation"],
         },
         "extrapolation": {
             "ceb_cpu_ms_per_call": cpu_ms,
             "calls_per_s_one_core": 1000 / cpu_ms,
             "replicas_one_core": 1000 / (cpu_ms * per_replica_calls_s),
+            "calls_per_s_per_core_at_max": busiest["achieved_calls_per_s"] / busiest["ceb_cpu_utilisation"],
         },
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -93,16 +94,18 @@ def sim_stats(base_url: str, *, reset: bool = False) -> dict[str, Any]:
     return stats
 
 
+# Each replica binds port 0 and the child prints the ports it got on one line: ports chosen by the parent
+# beforehand could be taken meanwhile by the client's own outgoing connections (same ephemeral range).
 _REPLICAS_SCRIPT = (
     "import sys, orjson, anyio\n"
     "from contextlib import AsyncExitStack\n"
     "from ceb.sim import SimConfig, serve_sim\n"
-    "async def main(config, ports):\n"
+    "async def main(config, n):\n"
     "    async with AsyncExitStack() as stack:\n"
-    "        for port in ports:\n"
-    "            await stack.enter_async_context(serve_sim(config, '127.0.0.1', port))\n"
+    "        servers = [await stack.enter_async_context(serve_sim(config, '127.0.0.1', 0)) for _ in range(n)]\n"
+    "        print('CEB_SIM_PORTS', orjson.dumps([s.port for s in servers]).decode(), flush=True)\n"
     "        await anyio.sleep_forever()\n"
-    "anyio.run(main, SimConfig(**orjson.loads(sys.argv[1])), [int(p) for p in sys.argv[2].split(',')])\n"
+    "anyio.run(main, SimConfig(**orjson.loads(sys.argv[1])), int(sys.argv[2]))\n"
 )
 
 
@@ -130,7 +133,7 @@ def sim_replicas(
 ) -> Iterator[SimReplicas]:
     """Start ``replicas`` independent simulators (each its own port and ``max_num_seqs`` slots) in child processes.
 
-    Replicas are dealt round-robin to ``processes`` child processes, each one event loop serving its replicas,
+    Replicas are shared out among ``processes`` child processes, each one event loop serving its replicas,
     so the simulators' CPU stays out of the caller's process and can be kept to chosen cores.
 
     Args:
@@ -138,44 +141,42 @@ def sim_replicas(
         replicas: How many replicas (>= 1).
         processes: Child processes (at most ``replicas``).
         cpus: CPU ids the children may run on (``os.sched_setaffinity``); ``None`` leaves them free.
-        start_timeout_s: Seconds to wait for every replica's ``/health``.
+        start_timeout_s: Seconds to wait for every child to be listening.
 
     Raises:
         ValueError: ``replicas`` or ``processes`` below 1.
-        RuntimeError: A replica did not answer ``/health`` in time (a child's stderr is included).
+        RuntimeError: A child did not report its replicas' ports in time (its stderr is included).
     """
     if replicas < 1 or processes < 1:
         raise ValueError(f"replicas and processes must be >= 1, got {replicas} and {processes}")
-    ports = [free_port() for _ in range(replicas)]
-    groups = [ports[i::processes] for i in range(min(processes, replicas))]
+    counts = [len(range(i, replicas, processes)) for i in range(min(processes, replicas))]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _REPLICAS_SCRIPT, orjson.dumps(asdict(config)).decode(), ",".join(map(str, g))],
-            stdout=subprocess.DEVNULL,
+            [sys.executable, "-c", _REPLICAS_SCRIPT, orjson.dumps(asdict(config)).decode(), str(n)],
+            bufsize=0,  # unbuffered: a line read must not pull the next one out of select()'s sight
+            stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        for g in groups
+        for n in counts
     ]
     try:
         if cpus is not None:
             for p in procs:
                 os.sched_setaffinity(p.pid, cpus)
         deadline = time.monotonic() + start_timeout_s
-        for port in ports:
-            root = f"http://127.0.0.1:{port}"
-            while True:
-                try:
-                    with urllib.request.urlopen(f"{root}/health", timeout=1) as r:
-                        if r.status == 200:
-                            break
-                except (urllib.error.URLError, ConnectionError, TimeoutError):
-                    pass
-                dead = [p for p in procs if p.poll() is not None]
-                if dead or time.monotonic() > deadline:
-                    err = dead[0].stderr.read().decode() if dead and dead[0].stderr else ""
-                    raise RuntimeError(f"the simulator did not start on {root}: {err[-2000:]}")
-                time.sleep(0.05)
-        yield SimReplicas(tuple(f"http://127.0.0.1:{p}/v1" for p in ports), tuple(p.pid for p in procs))
+        ports: list[int] = []
+        for p in procs:
+            assert p.stdout is not None
+            line = b""
+            while not line.startswith(b"CEB_SIM_PORTS "):  # its log lines may come first
+                ready, _, _ = select.select([p.stdout], [], [], max(0.0, deadline - time.monotonic()))
+                line = p.stdout.readline() if ready else b""
+                if not line:
+                    p.kill()
+                    err = p.stderr.read().decode() if p.stderr else ""
+                    raise RuntimeError(f"the simulated replicas did not start: {err[-2000:]}")
+            ports += orjson.loads(line.split(b" ", 1)[1])
+        yield SimReplicas(tuple(f"http://127.0.0.1:{port}/v1" for port in ports), tuple(p.pid for p in procs))
     finally:
         for p in procs:
             p.terminate()
@@ -185,5 +186,6 @@ def sim_replicas(
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-            if p.stderr is not None:
-                p.stderr.close()
+            for stream in (p.stdout, p.stderr):
+                if stream is not None:
+                    stream.close()
