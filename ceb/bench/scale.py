@@ -362,7 +362,9 @@ def run_scale_bench(
         settings: Replica counts, the replicas' load model and the window.
         work: Scratch directory for the run directories.
         per_replica_calls_s: The per-replica rate the extrapolation divides by (calls/s).
-        knee_saturation: The knee is the first ``R`` whose saturation falls below this.
+        knee_saturation: The knee is the first ``R`` whose saturation falls below this. On a shared machine a
+            point can also fall below it because other processes took `ceb`'s core: read ``ceb_core_busy``
+            against ``ceb_cpu_utilisation`` before trusting the knee.
         on_point: Called with each point's figures as it is measured (to print them).
 
     Returns:
