@@ -312,6 +312,7 @@ def _score_and_report(data: dict[str, Any], cfg: Any, run_dir: Path, *, overwrit
     from ceb.eval import run_metrics, write_metrics
     from ceb.logs import register_secret_env
     from ceb.pipeline import run_scoring
+    from ceb.pipeline.heap import quiet_gc
     from ceb.pipeline.runner import progress_callbacks
     from ceb.progress import Progress
 
@@ -321,7 +322,7 @@ def _score_and_report(data: dict[str, Any], cfg: Any, run_dir: Path, *, overwrit
     on_row, on_start = progress_callbacks(progress)
 
     try:
-        with progress:
+        with progress, quiet_gc():
             summary = anyio.run(
                 lambda: run_scoring(
                     data, cfg, run_dir, on_row=on_row, on_start=on_start, overwrite=overwrite, resume=resume
@@ -502,6 +503,10 @@ _BENCHMARKS: dict[str, tuple[str, str]] = {
     "gate": (
         "bench_gate.py",
         "The live gate's overhead over the critic call (1k/10k/100k records) and the calls/s of ceb serve.",
+    ),
+    "scale": (
+        "bench_scale.py",
+        "How many SIMULATED replicas (about 30 calls/s each) one ceb process keeps saturated, and its CPU per call.",
     ),
     "prefix-cache": (
         "bench_prefix_cache.py",

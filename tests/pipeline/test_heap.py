@@ -1,0 +1,41 @@
+"""The run's garbage-collector settings apply inside the block only, and cyclic garbage is still freed."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+from ceb.pipeline.heap import RUN_GC_THRESHOLD, quiet_gc
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self  # a reference cycle: only the collector frees it
+
+
+def test_quiet_gc_freezes_and_raises_thresholds_then_restores_them() -> None:
+    before = gc.get_threshold()
+    frozen_before = gc.get_freeze_count()
+    with quiet_gc():
+        assert gc.get_threshold() == RUN_GC_THRESHOLD
+        assert gc.get_freeze_count() > frozen_before  # what was alive at the start is out of the collector's walk
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+
+
+def test_quiet_gc_restores_the_settings_when_the_run_fails() -> None:
+    before = gc.get_threshold()
+    with pytest.raises(RuntimeError), quiet_gc():
+        raise RuntimeError("the run failed")
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+
+
+def test_cycles_made_inside_are_still_collected() -> None:
+    with quiet_gc():
+        ref = weakref.ref(_Node())
+        assert ref() is not None
+        gc.collect()
+        assert ref() is None
