@@ -346,6 +346,7 @@ def _score_and_report(data: dict[str, Any], cfg: Any, run_dir: Path, *, overwrit
         f"{s.trajectories_not_banked} not banked"
         + (f", {s.steps_abstained} steps abstained" if s.steps_abstained else "")
         + f"); {s.requests} requests; "
+        + (f"{s.steps_reused} step rows copied from another stream order; " if s.steps_reused else "")
         + (f"{s.steps_resumed} steps kept from before the resume; " if resume else "")
         + f"wall time {wall:.1f} s. Results in {run_dir}/"
     )
