@@ -500,6 +500,11 @@ _BENCHMARKS: dict[str, tuple[str, str]] = {
         "bench_pipeline.py",
         "The same run with and without injected server faults on the simulator: identical results expected.",
     ),
+    "reuse": (
+        "bench_pipeline.py",
+        "Requests of the paper's grid (3 orders, every method) on the SIMULATED server with bank-free methods asked "
+        "in every order, then scored once and copied.",
+    ),
     "gate": (
         "bench_gate.py",
         "The live gate's overhead over the critic call (1k/10k/100k records) and the calls/s of ceb serve.",

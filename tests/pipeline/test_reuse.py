@@ -189,14 +189,17 @@ async def test_the_report_counts_copies_and_reads_them_as_rows_of_their_order(tm
 
 
 def canonical(doc: Any) -> Any:
-    """``doc`` with every list of objects sorted, so that two listings of the same entries compare equal."""
+    """``doc`` with every list sorted and floats to 12 digits, so that two listings of the same entries compare equal.
+
+    Lanes are listed, and pooled, in the order they first appear in ``scores.jsonl``, which depends on how the
+    concurrent lanes interleave: the order of a listing and the last bits of a pooled sum may differ.
+    """
     if isinstance(doc, dict):
         return {k: canonical(v) for k, v in doc.items()}
     if isinstance(doc, list):
-        items = [canonical(v) for v in doc]
-        if items and all(isinstance(v, dict) for v in items):
-            return sorted(items, key=lambda v: orjson.dumps(v, option=orjson.OPT_SORT_KEYS))
-        return items
+        return sorted((canonical(v) for v in doc), key=lambda v: orjson.dumps(v, option=orjson.OPT_SORT_KEYS))
+    if isinstance(doc, float):
+        return round(doc, 12)
     return doc
 
 
