@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_pipeline.py pipeline --trajectories 30 --out benchmarks/results/
     .venv/bin/python benchmarks/bench_pipeline.py client --requests 3000 --out benchmarks/results/
     .venv/bin/python benchmarks/bench_pipeline.py faults --streams 6 --trajectories 10 --out benchmarks/results/
+    .venv/bin/python benchmarks/bench_pipeline.py reuse --trajectories 4 --out benchmarks/results/
 
 (also ``python run.py bench pipeline|client``). Each prints its figures and writes ``pipeline-<UTC>.json`` /
 ``client-<UTC>.json`` with the settings and the machine. The simulator is not a model: it stands for a vLLM
@@ -24,12 +25,14 @@ import orjson
 from ceb.bench import machine_info
 from ceb.bench.faults import run_fault_bench
 from ceb.bench.pipeline import PipelineSettings, load_intercode_streams, run_client_bench, run_pipeline_bench
+from ceb.bench.reuse import run_reuse_bench
 from ceb.logs import configure_logging
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_INTERCODE = Path(os.environ.get("CEB_SHARED", REPO.parent / "shared")) / "data" / "intercode"
 PIPELINE_TARGET = "schedule efficiency >= 0.9 with >= 16 streams of real InterCode data mixed with static baselines"
 CLIENT_TARGET = ">= 1,000 requests/s in one process and <= 1 ms client CPU per scored step"
+PAPER_GRID = REPO / "configs" / "grid-intercode-bash.toml"
 
 
 def _save(out: Path, kind: str, doc: dict[str, object]) -> Path:
@@ -41,7 +44,7 @@ def _save(out: Path, kind: str, doc: dict[str, object]) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("kind", choices=["pipeline", "client", "faults"])
+    ap.add_argument("kind", choices=["pipeline", "client", "faults", "reuse"])
     ap.add_argument("--intercode", type=Path, default=DEFAULT_INTERCODE, help="InterCode data root")
     ap.add_argument("--trajectories", type=int, default=30, help="pipeline: trajectories kept per stream")
     ap.add_argument("--max-num-seqs", type=int, default=48, help="pipeline: the simulator's capacity")
@@ -50,11 +53,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests", type=int, default=3000, help="client: requests sent at once")
     ap.add_argument("--streams", type=int, default=6, help="faults: streams used (first N)")
     ap.add_argument("--port", type=int, default=0, help="the simulator's port on 127.0.0.1 (0: a free one)")
+    ap.add_argument("--grid", type=Path, default=PAPER_GRID, help="reuse: the grid file run")
+    ap.add_argument(
+        "--skip",
+        default="ceb-dense-retrieval",
+        help="reuse: methods of the grid left out, comma-separated (dense retrieval needs its embedding model)",
+    )
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = ap.parse_args(argv)
     configure_logging("error")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        if args.kind == "reuse":
+            skip = [m.strip() for m in args.skip.split(",") if m.strip()]
+            result = run_reuse_bench(
+                args.intercode, work, grid=args.grid, trajectories=args.trajectories, skip=skip, port=args.port or None
+            )
+            doc = {"benchmark": "reuse", "shared_machine": True, **result, "machine": machine_info()}
+            for name in ("every_order_asked", "bank_free_reused"):
+                r = result[name]
+                print(
+                    f"{name}: {r['requests']} requests ({r['attempts']} attempts), {r['steps_scored']} steps asked, "
+                    f"{r['steps_reused']} copied, {r['steps_unavailable']} not available, {r['wall_s']:.1f} s"
+                )
+            bf = result["bank_free_requests"]
+            print(
+                f"{len(result['methods'])} methods x {result['orders']} orders on {result['workload']}; bank-free "
+                f"methods {bf['every_order_asked']} -> {bf['bank_free_reused']} requests; all methods "
+                f"ratio {result['ratio_requests_off_over_on']:.3f}x; identical scores {result['identical_scores']}, "
+                f"identical metrics {result['identical_metrics']}"
+            )
+            print(f"saved {_save(args.out, args.kind, doc)}")
+            return 0
         streams = load_intercode_streams(args.intercode, work / "streams")
         if args.kind == "pipeline":
             base = PipelineSettings(trajectories=args.trajectories, orders=args.orders, port=args.port or None)

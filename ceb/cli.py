@@ -347,6 +347,7 @@ def _score_and_report(data: dict[str, Any], cfg: Any, run_dir: Path, *, overwrit
         f"{s.trajectories_not_banked} not banked"
         + (f", {s.steps_abstained} steps abstained" if s.steps_abstained else "")
         + f"); {s.requests} requests; "
+        + (f"{s.steps_reused} step rows copied from another stream order; " if s.steps_reused else "")
         + (f"{s.steps_resumed} steps kept from before the resume; " if resume else "")
         + f"wall time {wall:.1f} s. Results in {run_dir}/"
     )
@@ -499,6 +500,11 @@ _BENCHMARKS: dict[str, tuple[str, str]] = {
     "faults": (
         "bench_pipeline.py",
         "The same run with and without injected server faults on the simulator: identical results expected.",
+    ),
+    "reuse": (
+        "bench_pipeline.py",
+        "Requests of the paper's grid (3 orders, every method) on the SIMULATED server with bank-free methods asked "
+        "in every order, then scored once and copied.",
     ),
     "gate": (
         "bench_gate.py",

@@ -298,6 +298,11 @@ class RunConfig(_Section):
     drawn with seed ``order_seed + r``. Each order is scored as its own lane with its own bank."""
     order_seed: int = 0
     """Base seed of the stream-order permutations."""
+    reuse_bank_free: bool = True
+    """With ``orders > 1``, score each method without a bank (``static`` and the baselines) in one order only
+    and copy its rows to the other orders, marked ``reused`` (:mod:`ceb.pipeline.reuse`): such a method sees the
+    same prompts in every order, so the copies are what asking again would ask, at no request. Off: every order
+    asks anew, for independent samples per order from a critic that samples (``critic.temperature > 0``)."""
     max_trajectories: int | None = Field(None, ge=1)
     """Score only the first this many trajectories of each stream order (``None``: all). Each order keeps its own
     first ``N`` (after the permutation), so a limited run is exactly the start of the full one: a resume may raise

@@ -4,7 +4,7 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from ceb.cli import app
+from ceb.cli import _BENCHMARKS, app
 from ceb.data import read_stream
 from ceb.pipeline import read_rows
 from tests.support.paths import INTERCODE
@@ -241,10 +241,12 @@ def test_mistyped_methods_and_config_keys_get_a_suggestion_and_the_sweep_form(tm
 
 def test_bench_help_lists_every_benchmark_and_each_shows_its_own_options() -> None:
     listing = runner.invoke(app, ["bench", "--help"], terminal_width=100).output
-    for name in ("bank", "pipeline", "client", "faults", "gate", "prefix-cache", "scale"):
+    for name in _BENCHMARKS:  # every registered benchmark is listed
         assert f"  {name} " in listing, listing
     own = runner.invoke(app, ["bench", "pipeline", "--help"])
     assert own.exit_code == 0 and "--port PORT" in own.output and "--trajectories" in own.output
+    reuse = runner.invoke(app, ["bench", "reuse", "--help"])
+    assert reuse.exit_code == 0 and "--grid GRID" in reuse.output and "--skip" in reuse.output
     prefix = runner.invoke(app, ["bench", "prefix-cache", "--help"])
     assert prefix.exit_code == 0 and "--proxy-port" in prefix.output and "--server-port" in prefix.output
     scale = runner.invoke(app, ["bench", "scale", "--help"])

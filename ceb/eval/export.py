@@ -190,6 +190,7 @@ def arrow_schema(table: ExportTable = "scores") -> pa.Schema:
             pa.field("input_tokens", int64),
             pa.field("bank_tokens", int64),
             required("status", string),
+            pa.field("reused_from", int64),
             required("schema", int64),
         ]
     elif table == "hindsight":

@@ -67,6 +67,8 @@ class Lane:
             keep their count: the call was made.
         bank_tokens: The part of ``input_tokens`` the precedent section adds (0 without a bank), ``NaN`` where
             the row has no count.
+        n_reused: Rows copied from another order (``reused_from``, :mod:`ceb.pipeline.reuse`); they are rows of
+            this lane like any other, counted here only so that a report can say how many were not asked anew.
     """
 
     stream: str
@@ -82,6 +84,7 @@ class Lane:
     errors: tuple[str, ...]
     input_tokens: FloatArray
     bank_tokens: FloatArray
+    n_reused: int = 0
 
     @property
     def n_rows(self) -> int:
@@ -160,6 +163,7 @@ def _lane(key: tuple[str, str, str, int], rows: list[StepRow]) -> Lane:
         errors=tuple(errors),
         input_tokens=_floats([row.input_tokens for row in rows])[order],
         bank_tokens=_floats([row.bank_tokens for row in rows])[order],
+        n_reused=sum(row.reused_from is not None for row in rows),
     )
 
 

@@ -144,6 +144,7 @@ def _header(rep: ReportWriter, run: Path, lanes: Sequence[Lane], n_bins: int, n_
         f"- Critics: {', '.join(f'`{c}`' for c in critics) if any(critics) else 'one (unlabelled)'}",
         f"- Scored rows: {sum(lane.n_rows for lane in lanes)}, of which failed (no score): "
         f"{sum(lane.n_failed for lane in lanes)}, unlabeled: {sum(lane.n_unlabeled for lane in lanes)}",
+        *_reused_line(lanes),
         f"- ECE: {n_bins} equal-width bins. Intervals: 95% percentile bootstrap over trajectories, "
         f"{n_boot} replicates, seed {seed}.",
         "- Failed steps (no score) and unlabeled steps are left out of every metric and counted. "
@@ -153,6 +154,7 @@ def _header(rep: ReportWriter, run: Path, lanes: Sequence[Lane], n_bins: int, n_
     ]
     rep.data["run"] = {
         "run_dir": str(run),
+        "reused_rows": sum(lane.n_reused for lane in lanes),
         "streams": streams,
         "methods": methods,
         "critics": critics,
@@ -162,6 +164,19 @@ def _header(rep: ReportWriter, run: Path, lanes: Sequence[Lane], n_bins: int, n_
         "seed": seed,
         "level": 0.95,
     }
+
+
+def _reused_line(lanes: Sequence[Lane]) -> list[str]:
+    """The header line on rows copied between orders (``reuse_bank_free``), when the run has any."""
+    reused = sum(lane.n_reused for lane in lanes)
+    if not reused:
+        return []
+    methods = sorted({lane.method for lane in lanes if lane.n_reused})
+    return [
+        f"- Rows copied from another stream order: {reused} (methods without a bank, {', '.join(methods)}, scored "
+        "once per stream and copied to the other orders: they see the same prompts in every order). Each order's "
+        "numbers read them as rows of that order."
+    ]
 
 
 def _run_ceb(run: Path) -> tuple[CEBConfig, str]:

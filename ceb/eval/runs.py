@@ -97,7 +97,10 @@ def run_metrics(run_dir: str | Path, *, n_bins: int = 10) -> dict[str, Any]:
         RunError: ``scores.jsonl`` has a bad line before its last (names file and line).
     """
     cells: dict[_Key, _Cell] = defaultdict(_Cell)
-    for row in read_step_rows(Path(run_dir) / "scores.jsonl"):
+    # In stream order within each lane, whatever order the rows were written in (the copies of a bank-free
+    # method's rows follow their source's order, ceb.pipeline.reuse), so that sums are taken in one order.
+    rows = sorted(read_step_rows(Path(run_dir) / "scores.jsonl"), key=lambda r: (r.position, r.step))
+    for row in rows:
         cells[(row.critic, row.method, row.stream, row.order)].add(row)
     results: list[dict[str, Any]] = []
     for (critic, method, stream, order), cell in sorted(cells.items()):

@@ -1,6 +1,7 @@
 """The streaming scheduler and the live gate.
 
-Lanes (stream x order x method x critic) run in strict stream order, many at once; the gate
+Lanes (stream x order x method x critic) run in strict stream order, many at once (a method without a bank has
+one lane for all orders of a stream, :mod:`ceb.pipeline.reuse`); the gate
 (:mod:`ceb.pipeline.gate`) scores one step before it runs and banks one trajectory after it ends.
 """
 

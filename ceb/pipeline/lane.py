@@ -184,7 +184,7 @@ class Lane:
             scores.append(res.score)
             history.append(HistoryItem(action=step.action, observation=step.observation, score=res.score))
             s = res.stats
-            await self.emit(
+            await self.emit_step(
                 StepRow(
                     stream=self.stream,
                     method=self.method.name,
@@ -214,6 +214,10 @@ class Lane:
             )
         if self.method.use_bank:
             await self._grow_bank(blind, scores, labels)
+
+    async def emit_step(self, row: StepRow) -> None:
+        """Hand over the row of a step just scored (a lane shared by several orders also hands over its copies)."""
+        await self.emit(row)
 
     async def _grow_bank(self, blind: Trajectory, scores: Sequence[float | None], labels: Sequence[int | None]) -> None:
         banked = await label_trajectory(

@@ -42,8 +42,8 @@ ROW_SCHEMA = 3
 objects; 3: ``alt_labels`` as a list of ``{"name", "label"}`` objects instead of one object keyed by the label
 names. From 3 on every field has one type in every row of every run, so a file loads into a fixed Arrow /
 Parquet schema (an object keyed by data has a type per run, and an empty one cannot be written to Parquet).
-A field added later with a default (:attr:`HindsightRow.abstained`) needs no new layout: a row without it reads
-with the default, and an older ``ceb`` names the field it does not know.
+A field added later with a default (:attr:`HindsightRow.abstained`, :attr:`StepRow.reused_from`) needs no new
+layout: a row without it reads with the default, and an older ``ceb`` names the field it does not know.
 """
 
 
@@ -97,6 +97,12 @@ class StepRow:
             (:mod:`ceb.stages.tokens`).
         bank_tokens: The part of ``input_tokens`` the precedent section adds (0 without a bank).
         status: ``scored``, ``failed``, ``not_available`` or ``reused`` (:data:`~ceb.stages.base.StepStatus`).
+            A copy of a scored row is ``reused``; a copy of a failed or ``not_available`` row keeps that status.
+        reused_from: The order whose row this is a copy of (``reuse_bank_free``, :mod:`ceb.pipeline.reuse`), or
+            ``None`` for a row that asked its own requests. A copy has the score, reply, label and prompt token
+            counts of its source and this row's own ``order`` and ``position``; it cost nothing, so its
+            ``requests``, ``latency_s`` and ``queue_s`` are 0 (its server token counts 0 too, where the source
+            has them).
         schema: :data:`ROW_SCHEMA` of the row.
     """
 
@@ -124,6 +130,7 @@ class StepRow:
     input_tokens: int | None = None
     bank_tokens: int | None = None
     status: StepStatus = "scored"
+    reused_from: int | None = None
     schema: int = ROW_SCHEMA
 
     @property

@@ -13,6 +13,10 @@ step that has no row or whose critic call failed (so failed steps are retried); 
 same lane, if any, are dropped, because they were conditioned on the missing or failed step. Nothing before it
 is recomputed.
 
+A lane shared by the orders of a bank-free method (:mod:`ceb.pipeline.reuse`) is walked over the union of the
+orders; its rows are the source rows of any order, and its copies are dropped here and written again by the
+runner from the source rows kept.
+
 A resume is refused when the input streams or the result-affecting configuration differ from the ones
 recorded in ``config.json`` when the run started; the message names what changed. Settings that cannot change
 a result (endpoint URLs, concurrency, timeouts, retry waits, the failure budget) may differ. The trajectory
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,8 +39,10 @@ from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
 from ceb.errors import RunError
 from ceb.pipeline.results import HindsightRow, StepRow, read_hindsight_rows, read_step_rows
+from ceb.pipeline.reuse import shares_orders
 
 __all__ = [
+    "ADDED_SETTINGS",
     "LIMIT_SETTING",
     "NEW_SECTIONS",
     "SERVING_SECTIONS",
@@ -76,6 +82,10 @@ SERVING_SECTIONS: tuple[str, ...] = ("gate.",)
 """Settings (dotted-path prefixes) that only the live gate reads (``ceb serve``): they change no result of a
 scoring run, so they are left out of its fingerprint."""
 
+ADDED_SETTINGS: Mapping[str, object] = {"reuse_bank_free": False}
+"""Settings added after runs were first recorded, with the behaviour of the runs that predate them: a recorded
+fingerprint without the setting reads as this value."""
+
 LIMIT_SETTING = "max_trajectories"
 """The trajectory limit: left out of the fingerprint, a resume may raise it (:func:`check_limit`)."""
 
@@ -104,6 +114,7 @@ def config_fingerprint(config: RunConfig) -> tuple[str, dict[str, Any]]:
     Returns:
         ``(sha256 hex, {dotted path: value})`` of every setting except :data:`VOLATILE_SETTINGS`, the
         trajectory limit, :data:`SERVING_SECTIONS`, and settings of :data:`NEW_SECTIONS` at their defaults.
+        ``reuse_bank_free`` is recorded as its effective value (:func:`ceb.pipeline.reuse.shares_orders`).
     """
     skip = VOLATILE_SETTINGS | {LIMIT_SETTING}
     defaults = _flat(RunConfig().model_dump(mode="json"))
@@ -114,6 +125,7 @@ def config_fingerprint(config: RunConfig) -> tuple[str, dict[str, Any]]:
         and not k.startswith(SERVING_SECTIONS)
         and not (k.startswith(NEW_SECTIONS) and v == defaults.get(k))
     }
+    flat["reuse_bank_free"] = shares_orders(config)
     return _digest(orjson.dumps(flat, option=orjson.OPT_SORT_KEYS)), flat
 
 
@@ -138,8 +150,10 @@ def diff_fingerprints(recorded: Mapping[str, Any], current: Mapping[str, Any]) -
     out: list[str] = []
     old_c, new_c = recorded.get("config", {}), current.get("config", {})
     for key in sorted(set(old_c) | set(new_c)):
-        if old_c.get(key, "<unset>") != new_c.get(key, "<unset>"):
-            out.append(f"setting {key}: {old_c.get(key, '<unset>')!r} -> {new_c.get(key, '<unset>')!r}")
+        old_v = old_c.get(key, ADDED_SETTINGS.get(key, "<unset>"))
+        new_v = new_c.get(key, ADDED_SETTINGS.get(key, "<unset>"))
+        if old_v != new_v:
+            out.append(f"setting {key}: {old_v!r} -> {new_v!r}")
     old_s, new_s = recorded.get("streams", {}), current.get("streams", {})
     for name in sorted(set(old_s) | set(new_s)):
         if name not in new_s:
@@ -177,12 +191,18 @@ def _key(row: StepRow | HindsightRow) -> LaneKey:
 def restore_progress(
     run_dir: Path,
     lanes: Mapping[LaneKey, tuple[Sequence[Trajectory], Callable[[], Bank] | None]],
+    shared: Collection[LaneKey] = (),
 ) -> dict[LaneKey, LaneProgress]:
     """Work out each lane's resume point, rebuild its bank, and rewrite the result files to the kept rows.
+
+    Rows copied from another order (``reused_from`` set) are never kept: the runner writes them again from the
+    source rows kept (:mod:`ceb.pipeline.reuse`).
 
     Args:
         run_dir: The run directory to resume.
         lanes: Lane -> (its trajectories in its order, a factory of its empty bank, or ``None`` without a bank).
+        shared: The lanes of ``lanes`` shared by every order of their (stream, method, critic); their
+            trajectories are the union of the orders', and the source rows of any order are theirs.
 
     Returns:
         Every lane's :class:`LaneProgress`.
@@ -193,9 +213,15 @@ def restore_progress(
     scores, hindsight = run_dir / "scores.jsonl", run_dir / "hindsight.jsonl"
     step_rows = list(read_step_rows(scores)) if scores.exists() else []
     hind_rows = list(read_hindsight_rows(hindsight)) if hindsight.exists() else []
+    groups = {(stream, method, critic): (stream, order, method, critic) for stream, order, method, critic in shared}
+
+    def key_of(row: StepRow) -> LaneKey:
+        return groups.get((row.stream, row.method, row.critic)) or _key(row)
+
     steps: dict[tuple[LaneKey, str, int], StepRow] = {}
     for row in step_rows:
-        steps[(_key(row), row.trajectory, row.step)] = row
+        if row.reused_from is None:
+            steps[(key_of(row), row.trajectory, row.step)] = row
     hinds: dict[tuple[LaneKey, str], HindsightRow] = {(_key(r), r.trajectory): r for r in hind_rows}
 
     progress: dict[LaneKey, LaneProgress] = {}
@@ -226,7 +252,7 @@ def restore_progress(
     kept_steps = [r for r in step_rows if id(r) in keep_steps]
     kept_hinds = [r for r in hind_rows if id(r) in keep_hinds]
     for srow in kept_steps:
-        progress[_key(srow)].kept_steps.append(srow)
+        progress[key_of(srow)].kept_steps.append(srow)
     for hrow in kept_hinds:
         progress[_key(hrow)].kept_hindsight.append(hrow)
     _rewrite(run_dir / "scores.jsonl", kept_steps)

@@ -40,6 +40,7 @@ from ceb.pipeline.resume import (
     stream_fingerprint,
     write_atomic,
 )
+from ceb.pipeline.reuse import SharedLane, SharedStream, copies, share_orders, shares_orders
 from ceb.progress import Progress
 from ceb.stages.assembly import Stages, build_critic, build_stages, lacks_endpoint, prompt_set
 from ceb.stages.base import CriticInput, HistoryItem
@@ -111,6 +112,10 @@ class RunSummary:
         prompt_tokens: Input tokens the server reported for this call's rows (resumed rows not included).
         completion_tokens: Output tokens likewise.
         steps_abstained: Steps the hindsight labeler gave no label (no evidence to judge by), so not banked.
+        steps_reused: Step rows copied from another stream order (``reuse_bank_free``,
+            :mod:`ceb.pipeline.reuse`), whatever their source's outcome; not in ``steps_scored``,
+            ``steps_failed`` or ``steps_unavailable``, and no request of theirs in ``requests``. A resume writes
+            every copy again, so they are never among the resumed rows.
     """
 
     run_dir: Path
@@ -129,6 +134,7 @@ class RunSummary:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     steps_abstained: int = 0
+    steps_reused: int = 0
 
     def count_resumed(self, row: Row) -> None:
         """Count a row kept from before a resume (its requests were spent by the earlier run)."""
@@ -147,13 +153,15 @@ class RunSummary:
 
     def _count_outcome(self, row: Row) -> None:
         if isinstance(row, StepRow):
-            if row.status == "not_available":
+            if row.reused_from is not None:
+                self.steps_reused += 1
+            elif row.status == "not_available":
                 self.steps_unavailable += 1
             elif row.status == "failed":
                 self.steps_failed += 1
             else:
                 self.steps_scored += 1
-            self.steps_clipped += row.clipped
+            self.steps_clipped += row.clipped and row.reused_from is None
         else:
             self.trajectories_voted += 1
             self.votes_failed += row.failed_votes
@@ -249,12 +257,13 @@ def _remove_results(run_dir: Path) -> None:
 def progress_callbacks(progress: Progress) -> tuple[Callable[[Row], None], Callable[[int], None]]:
     """``on_row`` and ``on_start`` for :func:`run_scoring` that keep ``progress`` counting step rows.
 
-    A step row is one unit (failed when its critic call failed); hindsight rows add their requests.
+    A step row is one unit, a copy from another order too (failed when its own critic call failed); hindsight
+    rows add their requests.
     """
 
     def on_row(row: Row) -> None:
         if isinstance(row, StepRow):
-            progress.advance(failed=row.status == "failed", requests=row.requests)
+            progress.advance(failed=row.status == "failed" and row.reused_from is None, requests=row.requests)
         else:
             progress.add_requests(row.requests)
 
@@ -395,24 +404,36 @@ async def _run_scoring(
     if resuming:
         check_resumable(run_dir, prints | {"limit": config.max_trajectories})
     critic_configs = config.critic_configs()
+    share = shares_orders(config)
     specs: dict[LaneKey, tuple[Sequence[Trajectory], MethodSpec]] = {}
+    shared: dict[LaneKey, SharedStream] = {}
     for name, trajs in streams.items():
-        for order in range(config.orders):
-            ordered = stream_order(trajs, order, config.order_seed)[: config.max_trajectories]
+        orders = [stream_order(trajs, r, config.order_seed)[: config.max_trajectories] for r in range(config.orders)]
+        union = share_orders(orders) if share else None
+        for order, ordered in enumerate(orders):
             for critic in critic_configs:
                 for method in methods:
-                    specs[(name, order, method.name, critic)] = (ordered, method)
+                    if union is not None and method.order_free:
+                        if order == 0:  # one lane for every order (ceb.pipeline.reuse)
+                            specs[(name, 0, method.name, critic)] = (union.trajectories, method)
+                            shared[(name, 0, method.name, critic)] = union
+                    else:
+                        specs[(name, order, method.name, critic)] = (ordered, method)
     summary = RunSummary(run_dir=run_dir)
     progress: dict[LaneKey, LaneProgress] = {}
+    recopied: list[Row] = []
     if resuming:
         progress = restore_progress(
             run_dir,
             {k: (t, partial(new_bank, m, config) if m.use_bank else None) for k, (t, m) in specs.items()},
+            shared=shared,
         )
-        for prog in progress.values():
+        for key, prog in progress.items():
             kept: list[Row] = [*prog.kept_steps, *prog.kept_hindsight]
             for row in kept:
                 summary.count_resumed(row)
+            if key in shared:
+                recopied += [c for row in prog.kept_steps for c in copies(row, shared[key])]
     own_stages = stages is None
     by_critic = _stages_by_critic(stages, critic_configs)
     if not config.allow_unavailable:
@@ -442,25 +463,29 @@ async def _run_scoring(
             with ResultWriter(run_dir) as writer:
                 for key, (trajs, method) in specs.items():
                     prog = progress.get(key, LaneProgress())
-                    lanes.append(
-                        Lane(
-                            key[0],
-                            method,
-                            trajs,
-                            by_critic[key[3]],
-                            config,
-                            _unset_emit,
-                            bank=prog.bank,
-                            order=key[1],
-                            critic=key[3],
-                            start=prog.position,
-                            prefix=prog.prefix,
-                            critic_stage=critic_stages[(key[3], method.critic)],
-                            tokens=tokens,
-                        )
-                    )
+                    args = (key[0], method, trajs, by_critic[key[3]], config, _unset_emit)
+                    kwargs: dict[str, Any] = {
+                        "bank": prog.bank,
+                        "order": key[1],
+                        "critic": key[3],
+                        "start": prog.position,
+                        "prefix": prog.prefix,
+                        "critic_stage": critic_stages[(key[3], method.critic)],
+                        "tokens": tokens,
+                    }
+                    if key in shared:
+                        sources = {row.trajectory: row.order for row in prog.kept_steps}
+                        lanes.append(SharedLane(*args, shared=shared[key], sources=sources, **kwargs))
+                    else:
+                        lanes.append(Lane(*args, **kwargs))
                 if on_start is not None:
-                    on_start(sum(lane.steps_left for lane in lanes))
+                    on_start(len(recopied) + sum(lane.steps_left for lane in lanes))
+                # Copies of the source rows a resume kept first: they need no request (ceb.pipeline.reuse).
+                for row in recopied:
+                    writer.write(row)
+                    summary.count(row)
+                    if on_row is not None:
+                        on_row(row)
                 await _run_lanes(lanes, config, writer, summary, on_row)
             outcome = "finished"
         except BaseExceptionGroup as group:
@@ -480,9 +505,10 @@ async def _run_scoring(
             saved = f"banks/{lane_name(key)}.json" if lane.method.use_bank else None
             if saved is not None:
                 lane.bank.save(run_dir / saved)
-            summary.banks.append(
-                BankSize(lane.stream, lane.order, lane.method.name, lane.critic, records=len(lane.bank), path=saved)
-            )
+            for order in lane.shared.orders if isinstance(lane, SharedLane) else [lane.order]:
+                summary.banks.append(
+                    BankSize(lane.stream, order, lane.method.name, lane.critic, records=len(lane.bank), path=saved)
+                )
         summary.wall_s = time.perf_counter() - started
         if began:
             write_summary(run_dir, summary, outcome, error, started_at)

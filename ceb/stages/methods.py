@@ -176,6 +176,18 @@ class MethodSpec:
         return self.critic == LLM_CRITIC
 
     @property
+    def order_free(self) -> bool:
+        """Its step prompts do not depend on the stream order, so every order would ask the same requests.
+
+        True for a method without a bank: the bank is the only state a lane carries from one trajectory to the
+        next (retrieved precedents, ``|B_t|``). Everything else a step's prompt holds is the step, its task and
+        its own trajectory's earlier steps with the critic's scores of them; no critic is given the order or the
+        position (:class:`~ceb.stages.base.CriticInput` has neither). A run with several orders scores such a
+        method once and copies its rows to the other orders (``reuse_bank_free``, :mod:`ceb.pipeline.reuse`).
+        """
+        return not self.use_bank
+
+    @property
     def behaviour(self) -> tuple[object, ...]:
         """Every switch but ``V``, ``k``, the retriever and the presentation fields."""
         return (self.use_bank, self.use_repetition_flag, self.critic, self.classes, self.oracle_labels)

@@ -33,9 +33,18 @@ async def test_a_limited_run_scores_the_first_n_trajectories_of_each_order_and_r
         for order in range(CONFIG.orders):
             first = [t.id for t in stream_order(trajs, order, CONFIG.order_seed)[:2]]
             assert lane_trajectories(tmp_path, name, order) == first
+            # static is scored once for both orders (ceb.pipeline.reuse): each order still gets its own first N,
+            # at their positions in that order.
+            placed = {
+                (r["position"], r["trajectory"])
+                for r in read_rows(tmp_path / "scores.jsonl")
+                if (r["stream"], r["order"], r["method"]) == (name, order, "static")
+            }
+            assert sorted(placed) == list(enumerate(first))
     steps = sum(len(t.steps) for t in STREAMS["a"][:2]) + sum(len(t.steps) for t in STREAMS["b"][:2])
     # 2 methods x 2 orders; the permuted orders pick other trajectories, of the same length in these streams.
-    assert planned == [steps * 2 * 2] and summary is not None and summary.steps_scored == steps * 2 * 2
+    assert planned == [steps * 2 * 2] and summary is not None
+    assert summary.steps_scored + summary.steps_reused == steps * 2 * 2
     recorded = orjson.loads((tmp_path / "config.json").read_bytes())
     assert recorded["config"]["max_trajectories"] == 2
 
@@ -46,8 +55,12 @@ async def test_raising_the_limit_on_resume_equals_a_run_with_the_higher_limit(tm
     planned: list[int] = []
     summary = await score(tmp_path / "grown", config=limited(4), resume=True, on_start=planned.append)
     assert summary is not None and summary.steps_resumed > 0
-    assert planned == [summary.steps_scored - summary.steps_resumed]
-    assert rows(tmp_path / "grown", "scores.jsonl") == rows(tmp_path / "four", "scores.jsonl")
+    # Rows written by this call: static's copies are all written again from their kept sources.
+    assert planned == [summary.steps_scored + summary.steps_reused - summary.steps_resumed]
+    # A trajectory that a raised limit adds to order 0 may already have its rows (static's) in order 1: those
+    # stay the source and order 0 gets copies, so which row is the copy may differ, not what any row says.
+    copy = ("status", "reused_from", "requests", "prompt_tokens", "completion_tokens")
+    assert rows(tmp_path / "grown", "scores.jsonl", copy) == rows(tmp_path / "four", "scores.jsonl", copy)
     assert rows(tmp_path / "grown", "hindsight.jsonl") == rows(tmp_path / "four", "hindsight.jsonl")
     recorded = orjson.loads((tmp_path / "grown" / "config.json").read_bytes())
     assert recorded["config"]["max_trajectories"] == 4  # the next resume starts from the raised limit

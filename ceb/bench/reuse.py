@@ -1,0 +1,165 @@
+"""Requests of a multi-order grid with and without ``reuse_bank_free``, against the SIMULATED server.
+
+The workload is a grid file (by default ``configs/grid-intercode-bash.toml``: every method of the paper, its
+V / k sweep cells included, in ``R = 3`` stream orders) on the real InterCode-Bash streams, each cut to its first
+``N`` trajectories (the orders permute those ``N``, as the paper's grid permutes whole streams). The grid file is
+read as ``ceb grid`` reads it (:func:`~ceb.pipeline.grid.load_grid`, its stream globs over the cut streams), with
+the backend pointed at the simulator. It is scored twice through the `openai` backend against one simulator (a
+SIMULATOR, not a model; replies are a function of the prompt, so both runs get the same answers): every order
+asked (``reuse_bank_free = false``, the behaviour before), then bank-free methods asked once per stream and
+copied to the other orders (the default). It reports the requests of each run in total and per method (from the
+rows' ``requests``; the client's attempt count beside them), the ratio, the wall times, and whether every row's
+score and every metric came out the same.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ceb.backends.base import AttemptRecord
+from ceb.backends.scheduling import EndpointLimits
+from ceb.bench.simproc import sim_process
+from ceb.config import RunConfig
+from ceb.data import Trajectory, convert_intercode, read_stream, write_stream
+from ceb.eval import run_metrics
+from ceb.pipeline import read_rows, run_scoring
+from ceb.pipeline.grid import load_grid
+from ceb.pipeline.runner import progress_callbacks
+from ceb.progress import Progress
+from ceb.sim import SimConfig
+from ceb.stages.assembly import build_stages
+from ceb.stages.methods import resolve_method
+
+__all__ = ["run_reuse_bench"]
+
+ARMS = {"every_order_asked": False, "bank_free_reused": True}
+"""Run name -> ``reuse_bank_free``, in the order they run."""
+
+
+def _config(grid: Path, url: str, sim: SimConfig, *, orders: int | None, reuse: bool, skip: Sequence[str]) -> RunConfig:
+    spec = load_grid(grid)
+    overrides: dict[str, Any] = {
+        "backend": {"name": "openai", "base_url": url, "model": sim.model, "max_concurrency": sim.max_num_seqs},
+        "methods": [m for m in spec.config.methods if m not in skip],
+        "orders": orders or spec.config.orders,
+        "reuse_bank_free": reuse,
+        "allow_unavailable": True,
+        "critic": {"count_tokens": False},  # changes no request; spares the shared CPU
+    }
+    return load_grid(grid, overrides).config
+
+
+def _grid_workload(
+    intercode: Path, work: Path, grid: Path, trajectories: int
+) -> tuple[Path, dict[str, list[Trajectory]]]:
+    """Cut InterCode-Bash streams where ``grid``'s stream globs find them; the grid's copy and its streams."""
+    converted = convert_intercode(intercode, work / "converted", datasets=("bash",))
+    (work / "streams").mkdir(parents=True, exist_ok=True)
+    for c in converted:
+        write_stream(work / "streams" / c.path.name, read_stream([c.path])[:trajectories])
+    copy = work / "grid" / grid.name  # the grid files name their streams as ../streams/...
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_bytes(grid.read_bytes())
+    return copy, {name: read_stream(files) for name, files in load_grid(copy).streams.items()}
+
+
+async def _run(
+    streams: Mapping[str, Sequence[Trajectory]], config: RunConfig, out: Path
+) -> tuple[float, int, dict[str, Any]]:
+    stages = build_stages(config, EndpointLimits())
+    attempts: list[AttemptRecord] = []
+    if stages.chat is not None:
+        stages.chat.observers.append(attempts.append)
+    started = time.perf_counter()
+    with Progress(f"bench {out.name}", None) as progress:
+        on_row, on_start = progress_callbacks(progress)
+        async with stages:
+            summary = await run_scoring(
+                streams, config, out, stages=stages, overwrite=True, on_row=on_row, on_start=on_start
+            )
+    counts = {"requests": summary.requests, "steps_scored": summary.steps_scored, "steps_reused": summary.steps_reused}
+    counts |= {"steps_failed": summary.steps_failed, "steps_unavailable": summary.steps_unavailable}
+    return time.perf_counter() - started, len(attempts), counts
+
+
+def _requests_by_method(run_dir: Path) -> dict[str, int]:
+    out: Counter[str] = Counter()
+    for name in ("scores.jsonl", "hindsight.jsonl"):
+        for r in read_rows(run_dir / name):
+            out[r["method"]] += r["requests"]
+    return dict(sorted(out.items()))
+
+
+def _scores(run_dir: Path) -> dict[tuple[Any, ...], Any]:
+    return {
+        (r["stream"], r["order"], r["method"], r["critic"], r["trajectory"], r["step"]): (r["score"], r["error"])
+        for r in read_rows(run_dir / "scores.jsonl")
+    }
+
+
+def run_reuse_bench(
+    intercode: Path,
+    work: Path,
+    *,
+    grid: Path,
+    trajectories: int = 4,
+    orders: int | None = None,
+    skip: Sequence[str] = (),
+    sim: SimConfig | None = None,
+    port: int | None = None,
+) -> dict[str, Any]:
+    """Score ``grid`` on InterCode-Bash streams cut to ``trajectories`` each, reuse off then on; compare.
+
+    Args:
+        intercode: The InterCode data root (``ceb convert intercode``'s input).
+        work: Scratch directory for the streams and the two run directories.
+        grid: The grid file run (methods, sweep cells, orders, streams globs ``../streams/intercode-bash-*``).
+        trajectories: Trajectories kept from the start of each stream.
+        orders: Stream orders ``R``; the grid's when ``None``.
+        skip: Methods of the grid left out (e.g. ``ceb-dense-retrieval`` where its model cannot be loaded).
+        sim: The simulator's load model; an instant one (``time_scale = 0``) when ``None``.
+        port: The simulator's port; ``None`` takes a free one.
+
+    Returns:
+        Both runs' requests (total and per method), attempts, row counts and wall times, the ratio of requests,
+        and whether scores and metrics are identical (JSON-ready).
+    """
+    sim = sim or SimConfig(max_num_seqs=128, time_scale=0.0)
+    copy, streams = _grid_workload(intercode, work, grid, trajectories)
+    runs: dict[str, Any] = {}
+    with sim_process(sim, port=port) as url:
+        for name, reuse in ARMS.items():
+            config = _config(copy, url, sim, orders=orders, reuse=reuse, skip=skip)
+            wall, attempts, counts = anyio.run(_run, streams, config, work / name)
+            runs[name] = {"wall_s": wall, "attempts": attempts, **counts}
+            runs[name]["requests_by_method"] = _requests_by_method(work / name)
+    off, on = runs["every_order_asked"], runs["bank_free_reused"]
+    bank_free = sorted(m for m in off["requests_by_method"] if resolve_method(m).order_free)
+    return {
+        "grid": str(grid),
+        "orders": config.orders,
+        "methods": list(off["requests_by_method"]),
+        "bank_free_methods": bank_free,
+        "skipped_methods": list(skip),
+        "workload": {
+            "streams": len(streams),
+            "trajectories": sum(len(t) for t in streams.values()),
+            "steps": sum(len(t.steps) for trajs in streams.values() for t in trajs),
+        },
+        "sim": {"max_num_seqs": sim.max_num_seqs, "time_scale": sim.time_scale, "seed": sim.seed},
+        **runs,
+        "requests_saved": off["requests"] - on["requests"],
+        "ratio_requests_off_over_on": off["requests"] / on["requests"] if on["requests"] else None,
+        "bank_free_requests": {
+            "every_order_asked": sum(off["requests_by_method"][m] for m in bank_free),
+            "bank_free_reused": sum(on["requests_by_method"][m] for m in bank_free),
+        },
+        "identical_scores": _scores(work / "every_order_asked") == _scores(work / "bank_free_reused"),
+        "identical_metrics": run_metrics(work / "every_order_asked") == run_metrics(work / "bank_free_reused"),
+    }
