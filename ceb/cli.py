@@ -519,6 +519,12 @@ _BENCHMARKS: dict[str, tuple[str, str]] = {
         "Prefix-cache hit rate on a REAL vLLM server against the bound our prompts allow (--tiny: the tests' CPU "
         "build).",
     ),
+    "routing": (
+        "bench_routing.py",
+        "On REAL vLLM servers (--tiny: the tests' CPU build): makespan with the critical-path priority forwarded "
+        "to the server or not, and prefix-cache hit rate and makespan of replica affinity against "
+        "least-outstanding.",
+    ),
 }
 """``ceb bench <name>``: the script in benchmarks/ and what it measures."""
 

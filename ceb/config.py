@@ -45,8 +45,7 @@ class BackendConfig(_Section):
     """Backend: ``offline`` (no model; the embedded default) or ``openai`` (OpenAI-compatible endpoint)."""
     base_url: str | tuple[str, ...] | None = None
     """Endpoint root for ``openai``, e.g. ``http://127.0.0.1:8000/v1`` for ``vllm serve``. Several replicas of
-    the same model: a list, or one string with comma-separated roots; requests go to the replica with the
-    fewest outstanding requests."""
+    the same model: a list, or one string with comma-separated roots; ``routing`` picks the replica."""
     model: str | None = None
     """Model name as the endpoint knows it (``openai`` backend)."""
     api_key_env: str = "OPENAI_API_KEY"
@@ -60,6 +59,18 @@ class BackendConfig(_Section):
     """How reply JSON is enforced: ``json_schema`` (OpenAI, vLLM), ``vllm``, ``json_object`` or ``none``."""
     token_limit_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
     """Wire name of the output token budget (newer OpenAI models refuse ``max_tokens``; vLLM takes both)."""
+    server_priority: Literal["auto", "on", "off"] = "auto"
+    """Send each request's critical-path priority as vLLM's ``priority`` field (negated: vLLM serves lower
+    first), so a server started with ``--scheduling-policy priority`` orders its own queue like ours when we keep
+    more requests in flight than its ``max_num_seqs``. ``auto``: sent until a server refuses the field, then
+    dropped; ``on``: always; ``off``: never."""
+    routing: Literal["affinity", "least_outstanding"] = "affinity"
+    """How requests pick among several replicas: ``affinity``, each lane to its home replica (rendezvous hashing
+    of the lane), the least-outstanding one only when home has no free slot and another has; or
+    ``least_outstanding``, the replica with the fewest outstanding requests."""
+    session_header: str | None = "X-Session-Id"
+    """Header carrying the lane key on every request, for a router in front of the replicas to keep a lane on
+    one (vLLM production-stack: ``--routing-logic session --session-key x-session-id``); ``None`` sends none."""
     preflight: bool = True
     """Before a run starts, check every endpoint (model list, one one-token request) and stop at once, naming
     the endpoint, when one cannot serve the run."""

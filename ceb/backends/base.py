@@ -25,7 +25,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from ceb.backends.scheduling import EndpointLimits, current_priority
+from ceb.backends.scheduling import EndpointLimits, Routing, current_lane, current_priority
 from ceb.errors import BackendError
 
 __all__ = [
@@ -204,10 +204,13 @@ class ChatBackend(ABC):
 
     Args:
         endpoint: Where requests go (base URL, or an in-process engine name); keys the concurrency limit.
-            Several endpoints (replicas of one model) are balanced per attempt by least outstanding requests.
+            Several endpoints (replicas of one model) are chosen per attempt by ``routing``.
         max_concurrency: Requests in flight to each endpoint at most.
         retry: Retry policy for :class:`TransientError`.
         limits: Shared per-endpoint limits of the run; a private one when ``None``.
+        routing: How an attempt picks among several endpoints: ``affinity`` (the caller's lane,
+            :func:`~ceb.backends.scheduling.lane`, goes to its home replica unless that one is overloaded) or
+            ``least_outstanding`` (:meth:`~ceb.backends.scheduling.EndpointLimits.pick`).
 
     Raises:
         ValueError: No endpoint given.
@@ -222,6 +225,7 @@ class ChatBackend(ABC):
         max_concurrency: int = 64,
         retry: RetryPolicy | None = None,
         limits: EndpointLimits | None = None,
+        routing: Routing = "affinity",
     ) -> None:
         self.endpoints: tuple[str, ...] = (endpoint,) if isinstance(endpoint, str) else tuple(endpoint)
         if not self.endpoints:
@@ -230,6 +234,7 @@ class ChatBackend(ABC):
         self.max_concurrency = max_concurrency
         self.retry = retry or RetryPolicy()
         self._limits = limits or EndpointLimits()
+        self.routing: Routing = routing
         self.observers: list[Callable[[AttemptRecord], None]] = []
         """Called with an :class:`AttemptRecord` after every attempt (benchmarks and fault accounting)."""
 
@@ -302,8 +307,9 @@ class ChatBackend(ABC):
     async def complete(self, request: ChatRequest) -> ChatResponse:
         """Send ``request`` under its endpoint's limit, retrying transient failures.
 
-        Each attempt goes to the endpoint with the fewest outstanding requests and waits there for a slot at
-        the caller's :func:`~ceb.backends.scheduling.priority`; a retry may land on another replica.
+        Each attempt goes to the endpoint :attr:`routing` picks (the caller's lane's home replica, or the one with
+        the fewest outstanding requests) and waits there for a slot at the caller's
+        :func:`~ceb.backends.scheduling.priority`; a retry may land on another replica.
 
         Returns:
             The completion with its server latency (seconds), slot wait (seconds) and attempt count.
@@ -326,7 +332,9 @@ class ChatBackend(ABC):
                 with attempt:
                     attempts += 1
                     asked = time.perf_counter()
-                    endpoint = self._limits.pick(self.endpoints, self.max_concurrency)
+                    endpoint = self._limits.pick(
+                        self.endpoints, self.max_concurrency, key=current_lane(), routing=self.routing
+                    )
                     async with self._limits.slot(endpoint, self.max_concurrency):
                         started = time.perf_counter()
                         queue_s += started - asked

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
+import structlog
 from yarl import URL
 
 from ceb.backends._wire import error_message, openai_strict_schema, parse_completion, retry_after
@@ -42,9 +43,12 @@ from ceb.backends.base import (
     RetryPolicy,
     TransientError,
 )
+from ceb.backends.scheduling import Routing, current_lane, current_priority, server_priority
 from ceb.errors import BackendError, ConfigError, FatalBackendError
 
-__all__ = ["OpenAIBackend", "OpenAISettings", "StructuredOutput"]
+__all__ = ["SESSION_HEADER", "OpenAIBackend", "OpenAISettings", "ServerPriority", "StructuredOutput"]
+
+log = structlog.get_logger(__name__)
 
 StructuredOutput = Literal["json_schema", "vllm", "json_object", "none"]
 """How a reply's JSON shape is enforced.
@@ -69,6 +73,19 @@ _JSON_OPTIONS = orjson.OPT_NON_STR_KEYS
 
 REQUEST_ID_HEADER = "X-Request-Id"
 """vLLM takes this header as the request's id in its logs, traces and responses (a new one per attempt)."""
+
+SESSION_HEADER = "X-Session-Id"
+"""Default header carrying the lane key, for a router in front of the replicas to pin a lane to one of them:
+vLLM's production-stack router reads the header named by ``--routing-logic session --session-key <name>``, and
+llm-d's ``session-affinity-scorer`` / ``-filter`` read a configured header under their ``session_id_header``
+strategy. (llm-d's default ``x-session-token`` is different: a token the router itself issues, naming a pod.)"""
+
+ServerPriority = Literal["auto", "on", "off"]
+"""Whether each request carries vLLM's ``priority`` body field (:func:`~ceb.backends.scheduling.server_priority`).
+
+``on``: always; ``off``: never; ``auto``: sent until a server refuses it with a 400 naming the field (OpenAI does;
+vLLM 0.32 accepts it under either scheduling policy and orders by it only under ``--scheduling-policy priority``),
+then dropped for that backend and the refused attempt retried without it."""
 
 
 PREFLIGHT_MESSAGES: tuple[dict[str, str], ...] = ({"role": "user", "content": "Reply with one word."},)
@@ -108,6 +125,9 @@ class OpenAISettings:
         max_concurrency: Requests in flight to this endpoint at most.
         token_limit_field: Wire name of the output budget. ``max_completion_tokens`` is what OpenAI's newer
             models require (they refuse ``max_tokens``) and vLLM accepts; ``max_tokens`` for older servers.
+        server_priority: See :data:`ServerPriority`.
+        routing: How attempts pick among several base URLs (:data:`~ceb.backends.scheduling.Routing`).
+        session_header: Header that carries the caller's lane key (:data:`SESSION_HEADER`); ``None`` sends none.
     """
 
     base_url: str | tuple[str, ...]
@@ -117,6 +137,9 @@ class OpenAISettings:
     structured_output: StructuredOutput = "json_schema"
     max_concurrency: int = 64
     token_limit_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
+    server_priority: ServerPriority = "auto"
+    routing: Routing = "affinity"
+    session_header: str | None = SESSION_HEADER
 
 
 def _is_local(url: str) -> bool:
@@ -173,9 +196,15 @@ class OpenAIBackend(ChatBackend):
         limits: EndpointLimits | None = None,
     ) -> None:
         super().__init__(
-            endpoint=settings.base_url, max_concurrency=settings.max_concurrency, retry=retry, limits=limits
+            endpoint=settings.base_url,
+            max_concurrency=settings.max_concurrency,
+            retry=retry,
+            limits=limits,
+            routing=settings.routing,
         )
         self.settings = settings
+        self.send_priority = settings.server_priority != "off"
+        """Whether bodies carry vLLM's ``priority`` field now (``auto`` turns it off on a refusal)."""
         for url in self.endpoints:
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -203,8 +232,11 @@ class OpenAIBackend(ChatBackend):
     def payload(self, request: ChatRequest) -> dict[str, Any]:
         """Build the JSON body of ``POST /chat/completions`` for ``request``, exactly as sent.
 
-        Server-specific fields (vLLM's ``structured_outputs``, ``request.extra``) sit at the top level of the
-        body, where vLLM reads them; the SDK's ``extra_body`` ends up the same way.
+        Server-specific fields (vLLM's ``structured_outputs``, ``priority``, ``request.extra``) sit at the top
+        level of the body, where vLLM reads them; the SDK's ``extra_body`` ends up the same way. ``priority`` is the
+        caller's :func:`~ceb.backends.scheduling.current_priority` mapped by
+        :func:`~ceb.backends.scheduling.server_priority`, sent when it is not 0 (vLLM's default), while
+        :attr:`send_priority` holds and ``request.extra`` does not set it.
 
         Args:
             request: The request to encode.
@@ -251,7 +283,18 @@ class OpenAIBackend(ChatBackend):
             if clash:
                 raise ValueError(f"ChatRequest.extra repeats fields the request already sets: {', '.join(clash)}")
             body.update(request.extra)
+        wire_priority = server_priority(current_priority())
+        if self.send_priority and wire_priority and "priority" not in body:  # 0 is vLLM's default: left out
+            body["priority"] = wire_priority
         return body
+
+    def headers(self, request: ChatRequest) -> dict[str, str]:
+        """The headers of one attempt: key, content type, a fresh request id and the caller's lane as session."""
+        headers = self._headers | {REQUEST_ID_HEADER: request_id(request.stage)}
+        key = current_lane()
+        if key is not None and self.settings.session_header:
+            headers[self.settings.session_header] = key
+        return headers
 
     def _session(self, endpoint: str) -> aiohttp.ClientSession:
         """The session of ``endpoint``, created in the running event loop on first use."""
@@ -282,7 +325,7 @@ class OpenAIBackend(ChatBackend):
         """
         data = orjson.dumps(self.payload(request), default=_jsonable, option=_JSON_OPTIONS)
         try:
-            headers = self._headers | {REQUEST_ID_HEADER: request_id(request.stage)}
+            headers = self.headers(request)
             async with self._session(endpoint).post(self._urls[endpoint], data=data, headers=headers) as resp:
                 status = resp.status
                 raw = await resp.read()
@@ -309,6 +352,10 @@ class OpenAIBackend(ChatBackend):
     def _status_error(self, status: int, raw: bytes, wait: float | None, endpoint: str) -> Exception:
         """The exception for an HTTP error reply (status >= 300), carrying the server's message."""
         message = self._redact(error_message(raw))
+        if status == 400 and self._priority_refused(message):
+            self.send_priority = False
+            log.warning("the server refuses the priority field; sending requests without it", endpoint=endpoint)
+            return TransientError(f"{status} from {endpoint}: {message} (retrying without priority)")
         if status == 429 or status >= 500:
             return TransientError(f"{status} from {endpoint}: {message}", retry_after=wait)
         if status in (401, 403, 404):
@@ -318,6 +365,10 @@ class OpenAIBackend(ChatBackend):
                 backend=self.label,
             )
         return BackendError(f"{status} from server: {message}", backend=self.label)
+
+    def _priority_refused(self, message: str) -> bool:
+        """True when ``message`` (a 400's) refuses the ``priority`` field we sent under ``server_priority=auto``."""
+        return self.settings.server_priority == "auto" and self.send_priority and "priority" in message.lower()
 
     def _permanent(self, endpoint: str, exc: BaseException) -> FatalBackendError:
         """The error for a failure no retry can fix: a name that does not resolve, a TLS handshake that fails."""
@@ -369,7 +420,13 @@ class OpenAIBackend(ChatBackend):
                 stage="preflight",
             )
             try:
-                await self._complete(ping, endpoint)
+                sending = self.send_priority
+                try:
+                    await self._complete(ping, endpoint)
+                except TransientError:
+                    if not sending or self.send_priority:
+                        raise
+                    await self._complete(ping, endpoint)  # `auto` just dropped the refused priority field
             except FatalBackendError:
                 raise
             except (TransientError, BackendError) as exc:

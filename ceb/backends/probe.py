@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Literal
 
@@ -106,7 +106,9 @@ async def probe_endpoint(settings: OpenAISettings) -> EndpointReport:
     Raises:
         ConfigError: The base URL is not an http(s) URL, or a non-local endpoint has no key.
     """
-    backend = OpenAIBackend(settings, retry=RetryPolicy(max_attempts=1, backoff_s=0, max_backoff_s=0))
+    # Each check sends exactly its own fields: the `priority` check asks for the field itself.
+    probing = replace(settings, server_priority="off")
+    backend = OpenAIBackend(probing, retry=RetryPolicy(max_attempts=1, backoff_s=0, max_backoff_s=0))
     report = EndpointReport(base_url=backend.endpoints[0], model=settings.model)
     try:
         report.checks.append(await _timed("models", lambda: _models(backend, settings.model)))

@@ -13,22 +13,52 @@ stages and backends need no extra argument; tasks started inside (the hindsight 
 Each endpoint (a vLLM replica) has its own :class:`PrioritySlots` sized to its ``max_num_seqs``-like limit;
 :class:`EndpointLimits` picks, for each attempt, the endpoint with the fewest outstanding requests (in
 service plus waiting), which is what vLLM's router and most load balancers call least-outstanding-requests.
+
+Replica affinity (``routing="affinity"``): a stream's prompts share a long history prefix, and a replica's
+prefix cache holds only what that replica computed. Each lane therefore has a home replica, chosen by rendezvous
+(highest-random-weight) hashing of its key over the endpoints (Thaler and Ravishankar 1998), so a lane's
+requests reuse one cache and adding or removing a replica moves only the lanes homed there. The home is left
+for the least-outstanding replica only when it is overloaded: all its slots are held or waited for while
+another replica has a free slot. The lane key travels like the priority, in a context variable (:func:`lane`).
+
+:func:`server_priority` maps the priority onto vLLM's own ``priority`` request field, which orders the server's
+queue under ``--scheduling-policy priority`` (lower served first; ``vllm/v1/request.py``, ``Request.__lt__``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import itertools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Literal
 
 import anyio
 
-__all__ = ["EndpointLimits", "PrioritySlots", "current_priority", "priority"]
+__all__ = [
+    "EndpointLimits",
+    "PrioritySlots",
+    "Routing",
+    "current_lane",
+    "current_priority",
+    "home_endpoint",
+    "lane",
+    "priority",
+    "server_priority",
+]
+
+Routing = Literal["affinity", "least_outstanding"]
+"""How an attempt picks among replicas: ``affinity`` (the lane's home replica unless it is overloaded) or
+``least_outstanding`` (the replica with the fewest outstanding requests, whatever the lane)."""
 
 _PRIORITY: ContextVar[float] = ContextVar("ceb_request_priority", default=0.0)
+_LANE: ContextVar[str | None] = ContextVar("ceb_request_lane", default=None)
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+"""The range vLLM's ``priority`` field accepts (``vllm/entrypoints/openai/chat_completion/protocol.py``)."""
 
 
 @contextmanager
@@ -48,6 +78,60 @@ def priority(value: float) -> Iterator[None]:
 def current_priority() -> float:
     """The priority of requests made now (0 outside any :func:`priority` block)."""
     return _PRIORITY.get()
+
+
+@contextmanager
+def lane(key: str) -> Iterator[None]:
+    """Send the requests made inside this block as lane ``key``: to its home replica, with ``key`` as session.
+
+    The pipeline uses one key per lane (stream, order, method, critic), so every request of a lane reads the
+    prefix cache of the replica that holds the lane's history.
+    """
+    token = _LANE.set(key)
+    try:
+        yield
+    finally:
+        _LANE.reset(token)
+
+
+def current_lane() -> str | None:
+    """The lane key of requests made now (``None`` outside any :func:`lane` block)."""
+    return _LANE.get()
+
+
+def server_priority(value: float) -> int:
+    """A ceb priority (higher first, any float) as vLLM's ``priority`` field (lower first, a 64-bit int).
+
+    Negated and rounded to the nearest integer, clamped to int64. Lanes whose priorities round alike get the
+    same server priority, and vLLM serves equal priorities by arrival time (FIFO); the pipeline's priorities
+    are request counts, whole numbers, so rounding loses nothing there.
+
+    Raises:
+        ValueError: ``value`` is NaN.
+    """
+    if value != value:  # noqa: PLR0124 - the NaN test
+        raise ValueError("priority is NaN")
+    if value in (float("inf"), float("-inf")):
+        return _INT64_MIN if value > 0 else _INT64_MAX
+    return max(_INT64_MIN, min(_INT64_MAX, -round(value)))
+
+
+def _weight(key: str, endpoint: str) -> bytes:
+    return hashlib.blake2b(f"{key}\0{endpoint}".encode(), digest_size=8).digest()
+
+
+def home_endpoint(key: str, endpoints: Sequence[str]) -> str:
+    """The home of ``key`` among ``endpoints`` by rendezvous hashing: the endpoint with the highest hash weight.
+
+    Deterministic across processes (BLAKE2b, not Python's salted ``hash``); removing an endpoint moves only the
+    keys homed there, adding one moves about ``1/len(endpoints)`` of them.
+
+    Raises:
+        ValueError: ``endpoints`` is empty.
+    """
+    if not endpoints:
+        raise ValueError("no endpoint to pick from")
+    return max(endpoints, key=lambda e: _weight(key, e))
 
 
 @dataclass(order=True)
@@ -148,15 +232,33 @@ class EndpointLimits:
             s = self._slots[endpoint] = PrioritySlots(max_concurrency)
         return s
 
-    def pick(self, endpoints: Sequence[str], max_concurrency: int) -> str:
-        """The endpoint of ``endpoints`` with the fewest outstanding requests (the first one on a tie).
+    def pick(
+        self,
+        endpoints: Sequence[str],
+        max_concurrency: int,
+        *,
+        key: str | None = None,
+        routing: Routing = "least_outstanding",
+    ) -> str:
+        """The endpoint for the next attempt.
+
+        ``least_outstanding``, or ``affinity`` without a ``key``: the endpoint with the fewest outstanding
+        requests (the first one on a tie). ``affinity`` with a ``key``: the key's :func:`home_endpoint`, unless
+        it is overloaded (its outstanding requests fill its ``max_concurrency`` slots) while the least-outstanding
+        endpoint has a free slot; then that one. When every endpoint is full the request waits at home.
 
         Raises:
             ValueError: ``endpoints`` is empty.
         """
         if not endpoints:
             raise ValueError("no endpoint to pick from")
-        return min(endpoints, key=lambda e: self.slots(e, max_concurrency).outstanding)
+        least = min(endpoints, key=lambda e: self.slots(e, max_concurrency).outstanding)
+        if routing != "affinity" or key is None or len(endpoints) == 1:
+            return least
+        home = home_endpoint(key, endpoints)
+        if self.slots(home, max_concurrency).outstanding < max_concurrency:
+            return home
+        return least if self.slots(least, max_concurrency).outstanding < max_concurrency else home
 
     def slot(self, endpoint: str, max_concurrency: int, prio: float | None = None) -> _Slot:
         """``async with limits.slot(endpoint, n):`` holds one slot of ``endpoint`` at priority ``prio``.

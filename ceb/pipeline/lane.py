@@ -13,6 +13,7 @@ from dataclasses import asdict
 import anyio
 import structlog
 
+from ceb.backends.scheduling import lane as request_lane
 from ceb.bank import RETRIEVERS, Bank, Retrieval
 from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
@@ -82,6 +83,8 @@ class Lane:
             first to the lane with the longest remaining chain (:mod:`ceb.backends.scheduling`).
         steps_left: Steps this lane will score from ``start`` on, counted once at construction.
         position: Position in the stream of the trajectory being scored (or next to be).
+        key: The lane's identity (stream, order, method, critic) as its requests carry it
+            (:func:`ceb.backends.scheduling.lane`): it picks the lane's home replica and is sent as its session.
     """
 
     def __init__(
@@ -115,6 +118,7 @@ class Lane:
         self.order = order
         self.critic = critic
         self.position = start
+        self.key = f"{stream}|{order}|{method.name}|{critic}"
         self.prefix = tuple(prefix)
         self.remaining = sum(len(t.steps) + method.use_bank for t in trajectories[start:]) - len(self.prefix)
         self.steps_left = sum(len(t.steps) for t in trajectories[start:]) - len(self.prefix)
@@ -151,20 +155,21 @@ class Lane:
                 scores.append(prefix[t])
                 history.append(HistoryItem(action=step.action, observation=step.observation, score=prefix[t]))
                 continue
-            done = await score_step(
-                step=step,
-                t=t,
-                task=blind.task,
-                domain=blind.domain,
-                history=history,
-                bank=self.bank,
-                method=self.method,
-                config=self.config,
-                critic=self.critic_stage,
-                actor_prompt=actor_prompt,
-                tokens=self.tokens,
-                request_priority=self.remaining,
-            )
+            with request_lane(self.key):
+                done = await score_step(
+                    step=step,
+                    t=t,
+                    task=blind.task,
+                    domain=blind.domain,
+                    history=history,
+                    bank=self.bank,
+                    method=self.method,
+                    config=self.config,
+                    critic=self.critic_stage,
+                    actor_prompt=actor_prompt,
+                    tokens=self.tokens,
+                    request_priority=self.remaining,
+                )
             res = done.result
             self.remaining -= 1
             if res.status == "not_available" and res.error is not None:
@@ -220,17 +225,18 @@ class Lane:
         await self.emit(row)
 
     async def _grow_bank(self, blind: Trajectory, scores: Sequence[float | None], labels: Sequence[int | None]) -> None:
-        banked = await label_trajectory(
-            blind,
-            scores,
-            method=self.method,
-            config=self.config,
-            hindsight=self.stages.hindsight,
-            labels=labels if self.method.oracle_labels else None,
-            request_priority=self.remaining,
-            reasons_seen=self._abstentions_seen,
-            stream=self.stream,
-        )
+        with request_lane(self.key):
+            banked = await label_trajectory(
+                blind,
+                scores,
+                method=self.method,
+                config=self.config,
+                hindsight=self.stages.hindsight,
+                labels=labels if self.method.oracle_labels else None,
+                request_priority=self.remaining,
+                reasons_seen=self._abstentions_seen,
+                stream=self.stream,
+            )
         self.remaining -= 1
         hr, records = banked.hindsight, banked.records
         s = hr.stats
