@@ -508,6 +508,15 @@ _BENCHMARKS: dict[str, tuple[str, str]] = {
         "Prefix-cache hit rate on a REAL vLLM server against the bound our prompts allow (--tiny: the tests' CPU "
         "build).",
     ),
+    "early-score": (
+        "bench_early_score.py",
+        "Early critic scores on a REAL vLLM server: critic latency p50/p99 and chain-bound makespan, with and without.",
+    ),
+    "vs-vllm": (
+        "bench_vs_vllm.py",
+        "ceb's streamed client against `vllm bench serve` on the critic prompts of a static run: vLLM's metrics and "
+        "the request-throughput ratio.",
+    ),
 }
 """``ceb bench <name>``: the script in benchmarks/ and what it measures."""
 
