@@ -525,6 +525,15 @@ _BENCHMARKS: dict[str, tuple[str, str]] = {
         "to the server or not, and prefix-cache hit rate and makespan of replica affinity against "
         "least-outstanding.",
     ),
+    "early-score": (
+        "bench_early_score.py",
+        "Early critic scores on a REAL vLLM server: critic latency p50/p99 and chain-bound makespan, with and without.",
+    ),
+    "vs-vllm": (
+        "bench_vs_vllm.py",
+        "ceb's streamed client against `vllm bench serve` on the critic prompts of a static run: vLLM's metrics and "
+        "the request-throughput ratio.",
+    ),
 }
 """``ceb bench <name>``: the script in benchmarks/ and what it measures."""
 

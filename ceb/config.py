@@ -154,6 +154,17 @@ class CriticConfig(_Section):
     """Output budget per critic reply, in tokens."""
     format_retries: int = Field(2, ge=0)
     """Re-asks after a reply with no readable score, before the step is recorded as failed."""
+    early_score: bool = False
+    """Stream the critic's reply and take the score as soon as its value is complete (the reply puts ``score``
+    first), instead of waiting for the whole reply: the lane's next step starts while the ``reason`` would still
+    be generated. The score is the one the whole reply holds; only the stored ``raw`` reply may be shorter.
+    Needs an endpoint that streams (``stream: true``); other backends read the whole reply as before."""
+    reason_tokens_after_score: int | None = Field(0, ge=0)
+    """With ``early_score``: how many more reply events (about one token each) to read after the score before
+    the stream is closed, which makes vLLM abort the request and free its slot; 0 cuts at once. ``None`` lets
+    the reply finish in the background, in a task group owned by the lane (the step's row is written with the
+    reply as far as it was when the score was taken); where no lane owns one (the gate) the reply is read to
+    its end before the score is returned."""
     count_tokens: bool = False
     """Count each LLM-critic prompt's input and bank tokens in ``cl100k_base`` into the rows, for the report's
     token-cost table (paper appendix, token cost of retrieval depth). Off by default: it costs about 0.6 ms of

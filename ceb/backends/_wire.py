@@ -16,9 +16,16 @@ from typing import Any
 
 import orjson
 
-from ceb.backends.base import Completion, TokenLogprob
+from ceb.backends.base import Completion, StreamChunk, TokenLogprob
 
-__all__ = ["OPENAI_STRICT_UNSUPPORTED", "error_message", "openai_strict_schema", "parse_completion", "retry_after"]
+__all__ = [
+    "OPENAI_STRICT_UNSUPPORTED",
+    "error_message",
+    "openai_strict_schema",
+    "parse_completion",
+    "parse_stream_event",
+    "retry_after",
+]
 
 _MAX_ERROR_CHARS = 500
 """Longest server error text carried into an exception: enough for any API error, not a proxy's whole page."""
@@ -95,6 +102,61 @@ def parse_completion(body: Any, *, default_model: str, asked_prompt_logprobs: An
         prompt_logprobs=_prompt_logprobs(
             body.get("prompt_logprobs"), body.get("prompt_token_ids"), asked_prompt_logprobs
         ),
+    )
+
+
+def parse_stream_event(line: bytes) -> StreamChunk | None:
+    """Read one line of a streamed chat completion (server-sent events, ``stream: true``).
+
+    The stream is ``data: <chat.completion.chunk JSON>`` lines separated by blank lines and ended by
+    ``data: [DONE]``; each chunk carries ``choices[0].delta.content`` (the role-only first chunk has none), and
+    with ``stream_options: {"include_usage": true}`` a last chunk with empty ``choices`` carries ``usage``
+    (OpenAI's API reference; vLLM's ``chat_completion_stream_generator`` sends the same).
+
+    Args:
+        line: One line as received, line break included or not.
+
+    Returns:
+        The event, or ``None`` for a line that carries none (blank, an SSE comment, another field, ``[DONE]``).
+
+    Raises:
+        TypeError, ValueError, KeyError: A ``data:`` line that is not a chat-completion chunk.
+    """
+    line = line.strip()
+    if not line.startswith(b"data:"):
+        return None
+    data = line[5:].strip()
+    if data == b"[DONE]":
+        return None
+    body = orjson.loads(data)
+    if not isinstance(body, dict):
+        raise TypeError(f"a stream chunk is a {type(body).__name__}, not an object")
+    if "error" in body and "choices" not in body:
+        raise ValueError(f"the server reported an error mid-stream: {error_message(data)}")
+    choices = body.get("choices") or []
+    usage = body.get("usage")
+    usage = usage if isinstance(usage, dict) else None
+    if not isinstance(choices, list):
+        raise TypeError("choices is not a list")
+    first = next((c for c in choices if isinstance(c, dict) and c.get("index", 0) == 0), None)
+    text = ""
+    finish = None
+    if first is not None:
+        delta = first.get("delta") or {}
+        if not isinstance(delta, dict):
+            raise TypeError("a choice's delta is not an object")
+        content = delta.get("content")
+        if content is not None and not isinstance(content, str):
+            raise TypeError(f"a delta's content is a {type(content).__name__}, not a string")
+        text = content or ""
+        reason = first.get("finish_reason")
+        finish = reason if isinstance(reason, str) else None
+    return StreamChunk(
+        text=text,
+        has_choice=first is not None,
+        prompt_tokens=_count(usage, "prompt_tokens"),
+        completion_tokens=_count(usage, "completion_tokens"),
+        finish_reason=finish,
     )
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
@@ -36,6 +37,8 @@ __all__ = [
     "Completion",
     "EndpointLimits",
     "RetryPolicy",
+    "StreamChunk",
+    "StreamReply",
     "TokenLogprob",
     "TransientError",
 ]
@@ -139,6 +142,105 @@ class ChatResponse:
     latency_s: float
     queue_s: float
     attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamChunk:
+    """One event of a streamed reply, as a subclass's :meth:`ChatBackend._stream` yields it.
+
+    Attributes:
+        text: The text added to choice 0 by this event (OpenAI's ``choices[0].delta.content``; ``""`` for the
+            role-only first event and the usage event).
+        has_choice: The event carried a choice (a token or the role); ``False`` for the trailing usage event.
+            vLLM's benchmark counts time to first token at the first event with a choice, and so do we.
+        prompt_tokens: ``usage.prompt_tokens`` when this event carries usage.
+        completion_tokens: ``usage.completion_tokens`` when this event carries usage.
+        finish_reason: ``choices[0].finish_reason`` when this event ends the choice.
+    """
+
+    text: str = ""
+    has_choice: bool = True
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+
+
+class StreamReply:
+    """A streamed reply being read: iterate it for text deltas; timings and usage fill in as it goes.
+
+    Made by :meth:`ChatBackend.stream`, valid inside that context only. Times are seconds from when the request
+    was sent (after the slot wait), measured with :func:`time.perf_counter` when each event was read, as vLLM's
+    ``benchmarks/lib/endpoint_request_func.py`` does.
+
+    Attributes:
+        text: The text read so far (choice 0).
+        ttft_s: Time to the first event with a choice (vLLM's TTFT), ``None`` before it.
+        itl_s: Gaps between successive events with a choice after the first (vLLM's ITL), in order.
+        latency_s: Time to the last event with a choice read so far (vLLM's E2EL once the reply is complete).
+        queue_s: Seconds waited for an endpoint slot over every attempt at opening the stream.
+        attempts: Attempts made at opening it.
+        prompt_tokens: Input tokens, once the usage event arrived.
+        completion_tokens: Output tokens, once the usage event arrived (absent when the stream was cut).
+        finish_reason: Why generation ended (``stop``, ``length``), ``None`` until it did.
+        done: The server sent the whole reply (the stream ended by itself, not cut by the reader).
+    """
+
+    def __init__(self, events: AsyncIterator[StreamChunk], started: float, queue_s: float, attempts: int) -> None:
+        self._events = events
+        self._started = started
+        self._last = started
+        self.text = ""
+        self.ttft_s: float | None = None
+        self.itl_s: list[float] = []
+        self.latency_s = 0.0
+        self.queue_s = queue_s
+        self.attempts = attempts
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+        self.finish_reason: str | None = None
+        self.done = False
+        self._reader: AsyncGenerator[str, None] | None = None
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        if self._reader is None:
+            self._reader = self._deltas()
+        return self._reader
+
+    async def aclose(self) -> None:
+        """Finalize the readers of the events (called by :meth:`ChatBackend.stream` when its context is left)."""
+        if self._reader is not None:
+            await self._reader.aclose()
+        close = getattr(self._events, "aclose", None)
+        if close is not None:
+            await close()
+
+    async def _deltas(self) -> AsyncGenerator[str, None]:
+        async for chunk in self._events:
+            now = time.perf_counter()
+            if chunk.prompt_tokens is not None:
+                self.prompt_tokens = chunk.prompt_tokens
+            if chunk.completion_tokens is not None:
+                self.completion_tokens = chunk.completion_tokens
+            if chunk.finish_reason is not None:
+                self.finish_reason = chunk.finish_reason
+            if not chunk.has_choice:
+                continue
+            if self.ttft_s is None:
+                self.ttft_s = now - self._started
+            else:
+                self.itl_s.append(now - self._last)
+            self._last = now
+            self.latency_s = now - self._started
+            if chunk.text:
+                self.text += chunk.text
+                yield chunk.text
+        self.done = True
+
+    async def read_all(self) -> str:
+        """Read the rest of the reply; returns the whole text."""
+        async for _ in self:
+            pass
+        return self.text
 
 
 class TransientError(Exception):
@@ -250,6 +352,105 @@ class ChatBackend(ABC):
         Raise :class:`TransientError` for failures worth retrying.
         """
 
+    def _stream(self, request: ChatRequest, endpoint: str) -> AbstractAsyncContextManager[AsyncIterator[StreamChunk]]:
+        """Open one attempt of ``request`` as a stream; entering sends it and checks the status.
+
+        The default has no streaming transport: it completes the request at once and yields its text as one
+        event (so every backend can serve :meth:`stream`, without early results). Leaving the context before
+        the iterator ends closes the connection, which makes a vLLM server abort the request.
+
+        Raise :class:`TransientError` on entering for failures worth retrying; errors while iterating are
+        not retried.
+        """
+        return self._whole_as_stream(request, endpoint)
+
+    @asynccontextmanager
+    async def _whole_as_stream(self, request: ChatRequest, endpoint: str) -> AsyncIterator[AsyncIterator[StreamChunk]]:
+        completion = await self._complete(request, endpoint)
+
+        async def events() -> AsyncIterator[StreamChunk]:
+            yield StreamChunk(text=completion.texts[0] if completion.texts else "")
+            yield StreamChunk(
+                has_choice=False,
+                prompt_tokens=completion.prompt_tokens,
+                completion_tokens=completion.completion_tokens,
+            )
+
+        yield events()
+
+    @asynccontextmanager
+    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamReply]:
+        """Send ``request`` (``n`` must be 1) under its endpoint's limit and read the reply as it is generated.
+
+        ``async with chat.stream(request) as reply: async for delta in reply: ...``. Opening the stream (up to
+        an HTTP 200) is retried like :meth:`complete`; a failure while reading is raised to the reader, not
+        retried (part of the reply was already seen). The endpoint slot is held until the context is left;
+        leaving it early cuts the reply (the server aborts the request). Observers get one
+        :class:`AttemptRecord` per attempt; the successful one when the context is left, its ``latency_s``
+        being the time to the last event read.
+
+        Yields:
+            The :class:`StreamReply`.
+
+        Raises:
+            ValueError: ``request.n`` is not 1.
+            TransientError: The last attempt's failure to open once the retry budget is spent.
+            Exception: Whatever :meth:`_stream` raised that :meth:`should_retry` declined.
+        """
+        if request.n != 1:
+            raise ValueError(f"a streamed request has one choice, not n={request.n}")
+        queue_s = 0.0
+        attempts = 0
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(self.should_retry),
+            stop=stop_after_attempt(self.retry.max_attempts),
+            wait=self._wait,
+            sleep=anyio.sleep,
+            reraise=True,
+        )
+        async with AsyncExitStack() as stack:
+            try:
+                async for attempt in retrying:
+                    with attempt:
+                        attempts += 1
+                        asked = time.perf_counter()
+                        endpoint = self._pick()
+                        inner = AsyncExitStack()
+                        await inner.enter_async_context(self._limits.slot(endpoint, self.max_concurrency))
+                        started = time.perf_counter()
+                        queue_s += started - asked
+                        try:
+                            events = await inner.enter_async_context(self._stream(request, endpoint))
+                        except BaseException as exc:
+                            await inner.aclose()
+                            if isinstance(exc, Exception):
+                                self._observe(request, endpoint, started - asked, time.perf_counter() - started, exc)
+                            raise
+                        stack.push_async_exit(inner)
+            except (TransientError, BackendError) as exc:
+                exc.attempts = attempts
+                raise
+            reply = StreamReply(events, started, queue_s, attempts)
+            try:
+                yield reply
+            except Exception as exc:
+                self._observe(request, endpoint, started - asked, reply.latency_s, exc)
+                raise
+            finally:
+                await reply.aclose()
+            self._observe(
+                request,
+                endpoint,
+                started - asked,
+                reply.latency_s,
+                Completion(
+                    texts=(reply.text,),
+                    prompt_tokens=reply.prompt_tokens,
+                    completion_tokens=reply.completion_tokens,
+                    model="",
+                ),
+            )
+
     def should_retry(self, exc: BaseException) -> bool:
         """Decide per error class whether another attempt may succeed; default: :class:`TransientError`."""
         return isinstance(exc, TransientError)
@@ -297,6 +498,10 @@ class ChatBackend(ABC):
         for observer in self.observers:
             observer(record)
 
+    def _pick(self) -> str:
+        """The endpoint for the next attempt: the caller's lane's home replica, or the least loaded one."""
+        return self._limits.pick(self.endpoints, self.max_concurrency, key=current_lane(), routing=self.routing)
+
     def _wait(self, state: RetryCallState) -> float:
         jittered = wait_random_exponential(multiplier=self.retry.backoff_s, max=self.retry.max_backoff_s)
         backoff = jittered(state)
@@ -332,9 +537,7 @@ class ChatBackend(ABC):
                 with attempt:
                     attempts += 1
                     asked = time.perf_counter()
-                    endpoint = self._limits.pick(
-                        self.endpoints, self.max_concurrency, key=current_lane(), routing=self.routing
-                    )
+                    endpoint = self._pick()
                     async with self._limits.slot(endpoint, self.max_concurrency):
                         started = time.perf_counter()
                         queue_s += started - asked

@@ -24,7 +24,8 @@ import ipaddress
 import os
 import urllib.request
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -34,13 +35,20 @@ import orjson
 import structlog
 from yarl import URL
 
-from ceb.backends._wire import error_message, openai_strict_schema, parse_completion, retry_after
+from ceb.backends._wire import (
+    error_message,
+    openai_strict_schema,
+    parse_completion,
+    parse_stream_event,
+    retry_after,
+)
 from ceb.backends.base import (
     ChatBackend,
     ChatRequest,
     Completion,
     EndpointLimits,
     RetryPolicy,
+    StreamChunk,
     TransientError,
 )
 from ceb.backends.scheduling import Routing, current_lane, current_priority, server_priority
@@ -348,6 +356,51 @@ class OpenAIBackend(ChatBackend):
             )
         except (TypeError, ValueError, KeyError) as exc:  # orjson.JSONDecodeError is a ValueError
             raise TransientError(f"unreadable response body from {endpoint}") from exc
+
+    @asynccontextmanager
+    async def _stream(self, request: ChatRequest, endpoint: str) -> AsyncIterator[AsyncIterator[StreamChunk]]:
+        """Send one attempt of ``request`` with ``stream: true`` and yield its events as they arrive.
+
+        The body is :meth:`payload` plus ``stream: true`` and ``stream_options: {"include_usage": true}``.
+        Leaving the context before the last event closes the connection: vLLM's server sees the client gone,
+        cancels the request's generator and aborts it in the engine (``vllm/v1/engine/async_llm.py``,
+        ``AsyncLLM.generate``: "If the request is disconnected by the client ... we abort the request").
+
+        Raises:
+            TransientError, FatalBackendError, BackendError: On entering, as :meth:`_complete` for the status;
+                while iterating, :class:`TransientError` for a timeout, a dropped connection or an unreadable
+                event.
+        """
+        body = self.payload(request) | {"stream": True, "stream_options": {"include_usage": True}}
+        data = orjson.dumps(body, default=_jsonable, option=_JSON_OPTIONS)
+        headers = self.headers(request) | {"Accept": "text/event-stream"}
+        try:
+            async with self._session(endpoint).post(self._urls[endpoint], data=data, headers=headers) as resp:
+                if resp.status >= 300:
+                    raw = await resp.read()
+                    wait = retry_after(resp.headers.get("Retry-After"))
+                    raise self._status_error(resp.status, raw, wait, endpoint)
+                yield self._events(resp, endpoint)
+        except TimeoutError as exc:
+            raise TransientError(f"timeout after {self.settings.timeout_s}s at {endpoint}") from exc
+        except _PERMANENT as exc:
+            raise self._permanent(endpoint, exc) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise TransientError(f"connection to {endpoint} failed: {self._redact(str(exc) or repr(exc))}") from exc
+
+    async def _events(self, resp: aiohttp.ClientResponse, endpoint: str) -> AsyncIterator[StreamChunk]:
+        try:
+            async for line in resp.content:
+                try:
+                    event = parse_stream_event(line)
+                except (TypeError, ValueError, KeyError) as exc:
+                    raise TransientError(f"unreadable stream event from {endpoint}: {exc}") from exc
+                if event is not None:
+                    yield event
+        except TimeoutError as exc:
+            raise TransientError(f"timeout after {self.settings.timeout_s}s at {endpoint}") from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise TransientError(f"stream from {endpoint} broke: {self._redact(str(exc) or repr(exc))}") from exc
 
     def _status_error(self, status: int, raw: bytes, wait: float | None, endpoint: str) -> Exception:
         """The exception for an HTTP error reply (status >= 300), carrying the server's message."""

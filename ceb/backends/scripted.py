@@ -6,9 +6,12 @@ as a real endpoint and records every request, so tests can check exactly what a 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 
-from ceb.backends.base import ChatBackend, ChatRequest, Completion, EndpointLimits, RetryPolicy
+import anyio
+
+from ceb.backends.base import ChatBackend, ChatRequest, Completion, EndpointLimits, RetryPolicy, StreamChunk
 
 __all__ = ["Responder", "ScriptedChat"]
 
@@ -24,9 +27,13 @@ class ScriptedChat(ChatBackend):
         max_concurrency: Requests in flight at most.
         retry: Retry policy (tests use zero waits).
         limits: Shared per-endpoint limits.
+        chunk_chars: A streamed reply (:meth:`~ceb.backends.base.ChatBackend.stream`) comes in pieces of this
+            many characters, one per "token".
+        chunk_delay_s: Seconds before each piece of a streamed reply, standing in for decode time.
 
     Attributes:
         requests: Every request received, in arrival order.
+        streamed: Per streamed request, how many pieces the reader took before the stream ended or was cut.
     """
 
     name = "scripted"
@@ -38,6 +45,8 @@ class ScriptedChat(ChatBackend):
         max_concurrency: int = 64,
         retry: RetryPolicy | None = None,
         limits: EndpointLimits | None = None,
+        chunk_chars: int = 1,
+        chunk_delay_s: float = 0.0,
     ) -> None:
         super().__init__(
             endpoint="scripted://local",
@@ -47,6 +56,9 @@ class ScriptedChat(ChatBackend):
         )
         self.responder = responder
         self.requests: list[ChatRequest] = []
+        self.chunk_chars = chunk_chars
+        self.chunk_delay_s = chunk_delay_s
+        self.streamed: list[int] = []
 
     async def _complete(self, request: ChatRequest, endpoint: str) -> Completion:
         self.requests.append(request)
@@ -59,3 +71,21 @@ class ScriptedChat(ChatBackend):
             completion_tokens=sum(len(t.split()) for t in texts),
             model="scripted",
         )
+
+    @asynccontextmanager
+    async def _stream(self, request: ChatRequest, endpoint: str) -> AsyncIterator[AsyncIterator[StreamChunk]]:
+        self.requests.append(request)
+        reply = self.responder(request)
+        text = reply if isinstance(reply, str) else reply[0]
+        index = len(self.streamed)
+        self.streamed.append(0)
+
+        async def events() -> AsyncIterator[StreamChunk]:
+            yield StreamChunk()  # the role-only first event, as OpenAI and vLLM send it
+            for i in range(0, len(text), self.chunk_chars):
+                await anyio.sleep(self.chunk_delay_s)
+                self.streamed[index] += 1
+                yield StreamChunk(text=text[i : i + self.chunk_chars])
+            yield StreamChunk(has_choice=False, completion_tokens=self.streamed[index])
+
+        yield events()

@@ -20,6 +20,7 @@ from ceb.data.trajectory import Trajectory
 from ceb.pipeline.results import AltLabel, HindsightRow, Precedent, StepRow
 from ceb.stages.assembly import Stages
 from ceb.stages.base import Critic, HistoryItem
+from ceb.stages.critic import reply_tails
 from ceb.stages.methods import MethodSpec
 from ceb.stages.step import label_trajectory, score_step
 from ceb.stages.tokens import PromptTokenCounter
@@ -126,11 +127,17 @@ class Lane:
             raise ValueError(f"method {method.name}: oracle labels need a bank")
 
     async def run(self) -> None:
-        """Score every trajectory of the stream in order, from position ``start`` on."""
-        while self.position < len(self.trajectories):
-            prefix, self.prefix = self.prefix, ()
-            await self.score_trajectory(self.trajectories[self.position], prefix)
-            self.position += 1
+        """Score every trajectory of the stream in order, from position ``start`` on.
+
+        Critic replies whose score was taken early and that finish in the background (``critic.early_score``
+        with ``reason_tokens_after_score = None``) run in a task group this lane owns: the lane ends when they do.
+        """
+        async with anyio.create_task_group() as tails:
+            with reply_tails(tails):
+                while self.position < len(self.trajectories):
+                    prefix, self.prefix = self.prefix, ()
+                    await self.score_trajectory(self.trajectories[self.position], prefix)
+                    self.position += 1
 
     async def score_trajectory(self, trajectory: Trajectory, prefix: Sequence[float | None] = ()) -> None:
         """Score each step before it "runs", then (bank methods) vote in hindsight and grow the bank.

@@ -10,7 +10,7 @@ from ceb.backends.base import ChatBackend, ChatRequest, TransientError
 from ceb.errors import BackendError, FatalBackendError
 from ceb.stages.base import CallStats
 
-__all__ = ["REASK_PREFIX", "Answer", "ask"]
+__all__ = ["REASK_PREFIX", "Answer", "ask", "reask"]
 
 REASK_PREFIX = "Your reply could not be read: "
 """Start of the corrective turn added to a re-ask."""
@@ -63,14 +63,21 @@ async def ask(chat: ChatBackend, request: ChatRequest, parse: Callable[[str], T]
             return Answer(parse(raw), raw, None, stats)
         except ValueError as exc:
             error = f"unreadable reply: {exc}"
-            # Re-asking the identical request at temperature 0 would get the identical reply: show the model
-            # what it wrote and why it could not be read.
-            request = replace(
-                request,
-                messages=(
-                    *request.messages,
-                    {"role": "assistant", "content": raw},
-                    {"role": "user", "content": f"{REASK_PREFIX}{exc}. Reply again with only the JSON object."},
-                ),
-            )
+            request = reask(request, raw, exc)
     return Answer(None, raw, error, stats)
+
+
+def reask(request: ChatRequest, raw: str, exc: ValueError) -> ChatRequest:
+    """The re-ask of ``request`` after the unreadable reply ``raw``: the reply and a correction appended.
+
+    Re-asking the identical request at temperature 0 would get the identical reply: the model is shown what it
+    wrote and why it could not be read.
+    """
+    return replace(
+        request,
+        messages=(
+            *request.messages,
+            {"role": "assistant", "content": raw},
+            {"role": "user", "content": f"{REASK_PREFIX}{exc}. Reply again with only the JSON object."},
+        ),
+    )

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
-from ceb.backends.base import ChatBackend, ChatRequest
+import anyio
+import structlog
+from anyio.abc import TaskGroup, TaskStatus
+
+from ceb.backends.base import ChatBackend, ChatRequest, StreamReply, TransientError
 from ceb.bank import Hit
 from ceb.config import CriticConfig
-from ceb.stages.asking import ask
-from ceb.stages.base import CriticInput, CriticResult
-from ceb.stages.parsing import parse_score
+from ceb.errors import BackendError, FatalBackendError
+from ceb.stages.asking import Answer, ask, reask
+from ceb.stages.base import CallStats, CriticInput, CriticResult
+from ceb.stages.parsing import parse_score, score_prefix
 from ceb.stages.templates import PromptSet
 
 __all__ = [
@@ -20,8 +28,28 @@ __all__ = [
     "LLMCritic",
     "critic_context",
     "repetition_flag",
+    "reply_tails",
     "situation_context",
 ]
+
+log = structlog.get_logger(__name__)
+
+_TAILS: ContextVar[TaskGroup | None] = ContextVar("ceb_reply_tails", default=None)
+
+
+@contextmanager
+def reply_tails(group: TaskGroup) -> Iterator[None]:
+    """Let critic replies taken early (``critic.early_score``) finish in ``group`` inside this block.
+
+    The owner (a lane) holds ``group`` open around its whole run, so no reply outlives it: leaving the group
+    waits for every tail, and cancelling it cuts them.
+    """
+    token = _TAILS.set(group)
+    try:
+        yield
+    finally:
+        _TAILS.reset(token)
+
 
 REASON_MAX_CHARS = 240
 """Longest ``reason`` the critic may write, in characters: a sentence, well inside the 160-token budget."""
@@ -152,8 +180,97 @@ class LLMCritic:
             schema_name="critic_score",
             stage="critic",
         )
-        ans = await ask(self.chat, request, parse_score, self.settings.format_retries)
+        if self.settings.early_score:
+            ans = await self._ask_streamed(request)
+        else:
+            ans = await ask(self.chat, request, parse_score, self.settings.format_retries)
         if ans.value is None:
             return CriticResult(score=None, raw=ans.raw, error=ans.error, stats=ans.stats)
         z = min(1.0, max(0.0, ans.value))
         return CriticResult(score=z, raw=ans.raw, clipped=z != ans.value, stats=ans.stats)
+
+    async def _ask_streamed(self, request: ChatRequest) -> Answer[float]:
+        """:func:`~ceb.stages.asking.ask` over a streamed first attempt whose score is taken once complete.
+
+        The score comes from :func:`~ceb.stages.parsing.score_prefix` as soon as the reply's prefix holds it;
+        the rest is cut or finished per ``reason_tokens_after_score``. A reply whose start is not
+        ``{"score": <number>,`` is read whole and parsed as :func:`ask` would; an unreadable one is re-asked
+        (not streamed), and a stream that fails is asked again unstreamed, so the outcome is what :func:`ask`
+        gives.
+        """
+        cap = self.settings.reason_tokens_after_score
+        tails = _TAILS.get() if cap is None else None
+        try:
+            if tails is not None:
+                early: _Early = await tails.start(self._read, request, cap)
+            else:
+                early = await self._read(request, cap)
+        except FatalBackendError:
+            raise
+        except (TransientError, BackendError) as exc:
+            # A stream that could not be opened (after its retries) or broke midway: ask the plain way, where
+            # retries cover the whole reply.
+            log.debug("streamed critic call failed; asking unstreamed", error=str(exc))
+            ans = await ask(self.chat, request, parse_score, self.settings.format_retries)
+            return Answer(ans.value, ans.raw, ans.error, ans.stats + CallStats(requests=getattr(exc, "attempts", 1)))
+        if early.value is not None:
+            return Answer(early.value, early.raw, None, early.stats)
+        try:
+            return Answer(parse_score(early.raw), early.raw, None, early.stats)
+        except ValueError as exc:
+            if self.settings.format_retries == 0:
+                return Answer(None, early.raw, f"unreadable reply: {exc}", early.stats)
+            ans = await ask(self.chat, reask(request, early.raw, exc), parse_score, self.settings.format_retries - 1)
+            return Answer(ans.value, ans.raw, ans.error, early.stats + ans.stats)
+
+    async def _read(
+        self, request: ChatRequest, cap: int | None, *, task_status: TaskStatus[_Early] = anyio.TASK_STATUS_IGNORED
+    ) -> _Early:
+        """Stream ``request``; report the score once complete (``task_status``), then cut or finish the reply."""
+        reported: _Early | None = None
+        async with self.chat.stream(request) as reply:
+            after = 0
+            try:
+                async for _ in reply:
+                    if reported is None:
+                        value = score_prefix(reply.text)
+                        if value is None:
+                            continue
+                        reported = _Early.of(value, reply)
+                        if cap is None:
+                            task_status.started(reported)
+                            continue
+                    else:
+                        after += 1
+                    if cap is not None and after >= cap:
+                        break  # leaving the stream's context closes it: the server aborts the request
+            except Exception as exc:
+                if reported is None or cap is not None:
+                    raise
+                # The score was already handed over; a tail that breaks must not take its owner down.
+                log.debug("critic reply tail failed", error=str(exc))
+        if reported is None:
+            reported = _Early.of(None, reply)
+            task_status.started(reported)
+        else:
+            # Inline (not a background tail): the reply as far as it was read, and what it cost.
+            reported = _Early(reported.value, reply.text, _stats(reply))
+        return reported
+
+
+@dataclass(frozen=True, slots=True)
+class _Early:
+    """A streamed critic reply as far as it was read: the score if its prefix held one, the text, the cost."""
+
+    value: float | None
+    raw: str
+    stats: CallStats
+
+    @classmethod
+    def of(cls, value: float | None, reply: StreamReply) -> _Early:
+        return cls(value, reply.text, _stats(reply))
+
+
+def _stats(reply: StreamReply) -> CallStats:
+    """Cost of a streamed reply so far; the token counts are there only if the server's usage event was read."""
+    return CallStats(reply.latency_s, reply.queue_s, reply.attempts, reply.prompt_tokens, reply.completion_tokens)

@@ -27,10 +27,12 @@ import math
 import re
 from typing import Any
 
-__all__ = ["find_json_object", "parse_labels", "parse_score"]
+__all__ = ["find_json_object", "parse_labels", "parse_score", "score_prefix"]
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
 _DECODER = json.JSONDecoder()
+# `{"score": <JSON number>` and the character that ends the number; JSON's number grammar (RFC 8259, section 6).
+_SCORE_FIRST = re.compile(r'\s*\{\s*"score"\s*:\s*(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*[,}]')
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
@@ -90,6 +92,31 @@ def parse_score(text: str) -> float:
         ValueError: No object with ``score``, or its value is not a finite number.
     """
     return _number(find_json_object(text, "score")["score"], "score")
+
+
+def score_prefix(text: str) -> float | None:
+    """Read ``r_t`` from the start of a critic reply still being generated, once its value is complete.
+
+    A reply that puts ``score`` first (the critic's schema orders it first, and a server's structured output
+    writes properties in schema order) has its answer after a handful of tokens: ``{"score": 0.73,``. The
+    value is complete when the number is followed by ``,`` or ``}`` (a number alone could still grow: ``0.7``
+    -> ``0.73``). This reads only that shape: a reply that starts otherwise (prose, a code fence, ``reason``
+    first, a string score) gives ``None`` here and is read whole by :func:`parse_score` once complete.
+
+    For a reply that goes on to close its object, the value is the one :func:`parse_score` reads from the
+    whole reply: the same first object, the same number.
+
+    Args:
+        text: The reply so far.
+
+    Returns:
+        The raw value ``r_t``, or ``None`` while it is not complete or the reply does not start this way.
+    """
+    m = _SCORE_FIRST.match(text)
+    if m is None:
+        return None
+    x = float(m.group(1))
+    return x if math.isfinite(x) else None
 
 
 def parse_labels(text: str, n_steps: int) -> tuple[int, ...]:

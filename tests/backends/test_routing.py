@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import pytest
 
-from ceb.backends.base import ChatRequest, RetryPolicy
+from ceb.backends.base import ChatBackend, ChatRequest, Completion, RetryPolicy, StreamChunk, TransientError
 from ceb.backends.openai import SESSION_HEADER, OpenAIBackend, OpenAISettings
 from ceb.backends.scheduling import EndpointLimits, home_endpoint, lane, priority, server_priority
 from ceb.backends.scripted import ScriptedChat
@@ -191,3 +194,47 @@ async def test_on_keeps_priority_and_a_refusal_is_an_error():
             with priority(5), pytest.raises(BackendError, match="priority"):
                 await backend.complete(ChatRequest(messages=MESSAGES))
         assert len(server.requests) == 1
+
+
+class _Replicas(ChatBackend):
+    """Three fake replicas that record which endpoint each attempt, plain or streamed, was sent to."""
+
+    def __init__(self) -> None:
+        super().__init__(endpoint=EPS, max_concurrency=4)
+        self.sent: list[tuple[str, str]] = []
+
+    async def _complete(self, request: ChatRequest, endpoint: str) -> Completion:
+        self.sent.append(("complete", endpoint))
+        return Completion(texts=('{"score": 0.5}',))
+
+    @asynccontextmanager
+    async def _stream(self, request: ChatRequest, endpoint: str) -> AsyncIterator[AsyncIterator[StreamChunk]]:
+        self.sent.append(("stream", endpoint))
+
+        async def events() -> AsyncIterator[StreamChunk]:
+            yield StreamChunk(text='{"score": 0.5}')
+
+        yield events()
+
+
+async def test_streamed_requests_go_to_the_lanes_home_like_plain_ones():
+    backend = _Replicas()
+    for key in (f"stream-{i}" for i in range(6)):
+        backend.sent.clear()
+        with lane(key):
+            await backend.complete(ChatRequest(messages=MESSAGES))
+            async with backend.stream(ChatRequest(messages=MESSAGES)) as reply:
+                assert "".join([delta async for delta in reply]) == '{"score": 0.5}'
+        assert backend.sent == [("complete", home_endpoint(key, EPS)), ("stream", home_endpoint(key, EPS))]
+
+
+async def test_streamed_requests_carry_the_lane_as_session_header():
+    # The loopback server answers in one JSON body, not SSE; only the request it received matters here.
+    async with serve_openai(lambda b, i: Reply("x")) as server:
+        settings = OpenAISettings(base_url=server.base_url, model="m")
+        async with OpenAIBackend(settings, retry=RetryPolicy(max_attempts=1)) as backend:
+            with lane("lane-k"), contextlib.suppress(TransientError):
+                async with backend.stream(ChatRequest(messages=MESSAGES)) as reply:
+                    _ = [delta async for delta in reply]
+    assert server.headers[0][SESSION_HEADER.lower()] == "lane-k"
+    assert server.requests[0]["stream"] is True

@@ -127,3 +127,29 @@ def test_error_message_is_bounded() -> None:
 )
 def test_retry_after_reads_seconds_only(value: str | None, seconds: float | None) -> None:
     assert retry_after(value) == seconds
+
+
+def test_stream_events_read_content_usage_and_the_end_marker() -> None:
+    from ceb.backends._wire import parse_stream_event
+
+    role = parse_stream_event(b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n')
+    assert role is not None and role.has_choice and role.text == ""
+    tok = parse_stream_event(b'data: {"choices":[{"index":0,"delta":{"content":"{\\"sc"},"finish_reason":null}]}')
+    assert tok is not None and tok.text == '{"sc' and tok.finish_reason is None
+    last = parse_stream_event(b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}')
+    assert last is not None and last.text == "" and last.finish_reason == "length"
+    usage = parse_stream_event(b'data: {"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3}}')
+    assert usage is not None and not usage.has_choice and (usage.prompt_tokens, usage.completion_tokens) == (12, 3)
+    assert parse_stream_event(b"data: [DONE]") is None
+    assert parse_stream_event(b"\n") is None and parse_stream_event(b": ping") is None
+
+
+def test_a_stream_event_that_is_not_a_chunk_is_refused() -> None:
+    from ceb.backends._wire import parse_stream_event
+
+    with pytest.raises(ValueError):
+        parse_stream_event(b'data: {"error": {"message": "boom"}}')
+    with pytest.raises(TypeError):
+        parse_stream_event(b'data: {"choices":[{"index":0,"delta":{"content":3}}]}')
+    with pytest.raises(ValueError):
+        parse_stream_event(b"data: {not json")

