@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -241,17 +242,38 @@ def score(
         ),
     ] = None,
     config: Annotated[Path | None, typer.Option(help="TOML or JSON config file (flags override it).")] = None,
-    backend: Annotated[str | None, typer.Option(help="offline (default, no model) or openai.")] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(help="offline (default, no model), openai (an endpoint) or vllm (a vLLM engine in this process)."),
+    ] = None,
     methods: Annotated[str | None, typer.Option(help="Comma-separated methods (default: ceb,static).")] = None,
     base_url: Annotated[
         str | None, typer.Option(help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     ] = None,
-    model: Annotated[str | None, typer.Option(help="Model name at the endpoint.")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model name at the endpoint; with --backend vllm the model directory.")
+    ] = None,
     api_key_env: Annotated[
         str | None, typer.Option(help="Env variable holding the API key (default: OPENAI_API_KEY).")
     ] = None,
     max_concurrency: Annotated[
         int | None, typer.Option(help="Requests in flight to the endpoint (default: 64).")
+    ] = None,
+    tensor_parallel_size: Annotated[int | None, typer.Option(help="vllm backend: GPUs per model.")] = None,
+    gpu_memory_utilization: Annotated[
+        float | None, typer.Option(help="vllm backend: fraction of GPU memory vLLM may take.")
+    ] = None,
+    max_num_seqs: Annotated[int | None, typer.Option(help="vllm backend: sequences run at once.")] = None,
+    max_num_batched_tokens: Annotated[int | None, typer.Option(help="vllm backend: tokens per engine step.")] = None,
+    enable_prefix_caching: Annotated[
+        bool | None, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching", help="vllm backend.")
+    ] = None,
+    dtype: Annotated[str | None, typer.Option(help="vllm backend: auto, bfloat16, float16...")] = None,
+    max_model_len: Annotated[int | None, typer.Option(help="vllm backend: context length in tokens.")] = None,
+    load_format: Annotated[str | None, typer.Option(help="vllm backend: auto; dummy (random weights).")] = None,
+    engine_args: Annotated[
+        str | None,
+        typer.Option(help="vllm backend: further `vllm serve` flags in one string, e.g. '--max-logprobs 20'."),
     ] = None,
     votes: Annotated[int | None, typer.Option("--votes", "-V", help="Hindsight votes V (default: 5).")] = None,
     k: Annotated[int | None, typer.Option("--top-k", "-k", help="Precedents per class k (default: 2).")] = None,
@@ -282,6 +304,17 @@ def score(
             "model": model,
             "api_key_env": api_key_env,
             "max_concurrency": max_concurrency,
+            "engine": {
+                "tensor_parallel_size": tensor_parallel_size,
+                "gpu_memory_utilization": gpu_memory_utilization,
+                "max_num_seqs": max_num_seqs,
+                "max_num_batched_tokens": max_num_batched_tokens,
+                "enable_prefix_caching": enable_prefix_caching,
+                "dtype": dtype,
+                "max_model_len": max_model_len,
+                "load_format": load_format,
+                "args": tuple(shlex.split(engine_args)) if engine_args else None,
+            },
         },
         "ceb": {"votes": votes, "k": k, "tau": tau},
         "prompts": {"prompt_dir": prompt_dir},

@@ -36,7 +36,7 @@ import contextlib
 import importlib.util
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
@@ -173,7 +173,10 @@ class _Engine:
     error_type: Any  # vllm.entrypoints.serve.engine.protocol.ErrorResponse
     policy: str
     start_s: float
-    extra: dict[str, Any] = field(default_factory=dict)
+    refused: tuple[type[Exception], ...] = (ValueError, TypeError)
+    """Exceptions that mean vLLM refused the request (a 400 over HTTP)."""
+    dead: tuple[type[Exception], ...] = ()
+    """Exceptions that mean the engine is gone."""
 
 
 class VLLMEngineBackend(ChatBackend):
@@ -238,13 +241,16 @@ class VLLMEngineBackend(ChatBackend):
         require_vllm()
         import time
 
+        from pydantic import ValidationError
         from starlette.datastructures import State
         from vllm.entrypoints.launchers.api_server.app_state import init_app_state
         from vllm.entrypoints.launchers.api_server.entry import build_async_engine_client
         from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
         from vllm.entrypoints.serve.engine.protocol import ErrorResponse
+        from vllm.exceptions import VLLMClientError
         from vllm.utils.argparse_utils import FlexibleArgumentParser
+        from vllm.v1.engine.exceptions import EngineDeadError
 
         started = time.perf_counter()
         parser = make_arg_parser(FlexibleArgumentParser(prog="ceb --backend vllm"))
@@ -268,7 +274,18 @@ class VLLMEngineBackend(ChatBackend):
             await stack.aclose()
             raise FatalBackendError(f"model {self.settings.model!r} cannot generate text", backend=self.label)
         policy = str(engine.vllm_config.scheduler_config.policy)
-        return _Engine(stack, chat, ChatCompletionRequest, ErrorResponse, policy, time.perf_counter() - started)
+        # pydantic's ValidationError is a ValueError; vLLM's own request checks raise ValueError as well.
+        refused = (ValidationError, VLLMClientError, ValueError, TypeError)
+        return _Engine(
+            stack,
+            chat,
+            ChatCompletionRequest,
+            ErrorResponse,
+            policy,
+            time.perf_counter() - started,
+            refused=refused,
+            dead=(EngineDeadError,),
+        )
 
     def body(self, request: ChatRequest, policy: str = "fcfs") -> dict[str, Any]:
         """The request body handed to vLLM's chat handler: the HTTP backend's body, plus id and priority.
@@ -299,20 +316,12 @@ class VLLMEngineBackend(ChatBackend):
             await self.start()
         assert self._engine is not None
         eng = self._engine
-        from pydantic import ValidationError
-        from vllm.exceptions import VLLMClientError
-        from vllm.v1.engine.exceptions import EngineDeadError
-
+        body = self.body(request, eng.policy)  # a ValueError here is ours (extra repeats a field): not caught
         try:
-            req = eng.request_type.model_validate(self.body(request, eng.policy))
-            reply = await eng.chat.create_chat_completion(req, None)
-        except ValidationError as exc:
-            raise BackendError(f"vLLM refused the request: {exc}", backend=self.label) from exc
-        except VLLMClientError as exc:
-            raise BackendError(f"vLLM refused the request: {exc}", backend=self.label) from exc
-        except EngineDeadError as exc:
+            reply = await eng.chat.create_chat_completion(eng.request_type.model_validate(body), None)
+        except eng.dead as exc:
             raise FatalBackendError(f"the vLLM engine died: {exc}", backend=self.label) from exc
-        except (ValueError, TypeError) as exc:  # vLLM's own request checks raise these (400 over HTTP)
+        except eng.refused as exc:
             raise BackendError(f"vLLM refused the request: {exc}", backend=self.label) from exc
         except Exception as exc:
             raise TransientError(f"vLLM generation failed: {type(exc).__name__}: {exc}") from exc
