@@ -218,3 +218,61 @@ def test_engine_settings_come_from_the_config_section(monkeypatch: pytest.Monkey
     argv = engine_argv(stages.chat.settings)
     assert argv[-5:] == ["--max-num-seqs", "32", "--enable-prefix-caching", "--max-logprobs", "20"]
     assert stages.chat.max_concurrency == 32
+
+
+class _Echo:
+    """Answers like vLLM: a valid reply to the schema, ``n`` choices, log-probs and prompt log-probs when asked."""
+
+    def __init__(self) -> None:
+        self.vllm_config = type("C", (), {"cache_config": type("K", (), {"enable_prefix_caching": True})()})()
+
+    async def create_chat_completion(self, body: dict[str, Any], raw_request: None) -> Any:
+        text = '{"score": 0.5, "reason": "ok"}' if "structured_outputs" in body else "fine"
+        lp = {"content": [{"token": "f", "logprob": -0.1, "top_logprobs": [{"token": "f", "logprob": -0.1}]}]}
+        choices = [
+            {"index": i, "message": {"content": text}, "logprobs": lp if body.get("logprobs") else None}
+            for i in range(body.get("n", 1))
+        ]
+        doc: dict[str, Any] = {"model": "tiny", "choices": choices}
+        if body.get("prompt_logprobs"):
+            doc["prompt_logprobs"] = [None, {"5": {"logprob": -2.0, "rank": 1, "decoded_token": "x"}}]
+        return _Reply(doc)
+
+    @property
+    def engine_client(self) -> Any:
+        return self
+
+
+async def test_probe_engine_reports_what_the_engine_answers() -> None:
+    from ceb.backends.probe import probe_engine
+
+    backend = VLLMEngineBackend(VLLMEngineSettings(model="tiny", structured_output="vllm"))
+    started: list[bool] = []
+
+    async def start() -> None:
+        started.append(True)
+        backend._engine = _Engine(None, _Echo(), _Request, _ErrorResponse, "fcfs", 1.5)  # type: ignore[arg-type]
+
+    backend.start = start  # type: ignore[method-assign]
+    backend.aclose = _noop  # type: ignore[method-assign]
+    report = await probe_engine(backend)
+    outcome = {c.name: c.outcome for c in report.checks}
+    assert started == [True] and report.usable and report.base_url == "vllm-engine:tiny"
+    for name in ("start", "chat", "structured_output", "n", "logprobs", "prompt_logprobs", "prefix_cache"):
+        assert outcome[name] == "ok", report.checks
+
+
+async def _noop() -> None:
+    return None
+
+
+def test_doctor_backend_vllm_without_vllm_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from ceb.cli import app
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    result = CliRunner().invoke(app, ["doctor", "--backend", "vllm", "--model", "/models/q"])
+    assert result.exit_code == 2
+    assert "needs vLLM in ceb's environment" in result.output
