@@ -59,7 +59,7 @@ async def _main(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 f"round {r} {arm['arm']:6}: start {arm['start_s']:.0f} s, {arm['steps']} steps, {arm['requests']} "
                 f"requests in {arm['wall_s']:.1f} s = {arm['steps_per_s']:.2f} steps/s; CPU per request: ceb's "
                 f"process {arm['client_cpu_ms_per_request']:.1f} ms, processes below it "
-                f"{arm['children_cpu_ms_per_request']:.1f} ms"
+                f"{arm['children_cpu_ms_per_request']:.1f} ms ({arm['children_cpu_s_by_process']} s)"
             )
         runs.append({"round": r, "http": http, "engine": engine})
     ratios = {

@@ -33,6 +33,7 @@ script and ``run.py`` have one). vLLM reads its environment (``VLLM_TARGET_DEVIC
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib.util
 import json
 from collections.abc import Mapping, Sequence
@@ -349,6 +350,10 @@ class VLLMEngineBackend(ChatBackend):
         eng, self._engine = self._engine, None
         if eng is not None:
             await eng.stack.aclose()
+            del eng
+            # AsyncLLM.__del__ calls shutdown() again; run it now, not at interpreter exit when the names it
+            # needs are already gone (vLLM 0.32 then prints an ignored TypeError).
+            gc.collect()
 
 
 def settings_args(raw: Sequence[str] | Mapping[str, Any] | None) -> tuple[str, ...]:

@@ -74,29 +74,39 @@ def engine_config(
     return load_config(overrides=_common(methods, votes) | {"backend": backend})
 
 
-def children_cpu_s() -> float:
-    """CPU seconds (user + system) used so far by every live process below this one, read from ``/proc`` (Linux).
+def children_cpu_s() -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each live process below this one, summed by process name.
 
-    Returns ``0.0`` where there is no ``/proc``.
+    Read from ``/proc`` (Linux); empty where there is none. The names are the kernel's (``comm``): vLLM names its
+    processes ``VLLM::EngineCore`` and ``VLLM::Worker``; the HTTP server is ``python`` (or ``python3.11``).
     """
     tick = os.sysconf("SC_CLK_TCK")
     parent: dict[int, int] = {}
-    used: dict[int, float] = {}
+    used: dict[int, tuple[str, float]] = {}
     for entry in Path("/proc").glob("[0-9]*"):
         try:
             stat = (entry / "stat").read_text()
         except OSError:  # gone between listing and reading
             continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ... utime, stime
         pid = int(entry.name)
         parent[pid] = int(fields[1])
-        used[pid] = (int(fields[11]) + int(fields[12])) / tick
+        used[pid] = (name, (int(fields[11]) + int(fields[12])) / tick)
     below: set[int] = set()
     frontier = {os.getpid()}
     while frontier:
         frontier = {pid for pid, ppid in parent.items() if ppid in frontier} - below
         below |= frontier
-    return sum(used[pid] for pid in below)
+    out: dict[str, float] = {}
+    for pid in below:
+        name, seconds = used[pid]
+        out[name] = out.get(name, 0.0) + seconds
+    return out
+
+
+def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: round(v - before.get(k, 0.0), 3) for k, v in sorted(after.items())}
 
 
 async def run_arm(
@@ -113,7 +123,8 @@ async def run_arm(
     Returns:
         JSON values: ``start_s`` (engine start, in-process only), ``wall_s``, ``steps``, ``requests``,
         ``steps_per_s``, ``requests_per_s``, ``client_cpu_s``, ``client_cpu_ms_per_request``,
-        ``children_cpu_s``, ``children_cpu_ms_per_request``, ``steps_failed``.
+        ``children_cpu_s``, ``children_cpu_ms_per_request``, ``children_cpu_s_by_process`` (process name ->
+        seconds), ``steps_failed``.
     """
     stages = build_stages(config)
     async with stages:
@@ -124,8 +135,9 @@ async def run_arm(
         cpu0, kids0, t0 = time.process_time(), children_cpu_s(), time.perf_counter()
         summary = await run_scoring(streams, config, run_dir, stages=stages)
         wall = time.perf_counter() - t0
-        cpu, kids = time.process_time() - cpu0, children_cpu_s() - kids0
+        cpu, by_name = time.process_time() - cpu0, _delta(children_cpu_s(), kids0)
     requests = max(summary.requests, 1)
+    kids = sum(by_name.values())
     return {
         "arm": arm,
         "start_s": round(start_s, 2),
@@ -139,4 +151,5 @@ async def run_arm(
         "client_cpu_ms_per_request": 1000 * cpu / requests,
         "children_cpu_s": round(kids, 3),
         "children_cpu_ms_per_request": 1000 * kids / requests,
+        "children_cpu_s_by_process": by_name,
     }
