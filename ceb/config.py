@@ -46,6 +46,8 @@ class EngineConfig(_Section):
     (:mod:`ceb.backends.vllm_engine`).
     """
 
+    served_model_name: str | None = None
+    """The model name requests and replies carry; ``None``: ``backend.model`` (the path), as in ``vllm serve``."""
     tensor_parallel_size: int | None = Field(None, ge=1)
     """GPUs the model is split over."""
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)

@@ -33,7 +33,6 @@ script and ``run.py`` have one). vLLM reads its environment (``VLLM_TARGET_DEVIC
 from __future__ import annotations
 
 import contextlib
-import gc
 import importlib.util
 import json
 from collections.abc import Mapping, Sequence
@@ -349,11 +348,15 @@ class VLLMEngineBackend(ChatBackend):
         """Stop the engine and its core process; a later request starts a new one."""
         eng, self._engine = self._engine, None
         if eng is not None:
-            await eng.stack.aclose()
-            del eng
-            # AsyncLLM.__del__ calls shutdown() again; run it now, not at interpreter exit when the names it
-            # needs are already gone (vLLM 0.32 then prints an ignored TypeError).
-            gc.collect()
+            await eng.stack.aclose()  # AsyncLLM.shutdown(): the engine core process stops here
+            # vLLM's serving objects keep the AsyncLLM alive until interpreter exit, where its __del__ calls
+            # shutdown() again with module globals already gone and prints an ignored TypeError (vLLM 0.32.0).
+            # It is shut down already, so that second call is made a no-op.
+            eng.chat.engine_client.shutdown = _already_shut_down
+
+
+def _already_shut_down(timeout: float | None = None) -> None:
+    """Stands in for ``AsyncLLM.shutdown`` once the engine is stopped (see :meth:`VLLMEngineBackend.aclose`)."""
 
 
 def settings_args(raw: Sequence[str] | Mapping[str, Any] | None) -> tuple[str, ...]:
