@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -241,17 +242,38 @@ def score(
         ),
     ] = None,
     config: Annotated[Path | None, typer.Option(help="TOML or JSON config file (flags override it).")] = None,
-    backend: Annotated[str | None, typer.Option(help="offline (default, no model) or openai.")] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(help="offline (default, no model), openai (an endpoint) or vllm (a vLLM engine in this process)."),
+    ] = None,
     methods: Annotated[str | None, typer.Option(help="Comma-separated methods (default: ceb,static).")] = None,
     base_url: Annotated[
         str | None, typer.Option(help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     ] = None,
-    model: Annotated[str | None, typer.Option(help="Model name at the endpoint.")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Model name at the endpoint; with --backend vllm the model directory.")
+    ] = None,
     api_key_env: Annotated[
         str | None, typer.Option(help="Env variable holding the API key (default: OPENAI_API_KEY).")
     ] = None,
     max_concurrency: Annotated[
         int | None, typer.Option(help="Requests in flight to the endpoint (default: 64).")
+    ] = None,
+    tensor_parallel_size: Annotated[int | None, typer.Option(help="vllm backend: GPUs per model.")] = None,
+    gpu_memory_utilization: Annotated[
+        float | None, typer.Option(help="vllm backend: fraction of GPU memory vLLM may take.")
+    ] = None,
+    max_num_seqs: Annotated[int | None, typer.Option(help="vllm backend: sequences run at once.")] = None,
+    max_num_batched_tokens: Annotated[int | None, typer.Option(help="vllm backend: tokens per engine step.")] = None,
+    enable_prefix_caching: Annotated[
+        bool | None, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching", help="vllm backend.")
+    ] = None,
+    dtype: Annotated[str | None, typer.Option(help="vllm backend: auto, bfloat16, float16...")] = None,
+    max_model_len: Annotated[int | None, typer.Option(help="vllm backend: context length in tokens.")] = None,
+    load_format: Annotated[str | None, typer.Option(help="vllm backend: auto; dummy (random weights).")] = None,
+    engine_args: Annotated[
+        str | None,
+        typer.Option(help="vllm backend: further `vllm serve` flags in one string, e.g. '--max-logprobs 20'."),
     ] = None,
     votes: Annotated[int | None, typer.Option("--votes", "-V", help="Hindsight votes V (default: 5).")] = None,
     k: Annotated[int | None, typer.Option("--top-k", "-k", help="Precedents per class k (default: 2).")] = None,
@@ -282,6 +304,17 @@ def score(
             "model": model,
             "api_key_env": api_key_env,
             "max_concurrency": max_concurrency,
+            "engine": {
+                "tensor_parallel_size": tensor_parallel_size,
+                "gpu_memory_utilization": gpu_memory_utilization,
+                "max_num_seqs": max_num_seqs,
+                "max_num_batched_tokens": max_num_batched_tokens,
+                "enable_prefix_caching": enable_prefix_caching,
+                "dtype": dtype,
+                "max_model_len": max_model_len,
+                "load_format": load_format,
+                "args": tuple(shlex.split(engine_args)) if engine_args else None,
+            },
         },
         "ceb": {"votes": votes, "k": k, "tau": tau},
         "prompts": {"prompt_dir": prompt_dir},
@@ -427,8 +460,19 @@ def metrics(
 
 @app.command()
 def doctor(
-    base_url: Annotated[str, typer.Option("--base-url", help="API root, e.g. http://127.0.0.1:8000/v1.")],
-    model: Annotated[str, typer.Option("--model", help="Model name as the endpoint knows it.")],
+    model: Annotated[
+        str, typer.Option("--model", help="Model name as the endpoint knows it; with --backend vllm the model path.")
+    ],
+    base_url: Annotated[
+        str | None, typer.Option("--base-url", help="API root, e.g. http://127.0.0.1:8000/v1 (backend openai).")
+    ] = None,
+    backend: Annotated[
+        str, typer.Option("--backend", help="openai (an endpoint) or vllm (start the engine in this process).")
+    ] = "openai",
+    engine_args: Annotated[
+        str | None,
+        typer.Option(help="--backend vllm: `vllm serve` flags for the engine in one string, e.g. '--dtype bfloat16'."),
+    ] = None,
     api_key_env: Annotated[str, typer.Option("--api-key-env", help="Variable holding the API key.")] = "OPENAI_API_KEY",
     structured_output: Annotated[
         str, typer.Option("--structured-output", help="json_schema, vllm, json_object or none.")
@@ -438,28 +482,50 @@ def doctor(
 ) -> None:
     """Probe an endpoint: what it supports, and which methods will run there and which will not (and why).
 
-    One small request per feature, no retries. Exits 1 when ceb cannot run there at all (no chat reply).
+    One small request per feature, no retries. With --backend vllm the engine is started in this process first
+    (vLLM installed here; its flags from --engine-args) and the same requests go to it. Exits 1 when ceb cannot
+    run there at all (no chat reply).
     """
     from typing import get_args
 
     import orjson
 
     from ceb.backends.openai import OpenAISettings, StructuredOutput
-    from ceb.backends.probe import probe_endpoint
+    from ceb.backends.probe import EndpointReport, probe_endpoint, probe_engine
     from ceb.stages.methods import all_methods
 
     modes = get_args(StructuredOutput)
     if structured_output not in modes:
         raise typer.BadParameter(f"--structured-output {structured_output!r}: choose one of {', '.join(modes)}")
-    settings = OpenAISettings(
-        base_url=base_url,
-        model=model,
-        api_key_env=api_key_env,
-        timeout_s=timeout,
-        structured_output=structured_output,  # type: ignore[arg-type]
-    )
+    if backend not in ("openai", "vllm"):
+        raise typer.BadParameter(f"--backend {backend!r}: choose openai or vllm")
     try:
-        report = anyio.run(probe_endpoint, settings)
+        report: EndpointReport
+        if backend == "vllm":
+            from ceb.backends.base import RetryPolicy
+            from ceb.backends.vllm_engine import VLLMEngineBackend, VLLMEngineSettings, require_vllm
+
+            require_vllm()
+            engine = VLLMEngineBackend(
+                VLLMEngineSettings(
+                    model=model,
+                    args=tuple(shlex.split(engine_args or "")),
+                    structured_output=structured_output,  # type: ignore[arg-type]
+                ),
+                retry=RetryPolicy(max_attempts=1, backoff_s=0, max_backoff_s=0),
+            )
+            report = anyio.run(probe_engine, engine)
+        else:
+            if not base_url:
+                raise typer.BadParameter("--backend openai needs --base-url")
+            settings = OpenAISettings(
+                base_url=base_url,
+                model=model,
+                api_key_env=api_key_env,
+                timeout_s=timeout,
+                structured_output=structured_output,  # type: ignore[arg-type]
+            )
+            report = anyio.run(probe_endpoint, settings)
     except CEBError as exc:
         raise _fail(exc) from exc
     verdicts = {m.name: m.verdict(report.capabilities) for m in all_methods()}
@@ -467,7 +533,7 @@ def doctor(
         doc = report.to_dict() | {"methods": {n: {"runs": ok, "note": note} for n, (ok, note) in verdicts.items()}}
         out.print_json(orjson.dumps(doc).decode())
     else:
-        checks = Table("feature", "result", "seconds", "detail", title=f"{model} at {base_url}")
+        checks = Table("feature", "result", "seconds", "detail", title=f"{model} at {report.base_url}")
         for c in report.checks:
             style = {"ok": "green", "missing": "yellow", "failed": "red"}[c.outcome]
             checks.add_row(c.name, Text(c.outcome, style=style), f"{c.seconds:.2f}", c.detail)
@@ -513,6 +579,11 @@ _BENCHMARKS: dict[str, tuple[str, str]] = {
     "scale": (
         "bench_scale.py",
         "How many SIMULATED replicas (about 30 calls/s each) one ceb process keeps saturated, and its CPU per call.",
+    ),
+    "engine": (
+        "bench_engine.py",
+        "The in-process vLLM engine against vLLM's HTTP server on the same workload: steps/s and client CPU per "
+        "request (run it with .venv-vllm's ceb).",
     ),
     "prefix-cache": (
         "bench_prefix_cache.py",

@@ -23,6 +23,7 @@ __all__ = [
     "CEBConfig",
     "CriticConfig",
     "CriticEndpointConfig",
+    "EngineConfig",
     "GateConfig",
     "HindsightConfig",
     "PromptConfig",
@@ -38,16 +39,55 @@ class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
 
+class EngineConfig(_Section):
+    """The in-process vLLM engine of backend ``vllm``: each field is the ``vllm serve`` flag of the same name.
+
+    ``None`` leaves vLLM's own default, so the engine matches a ``vllm serve`` given the same flags
+    (:mod:`ceb.backends.vllm_engine`).
+    """
+
+    served_model_name: str | None = None
+    """The model name requests and replies carry; ``None``: ``backend.model`` (the path), as in ``vllm serve``."""
+    tensor_parallel_size: int | None = Field(None, ge=1)
+    """GPUs the model is split over."""
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    """Fraction of each GPU's memory vLLM may take."""
+    max_num_seqs: int | None = Field(None, ge=1)
+    """Sequences the engine runs at once (set ``max_concurrency`` to it)."""
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    """Tokens per engine step."""
+    enable_prefix_caching: bool | None = None
+    """Reuse the KV cache of shared prompt prefixes (ceb's prompts share long prefixes)."""
+    dtype: str | None = None
+    """Weight and activation type: ``auto``, ``bfloat16``, ``float16``..."""
+    max_model_len: int | None = Field(None, ge=1)
+    """Context length in tokens (prompt and reply)."""
+    load_format: str | None = None
+    """How weights are loaded: ``auto``; ``dummy`` gives random weights (tests)."""
+    seed: int | None = None
+    """The engine's random seed."""
+    max_logprobs: int | None = Field(None, ge=0)
+    """Most log-probabilities one request may ask for (the baselines ask ``prompt_logprobs=20``)."""
+    scheduling_policy: Literal["fcfs", "priority"] | None = None
+    """``priority`` lets ceb's stream priorities order vLLM's queue (lower vLLM priority first)."""
+    args: tuple[str, ...] | dict[str, Any] = ()
+    """Any further ``vllm serve`` flags: command-line words (``["--block-size", "16"]``) or a table
+    (``{structured_outputs_config = {backend = "xgrammar"}}``; ``true`` is a bare flag, tables go as JSON)."""
+
+
 class BackendConfig(_Section):
     """Which backend scores, and how to reach it."""
 
     name: str = "offline"
-    """Backend: ``offline`` (no model; the embedded default) or ``openai`` (OpenAI-compatible endpoint)."""
+    """Backend: ``offline`` (no model; the embedded default), ``openai`` (OpenAI-compatible endpoint) or ``vllm``
+    (a vLLM engine inside ceb's process; ``model`` is then the model directory)."""
     base_url: str | tuple[str, ...] | None = None
     """Endpoint root for ``openai``, e.g. ``http://127.0.0.1:8000/v1`` for ``vllm serve``. Several replicas of
     the same model: a list, or one string with comma-separated roots; ``routing`` picks the replica."""
     model: str | None = None
-    """Model name as the endpoint knows it (``openai`` backend)."""
+    """Model name as the endpoint knows it (``openai`` backend); the model directory or hub name for ``vllm``."""
+    engine: EngineConfig = EngineConfig()
+    """The in-process engine's settings (backend ``vllm`` only)."""
     api_key_env: str = "OPENAI_API_KEY"
     """Name of the environment variable that holds the API key; the key itself is never stored."""
     timeout_s: float = Field(120.0, gt=0)

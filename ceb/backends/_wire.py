@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
-from ceb.backends.base import Completion, StreamChunk, TokenLogprob
+from ceb.backends.base import ChatRequest, Completion, StreamChunk, TokenLogprob
 
 __all__ = [
     "OPENAI_STRICT_UNSUPPORTED",
+    "StructuredOutput",
+    "chat_body",
     "error_message",
     "openai_strict_schema",
     "parse_completion",
@@ -30,6 +32,17 @@ __all__ = [
 _MAX_ERROR_CHARS = 500
 """Longest server error text carried into an exception: enough for any API error, not a proxy's whole page."""
 
+
+StructuredOutput = Literal["json_schema", "vllm", "json_object", "none"]
+"""How a reply's JSON shape is enforced.
+
+``json_schema``: OpenAI's ``response_format={"type": "json_schema", ...}`` with ``strict: true`` (also accepted
+by vLLM), the schema cut to what OpenAI's strict mode accepts (no string length bounds; see
+:func:`~ceb.backends._wire.openai_strict_schema`);
+``vllm``: vLLM's top-level ``structured_outputs={"json": schema}`` body field, the whole schema (number ranges and
+string lengths enforced);
+``json_object``: JSON mode without a schema, for object-shaped replies only; ``none``: prompt instructions only.
+"""
 
 OPENAI_STRICT_UNSUPPORTED = frozenset({"minLength", "maxLength"})
 """Schema keywords OpenAI's strict structured outputs refuse (its "Supported schemas" list has ``pattern`` and
@@ -63,6 +76,70 @@ def openai_strict_schema(schema: Any) -> Any:
     if isinstance(schema, list | tuple):
         return [openai_strict_schema(item) for item in schema]
     return schema
+
+
+def chat_body(
+    request: ChatRequest,
+    *,
+    model: str,
+    structured_output: StructuredOutput,
+    token_limit_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens",
+) -> dict[str, Any]:
+    """The JSON body of ``POST /chat/completions`` for ``request``, exactly as sent.
+
+    One function for both ways to reach vLLM: the HTTP backend sends this body, and the in-process engine
+    backend validates the same body into vLLM's own ``ChatCompletionRequest``, so both ask the same thing.
+    Server-specific fields (vLLM's ``structured_outputs``, ``request.extra``) sit at the top level of the body,
+    where vLLM reads them; the SDK's ``extra_body`` ends up the same way.
+
+    Args:
+        request: The request to encode.
+        model: Model name as the server knows it.
+        structured_output: How a ``json_schema`` is enforced (:data:`StructuredOutput`).
+        token_limit_field: Wire name of the output budget.
+
+    Returns:
+        The body as a dict of JSON values (the mappings of ``request`` copied into dicts).
+
+    Raises:
+        ValueError: ``request.extra`` repeats a field the request already sets.
+    """
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [dict(m) for m in request.messages],
+        "temperature": request.temperature,
+        token_limit_field: request.max_tokens,
+    }
+    if request.n != 1:
+        body["n"] = request.n
+    if request.seed is not None:
+        body["seed"] = request.seed
+    if request.logprobs:
+        body["logprobs"] = True
+    if request.top_logprobs is not None:
+        body["top_logprobs"] = request.top_logprobs
+    if request.json_schema is not None and structured_output != "none":
+        schema = dict(request.json_schema)
+        if structured_output == "json_schema":
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": request.schema_name,
+                    "schema": openai_strict_schema(schema),
+                    "strict": True,
+                },
+            }
+        elif structured_output == "vllm":
+            body["structured_outputs"] = {"json": schema}
+        elif schema.get("type") == "object":
+            # JSON mode can only ask for an object; a reply of another shape (a bare number) goes unguarded.
+            body["response_format"] = {"type": "json_object"}
+    if request.extra:
+        clash = sorted(k for k in request.extra if k in body)
+        if clash:
+            raise ValueError(f"ChatRequest.extra repeats fields the request already sets: {', '.join(clash)}")
+        body.update(request.extra)
+    return body
 
 
 def parse_completion(body: Any, *, default_model: str, asked_prompt_logprobs: Any = None) -> Completion:

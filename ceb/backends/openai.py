@@ -36,8 +36,9 @@ import structlog
 from yarl import URL
 
 from ceb.backends._wire import (
+    StructuredOutput,
+    chat_body,
     error_message,
-    openai_strict_schema,
     parse_completion,
     parse_stream_event,
     retry_after,
@@ -58,16 +59,6 @@ __all__ = ["SESSION_HEADER", "OpenAIBackend", "OpenAISettings", "ServerPriority"
 
 log = structlog.get_logger(__name__)
 
-StructuredOutput = Literal["json_schema", "vllm", "json_object", "none"]
-"""How a reply's JSON shape is enforced.
-
-``json_schema``: OpenAI's ``response_format={"type": "json_schema", ...}`` with ``strict: true`` (also accepted
-by vLLM), the schema cut to what OpenAI's strict mode accepts (no string length bounds; see
-:func:`~ceb.backends._wire.openai_strict_schema`);
-``vllm``: vLLM's top-level ``structured_outputs={"json": schema}`` body field, the whole schema (number ranges and
-string lengths enforced);
-``json_object``: JSON mode without a schema, for object-shaped replies only; ``none``: prompt instructions only.
-"""
 
 _PLACEHOLDER_KEY = "EMPTY"
 """Sent to loopback and private endpoints when no key is set: vLLM without ``--api-key`` accepts any key."""
@@ -255,42 +246,10 @@ class OpenAIBackend(ChatBackend):
         Raises:
             ValueError: ``request.extra`` repeats a field the request already sets.
         """
-        body: dict[str, Any] = {
-            "model": self.settings.model,
-            "messages": [dict(m) for m in request.messages],
-            "temperature": request.temperature,
-            self.settings.token_limit_field: request.max_tokens,
-        }
-        if request.n != 1:
-            body["n"] = request.n
-        if request.seed is not None:
-            body["seed"] = request.seed
-        if request.logprobs:
-            body["logprobs"] = True
-        if request.top_logprobs is not None:
-            body["top_logprobs"] = request.top_logprobs
-        mode = self.settings.structured_output
-        if request.json_schema is not None and mode != "none":
-            schema = dict(request.json_schema)
-            if mode == "json_schema":
-                body["response_format"] = {
-                    "type": "json_schema",
-                    "json_schema": {
-                        "name": request.schema_name,
-                        "schema": openai_strict_schema(schema),
-                        "strict": True,
-                    },
-                }
-            elif mode == "vllm":
-                body["structured_outputs"] = {"json": schema}
-            elif schema.get("type") == "object":
-                # JSON mode can only ask for an object; a reply of another shape (a bare number) goes unguarded.
-                body["response_format"] = {"type": "json_object"}
-        if request.extra:
-            clash = sorted(k for k in request.extra if k in body)
-            if clash:
-                raise ValueError(f"ChatRequest.extra repeats fields the request already sets: {', '.join(clash)}")
-            body.update(request.extra)
+        s = self.settings
+        body = chat_body(
+            request, model=s.model, structured_output=s.structured_output, token_limit_field=s.token_limit_field
+        )
         wire_priority = server_priority(current_priority())
         if self.send_priority and wire_priority and "priority" not in body:  # 0 is vLLM's default: left out
             body["priority"] = wire_priority

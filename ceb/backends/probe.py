@@ -7,6 +7,10 @@ field, and the prefix cache's counters on ``/metrics`` where the server exposes 
 request with no retries, so a dead endpoint is reported in about one timeout, not after a backoff schedule.
 The capability names are those of :data:`ceb.stages.methods.CAPABILITIES`; which methods can run follows from
 them (``ceb doctor``).
+
+:func:`probe_engine` runs the same chat and feature requests against the in-process vLLM engine
+(:mod:`ceb.backends.vllm_engine`), after a ``start`` check in place of the model list; its prefix cache is read
+from the engine's configuration, as there is no ``/metrics`` to ask.
 """
 
 from __future__ import annotations
@@ -19,12 +23,13 @@ from typing import Any, Literal
 
 import orjson
 
-from ceb.backends.base import ChatRequest, Completion, RetryPolicy, TransientError
+from ceb.backends.base import ChatBackend, ChatRequest, Completion, RetryPolicy, TransientError
 from ceb.backends.metrics import parse_metrics
 from ceb.backends.openai import OpenAIBackend, OpenAISettings
-from ceb.errors import BackendError
+from ceb.backends.vllm_engine import VLLMEngineBackend
+from ceb.errors import BackendError, CEBError
 
-__all__ = ["Check", "EndpointReport", "probe_endpoint"]
+__all__ = ["Check", "EndpointReport", "probe_endpoint", "probe_engine"]
 
 Outcome = Literal["ok", "missing", "failed"]
 
@@ -126,6 +131,47 @@ async def probe_endpoint(settings: OpenAISettings) -> EndpointReport:
     return report
 
 
+async def probe_engine(backend: VLLMEngineBackend) -> EndpointReport:
+    """Probe an in-process vLLM engine: start it, then the chat and feature checks of :func:`probe_endpoint`.
+
+    Args:
+        backend: The engine backend (not started yet, or started); it is stopped before this returns.
+
+    Returns:
+        The report (``base_url`` is the engine's label, ``vllm-engine:<model>``); the checks after a failed
+        start or chat request are reported as ``failed``.
+    """
+    report = EndpointReport(base_url=backend.endpoint, model=backend.settings.name)
+    try:
+        start = await _timed("start", lambda: _start(backend))
+        report.checks.append(start)
+        chat = Check("chat", "failed", "skipped: the engine did not start")
+        if start.outcome == "ok":
+            chat = await _timed("chat", lambda: _chat(backend, ChatRequest(messages=_USER, max_tokens=4), _any_text))
+        report.checks.append(chat)
+        if chat.outcome != "ok":
+            for name, _, _ in _feature_requests():
+                report.checks.append(Check(name, "failed", "skipped: no chat reply"))
+            return report
+        for name, request, judge in _feature_requests():
+            report.checks.append(await _timed(name, partial(_chat, backend, request, judge)))
+        on = bool(backend.engine.vllm_config.cache_config.enable_prefix_caching)
+        report.checks.append(
+            Check("prefix_cache", "ok" if on else "missing", f"prefix caching {'on' if on else 'off'} in the engine")
+        )
+    finally:
+        await backend.aclose()
+    return report
+
+
+async def _start(backend: VLLMEngineBackend) -> tuple[Outcome, str]:
+    try:
+        await backend.start()
+    except CEBError as exc:
+        return "failed", str(exc)[:300]
+    return "ok", f"engine started in {backend.start_s or 0.0:.1f} s"
+
+
 _Judge = Callable[[Completion], tuple[bool, str]]
 
 
@@ -172,7 +218,7 @@ async def _models(backend: OpenAIBackend, model: str) -> tuple[Outcome, str]:
     return "ok", f"{len(names)} model(s), {model!r} among them"
 
 
-async def _chat(backend: OpenAIBackend, request: ChatRequest, judge: _Judge) -> tuple[Outcome, str]:
+async def _chat(backend: ChatBackend, request: ChatRequest, judge: _Judge) -> tuple[Outcome, str]:
     try:
         response = await backend.complete(request)
     except TransientError as exc:  # no answer: refused connection, timeout, 5xx

@@ -4,6 +4,7 @@
 
 ``offline``: the embedded default, model-free stand-ins (:mod:`ceb.stages.offline`); not a language model.
 ``openai``: the LLM critic and labeler over any OpenAI-compatible endpoint (vLLM's server, OpenAI, Azure).
+``vllm``: the same LLM stages over a vLLM engine inside this process (:mod:`ceb.backends.vllm_engine`).
 
 A method's own critic (a baseline's) is built by :func:`build_critic` from its catalogue entry
 (:mod:`ceb.stages.methods`) over the same stages. Transports (how a request reaches a server) live apart in
@@ -38,6 +39,8 @@ __all__ = [
     "offline_stages",
     "openai_chat",
     "openai_stages",
+    "vllm_chat",
+    "vllm_stages",
     "prompt_set",
 ]
 
@@ -67,6 +70,7 @@ StageFactory = Callable[[RunConfig, EndpointLimits], Stages]
 BACKENDS: Registry[StageFactory] = Registry("backend")
 BACKENDS.register("offline", "ceb.stages.assembly:offline_stages")
 BACKENDS.register("openai", "ceb.stages.assembly:openai_stages")
+BACKENDS.register("vllm", "ceb.stages.assembly:vllm_stages")
 
 
 def build_stages(config: RunConfig, limits: EndpointLimits | None = None) -> Stages:
@@ -129,6 +133,38 @@ def openai_chat(config: RunConfig, limits: EndpointLimits) -> ChatBackend:
 def openai_stages(config: RunConfig, limits: EndpointLimits) -> Stages:
     """LLM stages over an OpenAI-compatible endpoint (see :func:`openai_chat` for the errors raised)."""
     return llm_stages(config, openai_chat(config, limits))
+
+
+def vllm_chat(config: RunConfig, limits: EndpointLimits) -> ChatBackend:
+    """The in-process vLLM engine transport of ``config.backend`` (started on first use).
+
+    Raises:
+        ConfigError: ``backend.model`` is not set, or vLLM is not installed here (the message says how).
+    """
+    from ceb.backends.vllm_engine import VLLMEngineBackend, VLLMEngineSettings, require_vllm, settings_args
+
+    b = config.backend
+    if not b.model:
+        raise ConfigError("the vllm backend needs backend.model, the model directory or hub name (--model)")
+    require_vllm()
+    e = b.engine
+    flags = e.model_dump(exclude={"args"})
+    return VLLMEngineBackend(
+        VLLMEngineSettings(
+            model=b.model,
+            **flags,
+            args=settings_args(e.args),
+            structured_output=b.structured_output,
+            max_concurrency=b.max_concurrency,
+        ),
+        retry=RetryPolicy(max_attempts=b.max_attempts, backoff_s=b.backoff_s, max_backoff_s=b.max_backoff_s),
+        limits=limits,
+    )
+
+
+def vllm_stages(config: RunConfig, limits: EndpointLimits) -> Stages:
+    """LLM stages over a vLLM engine in this process (see :func:`vllm_chat` for the errors raised)."""
+    return llm_stages(config, vllm_chat(config, limits))
 
 
 def actor_chat(config: RunConfig, stages: Stages) -> ChatBackend | None:

@@ -1,0 +1,384 @@
+"""In-process vLLM: the engine (``AsyncLLM``) inside ceb's own process, with no HTTP server to start.
+
+One command on a GPU box scores streams: ``ceb score ... --backend vllm --model PATH``. The backend speaks the
+same request contract as the HTTP backend (:mod:`ceb.backends.openai`) because it goes through the same code
+vLLM's server runs, minus the HTTP:
+
+1. the engine is built the way ``vllm serve`` builds it: our settings become ``vllm serve`` flags
+   (:func:`engine_argv`), parsed by vLLM's own parser (``make_arg_parser``, ``validate_parsed_serve_args``) and
+   started with ``build_async_engine_client`` (``vllm/entrypoints/launchers/api_server/entry.py``);
+2. the serving objects come from the server's own ``init_app_state`` (``.../api_server/app_state.py``), so the
+   chat template, defaults and ``OpenAIServingChat`` are the server's;
+3. each request is the body the HTTP backend would send (:func:`ceb.backends._wire.chat_body`), validated into
+   vLLM's ``ChatCompletionRequest`` and passed to ``OpenAIServingChat.create_chat_completion``; the reply object
+   is dumped to JSON values and read by the same :func:`~ceb.backends._wire.parse_completion`.
+
+So the chat template (and ``continue_final_message`` / ``add_generation_prompt``), structured outputs, ``n``,
+``logprobs`` / ``top_logprobs``, ``prompt_logprobs`` and seeds behave exactly as over HTTP, and a request returns
+the same :class:`~ceb.backends.base.Completion` either way. What differs is transport only: no JSON encoding
+on our side or the server's, no sockets, and no second process for the API server.
+
+Priority: ceb's :func:`~ceb.backends.scheduling.current_priority` is higher-first; vLLM's request ``priority`` is
+lower-first and is honoured only under ``--scheduling-policy priority`` (``vllm/config/scheduler.py``), so a
+request is sent with ``priority = server_priority(current_priority())``, negated and rounded (``0`` under the
+default ``fcfs`` policy, which ignores it). A ``priority`` in ``ChatRequest.extra`` is sent as given.
+
+vLLM's engine core runs in a process it starts with ``spawn`` on some platforms, which re-imports the main
+module: a script that builds this backend needs an ``if __name__ == "__main__":`` guard (``ceb``'s console
+script and ``run.py`` have one). vLLM reads its environment (``VLLM_TARGET_DEVICE``, ``VLLM_CPU_KVCACHE_SPACE``,
+``HF_HUB_OFFLINE``) when it is imported; set them before the run. Needs vLLM installed in ceb's environment
+(README, "Serving": install ceb into vLLM's virtual environment).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import anyio
+
+from ceb.backends._wire import StructuredOutput, chat_body, parse_completion
+from ceb.backends.base import ChatBackend, ChatRequest, Completion, EndpointLimits, RetryPolicy, TransientError
+from ceb.backends.openai import request_id
+from ceb.backends.scheduling import current_priority, server_priority
+from ceb.errors import BackendError, ConfigError, FatalBackendError
+
+__all__ = ["VLLMEngineBackend", "VLLMEngineSettings", "engine_argv", "require_vllm", "vllm_priority"]
+
+INSTALL_HINT = (
+    "install ceb into vLLM's environment: <vllm-venv>/bin/pip install --no-deps -e <ceb checkout>, then the ceb "
+    "dependencies it lacks (.ci/install-vllm does both)"
+)
+"""How to get vLLM importable next to ceb (the docs' "Serving" section says why not ``pip install 'ceb[vllm]'``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VLLMEngineSettings:
+    """How to build the in-process engine; each field is the ``vllm serve`` flag of the same name.
+
+    ``None`` leaves vLLM's own default, so an engine built from these settings matches a ``vllm serve`` given
+    the same flags.
+
+    Attributes:
+        model: Model directory or hub name (``--model``).
+        served_model_name: The name replies carry (``--served-model-name``); ``None``: ``model``.
+        tensor_parallel_size: GPUs the model is split over.
+        gpu_memory_utilization: Fraction of each GPU's memory vLLM may take, in (0, 1].
+        max_num_seqs: Sequences the engine runs at once.
+        max_num_batched_tokens: Tokens per engine step.
+        enable_prefix_caching: Reuse the KV cache of shared prompt prefixes.
+        dtype: Weight and activation type (``auto``, ``bfloat16``, ``float16``...).
+        max_model_len: Context length in tokens (prompt and reply).
+        load_format: How weights are loaded (``auto``; ``dummy``: random weights, for tests).
+        seed: The engine's random seed.
+        max_logprobs: Most log-probabilities a request may ask for (``prompt_logprobs=K`` of the baselines).
+        scheduling_policy: ``fcfs`` or ``priority`` (then ceb's priorities order vLLM's queue).
+        args: Further ``vllm serve`` flags as command-line words, e.g.
+            ``("--structured-outputs-config", '{"backend": "xgrammar"}')``.
+        structured_output: How a reply's JSON shape is enforced (:data:`~ceb.backends._wire.StructuredOutput`).
+        max_concurrency: Requests in flight to the engine at most (ceb's slots; size it to ``max_num_seqs``).
+    """
+
+    model: str
+    served_model_name: str | None = None
+    tensor_parallel_size: int | None = None
+    gpu_memory_utilization: float | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    enable_prefix_caching: bool | None = None
+    dtype: str | None = None
+    max_model_len: int | None = None
+    load_format: str | None = None
+    seed: int | None = None
+    max_logprobs: int | None = None
+    scheduling_policy: Literal["fcfs", "priority"] | None = None
+    args: tuple[str, ...] = ()
+    structured_output: StructuredOutput = "json_schema"
+    max_concurrency: int = 64
+
+    @property
+    def name(self) -> str:
+        """The model name requests and replies carry."""
+        return self.served_model_name or self.model
+
+
+_FLAGS = (
+    "tensor_parallel_size",
+    "gpu_memory_utilization",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "dtype",
+    "max_model_len",
+    "load_format",
+    "seed",
+    "max_logprobs",
+    "scheduling_policy",
+)
+
+
+def engine_argv(settings: VLLMEngineSettings) -> list[str]:
+    """The ``vllm serve`` command-line words that build the engine of ``settings`` (no program name).
+
+    Args:
+        settings: The engine settings; ``None`` fields are left out (vLLM's defaults apply).
+
+    Returns:
+        ``["--model", PATH, "--served-model-name", NAME, "--tensor-parallel-size", "2", ...]`` followed by
+        ``settings.args``.
+    """
+    argv = ["--model", settings.model, "--served-model-name", settings.name]
+    for name in _FLAGS:
+        value = getattr(settings, name)
+        if value is not None:
+            argv += ["--" + name.replace("_", "-"), str(value)]
+    if settings.enable_prefix_caching is not None:
+        argv.append("--enable-prefix-caching" if settings.enable_prefix_caching else "--no-enable-prefix-caching")
+    return [*argv, *settings.args]
+
+
+def vllm_priority(ceb_priority: float, policy: str) -> int:
+    """The request ``priority`` vLLM reads (lower is served first) for ceb's (higher is served first).
+
+    Args:
+        ceb_priority: :func:`~ceb.backends.scheduling.current_priority`, e.g. the stream's remaining requests.
+        policy: The engine's scheduling policy; under ``fcfs`` vLLM ignores priorities, and ``0`` is sent.
+
+    Returns:
+        :func:`~ceb.backends.scheduling.server_priority` of it (negated, rounded, int64) under ``priority``,
+        else ``0``.
+    """
+    return server_priority(ceb_priority) if policy == "priority" else 0
+
+
+def require_vllm() -> None:
+    """Check that vLLM can be imported here, without importing it (that takes seconds).
+
+    Raises:
+        ConfigError: vLLM is not installed in this environment; the message says how to install it.
+    """
+    if importlib.util.find_spec("vllm") is None:
+        raise ConfigError(f"backend 'vllm' needs vLLM in ceb's environment, and it is not installed; {INSTALL_HINT}")
+
+
+@dataclass
+class _Engine:
+    """A started engine and the server's chat handler over it."""
+
+    stack: contextlib.AsyncExitStack
+    chat: Any  # vllm.entrypoints.openai.chat_completion.serving.OpenAIServingChat
+    request_type: Any  # vllm.entrypoints.openai.chat_completion.protocol.ChatCompletionRequest
+    error_type: Any  # vllm.entrypoints.serve.engine.protocol.ErrorResponse
+    policy: str
+    start_s: float
+    refused: tuple[type[Exception], ...] = (ValueError, TypeError)
+    """Exceptions that mean vLLM refused the request (a 400 over HTTP)."""
+    dead: tuple[type[Exception], ...] = ()
+    """Exceptions that mean the engine is gone."""
+
+
+class VLLMEngineBackend(ChatBackend):
+    """Chat completions from a vLLM engine in this process (see the module docstring).
+
+    The engine starts on first use (:meth:`start`, or the run's preflight) inside the running asyncio loop,
+    and stops in :meth:`aclose`. The endpoint label is ``vllm-engine:<model>``.
+
+    Args:
+        settings: The engine's settings.
+        retry: Retry policy for transient failures (an engine-side generation error).
+        limits: The run's shared per-endpoint limits.
+    """
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        settings: VLLMEngineSettings,
+        *,
+        retry: RetryPolicy | None = None,
+        limits: EndpointLimits | None = None,
+    ) -> None:
+        super().__init__(
+            endpoint=f"vllm-engine:{settings.name}",
+            max_concurrency=settings.max_concurrency,
+            retry=retry,
+            limits=limits,
+        )
+        self.settings = settings
+        self._engine: _Engine | None = None
+        self._starting = anyio.Lock()
+
+    @property
+    def engine(self) -> Any:
+        """The running ``AsyncLLM`` (for its configuration and statistics).
+
+        Raises:
+            RuntimeError: The engine has not been started.
+        """
+        if self._engine is None:
+            raise RuntimeError("the engine is not started")
+        return self._engine.chat.engine_client
+
+    @property
+    def start_s(self) -> float | None:
+        """Seconds the engine took to start (``None`` before it has)."""
+        return None if self._engine is None else self._engine.start_s
+
+    async def start(self) -> None:
+        """Build and start the engine and the server's chat handler, once.
+
+        Raises:
+            ConfigError: vLLM is missing, or it refused the settings (its message is kept).
+            FatalBackendError: The engine failed to start (no device, out of memory, a bad model directory).
+        """
+        async with self._starting:
+            if self._engine is None:
+                self._engine = await self._build()
+
+    async def _build(self) -> _Engine:
+        require_vllm()
+        import time
+
+        from pydantic import ValidationError
+        from starlette.datastructures import State
+        from vllm.entrypoints.launchers.api_server.app_state import init_app_state
+        from vllm.entrypoints.launchers.api_server.entry import build_async_engine_client
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+        from vllm.entrypoints.serve.engine.protocol import ErrorResponse
+        from vllm.exceptions import VLLMClientError
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        started = time.perf_counter()
+        parser = make_arg_parser(FlexibleArgumentParser(prog="ceb --backend vllm"))
+        try:
+            args = parser.parse_args(engine_argv(self.settings))
+            validate_parsed_serve_args(args)
+        except (SystemExit, ValueError, TypeError) as exc:
+            raise ConfigError(f"vLLM refused the engine settings {engine_argv(self.settings)}: {exc}") from exc
+        stack = contextlib.AsyncExitStack()
+        try:
+            engine = await stack.enter_async_context(build_async_engine_client(args))
+            state = State()
+            await init_app_state(engine, state, args, await engine.get_supported_tasks())
+        except BaseException as exc:
+            await stack.aclose()
+            if isinstance(exc, Exception):
+                raise FatalBackendError(f"the vLLM engine did not start: {exc}", backend=self.label) from exc
+            raise
+        chat = state.openai_serving_chat
+        if chat is None:
+            await stack.aclose()
+            raise FatalBackendError(f"model {self.settings.model!r} cannot generate text", backend=self.label)
+        policy = str(engine.vllm_config.scheduler_config.policy)
+        # pydantic's ValidationError is a ValueError; vLLM's own request checks raise ValueError as well.
+        refused = (ValidationError, VLLMClientError, ValueError, TypeError)
+        return _Engine(
+            stack,
+            chat,
+            ChatCompletionRequest,
+            ErrorResponse,
+            policy,
+            time.perf_counter() - started,
+            refused=refused,
+            dead=(EngineDeadError,),
+        )
+
+    def body(self, request: ChatRequest, policy: str = "fcfs") -> dict[str, Any]:
+        """The request body handed to vLLM's chat handler: the HTTP backend's body, plus id and priority.
+
+        Args:
+            request: The request.
+            policy: The engine's scheduling policy (see :func:`vllm_priority`).
+
+        Raises:
+            ValueError: ``request.extra`` repeats a field the request already sets.
+        """
+        body = chat_body(request, model=self.settings.name, structured_output=self.settings.structured_output)
+        body.setdefault("priority", vllm_priority(current_priority(), policy))
+        body.setdefault("request_id", request_id(request.stage))
+        return body
+
+    async def _complete(self, request: ChatRequest, endpoint: str) -> Completion:
+        """Run one attempt of ``request`` through the engine.
+
+        Raises:
+            BackendError: vLLM refused the request (a 4xx over HTTP: a bad field, a prompt over the context).
+            TransientError: A 5xx-class failure of one generation (the engine lives on).
+            FatalBackendError: The engine died or did not start.
+            ConfigError: vLLM is missing, or refused the engine settings.
+            ValueError: ``request.extra`` repeats a field the request already sets.
+        """
+        if self._engine is None:
+            await self.start()
+        assert self._engine is not None
+        eng = self._engine
+        body = self.body(request, eng.policy)  # a ValueError here is ours (extra repeats a field): not caught
+        try:
+            reply = await eng.chat.create_chat_completion(eng.request_type.model_validate(body), None)
+        except eng.dead as exc:
+            raise FatalBackendError(f"the vLLM engine died: {exc}", backend=self.label) from exc
+        except eng.refused as exc:
+            raise BackendError(f"vLLM refused the request: {exc}", backend=self.label) from exc
+        except Exception as exc:
+            raise TransientError(f"vLLM generation failed: {type(exc).__name__}: {exc}") from exc
+        if isinstance(reply, eng.error_type):
+            code, message = reply.error.code, reply.error.message
+            if code >= 500 or code == 429:
+                raise TransientError(f"{code} from the engine: {message}")
+            raise BackendError(f"{code} from the engine: {message}", backend=self.label)
+        return parse_completion(
+            reply.model_dump(mode="json"),
+            default_model=self.settings.name,
+            asked_prompt_logprobs=request.extra.get("prompt_logprobs"),
+        )
+
+    async def preflight(self) -> None:
+        """Start the engine before the run (about 30 s for the tests' tiny model on 2 CPU cores).
+
+        Raises:
+            ConfigError, FatalBackendError: As :meth:`start`.
+        """
+        await self.start()
+
+    async def aclose(self) -> None:
+        """Stop the engine and its core process; a later request starts a new one."""
+        eng, self._engine = self._engine, None
+        if eng is not None:
+            await eng.stack.aclose()  # AsyncLLM.shutdown(): the engine core process stops here
+            # vLLM's serving objects keep the AsyncLLM alive until interpreter exit, where its __del__ calls
+            # shutdown() again with module globals already gone and prints an ignored TypeError (vLLM 0.32.0).
+            # It is shut down already, so that second call is made a no-op.
+            eng.chat.engine_client.shutdown = _already_shut_down
+
+
+def _already_shut_down(timeout: float | None = None) -> None:
+    """Stands in for ``AsyncLLM.shutdown`` once the engine is stopped (see :meth:`VLLMEngineBackend.aclose`)."""
+
+
+def settings_args(raw: Sequence[str] | Mapping[str, Any] | None) -> tuple[str, ...]:
+    """Further ``vllm serve`` flags as words: a list of words as given, or a table ``{flag: value}``.
+
+    A table's ``True`` value is a bare flag, ``False`` its ``--no-`` form, a mapping or list is sent as JSON
+    (``structured_outputs_config = {backend = "xgrammar"}``), anything else as text. Keys may use ``_``.
+    """
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        return tuple(str(w) for w in raw)
+    words: list[str] = []
+    for key, value in raw.items():
+        flag = "--" + str(key).lstrip("-").replace("_", "-")
+        if value is True:
+            words.append(flag)
+        elif value is False:
+            words.append("--no-" + flag[2:])
+        elif isinstance(value, Mapping | list | tuple):
+            words += [flag, json.dumps(value)]
+        else:
+            words += [flag, str(value)]
+    return tuple(words)

@@ -1,0 +1,155 @@
+"""The same scoring workload through vLLM's HTTP server and through the engine inside ceb's process.
+
+Both arms score the same streams with the same methods, configuration and engine flags; only the transport
+differs (:mod:`ceb.backends.openai` against :mod:`ceb.backends.vllm_engine`). Start-up (the server's or the
+engine's) is left out of the timed part and reported apart. Per arm:
+
+* ``steps_per_s``: step rows written per second of the scoring run (wall time);
+* ``client_cpu_ms_per_request``: CPU time of ceb's own process (all its threads, ``time.process_time``) per
+  request sent. In-process, this includes the work vLLM's front end does there (chat template, tokenizing,
+  detokenizing, building the reply) that the HTTP arm leaves to the server's API process;
+* ``children_cpu_ms_per_request``: CPU time of every process below ceb's, per request: the engine
+  core and its worker in-process; the API server, engine core and worker over HTTP (read from ``/proc``). The
+  engine core runs in a process of its own either way, which is how its CPU is kept apart from the client's.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ceb.config import RunConfig, load_config
+from ceb.data.trajectory import Trajectory
+from ceb.pipeline import run_scoring
+from ceb.stages.assembly import build_stages
+
+__all__ = ["TINY_ENGINE", "children_cpu_s", "engine_config", "http_config", "run_arm"]
+
+TINY_ENGINE: dict[str, Any] = {
+    "load_format": "dummy",
+    "dtype": "bfloat16",
+    "max_model_len": 8192,
+    "max_logprobs": 20,
+    "enable_prefix_caching": True,
+    "seed": 0,
+    "args": {"structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True}},
+}
+"""The engine flags of the tests' vLLM server (``tests/support/vllm_server.py``), as ``backend.engine``."""
+
+
+def _common(methods: Sequence[str], votes: int) -> dict[str, Any]:
+    return {"methods": list(methods), "ceb": {"votes": votes}, "orders": 1}
+
+
+def http_config(
+    base_url: str, model: str, methods: Sequence[str], votes: int, concurrency: int, *, preflight: bool = True
+) -> RunConfig:
+    """The HTTP arm's configuration: backend ``openai`` at ``base_url``."""
+    backend = {
+        "name": "openai",
+        "base_url": base_url,
+        "model": model,
+        "structured_output": "vllm",
+        "max_concurrency": concurrency,
+        "timeout_s": 600,
+        "preflight": preflight,
+    }
+    return load_config(overrides=_common(methods, votes) | {"backend": backend})
+
+
+def engine_config(
+    model_dir: str, engine: Mapping[str, Any], methods: Sequence[str], votes: int, concurrency: int
+) -> RunConfig:
+    """The in-process arm's configuration: backend ``vllm`` with ``engine`` as ``backend.engine``."""
+    backend = {
+        "name": "vllm",
+        "model": model_dir,
+        "structured_output": "vllm",
+        "max_concurrency": concurrency,
+        "engine": dict(engine),
+    }
+    return load_config(overrides=_common(methods, votes) | {"backend": backend})
+
+
+def children_cpu_s() -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each live process below this one, summed by process name.
+
+    Read from ``/proc`` (Linux); empty where there is none. The names are the kernel's (``comm``): vLLM names its
+    processes ``VLLM::EngineCore`` and ``VLLM::Worker``; the HTTP server is ``python`` (or ``python3.11``).
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    used: dict[int, tuple[str, float]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone between listing and reading
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ... utime, stime
+        pid = int(entry.name)
+        parent[pid] = int(fields[1])
+        used[pid] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    below: set[int] = set()
+    frontier = {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier} - below
+        below |= frontier
+    out: dict[str, float] = {}
+    for pid in below:
+        name, seconds = used[pid]
+        out[name] = out.get(name, 0.0) + seconds
+    return out
+
+
+def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    return {k: round(v - before.get(k, 0.0), 3) for k, v in sorted(after.items())}
+
+
+async def run_arm(
+    arm: str, streams: Mapping[str, Sequence[Trajectory]], config: RunConfig, run_dir: Path
+) -> dict[str, Any]:
+    """Start the arm's backend, then time one scoring run of ``streams`` on it.
+
+    Args:
+        arm: ``http`` or ``engine`` (a label).
+        streams: Stream name -> trajectories.
+        config: :func:`http_config` or :func:`engine_config`.
+        run_dir: A new directory for the run's results.
+
+    Returns:
+        JSON values: ``start_s`` (engine start, in-process only), ``wall_s``, ``steps``, ``requests``,
+        ``steps_per_s``, ``requests_per_s``, ``client_cpu_s``, ``client_cpu_ms_per_request``,
+        ``children_cpu_s``, ``children_cpu_ms_per_request``, ``children_cpu_s_by_process`` (process name ->
+        seconds), ``steps_failed``.
+    """
+    stages = build_stages(config)
+    async with stages:
+        started = time.perf_counter()
+        if stages.chat is not None:
+            await stages.chat.preflight()  # the engine starts here; the HTTP arm only checks its server
+        start_s = time.perf_counter() - started
+        cpu0, kids0, t0 = time.process_time(), children_cpu_s(), time.perf_counter()
+        summary = await run_scoring(streams, config, run_dir, stages=stages)
+        wall = time.perf_counter() - t0
+        cpu, by_name = time.process_time() - cpu0, _delta(children_cpu_s(), kids0)
+    requests = max(summary.requests, 1)
+    kids = sum(by_name.values())
+    return {
+        "arm": arm,
+        "start_s": round(start_s, 2),
+        "wall_s": round(wall, 3),
+        "steps": summary.steps_scored,
+        "steps_failed": summary.steps_failed,
+        "requests": summary.requests,
+        "steps_per_s": summary.steps_scored / wall,
+        "requests_per_s": summary.requests / wall,
+        "client_cpu_s": round(cpu, 3),
+        "client_cpu_ms_per_request": 1000 * cpu / requests,
+        "children_cpu_s": round(kids, 3),
+        "children_cpu_ms_per_request": 1000 * kids / requests,
+        "children_cpu_s_by_process": by_name,
+    }

@@ -1,0 +1,120 @@
+"""The engine inside ceb's process (backend ``vllm``), run from ``.venv-vllm`` on the tiny model.
+
+One subprocess with ``.venv-vllm``'s Python (where ``.ci/install-vllm`` installs ceb beside vLLM) builds the
+stages from a run configuration as ``ceb score`` does, and starts the engine once (:mod:`tests.vllm.engine_replies`):
+
+* greedy requests (a schema, log-probs, prompt log-probs, a continued message) must come back as the very same
+  completions as from the HTTP server (``vllm_server``), which loads the same dummy weights;
+* two InterCode-Bash trajectories scored by ``ceb``, ``static`` and ``pro``: the model has random weights, so
+  formats hold only because the engine enforces them. Every step gets a score in [0, 1] from its first reply,
+  the hindsight votes come back as ``n`` choices of one request, and PRO (which needs ``n``, ``logprobs``,
+  ``prompt_logprobs`` and ``continue_final_message``) scores every step.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import anyio
+import pytest
+
+from ceb.backends.openai import OpenAIBackend, OpenAISettings
+from ceb.data import convert_intercode, read_stream
+from ceb.pipeline import read_rows
+from tests.support.paths import INTERCODE, REPO
+from tests.support.tiny_model import tiny_model_dir
+from tests.support.vllm_server import VLLM_PYTHON, VLLMServer
+from tests.vllm.conftest import REQUIRE_ENV
+from tests.vllm.engine_replies import REQUESTS, as_json
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+
+ENGINE_ENV = {
+    "VLLM_TARGET_DEVICE": "cpu",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "PYTHONPATH": str(REPO),  # this checkout's ceb, whichever one .ci/install-vllm installed
+}
+"""The environment the tests' vLLM server gets (tests/support/vllm_server.py), for the engine in ceb's process."""
+
+CONFIG = """
+methods = ["ceb", "static", "pro"]
+max_trajectories = 2
+[ceb]
+votes = 3
+[hindsight]
+sampling = "n"
+[baselines]
+pro_samples = 3
+[backend]
+name = "vllm"
+model = "{model}"
+structured_output = "vllm"
+max_concurrency = 16
+[backend.engine]
+served_model_name = "{served}"
+load_format = "dummy"
+dtype = "bfloat16"
+max_model_len = 8192
+max_logprobs = 20
+enable_prefix_caching = true
+seed = 0
+[backend.engine.args]
+structured_outputs_config = {{backend = "xgrammar", disable_any_whitespace = true}}
+"""
+"""The run: the tests' server flags (xgrammar without free white space, 20 log-probs, bf16, seed 0) as engine
+settings, and the server's model name, so that replies name the same model."""
+
+
+def _ceb_imports() -> bool:
+    probe = [str(VLLM_PYTHON), "-c", "import ceb.cli, structlog, orjson, tenacity, sklearn"]
+    env = os.environ | ENGINE_ENV
+    return subprocess.run(probe, env=env, capture_output=True, check=False).returncode == 0
+
+
+def _need_ceb_in_vllm_venv() -> None:
+    if not VLLM_PYTHON.is_file() or not _ceb_imports():
+        why = f"{VLLM_PYTHON} cannot import ceb's dependencies: run .ci/install-vllm"
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+def test_engine_in_process(vllm_server: VLLMServer, tmp_path: Path) -> None:
+    _need_ceb_in_vllm_venv()
+    settings = OpenAISettings(
+        base_url=vllm_server.base_url, model=vllm_server.model, structured_output="vllm", timeout_s=300
+    )
+
+    async def over_http() -> str:
+        async with OpenAIBackend(settings) as http:
+            return as_json([(await http.complete(r)).completion for r in REQUESTS])
+
+    expected = anyio.run(over_http)
+    streams = tmp_path / "streams"
+    convert_intercode(INTERCODE, streams, datasets=("bash",))
+    stream = streams / "intercode-bash-gpt-4.jsonl"
+    n_steps = sum(len(t.steps) for t in read_stream([stream])[:2])
+    config = CONFIG.format(model=tiny_model_dir(), served=vllm_server.model)
+    (tmp_path / "ceb.toml").write_text(config, encoding="utf-8")
+    run = tmp_path / "run"
+    cmd = [str(VLLM_PYTHON), "-m", "tests.vllm.engine_replies", str(tmp_path / "ceb.toml"), str(stream), str(run)]
+    done = subprocess.run(cmd, env=os.environ | ENGINE_ENV, capture_output=True, text=True, check=False, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-4000:]
+    got = next(line for line in done.stdout.splitlines() if line.startswith("REPLIES ")).removeprefix("REPLIES ")
+    assert got == expected  # texts, token counts, model name, log-probs and prompt log-probs, all equal
+
+    rows = list(read_rows(run / "scores.jsonl"))
+    assert Counter(r["method"] for r in rows) == dict.fromkeys(("ceb", "static", "pro"), n_steps)
+    bad = [(r["method"], r["error"]) for r in rows if r["score"] is None or not 0.0 <= r["score"] <= 1.0]
+    assert bad == []
+    assert all(r["requests"] == (2 if r["method"] == "pro" else 1) for r in rows)  # no re-ask, no retry
+    rounds = [h for h in read_rows(run / "hindsight.jsonl") if h["method"] == "ceb"]
+    assert len(rounds) == 2  # one per trajectory
+    assert all(len(h["votes"]) == 3 and h["requests"] == 1 and h["failed_votes"] == 0 for h in rounds)  # n=3
