@@ -100,7 +100,9 @@ class Bank:
     Args:
         retriever: Similarity backend; the exact incremental TF-IDF kernel when ``None``. One with an ``evict``
             method (the TF-IDF kernel) drops evicted rows in place; any other is cleared and given the kept
-            keys again.
+            keys again. One with a ``top_k(query, classes, k)`` method (the TF-IDF kernel) ranks each class
+            itself, exactly, without scoring every record (except under the usefulness policy, which needs
+            every similarity).
         settings: Eviction and compression; ``None``: the default, the paper's append-only bank.
     """
 

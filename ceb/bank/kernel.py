@@ -3,8 +3,9 @@
 :class:`IncrementalTfidf` returns, for every query, the same similarity vector as
 :class:`~ceb.bank.retrieval.TfidfReference` (scikit-learn's ``TfidfVectorizer`` refit on all keys after every
 bank update) without refitting: keys are appended, so only the new keys are tokenised and counted. What every
-update must still redo is the weighting, because the smoothed idf of *every* term moves when the number of
-keys ``n`` moves; that is one vectorised pass over the stored counts.
+update must still redo is the row norms, because the smoothed idf of *every* term moves when the number of
+keys ``n`` moves; that is one vectorised pass over the stored counts. The weights themselves are never
+stored: a query computes ``w_ij = (c_ij * idf_j) / norm_i`` for the entries it reads.
 
 Keys can also be evicted (:meth:`IncrementalTfidf.evict`, for a bounded bank: :mod:`ceb.bank.policy`): their
 rows are dropped from the count blocks and their terms' document frequencies decremented, again without
@@ -19,7 +20,14 @@ query reads only the columns (postings) of its own terms. Appending rows to one 
 so ``C`` is kept as two row blocks: a large immutable *main* block and a small *tail* block holding the rows
 added since the last fold. Each update merges its new rows into the tail (cost linear in the tail); when the
 tail outgrows ``1/8`` of the main block it is folded into it (linear in the bank, amortised to a constant
-per appended entry).
+per appended entry). An entry costs eight bytes (int32 row, float32 count), about 575 MB for the 72M
+entries of 1M InterCode-SQL keys; the passes over the blocks go a few million entries at a time, so their
+temporaries stay small.
+
+The bank's retrieval (:meth:`IncrementalTfidf.top_k`) does not score every key: it finds the top ``k`` of
+each class exactly with MaxScore-style pruning (per-term upper bounds of the weights, kept by each update),
+then scores the few keys left in the running in scikit-learn's order, so the keys, their order and their
+similarities are those of the full ranking, bit for bit.
 
 Arithmetic order follows scikit-learn's, operation for operation, so the scores are not just within 1e-9 of
 the reference but bit-identical to it, and ties between top-k candidates break the same way:
@@ -45,6 +53,7 @@ import numpy.typing as npt
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from ceb.bank.retrieval import TFIDF_PARAMS
+from ceb.bank.retrieval import top_k as _top_k
 from ceb.errors import BankError
 
 try:  # scipy's compiled sparse kernels (private module, stable for years); numpy does the same, slower
@@ -72,6 +81,8 @@ _SEED_MAX = 128
 """...and at most this many, for a first ``k``-th best score per class."""
 _PROBE = 32
 """...then scores exactly this many keys per class with the best upper bounds, to raise that ``k``-th best."""
+_PRUNE_MIN_KEYS = 1 << 16
+""":meth:`IncrementalTfidf.top_k` scores every key of a smaller bank (a few ms), where pruning would cost more."""
 _BOUND_LOOSEN_MAX = 1.25
 """The bounds of :meth:`IncrementalTfidf.top_k` are recomputed from all counts once appends loosened them by this."""
 _CHUNK_NNZ = 1 << 22
@@ -149,17 +160,19 @@ def _col_chunks(indptr: npt.NDArray[np.int64], target: int = _CHUNK_NNZ) -> list
 
 
 def _add_column(
-    out: npt.NDArray[np.float32], rows: npt.NDArray[np.int32], counts: CountArray, coef: CountArray
+    out: npt.NDArray[Any], rows: npt.NDArray[np.int32], values: npt.NDArray[Any], coef: npt.NDArray[Any]
 ) -> None:
-    """``out[rows] += counts * coef[0]`` in place, for one column's postings (float32, for bounds only).
+    """``out[rows] += values * coef[0]`` in place, entry by entry, for one column's postings (rows unique).
+
+    ``out``, ``values`` and ``coef`` share a dtype (float64 for exact scores, float32 for bounds).
 
     scipy's own sparse kernel (``scipy.sparse._sparsetools.csc_matvec`` on a one-column view) does it
     without the copies numpy's fancy indexing makes: 1.5 ns per entry against 12 ns.
     """
     if _csc_matvec is None:
-        out[rows] += counts * coef[0]
+        out[rows] += values * coef[0]
         return
-    _csc_matvec(len(out), 1, np.array([0, len(rows)], dtype=np.int32), rows, counts, coef, out)
+    _csc_matvec(len(out), 1, np.array([0, len(rows)], dtype=np.int32), rows, values, coef, out)
 
 
 def _block_from_coo(
@@ -297,8 +310,9 @@ class IncrementalTfidf:
     outside the vocabulary are ignored; a query or bank without a usable token scores 0 everywhere.
 
     Per update the cost is: tokenising the new keys, merging their counts into the tail block, and one
-    vectorised pass over all stored counts for the new idf and row norms. Per query: tokenising the query
-    and reading the postings of its terms (a CSC column slice and a sparse matrix-vector product). Per
+    vectorised pass over all stored counts for the new idf and row norms (and, every few updates, a second
+    for the pruning bounds). Per :meth:`similarities`: tokenising the query and reading every posting of its
+    terms. Per :meth:`top_k`: the postings of its rarer terms, and lookups of the others for a few keys. Per
     eviction: one pass over the stored counts (dropping the rows), and the reweighting deferred to the next
     update or query, so that an eviction followed by an update costs one reweighting.
 
@@ -594,12 +608,11 @@ class IncrementalTfidf:
         out = np.zeros(self._n, dtype=np.float64)
         for block in self._blocks():
             part = out[block.start : block.start + block.n_rows]
-            for j, qj in zip(ids.tolist(), q.tolist(), strict=True):
+            for t, j in enumerate(ids.tolist()):
                 if j >= block.n_cols:
                     break
                 rows, w = self._postings(block, j)
-                w *= qj
-                part[rows] += w
+                _add_column(part, rows, w, q[t : t + 1])  # part[rows] += w * q_j, the product's order
         return out
 
     def _exact(self, ids: IntArray, q: FloatArray, docs: IntArray) -> FloatArray:
@@ -681,6 +694,10 @@ class IncrementalTfidf:
         ids, q = self._query(query)
         if k == 0 or not ids.size:
             return [(c[:k].astype(np.int64), np.zeros(min(k, c.size))) for c in classes]
+        if self._n < _PRUNE_MIN_KEYS:
+            sims = self.similarities(query)
+            picks = [_top_k(sims, c, k) for c in classes]
+            return [(p, sims[p]) for p in picks]
         label = self._labels_of(classes)
         n_cls = len(classes)
         ranked = [c for c in range(n_cls) if classes[c].size > k]  # the others: all their keys are the answer
