@@ -58,7 +58,7 @@ from ceb.errors import BankError
 
 try:  # scipy's compiled sparse kernels (private module, stable for years); numpy does the same, slower
     from scipy.sparse._sparsetools import csc_matvec as _csc_matvec
-except ImportError:  # pragma: no cover - tested by patching it to None
+except ImportError:  # pragma: no cover
     _csc_matvec = None
 
 __all__ = ["IncrementalTfidf"]

@@ -89,20 +89,3 @@ def test_pruned_top_k_on_a_bank_large_enough_to_prune():
         (pos, s), (neg, t) = ker.top_k(keys[i], classes, 2)
         best = (pos, s) if labels[i] == 1 else (neg, t)
         assert best[0][0] == i and abs(best[1][0] - 1.0) < 1e-12
-
-
-def test_the_numpy_fallback_gives_the_scipy_kernels_scores(monkeypatch: pytest.MonkeyPatch):
-    # scipy's csc_matvec is private; without it the kernel adds with numpy, and nothing may change.
-    keys = [composite_key(f"task {i % 7}", f"state {i % 5} ls", f"cat x{i % 11} grep foo") for i in range(300)]
-    ker = IncrementalTfidf()
-    ker.update(tuple(keys[:200]))
-    ker.update(tuple(keys))
-    labels = (np.arange(len(keys)) % 3 == 0).astype(np.int8)
-    classes = [np.flatnonzero(labels == c).astype(np.int64) for c in (1, 0)]
-    queries = [keys[0], keys[123], composite_key("task 3", "state 1", "cat x4")]
-    with_scipy = [(ker.similarities(q), ker.top_k(q, classes, 2)) for q in queries]
-    monkeypatch.setattr(kernel_module, "_csc_matvec", None)
-    for q, (sims, best) in zip(queries, with_scipy, strict=True):
-        assert np.allclose(ker.similarities(q), sims, rtol=0, atol=1e-12)
-        for (pos, s), (want_pos, want_s) in zip(ker.top_k(q, classes, 2), best, strict=True):
-            assert pos.tolist() == want_pos.tolist() and np.allclose(s, want_s, rtol=0, atol=1e-12)
