@@ -401,13 +401,7 @@ class ChatBackend(ABC):
             raise ValueError(f"a streamed request has one choice, not n={request.n}")
         queue_s = 0.0
         attempts = 0
-        retrying = AsyncRetrying(
-            retry=retry_if_exception(self.should_retry),
-            stop=stop_after_attempt(self.retry.max_attempts),
-            wait=self._wait,
-            sleep=anyio.sleep,
-            reraise=True,
-        )
+        retrying = self._retrying()
         async with AsyncExitStack() as stack:
             try:
                 async for attempt in retrying:
@@ -498,6 +492,16 @@ class ChatBackend(ABC):
         for observer in self.observers:
             observer(record)
 
+    def _retrying(self) -> AsyncRetrying:
+        """The declared retry loop of one request: :meth:`should_retry` per error, :meth:`_wait` between attempts."""
+        return AsyncRetrying(
+            retry=retry_if_exception(self.should_retry),
+            stop=stop_after_attempt(self.retry.max_attempts),
+            wait=self._wait,
+            sleep=anyio.sleep,
+            reraise=True,
+        )
+
     def _pick(self) -> str:
         """The endpoint for the next attempt: the caller's lane's home replica, or the least loaded one."""
         return self._limits.pick(self.endpoints, self.max_concurrency, key=current_lane(), routing=self.routing)
@@ -525,13 +529,7 @@ class ChatBackend(ABC):
         """
         queue_s = 0.0
         attempts = 0
-        retrying = AsyncRetrying(
-            retry=retry_if_exception(self.should_retry),
-            stop=stop_after_attempt(self.retry.max_attempts),
-            wait=self._wait,
-            sleep=anyio.sleep,
-            reraise=True,
-        )
+        retrying = self._retrying()
         try:
             async for attempt in retrying:
                 with attempt:
