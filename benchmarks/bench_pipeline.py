@@ -17,14 +17,12 @@ import os
 import sys
 import tempfile
 from dataclasses import replace
-from datetime import UTC, datetime
 from pathlib import Path
-
-import orjson
 
 from ceb.bench import machine_info
 from ceb.bench.faults import run_fault_bench
 from ceb.bench.pipeline import PipelineSettings, load_intercode_streams, run_client_bench, run_pipeline_bench
+from ceb.bench.results import save_results
 from ceb.bench.reuse import run_reuse_bench
 from ceb.logs import configure_logging
 
@@ -33,13 +31,6 @@ DEFAULT_INTERCODE = Path(os.environ.get("CEB_SHARED", REPO.parent / "shared")) /
 PIPELINE_TARGET = "schedule efficiency >= 0.9 with >= 16 streams of real InterCode data mixed with static baselines"
 CLIENT_TARGET = ">= 1,000 requests/s in one process and <= 1 ms client CPU per scored step"
 PAPER_GRID = REPO / "configs" / "grid-intercode-bash.toml"
-
-
-def _save(out: Path, kind: str, doc: dict[str, object]) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{kind}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
-    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"ratio {result['ratio_requests_off_over_on']:.3f}x; identical scores {result['identical_scores']}, "
                 f"identical metrics {result['identical_metrics']}"
             )
-            print(f"saved {_save(args.out, args.kind, doc)}")
+            print(f"saved {save_results(args.out, args.kind, doc)}")
             return 0
         streams = load_intercode_streams(args.intercode, work / "streams")
         if args.kind == "pipeline":
@@ -137,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"static run: {step['steps']} steps, {step['steps_per_s']:.0f} steps/s, "
                 f"{step['cpu_ms_per_step']:.3f} client CPU ms/step"
             )
-    print(f"saved {_save(args.out, args.kind, doc)}")
+    print(f"saved {save_results(args.out, args.kind, doc)}")
     return 0
 
 

@@ -21,16 +21,15 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
-import orjson
 
 from ceb.bench import machine_info
 from ceb.bench.pipeline import load_intercode_streams
 from ceb.bench.prefix_cache import PrefixCacheSettings, run_prefix_cache_bench
+from ceb.bench.results import save_results
 from ceb.logs import configure_logging
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,9 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         doc = anyio.run(_main, args, Path(tmp))
     doc["machine"] = machine_info()
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"prefix-cache-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    path = save_results(args.out, "prefix-cache", doc)
     print(f"\nwrote {path}")
     return 0
 

@@ -20,15 +20,14 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
-import orjson
 
 from ceb.bench import machine_info
 from ceb.bench.pipeline import load_intercode_streams
+from ceb.bench.results import save_results
 from ceb.bench.routing import (
     RoutingBenchSettings,
     affinity_workload,
@@ -143,9 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         doc = anyio.run(_main, args, Path(tmp))
     doc["machine"] = machine_info() | {"shared": "the machine was shared with other jobs during the run"}
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"routing-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    path = save_results(args.out, "routing", doc)
     print(f"\nwrote {path}")
     return 0
 

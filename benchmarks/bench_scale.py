@@ -16,14 +16,12 @@ import os
 import sys
 import tempfile
 from dataclasses import replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from ceb.bench import machine_info
 from ceb.bench.pipeline import load_intercode_streams
+from ceb.bench.results import save_results
 from ceb.bench.scale import ScaleSettings, run_scale_bench
 from ceb.logs import configure_logging
 
@@ -97,9 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{ext['calls_per_s_per_core_at_max']:.0f} calls/s per core of ceb CPU"
     )
     doc = {"benchmark": "scale", "simulator": "ceb-simulator (not a model)", **result, "machine": machine_info()}
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"scale-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    path = save_results(args.out, "scale", doc)
     for c in result["gc_comparison"]:
         print(
             f"R={c['replicas']}: quiet GC / default GC: calls/s x{c['calls_per_s_quiet_over_default']:.3f}, "

@@ -18,16 +18,15 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
 import numpy as np
-import orjson
 
 from ceb.bench import machine_info
 from ceb.bench.pipeline import load_intercode_streams
+from ceb.bench.results import save_results
 from ceb.bench.serve_compare import dump_critic_prompts, metrics, run_ceb_client, run_vllm_bench
 from ceb.logs import configure_logging
 
@@ -153,9 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         doc = anyio.run(_main, args, Path(tmp))
     doc["machine"] = machine_info()
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"vs-vllm-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    path = save_results(args.out, "vs-vllm", doc)
     print(f"\nwrote {path}")
     return 0
 
