@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -34,6 +34,30 @@ alone no longer determine."""
 
 _NO_INDEX = np.empty(0, dtype=np.int64)
 _DEFAULT_SETTINGS = BankConfig()
+
+
+class _Keys(Sequence[str]):
+    """The records' composite keys, built when read: a retriever reads only the new ones on an update.
+
+    Keeping a million keys as strings beside the records that make them cost about 400 MB at 1M records.
+    """
+
+    __slots__ = ("_records",)
+
+    def __init__(self, records: Sequence[BankRecord]) -> None:
+        self._records = records
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [r.key for r in self._records[i]]
+        return self._records[i].key
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +100,9 @@ class Bank:
     Args:
         retriever: Similarity backend; the exact incremental TF-IDF kernel when ``None``. One with an ``evict``
             method (the TF-IDF kernel) drops evicted rows in place; any other is cleared and given the kept
-            keys again.
+            keys again. One with a ``top_k(query, classes, k)`` method (the TF-IDF kernel) ranks each class
+            itself, exactly, without scoring every record (except under the usefulness policy, which needs
+            every similarity).
         settings: Eviction and compression; ``None``: the default, the paper's append-only bank.
     """
 
@@ -84,7 +110,6 @@ class Bank:
         self._retriever: Retriever = retriever if retriever is not None else IncrementalTfidf()
         self._settings = settings if settings is not None else _DEFAULT_SETTINGS
         self._records: list[BankRecord] = []
-        self._keys: list[str] = []
         self._labels = np.empty(0, dtype=np.int8)
         # Record indices of B+ and B- (ascending), kept between updates so a retrieval does not rescan labels.
         self._classes: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] = (_NO_INDEX, _NO_INDEX)
@@ -158,14 +183,12 @@ class Bank:
         if not new:
             return
         self._records.extend(new)
-        # Keys are kept rather than rebuilt from every record on each update (40 ms per update at 100k records).
-        self._keys.extend(r.key for r in new)
         self._labels = np.concatenate([self._labels, np.fromiter((r.pseudo_label for r in new), dtype=np.int8)])
         self._classes = (
             np.flatnonzero(self._labels == 1).astype(np.int64),
             np.flatnonzero(self._labels == 0).astype(np.int64),
         )
-        self._retriever.update(tuple(self._keys))
+        self._retriever.update(_Keys(self._records))
 
     def retrieve(self, query_key: str, k: int) -> Retrieval:
         """Top-``k`` productive and top-``k`` unproductive records by the retriever's similarity to ``query_key``.
@@ -185,21 +208,28 @@ class Bank:
             return Retrieval()
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
-        sims = self._retriever.similarities(query_key)
-        if sims.shape != self._labels.shape:
-            raise ValueError(f"sims {sims.shape} and labels {self._labels.shape} differ in shape")
-        pos, neg = (top_k(sims, idx, k) for idx in self._classes)
-        if self._settings.policy == "usefulness":
-            self._served[query_key] = self._judged(sims)
-        if not self._settings.bounded:
-            return Retrieval(
-                positives=tuple(Hit(self._records[i], float(sims[i])) for i in pos),
-                negatives=tuple(Hit(self._records[i], float(sims[i])) for i in neg),
-            )
-        counts = self._counts
+        pruned = getattr(self._retriever, "top_k", None)
+        if pruned is not None and self._settings.policy != "usefulness":
+            # The kernel's exact pruned top-k: the same records and similarities without scoring every record.
+            (pos, pos_sims), (neg, neg_sims) = pruned(query_key, self._classes, k)
+        else:
+            sims = self._retriever.similarities(query_key)
+            if sims.shape != self._labels.shape:
+                raise ValueError(f"sims {sims.shape} and labels {self._labels.shape} differ in shape")
+            pos, neg = (top_k(sims, idx, k) for idx in self._classes)
+            pos_sims, neg_sims = sims[pos], sims[neg]
+            if self._settings.policy == "usefulness":
+                self._served[query_key] = self._judged(sims)
+        bounded = self._settings.bounded
         return Retrieval(
-            positives=tuple(Hit(self._records[i], float(sims[i]), int(counts[i])) for i in pos),
-            negatives=tuple(Hit(self._records[i], float(sims[i]), int(counts[i])) for i in neg),
+            positives=tuple(
+                Hit(self._records[i], float(s), int(self._counts[i]) if bounded else 1)
+                for i, s in zip(pos.tolist(), pos_sims.tolist(), strict=True)
+            ),
+            negatives=tuple(
+                Hit(self._records[i], float(s), int(self._counts[i]) if bounded else 1)
+                for i, s in zip(neg.tolist(), neg_sims.tolist(), strict=True)
+            ),
         )
 
     # --- bounded banks (ceb.bank.policy) --------------------------------------------------------------------
@@ -225,7 +255,6 @@ class Bank:
                 self._disagreed[hits[disagreed]] += 1
         n_old, m = len(self._records), len(new)
         self._records.extend(new)
-        self._keys.extend(r.key for r in new)
         self._labels = np.concatenate([self._labels, np.fromiter((r.pseudo_label for r in new), dtype=np.int8)])
         self._ids = np.concatenate([self._ids, np.arange(self._next_id, self._next_id + m, dtype=np.int64)])
         self._next_id += m
@@ -236,10 +265,10 @@ class Bank:
         held = np.ones(n, dtype=np.bool_)
         synced = False
         if cfg.compress_threshold is not None:
-            self._retriever.update(tuple(self._keys))
+            self._retriever.update(_Keys(self._records))
             synced = True
             for p in range(n_old, n):
-                sims = self._retriever.similarities(self._keys[p])
+                sims = self._retriever.similarities(self._records[p].key)
                 candidates = np.flatnonzero(held[:p] & (self._labels[:p] == self._labels[p]))
                 if candidates.size:
                     best = candidates[int(np.argmax(sims[candidates]))]  # argmax: the first of tied maxima
@@ -289,7 +318,6 @@ class Bank:
         if gone.size:
             keep = np.flatnonzero(held)
             self._records = [self._records[i] for i in keep]
-            self._keys = [self._keys[i] for i in keep]
             self._labels = self._labels[keep]
             self._ids = self._ids[keep]
             self._counts = self._counts[keep]
@@ -307,7 +335,7 @@ class Bank:
                 evict(in_retriever)
             else:
                 self._retriever.update(())  # a retriever that only appends: start it over
-        self._retriever.update(tuple(self._keys))
+        self._retriever.update(_Keys(self._records))
 
     def to_document(self) -> dict[str, Any]:
         """The bank's whole state as a JSON-ready document (what :meth:`save` writes, :meth:`from_document` reads).
@@ -379,7 +407,6 @@ class Bank:
             if r.pseudo_label not in (0, 1) or not 0.0 <= r.soft_vote <= 1.0:
                 raise BankError(f"{where}: bad record {r.trajectory_id} step {r.step}")
         bank._records = records
-        bank._keys = [r.key for r in records]
         bank._labels = np.fromiter((r.pseudo_label for r in records), dtype=np.int8, count=n)
         bank._classes = (
             np.flatnonzero(bank._labels == 1).astype(np.int64),
@@ -392,9 +419,9 @@ class Bank:
         bank._slots = (slots[0], slots[1])
         restore = getattr(bank._retriever, "restore", None)
         if terms is not None and restore is not None:
-            restore(tuple(bank._keys), terms)
+            restore(_Keys(bank._records), terms)
         else:
-            bank._retriever.update(tuple(bank._keys))
+            bank._retriever.update(_Keys(bank._records))
         return bank
 
     def save(self, path: str | Path) -> None:

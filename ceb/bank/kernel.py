@@ -3,7 +3,7 @@
 :class:`IncrementalTfidf` returns, for every query, the same similarity vector as
 :class:`~ceb.bank.retrieval.TfidfReference` (scikit-learn's ``TfidfVectorizer`` refit on all keys after every
 bank update) without refitting: keys are appended, so only the new keys are tokenised and counted. What every
-update must still redo is the weighting, because the smoothed idf of *every* term moves when the number of
+update must still redo is the row norms, because the smoothed idf of *every* term moves when the number of
 keys ``n`` moves; that is one vectorised pass over the stored counts.
 
 Keys can also be evicted (:meth:`IncrementalTfidf.evict`, for a bounded bank: :mod:`ceb.bank.policy`): their
@@ -14,21 +14,30 @@ because term ids stay in the order terms were first seen over *all* keys ever ad
 Nothing but the kernel's own history decides that order, so replaying the same updates and evictions (a
 resume), or restoring the term list (:attr:`IncrementalTfidf.terms`), reproduces the scores bit for bit.
 
-Storage is the raw term-count matrix ``C`` (keys x terms) in compressed sparse column (CSC) form, so that a
-query reads only the columns (postings) of its own terms. Appending rows to one CSC matrix would rewrite it,
-so ``C`` is kept as two row blocks: a large immutable *main* block and a small *tail* block holding the rows
-added since the last fold. Each update merges its new rows into the tail (cost linear in the tail); when the
-tail outgrows ``1/8`` of the main block it is folded into it (linear in the bank, amortised to a constant
-per appended entry).
+Storage: the raw term counts ``C`` (keys x terms), in row blocks of at most 65,536 keys, each held twice: as
+compressed sparse columns (postings: a uint16 row within the block and a count per entry), which a query reads
+term by term, and as compressed sparse rows (an int32 term and a count per entry), which scores a chosen key
+exactly. Counts take one byte while they fit (two or four otherwise), so an entry costs eight bytes in all:
+about 575 MB for the 72M entries of 1M InterCode-SQL keys. New keys go to a small *tail* block that is folded
+into the open *main* block once it outgrows ``1/8`` of it; a main block that would pass 65,536 keys is sealed
+and never copied again, so no fold copies more than one block.
+
+Weights ``w_ij = (c_ij * idf_j) / norm_i`` are stored (float64) only while the bank is small
+(:data:`_SMALL_NNZ` entries); a larger bank computes them for the entries a query reads.
+
+The bank's retrieval (:meth:`IncrementalTfidf.top_k`) of a large bank does not score every key: it finds the
+top ``k`` of each class exactly, with MaxScore-style pruning (per-term upper bounds of the weights, kept by each
+update), and scores the few keys left in the running through their rows, so the keys, their order and their
+similarities are those of the full ranking, bit for bit.
 
 Arithmetic order follows scikit-learn's, operation for operation, so the scores are not just within 1e-9 of
 the reference but bit-identical to it, and ties between top-k candidates break the same way:
 
 - scikit-learn's fitted matrix keeps each row's entries in the order terms were first seen in the corpus
   (``CountVectorizer._sort_features`` renames the columns alphabetically but does not re-sort the rows). Our
-  term ids *are* first-seen order, and a CSC block lists each row's entries by ascending term id, so row
+  term ids *are* first-seen order, and both layouts list each row's entries by ascending term id, so row
   norms and dot products accumulate in the same order as ``inplace_csr_row_normalize_l2`` and the sparse
-  product ``X @ q.T``.
+  product ``X @ q.T`` (adding a term the query lacks adds an exact ``+0.0``).
 - The query vector is built like ``TfidfVectorizer.transform``'s, with its norm summed in alphabetical term
   order (its row is sorted by the alphabetical vocabulary index).
 """
@@ -38,65 +47,144 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy import sparse
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from ceb.bank.retrieval import TFIDF_PARAMS
+from ceb.bank.retrieval import top_k as _top_k
 from ceb.errors import BankError
+
+try:  # scipy's compiled sparse kernels (private module, stable for years); numpy does the same, slower
+    from scipy.sparse._sparsetools import csc_matvec as _csc_matvec
+    from scipy.sparse._sparsetools import csr_matvec as _csr_matvec
+except ImportError:  # pragma: no cover - tested by patching them to None
+    _csc_matvec = None
+    _csr_matvec = None
 
 __all__ = ["IncrementalTfidf"]
 
 FloatArray = npt.NDArray[np.float64]
-IdxArray = npt.NDArray[np.int32] | npt.NDArray[np.int64]
+IntArray = npt.NDArray[np.int64]
 
+_BLOCK_ROWS = 1 << 16
+"""Keys per block at most: a row within a block fits a uint16."""
 _FOLD_FRACTION = 8
 """The tail is folded into the main block once its entries exceed ``1 / _FOLD_FRACTION`` of the main's."""
 _FOLD_MIN_NNZ = 1 << 14
 """...and exceed this many entries, so that a small bank does not fold on every update."""
+_COUNT_KEYS = 1 << 13
+"""Keys tokenised per step of an update (bounds the Python objects a bulk load holds at once)."""
 _PRUNE_MIN_DEAD = 1 << 12
 """Terms no kept key holds (after evictions) are dropped from the vocabulary once there are more of them than
 this and than live terms. Pruning keeps the order of the live terms, so it changes no score; it depends only on
 the vocabulary and the document frequencies, so a restored kernel prunes when the original would have."""
+_SMALL_NNZ = 1 << 22
+"""A bank of at most this many entries (about 55k InterCode keys) stores its weights (32 MB at most) and
+scores every key on a query: reading stored weights is faster there than pruning."""
+_SEED_POSTINGS = 128
+""":meth:`IncrementalTfidf.top_k` scores exactly the keys of its most selective terms until it has this many..."""
+_SEED_MAX = 512
+"""...and at most this many (more only to reach ``k`` keys of each class), for a first ``k``-th best per class."""
+_BATCH = 2048
+"""Keys a class scores exactly at a time, best upper bound first, raising its ``k``-th best as it goes."""
+_BOUND_LOOSEN_MAX = 1.25
+"""The bounds of :meth:`IncrementalTfidf.top_k` are recomputed from all counts once appends loosened them by this."""
+_CHUNK_NNZ = 1 << 21
+"""Entries per step of the passes over a block (norms, bounds): bounds their temporaries (~50 MB)."""
+_SLACK = 1e-9
+"""Every comparison with a bound gives way by this much: float rounding can keep a key in the running, never
+drop one (the bounds and partial scores are within 1e-12 of exact)."""
+
+
+def _count_dtype(top: int) -> type[np.unsignedinteger[Any]]:
+    """The smallest unsigned type that holds counts up to ``top``."""
+    if top <= np.iinfo(np.uint8).max:
+        return np.uint8
+    if top <= np.iinfo(np.uint16).max:
+        return np.uint16
+    if top <= np.iinfo(np.uint32).max:
+        return np.uint32
+    raise BankError(f"IncrementalTfidf: a key repeats a term {top} times")
+
+
+def _ranges(starts: IntArray, lens: IntArray) -> tuple[IntArray, IntArray]:
+    """Positions ``starts[t] .. starts[t] + lens[t] - 1`` for every ``t``, concatenated, and the running ends."""
+    ends = np.cumsum(lens)
+    total = int(ends[-1]) if ends.size else 0
+    idx = np.arange(total, dtype=np.int64)
+    idx += np.repeat(starts - (ends - lens), lens)
+    return idx, ends
 
 
 @dataclass(frozen=True, slots=True)
 class _Block:
-    """Raw term counts of the keys ``[start, start + n_rows)`` as a CSC matrix over the terms ``[0, n_cols)``.
+    """Raw term counts of the keys ``[start, start + n_rows)`` over the terms ``[0, n_cols)``, in both layouts.
 
     Attributes:
         start: Index of the block's first key in the bank.
-        n_rows: Keys in the block.
+        n_rows: Keys in the block, at most :data:`_BLOCK_ROWS`.
         indptr: Column pointers, shape ``(n_cols + 1,)``: the entries of term ``j`` are ``indptr[j]:indptr[j+1]``.
-        rows: Row (key) of each entry, relative to ``start``, ascending within a column, shape ``(nnz,)``.
-        counts: Raw count of the term in the key, as float64, shape ``(nnz,)``.
-        col_len: Entries per column, ``diff(indptr)``, shape ``(n_cols,)`` (spreads the idf over the entries).
-        sp_rows: ``rows`` as scipy's index dtype (int32 while it fits), so that wrapping the weights in a
-            ``csc_matrix`` on every update copies nothing.
-        sp_indptr: ``indptr`` likewise.
+        rows: Row (key) of each column entry, relative to ``start``, ascending within a column, uint16,
+            shape ``(nnz,)``.
+        counts: Raw count of each column entry, shape ``(nnz,)``.
+        col_len: Entries per column, ``diff(indptr)``, shape ``(n_cols,)``.
+        row_ptr: Row pointers, shape ``(n_rows + 1,)``: the entries of key ``i`` are ``row_ptr[i]:row_ptr[i+1]``.
+        terms: Term of each row entry, ascending within a row, int32, shape ``(nnz,)``.
+        row_counts: Raw count of each row entry, shape ``(nnz,)``.
     """
 
     start: int
     n_rows: int
-    indptr: npt.NDArray[np.int64]
-    rows: npt.NDArray[np.int64]
-    counts: FloatArray
-    col_len: npt.NDArray[np.int64]
-    sp_rows: IdxArray
-    sp_indptr: IdxArray
+    indptr: IntArray
+    rows: npt.NDArray[np.uint16]
+    counts: npt.NDArray[np.unsignedinteger[Any]]
+    col_len: IntArray
+    row_ptr: IntArray
+    terms: npt.NDArray[np.int32]
+    row_counts: npt.NDArray[np.unsignedinteger[Any]]
 
     @classmethod
-    def build(
-        cls, start: int, n_rows: int, indptr: npt.NDArray[np.int64], rows: npt.NDArray[np.int64], counts: FloatArray
+    def from_columns(
+        cls, start: int, n_rows: int, indptr: IntArray, rows: npt.NDArray[Any], counts: npt.NDArray[Any]
     ) -> _Block:
-        """Derive the cached arrays from the CSC triple."""
-        sp_rows: IdxArray = rows
-        sp_indptr: IdxArray = indptr
-        if max(len(rows), n_rows, len(indptr)) < np.iinfo(np.int32).max:
-            sp_rows, sp_indptr = rows.astype(np.int32), indptr.astype(np.int32)
-        return cls(start, n_rows, indptr, rows, counts, np.diff(indptr), sp_rows, sp_indptr)
+        """Build a block from its columns; the rows are derived (a stable sort by row keeps terms ascending)."""
+        if n_rows > _BLOCK_ROWS:
+            raise AssertionError(f"a block of {n_rows} keys (at most {_BLOCK_ROWS})")
+        nnz = len(rows)
+        dtype = _count_dtype(int(counts.max()) if nnz else 0)
+        col_len = np.diff(indptr)
+        order = np.argsort(rows, kind="stable")
+        terms = np.repeat(np.arange(len(col_len), dtype=np.int32), col_len)[order]
+        row_ptr = np.zeros(n_rows + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=n_rows), out=row_ptr[1:])
+        return cls(
+            start,
+            n_rows,
+            indptr.astype(np.int64, copy=False),
+            rows.astype(np.uint16, copy=False),
+            counts.astype(dtype, copy=False),
+            col_len,
+            row_ptr,
+            terms,
+            counts[order].astype(dtype, copy=False),
+        )
+
+    def moved(self, start: int) -> _Block:
+        """The same block at another bank position."""
+        return _Block(
+            start,
+            self.n_rows,
+            self.indptr,
+            self.rows,
+            self.counts,
+            self.col_len,
+            self.row_ptr,
+            self.terms,
+            self.row_counts,
+        )
 
     @property
     def n_cols(self) -> int:
@@ -108,29 +196,52 @@ class _Block:
         """Stored entries."""
         return len(self.rows)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of its arrays."""
+        return sum(
+            a.nbytes
+            for a in (self.indptr, self.rows, self.counts, self.col_len, self.row_ptr, self.terms, self.row_counts)
+        )
 
-def _block_from_coo(
-    start: int,
-    n_rows: int,
-    n_cols: int,
-    rows: npt.NDArray[np.int64],
-    cols: npt.NDArray[np.int64],
-    counts: FloatArray,
-) -> _Block:
+    def column_entries(self, sel: IntArray) -> tuple[IntArray, IntArray]:
+        """Where the terms ``sel`` (ascending, each ``< n_cols``) have entries, and how many each.
+
+        Returns positions into ``rows``/``counts`` in column order, shape ``(total,)``, and entries per term,
+        shape ``(len(sel),)``.
+        """
+        lo = self.indptr[sel]
+        lens = self.indptr[sel + 1] - lo
+        idx, _ = _ranges(lo, lens)
+        return idx, lens
+
+    def row_chunks(self, target: int = _CHUNK_NNZ) -> list[tuple[int, int]]:
+        """Row ranges ``[a, b)`` of about ``target`` entries each."""
+        if self.n_rows == 0:
+            return []
+        cuts = np.searchsorted(self.row_ptr, np.arange(target, self.nnz, target, dtype=np.int64), side="right") - 1
+        bounds = np.unique(np.concatenate([[0], np.clip(cuts, 0, self.n_rows), [self.n_rows]]))
+        return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+
+
+def _block_from_coo(start: int, n_rows: int, n_cols: int, rows: IntArray, cols: IntArray, counts: IntArray) -> _Block:
     """Build a block from entries listed row by row (so that a stable sort by term keeps rows ascending)."""
     order = np.argsort(cols, kind="stable")
     indptr = np.zeros(n_cols + 1, dtype=np.int64)
     np.cumsum(np.bincount(cols, minlength=n_cols), out=indptr[1:])
-    return _Block.build(start, n_rows, indptr, rows[order], counts[order])
+    return _Block.from_columns(start, n_rows, indptr, rows[order], counts[order])
 
 
 def _stack(top: _Block, bottom: _Block, n_cols: int) -> _Block:
     """Stack two adjacent row blocks into one (``bottom``'s keys follow ``top``'s), in one linear pass.
 
-    Within each column ``top``'s entries come first, so rows stay ascending.
+    Within each column ``top``'s entries come first, so rows stay ascending; the rows simply concatenate.
     """
     if top.start + top.n_rows != bottom.start:
         raise AssertionError(f"blocks not adjacent: {top.start}+{top.n_rows} != {bottom.start}")
+    n_rows = top.n_rows + bottom.n_rows
+    if n_rows > _BLOCK_ROWS:
+        raise AssertionError(f"a block of {n_rows} keys (at most {_BLOCK_ROWS})")
     top_len = np.zeros(n_cols, dtype=np.int64)
     top_len[: top.n_cols] = top.col_len
     bottom_len = np.zeros(n_cols, dtype=np.int64)
@@ -144,61 +255,131 @@ def _stack(top: _Block, bottom: _Block, n_cols: int) -> _Block:
     bottom_pos = np.arange(bottom.nnz, dtype=np.int64)
     bottom_pos += np.repeat(indptr[: bottom.n_cols] + top_len[: bottom.n_cols] - bottom.indptr[:-1], bottom.col_len)
     nnz = top.nnz + bottom.nnz
-    rows = np.empty(nnz, dtype=np.int64)
+    dtype = np.promote_types(top.counts.dtype, bottom.counts.dtype)
+    rows = np.empty(nnz, dtype=np.uint16)
     rows[top_pos] = top.rows
-    rows[bottom_pos] = bottom.rows + top.n_rows
-    counts = np.empty(nnz, dtype=np.float64)
+    rows[bottom_pos] = bottom.rows + np.uint16(top.n_rows) if bottom.nnz else bottom.rows
+    counts = np.empty(nnz, dtype=dtype)
     counts[top_pos] = top.counts
     counts[bottom_pos] = bottom.counts
-    return _Block.build(top.start, top.n_rows + bottom.n_rows, indptr, rows, counts)
+    row_ptr = np.concatenate([top.row_ptr, bottom.row_ptr[1:] + top.nnz])
+    return _Block(
+        top.start,
+        n_rows,
+        indptr,
+        rows,
+        counts,
+        np.diff(indptr),
+        row_ptr,
+        np.concatenate([top.terms, bottom.terms]),
+        np.concatenate([top.row_counts.astype(dtype, copy=False), bottom.row_counts.astype(dtype, copy=False)]),
+    )
 
 
-def _drop_rows(block: _Block, start: int, dropped: npt.NDArray[np.bool_], before: npt.NDArray[np.int64]) -> _Block:
-    """The block without the rows marked in ``dropped`` (bank positions), renumbered to start at ``start``.
+def _drop_rows(block: _Block, start: int, gone: npt.NDArray[np.bool_]) -> _Block:
+    """The block without its rows marked in ``gone`` (shape ``(n_rows,)``), placed at bank position ``start``.
 
-    Entries keep their column order, and rows stay ascending within a column, so the arithmetic on a kept row
-    is the same as before.
-
-    Args:
-        block: The block.
-        start: Bank position of the block's first kept row after the eviction.
-        dropped: Per bank position (before the eviction), whether it is evicted, shape ``(n,)``.
-        before: Per bank position, how many positions before it are evicted, shape ``(n,)``.
+    Entries keep their order in both layouts, so the arithmetic on a kept row is the same as before.
     """
-    glob = block.rows + block.start
-    keep = ~dropped[glob]
+    keep_rows = ~gone
+    new_row = (np.cumsum(keep_rows) - 1).astype(np.uint16)  # kept rows renumbered 0..m-1
+    keep = keep_rows[block.rows]
     cols = np.repeat(np.arange(block.n_cols, dtype=np.int64), block.col_len)[keep]
     indptr = np.zeros(block.n_cols + 1, dtype=np.int64)
     np.cumsum(np.bincount(cols, minlength=block.n_cols), out=indptr[1:])
-    kept_glob = glob[keep]
-    rows = kept_glob - before[kept_glob] - start
-    end = block.start + block.n_rows
-    n_rows = block.n_rows - int(np.count_nonzero(dropped[block.start : end]))
-    return _Block.build(start, n_rows, indptr, rows, block.counts[keep])
+    row_len = np.diff(block.row_ptr)[keep_rows]
+    row_ptr = np.zeros(len(row_len) + 1, dtype=np.int64)
+    np.cumsum(row_len, out=row_ptr[1:])
+    row_keep = np.repeat(keep_rows, np.diff(block.row_ptr))
+    return _Block(
+        start,
+        len(row_len),
+        indptr,
+        new_row[block.rows[keep]],
+        block.counts[keep],
+        np.diff(indptr),
+        row_ptr,
+        block.terms[row_keep],
+        block.row_counts[row_keep],
+    )
 
 
-def _drop_columns(block: _Block, live: npt.NDArray[np.bool_]) -> _Block:
-    """The block without the columns not marked ``live`` (they must hold no entries); live ones keep their order."""
+def _drop_columns(block: _Block, new_id: npt.NDArray[np.int64], live: npt.NDArray[np.bool_]) -> _Block:
+    """The block without the columns not marked ``live`` (they must hold no entries).
+
+    Live columns keep their order; the row layout's terms are renumbered by ``new_id``.
+    """
     keep = live[: block.n_cols]
     if block.nnz and int(block.col_len[~keep].sum()):
         raise AssertionError("a dropped column holds entries")
     indptr = np.concatenate([np.zeros(1, dtype=np.int64), block.indptr[1:][keep]])
-    return _Block.build(block.start, block.n_rows, indptr, block.rows, block.counts)
+    return _Block(
+        block.start,
+        block.n_rows,
+        indptr,
+        block.rows,
+        block.counts,
+        np.diff(indptr),
+        block.row_ptr,
+        new_id[block.terms].astype(np.int32),
+        block.row_counts,
+    )
 
 
-def _weigh(block: _Block, idf: FloatArray) -> sparse.csc_matrix:
-    """L2-normalised tf-idf weights of a block, as a CSC matrix of shape ``(n_rows, n_cols)``.
+def _row_sums(block: _Block, a: int, b: int, data: FloatArray, x: FloatArray, out: FloatArray) -> None:
+    """``out[i] += sum_e data[e] * x[terms[e]]`` over the entries of rows ``[a, b)``, one by one in row order.
 
-    ``w_ij = (c_ij * idf_j) / sqrt(sum_j' (c_ij' * idf_j')**2)``. ``np.bincount`` adds its weights one by one
-    in input order, and the input is in column order, so each row's squares are summed by ascending term id
-    starting from 0.0, as scikit-learn's row normaliser does over its rows. A key with no terms has no entries,
-    so its zero norm is never divided by.
+    ``data`` holds those rows' entries (``row_ptr[a]:row_ptr[b]``); ``out`` has shape ``(b - a,)``. scipy's
+    ``csr_matvec`` adds each row's products left to right from ``out[i]``, which is the order the reference's
+    sparse product and row normaliser use; ``np.add.at`` does the same, slower.
     """
-    tf = np.repeat(idf[: block.n_cols], block.col_len)
-    tf *= block.counts
-    norms = np.sqrt(np.bincount(block.rows, weights=tf * tf, minlength=block.n_rows))
-    tf /= np.take(norms, block.rows)
-    return sparse.csc_matrix((tf, block.sp_rows, block.sp_indptr), shape=(block.n_rows, block.n_cols), copy=False)
+    lo = int(block.row_ptr[a])
+    terms = block.terms[lo : int(block.row_ptr[b])]
+    if _csr_matvec is None:
+        np.add.at(out, np.repeat(np.arange(b - a), np.diff(block.row_ptr[a : b + 1])), data * x[terms])
+        return
+    indptr = (block.row_ptr[a : b + 1] - lo).astype(np.int32)
+    _csr_matvec(b - a, len(x), indptr, terms, data, x, out)
+
+
+def _norms(block: _Block, idf: FloatArray) -> FloatArray:
+    """Row norms of a block's tf-idf rows, shape ``(n_rows,)``: ``norm_i = sqrt(sum_j (c_ij * idf_j)**2)``.
+
+    Each row's squares are summed by ascending term id starting from 0.0, as scikit-learn's row normaliser does;
+    a key with no terms has norm 0, never divided by.
+    """
+    sq = np.zeros(block.n_rows, dtype=np.float64)
+    ones = np.ones(len(idf), dtype=np.float64)
+    for a, b in block.row_chunks():
+        lo, hi = int(block.row_ptr[a]), int(block.row_ptr[b])
+        tf = idf[block.terms[lo:hi]]
+        tf *= block.row_counts[lo:hi]
+        tf *= tf
+        _row_sums(block, a, b, tf, ones, sq[a:b])
+    return np.sqrt(sq, out=sq)
+
+
+def _bounds(block: _Block, norms: FloatArray) -> FloatArray:
+    """Per term, ``max_i c_ij / norm_i`` over the block's keys, shape ``(n_cols,)`` (``norms``: the block's).
+
+    Bounds a term's weight in any key of the block: ``w_ij <= idf_j * bound_j`` (:meth:`IncrementalTfidf.top_k`
+    prunes with it).
+    """
+    bound = np.zeros(block.n_cols, dtype=np.float64)
+    full = np.flatnonzero(block.col_len)
+    if not full.size:
+        return bound
+    ratio = block.counts / norms[block.rows]
+    bound[full] = np.maximum.reduceat(ratio, block.indptr[full])
+    return bound
+
+
+def _weigh(block: _Block, idf: FloatArray, norms: FloatArray) -> FloatArray:
+    """The block's weights ``(c_ij * idf_j) / norm_i`` in column order, shape ``(nnz,)`` (``norms``: the block's)."""
+    w = np.repeat(idf[: block.n_cols], block.col_len)
+    w *= block.counts
+    w /= norms[block.rows]
+    return w
 
 
 class IncrementalTfidf:
@@ -211,13 +392,16 @@ class IncrementalTfidf:
     outside the vocabulary are ignored; a query or bank without a usable token scores 0 everywhere.
 
     Per update the cost is: tokenising the new keys, merging their counts into the tail block, and one
-    vectorised pass over all stored counts for the new idf and row norms. Per query: tokenising the query
-    and reading the postings of its terms (a CSC column slice and a sparse matrix-vector product). Per
-    eviction: one pass over the stored counts (dropping the rows), and the reweighting deferred to the next
-    update or query, so that an eviction followed by an update costs one reweighting.
+    vectorised pass over all stored counts for the new idf and row norms (a small bank also refreshes its
+    stored weights; a large one, every few updates, its pruning bounds). Per :meth:`similarities`: tokenising
+    the query and reading every posting of its terms. Per :meth:`top_k` on a large bank: the postings of its
+    rarer terms, and the rows of the few keys left in the running. Per eviction: one pass over the stored
+    counts (dropping the rows), and the reweighting deferred to the next update or query, so that an eviction
+    followed by an update costs one reweighting.
 
     Sources: paper section 3.3 ("a TF-IDF embedding fit to the bank's keys"); scikit-learn
-    ``TfidfVectorizer`` / ``TfidfTransformer`` (smooth_idf, norm="l2") documentation.
+    ``TfidfVectorizer`` / ``TfidfTransformer`` (smooth_idf, norm="l2") documentation; MaxScore pruning
+    (Turtle and Flood, 1995).
 
     Raises:
         BankError: From :meth:`update`, when the keys are not the previous keys with new ones appended.
@@ -232,14 +416,20 @@ class IncrementalTfidf:
         self._last_key: str | None = None
         self._keys: Sequence[str] = ()
         # Position in ``_keys`` (the last sequence update() took) of each current key; None: the identity.
-        self._key_pos: npt.NDArray[np.int64] | None = None
+        self._key_pos: IntArray | None = None
         self._vocab: dict[str, int] = {}
         self._df = np.zeros(0, dtype=np.int64)
         self._idf = np.zeros(0, dtype=np.float64)
+        self._sealed: list[_Block] = []  # full blocks, never copied again
         self._main: _Block | None = None
         self._tail: _Block | None = None
-        self._weights: list[tuple[_Block, sparse.csc_matrix]] = []
+        self._norms = np.zeros(0, dtype=np.float64)  # per key: L2 norm of its tf-idf row
+        self._weights: list[FloatArray] | None = None  # per block of _blocks(), while the bank is small
+        self._bound = np.zeros(0, dtype=np.float64)  # per term: max over keys of count / norm
+        self._bounds_valid = False  # False: the next reweighing recomputes the bounds from all counts
+        self._loosened = 1.0  # factor by which the bounds may exceed the exact ones
         self._stale = False
+        self._label_cache: tuple[tuple[IntArray, ...], npt.NDArray[np.int8]] | None = None
 
     def __len__(self) -> int:
         return self._n
@@ -260,7 +450,13 @@ class IncrementalTfidf:
     @property
     def nnz(self) -> int:
         """Stored (key, term) counts: the size of the count matrix, and of each update's reweighting pass."""
-        return sum(b.nnz for b in (self._main, self._tail) if b is not None)
+        return sum(b.nnz for b in self._blocks())
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the kernel's arrays (counts in both layouts, per-key norms, stored weights, per-term arrays)."""
+        arrays = [self._df, self._idf, self._norms, self._bound, *(self._weights or [])]
+        return sum(b.nbytes for b in self._blocks()) + sum(a.nbytes for a in arrays)
 
     def restore(self, keys: Sequence[str], terms: Sequence[str]) -> None:
         """Start over from ``keys`` with the term ids of ``terms``: the state of the kernel they came from.
@@ -289,7 +485,7 @@ class IncrementalTfidf:
         is the one seen before). An empty ``keys`` clears the retriever.
 
         Args:
-            keys: All keys in insertion order, shape ``(n,)``.
+            keys: All keys in insertion order, shape ``(n,)``; a sequence whose slices are lists or tuples.
 
         Raises:
             BankError: ``keys`` is shorter than before, or its last previous key changed.
@@ -306,19 +502,60 @@ class IncrementalTfidf:
         self._keys, self._key_pos = keys, None
         if n == self._n:
             return
-        new_block = self._count(keys, self._n)
-        self._n = n
+        first_new = self._n
+        for block in self._count(keys, self._n):
+            self._append(block)
+            self._n = block.start + block.n_rows
         self._last_key = keys[n - 1]
-        self._append(new_block)
-        self._reweigh()
+        self._reweigh(first_new)
 
-    def _reweigh(self) -> None:
-        """Every idf moves with n, so every weight and row norm is refreshed (one pass over all counts)."""
+    def _blocks(self) -> list[_Block]:
+        """Every block, in bank order."""
+        return [*self._sealed, *(b for b in (self._main, self._tail) if b is not None)]
+
+    def _reweigh(self, first_new: int | None = None) -> None:
+        """Every idf moves with n, so every row norm is refreshed (one pass over all counts); the rest follows.
+
+        A small bank stores its weights. A large one keeps per-term bounds for :meth:`top_k`
+        (``max_i c_ij / norm_i``), which need a second pass over all counts that an append (``first_new``: the
+        first appended key) mostly avoids: no idf fell by more than the factor ``r`` (the smallest new-over-old
+        idf ratio), so no old key's norm did either, and the old bounds divided by ``r`` still hold for the old
+        keys; the new keys' bounds come from their own entries. Once the bounds are loose by more than
+        :data:`_BOUND_LOOSEN_MAX` in all, or after an eviction, the full pass resets them.
+        """
+        old_idf, old_bound = self._idf, self._bound
         df = self._df.astype(np.float64)
         df += 1.0
         self._idf = np.log(float(self._n + 1) / df) + 1.0
-        self._weights = [(b, _weigh(b, self._idf)) for b in (self._main, self._tail) if b is not None and b.nnz]
+        blocks = self._blocks()
+        self._norms = np.zeros(self._n, dtype=np.float64)
+        for b in blocks:
+            self._norms[b.start : b.start + b.n_rows] = _norms(b, self._idf)
         self._stale = False
+        if self.nnz <= _SMALL_NNZ:
+            self._weights = [_weigh(b, self._idf, self._norms[b.start : b.start + b.n_rows]) for b in blocks]
+            self._bounds_valid = False
+            return
+        self._weights = None
+        m = len(old_idf)
+        loosen, r = np.inf, 1.0
+        if first_new is not None and self._bounds_valid and m == len(old_bound):
+            held = self._df[:m] > 0
+            r = min(1.0, float(np.min(self._idf[:m][held] / old_idf[held]))) if held.any() else 1.0
+            loosen = self._loosened / r
+        bound = np.zeros(len(self._vocab), dtype=np.float64)
+        if first_new is not None and loosen <= _BOUND_LOOSEN_MAX:
+            bound[:m] = old_bound / r
+            renewed = [b for b in blocks if b.start + b.n_rows > first_new]
+            self._loosened = loosen
+        else:
+            renewed = blocks
+            self._loosened = 1.0
+        for b in renewed:  # the blocks holding new keys (their old keys' bounds only tighten here)
+            mine = _bounds(b, self._norms[b.start : b.start + b.n_rows])
+            np.maximum(bound[: b.n_cols], mine, out=bound[: b.n_cols])
+        self._bound = bound
+        self._bounds_valid = True
 
     def evict(self, positions: Sequence[int] | npt.NDArray[np.int64]) -> None:
         """Drop the keys at ``positions``; the others keep their order (and are renumbered ``0..n-m-1``).
@@ -344,29 +581,27 @@ class IncrementalTfidf:
             return
         dropped = np.zeros(self._n, dtype=np.bool_)
         dropped[pos] = True
-        before: npt.NDArray[np.int64] = np.cumsum(dropped, dtype=np.int64) - dropped  # evicted before each
         key_pos = np.arange(self._n, dtype=np.int64) if self._key_pos is None else self._key_pos
         self._key_pos = key_pos[~dropped]
         self._last_key = self._keys[int(self._key_pos[-1])]
-        n_cols = len(self._vocab)
-        blocks: list[_Block] = []
         start = 0
-        for b in (self._main, self._tail):
-            if b is None:
-                continue
-            gone = dropped[b.rows + b.start]
-            gone_cols = np.repeat(np.arange(b.n_cols, dtype=np.int64), b.col_len)[gone]
-            self._df -= np.bincount(gone_cols, minlength=n_cols)
-            nb = _drop_rows(b, start, dropped, before)
-            start += nb.n_rows
-            blocks.append(nb)
+        kept: list[_Block | None] = []
+        for b in self._blocks():
+            gone = dropped[b.start : b.start + b.n_rows]
+            if not gone.any():
+                kept.append(b.moved(start))
+            else:
+                nb = _drop_rows(b, start, gone)
+                self._df[: b.n_cols] -= b.col_len - nb.col_len
+                kept.append(nb if nb.n_rows else None)
+            start += kept[-1].n_rows if kept[-1] is not None else 0
+        n_sealed = len(self._sealed)
+        self._sealed = [b for b in kept[:n_sealed] if b is not None]
+        rest = [b for b in kept[n_sealed:] if b is not None]
+        self._main = rest[0] if rest else None
+        self._tail = rest[1] if len(rest) > 1 else None
         self._n -= int(pos.size)
-        self._main = blocks[0] if blocks else None
-        self._tail = blocks[1] if len(blocks) > 1 else None
-        if self._main is not None and self._main.n_rows == 0:
-            self._main, self._tail = self._tail, None
-        if self._tail is not None and self._tail.n_rows == 0:
-            self._tail = None
+        self._bounds_valid = False
         self._prune()
         self._stale = True
 
@@ -378,44 +613,73 @@ class IncrementalTfidf:
             return
         self._vocab = {t: j for j, t in enumerate(t for t, alive in zip(self._vocab, live, strict=True) if alive)}
         self._df = self._df[live]
-        self._main = _drop_columns(self._main, live) if self._main is not None else None
-        self._tail = _drop_columns(self._tail, live) if self._tail is not None else None
+        new_id = np.cumsum(live) - 1
+        self._sealed = [_drop_columns(b, new_id, live) for b in self._sealed]
+        self._main = _drop_columns(self._main, new_id, live) if self._main is not None else None
+        self._tail = _drop_columns(self._tail, new_id, live) if self._tail is not None else None
 
-    def _count(self, keys: Sequence[str], start: int) -> _Block:
-        """Tokenise ``keys[start:]``, grow the vocabulary and df, and return their counts as a block."""
-        # Tokenise everything before touching the vocabulary: a key the analyser rejects leaves no trace.
-        counted = [Counter(self._analyze(key)) for key in keys[start:]]
+    def _count(self, keys: Sequence[str], start: int) -> list[_Block]:
+        """Tokenise ``keys[start:]``, grow the vocabulary and df, and return their counts as blocks.
+
+        A few thousand keys at a time, so that a bulk load holds few Python objects at once; a key the analyser
+        rejects leaves no trace (the vocabulary and df are put back).
+        """
         vocab = self._vocab
-        rows: list[int] = []
-        cols: list[int] = []
-        counts: list[int] = []
-        for r, key_counts in enumerate(counted):
-            for term, c in key_counts.items():
-                j = vocab.get(term)
-                if j is None:
-                    # First seen now: the next id, as CountVectorizer's fitting vocabulary numbers terms.
-                    j = vocab[term] = len(vocab)
-                rows.append(r)
-                cols.append(j)
-                counts.append(c)
-        n_cols = len(vocab)
-        col_arr = np.asarray(cols, dtype=np.int64)
-        df = np.zeros(n_cols, dtype=np.int64)
-        df[: len(self._df)] = self._df
-        df += np.bincount(col_arr, minlength=n_cols)  # a term appears at most once per key here
-        self._df = df
-        return _block_from_coo(
-            start,
-            len(keys) - start,
-            n_cols,
-            np.asarray(rows, dtype=np.int64),
-            col_arr,
-            np.asarray(counts, dtype=np.float64),
-        )
+        n_vocab, df_before = len(vocab), self._df
+        blocks: list[_Block] = []
+        try:
+            for a in range(start, len(keys), _COUNT_KEYS):
+                piece = keys[a : a + _COUNT_KEYS]
+                counted = [Counter(self._analyze(key)) for key in piece]
+                rows: list[int] = []
+                cols: list[int] = []
+                counts: list[int] = []
+                for r, key_counts in enumerate(counted):
+                    for term, c in key_counts.items():
+                        j = vocab.get(term)
+                        if j is None:
+                            # First seen now: the next id, as CountVectorizer's fitting vocabulary numbers terms.
+                            j = vocab[term] = len(vocab)
+                        rows.append(r)
+                        cols.append(j)
+                        counts.append(c)
+                n_cols = len(vocab)
+                col_arr = np.asarray(cols, dtype=np.int64)
+                df = np.zeros(n_cols, dtype=np.int64)
+                df[: len(self._df)] = self._df
+                df += np.bincount(col_arr, minlength=n_cols)  # a term appears at most once per key here
+                self._df = df
+                blocks.append(
+                    _block_from_coo(
+                        a,
+                        len(piece),
+                        n_cols,
+                        np.asarray(rows, dtype=np.int64),
+                        col_arr,
+                        np.asarray(counts, dtype=np.int64),
+                    )
+                )
+        except BaseException:
+            if len(vocab) > n_vocab:
+                self._vocab = dict(list(vocab.items())[:n_vocab])
+            self._df = df_before
+            raise
+        return blocks
 
     def _append(self, new: _Block) -> None:
-        """Merge new rows into the tail; fold the tail into the main block once it is large enough."""
+        """Merge new rows into the tail; fold the tail into the main block once it is large enough.
+
+        A main block (with its tail) that the new rows would take past :data:`_BLOCK_ROWS` keys is sealed first.
+        """
         n_cols = len(self._vocab)
+        open_rows = sum(b.n_rows for b in (self._main, self._tail) if b is not None)
+        if open_rows + new.n_rows > _BLOCK_ROWS:
+            full = self._main
+            if self._tail is not None:
+                full = self._tail if full is None else _stack(full, self._tail, n_cols)
+            if full is not None:
+                self._sealed.append(full)
+            self._main, self._tail = None, None
         tail = new if self._tail is None else _stack(self._tail, new, n_cols)
         main_nnz = self._main.nnz if self._main is not None else 0
         if tail.nnz > max(_FOLD_MIN_NNZ, main_nnz // _FOLD_FRACTION) or self._main is None:
@@ -424,27 +688,20 @@ class IncrementalTfidf:
         else:
             self._tail = tail
 
-    def similarities(self, query: str) -> FloatArray:
-        """Cosine similarity of ``query`` to every key, in insertion order.
+    # --- queries ------------------------------------------------------------------------------------------------
 
-        ``sim_i = sum_j w_ij * q_j`` over the query's in-vocabulary terms ``j``, with
-        ``q_j = (c_j * idf_j) / ||c * idf||_2``; accumulated per key in ascending term id, like the
-        reference's sparse product.
+    def _query(self, query: str) -> tuple[IntArray, FloatArray]:
+        """The query's in-vocabulary term ids, ascending, and its L2-normalised tf-idf weights, shape ``(m,)`` each.
 
-        Args:
-            query: A composite key (:func:`~ceb.bank.record.composite_key`).
-
-        Returns:
-            Similarities in [0, 1], shape ``(n,)``; zeros when no query term is in the vocabulary.
+        Built like ``TfidfVectorizer.transform``'s row: the norm is summed in alphabetical term order.
         """
         if self._stale:
             self._reweigh()
-        out = np.zeros(self._n, dtype=np.float64)
         vocab, df = self._vocab, self._df
         # A term only evicted keys held is out of the vocabulary of a fit on the kept keys.
         found = {t: c for t, c in Counter(self._analyze(query)).items() if t in vocab and df[vocab[t]] > 0}
         if not found:
-            return out
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
         terms = sorted(found)  # alphabetical: the order of the reference's query row
         ids = np.fromiter((vocab[t] for t in terms), dtype=np.int64, count=len(terms))
         tf = np.fromiter((found[t] for t in terms), dtype=np.float64, count=len(terms))
@@ -452,9 +709,297 @@ class IncrementalTfidf:
         norm = np.sqrt(np.cumsum(tf * tf)[-1])  # cumsum adds strictly left to right
         q = tf / norm
         order = np.argsort(ids)
-        ids, q = ids[order], q[order]
-        for block, weights in self._weights:
+        return ids[order], q[order]
+
+    def similarities(self, query: str) -> FloatArray:
+        """Cosine similarity of ``query`` to every key, in insertion order.
+
+        ``sim_i = sum_j w_ij * q_j`` over the query's in-vocabulary terms ``j``, with
+        ``w_ij = (c_ij * idf_j) / norm_i`` and ``q_j = (c_j * idf_j) / ||c * idf||_2``; accumulated per key in
+        ascending term id, like the reference's sparse product. Reads every posting of the query's terms; the
+        bank's retrieval uses :meth:`top_k`, which on a large bank reads far fewer.
+
+        Args:
+            query: A composite key (:func:`~ceb.bank.record.composite_key`).
+
+        Returns:
+            Similarities in [0, 1], shape ``(n,)``; zeros when no query term is in the vocabulary.
+        """
+        ids, q = self._query(query)
+        out = np.zeros(self._n, dtype=np.float64)
+        if not ids.size:
+            return out
+        for i, block in enumerate(self._blocks()):
             m = int(np.searchsorted(ids, block.n_cols))
-            if m:
-                out[block.start : block.start + block.n_rows] = weights[:, ids[:m]] @ q[:m]
+            if not m:
+                continue
+            idx, lens = block.column_entries(ids[:m])
+            if not idx.size:
+                continue
+            rows = block.rows[idx]
+            if self._weights is not None:
+                w = self._weights[i][idx]
+            else:
+                w = np.repeat(self._idf[ids[:m]], lens)
+                w *= block.counts[idx]
+                w /= self._norms[block.start : block.start + block.n_rows][rows]
+            part = out[block.start : block.start + block.n_rows]
+            if _csc_matvec is None:
+                np.add.at(part, rows, w * np.repeat(q[:m], lens))
+                continue
+            indptr = np.zeros(m + 1, dtype=np.int32)
+            np.cumsum(lens, out=indptr[1:])
+            _csc_matvec(block.n_rows, m, indptr, rows.astype(np.int32), w, np.ascontiguousarray(q[:m]), part)
         return out
+
+    def _exact(self, q_dense: FloatArray, docs: IntArray) -> FloatArray:
+        """:meth:`similarities` of the keys ``docs`` only (ascending positions, unique), bit-identical to it.
+
+        Reads each key's row: its entries' weights times the query's (``q_dense``, shape ``(vocabulary_size,)``,
+        zero off the query's terms), added in ascending term id from 0.0, as the full product does.
+        """
+        out = np.zeros(docs.size, dtype=np.float64)
+        if not docs.size:
+            return out
+        blocks = self._blocks()
+        starts = np.fromiter((b.start for b in blocks), dtype=np.int64, count=len(blocks))
+        edges = np.searchsorted(docs, starts).tolist() + [docs.size]
+        terms_parts, count_parts, len_parts = [], [], []
+        for i, b in enumerate(blocks):
+            lo_doc, hi_doc = edges[i], edges[i + 1]
+            if lo_doc == hi_doc:
+                continue
+            rel = docs[lo_doc:hi_doc] - b.start
+            lo = b.row_ptr[rel]
+            lens = b.row_ptr[rel + 1] - lo
+            idx, _ = _ranges(lo, lens)
+            terms_parts.append(b.terms[idx])
+            count_parts.append(b.row_counts[idx])
+            len_parts.append(lens)
+        terms = np.concatenate(terms_parts)
+        # A term the query lacks adds an exact +0.0: only the entries of the query's terms are weighed and added,
+        # still in ascending term id within each row.
+        q_entry = q_dense[terms]
+        hit = q_entry != 0.0
+        ends = np.cumsum(hit)
+        row_end = np.cumsum(np.concatenate(len_parts))
+        indptr = np.zeros(docs.size + 1, dtype=np.int64)
+        nonempty = row_end > 0
+        indptr[1:][nonempty] = ends[row_end[nonempty] - 1]
+        terms = terms[hit]
+        w = self._idf[terms]
+        w *= np.concatenate(count_parts)[hit]
+        w /= np.repeat(self._norms[docs], np.diff(indptr))
+        if _csr_matvec is None:
+            np.add.at(out, np.repeat(np.arange(docs.size), np.diff(indptr)), w * q_entry[hit])
+            return out
+        if indptr[-1] < np.iinfo(np.int32).max:
+            _csr_matvec(docs.size, len(q_dense), indptr.astype(np.int32), terms, w, q_dense, out)
+        else:  # pragma: no cover - two billion entries read at once
+            _csr_matvec(docs.size, len(q_dense), indptr, terms.astype(np.int64), w, q_dense, out)
+        return out
+
+    def _labels_of(self, classes: Sequence[IntArray]) -> npt.NDArray[np.int8]:
+        """Class of each key (-1: none), shape ``(n,)``; cached while the bank passes the same class arrays."""
+        cached = self._label_cache
+        if (
+            cached is not None
+            and len(cached[1]) == self._n
+            and len(cached[0]) == len(classes)
+            and all(x is y for x, y in zip(cached[0], classes, strict=True))
+        ):
+            return cached[1]
+        label = np.full(self._n, -1, dtype=np.int8)
+        for c, members in enumerate(classes):
+            label[members] = c
+        self._label_cache = (tuple(classes), label)
+        return label
+
+    def top_k(self, query: str, classes: Sequence[IntArray], k: int) -> list[tuple[IntArray, FloatArray]]:
+        """Per class, the ``k`` keys most similar to ``query`` and their similarities.
+
+        The same keys, in the same order, with the same (bit-identical) similarities as
+        :func:`~ceb.bank.retrieval.top_k` over :meth:`similarities` (most similar first, ties to the earlier
+        key). A small bank (:data:`_SMALL_NNZ`) scores every key. A large one prunes exactly, in the manner of
+        MaxScore: a set ``W`` of the query's terms contributes at most ``min(sum_W q_j * m_j, ||q_W||)`` to any
+        key's similarity, where ``m_j = idf_j * max_i c_ij / norm_i`` bounds a term's weight (kept per term by
+        each update) and ``||q_W||`` is Cauchy-Schwarz with the key's unit norm. So once a class has a ``k``-th
+        best score ``theta``, a key holding none of the terms outside such a ``W`` (bounded below ``theta``)
+        cannot enter its top ``k``.
+
+        Steps: exact scores of the keys holding the query's rarest terms give a first ``theta`` per class
+        (searching further for a class they miss); per class, the terms with the longest postings go into
+        ``W`` while its bound stays below ``theta``; the other terms' postings give each key of the class
+        holding one a partial score and an upper bound (the partial score plus ``W``'s bound, capped per key by
+        ``||q_W|| * sqrt(1 - ||w_strong||^2)``); the class then scores its keys exactly through their rows,
+        best upper bound first, in growing batches, raising ``theta`` until no unscored key's bound reaches it.
+
+        Args:
+            query: A composite key.
+            classes: Per class, its keys' positions, ascending, shape ``(m_c,)``; the classes are disjoint
+                (fewer than 128).
+            k: Keys wanted per class, ``>= 0``.
+
+        Returns:
+            Per class, ``(positions, similarities)``, shape ``(min(k, m_c),)`` each.
+        """
+        ids, q = self._query(query)
+        if k == 0 or not ids.size:
+            return [(c[:k].astype(np.int64), np.zeros(min(k, c.size))) for c in classes]
+        if self._weights is not None:
+            every = self.similarities(query)
+            picks = [_top_k(every, c, k) for c in classes]
+            return [(p, every[p]) for p in picks]
+        label = self._labels_of(classes)
+        n_cls = len(classes)
+        ranked = [c for c in range(n_cls) if classes[c].size > k]  # the others: all their keys are the answer
+        q_dense = np.zeros(len(self._vocab), dtype=np.float64)
+        q_dense[ids] = q
+        seed = self._seed(ids, label, ranked, k)
+        seed_sims = self._exact(q_dense, seed)
+        theta = np.zeros(n_cls, dtype=np.float64)
+        self._raise_theta(theta, ranked, seed, seed_sims, label, k)
+        seed_label = label[seed]
+        floor = float(theta[ranked].min()) if ranked else 0.0
+        cand, upper_all = self._candidates(ids, q, floor)
+        cand_label = label[cand]
+        out: list[tuple[IntArray, FloatArray]] = []
+        for c in range(n_cls):
+            if c not in ranked:
+                members = classes[c].astype(np.int64)
+                member_sims = self._exact(q_dense, members)
+                pick = np.lexsort((members, -member_sims))
+                out.append((members[pick], member_sims[pick]))
+                continue
+            in_class = seed_label == c
+            docs, sims = [seed[in_class]], [seed_sims[in_class]]
+            mine = (cand_label == c) & (upper_all >= theta[c] - _SLACK)
+            mine, upper = cand[mine], upper_all[mine]
+            fresh = ~np.isin(mine, docs[0])
+            mine, upper = mine[fresh], upper[fresh]
+            batch_size = _BATCH
+            while mine.size:
+                alive = upper >= theta[c] - _SLACK
+                mine, upper = mine[alive], upper[alive]
+                if not mine.size:
+                    break
+                if mine.size > batch_size:
+                    best = np.argpartition(-upper, batch_size - 1)[:batch_size]
+                else:
+                    best = np.arange(mine.size)
+                batch = np.sort(mine[best])
+                batch_sims = self._exact(q_dense, batch)
+                docs.append(batch)
+                sims.append(batch_sims)
+                self._raise_theta(theta, [c], batch, batch_sims, label, k)
+                rest = np.ones(mine.size, dtype=np.bool_)
+                rest[best] = False
+                mine, upper = mine[rest], upper[rest]
+                batch_size *= 2
+            all_docs, all_sims = np.concatenate(docs), np.concatenate(sims)
+            if theta[c] <= 0.0:
+                # Nothing was pruned; the class may have fewer than k keys sharing a query term, and the rest
+                # of its top k are its earliest keys, at similarity 0.
+                zeros = np.setdiff1d(classes[c][: k + all_docs.size], all_docs)[:k]
+                all_docs = np.concatenate([all_docs, zeros])
+                all_sims = np.concatenate([all_sims, np.zeros(zeros.size)])
+            pick = np.lexsort((all_docs, -all_sims))[:k]
+            out.append((all_docs[pick], all_sims[pick]))
+        return out
+
+    def _postings(self, j: int) -> IntArray:
+        """Positions of the keys holding term ``j``, ascending, shape ``(df_j,)``."""
+        parts = []
+        for b in self._blocks():
+            if j < b.n_cols and b.col_len[j]:
+                rows = b.rows[int(b.indptr[j]) : int(b.indptr[j + 1])].astype(np.int64)
+                rows += b.start
+                parts.append(rows)
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def _seed(self, ids: IntArray, label: npt.NDArray[np.int8], ranked: Sequence[int], k: int) -> IntArray:
+        """Keys to score first, ascending, for a first ``k``-th best score per class.
+
+        Those holding the query's rarest terms; then, for a ranked class with fewer than ``k`` of them, its keys
+        holding the next rarest terms (:data:`_SEED_POSTINGS` per class).
+        """
+        n_cls = int(label.max()) + 1 if label.size else 0
+        parts: list[IntArray] = []
+        got = np.zeros(n_cls + 1, dtype=np.int64)
+        total = 0
+        order = np.argsort(self._df[ids], kind="stable").tolist()
+        t = 0
+        for t, i in enumerate(order):  # noqa: B007 - t is read after the loop
+            rows = self._postings(int(ids[i]))
+            parts.append(rows)
+            got += np.bincount(label[rows] + 1, minlength=n_cls + 1)
+            total += rows.size
+            if total >= _SEED_MAX or (total >= _SEED_POSTINGS and all(got[c + 1] >= k for c in ranked)):
+                break
+        for c in ranked:
+            have = int(got[c + 1])
+            for i in order[t + 1 :]:
+                if have >= k:
+                    break
+                rows = self._postings(int(ids[i]))
+                rows = rows[label[rows] == c][:_SEED_POSTINGS]
+                parts.append(rows)
+                have += rows.size
+        return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+    def _candidates(self, ids: IntArray, q: FloatArray, theta: float) -> tuple[IntArray, FloatArray]:
+        """Keys that may score ``theta`` or more, ascending, and an upper bound of each one's score.
+
+        The weak terms ``W`` (longest postings first, while ``min(sum_W q_j * m_j, ||q_W||) < theta``) are
+        skipped; every key holding another term is returned, with its partial score over those terms plus the
+        most ``W`` can add to it.
+        """
+        floor = theta - _SLACK
+        df = self._df[ids]
+        coef = q * self._idf[ids]
+        by_len = np.argsort(-df, kind="stable")
+        l1 = np.cumsum((coef * self._bound[ids])[by_len])
+        l2 = np.sqrt(np.cumsum((q * q)[by_len]))
+        weak_bound = np.minimum(l1, l2)
+        n_weak = int(np.searchsorted(weak_bound, floor, side="left")) if floor > 0.0 else 0
+        weak_sum = float(weak_bound[n_weak - 1]) + _SLACK if n_weak else 0.0
+        weak_norm = float(l2[n_weak - 1]) + _SLACK if n_weak else 0.0
+        strong = np.sort(by_len[n_weak:])
+        # A key's strong weights have norm at least its partial score over ||q_strong|| (Cauchy-Schwarz), so its
+        # weak ones at most sqrt(1 - that**2): the weak terms add at most ||q_W|| times this.
+        inv_strong_norm = 1.0 / max(float(np.sqrt(np.sum(q[strong] ** 2))), 1e-300)
+        coef_list = coef.tolist()
+        cand_parts: list[IntArray] = []
+        upper_parts: list[FloatArray] = []
+        for b in self._blocks():
+            sel = strong[: int(np.searchsorted(ids[strong], b.n_cols))].tolist()
+            lo = b.indptr[ids[sel]].tolist()
+            hi = b.indptr[ids[sel] + 1].tolist()
+            spans = [(x, y, coef_list[t]) for x, y, t in zip(lo, hi, sel, strict=True) if y > x]
+            if not spans:
+                continue
+            rows = np.concatenate([b.rows[x:y] for x, y, _ in spans])
+            weights = np.repeat(np.array([w for _, _, w in spans]), [y - x for x, y, _ in spans])
+            weights *= np.concatenate([b.counts[x:y] for x, y, _ in spans])
+            part = np.bincount(rows, weights=weights, minlength=b.n_rows)
+            mine = np.flatnonzero(part > 0.0)  # (on a bool array: several times faster than on the floats)
+            upper = part[mine] / self._norms[b.start + mine]
+            if n_weak:
+                room = np.sqrt(np.maximum(0.0, 1.0 - (upper * inv_strong_norm) ** 2))
+                upper += np.minimum(weak_sum, weak_norm * room + _SLACK)
+            cand_parts.append(mine + b.start)
+            upper_parts.append(upper)
+        if not cand_parts:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        return np.concatenate(cand_parts), np.concatenate(upper_parts)
+
+    @staticmethod
+    def _raise_theta(
+        theta: FloatArray, ranked: Sequence[int], docs: IntArray, sims: FloatArray, label: npt.NDArray[np.int8], k: int
+    ) -> None:
+        """Raise each ranked class's ``theta`` to the ``k``-th best exact similarity among its ``docs``."""
+        doc_label = label[docs]
+        for c in ranked:
+            s = sims[doc_label == c]
+            if s.size >= k:
+                theta[c] = max(theta[c], float(np.partition(s, s.size - k)[s.size - k]))
