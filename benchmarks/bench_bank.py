@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         a = r.agreement
         print(
             f"N={r.size:,}: kernel vs reference on {a.queries} queries: max abs diff {a.max_abs_diff:.3e}, "
-            f"bit-identical {a.bit_identical}/{a.queries}, same top-{r.k} {a.topk_identical}/{a.queries}"
+            f"bit-identical {a.bit_identical}/{a.queries}, same top-{r.k} {a.topk_identical}/{a.queries}, "
+            f"same retrieve {a.retrieve_identical}/{a.queries}"
         )
     print(f"targets: {TARGETS}\nwrote {path} ({doc['wall_s']} s)")
     return 0

@@ -424,6 +424,7 @@ class IncrementalTfidf:
         self._main: _Block | None = None
         self._tail: _Block | None = None
         self._norms = np.zeros(0, dtype=np.float64)  # per key: L2 norm of its tf-idf row
+        self._inv_norms = np.zeros(0, dtype=np.float64)  # 1 / norm (0 for a key without terms), large banks only
         self._weights: list[FloatArray] | None = None  # per block of _blocks(), while the bank is small
         self._bound = np.zeros(0, dtype=np.float64)  # per term: max over keys of count / norm
         self._bounds_valid = False  # False: the next reweighing recomputes the bounds from all counts
@@ -455,7 +456,7 @@ class IncrementalTfidf:
     @property
     def nbytes(self) -> int:
         """Bytes of the kernel's arrays (counts in both layouts, per-key norms, stored weights, per-term arrays)."""
-        arrays = [self._df, self._idf, self._norms, self._bound, *(self._weights or [])]
+        arrays = [self._df, self._idf, self._norms, self._inv_norms, self._bound, *(self._weights or [])]
         return sum(b.nbytes for b in self._blocks()) + sum(a.nbytes for a in arrays)
 
     def restore(self, keys: Sequence[str], terms: Sequence[str]) -> None:
@@ -532,6 +533,10 @@ class IncrementalTfidf:
         for b in blocks:
             self._norms[b.start : b.start + b.n_rows] = _norms(b, self._idf)
         self._stale = False
+        if self.nnz <= _SMALL_NNZ:
+            self._inv_norms = np.zeros(0, dtype=np.float64)
+        else:  # for the bounds of top_k (a key with no terms has no entry, so never needs its 1 / 0)
+            self._inv_norms = np.divide(1.0, self._norms, out=np.zeros_like(self._norms), where=self._norms > 0)
         if self.nnz <= _SMALL_NNZ:
             self._weights = [_weigh(b, self._idf, self._norms[b.start : b.start + b.n_rows]) for b in blocks]
             self._bounds_valid = False
@@ -983,10 +988,20 @@ class IncrementalTfidf:
             weights *= np.concatenate([b.counts[x:y] for x, y, _ in spans])
             part = np.bincount(rows, weights=weights, minlength=b.n_rows)
             mine = np.flatnonzero(part > 0.0)  # (on a bool array: several times faster than on the floats)
-            upper = part[mine] / self._norms[b.start + mine]
+            upper = part[mine]
+            upper *= self._inv_norms[b.start : b.start + b.n_rows][mine]
             if n_weak:
-                room = np.sqrt(np.maximum(0.0, 1.0 - (upper * inv_strong_norm) ** 2))
-                upper += np.minimum(weak_sum, weak_norm * room + _SLACK)
+                # Keys that miss the floor even with the weak terms' whole bound drop out before the finer one.
+                reach = upper >= floor - weak_sum
+                mine, upper = mine[reach], upper[reach]
+                room = upper * inv_strong_norm
+                room *= room
+                np.subtract(1.0, room, out=room)
+                np.maximum(room, 0.0, out=room)
+                np.sqrt(room, out=room)
+                room *= weak_norm
+                room += _SLACK
+                upper += np.minimum(room, weak_sum)
             cand_parts.append(mine + b.start)
             upper_parts.append(upper)
         if not cand_parts:

@@ -118,12 +118,16 @@ class Agreement:
         max_abs_diff: Largest ``|kernel - reference|`` over all similarities of all queries.
         bit_identical: Queries whose similarity vectors are equal bit for bit.
         topk_identical: Queries whose class-split top-k records (same ``k``) are the same, in the same order.
+        retrieve_identical: Queries for which the two banks' :meth:`~ceb.bank.bank.Bank.retrieve` give the same
+            records in the same order with bit-identical similarities (the kernel's bank ranks a large bank
+            with its pruned top-k, not with the similarity vector).
     """
 
     queries: int
     max_abs_diff: float
     bit_identical: int
     topk_identical: int
+    retrieve_identical: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,8 +361,12 @@ def run_size(
     gc.collect()
     kq_times, kq = _time_each(kernel.similarities, queries)
     rq_times, rq = _time_each(reference.similarities, queries)
-    kr_times, _ = _time_each(lambda q: kernel_bank.retrieve(q, k), queries)
-    rr_times, _ = _time_each(lambda q: reference_bank.retrieve(q, k), queries)
+    kr_times, kr = _time_each(lambda q: kernel_bank.retrieve(q, k), queries)
+    rr_times, rr = _time_each(lambda q: reference_bank.retrieve(q, k), queries)
+    same_retrieve = sum(
+        [(h.record, h.similarity) for h in a.hits] == [(h.record, h.similarity) for h in b.hits]  # type: ignore[attr-defined]
+        for a, b in zip(kr, rr, strict=True)
+    )
     log(f"N={size}: {len(queries)} queries timed on each bank")
 
     labels = np.fromiter((rec.pseudo_label for rec in kernel_bank.records), dtype=np.int8, count=size)
@@ -388,7 +396,7 @@ def run_size(
         query_speedup=reference_side.query.p50_ms / kernel_side.query.p50_ms,
         retrieve_speedup=reference_side.retrieve.p50_ms / kernel_side.retrieve.p50_ms,
         update_speedup=reference_side.update.mean_ms / kernel_side.update.mean_ms,
-        agreement=Agreement(len(queries), max_diff, bit, topk),
+        agreement=Agreement(len(queries), max_diff, bit, topk, same_retrieve),
     )
 
 
@@ -398,7 +406,7 @@ def format_table(results: Sequence[SizeResult]) -> str:
         "| N | vocab | nnz | kernel query p50 / p99 ms | reference query p50 / p99 ms | query x "
         "| kernel retrieve p50 / p99 ms | reference retrieve p50 ms | retrieve x "
         "| kernel update p50 / mean / max ms (n) | reference update mean ms (n) | update x "
-        "| max abs diff | bit-identical | same top-k |"
+        "| max abs diff | bit-identical | same top-k | same retrieve |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
@@ -410,6 +418,6 @@ def format_table(results: Sequence[SizeResult]) -> str:
             f"| {kr.p50_ms:.3f} / {kr.p99_ms:.3f} | {rr.p50_ms:.2f} | {r.retrieve_speedup:.0f}x "
             f"| {ku.p50_ms:.2f} / {ku.mean_ms:.2f} / {ku.max_ms:.2f} ({ku.n}) | {ru.mean_ms:.1f} ({ru.n}) "
             f"| {r.update_speedup:.0f}x | {a.max_abs_diff:.1e} | {a.bit_identical}/{a.queries} "
-            f"| {a.topk_identical}/{a.queries} |"
+            f"| {a.topk_identical}/{a.queries} | {a.retrieve_identical}/{a.queries} |"
         )
     return "\n".join(lines)

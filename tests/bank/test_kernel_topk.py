@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ceb.bank import IncrementalTfidf, composite_key
+from ceb.bank import Bank, BankRecord, IncrementalTfidf, TfidfReference, composite_key
 from ceb.bank import kernel as kernel_module
 from ceb.bank.retrieval import top_k
 
@@ -107,3 +107,33 @@ def test_the_numpy_fallback_gives_the_scipy_kernels_scores(monkeypatch: pytest.M
         assert np.allclose(ker.similarities(q), sims, rtol=0, atol=1e-12)
         for (pos, s), (want_pos, want_s) in zip(ker.top_k(q, classes, 2), best, strict=True):
             assert pos.tolist() == want_pos.tolist() and np.allclose(s, want_s, rtol=0, atol=1e-12)
+
+
+def test_the_bank_retrieves_the_same_records_through_the_pruned_path_as_through_the_reference():
+    rng = np.random.default_rng(4)
+
+    def record(i: int) -> BankRecord:
+        words = rng.choice(WORDS, size=int(rng.integers(1, 8)))
+        return BankRecord(
+            task=f"task {i % 5}",
+            state=" ".join(words[:3]),
+            action=" ".join(words[3:]) or "ls",
+            observation="",
+            pseudo_label=int(rng.integers(0, 2)),
+            soft_vote=0.5,
+            score=None,
+            agreement=None,
+            trajectory_id=f"t{i // 4}",
+            step=i % 4,
+        )
+
+    records = [record(i) for i in range(160)]
+    pruned, reference = Bank(), Bank(TfidfReference())
+    for start in range(0, len(records), 4):  # a trajectory at a time
+        pruned.add_trajectory(records[start : start + 4])
+        reference.add_trajectory(records[start : start + 4])
+    for r in records[::7]:
+        for k in (1, 2, 5):
+            got, want = pruned.retrieve(r.key, k), reference.retrieve(r.key, k)
+            assert [h.record for h in got.hits] == [h.record for h in want.hits]
+            assert [h.similarity for h in got.hits] == pytest.approx([h.similarity for h in want.hits], abs=1e-12)
