@@ -83,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunk", type=int, default=10_000, help="scale: records per bulk update while streaming in")
     ap.add_argument("--scale-timeout-s", type=float, default=1800.0, help="scale: kill one measurement after this")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results", help="directory for JSON and PNG")
+    ap.add_argument(
+        "--quality-from",
+        type=Path,
+        default=None,
+        help="an earlier results file whose quality part is copied (with its file name) instead of running it",
+    )
     args = ap.parse_args(argv)
     args.scale_settings = [s if isinstance(s, Setting) else _scale_setting(s) for s in args.scale_settings]
     configure_logging("warning")
@@ -106,7 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     quality: list[QualityResult] = []
     scale: list[ScaleResult] = []
     with tempfile.TemporaryDirectory(prefix="ceb-bank-policies-") as tmp:
-        if "quality" in args.parts:
+        if args.quality_from is not None:
+            earlier = orjson.loads(args.quality_from.read_bytes())
+            if "quality" not in earlier:
+                ap.error(f"--quality-from {args.quality_from}: the file has no quality part")
+            doc["quality"] = {**earlier["quality"], "copied_from": args.quality_from.name}
+            quality = [QualityResult.from_json(r) for r in earlier["quality"]["results"]]
+        elif "quality" in args.parts:
             quality = _quality(args, Path(tmp), doc, say)
             _write(path, doc, started)
             say(f"quality figures written to {path}")

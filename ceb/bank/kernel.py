@@ -23,7 +23,7 @@ into the open *main* block once it outgrows ``1/8`` of it; a main block that wou
 and never copied again, so no fold copies more than one block.
 
 Weights ``w_ij = (c_ij * idf_j) / norm_i`` are stored (float64) only while the bank is small
-(:data:`_SMALL_NNZ` entries); a larger bank computes them for the entries a query reads.
+(:data:`_STORED_NNZ` entries); a larger bank computes them for the entries a query reads.
 
 The bank's retrieval (:meth:`IncrementalTfidf.top_k`) of a large bank does not score every key: it finds the
 top ``k`` of each class exactly, with MaxScore-style pruning (per-term upper bounds of the weights, kept by each
@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from scipy import sparse
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from ceb.bank.retrieval import TFIDF_PARAMS
@@ -81,9 +82,13 @@ _PRUNE_MIN_DEAD = 1 << 12
 """Terms no kept key holds (after evictions) are dropped from the vocabulary once there are more of them than
 this and than live terms. Pruning keeps the order of the live terms, so it changes no score; it depends only on
 the vocabulary and the document frequencies, so a restored kernel prunes when the original would have."""
-_SMALL_NNZ = 1 << 22
-"""A bank of at most this many entries (about 55k InterCode keys) stores its weights (32 MB at most) and
-scores every key on a query: reading stored weights is faster there than pruning."""
+_STORED_NNZ = 1 << 24
+"""A bank of at most this many entries (about 230k InterCode keys) keeps its weights as scipy CSC matrices (12
+bytes an entry, 200 MB at most), which make :meth:`IncrementalTfidf.similarities` several times faster; a larger
+one computes the weights of the entries a query reads."""
+_PRUNE_MIN_KEYS = 1 << 16
+""":meth:`IncrementalTfidf.top_k` prunes from this many keys on; a smaller bank scores every key (a few ms at most),
+which costs less there than the pruning's fixed work."""
 _SEED_POSTINGS = 128
 """:meth:`IncrementalTfidf.top_k` scores exactly the keys of its most selective terms until it has this many..."""
 _SEED_MAX = 512
@@ -429,7 +434,7 @@ class IncrementalTfidf:
         self._tail: _Block | None = None
         self._norms = np.zeros(0, dtype=np.float64)  # per key: L2 norm of its tf-idf row
         self._inv_norms = np.zeros(0, dtype=np.float64)  # 1 / norm (0 for a key without terms), large banks only
-        self._weights: list[FloatArray] | None = None  # per block of _blocks(), while the bank is small
+        self._weights: list[sparse.csc_matrix] | None = None  # per block of _blocks(), while the bank is small
         self._bound = np.zeros(0, dtype=np.float64)  # per term: max over keys of count / norm
         self._bounds_valid = False  # False: the next reweighing recomputes the bounds from all counts
         self._loosened = 1.0  # factor by which the bounds may exceed the exact ones
@@ -460,7 +465,9 @@ class IncrementalTfidf:
     @property
     def nbytes(self) -> int:
         """Bytes of the kernel's arrays (counts in both layouts, per-key norms, stored weights, per-term arrays)."""
-        arrays = [self._df, self._idf, self._norms, self._inv_norms, self._bound, *(self._weights or [])]
+        arrays = [self._df, self._idf, self._norms, self._inv_norms, self._bound]
+        for w in self._weights or []:
+            arrays += [w.data, w.indices, w.indptr]
         return sum(b.nbytes for b in self._blocks()) + sum(a.nbytes for a in arrays)
 
     def restore(self, keys: Sequence[str], terms: Sequence[str]) -> None:
@@ -521,7 +528,8 @@ class IncrementalTfidf:
     def _reweigh(self, first_new: int | None = None) -> None:
         """Every idf moves with n, so every row norm is refreshed (one pass over all counts); the rest follows.
 
-        A small bank stores its weights. A large one keeps per-term bounds for :meth:`top_k`
+        A bank of at most :data:`_STORED_NNZ` entries stores its weights. One of :data:`_PRUNE_MIN_KEYS` keys or
+        more keeps per-term bounds for :meth:`top_k`
         (``max_i c_ij / norm_i``), which need a second pass over all counts that an append (``first_new``: the
         first appended key) mostly avoids: no idf fell by more than the factor ``r`` (the smallest new-over-old
         idf ratio), so no old key's norm did either, and the old bounds divided by ``r`` still hold for the old
@@ -537,15 +545,25 @@ class IncrementalTfidf:
         for b in blocks:
             self._norms[b.start : b.start + b.n_rows] = _norms(b, self._idf)
         self._stale = False
-        if self.nnz <= _SMALL_NNZ:
+        self._weights = None
+        if self.nnz <= _STORED_NNZ:
+            self._weights = [
+                sparse.csc_matrix(
+                    (
+                        _weigh(b, self._idf, self._norms[b.start : b.start + b.n_rows]),
+                        b.rows.astype(np.int32),
+                        b.indptr,
+                    ),
+                    shape=(b.n_rows, b.n_cols),
+                )
+                for b in blocks
+            ]
+        if self._n < _PRUNE_MIN_KEYS:
             self._inv_norms = np.zeros(0, dtype=np.float64)
-        else:  # for the bounds of top_k (a key with no terms has no entry, so never needs its 1 / 0)
-            self._inv_norms = np.divide(1.0, self._norms, out=np.zeros_like(self._norms), where=self._norms > 0)
-        if self.nnz <= _SMALL_NNZ:
-            self._weights = [_weigh(b, self._idf, self._norms[b.start : b.start + b.n_rows]) for b in blocks]
             self._bounds_valid = False
             return
-        self._weights = None
+        # For the bounds of top_k (a key with no terms has no entry, so never needs its 1 / 0).
+        self._inv_norms = np.divide(1.0, self._norms, out=np.zeros_like(self._norms), where=self._norms > 0)
         m = len(old_idf)
         loosen, r = np.inf, 1.0
         if first_new is not None and self._bounds_valid and m == len(old_bound):
@@ -734,7 +752,10 @@ class IncrementalTfidf:
         Returns:
             Similarities in [0, 1], shape ``(n,)``; zeros when no query term is in the vocabulary.
         """
-        ids, q = self._query(query)
+        return self._similarities(*self._query(query))
+
+    def _similarities(self, ids: IntArray, q: FloatArray) -> FloatArray:
+        """:meth:`similarities` of a query's term ids (ascending) and weights (:meth:`_query`)."""
         out = np.zeros(self._n, dtype=np.float64)
         if not ids.size:
             return out
@@ -742,17 +763,18 @@ class IncrementalTfidf:
             m = int(np.searchsorted(ids, block.n_cols))
             if not m:
                 continue
+            part = out[block.start : block.start + block.n_rows]
+            if self._weights is not None:
+                # scipy's column selection and sparse product, in C++: per key, ascending term id.
+                part[:] = self._weights[i][:, ids[:m]] @ q[:m]
+                continue
             idx, lens = block.column_entries(ids[:m])
             if not idx.size:
                 continue
             rows = block.rows[idx]
-            if self._weights is not None:
-                w = self._weights[i][idx]
-            else:
-                w = np.repeat(self._idf[ids[:m]], lens)
-                w *= block.counts[idx]
-                w /= self._norms[block.start : block.start + block.n_rows][rows]
-            part = out[block.start : block.start + block.n_rows]
+            w = np.repeat(self._idf[ids[:m]], lens)
+            w *= block.counts[idx]
+            w /= self._norms[block.start : block.start + block.n_rows][rows]
             if _csc_matvec is None:
                 np.add.at(part, rows, w * np.repeat(q[:m], lens))
                 continue
@@ -829,10 +851,11 @@ class IncrementalTfidf:
 
         The same keys, in the same order, with the same (bit-identical) similarities as
         :func:`~ceb.bank.retrieval.top_k` over :meth:`similarities` (most similar first, ties to the earlier
-        key). A small bank (:data:`_SMALL_NNZ`) scores every key. A large one prunes exactly, in the manner of
-        MaxScore: a set ``W`` of the query's terms contributes at most ``min(sum_W q_j * m_j, ||q_W||)`` to any
-        key's similarity, where ``m_j = idf_j * max_i c_ij / norm_i`` bounds a term's weight (kept per term by
-        each update) and ``||q_W||`` is Cauchy-Schwarz with the key's unit norm. So once a class has a ``k``-th
+        key). A bank of fewer than :data:`_PRUNE_MIN_KEYS` keys scores every key. A larger one prunes exactly, in
+        the manner of MaxScore: a set ``W`` of the query's terms contributes at most
+        ``min(sum_W q_j * m_j, ||q_W||)`` to any key's similarity, where ``m_j = idf_j * max_i c_ij / norm_i``
+        bounds a term's weight (kept per term by each update) and ``||q_W||`` is Cauchy-Schwarz with the key's
+        unit norm. So once a class has a ``k``-th
         best score ``theta``, a key holding none of the terms outside such a ``W`` (bounded below ``theta``)
         cannot enter its top ``k``.
 
@@ -855,8 +878,8 @@ class IncrementalTfidf:
         ids, q = self._query(query)
         if k == 0 or not ids.size:
             return [(c[:k].astype(np.int64), np.zeros(min(k, c.size))) for c in classes]
-        if self._weights is not None:
-            every = self.similarities(query)
+        if self._n < _PRUNE_MIN_KEYS:
+            every = self._similarities(ids, q)
             picks = [_top_k(every, c, k) for c in classes]
             return [(p, every[p]) for p in picks]
         label = self._labels_of(classes)

@@ -27,7 +27,8 @@ def small_blocks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(kernel_module, "_BLOCK_ROWS", 37)
     monkeypatch.setattr(kernel_module, "_FOLD_MIN_NNZ", 0)
     monkeypatch.setattr(kernel_module, "_COUNT_KEYS", 16)
-    monkeypatch.setattr(kernel_module, "_SMALL_NNZ", -1)
+    monkeypatch.setattr(kernel_module, "_STORED_NNZ", -1)
+    monkeypatch.setattr(kernel_module, "_PRUNE_MIN_KEYS", 0)
     yield
 
 
@@ -88,7 +89,8 @@ def test_stored_and_computed_weights_agree_bit_for_bit(monkeypatch: pytest.Monke
     stored = IncrementalTfidf()
     stored.update(tuple(keys))
     assert stored._weights is not None  # a small bank stores its weights
-    monkeypatch.setattr(kernel_module, "_SMALL_NNZ", -1)
+    monkeypatch.setattr(kernel_module, "_STORED_NNZ", -1)
+    monkeypatch.setattr(kernel_module, "_PRUNE_MIN_KEYS", 0)
     computed = IncrementalTfidf()
     computed.update(tuple(keys))
     assert computed._weights is None

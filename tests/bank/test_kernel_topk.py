@@ -26,9 +26,9 @@ key_st = st.builds(composite_key, text_st, text_st, text_st)
 @pytest.fixture(autouse=True, scope="module")
 def always_prune() -> Iterator[None]:
     """Prune at any size: the kernel scores every key of a bank under 65k keys, which would test nothing here."""
-    old, kernel_module._SMALL_NNZ = kernel_module._SMALL_NNZ, -1
+    old, kernel_module._PRUNE_MIN_KEYS = kernel_module._PRUNE_MIN_KEYS, 0
     yield
-    kernel_module._SMALL_NNZ = old
+    kernel_module._PRUNE_MIN_KEYS = old
 
 
 def check(ker: IncrementalTfidf, labels: np.ndarray, queries: list[str]) -> None:
