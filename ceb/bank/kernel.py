@@ -23,7 +23,7 @@ into the open *main* block once it outgrows ``1/8`` of it; a main block that wou
 and never copied again, so no fold copies more than one block.
 
 Weights ``w_ij = (c_ij * idf_j) / norm_i`` are stored (float64) only while the bank is small
-(:data:`_STORED_NNZ` entries); a larger bank computes them for the entries a query reads.
+(:data:`_PRUNE_MIN_KEYS`); a larger bank computes them for the entries a query reads.
 
 The bank's retrieval (:meth:`IncrementalTfidf.top_k`) of a large bank does not score every key: it finds the
 top ``k`` of each class exactly, with MaxScore-style pruning (per-term upper bounds of the weights, kept by each
@@ -82,13 +82,13 @@ _PRUNE_MIN_DEAD = 1 << 12
 """Terms no kept key holds (after evictions) are dropped from the vocabulary once there are more of them than
 this and than live terms. Pruning keeps the order of the live terms, so it changes no score; it depends only on
 the vocabulary and the document frequencies, so a restored kernel prunes when the original would have."""
-_STORED_NNZ = 1 << 24
-"""A bank of at most this many entries (about 230k InterCode keys) keeps its weights as scipy CSC matrices (12
-bytes an entry, 200 MB at most), which make :meth:`IncrementalTfidf.similarities` several times faster; a larger
-one computes the weights of the entries a query reads."""
 _PRUNE_MIN_KEYS = 1 << 16
-""":meth:`IncrementalTfidf.top_k` prunes from this many keys on; a smaller bank scores every key (a few ms at most),
-which costs less there than the pruning's fixed work."""
+""":meth:`IncrementalTfidf.top_k` prunes from this many keys on. A smaller bank scores every key (a few ms at
+most), which costs less there than the pruning's fixed work, and so keeps its weights as scipy CSC matrices (12
+bytes an entry), which make that scoring about twice as fast; a larger one computes the weights of the entries a
+query reads, and an update skips the pass that would store them."""
+_STORED_NNZ = 1 << 24
+"""...unless its keys are so long that the stored weights would pass 200 MB (this many entries)."""
 _SEED_POSTINGS = 128
 """:meth:`IncrementalTfidf.top_k` scores exactly the keys of its most selective terms until it has this many..."""
 _SEED_MAX = 512
@@ -383,12 +383,17 @@ def _bounds(block: _Block, norms: FloatArray) -> FloatArray:
     return bound
 
 
-def _weigh(block: _Block, idf: FloatArray, norms: FloatArray) -> FloatArray:
-    """The block's weights ``(c_ij * idf_j) / norm_i`` in column order, shape ``(nnz,)`` (``norms``: the block's)."""
+def _weigh(block: _Block, idf: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """The block's weights ``(c_ij * idf_j) / norm_i`` in column order, shape ``(nnz,)``, and its row norms.
+
+    ``np.bincount`` adds its weights one by one in input order, and the input is in column order, so each row's
+    squares are summed by ascending term id from 0.0: the same sum as :func:`_norms`, bit for bit.
+    """
     w = np.repeat(idf[: block.n_cols], block.col_len)
     w *= block.counts
+    norms = np.sqrt(np.bincount(block.rows, weights=w * w, minlength=block.n_rows))
     w /= norms[block.rows]
-    return w
+    return w, norms
 
 
 class IncrementalTfidf:
@@ -435,6 +440,7 @@ class IncrementalTfidf:
         self._norms = np.zeros(0, dtype=np.float64)  # per key: L2 norm of its tf-idf row
         self._inv_norms = np.zeros(0, dtype=np.float64)  # 1 / norm (0 for a key without terms), large banks only
         self._weights: list[sparse.csc_matrix] | None = None  # per block of _blocks(), while the bank is small
+        self._rows32: dict[int, tuple[_Block, npt.NDArray[np.int32]]] = {}  # by id(block), with the weights
         self._bound = np.zeros(0, dtype=np.float64)  # per term: max over keys of count / norm
         self._bounds_valid = False  # False: the next reweighing recomputes the bounds from all counts
         self._loosened = 1.0  # factor by which the bounds may exceed the exact ones
@@ -465,9 +471,10 @@ class IncrementalTfidf:
     @property
     def nbytes(self) -> int:
         """Bytes of the kernel's arrays (counts in both layouts, per-key norms, stored weights, per-term arrays)."""
-        arrays = [self._df, self._idf, self._norms, self._inv_norms, self._bound]
+        arrays: list[npt.NDArray[Any]] = [self._df, self._idf, self._norms, self._inv_norms, self._bound]
         for w in self._weights or []:
-            arrays += [w.data, w.indices, w.indptr]
+            arrays += [w.data, w.indptr]
+        arrays += [rows32 for _, rows32 in self._rows32.values()]
         return sum(b.nbytes for b in self._blocks()) + sum(a.nbytes for a in arrays)
 
     def restore(self, keys: Sequence[str], terms: Sequence[str]) -> None:
@@ -528,8 +535,8 @@ class IncrementalTfidf:
     def _reweigh(self, first_new: int | None = None) -> None:
         """Every idf moves with n, so every row norm is refreshed (one pass over all counts); the rest follows.
 
-        A bank of at most :data:`_STORED_NNZ` entries stores its weights. One of :data:`_PRUNE_MIN_KEYS` keys or
-        more keeps per-term bounds for :meth:`top_k`
+        A bank of fewer than :data:`_PRUNE_MIN_KEYS` keys stores its weights; a larger one keeps per-term bounds
+        for :meth:`top_k`
         (``max_i c_ij / norm_i``), which need a second pass over all counts that an append (``first_new``: the
         first appended key) mostly avoids: no idf fell by more than the factor ``r`` (the smallest new-over-old
         idf ratio), so no old key's norm did either, and the old bounds divided by ``r`` still hold for the old
@@ -542,22 +549,21 @@ class IncrementalTfidf:
         self._idf = np.log(float(self._n + 1) / df) + 1.0
         blocks = self._blocks()
         self._norms = np.zeros(self._n, dtype=np.float64)
-        for b in blocks:
-            self._norms[b.start : b.start + b.n_rows] = _norms(b, self._idf)
         self._stale = False
-        self._weights = None
-        if self.nnz <= _STORED_NNZ:
-            self._weights = [
-                sparse.csc_matrix(
-                    (
-                        _weigh(b, self._idf, self._norms[b.start : b.start + b.n_rows]),
-                        b.rows.astype(np.int32),
-                        b.indptr,
-                    ),
-                    shape=(b.n_rows, b.n_cols),
-                )
-                for b in blocks
-            ]
+        if self._n < _PRUNE_MIN_KEYS and self.nnz <= _STORED_NNZ:
+            # One pass gives the norms and the weights; the int32 row numbers scipy needs are kept per block.
+            rows32 = {id(b): self._rows32[id(b)] for b in blocks if id(b) in self._rows32}
+            rows32.update({id(b): (b, b.rows.astype(np.int32)) for b in blocks if id(b) not in rows32})
+            self._rows32 = rows32
+            self._weights = []
+            for b in blocks:
+                w, self._norms[b.start : b.start + b.n_rows] = _weigh(b, self._idf)
+                indptr = b.indptr.astype(np.int32)
+                self._weights.append(sparse.csc_matrix((w, rows32[id(b)][1], indptr), shape=(b.n_rows, b.n_cols)))
+        else:
+            self._weights, self._rows32 = None, {}
+            for b in blocks:
+                self._norms[b.start : b.start + b.n_rows] = _norms(b, self._idf)
         if self._n < _PRUNE_MIN_KEYS:
             self._inv_norms = np.zeros(0, dtype=np.float64)
             self._bounds_valid = False
