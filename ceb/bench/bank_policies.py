@@ -76,6 +76,9 @@ OFFLINE_NOTE = (
 )
 """The plain statement every report of the quality figures carries."""
 
+UNCAPPED_1M_GOALS = {"query_p50_ms": 10.0, "rss_mb": 2048.0}
+"""Issue 15's goals for an uncapped bank of 1M records: retrieve p50 and peak resident memory (MiB)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Setting:
@@ -589,10 +592,10 @@ def scale_checks(results: Sequence[ScaleResult]) -> dict[str, Any]:
     if big is not None:
         out["uncapped_1m"] = {
             "query_p50_ms": big.query.p50_ms,
-            "query_p50_ok": big.query.p50_ms <= 10.0,
+            "query_p50_ok": big.query.p50_ms <= UNCAPPED_1M_GOALS["query_p50_ms"],
             "rss_mb": big.rss_mb,
             "peak_rss_mb": big.peak_rss_mb,
-            "rss_ok": big.peak_rss_mb <= 2048.0,
+            "rss_ok": big.peak_rss_mb <= UNCAPPED_1M_GOALS["rss_mb"],
         }
     return out
 
@@ -832,16 +835,18 @@ def plot(quality: Sequence[QualityResult], scale: Sequence[ScaleResult], stem: s
         if col == 0:
             ax.legend(fontsize=7)
     labels = sorted({r.setting.label for r in scale}, key=[r.setting.label for r in scale].index)
-    getters: tuple[tuple[str, Callable[[ScaleResult], float]], ...] = (
-        ("query p50 ms (retrieve, k=2)", lambda r: r.query.p50_ms),
-        ("update mean ms per trajectory", lambda r: r.update.mean_ms),
-        ("peak RSS MiB", lambda r: r.peak_rss_mb),
+    getters: tuple[tuple[str, Callable[[ScaleResult], float], float | None], ...] = (
+        ("query p50 ms (retrieve, k=2)", lambda r: r.query.p50_ms, UNCAPPED_1M_GOALS["query_p50_ms"]),
+        ("update mean ms per trajectory", lambda r: r.update.mean_ms, None),
+        ("peak RSS MiB", lambda r: r.peak_rss_mb, UNCAPPED_1M_GOALS["rss_mb"]),
     )
-    for col, (title, get) in enumerate(getters):
+    for col, (title, get, goal) in enumerate(getters):
         ax = axes[1][col]
         for label in labels:
             line = sorted((r.size, get(r)) for r in scale if r.setting.label == label)
             ax.plot([x for x, _ in line], [y for _, y in line], marker="o", label=label)
+        if goal is not None:
+            ax.axhline(goal, color="tab:red", linestyle=":", linewidth=1, label="goal, uncapped at 1M")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("records streamed into the bank")
