@@ -353,6 +353,7 @@ def run_scale_bench(
     *,
     per_replica_calls_s: float = 30.0,
     knee_saturation: float = 0.9,
+    knee_cpu: float = 0.5,
     on_point: Any = None,
 ) -> dict[str, Any]:
     """Measure every replica count of ``settings``; find the knee and extrapolate to a core of `ceb`'s own.
@@ -362,9 +363,10 @@ def run_scale_bench(
         settings: Replica counts, the replicas' load model and the window.
         work: Scratch directory for the run directories.
         per_replica_calls_s: The per-replica rate the extrapolation divides by (calls/s).
-        knee_saturation: The knee is the first ``R`` whose saturation falls below this. On a shared machine a
-            point can also fall below it because other processes took `ceb`'s core: read ``ceb_core_busy``
-            against ``ceb_cpu_utilisation`` before trusting the knee.
+        knee_saturation: The knee is the first ``R`` whose saturation falls below this...
+        knee_cpu: ...while `ceb` used at least this share of a core. A point below the saturation threshold with
+            `ceb` nearly idle was held back by something else (on a shared machine, other processes starving the
+            simulator); it is listed under ``knee.unsaturated_not_ceb_bound`` instead.
         on_point: Called with each point's figures as it is measured (to print them).
 
     Returns:
@@ -381,6 +383,7 @@ def run_scale_bench(
     main = "quiet" if "quiet" in settings.gc_modes else settings.gc_modes[0]
     points = [p for p in all_points if p["gc"] == main]
     below = [p for p in points if p["saturation"] < knee_saturation]
+    ceb_bound = [p for p in below if p["ceb_cpu_utilisation"] >= knee_cpu]
     saturated = [p for p in points if p["saturation"] >= knee_saturation]
     # CPU per call measured where neither side ran out of CPU is what a core of ceb's own would pay per call.
     unhurried = [p["ceb_cpu_ms_per_call"] for p in saturated] or [p["ceb_cpu_ms_per_call"] for p in points]
@@ -406,7 +409,9 @@ def run_scale_bench(
         "knee": {
             "saturation_threshold": knee_saturation,
             "largest_saturated_replicas": max((p["replicas"] for p in saturated), default=None),
-            "first_unsaturated_replicas": below[0]["replicas"] if below else None,
+            "knee_cpu": knee_cpu,
+            "first_unsaturated_replicas": ceb_bound[0]["replicas"] if ceb_bound else None,
+            "unsaturated_not_ceb_bound": [p["replicas"] for p in below if p not in ceb_bound],
             "max_achieved_calls_per_s": busiest["achieved_calls_per_s"],
             "ceb_cpu_utilisation_at_max": busiest["ceb_cpu_utilisation"],
         },

@@ -59,7 +59,7 @@ def test_one_replica_is_kept_saturated_and_its_capacity_is_measured(tmp_path: Pa
 
 
 def _point(r: int, saturation: float, cpu_ms: float, gc_mode: str = "quiet") -> dict[str, Any]:
-    calls = 30.0 * r * saturation
+    calls = 240.0 * r * saturation
     return {
         "replicas": r,
         "gc": gc_mode,
@@ -83,7 +83,21 @@ def test_the_knee_is_the_first_replica_count_below_the_threshold(
     out = run_scale_bench({}, ScaleSettings(replicas=(1, 2, 4, 8), gc_modes=("default", "quiet")), tmp_path)
     assert out["knee"]["largest_saturated_replicas"] == 2
     assert out["knee"]["first_unsaturated_replicas"] == 4
-    assert out["knee"]["max_achieved_calls_per_s"] == pytest.approx(120)  # 8 replicas at half their 240 calls/s
+    assert out["knee"]["unsaturated_not_ceb_bound"] == []
+    assert out["knee"]["max_achieved_calls_per_s"] == pytest.approx(960)  # 8 replicas at half their 240 calls/s
     assert out["extrapolation"]["ceb_cpu_ms_per_call"] == 2.0  # measured where the replicas were the limit
     assert out["extrapolation"]["replicas_one_core"] == pytest.approx(1000 / (2.0 * 30))
     assert [c["calls_per_s_quiet_over_default"] for c in out["gc_comparison"]] == pytest.approx([1 / 0.9] * 4)
+
+
+def test_a_point_starved_by_other_processes_is_not_the_knee(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # R=4 fell below the threshold while ceb sat nearly idle (the simulator was starved): not ceb's limit.
+    measured = {1: (0.99, 2.0), 2: (0.97, 2.0), 4: (0.05, 2.0), 8: (0.97, 2.0), 16: (0.6, 2.0)}
+
+    def fake(streams: object, settings: ScaleSettings, r: int, work: Path, *, gc_mode: str) -> dict[str, Any]:
+        return _point(r, *measured[r], gc_mode)
+
+    monkeypatch.setattr(scale, "run_scale_point", fake)
+    out = run_scale_bench({}, ScaleSettings(replicas=(1, 2, 4, 8, 16), gc_modes=("quiet",)), tmp_path)
+    assert out["knee"]["first_unsaturated_replicas"] == 16
+    assert out["knee"]["unsaturated_not_ceb_bound"] == [4]
