@@ -22,13 +22,14 @@ from ceb.version import __version__
 if TYPE_CHECKING:
     from ceb.config import GateConfig, RunConfig, load_config
     from ceb.data.trajectory import Step, Trajectory
-    from ceb.pipeline.gate import Banked, Confidence, Gate, StepContext, SyncGate
+    from ceb.pipeline.gate import Banked, Confidence, Gate, Receipt, StepContext, SyncGate
 
 __all__ = [
     "Banked",
     "Confidence",
     "Gate",
     "GateConfig",
+    "Receipt",
     "RunConfig",
     "Step",
     "StepContext",
@@ -42,6 +43,7 @@ _LAZY = {
     "Banked": "ceb.pipeline.gate",
     "Confidence": "ceb.pipeline.gate",
     "Gate": "ceb.pipeline.gate",
+    "Receipt": "ceb.pipeline.gate",
     "StepContext": "ceb.pipeline.gate",
     "SyncGate": "ceb.pipeline.gate",
     "GateConfig": "ceb.config",

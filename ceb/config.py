@@ -326,6 +326,11 @@ class GateConfig(_Section):
     max_pending: int = Field(1024, ge=1)
     """Accepted trajectories per stream waiting for their hindsight; a further one is refused until some are done
     (:class:`~ceb.errors.OverloadedError`; HTTP 503 with ``Retry-After``)."""
+    max_streams: int = Field(1024, ge=1)
+    """Streams the gate holds at most (each has a bank, a worker task and, with a state directory, a folder). A
+    request naming a new stream beyond it is refused (:class:`~ceb.errors.StreamLimitError`; HTTP 409: streams
+    are never closed, so waiting would not help); the streams already held keep working. Streams restored from the
+    state directory at start count, and are all restored even when they are more than this."""
 
     @model_validator(mode="after")
     def _ordered_thresholds(self) -> GateConfig:

@@ -10,7 +10,10 @@
     ├── BackendError                a model endpoint failed after its retry budget
     │   └── FatalBackendError       the endpoint refuses every request (bad key, unknown model): stop the run
     ├── RunError                    the run stopped: failures over threshold, or a broken run directory
-    └── OverloadedError             a live gate's stream has too many trajectories waiting: retry later
+    ├── OverloadedError             a live gate's stream has too many trajectories waiting: retry later
+    └── ConflictError               a live gate refuses a request that retrying unchanged cannot fix
+        ├── StreamLimitError        a new stream beyond ``gate.max_streams``
+        └── DuplicateTrajectoryError  a trajectory id the stream accepted before, now with other content
 
 Each exception carries the context a user needs to find the cause: the file and line of bad input, or
 the stream, trajectory id, step and backend of a failed call.
@@ -25,11 +28,14 @@ __all__ = [
     "BankError",
     "CEBError",
     "ConfigError",
+    "ConflictError",
     "DataError",
+    "DuplicateTrajectoryError",
     "Problem",
     "FatalBackendError",
     "OverloadedError",
     "RunError",
+    "StreamLimitError",
     "StreamValidationError",
 ]
 
@@ -157,3 +163,61 @@ class OverloadedError(CEBError):
         super().__init__(f"stream {stream}: {pending} accepted trajectories are waiting for hindsight; retry later")
         self.stream = stream
         self.pending = pending
+
+
+class ConflictError(CEBError):
+    """A live gate refuses a request because of its own state, and the same request would be refused again.
+
+    Unlike :class:`OverloadedError` (HTTP 503, retry later), waiting does not help: the client must change the
+    request (or the operator the setting). ``ceb serve`` answers HTTP 409, which retry policies do not retry.
+
+    Attributes:
+        stream: The stream.
+        field: The request field at fault (``stream``, ``trajectory.id``).
+    """
+
+    def __init__(self, message: str, *, stream: str, field: str) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.field = field
+
+
+class StreamLimitError(ConflictError):
+    """A request would open a stream beyond ``gate.max_streams``; the streams already open keep working.
+
+    Attributes:
+        held: Streams the gate holds.
+        limit: ``gate.max_streams``.
+    """
+
+    def __init__(self, stream: str, held: int, limit: int) -> None:
+        super().__init__(
+            f"stream {stream}: the gate holds {held} streams already, its limit (gate.max_streams = {limit}); "
+            "send to an existing stream, or raise gate.max_streams and restart the gate",
+            stream=stream,
+            field="stream",
+        )
+        self.held = held
+        self.limit = limit
+
+
+class DuplicateTrajectoryError(ConflictError):
+    """A finished trajectory's id was accepted by the stream before, with different content.
+
+    The same id with the same content is a retry and is acknowledged again without a second bank update; see
+    :meth:`ceb.pipeline.gate.Gate.accept`.
+
+    Attributes:
+        trajectory_id: The id.
+        seq: The sequence number the stream gave the first trajectory with this id.
+    """
+
+    def __init__(self, stream: str, trajectory_id: str, seq: int) -> None:
+        super().__init__(
+            f"stream {stream}: trajectory {trajectory_id[:80]!r} was accepted before (seq {seq}) with different "
+            "content; a retry must resend the same trajectory, a new run needs a new id",
+            stream=stream,
+            field="trajectory.id",
+        )
+        self.trajectory_id = trajectory_id
+        self.seq = seq

@@ -125,8 +125,11 @@ class BankJournal:
             _write_new(path, settings, None)
             return cls(path, Bank(retriever, settings), path.open("ab"), 0, **opts)
         lines = path.read_bytes().split(b"\n")
-        if lines and lines[-1] == b"":
-            lines.pop()
+        # The last piece is empty after a whole line; otherwise it is an update cut before its newline, unfinished
+        # even if it parses. Parsing it would count its bytes plus a newline that is not there, and the truncation
+        # below would then pad the file with a NUL that spoils the next update's line.
+        if lines.pop() and not lines:
+            raise BankError(f"{path}: line 1: the header has no newline: not a complete {JOURNAL_FORMAT} file")
         docs: list[dict[str, Any]] = []
         good_bytes = 0
         for i, line in enumerate(lines):

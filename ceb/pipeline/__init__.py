@@ -5,7 +5,7 @@ one lane for all orders of a stream, :mod:`ceb.pipeline.reuse`); the gate
 (:mod:`ceb.pipeline.gate`) scores one step before it runs and banks one trajectory after it ends.
 """
 
-from ceb.pipeline.gate import Banked, Confidence, Gate, StepContext, SyncGate
+from ceb.pipeline.gate import Banked, Confidence, Gate, Receipt, StepContext, SyncGate
 from ceb.pipeline.lane import Lane
 from ceb.pipeline.results import (
     HindsightRow,
@@ -21,6 +21,7 @@ __all__ = [
     "Banked",
     "Confidence",
     "Gate",
+    "Receipt",
     "StepContext",
     "SyncGate",
     "HindsightRow",

@@ -26,6 +26,17 @@ replays, in order, every acknowledged trajectory after the journal's last ``seq`
 lost, and none is applied twice. Without ``state_dir`` the gate is in memory only, and leaving it waits until
 every accepted trajectory is in its bank.
 
+Retries (:meth:`Gate.accept`). A client that timed out cannot tell whether its trajectory was acknowledged, so it
+sends it again; a trajectory id is accepted once per stream. The same id with the same content (compared after
+blinding, by :func:`~ceb.pipeline.inbox.fingerprint`) gets the first acknowledgement again, its ``seq``, and
+no second hindsight or bank update; the same id with other content is refused
+(:class:`~ceb.errors.DuplicateTrajectoryError`, HTTP 409). Each stream keeps ``id -> (seq, fingerprint)`` of every
+trajectory it accepted, in memory (about 250 bytes per trajectory with a short id) and, with ``state_dir``, on
+disk (the inbox, and its ids file once compacted), so this holds across restarts.
+
+Limits. ``gate.max_pending`` trajectories waiting per stream (:class:`~ceb.errors.OverloadedError`, HTTP 503:
+retry later) and ``gate.max_streams`` streams per gate (:class:`~ceb.errors.StreamLimitError`, HTTP 409).
+
 Example::
 
     async with Gate(load_config()) as gate:
@@ -56,8 +67,15 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from ceb.bank import RETRIEVERS, Bank, BankJournal
 from ceb.config import RunConfig
 from ceb.data.trajectory import Step, Trajectory
-from ceb.errors import ConfigError, DataError, OverloadedError, Problem
-from ceb.pipeline.inbox import Accepted, Inbox
+from ceb.errors import (
+    ConfigError,
+    DataError,
+    DuplicateTrajectoryError,
+    OverloadedError,
+    Problem,
+    StreamLimitError,
+)
+from ceb.pipeline.inbox import Accepted, Inbox, Known, fingerprint
 from ceb.pipeline.lane import new_bank, precedents
 from ceb.pipeline.results import Precedent
 from ceb.stages.assembly import Stages, build_critic, build_stages
@@ -65,7 +83,7 @@ from ceb.stages.base import Abstention, HistoryItem, StepStatus
 from ceb.stages.methods import MethodSpec, resolve_method
 from ceb.stages.step import label_trajectory, score_step
 
-__all__ = ["Banked", "Confidence", "Decision", "Gate", "StepContext", "SyncGate", "check_stream_name"]
+__all__ = ["Banked", "Confidence", "Decision", "Gate", "Receipt", "StepContext", "SyncGate", "check_stream_name"]
 
 log = structlog.get_logger(__name__)
 
@@ -222,6 +240,20 @@ class Banked:
         return asdict(self)
 
 
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """The acknowledgement of a finished trajectory (:meth:`Gate.accept`).
+
+    Attributes:
+        seq: Its position in the stream's accepted order, from 1.
+        replayed: The stream had accepted this trajectory (same id, same content) before: ``seq`` is that first
+            acknowledgement's, and nothing was banked again.
+    """
+
+    seq: int
+    replayed: bool
+
+
 @dataclass(eq=False)
 class _Stream:
     """One stream's bank, its logs, and its queue of accepted trajectories."""
@@ -237,7 +269,9 @@ class _Stream:
     pending: OrderedDict[int, Accepted] = field(default_factory=OrderedDict)
     done: dict[int, anyio.Event] = field(default_factory=dict)
     results: dict[int, Banked] = field(default_factory=dict)
-    waiting: set[int] = field(default_factory=set)
+    waiting: dict[int, int] = field(default_factory=dict)
+    known: Known = field(default_factory=dict)
+    replayed: int = 0
     open: OrderedDict[str, dict[int, float | None]] = field(default_factory=OrderedDict)
     bank_lock: anyio.Lock = field(default_factory=anyio.Lock)
     accept_lock: anyio.Lock = field(default_factory=anyio.Lock)
@@ -294,7 +328,15 @@ class Gate:
         if self.state_dir is not None:
             for folder in sorted(p for p in self.state_dir.iterdir() if p.is_dir()) if self.state_dir.exists() else ():
                 if STREAM_NAME.fullmatch(folder.name):
-                    await self._stream(folder.name)  # recover: replay what was acknowledged and never applied
+                    # Recover: replay what was acknowledged and never applied. Every stream on disk comes back,
+                    # even beyond gate.max_streams (they hold acknowledged trajectories); new ones are refused.
+                    await self._stream(folder.name, restoring=True)
+            if len(self._streams) > self.config.gate.max_streams:
+                log.warning(
+                    "more streams in the state directory than gate.max_streams; no new stream will be opened",
+                    streams=len(self._streams),
+                    max_streams=self.config.gate.max_streams,
+                )
         return self
 
     async def __aexit__(
@@ -337,7 +379,7 @@ class Gate:
         """
         return self._streams[stream].bank
 
-    async def _stream(self, name: str) -> _Stream:
+    async def _stream(self, name: str, *, restoring: bool = False) -> _Stream:
         st = self._streams.get(name)
         if st is not None:
             return st
@@ -345,6 +387,9 @@ class Gate:
         async with self._opening:
             st = self._streams.get(name)
             if st is None:
+                limit = self.config.gate.max_streams
+                if not restoring and len(self._streams) >= limit:
+                    raise StreamLimitError(name, len(self._streams), limit)
                 st = await anyio.to_thread.run_sync(self._open_stream, name)
                 self._streams[name] = st
                 assert self._tg is not None
@@ -364,9 +409,9 @@ class Gate:
         folder = self.state_dir / name
         retriever = RETRIEVERS.get(self.method.resolve(cfg.ceb).retriever)()
         journal = BankJournal.open(folder / "bank.journal", retriever, cfg.bank, fsync=cfg.gate.fsync)
-        inbox, entries = Inbox.open(folder / "inbox.jsonl", fsync=cfg.gate.fsync)
+        inbox, entries, known = Inbox.open(folder / "inbox.jsonl", fsync=cfg.gate.fsync)
         applied = journal.mark if isinstance(journal.mark, int) else 0
-        st = _Stream(name, journal.bank, journal, inbox, send, receive, applied=applied)
+        st = _Stream(name, journal.bank, journal, inbox, send, receive, applied=applied, known=known)
         st.next_seq = max([applied, *(e.seq for e in entries)]) + 1
         for e in entries:
             if e.seq > applied:
@@ -392,6 +437,7 @@ class Gate:
 
         Raises:
             DataError: ``stream`` is not a valid name.
+            StreamLimitError: ``stream`` is new and the gate holds ``gate.max_streams`` streams.
         """
         began = time.perf_counter()
         st = await self._stream(stream)
@@ -457,12 +503,18 @@ class Gate:
 
     # -- finishing ---------------------------------------------------------------------------------------------
 
-    async def submit(self, stream: str, trajectory: Trajectory) -> int:
+    async def accept(self, stream: str, trajectory: Trajectory) -> Receipt:
         """Accept a finished trajectory for hindsight and a bank update, and return once it is durable.
 
         With ``state_dir`` the trajectory (blinded) and its steps' scores are ``fsync``'d to the stream's inbox
         before this returns; without it, it is queued in memory. The hindsight and the bank update follow in the
         background, one trajectory at a time in ``seq`` order; :meth:`wait` waits for them.
+
+        A trajectory id is accepted once per stream, so that a client may retry after a timeout: the same id with
+        the same content (after blinding: labels, rewards and meta do not count) returns the first receipt again
+        (``replayed``; nothing is written or banked), even after a restart and even when the stream is full. The
+        same id with other content is refused: the stream's bank would otherwise hold two different runs under one
+        id, or the same run twice.
 
         Args:
             stream: The stream.
@@ -470,56 +522,82 @@ class Gate:
                 dropped here; they never reach a stage).
 
         Returns:
-            ``seq``: its position in the stream's accepted order, from 1.
+            ``seq`` (its position in the stream's accepted order, from 1) and whether this was a replay.
 
         Raises:
             DataError: ``stream`` is not a valid name.
+            StreamLimitError: ``stream`` is new and the gate holds ``gate.max_streams`` streams.
+            DuplicateTrajectoryError: The stream accepted this id before, with different content (nothing was
+                accepted; HTTP 409).
             OverloadedError: ``gate.max_pending`` trajectories of the stream are waiting already (nothing was
                 accepted; retry later).
             OSError: The inbox cannot be written (nothing was accepted).
         """
         st = await self._stream(stream)
-        if len(st.pending) >= self.config.gate.max_pending:
-            raise OverloadedError(stream, len(st.pending))
-        blind = trajectory.blinded()
-        remembered = st.open.pop(blind.id, {})
-        scores = tuple(remembered.get(t) for t in range(len(blind.steps)))
-        async with st.accept_lock:  # seq order == inbox order == queue order
-            entry = Accepted(seq=st.next_seq, trajectory=replace(blind, source=""), scores=scores)
+        blind = replace(trajectory.blinded(), source="")
+        fp = fingerprint(blind)
+        async with st.accept_lock:  # seq order == inbox order == queue order; one id, one seq
+            first = st.known.get(blind.id)
+            if first is not None:
+                if first[1] != fp:
+                    raise DuplicateTrajectoryError(stream, blind.id, first[0])
+                st.replayed += 1
+                log.info("trajectory sent again; acknowledged once", stream=stream, trajectory=blind.id, seq=first[0])
+                return Receipt(first[0], replayed=True)
+            if len(st.pending) >= self.config.gate.max_pending:
+                raise OverloadedError(stream, len(st.pending))
+            remembered = st.open.get(blind.id, {})
+            scores = tuple(remembered.get(t) for t in range(len(blind.steps)))
+            entry = Accepted(seq=st.next_seq, trajectory=blind, scores=scores, fingerprint=fp)
             if st.inbox is not None:
                 await anyio.to_thread.run_sync(st.inbox.append, entry)
+            st.open.pop(blind.id, None)
+            st.known[blind.id] = (entry.seq, fp)
             st.next_seq += 1
             st.pending[entry.seq] = entry
             st.done[entry.seq] = anyio.Event()
             st.send.send_nowait(entry)
-        return entry.seq
+        return Receipt(entry.seq, replayed=False)
+
+    async def submit(self, stream: str, trajectory: Trajectory) -> int:
+        """:meth:`accept`, returning ``seq`` only (the first one's for a trajectory sent again).
+
+        Raises:
+            DataError, StreamLimitError, DuplicateTrajectoryError, OverloadedError, OSError: As :meth:`accept`.
+        """
+        return (await self.accept(stream, trajectory)).seq
 
     async def wait(self, stream: str, seq: int) -> Banked:
         """Wait until accepted trajectory ``seq`` of ``stream`` is in the bank, and return what it did there.
 
         Raises:
-            KeyError: No such accepted trajectory is pending or was applied since this gate started.
+            KeyError: No such accepted trajectory is pending, and its result is not among the last ones kept (the
+                last 256 applied since this gate started, and any being awaited).
         """
         st = self._streams[stream]
         event = st.done.get(seq)
         if event is None and seq not in st.results:
-            raise KeyError(f"stream {stream}: no accepted trajectory {seq} pending")
-        st.waiting.add(seq)
+            raise KeyError(f"stream {stream}: accepted trajectory {seq} is neither pending nor among the results kept")
+        st.waiting[seq] = st.waiting.get(seq, 0) + 1
         try:
             if event is not None:
                 await event.wait()
-            return st.results.pop(seq)
+            return st.results[seq]
         finally:
-            st.waiting.discard(seq)
+            st.waiting[seq] -= 1
+            if not st.waiting[seq]:
+                del st.waiting[seq]
 
     async def finish(self, stream: str, trajectory: Trajectory) -> Banked:
         """Vote on a finished trajectory in hindsight and add its records to the stream's bank (Eq. 3).
 
         :meth:`submit` followed by :meth:`wait`: it returns once the bank holds the update (and every update
-        accepted before it).
+        accepted before it). A trajectory sent again (same id and content) is not banked again: this returns the
+        first one's result.
 
         Raises:
-            DataError: ``stream`` is not a valid name.
+            DataError, StreamLimitError, DuplicateTrajectoryError, OverloadedError, OSError: As :meth:`accept`.
+            KeyError: A trajectory sent again whose first result is no longer kept (see :meth:`wait`).
         """
         return await self.wait(stream, await self.submit(stream, trajectory))
 
@@ -599,7 +677,7 @@ class Gate:
         )
         del st.pending[entry.seq]
         st.done.pop(entry.seq).set()
-        # Nobody waits for most results (the service acknowledges on submit): keep only those awaited.
+        # Nobody waits for most results (the service acknowledges on submit): keep the last few and those awaited.
         for seq in [q for q in st.results if q not in st.waiting][:-_KEPT_RESULTS]:
             del st.results[seq]
 
@@ -615,7 +693,7 @@ class Gate:
     # -- statistics --------------------------------------------------------------------------------------------
 
     def stats(self, stream: str | None = None) -> dict[str, Any]:
-        """Bank statistics: per stream, records (``B+`` / ``B-``), version, pending updates, scored steps.
+        """Bank statistics: per stream, records (``B+`` / ``B-``), version, pending updates, replays, scored steps.
 
         Args:
             stream: One stream, or ``None`` for every stream.
@@ -634,6 +712,7 @@ class Gate:
                 "bank_version": st.applied,
                 "accepted": st.next_seq - 1,
                 "pending": len(st.pending),
+                "replayed": st.replayed,
                 "open_trajectories": len(st.open),
                 "scored_steps": st.scored,
                 "last_error": st.last_error,
@@ -670,6 +749,10 @@ class SyncGate:
     def score(self, stream: str, context: StepContext) -> Confidence:
         """:meth:`Gate.score`, blocking."""
         return self._portal.call(self.gate.score, stream, context)
+
+    def accept(self, stream: str, trajectory: Trajectory) -> Receipt:
+        """:meth:`Gate.accept`, blocking."""
+        return self._portal.call(self.gate.accept, stream, trajectory)
 
     def submit(self, stream: str, trajectory: Trajectory) -> int:
         """:meth:`Gate.submit`, blocking."""

@@ -13,15 +13,26 @@ File layout (JSON lines), ``<state_dir>/<stream>/inbox.jsonl``::
 
 A kill leaves at most the last line torn: that trajectory was never acknowledged; :meth:`Inbox.open` cuts it
 off. Lines already applied to the bank are dropped by :meth:`Inbox.compact` (an atomic rewrite).
+
+The ids of the dropped lines are kept, so that a trajectory sent again after its line was dropped is still
+known (the gate acknowledges a retry once, :meth:`ceb.pipeline.gate.Gate.accept`). Before the rewrite,
+:meth:`Inbox.compact` appends them, with their ``seq`` and :func:`fingerprint`, to ``inbox.ids.jsonl`` beside
+the inbox and ``fsync`` the file::
+
+    {"seq": 7, "id": "run-42", "fingerprint": "<32 hex digits>"}
+
+A kill between the two leaves an id in both files (read once); a torn last line of the ids file is cut off (its
+trajectory is still in the inbox, which was not rewritten yet).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import orjson
 
@@ -29,7 +40,21 @@ from ceb.data.reader import parse_trajectory, trajectory_object
 from ceb.data.trajectory import Trajectory
 from ceb.errors import CEBError, RunError
 
-__all__ = ["Accepted", "Inbox"]
+__all__ = ["Accepted", "Inbox", "Known", "fingerprint"]
+
+Known = dict[str, tuple[int, bytes]]
+"""Trajectory id -> (``seq``, :func:`fingerprint`) of every trajectory a stream acknowledged."""
+
+_T = TypeVar("_T")
+
+
+def fingerprint(trajectory: Trajectory) -> bytes:
+    """A 16-byte BLAKE2b digest of a (blinded) trajectory's content: equal for equal trajectories.
+
+    It hashes the trajectory's SCHEMA.md object (:func:`~ceb.data.reader.trajectory_object`; ``source`` is not
+    in it), so a trajectory read back from the inbox has the fingerprint it had when it was accepted.
+    """
+    return hashlib.blake2b(orjson.dumps(trajectory_object(trajectory)), digest_size=16).digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,11 +65,13 @@ class Accepted:
         seq: Its position in its stream's accepted order, from 1 (the bank applies updates in this order).
         trajectory: The finished trajectory, blinded (no labels, rewards or meta).
         scores: ``z^_t`` the gate gave each step before it ran (``None`` where it gave none); shape ``(T,)``.
+        fingerprint: :func:`fingerprint` of ``trajectory``.
     """
 
     seq: int
     trajectory: Trajectory
     scores: tuple[float | None, ...]
+    fingerprint: bytes
 
 
 class Inbox:
@@ -54,43 +81,46 @@ class Inbox:
         path: The file.
         handle: The file, open for appending.
         fsync: ``fsync`` after each line.
-        lines: Lines in the file.
+        held: ``(seq, id, fingerprint)`` of each line in the file, in order.
+        ids_seq: The highest ``seq`` in the ids file (0 when it is empty).
     """
 
-    def __init__(self, path: Path, handle: IO[bytes], *, fsync: bool, lines: int) -> None:
+    def __init__(
+        self, path: Path, handle: IO[bytes], *, fsync: bool, held: list[tuple[int, str, bytes]], ids_seq: int
+    ) -> None:
         self.path = path
+        self.ids_path = _ids_path(path)
         self._file = handle
         self.fsync = fsync
-        self.lines = lines
+        self._held = held
+        self._ids_seq = ids_seq
+
+    @property
+    def lines(self) -> int:
+        """Lines in the file."""
+        return len(self._held)
 
     @classmethod
-    def open(cls, path: Path, *, fsync: bool = True) -> tuple[Inbox, list[Accepted]]:
+    def open(cls, path: Path, *, fsync: bool = True) -> tuple[Inbox, list[Accepted], Known]:
         """Open (or create) the inbox at ``path`` and read what it holds.
 
         Returns:
-            The inbox, and every accepted trajectory in it, in sequence order.
+            The inbox; every accepted trajectory in it, in sequence order; and the id, ``seq`` and fingerprint of
+            every trajectory it ever acknowledged (those dropped by compaction and those in the file).
 
         Raises:
-            RunError: A line before the last is damaged (names the file and line).
+            RunError: A line before the last of the inbox or of its ids file is damaged (names the file and line).
         """
         path.parent.mkdir(parents=True, exist_ok=True)
-        entries: list[Accepted] = []
-        good = 0
-        if path.exists():
-            lines = path.read_bytes().split(b"\n")
-            if lines and lines[-1] == b"":
-                lines.pop()
-            for i, line in enumerate(lines):
-                try:
-                    entries.append(_entry(orjson.loads(line), f"{path}:{i + 1}"))
-                except (orjson.JSONDecodeError, CEBError, KeyError, TypeError, ValueError) as exc:
-                    if i == len(lines) - 1:
-                        break  # a torn last line: never acknowledged
-                    raise RunError(f"{path}: line {i + 1} is damaged: {exc}") from exc
-                good += len(line) + 1
-            if good != path.stat().st_size:
-                os.truncate(path, good)
-        return cls(path, path.open("ab"), fsync=fsync, lines=len(entries)), entries
+        entries = _read_lines(path, _entry)
+        known: Known = {}
+        ids_seq = 0
+        for seq, tid, fp in _read_lines(_ids_path(path), _id_line):
+            known[tid] = (seq, fp)
+            ids_seq = max(ids_seq, seq)
+        known |= {e.trajectory.id: (e.seq, e.fingerprint) for e in entries}
+        held = [(e.seq, e.trajectory.id, e.fingerprint) for e in entries]
+        return cls(path, path.open("ab"), fsync=fsync, held=held, ids_seq=ids_seq), entries, known
 
     def append(self, entry: Accepted) -> None:
         """Write ``entry`` as one line and (with ``fsync``) make it durable before returning."""
@@ -98,10 +128,24 @@ class Inbox:
         self._file.flush()
         if self.fsync:
             os.fsync(self._file.fileno())
-        self.lines += 1
+        self._held.append((entry.seq, entry.trajectory.id, entry.fingerprint))
 
     def compact(self, pending: Sequence[Accepted]) -> None:
-        """Rewrite the file holding ``pending`` only (those not yet in the bank): sibling file, fsync, rename."""
+        """Rewrite the file holding ``pending`` only (those not yet in the bank): sibling file, fsync, rename.
+
+        The ids of the lines dropped are appended to the ids file and ``fsync``'d first (always, even without
+        ``fsync``: the rename must not outlive them).
+        """
+        keep = {e.seq for e in pending}
+        gone = [h for h in self._held if h[0] not in keep and h[0] > self._ids_seq]
+        if gone:
+            with self.ids_path.open("ab") as f:
+                f.write(
+                    b"".join(orjson.dumps({"seq": q, "id": i, "fingerprint": fp.hex()}) + b"\n" for q, i, fp in gone)
+                )
+                f.flush()
+                os.fsync(f.fileno())
+            self._ids_seq = max(self._ids_seq, *(q for q, _, _ in gone))
         self._file.close()
         tmp = self.path.with_name(self.path.name + ".tmp")
         with tmp.open("wb") as f:
@@ -110,11 +154,38 @@ class Inbox:
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
         self._file = self.path.open("ab")
-        self.lines = len(pending)
+        self._held = [h for h in self._held if h[0] in keep]
 
     def close(self) -> None:
         """Close the file (every line is already written)."""
         self._file.close()
+
+
+def _ids_path(path: Path) -> Path:
+    return path.with_name(path.name.removesuffix(".jsonl") + ".ids.jsonl")
+
+
+def _read_lines(path: Path, parse: Callable[[Any, str], _T]) -> list[_T]:
+    """Every line of a JSON-lines file, parsed; a torn last line is cut off the file, a damaged earlier one raises."""
+    out: list[_T] = []
+    if not path.exists():
+        return out
+    good = 0
+    lines = path.read_bytes().split(b"\n")
+    # The last piece never ends in a newline: empty after a whole line, else a line cut before its newline, even
+    # if it parses (its fsync did not finish, so it was never acknowledged). Cut, never parsed.
+    lines.pop()
+    for i, line in enumerate(lines):
+        try:
+            out.append(parse(orjson.loads(line), f"{path}:{i + 1}"))
+        except (orjson.JSONDecodeError, CEBError, KeyError, TypeError, ValueError) as exc:
+            if i == len(lines) - 1:
+                break  # a torn last line: never acknowledged
+            raise RunError(f"{path}: line {i + 1} is damaged: {exc}") from exc
+        good += len(line) + 1
+    if good != path.stat().st_size:
+        os.truncate(path, good)
+    return out
 
 
 def _line(entry: Accepted) -> bytes:
@@ -130,5 +201,17 @@ def _entry(doc: Any, where: str) -> Accepted:
         raise ValueError("scores must be numbers or null")
     trajectory = parse_trajectory(doc["trajectory"], where)
     return Accepted(
-        seq=doc["seq"], trajectory=trajectory, scores=tuple(None if s is None else float(s) for s in scores)
+        seq=doc["seq"],
+        trajectory=trajectory,
+        scores=tuple(None if s is None else float(s) for s in scores),
+        fingerprint=fingerprint(trajectory),
     )
+
+
+def _id_line(doc: Any, where: str) -> tuple[int, str, bytes]:
+    if not isinstance(doc, dict) or type(doc.get("seq")) is not int or not isinstance(doc.get("id"), str):
+        raise ValueError("not an ids line")
+    fp = bytes.fromhex(doc["fingerprint"])
+    if len(fp) != 16:
+        raise ValueError("fingerprint must be 32 hex digits")
+    return doc["seq"], doc["id"], fp

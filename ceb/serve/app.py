@@ -14,7 +14,12 @@ Endpoints (the OpenAPI document at ``GET /openapi.json`` gives every field, :mod
 Hostile input gets a clear 4xx and never a 500 with a traceback: a body that is not JSON (400), a field that is
 missing, unknown or malformed (422, ``{"error", "field", "problems": [{"field", "message"}]}``), a body over the
 size limit (413), a missing or wrong bearer token (401), a stream with ``gate.max_pending`` trajectories waiting
-(503 with ``Retry-After``). An unexpected failure is logged with its traceback and answered with a bare 500.
+(503 with ``Retry-After``: it clears as hindsight catches up). A new stream beyond ``gate.max_streams``, and a
+trajectory id the stream accepted before with other content, get a 409 (:class:`~ceb.errors.ConflictError`):
+streams are never closed and an id stays taken, so retrying the same request cannot succeed, and 409 is not
+retried by the usual policies (which do retry 429 and 503). A trajectory sent again with the same id and content
+is a retry: 202 with the first acknowledgement's body (same ``seq``) and ``Idempotent-Replayed: true``, banked
+once. An unexpected failure is logged with its traceback and answered with a bare 500.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from ceb.errors import ConfigError, DataError, OverloadedError, StreamValidationError
+from ceb.errors import ConfigError, ConflictError, DataError, OverloadedError, StreamValidationError
 from ceb.pipeline.gate import Gate
 from ceb.serve.openapi import openapi_document
 from ceb.serve.payloads import parse_score_request, parse_trajectory_request
@@ -98,6 +103,11 @@ def _metrics() -> dict[str, Any]:
         ),
         "decisions": Counter("ceb_gate_decisions", "Score decisions.", ["decision"], registry=registry),
         "accepted": Counter("ceb_gate_trajectories_accepted", "Trajectories acknowledged.", registry=registry),
+        "replayed": Counter(
+            "ceb_gate_trajectories_replayed",
+            "Trajectories sent again (same id and content): acknowledged again, not banked again.",
+            registry=registry,
+        ),
         "streams": Gauge("ceb_gate_streams", "Streams the gate holds.", registry=registry),
         "records": Gauge("ceb_gate_bank_records", "Bank records over every stream.", registry=registry),
         "pending": Gauge(
@@ -136,6 +146,8 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     except OverloadedError as exc:
         response = _error(503, str(exc), "stream")
         response.headers["Retry-After"] = "1"
+    except ConflictError as exc:
+        response = _error(409, str(exc), exc.field)
     except Exception:
         log.exception("request failed", path=request.path)
         response = _error(500, "internal error (logged by the server)")
@@ -168,14 +180,15 @@ async def score(request: web.Request) -> web.Response:
 
 
 async def trajectories(request: web.Request) -> web.Response:
-    """``POST /v1/trajectories``: accept a finished trajectory; 202 once it is durable."""
+    """``POST /v1/trajectories``: accept a finished trajectory; 202 once it is durable (again for a retry)."""
     stream, trajectory = parse_trajectory_request(await _body(request))
     gate = request.app[GATE]
-    seq = await gate.submit(stream, trajectory)
-    request.app[_METRICS]["accepted"].inc()
+    receipt = await gate.accept(stream, trajectory)
+    request.app[_METRICS]["replayed" if receipt.replayed else "accepted"].inc()
     return _json(
-        {"stream": stream, "trajectory_id": trajectory.id, "seq": seq, "durable": gate.state_dir is not None},
+        {"stream": stream, "trajectory_id": trajectory.id, "seq": receipt.seq, "durable": gate.state_dir is not None},
         status=202,
+        headers={"Idempotent-Replayed": "true"} if receipt.replayed else None,
     )
 
 

@@ -33,6 +33,9 @@ def serve_command(
     method: Annotated[str | None, typer.Option(help="ceb (default) or static.")] = None,
     allow: Annotated[float | None, typer.Option(help="Scores at or above this are 'allow' (default 0.5).")] = None,
     block: Annotated[float | None, typer.Option(help="Scores below this are 'block' (default 0.2).")] = None,
+    max_streams: Annotated[
+        int | None, typer.Option(min=1, help="Streams the gate holds at most; a new one beyond gets 409 (1024).")
+    ] = None,
     max_body_bytes: Annotated[int, typer.Option(min=1024, help="Largest request body, in bytes.")] = 4 * 1024 * 1024,
 ) -> None:
     """Serve the gate over HTTP: POST /v1/score before an action, POST /v1/trajectories after a run.
@@ -51,7 +54,7 @@ def serve_command(
 
     overrides = {
         "backend": {"name": backend, "base_url": base_url, "model": model},
-        "gate": {"method": method, "allow": allow, "block": block},
+        "gate": {"method": method, "allow": allow, "block": block, "max_streams": max_streams},
     }
     token = os.environ.get(token_env) or None
     try:

@@ -69,6 +69,8 @@ def _errors(*codes: int) -> dict[str, Any]:
         400: "The body is not JSON.",
         401: "Missing or wrong bearer token.",
         413: "The body is over the size limit.",
+        409: "Refused, and retrying unchanged will not help: a new stream beyond gate.max_streams (`field`: stream),"
+        " or a trajectory id the stream accepted before with other content (`field`: trajectory.id).",
         422: "A field is missing, unknown or malformed (`field` names it).",
         503: "The stream has too many trajectories waiting; retry after Retry-After seconds.",
     }
@@ -177,7 +179,7 @@ def openapi_document() -> dict[str, Any]:
                     "requestBody": body("ScoreRequest"),
                     "responses": {
                         "200": ok("The confidence.", {"$ref": "#/components/schemas/Confidence"}),
-                        **_errors(400, 401, 413, 422),
+                        **_errors(400, 401, 409, 413, 422),
                     },
                 }
             },
@@ -186,8 +188,12 @@ def openapi_document() -> dict[str, Any]:
                     "summary": "Send a finished trajectory; acknowledged (202) once durable.",
                     "requestBody": body("TrajectoryRequest"),
                     "responses": {
-                        "202": ok("Accepted and durable; hindsight and the bank update follow in seq order."),
-                        **_errors(400, 401, 413, 422, 503),
+                        "202": ok(
+                            "Accepted and durable; hindsight and the bank update follow in seq order. The same id "
+                            "and content sent again gets the same answer (header Idempotent-Replayed: true) and is "
+                            "banked once."
+                        ),
+                        **_errors(400, 401, 409, 413, 422, 503),
                     },
                 }
             },

@@ -80,6 +80,21 @@ def test_a_torn_last_line_is_dropped_and_earlier_damage_is_refused(tmp_path):
         BankJournal.open(path)
 
 
+def test_an_update_cut_just_before_its_newline_is_dropped_and_the_next_one_survives(tmp_path):
+    path = tmp_path / "bank.jsonl"
+    trajs = trajectories([[("ls la", 1)], [("cat foo", 0)], [("grep bar", 1)]])
+    with BankJournal.open(path) as journal:
+        for traj in trajs[:2]:
+            journal.add_trajectory(traj, mark=len(journal.bank) + 1)
+    path.write_bytes(path.read_bytes()[:-1])  # killed after the JSON of the second update, before its newline
+    with BankJournal.open(path) as journal:
+        assert [r.action for r in journal.bank.records] == ["ls la"] and journal.mark == 1
+        journal.add_trajectory(trajs[2], mark=2)
+    with BankJournal.open(path) as reopened:
+        assert [r.action for r in reopened.bank.records] == ["ls la", "grep bar"] and reopened.mark == 2
+    assert b"\0" not in path.read_bytes()
+
+
 def test_a_journal_refuses_other_settings(tmp_path):
     path = tmp_path / "bank.jsonl"
     BankJournal.open(path, settings=BankConfig(policy="window", max_records=3)).close()

@@ -11,10 +11,12 @@ import pytest
 from ceb.config import GateConfig, RunConfig, load_config
 from ceb.data import convert_intercode, read_stream
 from ceb.data.trajectory import Trajectory
-from ceb.errors import ConfigError, DataError, OverloadedError
+from ceb.errors import ConfigError, DataError, DuplicateTrajectoryError, OverloadedError, StreamLimitError
+from ceb.pipeline import gate as gate_module
 from ceb.pipeline import read_step_rows, run_scoring
-from ceb.pipeline.gate import Gate, StepContext, SyncGate
-from ceb.stages.assembly import offline_stages
+from ceb.pipeline.gate import Gate, Receipt, StepContext, SyncGate
+from ceb.pipeline.inbox import Inbox
+from ceb.stages.assembly import Stages, offline_stages
 from ceb.stages.base import HindsightResult
 from ceb.stages.offline import OfflineHindsight
 from tests.support.builders import step, trajectory
@@ -202,3 +204,161 @@ async def test_a_journal_line_carries_its_trajectory_seq(tmp_path: Path) -> None
         await gate.finish("s", trajectory("t1", step("pwd", "/")))
     lines = [orjson.loads(x) for x in (tmp_path / "s" / "bank.journal").read_bytes().splitlines()]
     assert [d.get("mark") for d in lines[1:]] == [1, 2]
+
+
+def _stuck_stages() -> Stages:
+    """Offline stages whose hindsight never answers: accepted trajectories stay pending."""
+
+    class Stuck(OfflineHindsight):
+        async def label(self, trajectory: Trajectory, votes: int) -> HindsightResult:
+            await anyio.sleep_forever()
+            raise AssertionError
+
+    stages = offline_stages(RunConfig(), None)  # type: ignore[arg-type]
+    stages.hindsight = Stuck()
+    return stages
+
+
+async def test_a_new_stream_beyond_max_streams_is_refused_and_the_others_keep_working() -> None:
+    traj = trajectory("t0", step("ls", "a.txt"))
+    async with Gate(RunConfig(gate=GateConfig(max_streams=2))) as gate:
+        await gate.score("a", StepContext.of(traj, 0))
+        await gate.finish("b", traj)
+        with pytest.raises(StreamLimitError, match=r"gate\.max_streams = 2") as info:
+            await gate.score("c", StepContext.of(traj, 0))
+        with pytest.raises(StreamLimitError):
+            await gate.submit("c", traj)
+        assert (info.value.held, info.value.limit, info.value.field) == (2, 2, "stream")
+        assert (await gate.finish("a", traj)).seq == 1 and (await gate.score("b", StepContext.of(traj, 0))).bank_size
+        assert gate.streams == ["a", "b"]
+
+
+async def test_streams_restored_from_the_state_directory_count_and_are_all_restored(tmp_path: Path) -> None:
+    traj = trajectory("t0", step("ls", "a.txt"))
+    async with Gate(state_dir=tmp_path) as gate:
+        for name in ("a", "b", "c"):
+            await gate.finish(name, traj)
+    async with Gate(RunConfig(gate=GateConfig(max_streams=2)), state_dir=tmp_path) as gate:
+        assert gate.streams == ["a", "b", "c"]  # more than the limit: every acknowledged trajectory comes back
+        with pytest.raises(StreamLimitError, match="holds 3 streams"):
+            await gate.score("d", StepContext.of(traj, 0))
+        assert (await gate.score("c", StepContext.of(traj, 0))).bank_size == 1
+    async with Gate(RunConfig(gate=GateConfig(max_streams=4)), state_dir=tmp_path) as gate:
+        await gate.score("d", StepContext.of(traj, 0))
+        with pytest.raises(StreamLimitError):
+            await gate.score("e", StepContext.of(traj, 0))
+
+
+async def test_a_trajectory_sent_twice_is_banked_once_and_gets_the_same_seq() -> None:
+    first = trajectory("t0", step("ls", "a.txt", label=1), step("cat a.txt", "hi"))
+    again = trajectory("t0", step("ls", "a.txt", label=0), step("cat a.txt", "hi"), meta={"try": 2})
+    other = trajectory("t0", step("ls", "b.txt"))
+    async with Gate() as gate:
+        banked = await gate.finish("s", first)
+        size = len(gate.bank("s"))
+        # Labels and meta never reach a stage, so they do not make another trajectory.
+        assert await gate.accept("s", again) == Receipt(1, replayed=True)
+        assert await gate.finish("s", first) == banked
+        with pytest.raises(DuplicateTrajectoryError, match="seq 1") as info:
+            await gate.submit("s", other)
+        assert (info.value.trajectory_id, info.value.seq, info.value.field) == ("t0", 1, "trajectory.id")
+        assert await gate.submit("other-stream", other) == 1  # ids are per stream
+        await gate.flush()
+        stats = gate.stats("s")["streams"]["s"]
+        assert len(gate.bank("s")) == size == 2 and {r.trajectory_id for r in gate.bank("s").records} == {"t0"}
+        assert (stats["accepted"], stats["replayed"], stats["bank_version"]) == (1, 2, 1)
+
+
+async def test_concurrent_copies_of_one_trajectory_are_accepted_once() -> None:
+    traj = trajectory("t0", step("ls", "a.txt"))
+    receipts: list[Receipt] = []
+    async with Gate() as gate:
+
+        async def send() -> None:
+            receipts.append(await gate.accept("s", traj))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(5):
+                tg.start_soon(send)
+        await gate.flush()
+        assert len(gate.bank("s")) == 1
+    assert sorted(r.replayed for r in receipts) == [False, True, True, True, True] and {r.seq for r in receipts} == {1}
+
+
+async def test_a_retry_is_acknowledged_even_when_the_stream_is_full(tmp_path: Path) -> None:
+    config = RunConfig(gate=GateConfig(max_pending=1))
+    traj = trajectory("t0", step("ls"))
+    async with Gate(config, stages=_stuck_stages(), state_dir=tmp_path) as gate:
+        assert await gate.submit("s", traj) == 1
+        assert await gate.accept("s", traj) == Receipt(1, replayed=True)
+        with pytest.raises(OverloadedError):
+            await gate.submit("s", trajectory("t1", step("ls")))
+
+
+async def test_ids_are_known_after_a_restart_pending_or_banked(tmp_path: Path) -> None:
+    banked = [trajectory(f"t{i}", step(f"echo {i}", f"{i}")) for i in range(2)]
+    waiting = trajectory("w", step("pwd", "/"))
+    async with Gate(state_dir=tmp_path) as gate:
+        for t in banked:
+            await gate.finish("s", t)
+    async with Gate(stages=_stuck_stages(), state_dir=tmp_path) as gate:
+        assert await gate.submit("s", waiting) == 3  # acknowledged, never applied
+    async with Gate(state_dir=tmp_path) as gate:
+        assert await gate.accept("s", banked[0]) == Receipt(1, replayed=True)
+        assert await gate.accept("s", waiting) == Receipt(3, replayed=True)
+        with pytest.raises(DuplicateTrajectoryError):
+            await gate.submit("s", trajectory("t1", step("echo 1", "another output")))
+        await gate.flush()
+        ids = [r.trajectory_id for r in gate.bank("s").records]
+        assert sorted(ids) == ["t0", "t1", "w"] and gate.stats("s")["streams"]["s"]["bank_version"] == 3
+        assert await gate.submit("s", trajectory("t2", step("ls"))) == 4
+
+
+async def test_ids_survive_inbox_compaction_and_a_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gate_module, "_COMPACT_LINES", 4)
+    trajs = [trajectory(f"t{i}", step(f"echo {i}", f"{i}")) for i in range(10)]
+    async with Gate(state_dir=tmp_path) as gate:
+        for t in trajs:
+            await gate.finish("s", t)
+    inbox = (tmp_path / "s" / "inbox.jsonl").read_bytes().splitlines()
+    ids_file = (tmp_path / "s" / "inbox.ids.jsonl").read_bytes().splitlines()
+    assert len(inbox) < 4 and [orjson.loads(x)["id"] for x in ids_file] == [f"t{i}" for i in range(len(ids_file))]
+    async with Gate(state_dir=tmp_path) as gate:
+        receipts = [await gate.accept("s", t) for t in trajs]
+        with pytest.raises(DuplicateTrajectoryError):
+            await gate.submit("s", trajectory("t0", step("echo 0", "changed")))
+        await gate.flush()
+        assert len(gate.bank("s")) == 10
+    assert receipts == [Receipt(i + 1, replayed=True) for i in range(10)]
+
+
+async def test_a_torn_last_line_of_the_ids_file_is_cut_and_its_id_still_known(tmp_path: Path) -> None:
+    async with Gate(state_dir=tmp_path) as gate:
+        for i in range(3):
+            await gate.finish("s", trajectory(f"t{i}", step(f"echo {i}", f"{i}")))
+    inbox_path = tmp_path / "s" / "inbox.jsonl"
+    inbox, entries, _ = Inbox.open(inbox_path)
+    inbox.compact(entries[2:])  # t0 and t1 leave the inbox for the ids file
+    inbox.close()
+    ids_path = tmp_path / "s" / "inbox.ids.jsonl"
+    assert len(ids_path.read_bytes().splitlines()) == 2
+    with ids_path.open("ab") as f:
+        f.write(b'{"seq": 3, "id": "t2", "fing')  # killed mid-line during a later compaction
+    inbox, entries, known = Inbox.open(inbox_path)
+    inbox.close()
+    assert [e.seq for e in entries] == [3] and {k: v[0] for k, v in known.items()} == {"t0": 1, "t1": 2, "t2": 3}
+    assert len(ids_path.read_bytes().splitlines()) == 2 and ids_path.read_bytes().endswith(b"\n")
+
+
+async def test_a_last_line_cut_just_before_its_newline_is_dropped_and_the_file_stays_readable(tmp_path: Path) -> None:
+    async with Gate(stages=_stuck_stages(), state_dir=tmp_path) as gate:
+        await gate.submit("s", trajectory("t0", step("ls", "a")))
+        await gate.submit("s", trajectory("t1", step("pwd", "/")))
+    path = tmp_path / "s" / "inbox.jsonl"
+    path.write_bytes(path.read_bytes()[:-1])  # killed after the JSON of t1, before its newline and fsync
+    async with Gate(stages=_stuck_stages(), state_dir=tmp_path) as gate:
+        assert gate.stats("s")["streams"]["s"]["pending"] == 1  # t1 was never acknowledged
+        assert await gate.accept("s", trajectory("t1", step("pwd", "/"))) == Receipt(2, replayed=False)
+    inbox, entries, known = Inbox.open(path)
+    inbox.close()
+    assert [e.trajectory.id for e in entries] == ["t0", "t1"] and set(known) == {"t0", "t1"}

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import anyio
 import pytest
 from aiohttp.test_utils import TestServer
 
@@ -33,8 +34,8 @@ class Client:
             return r.status, await r.json() if r.content_type == "application/json" else await r.text()
 
 
-async def _client(tmp_path: Path, **app_kw: Any) -> AsyncIterator[Client]:
-    config = RunConfig(gate=GateConfig(allow=0.6, block=0.3))
+async def _client(tmp_path: Path, *, max_streams: int = 1024, **app_kw: Any) -> AsyncIterator[Client]:
+    config = RunConfig(gate=GateConfig(allow=0.6, block=0.3, max_streams=max_streams))
     async with Gate(config, state_dir=tmp_path / "state") as gate:
         server = TestServer(make_app(gate, **app_kw), host="127.0.0.1")
         await server.start_server()
@@ -196,3 +197,56 @@ def test_binding_beyond_loopback_needs_a_token() -> None:
     check_bind("0.0.0.0", TOKEN)
     with pytest.raises(ConfigError, match="bearer token"):
         check_bind("0.0.0.0", None)
+
+
+async def test_a_new_stream_beyond_max_streams_gets_a_409_and_the_others_keep_working(tmp_path: Path) -> None:
+    async for c in _client(tmp_path, max_streams=2):
+        assert (await c.post("/v1/score", _score(stream="a")))[0] == 200
+        assert (await c.post("/v1/trajectories", _finished() | {"stream": "b"}))[0] == 202
+        status, err = await c.post("/v1/score", _score(stream="c"))
+        assert status == 409 and err["field"] == "stream" and "gate.max_streams = 2" in err["error"], err
+        status, err = await c.post("/v1/trajectories", _finished() | {"stream": "c"})
+        assert status == 409 and err["field"] == "stream"
+        assert (await c.post("/v1/score", _score(stream="b")))[0] == 200
+        assert (await c.post("/v1/trajectories", _finished() | {"stream": "a"}))[0] == 202
+        _, stats = await c.get("/v1/streams")
+        assert sorted(stats["streams"]) == ["a", "b"]
+
+
+async def _post_with_headers(c: Client, body: Any) -> tuple[int, Any, str | None]:
+    async with c.session.post(c.server.make_url("/v1/trajectories"), json=body) as r:
+        return r.status, await r.json(), r.headers.get("Idempotent-Replayed")
+
+
+async def _banked(c: Client, version: int) -> dict[str, Any]:
+    for _ in range(200):
+        _, stats = await c.get("/v1/streams/agent")
+        if stats["streams"]["agent"]["bank_version"] == version:
+            break
+        await anyio.sleep(0.01)
+    return dict(stats["streams"]["agent"])
+
+
+async def test_a_trajectory_sent_twice_gets_the_same_202_and_is_banked_once(tmp_path: Path) -> None:
+    async for c in _client(tmp_path):
+        first = await _post_with_headers(c, _finished())
+        again = await _post_with_headers(c, _finished())
+        assert first == (202, {"stream": "agent", "trajectory_id": "run-1", "seq": 1, "durable": True}, None)
+        assert again == (*first[:2], "true")
+        changed = _finished()
+        changed["trajectory"]["steps"][1]["observation"] = "something else"
+        status, err = await c.post("/v1/trajectories", changed)
+        assert status == 409 and err["field"] == "trajectory.id" and "seq 1" in err["error"], err
+        stats = await _banked(c, 1)
+        assert (stats["records"], stats["accepted"], stats["replayed"]) == (2, 1, 1)
+        _, text = await c.get("/metrics")
+        assert "ceb_gate_trajectories_accepted_total 1.0" in text and "ceb_gate_trajectories_replayed_total 1.0" in text
+    async for c in _client(tmp_path):  # a restart from the state directory still knows the id
+        assert await _post_with_headers(c, _finished()) == (*first[:2], "true")
+        assert (await c.post("/v1/trajectories", changed))[0] == 409
+        assert (await _post_with_headers(c, _finished("run-2")))[:2] == (
+            202,
+            first[1] | {"trajectory_id": "run-2", "seq": 2},
+        )
+        stats = await _banked(c, 2)
+        assert (stats["records"], stats["accepted"]) == (4, 2)

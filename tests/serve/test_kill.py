@@ -1,4 +1,4 @@
-"""SIGKILL a real `ceb serve` under load, restart it, and find every acknowledged trajectory in its bank."""
+"""SIGKILL a real `ceb serve` under load, restart it: every acknowledged trajectory is banked, once even if resent."""
 
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ RUN_PY = Path(__file__).resolve().parents[2] / "run.py"
 STREAMS = ("alpha", "beta", "gamma")
 
 
-def _start(state: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def _start(state: Path, log: Path, *args: str) -> tuple[subprocess.Popen[bytes], str]:
     with log.open("ab") as err:
         proc = subprocess.Popen(
-            [sys.executable, str(RUN_PY), "serve", "--port", "0", "--state-dir", str(state)],
+            [sys.executable, str(RUN_PY), "serve", "--port", "0", "--state-dir", str(state), *args],
             stdout=subprocess.PIPE,
             stderr=err,
             env={**os.environ, "NO_COLOR": "1"},
@@ -95,7 +95,8 @@ async def test_every_acknowledged_trajectory_survives_kill_9(tmp_path: Path) -> 
         proc.kill()
     assert proc.returncode == -signal.SIGKILL
 
-    proc, url = _start(state, log)
+    proc, url = _start(state, log, "--max-streams", "2")  # fewer than the state holds: all come back anyway
+    replays = []
     try:
         async with aiohttp.ClientSession() as session:
             with anyio.fail_after(60):
@@ -105,6 +106,14 @@ async def test_every_acknowledged_trajectory_survives_kill_9(tmp_path: Path) -> 
                     if set(stats) == set(STREAMS) and all(s["pending"] == 0 for s in stats.values()):
                         break
                     await anyio.sleep(0.05)
+            for tid in acked:  # a client retrying every acknowledged trajectory after the crash
+                stream, i = tid.rsplit("-", 1)
+                async with session.post(f"{url}/v1/trajectories", json=_trajectory(stream, int(i))) as r:
+                    replays.append((r.status, r.headers.get("Idempotent-Replayed")))
+            async with session.post(f"{url}/v1/trajectories", json=_trajectory("delta", 0)) as r:
+                assert r.status == 409 and "gate.max_streams = 2" in (await r.json())["error"]
+            async with session.get(f"{url}/v1/streams") as r:
+                after = (await r.json())["streams"]
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
@@ -117,3 +126,5 @@ async def test_every_acknowledged_trajectory_survives_kill_9(tmp_path: Path) -> 
             assert journal.mark == stats[stream]["accepted"]
     assert {tid for tid, _ in banked} >= set(acked)
     assert set(banked.values()) == {1}  # nothing applied twice
+    assert set(replays) == {(202, "true")} and len(replays) == len(acked)
+    assert {s: a["accepted"] for s, a in after.items()} == {s: a["accepted"] for s, a in stats.items()}
