@@ -47,7 +47,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -861,9 +861,8 @@ class IncrementalTfidf:
         the manner of MaxScore: a set ``W`` of the query's terms contributes at most
         ``min(sum_W q_j * m_j, ||q_W||)`` to any key's similarity, where ``m_j = idf_j * max_i c_ij / norm_i``
         bounds a term's weight (kept per term by each update) and ``||q_W||`` is Cauchy-Schwarz with the key's
-        unit norm. So once a class has a ``k``-th
-        best score ``theta``, a key holding none of the terms outside such a ``W`` (bounded below ``theta``)
-        cannot enter its top ``k``.
+        unit norm. So once a class has a ``k``-th best score ``theta``, a key holding none of the terms outside
+        such a ``W`` (bounded below ``theta``) cannot enter its top ``k``.
 
         Steps: exact scores of the keys holding the query's rarest terms give a first ``theta`` per class
         (searching further for a class they miss); per class, the terms with the longest postings go into
@@ -1007,6 +1006,7 @@ class IncrementalTfidf:
         # weak ones at most sqrt(1 - that**2): the weak terms add at most ||q_W|| times this.
         inv_strong_norm = 1.0 / max(float(np.sqrt(np.sum(q[strong] ** 2))), 1e-300)
         coef_list = coef.tolist()
+        need = floor - weak_sum if n_weak else 0.0  # the partial score a key must reach
         cand_parts: list[IntArray] = []
         upper_parts: list[FloatArray] = []
         for b in self._blocks():
@@ -1019,13 +1019,17 @@ class IncrementalTfidf:
             rows = np.concatenate([b.rows[x:y] for x, y, _ in spans])
             weights = np.repeat(np.array([w for _, _, w in spans]), [y - x for x, y, _ in spans])
             weights *= np.concatenate([b.counts[x:y] for x, y, _ in spans])
-            part = np.bincount(rows, weights=weights, minlength=b.n_rows)
-            mine = np.flatnonzero(part > 0.0)  # (on a bool array: several times faster than on the floats)
-            upper: FloatArray = part[mine] * self._inv_norms[b.start : b.start + b.n_rows][mine]
+            part = cast(FloatArray, np.bincount(rows, weights=weights, minlength=b.n_rows))  # float with weights
+            if need > 0.0:
+                # Keys whose partial score misses the floor even with the weak terms' whole bound drop out here,
+                # on the block's dense arrays (cheaper than gathering the norms of every key holding a term).
+                part *= self._inv_norms[b.start : b.start + b.n_rows]
+                mine = np.flatnonzero(part >= need)
+                upper: FloatArray = part[mine]
+            else:
+                mine = np.flatnonzero(part > 0.0)  # (on a bool array: several times faster than on the floats)
+                upper = part[mine] * self._inv_norms[b.start : b.start + b.n_rows][mine]
             if n_weak:
-                # Keys that miss the floor even with the weak terms' whole bound drop out before the finer one.
-                reach = upper >= floor - weak_sum
-                mine, upper = mine[reach], upper[reach]
                 room = upper * inv_strong_norm
                 room *= room
                 np.subtract(1.0, room, out=room)
