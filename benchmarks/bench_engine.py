@@ -23,15 +23,6 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_INTERCODE = Path(os.environ.get("CEB_SHARED", REPO.parent / "shared")) / "data" / "intercode"
-CPU_ENV = {
-    "VLLM_TARGET_DEVICE": "cpu",
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-}
-"""Read by vLLM when it is imported, so set before anything imports it (the tests' server gets the same)."""
 
 
 async def _main(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -97,7 +88,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1, help="HTTP then engine, this many times")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = ap.parse_args(argv)
-    for key, value in CPU_ENV.items():
+    sys.path.insert(0, str(REPO))
+    from tests.support.vllm_server import cpu_env
+
+    for key, value in cpu_env().items():  # read by vLLM when it is imported, so set before anything imports it
         os.environ.setdefault(key, value)
 
     import anyio

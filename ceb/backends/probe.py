@@ -119,16 +119,20 @@ async def probe_endpoint(settings: OpenAISettings) -> EndpointReport:
         report.checks.append(await _timed("models", lambda: _models(backend, settings.model)))
         chat = await _timed("chat", lambda: _chat(backend, ChatRequest(messages=_USER, max_tokens=4), _any_text))
         report.checks.append(chat)
+        report.checks += await _feature_checks(backend, chat)
         if chat.outcome != "ok":
-            for name, _, _ in _feature_requests():
-                report.checks.append(Check(name, "failed", "skipped: no chat reply"))
             return report
-        for name, request, judge in _feature_requests():
-            report.checks.append(await _timed(name, partial(_chat, backend, request, judge)))
         report.checks.append(await _timed("prefix_cache", lambda: _prefix_cache(backend)))
     finally:
         await backend.aclose()
     return report
+
+
+async def _feature_checks(backend: ChatBackend, chat: Check) -> list[Check]:
+    """The feature checks of :func:`_feature_requests` on ``backend``, each ``failed`` unless ``chat`` passed."""
+    if chat.outcome != "ok":
+        return [Check(name, "failed", "skipped: no chat reply") for name, _, _ in _feature_requests()]
+    return [await _timed(name, partial(_chat, backend, request, judge)) for name, request, judge in _feature_requests()]
 
 
 async def probe_engine(backend: VLLMEngineBackend) -> EndpointReport:
@@ -149,12 +153,9 @@ async def probe_engine(backend: VLLMEngineBackend) -> EndpointReport:
         if start.outcome == "ok":
             chat = await _timed("chat", lambda: _chat(backend, ChatRequest(messages=_USER, max_tokens=4), _any_text))
         report.checks.append(chat)
+        report.checks += await _feature_checks(backend, chat)
         if chat.outcome != "ok":
-            for name, _, _ in _feature_requests():
-                report.checks.append(Check(name, "failed", "skipped: no chat reply"))
             return report
-        for name, request, judge in _feature_requests():
-            report.checks.append(await _timed(name, partial(_chat, backend, request, judge)))
         on = bool(backend.engine.vllm_config.cache_config.enable_prefix_caching)
         report.checks.append(
             Check("prefix_cache", "ok" if on else "missing", f"prefix caching {'on' if on else 'off'} in the engine")

@@ -31,6 +31,21 @@ from pathlib import Path
 
 from tests.support.paths import REPO
 
+
+def cpu_env(kv_cache_gib: int = 1) -> dict[str, str]:
+    """The environment vLLM's CPU build reads when it is imported: no device probing, a ``kv_cache_gib`` GiB KV
+    cache, no usage reports, no model hub. The tests' server gets it, and so does an engine in ceb's process
+    (set before anything imports vLLM)."""
+    return {
+        "VLLM_TARGET_DEVICE": "cpu",
+        "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+
+
 __all__ = ["VLLM_PYTHON", "VLLM_VENV", "VLLMServer", "serve_vllm"]
 
 VLLM_VENV = Path(os.environ.get("CEB_VLLM_VENV", REPO / ".venv-vllm"))
@@ -158,14 +173,7 @@ def serve_vllm(
         "bfloat16",
         *extra_args,
     ]
-    env = os.environ | {
-        "VLLM_TARGET_DEVICE": "cpu",
-        "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
-        "VLLM_NO_USAGE_STATS": "1",
-        "DO_NOT_TRACK": "1",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-    }
+    env = os.environ | cpu_env(kv_cache_gib)
     if dev_mode:
         env["VLLM_SERVER_DEV_MODE"] = "1"
     base = f"http://127.0.0.1:{port}"

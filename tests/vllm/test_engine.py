@@ -26,21 +26,13 @@ from ceb.data import convert_intercode, read_stream
 from ceb.pipeline import read_rows
 from tests.support.paths import INTERCODE, REPO
 from tests.support.tiny_model import tiny_model_dir
-from tests.support.vllm_server import VLLM_PYTHON, VLLMServer
+from tests.support.vllm_server import VLLM_PYTHON, VLLMServer, cpu_env
 from tests.vllm.conftest import REQUIRE_ENV
 from tests.vllm.engine_replies import REQUESTS, as_json
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
-ENGINE_ENV = {
-    "VLLM_TARGET_DEVICE": "cpu",
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "PYTHONPATH": str(REPO),  # this checkout's ceb, whichever one .ci/install-vllm installed
-}
+ENGINE_ENV = cpu_env() | {"PYTHONPATH": str(REPO)}  # this checkout's ceb, whichever one .ci/install-vllm installed
 """The environment the tests' vLLM server gets (tests/support/vllm_server.py), for the engine in ceb's process."""
 
 CONFIG = """
