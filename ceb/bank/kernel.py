@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import numpy as np
@@ -181,20 +181,6 @@ class _Block:
             counts[order].astype(dtype, copy=False),
         )
 
-    def moved(self, start: int) -> _Block:
-        """The same block at another bank position."""
-        return _Block(
-            start,
-            self.n_rows,
-            self.indptr,
-            self.rows,
-            self.counts,
-            self.col_len,
-            self.row_ptr,
-            self.terms,
-            self.row_counts,
-        )
-
     @property
     def n_cols(self) -> int:
         """Terms the block has columns for (terms first seen later have no entries here)."""
@@ -204,14 +190,6 @@ class _Block:
     def nnz(self) -> int:
         """Stored entries."""
         return len(self.rows)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of its arrays."""
-        return sum(
-            a.nbytes
-            for a in (self.indptr, self.rows, self.counts, self.col_len, self.row_ptr, self.terms, self.row_counts)
-        )
 
     def column_entries(self, sel: IntArray) -> tuple[IntArray, IntArray]:
         """Where the terms ``sel`` (ascending, each ``< n_cols``) have entries, and how many each.
@@ -267,7 +245,7 @@ def _stack(top: _Block, bottom: _Block, n_cols: int) -> _Block:
     dtype = np.promote_types(top.counts.dtype, bottom.counts.dtype)
     rows = np.empty(nnz, dtype=np.uint16)
     rows[top_pos] = top.rows
-    rows[bottom_pos] = bottom.rows + np.uint16(top.n_rows) if bottom.nnz else bottom.rows
+    rows[bottom_pos] = bottom.rows + np.uint16(top.n_rows)
     counts = np.empty(nnz, dtype=dtype)
     counts[top_pos] = top.counts
     counts[bottom_pos] = bottom.counts
@@ -440,7 +418,6 @@ class IncrementalTfidf:
         self._norms = np.zeros(0, dtype=np.float64)  # per key: L2 norm of its tf-idf row
         self._inv_norms = np.zeros(0, dtype=np.float64)  # 1 / norm (0 for a key without terms), large banks only
         self._weights: list[sparse.csc_matrix] | None = None  # per block of _blocks(), while the bank is small
-        self._rows32: dict[int, tuple[_Block, npt.NDArray[np.int32]]] = {}  # by id(block), with the weights
         self._bound = np.zeros(0, dtype=np.float64)  # per term: max over keys of count / norm
         self._bounds_valid = False  # False: the next reweighing recomputes the bounds from all counts
         self._loosened = 1.0  # factor by which the bounds may exceed the exact ones
@@ -467,15 +444,6 @@ class IncrementalTfidf:
     def nnz(self) -> int:
         """Stored (key, term) counts: the size of the count matrix, and of each update's reweighting pass."""
         return sum(b.nnz for b in self._blocks())
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the kernel's arrays (counts in both layouts, per-key norms, stored weights, per-term arrays)."""
-        arrays: list[npt.NDArray[Any]] = [self._df, self._idf, self._norms, self._inv_norms, self._bound]
-        for w in self._weights or []:
-            arrays += [w.data, w.indptr]
-        arrays += [rows32 for _, rows32 in self._rows32.values()]
-        return sum(b.nbytes for b in self._blocks()) + sum(a.nbytes for a in arrays)
 
     def restore(self, keys: Sequence[str], terms: Sequence[str]) -> None:
         """Start over from ``keys`` with the term ids of ``terms``: the state of the kernel they came from.
@@ -551,17 +519,13 @@ class IncrementalTfidf:
         self._norms = np.zeros(self._n, dtype=np.float64)
         self._stale = False
         if self._n < _PRUNE_MIN_KEYS and self.nnz <= _STORED_NNZ:
-            # One pass gives the norms and the weights; the int32 row numbers scipy needs are kept per block.
-            rows32 = {id(b): self._rows32[id(b)] for b in blocks if id(b) in self._rows32}
-            rows32.update({id(b): (b, b.rows.astype(np.int32)) for b in blocks if id(b) not in rows32})
-            self._rows32 = rows32
             self._weights = []
-            for b in blocks:
+            for b in blocks:  # one pass gives the norms and the weights
                 w, self._norms[b.start : b.start + b.n_rows] = _weigh(b, self._idf)
-                indptr = b.indptr.astype(np.int32)
-                self._weights.append(sparse.csc_matrix((w, rows32[id(b)][1], indptr), shape=(b.n_rows, b.n_cols)))
+                csc = (w, b.rows.astype(np.int32), b.indptr.astype(np.int32))
+                self._weights.append(sparse.csc_matrix(csc, shape=(b.n_rows, b.n_cols)))
         else:
-            self._weights, self._rows32 = None, {}
+            self._weights = None
             for b in blocks:
                 self._norms[b.start : b.start + b.n_rows] = _norms(b, self._idf)
         if self._n < _PRUNE_MIN_KEYS:
@@ -618,19 +582,18 @@ class IncrementalTfidf:
         self._key_pos = key_pos[~dropped]
         self._last_key = self._keys[int(self._key_pos[-1])]
         start = 0
-        kept: list[_Block | None] = []
+        kept: list[_Block] = []
         for b in self._blocks():
             gone = dropped[b.start : b.start + b.n_rows]
-            if not gone.any():
-                kept.append(b.moved(start))
+            if gone.any():
+                kept.append(_drop_rows(b, start, gone))
+                self._df[: b.n_cols] -= b.col_len - kept[-1].col_len
             else:
-                nb = _drop_rows(b, start, gone)
-                self._df[: b.n_cols] -= b.col_len - nb.col_len
-                kept.append(nb if nb.n_rows else None)
-            start += kept[-1].n_rows if kept[-1] is not None else 0
+                kept.append(replace(b, start=start))
+            start += kept[-1].n_rows
         n_sealed = len(self._sealed)
-        self._sealed = [b for b in kept[:n_sealed] if b is not None]
-        rest = [b for b in kept[n_sealed:] if b is not None]
+        self._sealed = [b for b in kept[:n_sealed] if b.n_rows]
+        rest = [b for b in kept[n_sealed:] if b.n_rows]
         self._main = rest[0] if rest else None
         self._tail = rest[1] if len(rest) > 1 else None
         self._n -= int(pos.size)
@@ -818,11 +781,11 @@ class IncrementalTfidf:
         # still in ascending term id within each row.
         q_entry = q_dense[terms]
         hit = q_entry != 0.0
-        ends = np.cumsum(hit)
-        row_end = np.cumsum(np.concatenate(len_parts))
-        indptr = np.zeros(docs.size + 1, dtype=np.int64)
-        nonempty = row_end > 0
-        indptr[1:][nonempty] = ends[row_end[nonempty] - 1]
+        hits_before = np.zeros(terms.size + 1, dtype=np.int64)  # hits among the first e entries
+        np.cumsum(hit, out=hits_before[1:])
+        row_end = np.zeros(docs.size + 1, dtype=np.int64)
+        np.cumsum(np.concatenate(len_parts), out=row_end[1:])
+        indptr = hits_before[row_end]
         terms = terms[hit]
         w = self._idf[terms]
         w *= np.concatenate(count_parts)[hit]
@@ -830,10 +793,7 @@ class IncrementalTfidf:
         if _csr_matvec is None:
             np.add.at(out, np.repeat(np.arange(docs.size), np.diff(indptr)), w * q_entry[hit])
             return out
-        if indptr[-1] < np.iinfo(np.int32).max:
-            _csr_matvec(docs.size, len(q_dense), indptr.astype(np.int32), terms, w, q_dense, out)
-        else:  # pragma: no cover - two billion entries read at once
-            _csr_matvec(docs.size, len(q_dense), indptr, terms.astype(np.int64), w, q_dense, out)
+        _csr_matvec(docs.size, len(q_dense), indptr.astype(np.int32), terms, w, q_dense, out)
         return out
 
     def _labels_of(self, classes: Sequence[IntArray]) -> npt.NDArray[np.int8]:

@@ -363,10 +363,7 @@ def run_size(
     rq_times, rq = _time_each(reference.similarities, queries)
     kr_times, kr = _time_each(lambda q: kernel_bank.retrieve(q, k), queries)
     rr_times, rr = _time_each(lambda q: reference_bank.retrieve(q, k), queries)
-    same_retrieve = sum(
-        [(h.record, h.similarity) for h in a.hits] == [(h.record, h.similarity) for h in b.hits]  # type: ignore[attr-defined]
-        for a, b in zip(kr, rr, strict=True)
-    )
+    same_retrieve = sum(a == b for a, b in zip(kr, rr, strict=True))  # Retrieval: records, similarities, counts
     log(f"N={size}: {len(queries)} queries timed on each bank")
 
     labels = np.fromiter((rec.pseudo_label for rec in kernel_bank.records), dtype=np.int8, count=size)
