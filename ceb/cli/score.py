@@ -261,6 +261,8 @@ def score_and_report(
         + (f"{s.steps_resumed} steps kept from before the resume; " if resume else "")
         + f"wall time {wall:.1f} s. Results in {run_dir}/"
     )
+    for warning in s.warnings():
+        err.print(f"warning: {warning}")
     if s.steps_failed and not s.steps_scored:
         err.print(f"error: every step failed (no score); the reasons are in {RunDir(run_dir).scores}")
         raise typer.Exit(EXIT_FAILED)
