@@ -117,8 +117,8 @@ class Confidence:
         return max(0.0, self.latency_s - self.critic_s)
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field."""
-        return {**asdict(self), "precedents": [dict(p) for p in self.precedents]}
+        """A JSON-ready dict of every field and :attr:`overhead_s` (what ``POST /v1/score`` answers)."""
+        return {**asdict(self), "precedents": [dict(p) for p in self.precedents], "overhead_s": self.overhead_s}
 
 
 @dataclass(frozen=True, slots=True)

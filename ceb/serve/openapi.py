@@ -118,6 +118,7 @@ def openapi_document() -> dict[str, Any]:
             "latency_s": {"type": "number"},
             "critic_s": {"type": "number"},
             "retrieval_s": {"type": "number"},
+            "overhead_s": {"type": "number", "description": "latency_s - critic_s: seconds the gate added"},
         },
     }
     trajectory_request = {

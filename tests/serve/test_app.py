@@ -83,6 +83,8 @@ async def test_score_then_finish_then_score_sees_the_new_bank(client: Client) ->
     status, second = await client.post("/v1/score", _score(trajectory_id="run-2"))
     assert second["bank_version"] == 1 and {p["trajectory"] for p in second["precedents"]} == {"run-1"}
     assert second["decision"] == "allow" and 0 < second["latency_s"] < 5
+    # Every field docs/gate.md lists, overhead_s (a property of Confidence) among them.
+    assert second["overhead_s"] == pytest.approx(max(0.0, second["latency_s"] - second["critic_s"]))
 
 
 async def test_a_tool_call_and_openai_messages_are_read_as_actions_and_history(client: Client) -> None:
