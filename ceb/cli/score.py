@@ -262,7 +262,7 @@ def score_and_report(
         + f"wall time {wall:.1f} s. Results in {run_dir}/"
     )
     for warning in s.warnings():
-        err.print(f"warning: {warning}")
+        err.print(f"warning: {warning}", soft_wrap=True)  # one line, as errors are
     if s.steps_failed and not s.steps_scored:
         err.print(f"error: every step failed (no score); the reasons are in {RunDir(run_dir).scores}")
         raise typer.Exit(EXIT_FAILED)
