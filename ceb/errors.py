@@ -37,6 +37,7 @@ __all__ = [
     "RunError",
     "StreamLimitError",
     "StreamValidationError",
+    "leaf_error",
 ]
 
 
@@ -221,3 +222,14 @@ class DuplicateTrajectoryError(ConflictError):
         )
         self.trajectory_id = trajectory_id
         self.seq = seq
+
+
+def leaf_error(exc: BaseException) -> BaseException:
+    """The one error inside nested one-member exception groups (what an anyio task group raises), else ``exc``.
+
+    Public entry points (:class:`~ceb.gate.Gate`, the CLI) raise it in place of the group, so a caller catches
+    ``DataError`` and not an ``ExceptionGroup`` holding one.
+    """
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

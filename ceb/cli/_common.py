@@ -35,7 +35,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ceb.config import RunConfig
-from ceb.errors import CEBError, ConfigError
+from ceb.errors import CEBError, ConfigError, leaf_error
 
 __all__ = [
     "EXIT_ERROR",
@@ -49,7 +49,6 @@ __all__ = [
     "fail",
     "Limit",
     "PORT_HELP",
-    "leaf_error",
     "out",
     "setup_logging",
 ]
@@ -181,13 +180,6 @@ def engine_words(engine_args: str | None) -> tuple[str, ...] | None:
 
 PORT_HELP = "TCP port, 0 to 65535 (0: any free one; the URL is printed)."
 """Help of the ``--port`` of ``serve`` and ``sim-server``; both take ``min=0, max=65535`` (the range TCP has)."""
-
-
-def leaf_error(exc: BaseException) -> BaseException:
-    """The one error inside nested one-member exception groups (what an anyio task group raises), else ``exc``."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 def _is_path(annotation: object) -> bool:

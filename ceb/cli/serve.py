@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from ceb.cli._common import PORT_HELP, config_option, fail, leaf_error
-from ceb.errors import CEBError
+from ceb.cli._common import PORT_HELP, config_option, fail
+from ceb.errors import CEBError, leaf_error
 
 __all__ = ["serve"]
 

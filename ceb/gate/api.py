@@ -26,13 +26,19 @@ replays, in order, every acknowledged trajectory after the journal's last ``seq`
 lost, and none is applied twice. Without ``state_dir`` the gate is in memory only, and leaving it waits until
 every accepted trajectory is in its bank.
 
+Input and errors. What the gate is given is checked by the stream reader's rules, the ones ``ceb serve`` applies
+(:func:`~ceb.gate.types.check_finished`, :func:`~ceb.gate.types.check_context`): a bad field is a
+:class:`~ceb.errors.DataError` naming it. Errors leave the methods and the ``async with`` block as themselves,
+never inside a one-member ``ExceptionGroup`` of the gate's task group.
+
 Retries (:meth:`Gate.accept`). A client that timed out cannot tell whether its trajectory was acknowledged, so it
 sends it again; a trajectory id is accepted once per stream. The same id with the same content (compared after
 blinding, by :func:`~ceb.gate.inbox.fingerprint`) gets the first acknowledgement again, its ``seq``, and
-no second hindsight or bank update; the same id with other content is refused
-(:class:`~ceb.errors.DuplicateTrajectoryError`, HTTP 409). Each stream keeps ``id -> (seq, fingerprint)`` of every
-trajectory it accepted, in memory (about 250 bytes per trajectory with a short id) and, with ``state_dir``, on
-disk (the inbox, and its ids file once compacted), so this holds across restarts.
+no second hindsight or bank update (:meth:`Gate.finish` returns a :class:`Banked` with ``replayed`` set); the
+same id with other content is refused (:class:`~ceb.errors.DuplicateTrajectoryError`, HTTP 409). Each stream
+keeps ``id -> (seq, fingerprint)`` of every trajectory it accepted, in memory (about 250 bytes per trajectory
+with a short id) and, with ``state_dir``, on disk (the inbox, and its ids file once compacted), so this holds
+across restarts.
 
 Limits. ``gate.max_pending`` trajectories waiting per stream (:class:`~ceb.errors.OverloadedError`, HTTP 503:
 retry later) and ``gate.max_streams`` streams per gate (:class:`~ceb.errors.StreamLimitError`, HTTP 409).
@@ -63,11 +69,26 @@ from anyio.abc import TaskGroup
 from ceb.bank import Bank
 from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
-from ceb.errors import ConfigError, DuplicateTrajectoryError, OverloadedError, StreamLimitError
+from ceb.errors import (
+    ConfigError,
+    DuplicateTrajectoryError,
+    OverloadedError,
+    StreamLimitError,
+    leaf_error,
+)
 from ceb.gate.inbox import Accepted, fingerprint
 from ceb.gate.state import StateDir
 from ceb.gate.stream import GateStream, open_stream, work
-from ceb.gate.types import Banked, Confidence, Decision, Receipt, StepContext, check_stream_name
+from ceb.gate.types import (
+    Banked,
+    Confidence,
+    Decision,
+    Receipt,
+    StepContext,
+    check_context,
+    check_finished,
+    check_stream_name,
+)
 from ceb.stages.assembly import Stages, build_critic, build_stages
 from ceb.stages.base import HistoryItem
 from ceb.stages.methods import MethodSpec, resolve_method
@@ -115,6 +136,11 @@ class Gate:
     # -- lifecycle ---------------------------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
+        """Build the stages and restore every stream on disk.
+
+        Raises:
+            ConfigError: The backend cannot be built.
+        """
         async with AsyncExitStack() as stack:
             if self._stages is None:
                 self._stages = build_stages(self.config)
@@ -124,24 +150,45 @@ class Gate:
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             stack.push_async_callback(self._stop_workers)
             self._exit = stack.pop_all()
-        if self._state is not None:
-            for name in self._state.streams():
-                # Recover: replay what was acknowledged and never applied. Every stream on disk comes back,
-                # even beyond gate.max_streams (they hold acknowledged trajectories); new ones are refused.
-                await self._stream(name, restoring=True)
-            if len(self._streams) > self.config.gate.max_streams:
-                log.warning(
-                    "more streams in the state directory than gate.max_streams; no new stream will be opened",
-                    streams=len(self._streams),
-                    max_streams=self.config.gate.max_streams,
-                )
+        try:
+            await self._restore()
+        except BaseException as exc:
+            await self.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
+
+    async def _restore(self) -> None:
+        if self._state is None:
+            return
+        for name in self._state.streams():
+            # Recover: replay what was acknowledged and never applied. Every stream on disk comes back,
+            # even beyond gate.max_streams (they hold acknowledged trajectories); new ones are refused.
+            await self._stream(name, restoring=True)
+        if len(self._streams) > self.config.gate.max_streams:
+            log.warning(
+                "more streams in the state directory than gate.max_streams; no new stream will be opened",
+                streams=len(self._streams),
+                max_streams=self.config.gate.max_streams,
+            )
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        """Stop the workers, close the files and the endpoint.
+
+        An error raised in the block, or by a worker, leaves as itself: not wrapped in the task group's
+        ``ExceptionGroup`` (a group stays a group only when it holds several errors).
+        """
         assert self._exit is not None
-        await self._exit.__aexit__(exc_type, exc, tb)
+        try:
+            await self._exit.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            problem = leaf_error(group)
+            if problem is group:
+                raise
+        else:
+            return
+        raise problem  # outside the except block: no "during handling" chain onto the group it came in
 
     async def _stop_workers(self) -> None:
         if self.state_dir is None:
@@ -218,10 +265,14 @@ class Gate:
             ``score=None`` and ``decision = gate.on_failure``, not an exception.
 
         Raises:
-            DataError: ``stream`` is not a valid name.
+            DataError: ``stream`` is not a valid name, or ``context`` breaks the rules ``ceb serve`` and the stream
+                reader apply (:func:`~ceb.gate.types.check_context`: an empty action, a ``domain`` that is not a
+                lower-case word, an empty ``trajectory_id``); one line naming the field.
             StreamLimitError: ``stream`` is new and the gate holds ``gate.max_streams`` streams.
         """
         began = time.perf_counter()
+        check_stream_name(stream)
+        check_context(context)
         st = await self._stream(stream)
         t = len(context.history)
         remembered = st.open.get(context.trajectory_id, {})
@@ -296,7 +347,9 @@ class Gate:
             ``seq`` (its position in the stream's accepted order, from 1) and whether this was a replay.
 
         Raises:
-            DataError: ``stream`` is not a valid name.
+            DataError: ``stream`` is not a valid name, or the trajectory breaks the rules of a stream line (no
+                steps, an empty action, a ``domain`` that is not a lower-case word; :func:`~ceb.gate.types.
+                check_finished`, the rule ``ceb serve`` applies); one line naming the field.
             StreamLimitError: ``stream`` is new and the gate holds ``gate.max_streams`` streams.
             DuplicateTrajectoryError: The stream accepted this id before, with different content (nothing was
                 accepted; HTTP 409).
@@ -304,8 +357,10 @@ class Gate:
                 accepted; retry later).
             OSError: The inbox cannot be written (nothing was accepted).
         """
-        st = await self._stream(stream)
         blind = replace(trajectory.blinded(), source="")
+        check_stream_name(stream)
+        check_finished(blind)
+        st = await self._stream(stream)
         fp = fingerprint(blind)
         async with st.accept_lock:  # seq order == inbox order == queue order; one id, one seq
             first = st.known.get(blind.id)
@@ -331,7 +386,7 @@ class Gate:
         return Receipt(entry.seq, replayed=False)
 
     async def submit(self, stream: str, trajectory: Trajectory) -> int:
-        """:meth:`accept`, returning ``seq`` only (the first one's for a trajectory sent again).
+        """:meth:`accept`, returning ``seq`` only (the first one's for a trajectory sent again, not banked again).
 
         Raises:
             DataError, StreamLimitError, DuplicateTrajectoryError, OverloadedError, OSError: As :meth:`accept`.
@@ -362,15 +417,38 @@ class Gate:
     async def finish(self, stream: str, trajectory: Trajectory) -> Banked:
         """Vote on a finished trajectory in hindsight and add its records to the stream's bank (Eq. 3).
 
-        :meth:`submit` followed by :meth:`wait`: it returns once the bank holds the update (and every update
-        accepted before it). A trajectory sent again (same id and content) is not banked again: this returns the
-        first one's result.
+        :meth:`accept` followed by :meth:`wait`: it returns once the bank holds the update (and every update
+        accepted before it). It is idempotent, as ``ceb serve`` is for a trajectory sent again: the same id with the
+        same content, even after a restart (a script run twice on one ``state_dir``), is acknowledged once and never
+        banked twice; this returns a :class:`Banked` with ``replayed`` set (the first update's result when this
+        gate still keeps it, else no votes and ``records_added`` 0).
 
         Raises:
             DataError, StreamLimitError, DuplicateTrajectoryError, OverloadedError, OSError: As :meth:`accept`.
-            KeyError: A trajectory sent again whose first result is no longer kept (see :meth:`wait`).
         """
-        return await self.wait(stream, await self.submit(stream, trajectory))
+        receipt = await self.accept(stream, trajectory)
+        st = self._streams[stream]
+        if not receipt.replayed:
+            return await self.wait(stream, receipt.seq)
+        if receipt.seq in st.done or receipt.seq in st.results:
+            return replace(await self.wait(stream, receipt.seq), replayed=True)
+        # Banked before this gate started, or its result is no longer kept: nothing to wait for, nothing to add.
+        return Banked(
+            stream=stream,
+            trajectory_id=trajectory.id,
+            seq=receipt.seq,
+            votes=(),
+            soft_votes=(),
+            pseudo_labels=(),
+            failed_votes=0,
+            errors=(),
+            abstained=(),
+            records_added=0,
+            bank_version=st.applied,
+            bank_size=len(st.bank),
+            hindsight_s=0.0,
+            replayed=True,
+        )
 
     async def flush(self, stream: str | None = None) -> None:
         """Wait until every trajectory accepted so far (on ``stream``, or on every stream) is in its bank."""
