@@ -9,7 +9,8 @@
     ├── BankError                   a bank file that cannot be read back, or a bad record
     ├── BackendError                a model endpoint failed after its retry budget
     │   └── FatalBackendError       the endpoint refuses every request (bad key, unknown model): stop the run
-    ├── RunError                    the run stopped: failures over threshold, or a broken run directory
+    ├── RunError                    the run stopped: failures over threshold, or a run or state directory that
+    │                               another process holds or that cannot be written
     ├── OverloadedError             a live gate's stream has too many trajectories waiting: retry later
     └── ConflictError               a live gate refuses a request that retrying unchanged cannot fix
         ├── StreamLimitError        a new stream beyond ``gate.max_streams``
@@ -149,7 +150,11 @@ class FatalBackendError(BackendError):
 
 
 class RunError(CEBError):
-    """A run stopped: failures passed the threshold, or the run directory cannot be used."""
+    """A run stopped, or a directory cannot be used.
+
+    Failures passed the threshold; or a run directory (or a gate's state directory) is held by another process, or
+    cannot be created or written.
+    """
 
 
 class OverloadedError(CEBError):

@@ -10,8 +10,9 @@ code  meaning
       the reasons are in scores.jsonl); ``ceb doctor``, ceb cannot run on the endpoint at all (no chat
       reply); ``ceb bench``, the benchmark failed (its own non-zero exit code when it gives one)
 2     bad input or an operational error, printed as one line ``error: ...`` (a :class:`~ceb.errors.CEBError`
-      naming the file, line or field; a disk full, a permission, a port in use) or a usage error from the
-      option parser
+      naming the file, line or field; a disk full, a permission, a port in use; a run or state directory
+      another ceb process holds, naming its pid; ``ceb serve`` on a state directory it cannot write) or a
+      usage error from the option parser
 130   interrupted (Ctrl-C, or SIGTERM from ``timeout`` or a scheduler): every finished step is kept,
       summary.json says ``interrupted``, ``--resume`` continues
 ====  ==========================================================================================================

@@ -50,8 +50,10 @@ def serve(
     """Serve the gate over HTTP: POST /v1/score before an action, POST /v1/trajectories after a run.
 
     One bank per stream, resumed from --state-dir; a finished trajectory is acknowledged (202) once it is
-    fsync'd, and its hindsight votes and bank update follow in order. GET /openapi.json documents every field;
-    /metrics is Prometheus; /health needs no token. Stop with Ctrl-C or SIGTERM.
+    fsync'd, and its hindsight votes and bank update follow in order. One gate per --state-dir: one held by
+    another process, or one it cannot write, stops it at start (exit 2). GET /openapi.json documents every field;
+    /metrics is Prometheus; /health needs no token (503 when the state cannot be written). Stop with Ctrl-C or
+    SIGTERM.
     """
     import anyio
 

@@ -26,6 +26,12 @@ replays, in order, every acknowledged trajectory after the journal's last ``seq`
 lost, and none is applied twice. Without ``state_dir`` the gate is in memory only, and leaving it waits until
 every accepted trajectory is in its bank.
 
+One gate per state directory (:meth:`StateDir.lock <ceb.gate.state.StateDir.lock>`, the lock of
+:mod:`ceb.dirlock`): two would give two trajectories one ``seq``. Entering a gate takes the lock and writes a
+probe file, so a directory in use or one it cannot write stops it at start (:class:`~ceb.errors.RunError`), not
+at its first trajectory; :meth:`Gate.state_problem` asks again while it runs. A trajectory the disk cannot take
+(``ENOSPC``) is not acknowledged: :meth:`Gate.accept` raises the ``OSError`` and leaves no part of it in the inbox.
+
 Input and errors. What the gate is given is checked by the stream reader's rules, the ones ``ceb serve`` applies
 (:func:`~ceb.gate.types.check_finished`, :func:`~ceb.gate.types.check_context`): a bad field is a
 :class:`~ceb.errors.DataError` naming it. Errors leave the methods and the ``async with`` block as themselves,
@@ -73,6 +79,7 @@ from ceb.errors import (
     ConfigError,
     DuplicateTrajectoryError,
     OverloadedError,
+    RunError,
     StreamLimitError,
     leaf_error,
 )
@@ -109,11 +116,13 @@ class Gate:
         config: The configuration: ``gate`` (method, thresholds), ``backend``, ``ceb``, ``bank``, ``prompts``.
             Defaults to :class:`~ceb.config.RunConfig` (the offline backend).
         stages: Critic and hindsight to use; built from ``config`` (and closed on exit) when ``None``.
-        state_dir: Folder for each stream's inbox and bank journal (durable; resumed when reopened). ``None``:
-            in memory only.
+        state_dir: Folder for each stream's inbox and bank journal (durable; resumed when reopened; locked while
+            the gate is open). ``None``: in memory only.
 
     Raises:
         ConfigError: The method is unknown or needs held-out labels, or the backend cannot be built.
+        RunError: On entering: another process holds ``state_dir``, or it cannot be created, written or read
+            (:meth:`__aenter__`).
     """
 
     def __init__(
@@ -136,12 +145,17 @@ class Gate:
     # -- lifecycle ---------------------------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        """Build the stages and restore every stream on disk.
+        """Take the state directory (lock, write check), build the stages and restore every stream on disk.
 
         Raises:
+            RunError: Another gate holds the state directory (the message names it and that process's id), or the
+                directory or a stream's files in it cannot be created, written or read.
             ConfigError: The backend cannot be built.
         """
         async with AsyncExitStack() as stack:
+            if self._state is not None:
+                stack.enter_context(self._state.lock())
+                self._state.check_usable()
             if self._stages is None:
                 self._stages = build_stages(self.config)
                 await stack.enter_async_context(self._stages)
@@ -163,7 +177,14 @@ class Gate:
         for name in self._state.streams():
             # Recover: replay what was acknowledged and never applied. Every stream on disk comes back,
             # even beyond gate.max_streams (they hold acknowledged trajectories); new ones are refused.
-            await self._stream(name, restoring=True)
+            try:
+                await self._stream(name, restoring=True)
+            except OSError as exc:
+                where = f"{exc.filename}: " if exc.filename else ""
+                raise RunError(
+                    f"cannot use {self._state.path} as a gate state directory: stream {name}: {where}"
+                    f"{exc.strerror or exc}"
+                ) from None
         if len(self._streams) > self.config.gate.max_streams:
             log.warning(
                 "more streams in the state directory than gate.max_streams; no new stream will be opened",
@@ -174,7 +195,7 @@ class Gate:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        """Stop the workers, close the files and the endpoint.
+        """Stop the workers, close the files and the endpoint, release the state directory.
 
         An error raised in the block, or by a worker, leaves as itself: not wrapped in the task group's
         ``ExceptionGroup`` (a group stays a group only when it holds several errors).
@@ -355,7 +376,8 @@ class Gate:
                 accepted; HTTP 409).
             OverloadedError: ``gate.max_pending`` trajectories of the stream are waiting already (nothing was
                 accepted; retry later).
-            OSError: The inbox cannot be written (nothing was accepted).
+            OSError: The inbox cannot be written, e.g. ``ENOSPC`` on a full disk (nothing was accepted, nothing
+                of it stays in the inbox: the same call succeeds once there is room; HTTP 507).
         """
         blind = replace(trajectory.blinded(), source="")
         check_stream_name(stream)
@@ -457,6 +479,15 @@ class Gate:
                 event = st.done.get(seq)
                 if event is not None:
                     await event.wait()
+
+    async def state_problem(self) -> str | None:
+        """Why the gate cannot write its state directory now (a probe file is written and removed), else ``None``.
+
+        Always ``None`` in memory. ``ceb serve``'s ``/health`` answers 503 with it.
+        """
+        if self._state is None:
+            return None
+        return await anyio.to_thread.run_sync(self._state.problem)
 
     # -- statistics --------------------------------------------------------------------------------------------
 
