@@ -74,10 +74,13 @@ def check_context(context: StepContext) -> None:
         DataError: The first problem found, as one line naming the field.
     """
     t = len(context.history)
-    steps = (*context.history, replace(context.proposal, observation=""))
-    as_run = Trajectory(context.trajectory_id, context.task, context.domain, steps)
+    never_read = [s for s in context.history if s.label is not None or s.reward is not None]
+    history = tuple(replace(s, label=None, reward=None) for s in context.history) if never_read else context.history
+    proposal = replace(context.proposal, observation="", label=None, reward=None)
     try:
-        check_trajectory(as_run.blinded(), "<step context>")
+        check_trajectory(
+            Trajectory(context.trajectory_id, context.task, context.domain, (*history, proposal)), "<step context>"
+        )
     except StreamValidationError as exc:
         p = exc.problems[0]
         field = "trajectory_id" if p.field == "id" else p.field
