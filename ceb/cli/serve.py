@@ -68,6 +68,7 @@ def serve(
         "gate": {"method": method, "allow": allow, "block": block, "max_streams": max_streams},
     }
     token = os.environ.get(token_env) or None
+    served: list[str] = []  # the URL once listening: an OSError after it is not about the address
     try:
         cfg = load_config(config, overrides)
         check_bind(host, token)
@@ -75,6 +76,7 @@ def serve(
         register_secret_env(token_env)
 
         def ready(url: str) -> None:
+            served.append(url)
             print(f"ceb serve: listening on {url}", flush=True)
 
         async def main() -> None:
@@ -90,5 +92,8 @@ def serve(
         if isinstance(problem, CEBError):
             raise fail(problem) from None
         if isinstance(problem, OSError):
-            raise fail(problem, doing=f"cannot serve on {host}:{port}") from None
+            # Before listening: the address (in use, not ours). After: the state (a bank journal on a full disk).
+            stopped = "the gate stopped" if in_memory else f"the gate stopped ({state_dir})"
+            doing = f"cannot serve on {host}:{port}" if not served else stopped
+            raise fail(problem, doing=doing) from None
         raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Any
@@ -51,3 +52,16 @@ def test_serve_on_a_state_dir_it_cannot_write_exits_2_naming_it(tmp_path: Path, 
     if where == "a file":
         state.write_text("not a directory")
     assert _refused(state).startswith(f"error: cannot use {state} as a gate state directory: ")
+
+
+def test_a_disk_error_after_serving_started_is_not_blamed_on_the_address(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def fails_later(*args: Any, ready: Any = None, **kwargs: Any) -> None:
+        ready("http://127.0.0.1:1")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # a bank journal write in the gate's worker
+
+    monkeypatch.setattr("ceb.serve.app.run_server", fails_later)
+    result = runner.invoke(app, ["serve", "--state-dir", str(tmp_path), "--port", "0"])
+    assert result.exit_code == EXIT_ERROR and "Traceback" not in result.output
+    assert result.output.splitlines()[-1] == f"error: the gate stopped ({tmp_path}): No space left on device"
