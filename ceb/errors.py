@@ -9,7 +9,8 @@
     ├── BankError                   a bank file that cannot be read back, or a bad record
     ├── BackendError                a model endpoint failed after its retry budget
     │   └── FatalBackendError       the endpoint refuses every request (bad key, unknown model): stop the run
-    ├── RunError                    the run stopped: failures over threshold, or a broken run directory
+    ├── RunError                    the run stopped: failures over threshold, or a run or state directory that
+    │                               another process holds or that cannot be written
     ├── OverloadedError             a live gate's stream has too many trajectories waiting: retry later
     └── ConflictError               a live gate refuses a request that retrying unchanged cannot fix
         ├── StreamLimitError        a new stream beyond ``gate.max_streams``
@@ -37,6 +38,7 @@ __all__ = [
     "RunError",
     "StreamLimitError",
     "StreamValidationError",
+    "leaf_error",
 ]
 
 
@@ -148,7 +150,11 @@ class FatalBackendError(BackendError):
 
 
 class RunError(CEBError):
-    """A run stopped: failures passed the threshold, or the run directory cannot be used."""
+    """A run stopped, or a directory cannot be used.
+
+    Failures passed the threshold; or a run directory (or a gate's state directory) is held by another process, or
+    cannot be created or written.
+    """
 
 
 class OverloadedError(CEBError):
@@ -221,3 +227,14 @@ class DuplicateTrajectoryError(ConflictError):
         )
         self.trajectory_id = trajectory_id
         self.seq = seq
+
+
+def leaf_error(exc: BaseException) -> BaseException:
+    """The one error inside nested one-member exception groups (what an anyio task group raises), else ``exc``.
+
+    Public entry points (:class:`~ceb.gate.Gate`, the CLI) raise it in place of the group, so a caller catches
+    ``DataError`` and not an ``ExceptionGroup`` holding one.
+    """
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

@@ -10,8 +10,9 @@ code  meaning
       the reasons are in scores.jsonl); ``ceb doctor``, ceb cannot run on the endpoint at all (no chat
       reply); ``ceb bench``, the benchmark failed (its own non-zero exit code when it gives one)
 2     bad input or an operational error, printed as one line ``error: ...`` (a :class:`~ceb.errors.CEBError`
-      naming the file, line or field; a disk full, a permission, a port in use) or a usage error from the
-      option parser
+      naming the file, line or field; a disk full, a permission, a port in use; a run or state directory
+      another ceb process holds, naming its pid; ``ceb serve`` on a state directory it cannot write) or a
+      usage error from the option parser
 130   interrupted (Ctrl-C, or SIGTERM from ``timeout`` or a scheduler): every finished step is kept,
       summary.json says ``interrupted``, ``--resume`` continues
 ====  ==========================================================================================================
@@ -35,7 +36,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ceb.config import RunConfig
-from ceb.errors import CEBError, ConfigError
+from ceb.errors import CEBError, ConfigError, leaf_error
 
 __all__ = [
     "EXIT_ERROR",
@@ -49,7 +50,6 @@ __all__ = [
     "fail",
     "Limit",
     "PORT_HELP",
-    "leaf_error",
     "out",
     "setup_logging",
 ]
@@ -181,13 +181,6 @@ def engine_words(engine_args: str | None) -> tuple[str, ...] | None:
 
 PORT_HELP = "TCP port, 0 to 65535 (0: any free one; the URL is printed)."
 """Help of the ``--port`` of ``serve`` and ``sim-server``; both take ``min=0, max=65535`` (the range TCP has)."""
-
-
-def leaf_error(exc: BaseException) -> BaseException:
-    """The one error inside nested one-member exception groups (what an anyio task group raises), else ``exc``."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 def _is_path(annotation: object) -> bool:

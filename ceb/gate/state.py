@@ -6,17 +6,23 @@ Layout::
                                            (:class:`~ceb.bank.BankJournal`)
     <state_dir>/<stream>/inbox.jsonl       every acknowledged trajectory, ``fsync``'d before the acknowledgement
                                            (:mod:`ceb.gate.inbox`; its ids file beside it once compacted)
+    <state_dir>/gate.lock                  held by the one gate using the directory (:mod:`ceb.dirlock`); it holds
+                                           that process's id
 
 Nothing else in :mod:`ceb.gate` names these files.
 """
 
 from __future__ import annotations
 
+import os
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 from ceb.bank import BankJournal, Retriever
 from ceb.config import BankConfig
+from ceb.dirlock import dir_lock
+from ceb.errors import RunError
 from ceb.gate.inbox import Accepted, Inbox, Known
 from ceb.gate.types import STREAM_NAME
 
@@ -54,6 +60,52 @@ class StateDir:
 
     JOURNAL = "bank.journal"
     INBOX = "inbox.jsonl"
+    LOCK = "gate.lock"
+    PROBE = ".write-check"
+
+    def lock(self) -> AbstractContextManager[None]:
+        """Hold the directory's lock for a block, creating the directory (:func:`ceb.dirlock.dir_lock`).
+
+        Two gates on one directory would give two trajectories one ``seq`` and count each other's lines wrong.
+
+        Raises:
+            RunError: Another process holds it (the message names the directory and its pid), or the directory
+                cannot be created or written.
+        """
+        return dir_lock(self.path, self.LOCK, what="a gate state directory")
+
+    def check_writable(self) -> None:
+        """Create, write and remove a small file in the directory: what accepting a trajectory needs.
+
+        Raises:
+            OSError: It cannot (read-only, permissions, a full disk, the directory gone).
+        """
+        probe = self.path / self.PROBE
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b"ceb\n")
+        finally:
+            os.close(fd)
+            probe.unlink(missing_ok=True)
+
+    def problem(self) -> str | None:
+        """Why the directory cannot be written now (:meth:`check_writable`), or ``None`` when it can."""
+        try:
+            self.check_writable()
+        except OSError as exc:
+            return f"cannot write the state directory {self.path}: {exc.strerror or exc}"
+        return None
+
+    def check_usable(self) -> None:
+        """:meth:`check_writable` at start, as one error.
+
+        Raises:
+            RunError: The directory cannot be written (names it and the reason).
+        """
+        try:
+            self.check_writable()
+        except OSError as exc:
+            raise RunError(f"cannot use {self.path} as a gate state directory: {exc.strerror or exc}") from None
 
     def streams(self) -> list[str]:
         """The streams found on disk (folders with a valid stream name), sorted."""
@@ -70,5 +122,9 @@ class StateDir:
         """
         folder = self.path / stream
         journal = BankJournal.open(folder / self.JOURNAL, retriever, bank, fsync=self.fsync)
-        inbox, entries, known = Inbox.open(folder / self.INBOX, fsync=self.fsync)
+        try:
+            inbox, entries, known = Inbox.open(folder / self.INBOX, fsync=self.fsync)
+        except BaseException:
+            journal.close()
+            raise
         return StreamFiles(journal, inbox, entries, known)

@@ -10,7 +10,7 @@ Layout::
     metrics.json       ECE, Brier, AUROC per stream, order and method, and pooled per order and method
     summary.json       how the last call of ``run_scoring`` ended and what it did (:mod:`ceb.pipeline.summary`)
     report/            ``ceb report``'s default output (report.md, report.json, tables, figures)
-    .lock              held by the one process using the directory (:mod:`ceb.pipeline.lock`)
+    .lock              held by the one process using the directory (:mod:`ceb.dirlock`)
 
 Every other module asks :class:`RunDir` for a path or a recorded setting; none spells a file name
 (``tests/pipeline/test_rundir.py`` checks the source).
@@ -32,8 +32,8 @@ from pydantic import ValidationError
 
 from ceb.config import RunConfig, read_settings_file
 from ceb.data.trajectory import Trajectory
+from ceb.dirlock import dir_lock
 from ceb.errors import ConfigError, RunError
-from ceb.pipeline.lock import run_lock
 from ceb.pipeline.results import ResultWriter, StepRow, read_step_rows
 from ceb.version import __version__
 
@@ -155,12 +155,12 @@ class RunDir:
         return self.scores.is_file()
 
     def lock(self) -> AbstractContextManager[None]:
-        """Hold the directory's lock for a block (:func:`ceb.pipeline.lock.run_lock`).
+        """Hold the directory's lock for a block (:func:`ceb.dirlock.dir_lock`).
 
         Raises:
             RunError: Another process holds it, or the directory cannot be created.
         """
-        return run_lock(self.path, self.LOCK)
+        return dir_lock(self.path, self.LOCK)
 
     def writer(self) -> ResultWriter:
         """A :class:`~ceb.pipeline.results.ResultWriter` appending to ``scores.jsonl`` and ``hindsight.jsonl``."""

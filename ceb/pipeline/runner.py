@@ -86,7 +86,7 @@ async def run_scoring(
         Counts of what was scored and what failed (resumed rows included, and counted apart).
 
     Raises:
-        RunError: Another process is using ``run_dir`` (its lock, :mod:`ceb.pipeline.lock`); ``run_dir`` already
+        RunError: Another process is using ``run_dir`` (its lock, :mod:`ceb.dirlock`); ``run_dir`` already
             holds scored steps (and neither ``overwrite`` nor ``resume``), or a resume
             finds changed input or settings (names each change).
         ConfigError: Unknown method or backend, or a broken prompt template.
