@@ -39,8 +39,8 @@ def score(
         Path | None,
         typer.Option(
             help="Continue the run in this directory where it stopped: finished steps are kept, its bank is "
-            "restored, and changed streams or settings are refused. Its recorded config is the base; flags "
-            "override it."
+            "restored, and changed streams or settings are refused, as is a directory that holds no run. Its "
+            "recorded config is the base; flags override it."
         ),
     ] = None,
     config: Annotated[Path | None, typer.Option(help="TOML or JSON config file (flags override it).")] = None,
@@ -173,7 +173,9 @@ def score(
         out_dir = resume
     if out_dir is None:
         raise typer.BadParameter("give --out DIR for a new run, or --resume DIR to continue one")
-    if resume is not None and RunDir(resume).started and config is None:
+    if resume is not None:
+        RunDir(resume).require_run()  # before reading the streams: a directory with no run is refused at once
+    if resume is not None and config is None:
         # The run's own effective config is the base of its resume; flags still override it.
         cfg = load_config(overrides=overrides, base=RunDir(resume).recorded_config().model_dump(mode="json"))
     else:

@@ -154,6 +154,32 @@ class RunDir:
         """Whether ``scores.jsonl`` exists (a run wrote rows here, maybe only failures)."""
         return self.scores.is_file()
 
+    def require_run(self) -> None:
+        """Check that the directory holds a run that a resume can continue: it exists and has ``config.json``.
+
+        Without ``config.json`` nothing says which streams and settings the rows were scored with, so a resume
+        cannot check them (:func:`ceb.pipeline.resume.check_resumable`); it is refused rather than guessed.
+
+        Raises:
+            RunError: The directory is missing, or has no ``config.json`` (the message names the directory, what
+                is missing and what it does hold).
+        """
+        where = f"cannot resume {self.path}"
+        if not self.path.exists():
+            raise RunError(f"{where}: no such directory; to start a new run there, leave out --resume")
+        if not self.path.is_dir():
+            raise RunError(f"{where}: not a directory")
+        if self.started:
+            return
+        results = (self.SCORES, self.HINDSIGHT, self.BANKS, self.METRICS, self.SUMMARY)
+        held = [name for name in results if (self.path / name).exists()]
+        if not held:
+            raise RunError(f"{where}: it holds no run (no {self.CONFIG}); to start a new run there, leave out --resume")
+        raise RunError(
+            f"{where}: it has {', '.join(held)} but no {self.CONFIG}, the record of the streams and settings a "
+            f"resume must match; put {self.CONFIG} back, or score again into a new directory (or with --overwrite)"
+        )
+
     def lock(self) -> AbstractContextManager[None]:
         """Hold the directory's lock for a block (:func:`ceb.pipeline.lock.run_lock`).
 
