@@ -13,7 +13,17 @@ from typing import Annotated, Any
 import anyio
 import typer
 
-from ceb.cli._common import EXIT_FAILED, EXIT_INTERRUPTED, Limit, config_option, engine_words, err, out
+from ceb.cli._common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    Limit,
+    config_option,
+    engine_words,
+    err,
+    fail,
+    out,
+    reported_error,
+)
 from ceb.cli.metrics import print_metrics
 
 __all__ = ["score", "score_and_report"]
@@ -215,7 +225,8 @@ def score_and_report(
     Raises:
         CEBError: The run failed (the command prints it, :class:`~ceb.cli._common.Command`).
         typer.Exit: :data:`~ceb.cli._common.EXIT_INTERRUPTED` on Ctrl-C or SIGTERM;
-            :data:`~ceb.cli._common.EXIT_FAILED` when steps were scored and none got a score.
+            :data:`~ceb.cli._common.EXIT_FAILED` when steps were scored and none got a score; a file error
+            (:func:`~ceb.cli._common.fail`: :data:`~ceb.cli._common.EXIT_IO` for a full disk, with the resume).
     """
     from ceb.eval import run_metrics, write_metrics
     from ceb.gc_tuning import quiet_gc
@@ -230,6 +241,8 @@ def score_and_report(
     progress = Progress("scoring", None, "steps")
     on_row, on_start = progress_callbacks(progress)
 
+    scores = RunDir(run_dir).scores
+    again = resume_hint or f"the same command and --resume {run_dir}"
     try:
         with _sigterm_as_ctrl_c(), progress, quiet_gc():
             summary = anyio.run(
@@ -237,19 +250,21 @@ def score_and_report(
                     data, cfg, run_dir, on_row=on_row, on_start=on_start, overwrite=overwrite, resume=resume
                 )
             )
+        metrics = run_metrics(run_dir, n_bins=cfg.ece_bins)
+        write_metrics(run_dir, metrics)
     except BaseException as exc:  # Ctrl-C (or SIGTERM) may land inside a task and reach here in a group
         interrupted = isinstance(exc, KeyboardInterrupt) or (
             isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is not None
         )
-        if not interrupted:
-            raise
-        err.print(
-            f"interrupted: every finished step is in {RunDir(run_dir).scores}; "
-            f"continue with {resume_hint or f'the same command and --resume {run_dir}'}"
-        )
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    metrics = run_metrics(run_dir, n_bins=cfg.ece_bins)
-    write_metrics(run_dir, metrics)
+        if interrupted:
+            err.print(f"interrupted: every finished step is in {scores}; continue with {again}")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        fault = reported_error(exc)
+        if isinstance(fault, OSError):  # a full disk, say: what is kept, and the resume that carries on
+            raise fail(
+                fault, path=run_dir, kept=f"every finished step is kept in {scores}", then=f"continue with {again}"
+            ) from exc
+        raise
     print_metrics(metrics)
     wall = time.perf_counter() - started
     s = summary

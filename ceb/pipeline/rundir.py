@@ -18,6 +18,7 @@ Every other module asks :class:`RunDir` for a path or a recorded setting; none s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 from collections.abc import Iterator, Mapping, Sequence
@@ -32,7 +33,7 @@ from pydantic import ValidationError
 
 from ceb.config import RunConfig, read_settings_file
 from ceb.data.trajectory import Trajectory
-from ceb.errors import ConfigError, RunError
+from ceb.errors import ConfigError, RunError, with_path
 from ceb.pipeline.lock import run_lock
 from ceb.pipeline.results import ResultWriter, StepRow, read_step_rows
 from ceb.version import __version__
@@ -55,10 +56,19 @@ def lane_name(key: LaneKey) -> str:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so a reader sees the old file or the new one, never a part."""
+    """Write ``data`` to ``path`` so a reader sees the old file or the new one, never a part.
+
+    Raises:
+        OSError: The write failed (a full disk, say), naming ``path``; the old file is left as it was.
+    """
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise with_path(exc, path) from exc
 
 
 def _dump(doc: Mapping[str, Any]) -> bytes:
@@ -308,8 +318,8 @@ class RunDir:
         write_atomic(self.summary_file, _dump(doc))
 
     def write_metrics(self, metrics: Mapping[str, Any]) -> Path:
-        """Write ``metrics.json`` and return its path."""
-        self.metrics_file.write_bytes(_dump(metrics))
+        """Write ``metrics.json`` (atomically: a failed write leaves the old one) and return its path."""
+        write_atomic(self.metrics_file, _dump(metrics))
         return self.metrics_file
 
     def remove_results(self) -> None:

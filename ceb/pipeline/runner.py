@@ -158,8 +158,9 @@ async def _run_scoring(
                 await _execute(lanes, plan, config, writer, summary, on_row, on_start)
             outcome = "finished"
         except BaseExceptionGroup as group:
-            # A lane or the writer failed and the task group wrapped it: surface our own error as itself.
-            first = _first_ceb_error(group)
+            # A lane or the writer failed and the task group wrapped it: surface our own error (or the system's,
+            # a full disk say) as itself.
+            first = _first_own_error(group)
             if first is None:
                 raise
             raise first from None
@@ -167,14 +168,22 @@ async def _run_scoring(
         outcome, error = "failed", str(exc)
         raise
     finally:
-        _save_banks(run, lanes, summary)
-        summary.wall_s = time.perf_counter() - started
-        if began:
-            run.write_summary(summary_doc(summary, outcome, error, started_at))
-        if stages is None:
-            with anyio.CancelScope(shield=True):
-                for own in by_critic.values():
-                    await own.__aexit__(None, None, None)
+        try:
+            _save_banks(run, lanes, summary)
+            summary.wall_s = time.perf_counter() - started
+            if began:
+                run.write_summary(summary_doc(summary, outcome, error, started_at))
+        except OSError as exc:
+            if outcome == "finished":
+                raise
+            # The run is already stopping, most likely for the same reason (a full disk): that first error is
+            # the one to report. A resume needs neither file: it rebuilds the banks from hindsight.jsonl.
+            log.info("banks or summary not saved", run_dir=str(run), error=str(exc))
+        finally:
+            if stages is None:
+                with anyio.CancelScope(shield=True):
+                    for own in by_critic.values():
+                        await own.__aexit__(None, None, None)
     return summary
 
 
@@ -298,12 +307,12 @@ async def _unset_emit(row: Row) -> None:
     raise RuntimeError("lane started without an emit target")
 
 
-def _first_ceb_error(group: BaseExceptionGroup[BaseException]) -> CEBError | None:
+def _first_own_error(group: BaseExceptionGroup[BaseException]) -> CEBError | OSError | None:
     for exc in group.exceptions:
-        if isinstance(exc, CEBError):
+        if isinstance(exc, CEBError | OSError):
             return exc
         if isinstance(exc, BaseExceptionGroup):
-            inner = _first_ceb_error(exc)
+            inner = _first_own_error(exc)
             if inner is not None:
                 return inner
     return None
