@@ -158,3 +158,22 @@ def test_a_storage_fault_inside_task_groups_is_unwrapped_to_its_one_line(raised:
     assert result.exit_code == code, result.output
     assert _one_line(result.stderr).startswith(line)
     assert ("run the same command again" in result.stderr) == (code == EXIT_IO)
+
+
+def test_grid_on_a_full_disk_names_its_own_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    files = _streams(tmp_path)
+    for name in ("full", "disk"):
+        toml = f'methods = ["ceb", "static"]\n[grid]\nstreams = {files!r}\nout = "runs/{name}"\n'.replace("'", '"')
+        (tmp_path / f"{name}.toml").write_text(toml)
+    assert runner.invoke(app, ["--progress", "off", "grid", str(tmp_path / "full.toml")]).exit_code == 0
+    with monkeypatch.context() as patch:
+        patch.setattr(Path, "open", full_disk_open(tmp_path / "runs" / "disk", 25))
+        result = runner.invoke(app, ["--progress", "off", "grid", str(tmp_path / "disk.toml")])
+    assert result.exit_code == EXIT_IO, result.output
+    *_, line = result.stderr.strip().splitlines()
+    assert "Traceback" not in result.output and f": {NO_SPACE};" in line
+    assert " ".join(line.split()).endswith(f"then continue with ceb grid {tmp_path / 'disk.toml'} --resume")
+    resumed = runner.invoke(app, ["--progress", "off", "grid", str(tmp_path / "disk.toml"), "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    for name in ("scores.jsonl", "hindsight.jsonl"):
+        assert _lines(tmp_path / "runs" / "disk" / name) == _lines(tmp_path / "runs" / "full" / name), name
