@@ -260,10 +260,12 @@ def score_and_report(
             err.print(f"interrupted: every finished step is in {scores}; continue with {again}")
             raise typer.Exit(EXIT_INTERRUPTED) from None
         fault = reported_error(exc)
-        if isinstance(fault, OSError):  # a full disk, say: what is kept, and the resume that carries on
+        if isinstance(fault, OSError) and RunDir(run_dir).started:  # a full disk, say: the resume carries on
             raise fail(
                 fault, path=run_dir, kept=f"every finished step is kept in {scores}", then=f"continue with {again}"
             ) from exc
+        if isinstance(fault, OSError):  # before the run was recorded: there is nothing to resume
+            raise fail(fault, path=run_dir) from exc
         raise
     print_metrics(metrics)
     wall = time.perf_counter() - started

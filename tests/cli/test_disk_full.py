@@ -177,3 +177,19 @@ def test_grid_on_a_full_disk_names_its_own_resume(tmp_path: Path, monkeypatch: p
     assert resumed.exit_code == 0, resumed.output
     for name in ("scores.jsonl", "hindsight.jsonl"):
         assert _lines(tmp_path / "runs" / "disk" / name) == _lines(tmp_path / "runs" / "full" / name), name
+
+
+def test_score_on_a_disk_full_from_the_start_says_to_run_it_again_not_to_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = _streams(tmp_path)
+    run = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        patch.setattr(Path, "open", full_disk_open(tmp_path, 0))
+        result = runner.invoke(app, ["--progress", "off", "score", *files, "--out", str(run)])
+    assert result.exit_code == EXIT_IO, result.output
+    line = " ".join(_one_line(result.stderr).split())
+    assert line.startswith(f"error: {run / 'config.json'}: {NO_SPACE};") and "--resume" not in line
+    assert line.endswith("nothing finished is lost; free some space, then run the same command again")
+    assert not run.exists()  # nothing was started: nothing to resume, nothing in the way
+    assert runner.invoke(app, ["--progress", "off", "score", *files, "--out", str(run)]).exit_code == 0
