@@ -10,10 +10,11 @@ code  meaning
       the reasons are in scores.jsonl); ``ceb doctor``, ceb cannot run on the endpoint at all (no chat
       reply); ``ceb bench``, the benchmark failed (its own non-zero exit code when it gives one)
 2     bad input, printed as one line ``error: ...`` (a :class:`~ceb.errors.CEBError` naming the file, line or
-      field; a path that does not exist; a port in use) or a usage error from the option parser
-74    the machine refused a file (``EX_IOERR`` of sysexits.h): the disk is full, a permission is refused, the file
-      system is read-only, an I/O error. One line ``error: PATH: REASON; ...`` says what finished work is kept
-      and how to go on (``ceb score`` and ``ceb grid``: ``--resume``; the others: run the same command again)
+      field; a path that does not exist; a ``--resume`` of a directory with no run; a port in use) or a usage
+      error from the option parser
+74    the machine refused a file (``EX_IOERR`` of sysexits.h): a full disk, a refused permission, a read-only
+      file system, an I/O error. One line ``error: PATH: REASON; ...`` says what finished work is kept and how
+      to go on (``ceb score`` and ``ceb grid``: ``--resume``; the others: run the same command again)
 130   interrupted (Ctrl-C, or SIGTERM from ``timeout`` or a scheduler): every finished step is kept,
       summary.json says ``interrupted``, ``--resume`` continues
 ====  ==========================================================================================================
