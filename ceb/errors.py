@@ -18,10 +18,16 @@
 
 Each exception carries the context a user needs to find the cause: the file and line of bad input, or
 the stream, trajectory id, step and backend of a failed call.
+
+A fault of the machine rather than of the input (a full disk, a refused permission, a read-only file system)
+stays the system's ``OSError``; where the system gives no file name (a write to an open file), the writer names
+it with :func:`with_path`. The command line reports it in one line with its own exit code
+(:func:`ceb.cli._common.fail`).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 __all__ = [
@@ -39,11 +45,23 @@ __all__ = [
     "StreamLimitError",
     "StreamValidationError",
     "leaf_error",
+    "with_path",
 ]
 
 
 class CEBError(Exception):
     """Base class of every error ``ceb`` raises on purpose."""
+
+
+def with_path(exc: OSError, path: str | os.PathLike[str]) -> OSError:
+    """``exc`` naming ``path`` when it names no file: a failed write to an open file does not say which file.
+
+    Returns:
+        ``exc`` itself when it has a file name, else a new error of the same kind (``errno``, reason) on ``path``.
+    """
+    if exc.filename is not None or exc.errno is None:
+        return exc
+    return OSError(exc.errno, exc.strerror, os.fspath(path))  # OSError picks the subclass from the errno
 
 
 class ConfigError(CEBError):

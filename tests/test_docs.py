@@ -39,6 +39,18 @@ def test_configuration_page_has_a_row_or_a_heading_for_every_setting() -> None:
                 assert f"| `{name}` |" in page, f"{key} missing from the configuration page"
 
 
+def test_the_exit_code_table_lists_every_exit_code_of_the_commands() -> None:
+    import ceb.cli._common as common
+
+    page = (REPO / "docs" / "run-directory.md").read_text(encoding="utf-8")
+    table = page[page.index("## Exit codes") :]
+    documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, re.M)}
+    defined = {value for name, value in vars(common).items() if name.startswith("EXIT_")}
+    assert documented == defined | {0}
+    for code in defined:
+        assert re.search(rf"^{code} +\S", common.__doc__ or "", re.M), f"exit code {code} missing from _common"
+
+
 def test_readme_is_short_and_opens_with_the_two_commands() -> None:
     text = README.read_text(encoding="utf-8")
     assert len(text.splitlines()) <= 150

@@ -33,7 +33,7 @@ import orjson
 
 from ceb.data.sources import kind
 from ceb.data.trajectory import Step, Trajectory
-from ceb.errors import Problem, StreamValidationError
+from ceb.errors import Problem, StreamValidationError, with_path
 
 __all__ = [
     "DOMAIN",
@@ -494,6 +494,9 @@ def _atomic_write(dest: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, dest)
+    except OSError as exc:  # a full disk, say: name the stream (a failed write names no file)
+        tmp.unlink(missing_ok=True)
+        raise with_path(exc, dest) from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
