@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ceb.cli import app
-from ceb.cli._common import EXIT_ERROR
+from ceb.cli._common import EXIT_ERROR, EXIT_IO
 from ceb.gate import SyncGate
 
 runner = CliRunner()
@@ -63,5 +63,8 @@ def test_a_disk_error_after_serving_started_is_not_blamed_on_the_address(
 
     monkeypatch.setattr("ceb.serve.app.run_server", fails_later)
     result = runner.invoke(app, ["serve", "--state-dir", str(tmp_path), "--port", "0"])
-    assert result.exit_code == EXIT_ERROR and "Traceback" not in result.output
-    assert result.output.splitlines()[-1] == f"error: the gate stopped ({tmp_path}): No space left on device"
+    assert result.exit_code == EXIT_IO and "Traceback" not in result.output  # a full disk: EX_IOERR
+    assert result.output.splitlines()[-1] == (
+        f"error: the gate stopped ({tmp_path}): No space left on device; nothing finished is lost; free some "
+        f"space, then run the same command again"
+    )
