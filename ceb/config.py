@@ -394,6 +394,11 @@ class PromptConfig(_Section):
     """Budget of one action or reasoning string, in characters."""
     history_observation_chars: int = Field(600, ge=16, le=_MAX_CHARS)
     """Budget of each earlier observation in the critic's history, in characters."""
+    history_steps: int = Field(100, ge=1, le=1_000_000)
+    """Earlier steps of the trajectory shown in the critic's history: the latest ones, with a line saying how many
+    earlier steps are left out. The paper's prompt gives the "recent action history" and names no length; every
+    trajectory of our streams is far shorter than 100 steps and sees its whole history, as before. The bound keeps
+    a step's prompt, and its cost, from growing with a very long trajectory (issue 24 item 8)."""
     bank_state_chars: int = Field(400, ge=16, le=_MAX_CHARS)
     """Budget of a bank record's state summary (also used in retrieval keys), in characters."""
     bank_observation_chars: int = Field(300, ge=16, le=_MAX_CHARS)
