@@ -17,14 +17,19 @@ File layout (JSON lines)::
 :attr:`BankJournal.mark` is the latest one; a snapshot carries it on.
 
 Compaction rewrites the file as the header and one snapshot of the current state (atomically: a sibling file,
-fsync, rename), once the records logged since the last snapshot exceed ``compact_ratio`` times the records
-held (and ``compact_min``). With eviction the bank stays bounded while the updates do not; compaction keeps the
-file proportional to the bank, at an amortised constant cost per logged record. An append-only bank's log is
-its records, so it rarely compacts.
+fsync, rename, fsync of the folder), once the records logged since the last snapshot exceed ``compact_ratio``
+times the records held (and ``compact_min``), or once ``snapshot_every`` updates were logged since it. With
+eviction the bank stays bounded while the updates do not; compaction keeps the file proportional to the bank, at
+an amortised constant cost per logged record. An append-only bank's log is its records, so by records alone it
+rarely compacts, and reopening it would replay every update, each of which costs time proportional to the bank
+(the TF-IDF weights move with every document): quadratic in the history. ``snapshot_every`` bounds that replay to
+the updates since the last snapshot (the live gate sets it, ``gate.snapshot_every``; issue 24 item 8).
 
 A kill leaves at most the last line torn; :meth:`BankJournal.open` ignores it and cuts it off (the update it
-held is lost, as an unfinished update is). Reopening gives a bank bit-identical to the one that wrote the
-file: the same records, counts, counters and retrieval scores.
+held is lost, as an unfinished update is). A kill during compaction leaves either the old file, whole (and a
+sibling ``.tmp`` file, which :meth:`BankJournal.open` deletes), or the new one: ``os.replace`` is atomic.
+Reopening gives a bank bit-identical to the one that wrote the file: the same records, counts, counters and
+retrieval scores.
 """
 
 from __future__ import annotations
@@ -66,6 +71,9 @@ class BankJournal:
         compact_min: See ``compact_ratio``.
         fsync: ``fsync`` after every appended line (durable against power loss, not only against a crash).
         mark: The latest update's mark (``None`` when no update carried one).
+        snapshot_every: Compact once this many updates were logged since the last snapshot (``None``: by
+            records only).
+        updates: Updates logged since the last snapshot (or the start).
     """
 
     def __init__(
@@ -79,6 +87,8 @@ class BankJournal:
         compact_min: int,
         fsync: bool,
         mark: Any = None,
+        snapshot_every: int | None = None,
+        updates: int = 0,
     ) -> None:
         self.path = path
         self.mark = mark
@@ -88,6 +98,9 @@ class BankJournal:
         self.compact_ratio = compact_ratio
         self.compact_min = compact_min
         self.fsync = fsync
+        self.snapshot_every = snapshot_every
+        self.updates = updates
+        self.snapshots = 0  # compactions this object wrote (tests and benchmarks count them)
 
     @classmethod
     def open(
@@ -99,6 +112,7 @@ class BankJournal:
         compact_ratio: float = 2.0,
         compact_min: int = 1024,
         fsync: bool = False,
+        snapshot_every: int | None = None,
     ) -> BankJournal:
         """Open the journal at ``path``, rebuilding its bank, or start a new one with an empty bank.
 
@@ -110,6 +124,8 @@ class BankJournal:
             compact_ratio: Compaction threshold (see :class:`BankJournal`), ``> 0``.
             compact_min: Compaction threshold floor, in records.
             fsync: ``fsync`` after every appended line.
+            snapshot_every: Also compact once this many updates were logged since the last snapshot, ``>= 1``
+                (``None``: by records only). Reopening then replays at most that many updates after the snapshot.
 
         Raises:
             BankError: The file is not a journal, a line before the last is malformed (names the line), or the
@@ -117,8 +133,16 @@ class BankJournal:
         """
         if compact_ratio <= 0:
             raise ValueError(f"compact_ratio must be > 0, got {compact_ratio}")
+        if snapshot_every is not None and snapshot_every < 1:
+            raise ValueError(f"snapshot_every must be >= 1, got {snapshot_every}")
         path = Path(path)
-        opts: dict[str, Any] = {"compact_ratio": compact_ratio, "compact_min": compact_min, "fsync": fsync}
+        _tmp(path).unlink(missing_ok=True)  # a compaction killed before its rename: the file itself is whole
+        opts: dict[str, Any] = {
+            "compact_ratio": compact_ratio,
+            "compact_min": compact_min,
+            "fsync": fsync,
+            "snapshot_every": snapshot_every,
+        }
         if not path.exists() or path.stat().st_size == 0:
             path.parent.mkdir(parents=True, exist_ok=True)
             settings = settings if settings is not None else BankConfig()
@@ -154,7 +178,10 @@ class BankJournal:
             raise BankError(f"{path}: the journal's bank settings {recorded!r} differ from {settings!r}")
         start = max((i for i, d in enumerate(docs) if "snapshot" in d), default=0)
         if start:
-            bank = Bank.from_document(docs[start]["snapshot"], retriever, where=f"{path}: line {start + 1}")
+            # An unbounded bank's snapshot is its records alone: its settings are the header's (usefulness_k with
+            # them), else the next snapshot would record other settings than the journal was opened with.
+            where = f"{path}: line {start + 1}"
+            bank = Bank.from_document(docs[start]["snapshot"], retriever, where=where, settings=recorded)
         else:
             bank = Bank(retriever, recorded)
         mark = docs[start].get("mark")
@@ -166,7 +193,11 @@ class BankJournal:
             mark = docs[i].get("mark", mark)
         if good_bytes != path.stat().st_size:
             os.truncate(path, good_bytes)
-        return cls(path, bank, path.open("ab"), logged, **opts, mark=mark)
+        updates = len(docs) - start - 1
+        journal = cls(path, bank, path.open("ab"), logged, **opts, mark=mark, updates=updates)
+        if snapshot_every is not None and updates >= snapshot_every:
+            journal.compact()  # a journal written without snapshots (or with a larger period): one now
+        return journal
 
     def add_trajectory(self, records: Iterable[BankRecord], *, mark: Any = None) -> None:
         """Update the bank (:meth:`~ceb.bank.bank.Bank.add_trajectory`) and append the update as one line.
@@ -191,7 +222,10 @@ class BankJournal:
         if self.fsync:
             os.fsync(self._file.fileno())
         self._logged += len(new)
-        if self._logged > self.compact_ratio * max(len(self.bank), self.compact_min):
+        self.updates += 1
+        if self._logged > self.compact_ratio * max(len(self.bank), self.compact_min) or (
+            self.snapshot_every is not None and self.updates >= self.snapshot_every
+        ):
             self.compact()
 
     def compact(self) -> None:
@@ -200,6 +234,8 @@ class BankJournal:
         _write_new(self.path, self.bank.settings, self.bank.to_document(), self.mark)
         self._file = self.path.open("ab")
         self._logged = 0
+        self.updates = 0
+        self.snapshots += 1
 
     def close(self) -> None:
         """Close the file (every update is already written)."""
@@ -216,7 +252,7 @@ class BankJournal:
 
 def _write_new(path: Path, settings: BankConfig, snapshot: dict[str, Any] | None, mark: Any = None) -> None:
     """Write a journal holding the header and, if given, one snapshot (with ``mark``): a sibling file, fsync, rename."""
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = _tmp(path)
     with tmp.open("wb") as f:
         f.write(orjson.dumps({"format": JOURNAL_FORMAT, "settings": settings.model_dump(mode="json")}) + b"\n")
         if snapshot is not None:
@@ -225,6 +261,20 @@ def _write_new(path: Path, settings: BankConfig, snapshot: dict[str, Any] | None
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _tmp(path: Path) -> Path:
+    return path.with_name(path.name + ".tmp")
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (against power loss; a crash of the process alone keeps it anyway)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _records(doc: dict[str, Any], where: str) -> list[BankRecord]:

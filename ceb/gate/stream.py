@@ -125,11 +125,18 @@ def open_stream(name: str, method: MethodSpec, config: RunConfig, state: StateDi
         OSError: A file of the stream cannot be created or read.
         RunError: Its inbox is damaged before its last line (names file and line).
     """
-    send, receive = anyio.create_memory_object_stream[Accepted](max_buffer_size=math.inf)
     if state is None:
+        send, receive = anyio.create_memory_object_stream[Accepted](max_buffer_size=math.inf)
         return GateStream(name, new_bank(method, config), None, None, send, receive)
     resolved = method.resolve(config.ceb)
-    files = state.open(name, RETRIEVERS.get(resolved.retriever)(), config.bank.for_k(resolved.k))
+    files = state.open(
+        name,
+        RETRIEVERS.get(resolved.retriever)(),
+        config.bank.for_k(resolved.k),
+        snapshot_every=config.gate.snapshot_every,
+    )
+    # The queue only once the files are open: a stream that fails to open leaves nothing unclosed behind.
+    send, receive = anyio.create_memory_object_stream[Accepted](max_buffer_size=math.inf)
     journal = files.journal
     applied = journal.mark if isinstance(journal.mark, int) else 0
     st = GateStream(name, journal.bank, journal, files.inbox, send, receive, applied=applied, known=files.known)
