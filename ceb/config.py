@@ -450,12 +450,12 @@ class GateConfig(_Section):
     """``fsync`` every accepted trajectory and every bank update of a gate with a state directory (durable
     against power loss, not only against a crash of the process)."""
     snapshot_every: int = Field(256, ge=1, le=1_000_000_000)
-    """Bank updates of a stream between two snapshots of its bank (with a state directory). A restart loads the
-    last snapshot and replays only the updates logged after it, so it takes about the time to read the bank plus
-    at most this many updates, however long the history. A snapshot rewrites the stream's bank journal (temporary
-    file, ``fsync``, rename) while its bank lock is held: scoring on that stream waits for it (about 0.4 s at 20,000
-    records on the benchmark machine). Each update costs time proportional to the bank, as a snapshot does, so the
-    snapshots add about the same share of the updates' time at every bank size (``ceb bench gate-restart``)."""
+    """Bank updates of a stream between two snapshots of its bank, with a state directory (and the records they
+    add must be at least half the bank's, so an append-only bank's snapshots grow apart as it grows). A restart loads
+    the last snapshot and replays only the journal after it: an append-only bank in one update, a bounded bank one
+    update at a time (fewer than this many). A snapshot rewrites the stream's bank journal (temporary file,
+    ``fsync``, rename) while its bank lock is held, so scoring on that stream waits for it: about a second per
+    100,000 records (``ceb bench gate-restart``)."""
     max_open_trajectories: int = Field(10_000, ge=1, le=100_000_000)
     """Trajectories per stream whose scores the gate keeps between ``score`` and ``finish``; beyond it the
     oldest is forgotten (its steps are then banked without a pre-execution score). At most 10^8: each is held in

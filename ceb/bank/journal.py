@@ -18,12 +18,15 @@ File layout (JSON lines)::
 
 Compaction rewrites the file as the header and one snapshot of the current state (atomically: a sibling file,
 fsync, rename, fsync of the folder), once the records logged since the last snapshot exceed ``compact_ratio``
-times the records held (and ``compact_min``), or once ``snapshot_every`` updates were logged since it. With
+times the records held (and ``compact_min``), or once ``snapshot_every`` updates, holding at least half as many
+records as the bank, were logged since it. With
 eviction the bank stays bounded while the updates do not; compaction keeps the file proportional to the bank, at
 an amortised constant cost per logged record. An append-only bank's log is its records, so by records alone it
-rarely compacts, and reopening it would replay every update, each of which costs time proportional to the bank
-(the TF-IDF weights move with every document): quadratic in the history. ``snapshot_every`` bounds that replay to
-the updates since the last snapshot (the live gate sets it, ``gate.snapshot_every``; issue 24 item 8).
+rarely compacts by records. Reopening replays the updates after the last snapshot: a bounded bank one at a time
+(eviction depends on their order), each costing time proportional to the bank, so ``snapshot_every`` bounds their
+number; an append-only bank's whole tail in one update, since its retriever scores as a refit however the records
+came in. Replaying a long history update by update was quadratic in it (issue 24 item 8; the live gate sets
+``gate.snapshot_every``).
 
 A kill leaves at most the last line torn; :meth:`BankJournal.open` ignores it and cuts it off (the update it
 held is lost, as an unfinished update is). A kill during compaction leaves either the old file, whole (and a
@@ -54,6 +57,9 @@ __all__ = ["JOURNAL_FORMAT", "BankJournal"]
 
 JOURNAL_FORMAT = "ceb-bank-journal/1"
 """The header's ``format``."""
+
+_SNAPSHOT_GROWTH = 0.5
+"""Records logged since the last snapshot, as a share of the bank's records, before ``snapshot_every`` applies."""
 
 
 class BankJournal:
@@ -186,16 +192,24 @@ class BankJournal:
             bank = Bank(retriever, recorded)
         mark = docs[start].get("mark")
         logged = 0
+        tail: list[BankRecord] = []
         for i in range(start + 1, len(docs)):
             records = _records(docs[i], f"{path}: line {i + 1}")
-            bank.add_trajectory(records)
+            if recorded.bounded:
+                bank.add_trajectory(records)  # eviction and compression depend on each update's order
+            else:
+                tail.extend(records)
             logged += len(records)
             mark = docs[i].get("mark", mark)
+        if tail:
+            # An append-only bank is its records in order, and its retriever scores as a refit on them however they
+            # came in: the tail in one update, not one update per line, each costing time proportional to the bank.
+            bank.add_trajectory(tail)
         if good_bytes != path.stat().st_size:
             os.truncate(path, good_bytes)
         updates = len(docs) - start - 1
         journal = cls(path, bank, path.open("ab"), logged, **opts, mark=mark, updates=updates)
-        if snapshot_every is not None and updates >= snapshot_every:
+        if journal._snapshot_due():
             journal.compact()  # a journal written without snapshots (or with a larger period): one now
         return journal
 
@@ -223,10 +237,21 @@ class BankJournal:
             os.fsync(self._file.fileno())
         self._logged += len(new)
         self.updates += 1
-        if self._logged > self.compact_ratio * max(len(self.bank), self.compact_min) or (
-            self.snapshot_every is not None and self.updates >= self.snapshot_every
-        ):
+        if self._logged > self.compact_ratio * max(len(self.bank), self.compact_min) or self._snapshot_due():
             self.compact()
+
+    def _snapshot_due(self) -> bool:
+        """``snapshot_every`` updates since the last snapshot, logging at least half as many records as the bank holds.
+
+        The second condition spaces an append-only bank's snapshots geometrically (each costs time proportional
+        to the bank), so their cost per record stays constant however large the bank grows; reopening then reads
+        at most half the bank again as a tail, in one update. A bounded bank reaches it every few updates.
+        """
+        return (
+            self.snapshot_every is not None
+            and self.updates >= self.snapshot_every
+            and self._logged >= _SNAPSHOT_GROWTH * len(self.bank)
+        )
 
     def compact(self) -> None:
         """Rewrite the file as its header and one snapshot of the bank (atomic replace)."""

@@ -126,14 +126,28 @@ def test_reopening_replays_only_the_updates_after_the_last_snapshot(tmp_path, mo
     with BankJournal.open(path, snapshot_every=5) as journal:
         for i, traj in enumerate(trajs):
             journal.add_trajectory(traj, mark=i + 1)
-        assert journal.snapshots == 4 and journal.updates == 3
+        # At 5 and 10 (5 updates, as many records as the bank), then at 20 (10 updates, half the bank's 40 records).
+        assert journal.snapshots == 3 and journal.updates == 3
     lines = path.read_bytes().splitlines()
     assert len(lines) == 2 + 3 and b'"snapshot"' in lines[1]  # header, snapshot at 20, updates 21-23
     calls = _count_updates(monkeypatch)
     with BankJournal.open(path, snapshot_every=5) as reopened:
-        # One update loads the snapshot's records (an unbounded bank's document is its records), then the tail.
-        assert calls[0] == 1 + 3 and reopened.mark == 23 and reopened.updates == 3
+        # An append-only bank: one update loads the snapshot's records (its document is its records), one the tail's.
+        assert calls[0] == 1 + 1 and reopened.mark == 23 and reopened.updates == 3
         same(reopened.bank, live(Bank(), trajs))
+
+
+def test_a_bounded_bank_replays_its_tail_one_update_at_a_time(tmp_path, monkeypatch):
+    cfg = BankConfig(policy="window", max_records=5)
+    path = tmp_path / "bank.jsonl"
+    trajs = trajectories([[(f"cmd{i} {j}", (i + j) % 2) for j in range(2)] for i in range(9)])
+    with BankJournal.open(path, settings=cfg, snapshot_every=4, compact_min=100) as journal:
+        for i, traj in enumerate(trajs):
+            journal.add_trajectory(traj, mark=i + 1)
+    calls = _count_updates(monkeypatch)
+    with BankJournal.open(path, settings=cfg, snapshot_every=4, compact_min=100) as reopened:
+        assert calls[0] == 1 and reopened.mark == 9  # the snapshot at 8 restores its state; update 9 is replayed
+        same(reopened.bank, live(Bank(settings=cfg), trajs))
 
 
 def test_a_journal_without_snapshots_gets_one_when_reopened_with_a_period(tmp_path, monkeypatch):
@@ -183,8 +197,8 @@ def test_a_kill_during_a_snapshot_leaves_the_old_journal_or_the_new_one(tmp_path
         with BankJournal.open(path, snapshot_every=3) as reopened:
             assert reopened.mark == 6, point
             same(reopened.bank, reference)
-            # The old file: its snapshot (one update) and the three after it; the new one: the snapshot alone.
-            assert calls[0] == (1 if point == "after the rename" else 1 + 3), point
+            # The old file: its snapshot and the three updates after it, one update each; the new one: the snapshot.
+            assert calls[0] == (1 if point == "after the rename" else 1 + 1), point
             reopened.add_trajectory(trajs[6], mark=7)
         monkeypatch.undo()
         assert not journal_module._tmp(path).exists()
