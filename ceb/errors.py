@@ -9,7 +9,8 @@
     ├── BankError                   a bank file that cannot be read back, or a bad record
     ├── BackendError                a model endpoint failed after its retry budget
     │   └── FatalBackendError       the endpoint refuses every request (bad key, unknown model): stop the run
-    ├── RunError                    the run stopped: failures over threshold, or a broken run directory
+    ├── RunError                    the run stopped: failures over threshold, or a run or state directory that
+    │                               another process holds or that cannot be written
     ├── OverloadedError             a live gate's stream has too many trajectories waiting: retry later
     └── ConflictError               a live gate refuses a request that retrying unchanged cannot fix
         ├── StreamLimitError        a new stream beyond ``gate.max_streams``
@@ -17,10 +18,16 @@
 
 Each exception carries the context a user needs to find the cause: the file and line of bad input, or
 the stream, trajectory id, step and backend of a failed call.
+
+A fault of the machine rather than of the input (a full disk, a refused permission, a read-only file system)
+stays the system's ``OSError``; where the system gives no file name (a write to an open file), the writer names
+it with :func:`with_path`. The command line reports it in one line with its own exit code
+(:func:`ceb.cli._common.fail`).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 __all__ = [
@@ -37,11 +44,24 @@ __all__ = [
     "RunError",
     "StreamLimitError",
     "StreamValidationError",
+    "leaf_error",
+    "with_path",
 ]
 
 
 class CEBError(Exception):
     """Base class of every error ``ceb`` raises on purpose."""
+
+
+def with_path(exc: OSError, path: str | os.PathLike[str]) -> OSError:
+    """``exc`` naming ``path`` when it names no file: a failed write to an open file does not say which file.
+
+    Returns:
+        ``exc`` itself when it has a file name, else a new error of the same kind (``errno``, reason) on ``path``.
+    """
+    if exc.filename is not None or exc.errno is None:
+        return exc
+    return OSError(exc.errno, exc.strerror, os.fspath(path))  # OSError picks the subclass from the errno
 
 
 class ConfigError(CEBError):
@@ -148,7 +168,11 @@ class FatalBackendError(BackendError):
 
 
 class RunError(CEBError):
-    """A run stopped: failures passed the threshold, or the run directory cannot be used."""
+    """A run stopped, or a directory cannot be used.
+
+    Failures passed the threshold; or a run directory (or a gate's state directory) is held by another process, or
+    cannot be created or written.
+    """
 
 
 class OverloadedError(CEBError):
@@ -221,3 +245,14 @@ class DuplicateTrajectoryError(ConflictError):
         )
         self.trajectory_id = trajectory_id
         self.seq = seq
+
+
+def leaf_error(exc: BaseException) -> BaseException:
+    """The one error inside nested one-member exception groups (what an anyio task group raises), else ``exc``.
+
+    Public entry points (:class:`~ceb.gate.Gate`, the CLI) raise it in place of the group, so a caller catches
+    ``DataError`` and not an ``ExceptionGroup`` holding one.
+    """
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -39,6 +41,26 @@ def post(base_url: str, path: str, body: dict[str, Any], token: str | None = Non
         return answer
 
 
+def wait_until_ready(base_url: str, timeout_s: float = 30.0) -> None:
+    """Wait until ``GET /health`` answers: the service may still be starting.
+
+    Raises:
+        ConnectionError: Nothing answered within ``timeout_s`` seconds (the message names the URL).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(base_url + "/health", timeout=5):
+                return
+        except urllib.error.HTTPError as exc:  # it answered: up, if not healthy (the call will say why)
+            exc.close()
+            return
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise ConnectionError(f"no ceb serve at {base_url} after {timeout_s:.0f} s: {exc}") from None
+            time.sleep(0.2)
+
+
 def score(base_url: str, trajectory_id: str, call: dict[str, Any], history: list[dict[str, str]]) -> dict[str, Any]:
     """The confidence for tool call ``call`` (``{"name", "arguments"}``) after the steps in ``history``."""
     body = {"stream": STREAM, "trajectory_id": trajectory_id, "task": "print a.txt", "domain": "shell"}
@@ -56,6 +78,7 @@ def main(
     base_url: str = "http://127.0.0.1:8377", trajectory_id: str = "run-1"
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Score three calls (the third a repeat), run those allowed, send the run; the confidences and the ack."""
+    wait_until_ready(base_url)
     outputs = {"ls": "a.txt b.txt", "cat a.txt": "hello"}
     history: list[dict[str, str]] = []
     answers = []

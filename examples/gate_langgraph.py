@@ -79,9 +79,18 @@ def build_graph(gate: Gate, stream: str) -> CompiledStateGraph[Any, Any, Any, An
 PLAN: list[dict[str, Any]] = [{"name": "bash", "arguments": {"command": c}} for c in ("ls", "cat a.txt", "cat a.txt")]
 
 
+def _ask_terminal(confidence: dict[str, Any]) -> bool:
+    """Ask a person at the terminal; no answer (no terminal, end of input) is a no: the call does not run."""
+    try:
+        return input(f"ceb: {confidence}; run it? [y/N] ").strip().lower() == "y"
+    except EOFError:
+        print("\nno answer on standard input: not run")
+        return False
+
+
 async def main(approve: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any]:
     """Run the plan, asking ``approve`` (default: the terminal) at each interrupt; bank the run; the final state."""
-    ask = approve or (lambda c: input(f"ceb: {c}; run it? [y/N] ").strip().lower() == "y")
+    ask = approve or _ask_terminal
     async with Gate() as gate:
         graph, config = build_graph(gate, "langgraph"), RunnableConfig(configurable={"thread_id": "run-1"})
         state: dict[str, Any] = await graph.ainvoke({"task": "print a.txt", "plan": PLAN, "history": []}, config)

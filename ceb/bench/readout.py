@@ -12,8 +12,14 @@ trajectories asked once at temperature 0 with ``top_logprobs``; per step, the pr
 ground-truth labels and class balance at 0.5. With ``--hindsight-rows RUN_DIR`` it also prints the vote
 distribution of that run's sampled votes.
 
-``ceb bench readout table RUN_DIR...`` or ``ceb bench readout hindsight STREAM ...``; it prints, and writes no
-results file.
+``results RUN_DIR... [--boot B]``: issue 23 item 4's results table in Markdown, per run, stream and method: steps
+scored, failed and not available, positives, distinct scores, ECE, Brier and AUROC with percentile bootstrap
+intervals over trajectories (:func:`ceb.eval.bootstrap.bootstrap_metrics`, ``B`` replicates, seed 0), prompt and
+completion tokens per step (every request of the step: re-asks and retries included), and the hindsight
+labeller's votes per stream and method (valid 1 / 0, failed, pseudo-labels 1 / 0).
+
+``ceb bench readout table RUN_DIR...``, ``ceb bench readout results RUN_DIR...`` or ``ceb bench readout hindsight
+STREAM ...``; it prints, and writes no results file.
 """
 
 from __future__ import annotations
@@ -31,7 +37,9 @@ import anyio
 from ceb.backends.base import ChatRequest
 from ceb.backends.openai import OpenAIBackend, OpenAISettings
 from ceb.data.reader import read_stream
-from ceb.eval.metrics import auroc
+from ceb.eval.bootstrap import Interval, bootstrap_metrics
+from ceb.eval.metrics import auroc, summarize
+from ceb.pipeline import read_rows
 from ceb.pipeline.rundir import RunDir
 from ceb.stages.baselines.cot import parse_confidence_line
 from ceb.stages.hindsight import hindsight_context, labels_schema
@@ -60,7 +68,7 @@ def table(run_dirs: list[Path]) -> None:
     """Print, per run directory and method: steps scored, distinct scores, AUROC and the readouts in the rows."""
     print(f"{'run':<16} {'method':<12} {'readout':<9} {'scored':>6} {'distinct':>8} {'auroc':>7}  readouts in rows")
     for run in run_dirs:
-        rows = [json.loads(line) for line in RunDir(run).scores.open()]
+        rows = list(read_rows(RunDir(run).scores))
         by_method: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for r in rows:
             by_method[r["method"]].append(r)
@@ -76,6 +84,63 @@ def table(run_dirs: list[Path]) -> None:
                 shown = "-" if a is None else f"{a:.3f}"
                 distinct = len({round(s, 6) for s in scores})
                 print(f"{run.name:<16} {method:<12} {name:<9} {len(scored):>6} {distinct:>8} {shown:>7}  {dict(kinds)}")
+
+
+def _cell(value: float | None, interval: Interval | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if interval is None else f"{value:.3f} [{interval.low:.2f}, {interval.high:.2f}]"
+
+
+def results(run_dirs: list[Path], n_boot: int) -> None:
+    """Print the results table and the hindsight votes of each run (Markdown; module docstring)."""
+    print(
+        "| run | stream | method | scored | failed | n/a | positives | distinct | ECE | Brier | AUROC "
+        "| prompt tok/step | completion tok/step |"
+    )
+    print("|---|---|---|---:|---:|---:|---:|---:|---|---|---|---:|---:|")
+    for run in run_dirs:
+        rows = list(read_rows(RunDir(run).scores))
+        groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        for r in rows:
+            groups[(r["stream"], r["method"])].append(r)
+        for (stream, method), rs in sorted(groups.items()):
+            na = sum(r["status"] == "not_available" for r in rs)
+            failed = sum(r["status"] == "failed" for r in rs)
+            scored = [r for r in rs if r["score"] is not None and r["label"] is not None]
+            y = [int(r["label"]) for r in scored]
+            p = [float(r["score"]) for r in scored]
+            cells = ["-", "-", "-"]
+            if scored:
+                point = summarize(y, p)
+                boot = bootstrap_metrics(y, p, [r["trajectory"] for r in scored], n_boot=n_boot)
+                cells = [
+                    _cell(point.ece, boot.ece),
+                    _cell(point.brier, boot.brier),
+                    _cell(point.auroc, boot.auroc),
+                ]
+            asked = [r for r in rs if r["status"] != "not_available"]
+            per_step = [
+                sum(r[k] or 0 for r in asked) / max(1, len(asked)) for k in ("prompt_tokens", "completion_tokens")
+            ]
+            print(
+                f"| {run.name} | {stream} | {method} | {len(scored)} | {failed} | {na} | {sum(y)} "
+                f"| {len({round(x, 6) for x in p})} | {' | '.join(cells)} | {per_step[0]:.0f} | {per_step[1]:.0f} |"
+            )
+    print("\n| run | stream | method | votes 1 | votes 0 | failed votes | valid share | pseudo 1 | pseudo 0 |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for run in run_dirs:
+        hind: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        for h in read_rows(RunDir(run).hindsight):
+            hind[(h["stream"], h["method"])].append(h)
+        for (stream, method), hs in sorted(hind.items()):
+            votes = Counter(v for h in hs for vote in h["votes"] for v in vote)
+            pseudo = Counter(x for h in hs for x in h["pseudo_labels"])
+            valid, bad = sum(len(h["votes"]) for h in hs), sum(h["failed_votes"] for h in hs)
+            print(
+                f"| {run.name} | {stream} | {method} | {votes[1]} | {votes[0]} | {bad} "
+                f"| {valid / max(1, valid + bad):.2f} | {pseudo[1]} | {pseudo[0]} |"
+            )
 
 
 async def _hindsight(stream: Path, base_url: str, model: str, limit: int, top: int) -> None:
@@ -150,7 +215,7 @@ async def _hindsight(stream: Path, base_url: str, model: str, limit: int, top: i
 
 
 def _votes(run: Path) -> None:
-    rows = [json.loads(line) for line in RunDir(run).hindsight.open()]
+    rows = list(read_rows(RunDir(run).hindsight))
     for method in sorted({r["method"] for r in rows}):
         rs = [r for r in rows if r["method"] == method]
         votes = Counter(v for r in rs for vote in r["votes"] for v in vote)
@@ -169,6 +234,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("table")
     t.add_argument("runs", nargs="+", type=Path)
+    r = sub.add_parser("results")
+    r.add_argument("runs", nargs="+", type=Path)
+    r.add_argument("--boot", type=int, default=1000, help="bootstrap replicates over trajectories")
     h = sub.add_parser("hindsight")
     h.add_argument("stream", type=Path)
     h.add_argument("--base-url", required=True)
@@ -179,6 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "table":
         table(args.runs)
+    elif args.command == "results":
+        results(args.runs, args.boot)
     else:
         for run in args.hindsight_rows:
             _votes(run)

@@ -264,7 +264,8 @@ _HELP = """``ceb``'s client against ``vllm bench serve`` (issue 13 item 6): same
 Dumps the critic prompts of a ``static`` run over the first ``--streams`` InterCode-Bash streams as vLLM's custom
 dataset, then runs ``vllm bench serve`` and ``ceb``'s streamed client (:class:`~ceb.backends.openai.OpenAIBackend`)
 on them, alternately over ``--rounds``, at the same ``--concurrency`` with ``ignore_eos`` and ``--output-len``
-tokens per request. Prints vLLM's metrics for both and the ratio of request throughput (goal >= 0.95). Writes
+tokens per request. Prints vLLM's metrics for both and the ratio of request throughput (goal >= 0.95); with
+``--naive-prompts N`` also the first ``N`` prompts sent one at a time, and both clients' ratio to it. Writes
 ``vs-vllm-<UTC>.json``. See ``ceb/bench/serve_compare.py`` for what each side sends.
 """
 
@@ -329,6 +330,18 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     f"{fig['request_throughput']:.2f} req/s, {fig['output_throughput']:.0f} out tok/s, "
                     f"TTFT median {fig['median_ttft_ms']:.0f} ms, E2EL median {fig['median_e2el_ms']:.0f} ms"
                 )
+    naive: dict[str, Any] | None = None
+    if args.naive_prompts:
+        # The naive way, in the same run: one request at a time (no concurrency) on the first prompts.
+        subset = prompts[: args.naive_prompts]
+        outcomes, duration = await run_ceb_client(
+            subset, base_url, model, max_concurrency=1, output_len=args.output_len
+        )
+        naive = metrics(outcomes, duration)
+        print(
+            f"naive (one at a time): {naive['completed']} ok {naive['failed']} failed, "
+            f"{naive['request_throughput']:.2f} req/s, {naive['total_token_throughput']:.0f} tok/s"
+        )
     med = {  # medians over rounds
         side: {k: summarize(r[k] for r in runs if r["side"] == side and k in r).p50 for k in KEYS}
         for side in ("ceb", "vllm")
@@ -351,8 +364,15 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         f"request_throughput ratio (of the medians over rounds): {ratio:.3f}; "
         f"per round {[round(x, 3) for x in per_round]}"
     )
+    if naive is not None:
+        print(
+            f"request_throughput against the naive one-at-a-time client ({len(prompts[: args.naive_prompts])} "
+            f"prompts): ceb {med['ceb']['request_throughput'] / naive['request_throughput']:.2f}x, vllm bench "
+            f"{med['vllm']['request_throughput'] / naive['request_throughput']:.2f}x"
+        )
     return {
         "benchmark": "vs-vllm",
+        "naive": naive,
         "target": TARGET,
         "server": "tiny" if args.tiny else base_url,
         "prompts": n,
@@ -378,6 +398,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=16, help="max concurrency of both clients")
     ap.add_argument("--output-len", type=int, default=32, help="tokens generated per request (ignore_eos)")
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of both clients")
+    ap.add_argument(
+        "--naive-prompts", type=int, default=0, help="also send the first N prompts one at a time (the naive way)"
+    )
     args = ap.parse_args(argv)
     check_server_options(ap, args)
     return run_and_save("vs-vllm", _bench, args)

@@ -9,9 +9,13 @@ code  meaning
 1     the command ran and found a failure: ``ceb score`` and ``ceb grid``, no step got a score (every one failed;
       the reasons are in scores.jsonl); ``ceb doctor``, ceb cannot run on the endpoint at all (no chat
       reply); ``ceb bench``, the benchmark failed (its own non-zero exit code when it gives one)
-2     bad input or an operational error, printed as one line ``error: ...`` (a :class:`~ceb.errors.CEBError`
-      naming the file, line or field; a disk full, a permission, a port in use) or a usage error from the
-      option parser
+2     bad input or a refusal, printed as one line ``error: ...`` (a :class:`~ceb.errors.CEBError` naming the
+      file, line or field; a path that does not exist; a ``--resume`` of a directory with no run; a port in use;
+      a run or state directory another ceb process holds, naming its pid; ``ceb serve`` on a state directory it
+      cannot write) or a usage error from the option parser
+74    the machine refused a file (``EX_IOERR`` of sysexits.h): a full disk, a refused permission, a read-only
+      file system, an I/O error. One line ``error: PATH: REASON; ...`` says what finished work is kept and how
+      to go on (``ceb score`` and ``ceb grid``: ``--resume``; the others: run the same command again)
 130   interrupted (Ctrl-C, or SIGTERM from ``timeout`` or a scheduler): every finished step is kept,
       summary.json says ``interrupted``, ``--resume`` continues
 ====  ==========================================================================================================
@@ -19,6 +23,7 @@ code  meaning
 
 from __future__ import annotations
 
+import errno
 import inspect
 import re
 import shlex
@@ -41,6 +46,7 @@ __all__ = [
     "EXIT_ERROR",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
+    "EXIT_IO",
     "Command",
     "config_field",
     "config_option",
@@ -49,14 +55,26 @@ __all__ = [
     "fail",
     "Limit",
     "PORT_HELP",
-    "leaf_error",
     "out",
+    "reported_error",
     "setup_logging",
 ]
 
 EXIT_FAILED = 1
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
+EXIT_IO = 74
+
+_FIXES: dict[int, str] = {
+    errno.ENOSPC: "free some space",
+    errno.EDQUOT: "free some space (or raise the quota)",
+    errno.EFBIG: "write to a file system that takes larger files",
+    errno.EACCES: "fix the permissions",
+    errno.EPERM: "fix the permissions",
+    errno.EROFS: "make the file system writable",
+    errno.EIO: "check the disk",
+}
+"""The errors of the machine rather than of the command (exit :data:`EXIT_IO`), each with what fixes it."""
 
 # Tables are wide; when stdout is a file or pipe (CI logs, `| tee`) they keep their natural width (a log has no
 # edge), so no stream name is cut to "intercode-bash-…" as a fixed 160 columns did.
@@ -79,28 +97,46 @@ def setup_logging(level: str) -> None:
         raise typer.BadParameter(str(exc)) from None
 
 
-def fail(problem: CEBError | OSError | str, *, doing: str | None = None) -> typer.Exit:
-    """Print ``problem`` to stderr as one line ``error: ...``; return the exit to raise (code :data:`EXIT_ERROR`).
+def fail(
+    problem: CEBError | OSError | str,
+    *,
+    doing: str | None = None,
+    path: str | Path | None = None,
+    kept: str = "nothing finished is lost",
+    then: str = "run the same command again",
+) -> typer.Exit:
+    """Print ``problem`` to stderr as one line ``error: ...``; return the exit to raise.
 
-    Every command reports its errors through this function, so they all read alike.
+    Every command reports its errors through this function, so they all read alike. An ``OSError`` of the machine
+    (:data:`_FIXES`: a full disk, a refused permission, a read-only file system) reads
+    ``error: PATH: REASON; KEPT; FIX, then THEN`` and exits :data:`EXIT_IO`; everything else exits
+    :data:`EXIT_ERROR`.
 
     Args:
         problem: A :class:`~ceb.errors.CEBError` (its message names the file, line or field), an operational
             ``OSError`` (a disk full, a permission, a port in use) or a message.
         doing: For an ``OSError``, what could not be done ("cannot listen on 127.0.0.1:8100"); the system's
             reason follows it. Without it the reason follows the file name.
+        path: For an ``OSError`` that names no file, where it happened (a run directory).
+        kept: For a fault of the machine, what finished work is kept.
+        then: For a fault of the machine, how to go on once it is fixed.
 
     Returns:
-        ``typer.Exit(EXIT_ERROR)``, for ``raise fail(exc) from exc``.
+        ``typer.Exit`` with the code, for ``raise fail(exc) from exc``.
     """
+    code = EXIT_ERROR
     if isinstance(problem, OSError):
         reason = problem.strerror or str(problem)
-        where = doing or (str(problem.filename) if problem.filename else None)
+        named = problem.filename if problem.filename is not None else path
+        where = doing or (str(named) if named is not None else None)
         message = f"{where}: {reason}" if where else reason
+        fix = _FIXES.get(problem.errno) if problem.errno is not None else None
+        if fix is not None:
+            message, code = f"{message}; {kept}; {fix}, then {then}", EXIT_IO
     else:
         message = str(problem)
     err.print(Text.assemble(("error:", "bold red"), f" {message}"), highlight=False, soft_wrap=True)
-    return typer.Exit(EXIT_ERROR)
+    return typer.Exit(code)
 
 
 def config_field(path: str) -> FieldInfo:
@@ -183,11 +219,21 @@ PORT_HELP = "TCP port, 0 to 65535 (0: any free one; the URL is printed)."
 """Help of the ``--port`` of ``serve`` and ``sim-server``; both take ``min=0, max=65535`` (the range TCP has)."""
 
 
-def leaf_error(exc: BaseException) -> BaseException:
-    """The one error inside nested one-member exception groups (what an anyio task group raises), else ``exc``."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
+def reported_error(exc: BaseException) -> CEBError | OSError | None:
+    """The error to report of ``exc``: itself, or the first one in its exception groups (anyio task groups).
+
+    Returns:
+        A :class:`~ceb.errors.CEBError` or ``OSError`` (the first, depth first: the cause, where the others are
+        what failed while stopping), else ``None`` (a bug: let its traceback show).
+    """
+    if isinstance(exc, CEBError | OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = reported_error(inner)
+            if found is not None:
+                return found
+    return None
 
 
 def _is_path(annotation: object) -> bool:
@@ -219,7 +265,7 @@ class Command(typer.core.TyperCommand):
     """Every ``ceb`` command: errors it lets through are printed by :func:`fail`, and its help has panels.
 
     A :class:`~ceb.errors.CEBError` or ``OSError`` that a command does not report itself (with what it was doing)
-    still ends as one ``error:`` line and :data:`EXIT_ERROR`, never a traceback.
+    still ends as one ``error:`` line and its exit code (:func:`fail`), never a traceback.
 
     An option's panel is its ``rich_help_panel``; typer draws panels only in rich help, which ``ceb`` does not
     use (rich markup would eat "[grid]" from help texts). Rare knobs go in panels so that the first screen of
@@ -230,17 +276,18 @@ class Command(typer.core.TyperCommand):
         """Run the command; print an unreported error with :func:`fail`.
 
         Raises:
-            typer.Exit: :data:`EXIT_ERROR` after a :class:`~ceb.errors.CEBError` or ``OSError``.
+            typer.Exit: :data:`EXIT_ERROR` after a :class:`~ceb.errors.CEBError` or ``OSError``, :data:`EXIT_IO`
+                after a fault of the machine (:func:`fail`), also from inside exception groups.
         """
         try:
             return super().invoke(ctx)
         except (CEBError, OSError) as exc:
             raise fail(exc) from exc
-        except BaseExceptionGroup as group:  # a task group's one error, e.g. a port in use under anyio
-            inner = leaf_error(group)
-            if isinstance(inner, (CEBError, OSError)):
-                raise fail(inner) from group
-            raise
+        except BaseExceptionGroup as group:  # a task group's errors, e.g. a port in use under anyio
+            inner = reported_error(group)
+            if inner is None:
+                raise
+            raise fail(inner) from group
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         """Parse ``args``, first refusing an empty file or directory (``--out ""`` would mean the current one).

@@ -15,7 +15,9 @@ __all__ = ["grid"]
 
 def grid(
     config: Annotated[Path, typer.Argument(help="Grid file: a run config plus a [grid] table (streams, out).")],
-    resume: Annotated[bool, typer.Option(help="Continue the grid's run directory where it stopped.")] = False,
+    resume: Annotated[
+        bool, typer.Option(help="Continue the grid's run directory where it stopped (one with no run is refused).")
+    ] = False,
     overwrite: Annotated[bool, typer.Option(help="Replace the results of an earlier run there.")] = False,
     streams: Annotated[
         str | None,
@@ -37,6 +39,8 @@ def grid(
     from ceb.pipeline.rundir import RunDir
 
     spec = load_grid(config, {"max_trajectories": limit})
+    if resume:
+        RunDir(spec.out).require_run()  # before the streams are read and the grid is announced
     picked = spec.streams
     if streams is not None:
         picked = pick_streams(spec.streams, [p.strip() for p in streams.split(",") if p.strip()])
@@ -44,7 +48,7 @@ def grid(
         picked = pick_streams(spec.streams, recorded, recorded=True)
     data = {name: read_stream(paths) for name, paths in picked.items()}
     cfg = spec.config
-    if resume and limit is None and RunDir(spec.out).started:
+    if resume and limit is None:
         cfg = cfg.model_copy(update={"max_trajectories": RunDir(spec.out).recorded_config().max_trajectories})
     limited = f", first {cfg.max_trajectories} trajectories of each" if cfg.max_trajectories else ""
     err.print(

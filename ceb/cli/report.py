@@ -67,8 +67,11 @@ def report(
         path = build_report(run_dir, out, n_bins=bins, n_boot=boot, seed=seed, figure_formats=formats)
     except CEBError as exc:
         raise fail(exc) from exc
-    except OSError as exc:  # --out names a file, or a directory that cannot be written
-        raise fail(exc, doing=f"cannot write the report to {exc.filename or out}") from exc
+    except OSError as exc:  # --out names a file, or a directory that cannot be written (a full disk, say)
+        from ceb.pipeline.rundir import RunDir
+
+        where = exc.filename or out or RunDir(run_dir).report_dir
+        raise fail(exc, doing=f"cannot write the report to {where}") from exc
     typer.echo(f"report written to {path}")
 
 

@@ -13,7 +13,17 @@ from typing import Annotated, Any
 import anyio
 import typer
 
-from ceb.cli._common import EXIT_FAILED, EXIT_INTERRUPTED, Limit, config_option, engine_words, err, out
+from ceb.cli._common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    Limit,
+    config_option,
+    engine_words,
+    err,
+    fail,
+    out,
+    reported_error,
+)
 from ceb.cli.metrics import print_metrics
 
 __all__ = ["score", "score_and_report"]
@@ -39,8 +49,8 @@ def score(
         Path | None,
         typer.Option(
             help="Continue the run in this directory where it stopped: finished steps are kept, its bank is "
-            "restored, and changed streams or settings are refused. Its recorded config is the base; flags "
-            "override it."
+            "restored, and changed streams or settings are refused, as is a directory that holds no run. Its "
+            "recorded config is the base; flags override it."
         ),
     ] = None,
     config: Annotated[Path | None, typer.Option(help="TOML or JSON config file (flags override it).")] = None,
@@ -173,7 +183,9 @@ def score(
         out_dir = resume
     if out_dir is None:
         raise typer.BadParameter("give --out DIR for a new run, or --resume DIR to continue one")
-    if resume is not None and RunDir(resume).started and config is None:
+    if resume is not None:
+        RunDir(resume).require_run()  # before reading the streams: a directory with no run is refused at once
+    if resume is not None and config is None:
         # The run's own effective config is the base of its resume; flags still override it.
         cfg = load_config(overrides=overrides, base=RunDir(resume).recorded_config().model_dump(mode="json"))
     else:
@@ -213,7 +225,8 @@ def score_and_report(
     Raises:
         CEBError: The run failed (the command prints it, :class:`~ceb.cli._common.Command`).
         typer.Exit: :data:`~ceb.cli._common.EXIT_INTERRUPTED` on Ctrl-C or SIGTERM;
-            :data:`~ceb.cli._common.EXIT_FAILED` when steps were scored and none got a score.
+            :data:`~ceb.cli._common.EXIT_FAILED` when steps were scored and none got a score; a file error
+            (:func:`~ceb.cli._common.fail`: :data:`~ceb.cli._common.EXIT_IO` for a full disk, with the resume).
     """
     from ceb.eval import run_metrics, write_metrics
     from ceb.gc_tuning import quiet_gc
@@ -228,6 +241,8 @@ def score_and_report(
     progress = Progress("scoring", None, "steps")
     on_row, on_start = progress_callbacks(progress)
 
+    scores = RunDir(run_dir).scores
+    again = resume_hint or f"the same command and --resume {run_dir}"
     try:
         with _sigterm_as_ctrl_c(), progress, quiet_gc():
             summary = anyio.run(
@@ -235,19 +250,23 @@ def score_and_report(
                     data, cfg, run_dir, on_row=on_row, on_start=on_start, overwrite=overwrite, resume=resume
                 )
             )
+        metrics = run_metrics(run_dir, n_bins=cfg.ece_bins)
+        write_metrics(run_dir, metrics)
     except BaseException as exc:  # Ctrl-C (or SIGTERM) may land inside a task and reach here in a group
         interrupted = isinstance(exc, KeyboardInterrupt) or (
             isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is not None
         )
-        if not interrupted:
-            raise
-        err.print(
-            f"interrupted: every finished step is in {RunDir(run_dir).scores}; "
-            f"continue with {resume_hint or f'the same command and --resume {run_dir}'}"
-        )
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    metrics = run_metrics(run_dir, n_bins=cfg.ece_bins)
-    write_metrics(run_dir, metrics)
+        if interrupted:
+            err.print(f"interrupted: every finished step is in {scores}; continue with {again}")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        fault = reported_error(exc)
+        if isinstance(fault, OSError) and RunDir(run_dir).started:  # a full disk, say: the resume carries on
+            raise fail(
+                fault, path=run_dir, kept=f"every finished step is kept in {scores}", then=f"continue with {again}"
+            ) from exc
+        if isinstance(fault, OSError):  # before the run was recorded: there is nothing to resume
+            raise fail(fault, path=run_dir) from exc
+        raise
     print_metrics(metrics)
     wall = time.perf_counter() - started
     s = summary
@@ -261,6 +280,8 @@ def score_and_report(
         + (f"{s.steps_resumed} steps kept from before the resume; " if resume else "")
         + f"wall time {wall:.1f} s. Results in {run_dir}/"
     )
+    for warning in s.warnings():
+        err.print(f"warning: {warning}", soft_wrap=True)  # one line, as errors are
     if s.steps_failed and not s.steps_scored:
         err.print(f"error: every step failed (no score); the reasons are in {RunDir(run_dir).scores}")
         raise typer.Exit(EXIT_FAILED)

@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from ceb.cli._common import PORT_HELP, config_option, fail, leaf_error
-from ceb.errors import CEBError
+from ceb.cli._common import PORT_HELP, config_option, fail
+from ceb.errors import CEBError, leaf_error
 
 __all__ = ["serve"]
 
@@ -50,8 +50,10 @@ def serve(
     """Serve the gate over HTTP: POST /v1/score before an action, POST /v1/trajectories after a run.
 
     One bank per stream, resumed from --state-dir; a finished trajectory is acknowledged (202) once it is
-    fsync'd, and its hindsight votes and bank update follow in order. GET /openapi.json documents every field;
-    /metrics is Prometheus; /health needs no token. Stop with Ctrl-C or SIGTERM.
+    fsync'd, and its hindsight votes and bank update follow in order. One gate per --state-dir: one held by
+    another process, or one it cannot write, stops it at start (exit 2). GET /openapi.json documents every field;
+    /metrics is Prometheus; /health needs no token (503 when the state cannot be written). Stop with Ctrl-C or
+    SIGTERM.
     """
     import anyio
 
@@ -66,6 +68,7 @@ def serve(
         "gate": {"method": method, "allow": allow, "block": block, "max_streams": max_streams},
     }
     token = os.environ.get(token_env) or None
+    served: list[str] = []  # the URL once listening: an OSError after it is not about the address
     try:
         cfg = load_config(config, overrides)
         check_bind(host, token)
@@ -73,6 +76,7 @@ def serve(
         register_secret_env(token_env)
 
         def ready(url: str) -> None:
+            served.append(url)
             print(f"ceb serve: listening on {url}", flush=True)
 
         async def main() -> None:
@@ -88,5 +92,8 @@ def serve(
         if isinstance(problem, CEBError):
             raise fail(problem) from None
         if isinstance(problem, OSError):
-            raise fail(problem, doing=f"cannot serve on {host}:{port}") from None
+            # Before listening: the address (in use, not ours). After: the state (a bank journal on a full disk).
+            stopped = "the gate stopped" if in_memory else f"the gate stopped ({state_dir})"
+            doing = f"cannot serve on {host}:{port}" if not served else stopped
+            raise fail(problem, doing=doing) from None
         raise

@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from ceb.cli._common import PORT_HELP, fail, leaf_error
+from ceb.cli._common import PORT_HELP, fail
+from ceb.errors import leaf_error
 from ceb.sim.server import SimServer, run_sim_server
 from ceb.sim.settings import SimConfig
 

@@ -33,10 +33,12 @@ import orjson
 
 from ceb.data.sources import kind
 from ceb.data.trajectory import Step, Trajectory
-from ceb.errors import Problem, StreamValidationError
+from ceb.errors import Problem, StreamValidationError, with_path
 
 __all__ = [
+    "DOMAIN",
     "STREAM_SCHEMA",
+    "check_trajectory",
     "encode_trajectory",
     "parse_step",
     "parse_trajectory",
@@ -45,7 +47,8 @@ __all__ = [
     "write_stream",
 ]
 
-_DOMAIN = re.compile(r"[a-z][a-z0-9_-]*")
+DOMAIN = re.compile(r"[a-z][a-z0-9_-]*")
+"""A trajectory's ``domain``: a lower-case word (``web``, ``shell``); ``Shell`` is refused, not folded."""
 _BOM = b"\xef\xbb\xbf"
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -217,6 +220,23 @@ def write_stream(path: str | Path, trajectories: Iterable[Trajectory]) -> Path:
     return dest
 
 
+def check_trajectory(traj: Trajectory, path: str = "<trajectory>", line: int = 0) -> None:
+    """Check a trajectory built in code by the rules a line of a stream is read by (:func:`read_stream`).
+
+    Args:
+        traj: The trajectory.
+        path: Where it came from or goes to, as each problem's ``path``.
+        line: Its 1-based line there (``0`` when it has none), as each problem's ``line``.
+
+    Raises:
+        StreamValidationError: The trajectory breaks the contract; ``problems`` names every bad field.
+    """
+    where = _Where(path, line, traj.id if isinstance(traj.id, str) else None)
+    _, found = _validate(trajectory_object(traj), where)
+    if found:
+        raise StreamValidationError(found)
+
+
 def encode_trajectory(traj: Trajectory, path: str | Path, line: int) -> bytes:
     """One trajectory as the JSON line :func:`write_stream` would write for it (no newline), checked first.
 
@@ -230,15 +250,12 @@ def encode_trajectory(traj: Trajectory, path: str | Path, line: int) -> bytes:
     Raises:
         StreamValidationError: The trajectory breaks the contract; ``problems`` names every bad field.
     """
-    where = _Where(str(path), line, traj.id if isinstance(traj.id, str) else None)
-    obj = trajectory_object(traj)
     # Validate before encoding: orjson would quietly write NaN as null and break the round trip.
-    _, found = _validate(obj, where)
-    if found:
-        raise StreamValidationError(found)
+    check_trajectory(traj, str(path), line)
     try:
-        return orjson.dumps(obj)
+        return orjson.dumps(trajectory_object(traj))
     except TypeError as exc:  # orjson.JSONEncodeError: a value in meta that JSON cannot hold
+        where = _Where(str(path), line, traj.id if isinstance(traj.id, str) else None)
         raise StreamValidationError([where.problem("meta", f"cannot be written as JSON: {exc}")]) from exc
 
 
@@ -286,7 +303,7 @@ def _validate(obj: Any, where: _Where) -> tuple[Trajectory | None, list[Problem]
         problems.append(where.problem("task", f"must be a string, got {kind(obj['task'])}"))
     if "domain" in obj:
         domain = obj["domain"]
-        if not (isinstance(domain, str) and _DOMAIN.fullmatch(domain)):
+        if not (isinstance(domain, str) and DOMAIN.fullmatch(domain)):
             problems.append(
                 where.problem("domain", f"must be a lower-case word matching [a-z][a-z0-9_-]*, got {_show(domain)}")
             )
@@ -477,6 +494,9 @@ def _atomic_write(dest: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, dest)
+    except OSError as exc:  # a full disk, say: name the stream (a failed write names no file)
+        tmp.unlink(missing_ok=True)
+        raise with_path(exc, dest) from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

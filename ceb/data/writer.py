@@ -9,6 +9,7 @@ has been read), so memory does not grow with the output. Both count a stream int
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -22,7 +23,7 @@ from typing import IO
 
 from ceb.data.reader import encode_trajectory, write_stream
 from ceb.data.trajectory import Trajectory
-from ceb.errors import DataError, Problem, StreamValidationError
+from ceb.errors import DataError, Problem, StreamValidationError, with_path
 
 __all__ = ["ConvertedStream", "SkippedTrajectory", "StagedStreams", "stream_file_names", "write_converted"]
 
@@ -182,7 +183,8 @@ class StagedStreams:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         for stream in self._streams.values():
-            stream.file.close()
+            with contextlib.suppress(OSError):  # a full disk fails the flush again; the staging folder goes anyway
+                stream.file.close()
         shutil.rmtree(self._stage, ignore_errors=True)
 
     def add(self, key: str, trajectory: Trajectory) -> None:
@@ -191,6 +193,7 @@ class StagedStreams:
         Raises:
             DataError: The trajectory breaks the stream contract or repeats an id of its stream (names the
                 stream's file and the line it would have taken).
+            OSError: The staged file cannot be written (a full disk, say), naming the stream's file.
         """
         stream = self._streams[key]
         line = stream.trajectories + 1
@@ -201,7 +204,10 @@ class StagedStreams:
             encoded = encode_trajectory(trajectory, where, line)
         except StreamValidationError as exc:
             raise DataError(exc.problems[0]) from exc
-        stream.file.write(encoded + b"\n")
+        try:
+            stream.file.write(encoded + b"\n")
+        except OSError as exc:  # a full disk, say: name the stream (the system names no file)
+            raise with_path(exc, where) from exc
         stream.ids.add(trajectory.id)
         stream.trajectories += 1
         for step in trajectory.steps:
@@ -223,6 +229,7 @@ class StagedStreams:
 
         Raises:
             DataError: A stream holds no trajectory.
+            OSError: A stream cannot be written (a full disk, say), naming its file.
         """
         sources = tuple(sources)
         for stream in self._streams.values():
@@ -231,10 +238,13 @@ class StagedStreams:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         out: list[ConvertedStream] = []
         for key, stream in self._streams.items():
-            stream.file.flush()
-            os.fsync(stream.file.fileno())
-            stream.file.close()
             dest = self.out_dir / stream.name
+            try:
+                stream.file.flush()
+                os.fsync(stream.file.fileno())
+                stream.file.close()
+            except OSError as exc:
+                raise with_path(exc, dest) from exc
             os.replace(self._stage / stream.name, dest)
             out.append(
                 ConvertedStream(

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import orjson
 
 from ceb.bank import BankRecord
-from ceb.errors import ConfigError, RunError
+from ceb.errors import ConfigError, RunError, with_path
 from ceb.pipeline.results import ROW_SCHEMA, HindsightRow, StepRow, read_hindsight_rows, read_step_rows
 from ceb.pipeline.rundir import RunDir
 
@@ -89,7 +89,8 @@ def export_table(
 
     Raises:
         RunError: ``run_dir`` is not a directory or has no such table, a line of the table before its last is
-            not a row (file and line named), or ``out`` is a directory or cannot be written.
+            not a row (file and line named), or ``out`` is a directory or under a file.
+        OSError: ``out`` cannot be written (a full disk, a permission), naming it; no part of it is left.
         ConfigError: ``fmt`` is ``parquet`` and pyarrow is not installed (the message names the extra), or
             ``table`` / ``fmt`` is unknown.
     """
@@ -119,8 +120,8 @@ def export_table(
         os.replace(tmp, path)
     except FileExistsError as exc:  # a file where a parent directory should be
         raise RunError(f"cannot write {path}: {exc.filename} is not a directory") from exc
-    except OSError as exc:
-        raise RunError(f"cannot write {exc.filename or path}: {exc.strerror or exc}") from exc
+    except OSError as exc:  # a full disk, a permission: one line and its own exit code (ceb.cli._common.fail)
+        raise with_path(exc, path) from exc
     finally:
         with suppress(OSError):
             tmp.unlink(missing_ok=True)

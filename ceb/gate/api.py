@@ -26,13 +26,25 @@ replays, in order, every acknowledged trajectory after the journal's last ``seq`
 lost, and none is applied twice. Without ``state_dir`` the gate is in memory only, and leaving it waits until
 every accepted trajectory is in its bank.
 
+One gate per state directory (:meth:`StateDir.lock <ceb.gate.state.StateDir.lock>`, the lock of
+:mod:`ceb.dirlock`): two would give two trajectories one ``seq``. Entering a gate takes the lock and writes a
+probe file, so a directory in use or one it cannot write stops it at start (:class:`~ceb.errors.RunError`), not
+at its first trajectory; :meth:`Gate.state_problem` asks again while it runs. A trajectory the disk cannot take
+(``ENOSPC``) is not acknowledged: :meth:`Gate.accept` raises the ``OSError`` and leaves no part of it in the inbox.
+
+Input and errors. What the gate is given is checked by the stream reader's rules, the ones ``ceb serve`` applies
+(:func:`~ceb.gate.types.check_finished`, :func:`~ceb.gate.types.check_context`): a bad field is a
+:class:`~ceb.errors.DataError` naming it. Errors leave the methods and the ``async with`` block as themselves,
+never inside a one-member ``ExceptionGroup`` of the gate's task group.
+
 Retries (:meth:`Gate.accept`). A client that timed out cannot tell whether its trajectory was acknowledged, so it
 sends it again; a trajectory id is accepted once per stream. The same id with the same content (compared after
 blinding, by :func:`~ceb.gate.inbox.fingerprint`) gets the first acknowledgement again, its ``seq``, and
-no second hindsight or bank update; the same id with other content is refused
-(:class:`~ceb.errors.DuplicateTrajectoryError`, HTTP 409). Each stream keeps ``id -> (seq, fingerprint)`` of every
-trajectory it accepted, in memory (about 250 bytes per trajectory with a short id) and, with ``state_dir``, on
-disk (the inbox, and its ids file once compacted), so this holds across restarts.
+no second hindsight or bank update (:meth:`Gate.finish` returns a :class:`Banked` with ``replayed`` set); the
+same id with other content is refused (:class:`~ceb.errors.DuplicateTrajectoryError`, HTTP 409). Each stream
+keeps ``id -> (seq, fingerprint)`` of every trajectory it accepted, in memory (about 250 bytes per trajectory
+with a short id) and, with ``state_dir``, on disk (the inbox, and its ids file once compacted), so this holds
+across restarts.
 
 Limits. ``gate.max_pending`` trajectories waiting per stream (:class:`~ceb.errors.OverloadedError`, HTTP 503:
 retry later) and ``gate.max_streams`` streams per gate (:class:`~ceb.errors.StreamLimitError`, HTTP 409).
@@ -63,11 +75,27 @@ from anyio.abc import TaskGroup
 from ceb.bank import Bank
 from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
-from ceb.errors import ConfigError, DuplicateTrajectoryError, OverloadedError, StreamLimitError
+from ceb.errors import (
+    ConfigError,
+    DuplicateTrajectoryError,
+    OverloadedError,
+    RunError,
+    StreamLimitError,
+    leaf_error,
+)
 from ceb.gate.inbox import Accepted, fingerprint
 from ceb.gate.state import StateDir
 from ceb.gate.stream import GateStream, open_stream, work
-from ceb.gate.types import Banked, Confidence, Decision, Receipt, StepContext, check_stream_name
+from ceb.gate.types import (
+    Banked,
+    Confidence,
+    Decision,
+    Receipt,
+    StepContext,
+    check_context,
+    check_finished,
+    check_stream_name,
+)
 from ceb.stages.assembly import Stages, build_critic, build_stages
 from ceb.stages.base import HistoryItem
 from ceb.stages.methods import MethodSpec, resolve_method
@@ -88,11 +116,13 @@ class Gate:
         config: The configuration: ``gate`` (method, thresholds), ``backend``, ``ceb``, ``bank``, ``prompts``.
             Defaults to :class:`~ceb.config.RunConfig` (the offline backend).
         stages: Critic and hindsight to use; built from ``config`` (and closed on exit) when ``None``.
-        state_dir: Folder for each stream's inbox and bank journal (durable; resumed when reopened). ``None``:
-            in memory only.
+        state_dir: Folder for each stream's inbox and bank journal (durable; resumed when reopened; locked while
+            the gate is open). ``None``: in memory only.
 
     Raises:
         ConfigError: The method is unknown or needs held-out labels, or the backend cannot be built.
+        RunError: On entering: another process holds ``state_dir``, or it cannot be created, written or read
+            (:meth:`__aenter__`).
     """
 
     def __init__(
@@ -115,7 +145,17 @@ class Gate:
     # -- lifecycle ---------------------------------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
+        """Take the state directory (lock, write check), build the stages and restore every stream on disk.
+
+        Raises:
+            RunError: Another gate holds the state directory (the message names it and that process's id), or the
+                directory or a stream's files in it cannot be created, written or read.
+            ConfigError: The backend cannot be built.
+        """
         async with AsyncExitStack() as stack:
+            if self._state is not None:
+                stack.enter_context(self._state.lock())
+                self._state.check_usable()
             if self._stages is None:
                 self._stages = build_stages(self.config)
                 await stack.enter_async_context(self._stages)
@@ -124,24 +164,52 @@ class Gate:
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             stack.push_async_callback(self._stop_workers)
             self._exit = stack.pop_all()
-        if self._state is not None:
-            for name in self._state.streams():
-                # Recover: replay what was acknowledged and never applied. Every stream on disk comes back,
-                # even beyond gate.max_streams (they hold acknowledged trajectories); new ones are refused.
-                await self._stream(name, restoring=True)
-            if len(self._streams) > self.config.gate.max_streams:
-                log.warning(
-                    "more streams in the state directory than gate.max_streams; no new stream will be opened",
-                    streams=len(self._streams),
-                    max_streams=self.config.gate.max_streams,
-                )
+        try:
+            await self._restore()
+        except BaseException as exc:
+            await self.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
+
+    async def _restore(self) -> None:
+        if self._state is None:
+            return
+        for name in self._state.streams():
+            # Recover: replay what was acknowledged and never applied. Every stream on disk comes back,
+            # even beyond gate.max_streams (they hold acknowledged trajectories); new ones are refused.
+            try:
+                await self._stream(name, restoring=True)
+            except OSError as exc:
+                where = f"{exc.filename}: " if exc.filename else ""
+                raise RunError(
+                    f"cannot use {self._state.path} as a gate state directory: stream {name}: {where}"
+                    f"{exc.strerror or exc}"
+                ) from None
+        if len(self._streams) > self.config.gate.max_streams:
+            log.warning(
+                "more streams in the state directory than gate.max_streams; no new stream will be opened",
+                streams=len(self._streams),
+                max_streams=self.config.gate.max_streams,
+            )
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        """Stop the workers, close the files and the endpoint, release the state directory.
+
+        An error raised in the block, or by a worker, leaves as itself: not wrapped in the task group's
+        ``ExceptionGroup`` (a group stays a group only when it holds several errors).
+        """
         assert self._exit is not None
-        await self._exit.__aexit__(exc_type, exc, tb)
+        try:
+            await self._exit.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            problem = leaf_error(group)
+            if problem is group:
+                raise
+        else:
+            return
+        raise problem  # outside the except block: no "during handling" chain onto the group it came in
 
     async def _stop_workers(self) -> None:
         if self.state_dir is None:
@@ -218,10 +286,14 @@ class Gate:
             ``score=None`` and ``decision = gate.on_failure``, not an exception.
 
         Raises:
-            DataError: ``stream`` is not a valid name.
+            DataError: ``stream`` is not a valid name, or ``context`` breaks the rules ``ceb serve`` and the stream
+                reader apply (:func:`~ceb.gate.types.check_context`: an empty action, a ``domain`` that is not a
+                lower-case word, an empty ``trajectory_id``); one line naming the field.
             StreamLimitError: ``stream`` is new and the gate holds ``gate.max_streams`` streams.
         """
         began = time.perf_counter()
+        check_stream_name(stream)
+        check_context(context)
         st = await self._stream(stream)
         t = len(context.history)
         remembered = st.open.get(context.trajectory_id, {})
@@ -296,16 +368,21 @@ class Gate:
             ``seq`` (its position in the stream's accepted order, from 1) and whether this was a replay.
 
         Raises:
-            DataError: ``stream`` is not a valid name.
+            DataError: ``stream`` is not a valid name, or the trajectory breaks the rules of a stream line (no
+                steps, an empty action, a ``domain`` that is not a lower-case word; :func:`~ceb.gate.types.
+                check_finished`, the rule ``ceb serve`` applies); one line naming the field.
             StreamLimitError: ``stream`` is new and the gate holds ``gate.max_streams`` streams.
             DuplicateTrajectoryError: The stream accepted this id before, with different content (nothing was
                 accepted; HTTP 409).
             OverloadedError: ``gate.max_pending`` trajectories of the stream are waiting already (nothing was
                 accepted; retry later).
-            OSError: The inbox cannot be written (nothing was accepted).
+            OSError: The inbox cannot be written, e.g. ``ENOSPC`` on a full disk (nothing was accepted, nothing
+                of it stays in the inbox: the same call succeeds once there is room; HTTP 507).
         """
-        st = await self._stream(stream)
         blind = replace(trajectory.blinded(), source="")
+        check_stream_name(stream)
+        check_finished(blind)
+        st = await self._stream(stream)
         fp = fingerprint(blind)
         async with st.accept_lock:  # seq order == inbox order == queue order; one id, one seq
             first = st.known.get(blind.id)
@@ -331,7 +408,7 @@ class Gate:
         return Receipt(entry.seq, replayed=False)
 
     async def submit(self, stream: str, trajectory: Trajectory) -> int:
-        """:meth:`accept`, returning ``seq`` only (the first one's for a trajectory sent again).
+        """:meth:`accept`, returning ``seq`` only (the first one's for a trajectory sent again, not banked again).
 
         Raises:
             DataError, StreamLimitError, DuplicateTrajectoryError, OverloadedError, OSError: As :meth:`accept`.
@@ -362,15 +439,38 @@ class Gate:
     async def finish(self, stream: str, trajectory: Trajectory) -> Banked:
         """Vote on a finished trajectory in hindsight and add its records to the stream's bank (Eq. 3).
 
-        :meth:`submit` followed by :meth:`wait`: it returns once the bank holds the update (and every update
-        accepted before it). A trajectory sent again (same id and content) is not banked again: this returns the
-        first one's result.
+        :meth:`accept` followed by :meth:`wait`: it returns once the bank holds the update (and every update
+        accepted before it). It is idempotent, as ``ceb serve`` is for a trajectory sent again: the same id with the
+        same content, even after a restart (a script run twice on one ``state_dir``), is acknowledged once and never
+        banked twice; this returns a :class:`Banked` with ``replayed`` set (the first update's result when this
+        gate still keeps it, else no votes and ``records_added`` 0).
 
         Raises:
             DataError, StreamLimitError, DuplicateTrajectoryError, OverloadedError, OSError: As :meth:`accept`.
-            KeyError: A trajectory sent again whose first result is no longer kept (see :meth:`wait`).
         """
-        return await self.wait(stream, await self.submit(stream, trajectory))
+        receipt = await self.accept(stream, trajectory)
+        st = self._streams[stream]
+        if not receipt.replayed:
+            return await self.wait(stream, receipt.seq)
+        if receipt.seq in st.done or receipt.seq in st.results:
+            return replace(await self.wait(stream, receipt.seq), replayed=True)
+        # Banked before this gate started, or its result is no longer kept: nothing to wait for, nothing to add.
+        return Banked(
+            stream=stream,
+            trajectory_id=trajectory.id,
+            seq=receipt.seq,
+            votes=(),
+            soft_votes=(),
+            pseudo_labels=(),
+            failed_votes=0,
+            errors=(),
+            abstained=(),
+            records_added=0,
+            bank_version=st.applied,
+            bank_size=len(st.bank),
+            hindsight_s=0.0,
+            replayed=True,
+        )
 
     async def flush(self, stream: str | None = None) -> None:
         """Wait until every trajectory accepted so far (on ``stream``, or on every stream) is in its bank."""
@@ -379,6 +479,15 @@ class Gate:
                 event = st.done.get(seq)
                 if event is not None:
                     await event.wait()
+
+    async def state_problem(self) -> str | None:
+        """Why the gate cannot write its state directory now (a probe file is written and removed), else ``None``.
+
+        Always ``None`` in memory. ``ceb serve``'s ``/health`` answers 503 with it.
+        """
+        if self._state is None:
+            return None
+        return await anyio.to_thread.run_sync(self._state.problem)
 
     # -- statistics --------------------------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ trajectory is still in the inbox, which was not rewritten yet).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Sequence
@@ -94,6 +95,7 @@ class Inbox:
         self.fsync = fsync
         self._held = held
         self._ids_seq = ids_seq
+        self._size = os.fstat(handle.fileno()).st_size
 
     @property
     def lines(self) -> int:
@@ -120,14 +122,24 @@ class Inbox:
             ids_seq = max(ids_seq, seq)
         known |= {e.trajectory.id: (e.seq, e.fingerprint) for e in entries}
         held = [(e.seq, e.trajectory.id, e.fingerprint) for e in entries]
-        return cls(path, path.open("ab"), fsync=fsync, held=held, ids_seq=ids_seq), entries, known
+        return cls(path, path.open("ab", buffering=0), fsync=fsync, held=held, ids_seq=ids_seq), entries, known
 
     def append(self, entry: Accepted) -> None:
-        """Write ``entry`` as one line and (with ``fsync``) make it durable before returning."""
-        self._file.write(_line(entry))
-        self._file.flush()
-        if self.fsync:
-            os.fsync(self._file.fileno())
+        """Write ``entry`` as one line and (with ``fsync``) make it durable before returning.
+
+        A failed write or ``fsync`` (a full disk: ``ENOSPC``) leaves the file as it was: the part of the line
+        written is cut off again (before the next line at the latest), so the entry was not accepted and the same
+        entry may be appended later.
+
+        Raises:
+            OSError: The line cannot be written or made durable (nothing of it stays in the file).
+        """
+        fd = self._file.fileno()
+        if os.fstat(fd).st_size != self._size:  # a part left by an earlier failure whose cut failed too
+            os.ftruncate(fd, self._size)
+        line = _line(entry)
+        _append(fd, line, self._size, fsync=self.fsync)
+        self._size += len(line)
         self._held.append((entry.seq, entry.trajectory.id, entry.fingerprint))
 
     def compact(self, pending: Sequence[Accepted]) -> None:
@@ -135,30 +147,56 @@ class Inbox:
 
         The ids of the lines dropped are appended to the ids file and ``fsync``'d first (always, even without
         ``fsync``: the rename must not outlive them).
+
+        Raises:
+            OSError: A file cannot be written (a full disk): the inbox and the ids file are left whole and usable.
         """
         keep = {e.seq for e in pending}
         gone = [h for h in self._held if h[0] not in keep and h[0] > self._ids_seq]
         if gone:
-            with self.ids_path.open("ab") as f:
-                f.write(
-                    b"".join(orjson.dumps({"seq": q, "id": i, "fingerprint": fp.hex()}) + b"\n" for q, i, fp in gone)
-                )
+            fd = os.open(self.ids_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                lines = (orjson.dumps({"seq": q, "id": i, "fingerprint": fp.hex()}) + b"\n" for q, i, fp in gone)
+                _append(fd, b"".join(lines), os.fstat(fd).st_size, fsync=True)
+            finally:
+                os.close(fd)
+            self._ids_seq = max(self._ids_seq, *(q for q, _, _ in gone))
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            with tmp.open("wb") as f:
+                f.write(b"".join(_line(e) for e in pending))
                 f.flush()
                 os.fsync(f.fileno())
-            self._ids_seq = max(self._ids_seq, *(q for q, _, _ in gone))
+            os.replace(tmp, self.path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
         self._file.close()
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with tmp.open("wb") as f:
-            f.write(b"".join(_line(e) for e in pending))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        self._file = self.path.open("ab")
+        self._file = self.path.open("ab", buffering=0)
+        self._size = os.fstat(self._file.fileno()).st_size
         self._held = [h for h in self._held if h[0] in keep]
 
     def close(self) -> None:
         """Close the file (every line is already written)."""
         self._file.close()
+
+
+def _append(fd: int, data: bytes, size: int, *, fsync: bool) -> None:
+    """Append ``data`` to the file open at ``fd`` (``size`` bytes long), all of it or, on an error, none of it.
+
+    Raises:
+        OSError: A write or the ``fsync`` failed; the file was cut back to ``size`` when that could be done.
+    """
+    try:
+        view = memoryview(data)
+        while view:  # os.write may write a part
+            view = view[os.write(fd, view) :]
+        if fsync:
+            os.fsync(fd)
+    except OSError:
+        with contextlib.suppress(OSError):  # else Inbox.append cuts it before its next line
+            os.ftruncate(fd, size)
+        raise
 
 
 def _ids_path(path: Path) -> Path:

@@ -135,8 +135,7 @@ def open_stream(name: str, method: MethodSpec, config: RunConfig, state: StateDi
         config.bank.for_k(resolved.k),
         snapshot_every=config.gate.snapshot_every,
     )
-    # The queue only once the files are open: a stream that fails to open leaves nothing unclosed behind.
-    send, receive = anyio.create_memory_object_stream[Accepted](max_buffer_size=math.inf)
+    send, receive = anyio.create_memory_object_stream[Accepted](max_buffer_size=math.inf)  # once nothing can fail
     journal = files.journal
     applied = journal.mark if isinstance(journal.mark, int) else 0
     st = GateStream(name, journal.bank, journal, files.inbox, send, receive, applied=applied, known=files.known)

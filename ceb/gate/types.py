@@ -9,12 +9,23 @@ import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
+from ceb.data.reader import check_trajectory
 from ceb.data.trajectory import Step, Trajectory
-from ceb.errors import DataError, Problem
+from ceb.errors import DataError, Problem, StreamValidationError
 from ceb.stages.base import Abstention, StepStatus
 from ceb.stages.step import Precedent
 
-__all__ = ["STREAM_NAME", "Banked", "Confidence", "Decision", "Receipt", "StepContext", "check_stream_name"]
+__all__ = [
+    "STREAM_NAME",
+    "Banked",
+    "Confidence",
+    "Decision",
+    "Receipt",
+    "StepContext",
+    "check_context",
+    "check_finished",
+    "check_stream_name",
+]
 
 Decision = Literal["allow", "review", "block"]
 """What to do with a proposed action: run it, ask a person (or replan), or refuse it."""
@@ -35,6 +46,48 @@ def check_stream_name(stream: str) -> str:
             Problem("<request>", 0, "stream", f"must match [A-Za-z0-9][A-Za-z0-9_.-]{{0,127}}, got {shown}")
         )
     return stream
+
+
+def check_finished(trajectory: Trajectory) -> None:
+    """Check a finished trajectory by the rules of a stream line, as ``ceb serve`` checks a request's (SCHEMA.md).
+
+    One rule for every way in (:func:`~ceb.data.reader.check_trajectory`): a non-empty ``id``, a lower-case
+    ``domain`` word, at least one step, a non-empty action in each.
+
+    Raises:
+        DataError: The first problem found, as one line naming the field (``steps[0].action``).
+    """
+    try:
+        check_trajectory(trajectory)
+    except StreamValidationError as exc:
+        raise DataError(exc.problems[0]) from None
+
+
+def check_context(context: StepContext) -> None:
+    """Check a proposed step's context by the rules of a stream line, as ``ceb serve`` checks a score request.
+
+    The history and the proposal are read as the steps of a trajectory (:func:`check_finished`); a problem names
+    ``trajectory_id``, ``domain``, ``history[i].<field>`` or ``proposal.<field>``. What the gate never reads (the
+    proposal's ``observation``, labels and rewards) is not checked.
+
+    Raises:
+        DataError: The first problem found, as one line naming the field.
+    """
+    t = len(context.history)
+    never_read = [s for s in context.history if s.label is not None or s.reward is not None]
+    history = tuple(replace(s, label=None, reward=None) for s in context.history) if never_read else context.history
+    proposal = replace(context.proposal, observation="", label=None, reward=None)
+    try:
+        check_trajectory(
+            Trajectory(context.trajectory_id, context.task, context.domain, (*history, proposal)), "<step context>"
+        )
+    except StreamValidationError as exc:
+        p = exc.problems[0]
+        field = "trajectory_id" if p.field == "id" else p.field
+        if p.step is not None:
+            at = "proposal" if p.step == t else f"history[{p.step}]"
+            field = field.replace(f"steps[{p.step}]", at, 1)
+        raise DataError(Problem(p.path, p.line, field, p.message, p.trajectory_id)) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +170,8 @@ class Confidence:
         return max(0.0, self.latency_s - self.critic_s)
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field."""
-        return {**asdict(self), "precedents": [dict(p) for p in self.precedents]}
+        """A JSON-ready dict of every field and :attr:`overhead_s` (what ``POST /v1/score`` answers)."""
+        return {**asdict(self), "precedents": [dict(p) for p in self.precedents], "overhead_s": self.overhead_s}
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +192,9 @@ class Banked:
         bank_version: The bank's version after the update (``seq``).
         bank_size: Records in the bank after it (eviction may hold it below the sum of additions).
         hindsight_s: Seconds the hindsight took.
+        replayed: The stream had accepted this trajectory (same id, same content) before, and this call banked
+            nothing. The fields are the first update's when this gate still keeps its result; otherwise (it was
+            banked before the gate started, or long ago) no votes, ``records_added`` 0, and the bank as it is.
     """
 
     stream: str
@@ -154,6 +210,7 @@ class Banked:
     bank_version: int
     bank_size: int
     hindsight_s: float
+    replayed: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""

@@ -14,7 +14,7 @@ from typing import IO, Any, Self, TypedDict, TypeVar
 
 import orjson
 
-from ceb.errors import RunError
+from ceb.errors import RunError, with_path
 from ceb.stages.base import NOT_AVAILABLE, Abstention, StepStatus
 from ceb.stages.step import Precedent
 
@@ -211,15 +211,36 @@ class ResultWriter:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        for f in self._files.values():
-            f.close()
-        self._files.clear()
+        """Close both files.
+
+        Raises:
+            OSError: Closing failed (it flushes what a failed write left in the buffer) and no error is on its way
+                out already; that one (the first, the cause) is the one to report.
+        """
+        files, self._files = self._files, {}
+        failed: OSError | None = None
+        for name, f in files.items():
+            try:
+                f.close()
+            except OSError as error:
+                failed = failed or with_path(error, self._paths[name])
+        if failed is not None and exc is None:
+            raise failed
 
     def write(self, row: StepRow | HindsightRow) -> None:
-        """Append ``row`` as one JSON line (one ``write`` call) and flush it to the OS."""
-        f = self._files["scores" if isinstance(row, StepRow) else "hindsight"]
-        f.write(orjson.dumps(asdict(row)) + b"\n")
-        f.flush()
+        """Append ``row`` as one JSON line (one ``write`` call) and flush it to the OS.
+
+        Raises:
+            OSError: The write failed (a full disk, say), naming the file; the rows before it are whole, and a
+                part of this one may be left as the file's last line, which every reader skips.
+        """
+        name = "scores" if isinstance(row, StepRow) else "hindsight"
+        f = self._files[name]
+        try:
+            f.write(orjson.dumps(asdict(row)) + b"\n")
+            f.flush()
+        except OSError as exc:
+            raise with_path(exc, self._paths[name]) from exc
 
 
 def read_rows(path: str | Path) -> Iterator[dict[str, Any]]:

@@ -25,6 +25,7 @@ limit (``max_trajectories``) may grow: a limited run is the start of the longer 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -37,7 +38,7 @@ import orjson
 from ceb.bank import Bank, BankRecord
 from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
-from ceb.errors import RunError
+from ceb.errors import RunError, with_path
 from ceb.pipeline.results import HindsightRow, StepRow, read_hindsight_rows, read_step_rows
 from ceb.pipeline.reuse import shares_orders
 from ceb.pipeline.rundir import LIMIT_SETTING, LaneKey, RunDir
@@ -253,14 +254,23 @@ def restore_progress(
 
 
 def _rewrite(path: Path, rows: Sequence[StepRow | HindsightRow]) -> None:
-    """Replace ``path`` with ``rows`` atomically (write a sibling, fsync, rename), in the current layout."""
+    """Replace ``path`` with ``rows`` atomically (write a sibling, fsync, rename), in the current layout.
+
+    Raises:
+        OSError: The write failed (a full disk, say), naming ``path``; the file is left as it was.
+    """
     tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("wb") as f:
-        for row in rows:
-            f.write(orjson.dumps(asdict(row)) + b"\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("wb") as f:
+            for row in rows:
+                f.write(orjson.dumps(asdict(row)) + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise with_path(exc, path) from exc
 
 
 def limit_may_follow(recorded: int | None, current: int | None) -> bool:

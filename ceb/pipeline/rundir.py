@@ -10,7 +10,7 @@ Layout::
     metrics.json       ECE, Brier, AUROC per stream, order and method, and pooled per order and method
     summary.json       how the last call of ``run_scoring`` ended and what it did (:mod:`ceb.pipeline.summary`)
     report/            ``ceb report``'s default output (report.md, report.json, tables, figures)
-    .lock              held by the one process using the directory (:mod:`ceb.pipeline.lock`)
+    .lock              held by the one process using the directory (:mod:`ceb.dirlock`)
 
 Every other module asks :class:`RunDir` for a path or a recorded setting; none spells a file name
 (``tests/pipeline/test_rundir.py`` checks the source).
@@ -18,6 +18,7 @@ Every other module asks :class:`RunDir` for a path or a recorded setting; none s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 from collections.abc import Iterator, Mapping, Sequence
@@ -32,8 +33,8 @@ from pydantic import ValidationError
 
 from ceb.config import RunConfig, read_settings_file
 from ceb.data.trajectory import Trajectory
-from ceb.errors import ConfigError, RunError
-from ceb.pipeline.lock import run_lock
+from ceb.dirlock import dir_lock
+from ceb.errors import ConfigError, RunError, with_path
 from ceb.pipeline.results import ResultWriter, StepRow, read_step_rows
 from ceb.version import __version__
 
@@ -55,10 +56,19 @@ def lane_name(key: LaneKey) -> str:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so a reader sees the old file or the new one, never a part."""
+    """Write ``data`` to ``path`` so a reader sees the old file or the new one, never a part.
+
+    Raises:
+        OSError: The write failed (a full disk, say), naming ``path``; the old file is left as it was.
+    """
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise with_path(exc, path) from exc
 
 
 def _dump(doc: Mapping[str, Any]) -> bytes:
@@ -154,13 +164,39 @@ class RunDir:
         """Whether ``scores.jsonl`` exists (a run wrote rows here, maybe only failures)."""
         return self.scores.is_file()
 
+    def require_run(self) -> None:
+        """Check that the directory holds a run that a resume can continue: it exists and has ``config.json``.
+
+        Without ``config.json`` nothing says which streams and settings the rows were scored with, so a resume
+        cannot check them (:func:`ceb.pipeline.resume.check_resumable`); it is refused rather than guessed.
+
+        Raises:
+            RunError: The directory is missing, or has no ``config.json`` (the message names the directory, what
+                is missing and what it does hold).
+        """
+        where = f"cannot resume {self.path}"
+        if not self.path.exists():
+            raise RunError(f"{where}: no such directory; to start a new run there, leave out --resume")
+        if not self.path.is_dir():
+            raise RunError(f"{where}: not a directory")
+        if self.started:
+            return
+        results = (self.SCORES, self.HINDSIGHT, self.BANKS, self.METRICS, self.SUMMARY)
+        held = [name for name in results if (self.path / name).exists()]
+        if not held:
+            raise RunError(f"{where}: it holds no run (no {self.CONFIG}); to start a new run there, leave out --resume")
+        raise RunError(
+            f"{where}: it has {', '.join(held)} but no {self.CONFIG}, the record of the streams and settings a "
+            f"resume must match; put {self.CONFIG} back, or score again into a new directory (or with --overwrite)"
+        )
+
     def lock(self) -> AbstractContextManager[None]:
-        """Hold the directory's lock for a block (:func:`ceb.pipeline.lock.run_lock`).
+        """Hold the directory's lock for a block (:func:`ceb.dirlock.dir_lock`).
 
         Raises:
             RunError: Another process holds it, or the directory cannot be created.
         """
-        return run_lock(self.path, self.LOCK)
+        return dir_lock(self.path, self.LOCK)
 
     def writer(self) -> ResultWriter:
         """A :class:`~ceb.pipeline.results.ResultWriter` appending to ``scores.jsonl`` and ``hindsight.jsonl``."""
@@ -282,8 +318,8 @@ class RunDir:
         write_atomic(self.summary_file, _dump(doc))
 
     def write_metrics(self, metrics: Mapping[str, Any]) -> Path:
-        """Write ``metrics.json`` and return its path."""
-        self.metrics_file.write_bytes(_dump(metrics))
+        """Write ``metrics.json`` (atomically: a failed write leaves the old one) and return its path."""
+        write_atomic(self.metrics_file, _dump(metrics))
         return self.metrics_file
 
     def remove_results(self) -> None:

@@ -80,18 +80,21 @@ async def run_scoring(
             (all planned steps less those a resume keeps).
         overwrite: Delete the results of an earlier run in ``run_dir`` (and nothing else) first.
         resume: Continue the run in ``run_dir`` where it stopped (:mod:`ceb.pipeline.resume`); a directory
-            without a started run is started afresh.
+            without a started run is refused (:meth:`~ceb.pipeline.rundir.RunDir.require_run`), never started.
 
     Returns:
         Counts of what was scored and what failed (resumed rows included, and counted apart).
 
     Raises:
-        RunError: Another process is using ``run_dir`` (its lock, :mod:`ceb.pipeline.lock`); ``run_dir`` already
+        RunError: Another process is using ``run_dir`` (its lock, :mod:`ceb.dirlock`); ``run_dir`` already
             holds scored steps (and neither ``overwrite`` nor ``resume``), or a resume
             finds changed input or settings (names each change).
         ConfigError: Unknown method or backend, or a broken prompt template.
+        RunError: ``resume`` of a directory that is missing or has no ``config.json``.
     """
     run = RunDir(run_dir)
+    if resume:
+        run.require_run()  # before the lock, which would create a missing directory
     with run.lock():
         return await _run_scoring(
             streams,
@@ -116,15 +119,14 @@ async def _run_scoring(
     overwrite: bool,
     resume: bool,
 ) -> RunSummary:
-    resuming = resume and run.started
     overwrite = _may_write(run, overwrite=overwrite, resume=resume)
     methods = _check_methods(config, streams)
     prints = fingerprints(config, streams)
-    if resuming:
+    if resume:
         check_resumable(run, prints | {"limit": config.max_trajectories})
     plan = plan_lanes(streams, config, methods)
     summary = RunSummary(run_dir=run.path)
-    if resuming:
+    if resume:
         plan.restore(run, config, summary)
     critic_configs = config.critic_configs()
     by_critic = _stages_by_critic(stages, critic_configs)
@@ -146,7 +148,7 @@ async def _run_scoring(
             if overwrite:
                 run.remove_results()
             run.path.mkdir(parents=True, exist_ok=True)
-            if resuming:
+            if resume:
                 run.record_limit(config.max_trajectories)
             else:
                 run.write_config(config, streams, prints)
@@ -156,8 +158,9 @@ async def _run_scoring(
                 await _execute(lanes, plan, config, writer, summary, on_row, on_start)
             outcome = "finished"
         except BaseExceptionGroup as group:
-            # A lane or the writer failed and the task group wrapped it: surface our own error as itself.
-            first = _first_ceb_error(group)
+            # A lane or the writer failed and the task group wrapped it: surface our own error (or the system's,
+            # a full disk say) as itself.
+            first = _first_own_error(group)
             if first is None:
                 raise
             raise first from None
@@ -165,14 +168,22 @@ async def _run_scoring(
         outcome, error = "failed", str(exc)
         raise
     finally:
-        _save_banks(run, lanes, summary)
-        summary.wall_s = time.perf_counter() - started
-        if began:
-            run.write_summary(summary_doc(summary, outcome, error, started_at))
-        if stages is None:
-            with anyio.CancelScope(shield=True):
-                for own in by_critic.values():
-                    await own.__aexit__(None, None, None)
+        try:
+            _save_banks(run, lanes, summary)
+            summary.wall_s = time.perf_counter() - started
+            if began:
+                run.write_summary(summary_doc(summary, outcome, error, started_at))
+        except OSError as exc:
+            if outcome == "finished":
+                raise
+            # The run is already stopping, most likely for the same reason (a full disk): that first error is
+            # the one to report. A resume needs neither file: it rebuilds the banks from hindsight.jsonl.
+            log.info("banks or summary not saved", run_dir=str(run), error=str(exc))
+        finally:
+            if stages is None:
+                with anyio.CancelScope(shield=True):
+                    for own in by_critic.values():
+                        await own.__aexit__(None, None, None)
     return summary
 
 
@@ -296,12 +307,12 @@ async def _unset_emit(row: Row) -> None:
     raise RuntimeError("lane started without an emit target")
 
 
-def _first_ceb_error(group: BaseExceptionGroup[BaseException]) -> CEBError | None:
+def _first_own_error(group: BaseExceptionGroup[BaseException]) -> CEBError | OSError | None:
     for exc in group.exceptions:
-        if isinstance(exc, CEBError):
+        if isinstance(exc, CEBError | OSError):
             return exc
         if isinstance(exc, BaseExceptionGroup):
-            inner = _first_ceb_error(exc)
+            inner = _first_own_error(exc)
             if inner is not None:
                 return inner
     return None

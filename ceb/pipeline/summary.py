@@ -17,7 +17,26 @@ from ceb.pipeline.results import HindsightRow, StepRow
 from ceb.pipeline.rundir import RunDir
 from ceb.version import __version__
 
-__all__ = ["SUMMARY_SCHEMA", "BankSize", "FailureBudget", "Row", "RunSummary", "summary_doc"]
+__all__ = [
+    "ONE_CLASS_MIN_LABELS",
+    "ONE_CLASS_SHARE",
+    "SUMMARY_SCHEMA",
+    "BankSize",
+    "FailureBudget",
+    "Row",
+    "RunSummary",
+    "VoteCounts",
+    "summary_doc",
+]
+
+ONE_CLASS_SHARE = 0.95
+"""A stream whose hindsight pseudo-labels are at least this share one class is flagged in ``summary.json``'s
+``warnings``: its banks hold (almost) one class, so CEB's contrastive retrieval (top-``k`` per class, paper
+Sec. 3.3) has little or nothing to contrast. Seen on SmolLM2-135M, which voted "productive" on 87-93 % of its votes
+and gave every pseudo-label 1 (issue 23)."""
+
+ONE_CLASS_MIN_LABELS = 20
+"""Fewer pseudo-labels than this in a stream are too few to flag (a short run's first trajectories)."""
 
 Row = StepRow | HindsightRow
 
@@ -42,6 +61,46 @@ class BankSize:
     critic: str
     records: int
     path: str | None
+
+
+@dataclass
+class VoteCounts:
+    """The hindsight labeller's votes and pseudo-labels over one stream (``summary.json``'s ``hindsight_votes``).
+
+    Counted over every bank-using method's hindsight rows; rows that asked no model (the ``ceb-gt-oracle`` bank)
+    are not counted.
+
+    Attributes:
+        votes_1: Valid votes "productive" (1), over every vote and labelled step.
+        votes_0: Valid votes "unproductive" (0).
+        votes_failed: Votes without a readable answer (a whole vote, not a step).
+        pseudo_1: Majority pseudo-labels 1 (Eq. 3).
+        pseudo_0: Majority pseudo-labels 0.
+    """
+
+    votes_1: int = 0
+    votes_0: int = 0
+    votes_failed: int = 0
+    pseudo_1: int = 0
+    pseudo_0: int = 0
+
+    def add(self, row: HindsightRow) -> None:
+        """Count ``row``'s votes and pseudo-labels."""
+        ones = sum(sum(vote) for vote in row.votes)
+        self.votes_1 += ones
+        self.votes_0 += sum(len(vote) for vote in row.votes) - ones
+        self.votes_failed += row.failed_votes
+        self.pseudo_1 += sum(row.pseudo_labels)
+        self.pseudo_0 += len(row.pseudo_labels) - sum(row.pseudo_labels)
+
+    def one_class(self) -> int | None:
+        """The class (0 or 1) holding :data:`ONE_CLASS_SHARE` of >= :data:`ONE_CLASS_MIN_LABELS` pseudo-labels."""
+        n = self.pseudo_1 + self.pseudo_0
+        if n < ONE_CLASS_MIN_LABELS:
+            return None
+        if self.pseudo_1 >= ONE_CLASS_SHARE * n:
+            return 1
+        return 0 if self.pseudo_0 >= ONE_CLASS_SHARE * n else None
 
 
 @dataclass
@@ -71,6 +130,7 @@ class RunSummary:
             :mod:`ceb.pipeline.reuse`), whatever their source's outcome; not in ``steps_scored``,
             ``steps_failed`` or ``steps_unavailable``, and no request of theirs in ``requests``. A resume writes
             every copy again, so they are never among the resumed rows.
+        hindsight_votes: Per stream, the hindsight votes and pseudo-labels (:class:`VoteCounts`).
     """
 
     run_dir: Path
@@ -90,6 +150,23 @@ class RunSummary:
     completion_tokens: int = 0
     steps_abstained: int = 0
     steps_reused: int = 0
+    hindsight_votes: dict[str, VoteCounts] = field(default_factory=dict)
+
+    def warnings(self) -> list[str]:
+        """One sentence per stream whose pseudo-labels are (almost) all one class (:data:`ONE_CLASS_SHARE`)."""
+        out = []
+        for stream, v in sorted(self.hindsight_votes.items()):
+            cls = v.one_class()
+            if cls is None:
+                continue
+            n, same = v.pseudo_1 + v.pseudo_0, v.pseudo_1 if cls == 1 else v.pseudo_0
+            votes = v.votes_1 + v.votes_0
+            out.append(
+                f"stream {stream}: {same} of {n} hindsight pseudo-labels are {cls} ({v.votes_1} of {votes} valid "
+                f"votes said productive); its banks hold almost one class, so CEB's contrastive retrieval has "
+                f"little to contrast"
+            )
+        return out
 
     def count_resumed(self, row: Row) -> None:
         """Count a row kept from before a resume (its requests were spent by the earlier run)."""
@@ -119,6 +196,8 @@ class RunSummary:
             self.steps_clipped += row.clipped and row.reused_from is None
         else:
             self.trajectories_voted += 1
+            if row.requests:
+                self.hindsight_votes.setdefault(row.stream, VoteCounts()).add(row)
             self.votes_failed += row.failed_votes
             self.trajectories_not_banked += row.records_added == 0
             self.steps_abstained += len(row.abstained)
@@ -146,6 +225,7 @@ def summary_doc(summary: RunSummary, outcome: str, error: str, started_at: datet
         "ended_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "ceb_version": __version__,
         **{k: v for k, v in asdict(summary).items() if k != "run_dir"},
+        "warnings": summary.warnings(),
     }
 
 

@@ -6,7 +6,8 @@ Endpoints (the OpenAPI document at ``GET /openapi.json`` gives every field, :mod
 ``POST /v1/score``         score a proposed action before it runs: the gate's :class:`Confidence` as JSON (200)
 ``POST /v1/trajectories``  a finished trajectory: 202 once it is durable (``seq``); hindsight and bank update follow
 ``GET /v1/streams``        bank statistics of every stream (``/v1/streams/{stream}``: one; 404 if unknown)
-``GET /health``            liveness, version and uptime; never needs the token
+``GET /health``            liveness, version and uptime; 503 (and why) when the state directory cannot be written;
+                           never needs the token
 ``GET /metrics``           Prometheus text format
 ``GET /openapi.json``      the OpenAPI 3.1 document
 =========================  ======================================================================================
@@ -19,11 +20,15 @@ trajectory id the stream accepted before with other content, get a 409 (:class:`
 streams are never closed and an id stays taken, so retrying the same request cannot succeed, and 409 is not
 retried by the usual policies (which do retry 429 and 503). A trajectory sent again with the same id and content
 is a retry: 202 with the first acknowledgement's body (same ``seq``) and ``Idempotent-Replayed: true``, banked
-once. An unexpected failure is logged with its traceback and answered with a bare 500.
+once. A trajectory the state directory cannot take gets a 507 on a full disk (``ENOSPC``, ``EDQUOT``) and a 503
+on any other write error (read-only, permissions); either way nothing was acknowledged, and the same request
+succeeds once the disk can take it. An unexpected failure is logged with its traceback and answered with a bare
+500.
 """
 
 from __future__ import annotations
 
+import errno
 import hmac
 import signal
 import time
@@ -148,6 +153,15 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         response.headers["Retry-After"] = "1"
     except ConflictError as exc:
         response = _error(409, str(exc), exc.field)
+    except OSError as exc:  # the state directory: nothing was acknowledged (Gate.accept), so a retry is safe
+        reason = exc.strerror or str(exc)
+        log.error("cannot write the state directory", path=request.path, error=reason, errno=exc.errno)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            response = _error(
+                507, f"{reason}: the state directory is full; nothing was accepted, retry once there is room"
+            )
+        else:
+            response = _error(503, f"cannot write the state directory: {reason}; nothing was accepted")
     except Exception:
         log.exception("request failed", path=request.path)
         response = _error(500, "internal error (logged by the server)")
@@ -207,17 +221,20 @@ async def one_stream(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
-    """``GET /health``: liveness."""
+    """``GET /health``: liveness, and whether the state directory can be written (503 and why when not)."""
     gate = request.app[GATE]
+    problem = await gate.state_problem()
     return _json(
         {
-            "status": "ok",
+            "status": "ok" if problem is None else "error",
+            "state": problem,
             "version": __version__,
             "method": gate.method.name,
             "streams": len(gate.streams),
             "durable": gate.state_dir is not None,
             "uptime_s": round(time.time() - gate.started, 3),
-        }
+        },
+        status=200 if problem is None else 503,
     )
 
 

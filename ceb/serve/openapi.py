@@ -72,7 +72,9 @@ def _errors(*codes: int) -> dict[str, Any]:
         409: "Refused, and retrying unchanged will not help: a new stream beyond gate.max_streams (`field`: stream),"
         " or a trajectory id the stream accepted before with other content (`field`: trajectory.id).",
         422: "A field is missing, unknown or malformed (`field` names it).",
-        503: "The stream has too many trajectories waiting; retry after Retry-After seconds.",
+        503: "The stream has too many trajectories waiting (retry after Retry-After seconds), or the state directory"
+        " cannot be written (read-only, permissions); nothing was accepted.",
+        507: "The state directory's disk is full; nothing was accepted: the same request succeeds once there is room.",
     }
     error = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
     return {str(c): {"description": text[c], "content": error} for c in codes}
@@ -118,6 +120,7 @@ def openapi_document() -> dict[str, Any]:
             "latency_s": {"type": "number"},
             "critic_s": {"type": "number"},
             "retrieval_s": {"type": "number"},
+            "overhead_s": {"type": "number", "description": "latency_s - critic_s: seconds the gate added"},
         },
     }
     trajectory_request = {
@@ -193,7 +196,7 @@ def openapi_document() -> dict[str, Any]:
                             "and content sent again gets the same answer (header Idempotent-Replayed: true) and is "
                             "banked once."
                         ),
-                        **_errors(400, 401, 409, 413, 422, 503),
+                        **_errors(400, 401, 409, 413, 422, 503, 507),
                     },
                 }
             },
@@ -206,7 +209,14 @@ def openapi_document() -> dict[str, Any]:
                 }
             },
             "/health": {
-                "get": {"summary": "Liveness (no token needed).", "security": [], "responses": {"200": ok("OK.")}}
+                "get": {
+                    "summary": "Liveness (no token needed).",
+                    "security": [],
+                    "responses": {
+                        "200": ok("OK."),
+                        "503": ok("The state directory cannot be written; `state` says why."),
+                    },
+                }
             },
             "/metrics": {"get": {"summary": "Prometheus metrics.", "responses": {"200": ok("Text format.")}}},
             "/openapi.json": {"get": {"summary": "This document.", "responses": {"200": ok("OpenAPI 3.1.")}}},

@@ -20,12 +20,11 @@ bank keys and the critic reads, identical for identical calls however the client
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import orjson
 
-from ceb.data.reader import parse_step, parse_trajectory
+from ceb.data.reader import DOMAIN, parse_step, parse_trajectory
 from ceb.data.sources import kind
 from ceb.data.trajectory import Step, Trajectory
 from ceb.errors import DataError, Problem, StreamValidationError
@@ -36,7 +35,6 @@ __all__ = ["MAX_HISTORY", "ScoreRequest", "parse_score_request", "parse_trajecto
 MAX_HISTORY = 1000
 """Most earlier steps (or messages) a score request may carry."""
 
-_DOMAIN = re.compile(r"[a-z][a-z0-9_-]*")
 _SCORE_FIELDS = (
     "stream",
     "trajectory_id",
@@ -128,7 +126,7 @@ def parse_score_request(body: Any) -> ScoreRequest:
         raise _problem("trajectory_id", "must be a non-empty string")
     task = _string(body, "task", required=True) or ""
     domain = _string(body, "domain", required=True) or ""
-    if not _DOMAIN.fullmatch(domain):
+    if not DOMAIN.fullmatch(domain):
         raise _problem("domain", "must be a lower-case word matching [a-z][a-z0-9_-]*")
     if "action" not in body:
         raise _problem("action", "required field is missing")

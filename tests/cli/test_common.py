@@ -12,7 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 from ceb.cli import app
-from ceb.cli._common import EXIT_ERROR, Command, config_option, fail
+from ceb.cli._common import EXIT_ERROR, EXIT_IO, Command, config_option, fail
 from ceb.data import write_stream
 from ceb.errors import ConfigError
 from tests.support.builders import step, trajectory
@@ -102,7 +102,7 @@ def test_fail_prints_one_error_line_to_stderr_and_gives_the_error_exit_code(caps
     exit_ = fail(ConfigError("run.toml:3: ceb.k: must be >= 0 [k]"))
     assert exit_.exit_code == EXIT_ERROR == 2
     full = OSError(errno.ENOSPC, "No space left on device", "/runs/a/scores.jsonl")
-    assert fail(full).exit_code == EXIT_ERROR
+    assert fail(full).exit_code == EXIT_IO  # the machine's fault, not the command's: its own code
     busy = OSError(errno.EADDRINUSE, "Address already in use")
     fail(busy, doing="cannot listen on 127.0.0.1:8100")
     fail("runs/a has no scores.jsonl")
@@ -110,20 +110,30 @@ def test_fail_prints_one_error_line_to_stderr_and_gives_the_error_exit_code(caps
     assert captured.out == ""
     assert captured.err.splitlines() == [
         "error: run.toml:3: ceb.k: must be >= 0 [k]",  # brackets printed as written
-        "error: /runs/a/scores.jsonl: No space left on device",
+        "error: /runs/a/scores.jsonl: No space left on device; nothing finished is lost; free some space, then run "
+        "the same command again",
         "error: cannot listen on 127.0.0.1:8100: Address already in use",
         "error: runs/a has no scores.jsonl",
     ]
 
 
 @pytest.mark.parametrize(
-    ("raised", "line"),
+    ("raised", "line", "code"),
     [
-        (ConfigError("c.toml:2: backend.name: unknown backend"), "error: c.toml:2: backend.name: unknown backend"),
-        (PermissionError(errno.EACCES, "Permission denied", "/runs/x"), "error: /runs/x: Permission denied"),
+        (
+            ConfigError("c.toml:2: backend.name: unknown backend"),
+            "error: c.toml:2: backend.name: unknown backend",
+            EXIT_ERROR,
+        ),
+        (
+            PermissionError(errno.EACCES, "Permission denied", "/runs/x"),
+            "error: /runs/x: Permission denied; nothing finished is lost; fix the permissions, then run the same "
+            "command again",
+            EXIT_IO,
+        ),
     ],
 )
-def test_an_error_a_command_does_not_report_itself_is_still_one_line(raised: Exception, line: str) -> None:
+def test_an_error_a_command_does_not_report_itself_is_still_one_line(raised: Exception, line: str, code: int) -> None:
     test_app = typer.Typer()
 
     def boom() -> None:
@@ -132,5 +142,5 @@ def test_an_error_a_command_does_not_report_itself_is_still_one_line(raised: Exc
     test_app.command("boom", cls=Command)(boom)
     test_app.command("other")(lambda: None)  # two commands, so "boom" is addressed by name
     result = runner.invoke(test_app, ["boom"])
-    assert result.exit_code == EXIT_ERROR
+    assert result.exit_code == code
     assert result.output.strip() == line and "Traceback" not in result.output

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import socket
 import urllib.error
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio.to_thread
 import pytest
@@ -70,3 +72,36 @@ async def test_the_bearer_token_comes_from_the_environment(tmp_path: Path, monke
 )
 def test_the_clients_action_text_is_the_services_reading_of_a_tool_call(call: dict[str, object]) -> None:
     assert ex.action_text(call) == tool_action(call, "action")
+
+
+async def test_the_client_waits_for_a_service_that_is_still_starting(tmp_path: Path) -> None:
+    # Start the client first, then the service on the port it was told: it must wait, not fail.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    async with Gate(state_dir=tmp_path / "state") as gate, anyio.create_task_group() as tg:
+        result: dict[str, Any] = {}
+
+        async def client() -> None:
+            result["answers"], result["ack"] = await anyio.to_thread.run_sync(ex.main, url)
+
+        tg.start_soon(client)
+        await anyio.sleep(0.5)  # the client is polling /health by now
+        server = TestServer(make_app(gate), host="127.0.0.1", port=port)
+        await server.start_server()
+        try:
+            with anyio.fail_after(60):
+                while "ack" not in result:
+                    await anyio.sleep(0.05)
+        finally:
+            await server.close()
+    assert result["ack"]["seq"] == 1 and len(result["answers"]) == 3
+
+
+def test_no_service_is_one_clear_error_naming_the_url() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ConnectionError, match=f"no ceb serve at http://127.0.0.1:{port} after 0 s"):
+        ex.wait_until_ready(f"http://127.0.0.1:{port}", timeout_s=0.3)

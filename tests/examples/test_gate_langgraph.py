@@ -53,3 +53,16 @@ async def test_the_script_banks_the_steps_a_person_let_run(capsys: pytest.Captur
     state = await ex.main(approve=lambda c: asked.append(c) or False)
     assert [c["decision"] for c in asked] == ["review"] and len(state["history"]) == 2
     assert "steps run: 2 | pseudo-labels: (1, 1)" in capsys.readouterr().out
+
+
+async def test_no_answer_on_standard_input_is_a_no(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def eof(prompt: str = "") -> str:
+        raise EOFError
+
+    monkeypatch.setattr("builtins.input", eof)  # as `python examples/gate_langgraph.py < /dev/null`
+    state = await ex.main()
+    assert len(state["history"]) == 2  # the repeat waiting for review did not run
+    out = capsys.readouterr().out
+    assert "no answer on standard input: not run" in out and "steps run: 2" in out

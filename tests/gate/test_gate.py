@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -10,12 +11,14 @@ import pytest
 
 from ceb.config import GateConfig, RunConfig, load_config
 from ceb.data import convert_intercode, read_stream
-from ceb.data.trajectory import Trajectory
+from ceb.data.reader import trajectory_object
+from ceb.data.trajectory import Step, Trajectory
 from ceb.errors import ConfigError, DataError, DuplicateTrajectoryError, OverloadedError, StreamLimitError
 from ceb.gate import Gate, Receipt, StepContext, SyncGate
 from ceb.gate import stream as gate_stream
 from ceb.gate.inbox import Inbox
 from ceb.pipeline import read_step_rows, run_scoring
+from ceb.serve.payloads import parse_score_request, parse_trajectory_request
 from ceb.stages.assembly import Stages, offline_stages
 from ceb.stages.base import HindsightResult
 from ceb.stages.offline import OfflineHindsight
@@ -258,7 +261,7 @@ async def test_a_trajectory_sent_twice_is_banked_once_and_gets_the_same_seq() ->
         size = len(gate.bank("s"))
         # Labels and meta never reach a stage, so they do not make another trajectory.
         assert await gate.accept("s", again) == Receipt(1, replayed=True)
-        assert await gate.finish("s", first) == banked
+        assert await gate.finish("s", first) == replace(banked, replayed=True)
         with pytest.raises(DuplicateTrajectoryError, match="seq 1") as info:
             await gate.submit("s", other)
         assert (info.value.trajectory_id, info.value.seq, info.value.field) == ("t0", 1, "trajectory.id")
@@ -362,3 +365,78 @@ async def test_a_last_line_cut_just_before_its_newline_is_dropped_and_the_file_s
     inbox, entries, known = Inbox.open(path)
     inbox.close()
     assert [e.trajectory.id for e in entries] == ["t0", "t1"] and set(known) == {"t0", "t1"}
+
+
+async def test_finishing_a_trajectory_banked_before_a_restart_is_acknowledged_once(tmp_path: Path) -> None:
+    """The README's example run twice on one state directory: the second finish banks nothing and raises nothing."""
+    traj = trajectory("run-1", step("ls -la", "a.txt b.txt"))
+    async with Gate(state_dir=tmp_path) as gate:
+        first = await gate.finish("s", traj)
+    async with Gate(state_dir=tmp_path) as gate:
+        again = await gate.finish("s", traj)
+        stats = gate.stats("s")["streams"]["s"]
+        records = len(gate.bank("s"))
+    assert (first.seq, first.replayed, first.records_added) == (1, False, 1)
+    assert (again.seq, again.replayed, again.records_added, again.votes) == (1, True, 0, ())
+    assert (again.bank_version, again.bank_size) == (1, records) == (1, first.bank_size)
+    assert (stats["accepted"], stats["replayed"]) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    ("traj", "field"),
+    [
+        (trajectory("t", step("")), "steps[0].action"),
+        (trajectory("t", step("ls"), step("   ")), "steps[1].action"),
+        (trajectory("t", step("ls"), domain="Shell"), "domain"),
+        (trajectory("t"), "steps"),
+        (trajectory("", step("ls")), "id"),
+    ],
+)
+async def test_finish_refuses_what_serve_refuses_with_one_line_naming_the_field(
+    tmp_path: Path, traj: Trajectory, field: str
+) -> None:
+    with pytest.raises(DataError) as served:
+        parse_trajectory_request({"stream": "s", "trajectory": trajectory_object(traj)})
+    assert served.value.problem.field == f"trajectory.{field}"
+    async with Gate(state_dir=tmp_path) as gate:
+        with pytest.raises(DataError) as info:
+            await gate.finish("s", traj)
+        assert gate.streams == []  # nothing opened, nothing accepted
+    assert info.value.problem.field == field and "\n" not in str(info.value) and field in str(info.value)
+
+
+_SCORE = {"stream": "s", "trajectory_id": "run-1", "task": "list the files", "domain": "shell", "action": "ls"}
+
+
+@pytest.mark.parametrize(
+    ("over", "field"),
+    [
+        ({"action": ""}, "action"),
+        ({"domain": "Shell"}, "domain"),
+        ({"trajectory_id": " "}, "trajectory_id"),
+        ({"history": [{"state": "", "action": "", "observation": ""}]}, "history[0].action"),
+    ],
+)
+async def test_score_refuses_what_serve_refuses_with_one_line_naming_the_field(over: dict, field: str) -> None:
+    with pytest.raises(DataError) as served:
+        parse_score_request(_SCORE | over)
+    assert served.value.problem.field == field
+    history = tuple(Step(**h) for h in over.get("history", ()))
+    context = StepContext(
+        over.get("trajectory_id", "run-1"), "list the files", over.get("domain", "shell"),
+        Step("", over.get("action", "ls"), ""), history,
+    )  # fmt: skip
+    async with Gate() as gate:
+        with pytest.raises(DataError) as info:
+            await gate.score("s", context)
+    shown = "proposal.action" if field == "action" else field
+    assert info.value.problem.field == shown and "\n" not in str(info.value)
+
+
+async def test_an_error_leaving_the_gate_block_is_itself_not_an_exception_group() -> None:
+    with pytest.raises(DuplicateTrajectoryError, match="seq 1"):
+        async with Gate() as gate:
+            await gate.finish("s", trajectory("t", step("ls")))
+            await gate.finish("s", trajectory("t", step("pwd")))
+    with pytest.raises(DataError, match="domain"), SyncGate() as sync:
+        sync.finish("s", trajectory("t", step("ls"), domain="Shell"))

@@ -149,9 +149,21 @@ async def test_resume_refuses_changed_settings_and_streams_and_names_them(tmp_pa
     assert await score(tmp_path, config=wider, resume=True) is not None
 
 
-async def test_resume_of_a_directory_without_a_run_starts_it(tmp_path):
-    summary = await score(tmp_path / "new", resume=True)
-    assert summary is not None and summary.steps_resumed == 0 and summary.steps_scored > 0
+async def test_resume_of_a_directory_without_a_run_is_refused_not_started(tmp_path):
+    with pytest.raises(RunError, match="no such directory"):
+        await score(tmp_path / "new", resume=True)
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "new").mkdir()
+    with pytest.raises(RunError, match=r"holds no run \(no config\.json\)"):
+        await score(tmp_path / "new", resume=True)
+    assert list((tmp_path / "new").iterdir()) == []
+    # Rows without the config.json that says what they were scored with: refused, the rows left as they are.
+    await score(tmp_path / "run", stop_after=10)
+    (tmp_path / "run" / "config.json").unlink()
+    rows_before = (tmp_path / "run" / "scores.jsonl").read_bytes()
+    with pytest.raises(RunError, match="has scores.jsonl, hindsight.jsonl, banks, summary.json but no config.json"):
+        await score(tmp_path / "run", resume=True)
+    assert (tmp_path / "run" / "scores.jsonl").read_bytes() == rows_before
 
 
 async def test_a_torn_last_line_is_redone(tmp_path):

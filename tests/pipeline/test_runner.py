@@ -161,3 +161,38 @@ async def test_alt_label_columns_reach_the_rows_for_evaluation_only(tmp_path):
     judged_1 = [{"name": "relabel_zq", "label": 1}]
     assert rows == {("t0", 0): judged_1, ("t0", 1): judged_1, ("t1", 0): []}
     assert not any("relabel_zq" in m["content"] for r in chat.requests for m in r.messages)
+
+
+async def test_summary_counts_votes_per_stream_and_warns_when_the_pseudo_labels_are_one_class(tmp_path):
+    def all_productive(request: ChatRequest) -> str:
+        if request.stage == "critic":
+            return default_reply(request)
+        return orjson.dumps({"labels": [1] * n_steps_of(request)}).decode()
+
+    config = load_config(overrides={"methods": ["ceb"], "ceb": {"votes": 3}})
+    stages, _ = llm_stages(all_productive, config)
+    # 8 trajectories x 3 steps = 24 pseudo-labels per stream, every one 1.
+    summary = await run_scoring({"yes": stream(8), "also": stream(8)}, config, tmp_path, stages=stages)
+    doc = orjson.loads((tmp_path / "summary.json").read_bytes())
+    assert doc["hindsight_votes"]["yes"] == {
+        "votes_1": 72, "votes_0": 0, "votes_failed": 0, "pseudo_1": 24, "pseudo_0": 0
+    }  # fmt: skip
+    assert [w.split(":")[0] for w in doc["warnings"]] == ["stream also", "stream yes"]
+    assert doc["warnings"] == summary.warnings()
+
+    stages, _ = llm_stages(scored, config)  # labels alternate 1, 0, 1 within each trajectory
+    summary = await run_scoring({"mixed": stream(8)}, config, tmp_path / "b", stages=stages)
+    assert summary.hindsight_votes["mixed"].pseudo_1 == 16 and summary.hindsight_votes["mixed"].pseudo_0 == 8
+    assert summary.warnings() == []
+
+
+async def test_a_short_run_is_not_flagged_one_class(tmp_path):
+    def all_productive(request: ChatRequest) -> str:
+        if request.stage == "critic":
+            return default_reply(request)
+        return orjson.dumps({"labels": [1] * n_steps_of(request)}).decode()
+
+    config = load_config(overrides={"methods": ["ceb"], "ceb": {"votes": 3}})
+    stages, _ = llm_stages(all_productive, config)
+    summary = await run_scoring({"s": stream(2)}, config, tmp_path, stages=stages)  # 6 pseudo-labels, under 20
+    assert summary.hindsight_votes["s"].pseudo_1 == 6 and summary.warnings() == []

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -83,6 +86,8 @@ async def test_score_then_finish_then_score_sees_the_new_bank(client: Client) ->
     status, second = await client.post("/v1/score", _score(trajectory_id="run-2"))
     assert second["bank_version"] == 1 and {p["trajectory"] for p in second["precedents"]} == {"run-1"}
     assert second["decision"] == "allow" and 0 < second["latency_s"] < 5
+    # Every field docs/gate.md lists, overhead_s (a property of Confidence) among them.
+    assert second["overhead_s"] == pytest.approx(max(0.0, second["latency_s"] - second["critic_s"]))
 
 
 async def test_a_tool_call_and_openai_messages_are_read_as_actions_and_history(client: Client) -> None:
@@ -250,3 +255,45 @@ async def test_a_trajectory_sent_twice_gets_the_same_202_and_is_banked_once(tmp_
         )
         stats = await _banked(c, 2)
         assert (stats["records"], stats["accepted"]) == (4, 2)
+
+
+def _no_space(*args: object) -> None:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+async def test_a_full_disk_answers_507_acknowledges_nothing_and_a_retry_succeeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async for c in _client(tmp_path):
+        with monkeypatch.context() as m:
+            m.setattr(os, "fsync", _no_space)
+            status, err = await c.post("/v1/trajectories", _finished())
+        assert status == 507 and "No space left on device" in err["error"] and "nothing was accepted" in err["error"]
+        _, stats = await c.get("/v1/streams")
+        assert all(s["accepted"] == 0 for s in stats["streams"].values())
+        assert await _post_with_headers(c, _finished()) == (
+            202,
+            {"stream": "agent", "trajectory_id": "run-1", "seq": 1, "durable": True},
+            None,  # the first acknowledgement, not a replay of one never given
+        )
+        _, text = await c.get("/metrics")
+        assert 'status="507"' in text and "ceb_gate_trajectories_accepted_total 1.0" in text
+
+
+async def test_health_says_when_the_state_cannot_be_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    async for c in _client(tmp_path):
+        status, health = await c.get("/health")
+        assert status == 200 and health["status"] == "ok" and health["state"] is None
+        with monkeypatch.context() as m:
+            m.setattr(os, "write", _no_space)
+            status, health = await c.get("/health")
+        assert status == 503 and health["status"] == "error"
+        assert health["state"] == f"cannot write the state directory {state}: No space left on device"
+        assert (await c.get("/health"))[0] == 200  # space came back
+        shutil.rmtree(state)  # an operator's mistake, for real: a file where the directory was
+        state.write_text("")
+        status, health = await c.get("/health")
+        assert status == 503 and health["state"].endswith("Not a directory"), health
+        state.unlink()
