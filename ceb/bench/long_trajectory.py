@@ -4,9 +4,9 @@ The workload is synthetic and the worst case for anything that compares a step w
 shell trajectory of ``N`` steps whose actions are all different (``cat /testbed/dir<t % 97>/file<t>.txt``), each
 with a one-line output, scored by the default methods (``ceb`` and ``static``) with the default ``offline``
 backend. Each size is scored by ``ceb score`` in a fresh child process of this interpreter, timed around the
-command inside the child (imports excluded); the same child first scores a 1-step trajectory twice (the first run
+command inside the child (imports excluded); the same child first scores a 10-step trajectory twice (the first run
 loads the modules imported lazily), and the second run's time (opening the run directory, config, metrics) is
-subtracted, so the figure is ``(T(N) - T(1)) / (N - 1)`` seconds per step, each time the least of
+subtracted, so the figure is ``(T(N) - T(10)) / (N - 10)`` seconds per step, each time the least of
 :func:`repeats_for` runs (20 up to 1,000 steps, 2 at 10,000). Per-step work that is bounded gives a ratio to the
 100-step figure near 1; a quadratic part gives a ratio that grows with ``N``.
 
@@ -57,6 +57,10 @@ print(json.dumps({"seconds": out, "ceb": __import__("ceb").__file__}))
 """
 
 
+_BASE = 10
+"""Steps of the base trajectory whose run is subtracted."""
+
+
 def repeats_for(steps: int) -> int:
     """Runs of one size (the least is taken): 20 up to 1,000 steps, whose run lasts a fraction of a second.
 
@@ -85,18 +89,22 @@ def write_trajectory(path: Path, steps: int) -> Path:
     return path
 
 
-def time_sizes(sizes: Sequence[int], work: Path, checkout: Path | None = None) -> dict[int, float]:
+def time_sizes(
+    sizes: Sequence[int], work: Path, checkout: Path | None = None, repeats: int | None = None
+) -> dict[int, float]:
     """Seconds per step of ``ceb score`` on one trajectory of each size (see the module docstring).
 
     Args:
         sizes: Trajectory lengths, each > 1.
         work: A folder for the stream files.
         checkout: Run another checkout's ``ceb`` (put first on ``PYTHONPATH``); ``None``: this one.
+        repeats: Runs per size; ``None``: :func:`repeats_for`.
 
     Raises:
         RuntimeError: A child run failed (its stderr's tail in the message).
     """
-    one = write_trajectory(work / "steps-1.jsonl", 1)
+    # The base run has both labels, like every size, so the metrics' fixed cost (AUROC needs two classes) is in it.
+    one = write_trajectory(work / f"steps-{_BASE}.jsonl", _BASE)
     out: dict[int, float] = {}
     for n in sizes:
         path = work / f"steps-{n}.jsonl"
@@ -105,9 +113,9 @@ def time_sizes(sizes: Sequence[int], work: Path, checkout: Path | None = None) -
         # The child imports ceb from `root` alone: run from `work`, since `python -c` puts its working folder first.
         root = checkout if checkout is not None else Path(ceb.__file__).resolve().parents[1]
         env = dict(os.environ, PYTHONPATH=str(root))
-        repeats = repeats_for(n)
+        runs_of_n = repeats or repeats_for(n)
         proc = subprocess.run(
-            [sys.executable, "-c", _CHILD, str(one), *[str(p) for _ in range(repeats) for p in (one, path)]],
+            [sys.executable, "-c", _CHILD, str(one), *[str(p) for _ in range(runs_of_n) for p in (one, path)]],
             capture_output=True,
             text=True,
             env=env,
@@ -122,7 +130,7 @@ def time_sizes(sizes: Sequence[int], work: Path, checkout: Path | None = None) -
         runs = got["seconds"][1:]  # the first run loads what is imported lazily
         # The least of the repeats: what other jobs on a shared machine add is never negative.
         total = min(runs[1::2])
-        out[n] = (total - min(runs[0::2])) / (n - 1)
+        out[n] = (total - min(runs[0::2])) / (n - _BASE)
         who = f" ({checkout})" if checkout is not None else ""
         print(f"{n:>7,} steps{who}: {total:.2f} s, {out[n] * 1e3:.3f} ms per step", file=sys.stderr, flush=True)
     return out
@@ -139,12 +147,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000, 20000], help="trajectory lengths")
     ap.add_argument("--before", type=Path, help="another checkout to time on the same files (e.g. /work/main)")
     ap.add_argument("--before-sizes", type=int, nargs="+", help="lengths for --before (default: --sizes)")
+    ap.add_argument("--repeats", type=int, help="runs per size, the least kept (default: 20 up to 1,000 steps)")
     args = ap.parse_args(argv)
-    if min(args.sizes) < 2:
-        ap.error("--sizes must be at least 2")
+    if min(args.sizes + (args.before_sizes or [])) <= _BASE:
+        ap.error(f"sizes must be more than {_BASE} steps")
     with tempfile.TemporaryDirectory(prefix="ceb-long-") as tmp:
-        now = time_sizes(args.sizes, Path(tmp))
-        before = time_sizes(args.before_sizes or args.sizes, Path(tmp), args.before) if args.before else {}
+        now = time_sizes(args.sizes, Path(tmp), repeats=args.repeats)
+        before_sizes = args.before_sizes or args.sizes
+        before = time_sizes(before_sizes, Path(tmp), args.before, args.repeats) if args.before else {}
     ref = now[min(now)]
     ref_before = before[min(before)] if before else 0.0
     head = "| steps | ms per step | ratio to shortest |"

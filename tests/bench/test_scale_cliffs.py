@@ -17,10 +17,10 @@ def _result(folder: Path, kind: str) -> dict:
 
 def test_long_trajectory_times_each_size_and_another_checkout(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     checkout = Path(__file__).resolve().parents[2]
-    code = run("long-trajectory", ["--sizes", "3", "30", "--before", str(checkout), "--out", str(tmp_path)])
-    assert code == 0
+    argv = ["--sizes", "13", "30", "--repeats", "1", "--before", str(checkout), "--out", str(tmp_path)]
+    assert run("long-trajectory", argv) == 0
     doc = _result(tmp_path, "long-trajectory")
-    assert set(doc["seconds_per_step"]) == {"3", "30"} and doc["ratio_to_shortest"]["3"] == 1.0
+    assert set(doc["seconds_per_step"]) == {"13", "30"} and doc["ratio_to_shortest"]["13"] == 1.0
     assert doc["before"]["checkout"] == str(checkout) and len(doc["before"]["commit"]) in (40, 7)
     assert "| 30 |" in capsys.readouterr().out
 
