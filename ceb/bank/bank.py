@@ -370,10 +370,18 @@ class Bank:
         }
 
     @classmethod
-    def from_document(cls, doc: Mapping[str, Any], retriever: Retriever | None = None, *, where: str = "bank") -> Bank:
+    def from_document(
+        cls,
+        doc: Mapping[str, Any],
+        retriever: Retriever | None = None,
+        *,
+        where: str = "bank",
+        settings: BankConfig | None = None,
+    ) -> Bank:
         """Rebuild a bank from :meth:`to_document`'s output (either format).
 
-        A ``ceb-bank/1`` document's records are added as one update, with the default settings; a ``ceb-bank/2``
+        A ``ceb-bank/1`` document's records are added as one update, with ``settings`` (default settings when
+        ``None``; the document records none); a ``ceb-bank/2``
         one restores the settings and the policy state as they were (no eviction is replayed) and the TF-IDF
         kernel with its term order, so retrieval is bit-identical to the saved bank's.
 
@@ -381,6 +389,7 @@ class Bank:
             doc: The document.
             retriever: An empty retriever; the exact TF-IDF kernel when ``None``.
             where: What to name in errors (the file).
+            settings: The settings of a ``ceb-bank/1`` document's bank (a ``ceb-bank/2`` one records its own).
 
         Raises:
             BankError: Unknown format, a malformed record (names it), or inconsistent policy state.
@@ -395,7 +404,7 @@ class Bank:
             except TypeError as exc:
                 raise BankError(f"{where}: records[{i}]: {exc}") from exc
         if fmt == BANK_FORMAT:
-            bank = cls(retriever)
+            bank = cls(retriever, settings)
             bank.add_trajectory(records)
             return bank
         try:

@@ -17,14 +17,22 @@ File layout (JSON lines)::
 :attr:`BankJournal.mark` is the latest one; a snapshot carries it on.
 
 Compaction rewrites the file as the header and one snapshot of the current state (atomically: a sibling file,
-fsync, rename), once the records logged since the last snapshot exceed ``compact_ratio`` times the records
-held (and ``compact_min``). With eviction the bank stays bounded while the updates do not; compaction keeps the
-file proportional to the bank, at an amortised constant cost per logged record. An append-only bank's log is
-its records, so it rarely compacts.
+fsync, rename, fsync of the folder), once the records logged since the last snapshot exceed ``compact_ratio``
+times the records held (and ``compact_min``), or once ``snapshot_every`` updates, holding at least half as many
+records as the bank, were logged since it. With
+eviction the bank stays bounded while the updates do not; compaction keeps the file proportional to the bank, at
+an amortised constant cost per logged record. An append-only bank's log is its records, so by records alone it
+rarely compacts by records. Reopening replays the updates after the last snapshot: a bounded bank one at a time
+(eviction depends on their order), each costing time proportional to the bank, so ``snapshot_every`` bounds their
+number; an append-only bank's whole tail in one update, since its retriever scores as a refit however the records
+came in. Replaying a long history update by update was quadratic in it (issue 24 item 8; the live gate sets
+``gate.snapshot_every``).
 
 A kill leaves at most the last line torn; :meth:`BankJournal.open` ignores it and cuts it off (the update it
-held is lost, as an unfinished update is). Reopening gives a bank bit-identical to the one that wrote the
-file: the same records, counts, counters and retrieval scores.
+held is lost, as an unfinished update is). A kill during compaction leaves either the old file, whole (and a
+sibling ``.tmp`` file, which :meth:`BankJournal.open` deletes), or the new one: ``os.replace`` is atomic.
+Reopening gives a bank bit-identical to the one that wrote the file: the same records, counts, counters and
+retrieval scores.
 """
 
 from __future__ import annotations
@@ -50,6 +58,9 @@ __all__ = ["JOURNAL_FORMAT", "BankJournal"]
 JOURNAL_FORMAT = "ceb-bank-journal/1"
 """The header's ``format``."""
 
+_SNAPSHOT_GROWTH = 0.5
+"""Records logged since the last snapshot, as a share of the bank's records, before ``snapshot_every`` applies."""
+
 
 class BankJournal:
     """A :class:`~ceb.bank.bank.Bank` whose every update is appended to a log file (see the module docstring).
@@ -66,6 +77,9 @@ class BankJournal:
         compact_min: See ``compact_ratio``.
         fsync: ``fsync`` after every appended line (durable against power loss, not only against a crash).
         mark: The latest update's mark (``None`` when no update carried one).
+        snapshot_every: Compact once this many updates were logged since the last snapshot (``None``: by
+            records only).
+        updates: Updates logged since the last snapshot (or the start).
     """
 
     def __init__(
@@ -79,6 +93,8 @@ class BankJournal:
         compact_min: int,
         fsync: bool,
         mark: Any = None,
+        snapshot_every: int | None = None,
+        updates: int = 0,
     ) -> None:
         self.path = path
         self.mark = mark
@@ -88,6 +104,9 @@ class BankJournal:
         self.compact_ratio = compact_ratio
         self.compact_min = compact_min
         self.fsync = fsync
+        self.snapshot_every = snapshot_every
+        self.updates = updates
+        self.snapshots = 0  # compactions this object wrote (tests and benchmarks count them)
 
     @classmethod
     def open(
@@ -99,6 +118,7 @@ class BankJournal:
         compact_ratio: float = 2.0,
         compact_min: int = 1024,
         fsync: bool = False,
+        snapshot_every: int | None = None,
     ) -> BankJournal:
         """Open the journal at ``path``, rebuilding its bank, or start a new one with an empty bank.
 
@@ -110,6 +130,8 @@ class BankJournal:
             compact_ratio: Compaction threshold (see :class:`BankJournal`), ``> 0``.
             compact_min: Compaction threshold floor, in records.
             fsync: ``fsync`` after every appended line.
+            snapshot_every: Also compact once this many updates were logged since the last snapshot, ``>= 1``
+                (``None``: by records only). Reopening then replays at most that many updates after the snapshot.
 
         Raises:
             BankError: The file is not a journal, a line before the last is malformed (names the line), or the
@@ -117,8 +139,16 @@ class BankJournal:
         """
         if compact_ratio <= 0:
             raise ValueError(f"compact_ratio must be > 0, got {compact_ratio}")
+        if snapshot_every is not None and snapshot_every < 1:
+            raise ValueError(f"snapshot_every must be >= 1, got {snapshot_every}")
         path = Path(path)
-        opts: dict[str, Any] = {"compact_ratio": compact_ratio, "compact_min": compact_min, "fsync": fsync}
+        _tmp(path).unlink(missing_ok=True)  # a compaction killed before its rename: the file itself is whole
+        opts: dict[str, Any] = {
+            "compact_ratio": compact_ratio,
+            "compact_min": compact_min,
+            "fsync": fsync,
+            "snapshot_every": snapshot_every,
+        }
         if not path.exists() or path.stat().st_size == 0:
             path.parent.mkdir(parents=True, exist_ok=True)
             settings = settings if settings is not None else BankConfig()
@@ -154,19 +184,34 @@ class BankJournal:
             raise BankError(f"{path}: the journal's bank settings {recorded!r} differ from {settings!r}")
         start = max((i for i, d in enumerate(docs) if "snapshot" in d), default=0)
         if start:
-            bank = Bank.from_document(docs[start]["snapshot"], retriever, where=f"{path}: line {start + 1}")
+            # An unbounded bank's snapshot is its records alone: its settings are the header's (usefulness_k with
+            # them), else the next snapshot would record other settings than the journal was opened with.
+            where = f"{path}: line {start + 1}"
+            bank = Bank.from_document(docs[start]["snapshot"], retriever, where=where, settings=recorded)
         else:
             bank = Bank(retriever, recorded)
         mark = docs[start].get("mark")
         logged = 0
+        tail: list[BankRecord] = []
         for i in range(start + 1, len(docs)):
             records = _records(docs[i], f"{path}: line {i + 1}")
-            bank.add_trajectory(records)
+            if recorded.bounded:
+                bank.add_trajectory(records)  # eviction and compression depend on each update's order
+            else:
+                tail.extend(records)
             logged += len(records)
             mark = docs[i].get("mark", mark)
+        if tail:
+            # An append-only bank is its records in order, and its retriever scores as a refit on them however they
+            # came in: the tail in one update, not one update per line, each costing time proportional to the bank.
+            bank.add_trajectory(tail)
         if good_bytes != path.stat().st_size:
             os.truncate(path, good_bytes)
-        return cls(path, bank, path.open("ab"), logged, **opts, mark=mark)
+        updates = len(docs) - start - 1
+        journal = cls(path, bank, path.open("ab"), logged, **opts, mark=mark, updates=updates)
+        if journal._snapshot_due():
+            journal.compact()  # a journal written without snapshots (or with a larger period): one now
+        return journal
 
     def add_trajectory(self, records: Iterable[BankRecord], *, mark: Any = None) -> None:
         """Update the bank (:meth:`~ceb.bank.bank.Bank.add_trajectory`) and append the update as one line.
@@ -191,8 +236,22 @@ class BankJournal:
         if self.fsync:
             os.fsync(self._file.fileno())
         self._logged += len(new)
-        if self._logged > self.compact_ratio * max(len(self.bank), self.compact_min):
+        self.updates += 1
+        if self._logged > self.compact_ratio * max(len(self.bank), self.compact_min) or self._snapshot_due():
             self.compact()
+
+    def _snapshot_due(self) -> bool:
+        """``snapshot_every`` updates since the last snapshot, logging at least half as many records as the bank holds.
+
+        The second condition spaces an append-only bank's snapshots geometrically (each costs time proportional
+        to the bank), so their cost per record stays constant however large the bank grows; reopening then reads
+        at most half the bank again as a tail, in one update. A bounded bank reaches it every few updates.
+        """
+        return (
+            self.snapshot_every is not None
+            and self.updates >= self.snapshot_every
+            and self._logged >= _SNAPSHOT_GROWTH * len(self.bank)
+        )
 
     def compact(self) -> None:
         """Rewrite the file as its header and one snapshot of the bank (atomic replace)."""
@@ -200,6 +259,8 @@ class BankJournal:
         _write_new(self.path, self.bank.settings, self.bank.to_document(), self.mark)
         self._file = self.path.open("ab")
         self._logged = 0
+        self.updates = 0
+        self.snapshots += 1
 
     def close(self) -> None:
         """Close the file (every update is already written)."""
@@ -216,7 +277,7 @@ class BankJournal:
 
 def _write_new(path: Path, settings: BankConfig, snapshot: dict[str, Any] | None, mark: Any = None) -> None:
     """Write a journal holding the header and, if given, one snapshot (with ``mark``): a sibling file, fsync, rename."""
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = _tmp(path)
     with tmp.open("wb") as f:
         f.write(orjson.dumps({"format": JOURNAL_FORMAT, "settings": settings.model_dump(mode="json")}) + b"\n")
         if snapshot is not None:
@@ -225,6 +286,20 @@ def _write_new(path: Path, settings: BankConfig, snapshot: dict[str, Any] | None
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _tmp(path: Path) -> Path:
+    return path.with_name(path.name + ".tmp")
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (against power loss; a crash of the process alone keeps it anyway)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _records(doc: dict[str, Any], where: str) -> list[BankRecord]:

@@ -74,6 +74,18 @@ _benchmark(
     "The live gate's overhead over the critic call (1k/10k/100k records) and the calls/s of ceb serve.",
 )
 _benchmark(
+    "long-trajectory",
+    "ceb.bench.long_trajectory:main",
+    "Seconds per step of one 100 to 20,000-step trajectory through ceb score (offline backend), and the ratio to "
+    "100 steps; --before CHECKOUT times another checkout in the same run.",
+)
+_benchmark(
+    "gate-restart",
+    "ceb.bench.gate_restart:main",
+    "Seconds for a durable gate to restart against 1k/10k/100k trajectories of history: from its bank snapshot, "
+    "and by replaying every update (the previous way).",
+)
+_benchmark(
     "scale",
     "ceb.bench.scale:main",
     "How many SIMULATED replicas (about 30 calls/s each) one ceb process keeps saturated, and its CPU per call.",

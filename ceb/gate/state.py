@@ -2,14 +2,25 @@
 
 Layout::
 
-    <state_dir>/<stream>/bank.journal      the stream's bank, one line per update with its ``seq``
-                                           (:class:`~ceb.bank.BankJournal`)
+    <state_dir>/<stream>/bank.journal      the stream's bank: a snapshot, then one line per update since, with its
+                                           ``seq`` (:class:`~ceb.bank.BankJournal`; rewritten as one snapshot after
+                                           ``gate.snapshot_every`` updates holding half the bank's records)
     <state_dir>/<stream>/inbox.jsonl       every acknowledged trajectory, ``fsync``'d before the acknowledgement
                                            (:mod:`ceb.gate.inbox`; its ids file beside it once compacted)
     <state_dir>/gate.lock                  held by the one gate using the directory (:mod:`ceb.dirlock`); it holds
                                            that process's id
 
 Nothing else in :mod:`ceb.gate` names these files.
+
+Restart. A stream comes back from its last bank snapshot (the bank, bit for bit, and the ``seq`` of the last
+update it holds), the journal's updates after it (an append-only bank's in one update; a bounded bank's, fewer
+than ``gate.snapshot_every``, one at a time), and its inbox: the ids,
+``seq`` and fingerprints of every acknowledged trajectory, and the acknowledged ones not yet in the bank, which
+are replayed through hindsight. Reading the ids is one pass over short lines; no bank update before the snapshot
+is replayed. Every file is changed by appending a line (a torn last line is cut off: that write was never
+acknowledged) or by an atomic rewrite (temporary file, ``fsync``, rename), and a journal line holds an update with
+its ``seq``, so a kill at any point restarts to the state of the last write that completed
+(``tests/gate/test_restart.py``).
 """
 
 from __future__ import annotations
@@ -113,15 +124,21 @@ class StateDir:
             return []
         return sorted(p.name for p in self.path.iterdir() if p.is_dir() and STREAM_NAME.fullmatch(p.name))
 
-    def open(self, stream: str, retriever: Retriever, bank: BankConfig) -> StreamFiles:
+    def open(
+        self, stream: str, retriever: Retriever, bank: BankConfig, *, snapshot_every: int | None = None
+    ) -> StreamFiles:
         """Open (or create) ``stream``'s journal and inbox and read back what they hold.
+
+        ``snapshot_every``: the journal's snapshot period in updates (``gate.snapshot_every``; ``None``: none).
 
         Raises:
             OSError: A file cannot be created or read.
             RunError: A line before the last of the inbox or of its ids file is damaged (names file and line).
         """
         folder = self.path / stream
-        journal = BankJournal.open(folder / self.JOURNAL, retriever, bank, fsync=self.fsync)
+        journal = BankJournal.open(
+            folder / self.JOURNAL, retriever, bank, fsync=self.fsync, snapshot_every=snapshot_every
+        )
         try:
             inbox, entries, known = Inbox.open(folder / self.INBOX, fsync=self.fsync)
         except BaseException:

@@ -129,7 +129,12 @@ def open_stream(name: str, method: MethodSpec, config: RunConfig, state: StateDi
         send, receive = anyio.create_memory_object_stream[Accepted](max_buffer_size=math.inf)
         return GateStream(name, new_bank(method, config), None, None, send, receive)
     resolved = method.resolve(config.ceb)
-    files = state.open(name, RETRIEVERS.get(resolved.retriever)(), config.bank.for_k(resolved.k))
+    files = state.open(
+        name,
+        RETRIEVERS.get(resolved.retriever)(),
+        config.bank.for_k(resolved.k),
+        snapshot_every=config.gate.snapshot_every,
+    )
     send, receive = anyio.create_memory_object_stream[Accepted](max_buffer_size=math.inf)  # once nothing can fail
     journal = files.journal
     applied = journal.mark if isinstance(journal.mark, int) else 0

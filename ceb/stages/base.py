@@ -134,7 +134,9 @@ class CriticInput:
         op: Structured operation (web / GUI), if logged.
         element: Target element (web / GUI), if logged.
         value: Typed value (web / GUI), if logged.
-        history: Earlier steps with their observations and the critic's own scores.
+        history: Earlier steps with their observations and the critic's own scores: the last
+            ``prompts.history_steps`` of them (all of them in a trajectory no longer than that).
+        history_start: 0-based index of ``history[0]`` in the trajectory: how many earlier steps are not shown.
         retrieval: Contrastive precedents from the bank.
         use_bank: ``False`` for the bank-free ``static`` critic: the precedent block is left out entirely.
         repetition_flag: ``rho_t`` (section 3.3).
@@ -157,6 +159,7 @@ class CriticInput:
     element: str | None = None
     value: str | None = None
     history: tuple[HistoryItem, ...] = ()
+    history_start: int = 0
     retrieval: Retrieval = field(default_factory=Retrieval)
     use_bank: bool = True
     repetition_flag: bool = False

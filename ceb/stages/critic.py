@@ -28,6 +28,7 @@ __all__ = [
     "REASON_MAX_CHARS",
     "LLMCritic",
     "critic_context",
+    "normalize_action",
     "repetition_flag",
     "reply_tails",
     "situation_context",
@@ -78,7 +79,8 @@ only ``critic.max_tokens`` bounds the reply.
 _WS = re.compile(r"\s+")
 
 
-def _norm(action: str) -> str:
+def normalize_action(action: str) -> str:
+    """``action`` with white space collapsed to single spaces, stripped and case-folded (what ``rho_t`` compares)."""
     return _WS.sub(" ", action).strip().casefold()
 
 
@@ -94,8 +96,10 @@ def repetition_flag(previous: Sequence[str], action: str, *, window: int = 3, pr
         window: How many of the latest actions to compare with (paper: 3).
         prefix_chars: Length of the compared prefix, in characters.
     """
-    head = _norm(action)[:prefix_chars]
-    return any(_norm(p)[:prefix_chars] == head for p in previous[-window:] if window > 0)
+    if window <= 0:
+        return False
+    head = normalize_action(action)[:prefix_chars]
+    return any(normalize_action(p)[:prefix_chars] == head for p in previous[-window:])
 
 
 def _score_text(score: float | None) -> str:
@@ -133,8 +137,10 @@ def situation_context(inp: CriticInput) -> dict[str, Any]:
         "element": inp.element,
         "value": inp.value,
         "history": [
-            {"number": i + 1, "action": h.action, "observation": h.observation} for i, h in enumerate(inp.history)
+            {"number": inp.history_start + i + 1, "action": h.action, "observation": h.observation}
+            for i, h in enumerate(inp.history)
         ],
+        "history_omitted": inp.history_start,
     }
 
 

@@ -70,7 +70,7 @@ from ceb.data.converters import REFERENCE_OBSERVATION
 from ceb.data.mind2web import canonical_op
 from ceb.data.trajectory import Step, Trajectory
 from ceb.stages.base import Abstention, CriticInput, CriticResult, HindsightResult
-from ceb.stages.critic import repetition_flag
+from ceb.stages.critic import normalize_action, repetition_flag
 from ceb.stages.hindsight import majority_vote
 
 __all__ = [
@@ -183,12 +183,13 @@ class OfflineHindsight:
     def rules(trajectory: Trajectory) -> list[Verdict]:
         """The :class:`Verdict` of each step, shape ``(T,)``; the rule set follows ``trajectory.domain``."""
         steps = trajectory.steps
-        if trajectory.domain in TERMINAL_DOMAINS:
-            return [_terminal(steps, t) for t in range(len(steps))]
         if trajectory.domain in _GUI_DOMAINS:
             return [_gui(trajectory.domain, steps, t) for t in range(len(steps))]
+        repeats = _repeats(steps)
+        if trajectory.domain in TERMINAL_DOMAINS:
+            return [_terminal(steps, t, repeats[t]) for t in range(len(steps))]
         return [
-            Verdict(None, "no observation") if not s.observation.strip() else _terminal(steps, t)
+            Verdict(None, "no observation") if not s.observation.strip() else _terminal(steps, t, repeats[t])
             for t, s in enumerate(steps)
         ]
 
@@ -217,12 +218,26 @@ class OfflineHindsight:
 # --- terminal domains ---------------------------------------------------------------------------------
 
 
-def _terminal(steps: Sequence[Step], t: int) -> Verdict:
+def _repeats(steps: Sequence[Step]) -> list[bool]:
+    """Whether each step's action equals an earlier action of the trajectory (white space and case folded).
+
+    One pass with a set of the folded actions seen: linear in the trajectory's length. (Comparing each step with
+    every earlier one, as the rule reads, made a 20,000-step trajectory take minutes; issue 24 item 8.)
+    """
+    seen: set[str] = set()
+    out = []
+    for s in steps:
+        folded = normalize_action(s.action)
+        out.append(folded in seen)
+        seen.add(folded)
+    return out
+
+
+def _terminal(steps: Sequence[Step], t: int, repeat: bool) -> Verdict:
     s = steps[t]
-    earlier = [p.action for p in steps[:t]]
     if ERROR_PATTERN.search(s.observation):
         return Verdict(0, "error")
-    if repetition_flag(earlier, s.action, window=len(earlier), prefix_chars=10**9):
+    if repeat:
         return Verdict(0, "repeat")
     if t > 0 and s.observation.strip() == steps[t - 1].observation.strip():
         return Verdict(0, "no change")

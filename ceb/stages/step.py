@@ -146,7 +146,8 @@ async def score_step(
         t: 0-based index of the step in its trajectory.
         task: ``q``.
         domain: Prompt family.
-        history: ``h_<t``: the earlier steps with their observations and the critic's own scores.
+        history: ``h_<t``: the earlier steps with their observations and the critic's own scores; only the
+            last ``prompts.history_steps`` reach the critic, and only the repetition window is read besides.
         bank: The stream's bank, read (retrieval) and never updated here.
         method: The method's switches (bank, repetition flag, classes).
         config: The run's configuration (``k``, the repetition window, text budgets).
@@ -183,12 +184,16 @@ async def score_step(
         retrieval_s = anyio.current_time() - began
     if method.classes == "positives":
         retrieval = Retrieval(positives=retrieval.positives)
+    # Only the latest steps are read (the repetition window, the prompt's history window): a step's cost must not
+    # grow with its trajectory's length (issue 24 item 8), so nothing here walks the whole history.
+    window = config.ceb.repetition_window
     rho = method.use_repetition_flag and repetition_flag(
-        [h.action for h in history],
+        [h.action for h in history[max(0, len(history) - window) :]] if window > 0 else [],
         step.action,
-        window=config.ceb.repetition_window,
+        window=window,
         prefix_chars=config.ceb.repetition_prefix_chars,
     )
+    shown = max(0, len(history) - config.prompts.history_steps)
     inp = CriticInput(
         domain=domain,
         task=task,
@@ -199,7 +204,8 @@ async def score_step(
         op=step.op,
         element=step.element,
         value=step.value,
-        history=tuple(history),
+        history=tuple(history[shown:]),
+        history_start=shown,
         retrieval=retrieval,
         use_bank=method.use_bank,
         repetition_flag=rho,

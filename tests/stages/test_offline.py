@@ -372,3 +372,37 @@ def intercode(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Trajectory]
 )
 def test_terminal_rules_label_real_intercode_trajectories_as_before(intercode, tid, expected):
     assert OfflineHindsight.rules(intercode[tid].blinded()) == expected
+
+
+async def test_the_repeat_rule_folds_each_action_once(monkeypatch):
+    """The repeat rule reads each action once: linear in the trajectory's length, not one pass per earlier step."""
+    import ceb.stages.offline as offline
+
+    calls = 0
+    fold = offline.normalize_action
+
+    def counted(action: str) -> str:
+        nonlocal calls
+        calls += 1
+        return fold(action)
+
+    monkeypatch.setattr(offline, "normalize_action", counted)
+    n = 2000
+    steps = [step(f"cat file{t}", f"line {t}") for t in range(n)]
+    fired = OfflineHindsight.rules(trajectory("long", *steps))
+    # The retried rule folds the next action for its 40-character prefix: two more folds per step at most.
+    assert calls <= 3 * n
+    assert [v.rule for v in fired] == [""] * n
+
+
+def test_the_repeat_rule_flags_a_folded_repeat_of_any_earlier_action():
+    t = trajectory(
+        "r",
+        step("ls -la", "a"),
+        step("cat x", "b"),
+        step("pwd", "c"),
+        step("echo 1", "d"),
+        step("LS   -LA", "e"),  # four steps later, folded: a repeat, however far back
+        step("cat  X ", "f"),
+    )
+    assert [v.rule for v in OfflineHindsight.rules(t)] == ["", "", "", "", "repeat", "repeat"]
