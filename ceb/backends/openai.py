@@ -397,7 +397,7 @@ class OpenAIBackend(ChatBackend):
             status in (400, 422, 500)
             and isinstance(response_format, Mapping)
             and response_format.get("type") == "json_schema"
-            and "json_object" in error_message(raw)
+            and b"json_object" in raw
         ):
             self.structured_output = "json_object_schema"
             self._adapt(
