@@ -70,11 +70,12 @@ Profile = Literal["openai", "llama.cpp"]
 """How the server behaves beyond the scripted replies (see the module docstring)."""
 
 LLAMA_CPP_SCHEMA_ERROR = (
-    "1 validation error for CreateChatCompletionRequest\nresponse_format.type\n  Input should be 'text' or "
-    "'json_object' [type=literal_error, input_value='json_schema', input_type=str]"
+    "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input "
+    "should be 'text' or 'json_object'\", 'input': 'json_schema', 'ctx': {'expected': \"'text' or 'json_object'\"}}"
+    '\n\n  File "llama_cpp/server/app.py", line 376, in create_chat_completion\n    POST /v1/chat/completions'
 )
-"""The message of llama-cpp-python's 500 to ``response_format.type = "json_schema"`` (pydantic's, for its request
-model, wrapped by its route error handler as an internal server error)."""
+"""The message of llama-cpp-python's 500 to ``response_format.type = "json_schema"`` as 0.3.36 sent it (FastAPI's
+validation error for its request model, caught by its route error handler as an internal server error)."""
 
 LLAMA_CPP_PREFLIGHT_REPLY = "OK, here is one word: ok"
 """What the llama.cpp profile answers ceb's one-token preflight when no ``max_tokens`` cuts it."""
