@@ -56,7 +56,7 @@ from ceb.backends.base import (
 )
 from ceb.backends.scheduling import current_lane, current_priority, server_priority
 from ceb.config import BackendConfig
-from ceb.errors import BackendError, ConfigError, FatalBackendError
+from ceb.errors import BackendError, ConfigError, FatalBackendError, UnsupportedFeatureError
 
 __all__ = ["SESSION_HEADER", "OpenAIBackend", "OpenAISettings", "ServerPriority", "StructuredOutput", "open_openai"]
 
@@ -311,14 +311,17 @@ class OpenAIBackend(ChatBackend):
             TransientError: A timeout, a failed or dropped connection, a 429 or 5xx (with the server's
                 ``Retry-After`` in seconds when it sent one), or a 2xx body that is not a chat completion.
             FatalBackendError: 401, 403 or 404: the key, the model name or the base URL is wrong.
-            BackendError: Any other status: the request itself was refused; another attempt cannot help. Also a
-                request carrying a field this server is known to ignore (:attr:`unsupported`).
+            BackendError: Any other status: the request itself was refused; another attempt cannot help.
+            UnsupportedFeatureError: The request carries a field this server is known to ignore
+                (:attr:`unsupported`); it is not sent.
             ValueError: ``request.extra`` repeats a field the request already sets.
             TypeError: A value in ``request.extra`` cannot be encoded as JSON.
         """
         ignored = [f for f in CONTINUE_FIELDS if request.extra.get(f) and f in self.unsupported]
         if ignored:
-            raise BackendError(f"{ignored[0]} cannot be used here: {self.unsupported[ignored[0]]}", backend=self.label)
+            raise UnsupportedFeatureError(
+                f"{ignored[0]} cannot be used here: {self.unsupported[ignored[0]]}", backend=self.label
+            )
         if request.n > 1 and self.n_ignored:
             return await self._choice_by_choice(request, endpoint, [])
         completion = await self._send(request, endpoint)

@@ -21,7 +21,7 @@ from ceb.backends.openai import OpenAIBackend
 from ceb.backends.probe import probe_endpoint
 from ceb.cli import app
 from ceb.config import BackendConfig, load_config
-from ceb.errors import BackendError
+from ceb.errors import UnsupportedFeatureError
 from ceb.pipeline import read_rows, run_scoring
 from ceb.stages.hindsight import labels_schema
 from ceb.stages.methods import resolve_method
@@ -167,7 +167,7 @@ async def test_continue_final_message_is_refused_with_the_reason_where_unknown_f
         await backend.preflight()
         forced = (*MESSAGES, {"role": "assistant", "content": "Confidence:"})
         extra = {"continue_final_message": True, "add_generation_prompt": False}
-        with pytest.raises(BackendError, match="continue_final_message cannot be used here: .* answer afresh"):
+        with pytest.raises(UnsupportedFeatureError, match="continue_final_message cannot be used here: .* afresh"):
             await backend.complete(ChatRequest(messages=forced, extra=extra))
 
     assert server.requests == []  # refused here, not sent to be misread
@@ -260,3 +260,22 @@ async def test_ceb_scores_every_step_with_valid_votes_against_the_llama_cpp_prof
     hindsight = [b for b in bodies if "labels" in b["response_format"]["schema"]["properties"]]
     assert len(hindsight) == 3 * 3  # three votes per trajectory, each its own request either way
     assert all(_is_uuid(h["x-request-id"]) for h in server.headers)
+
+
+async def test_methods_that_continue_a_message_are_not_available_there_rather_than_failed_or_misread(tmp_path) -> None:
+    stream = [trajectory(f"t{i}", step(f"ls {i}", "x", label=1), step("pwd", "/", label=0)) for i in range(2)]
+    async with serve_openai(llama_model, profile="llama.cpp") as server:
+        config = load_config(
+            overrides={
+                "methods": ["verbalized", "ptrue"],  # ptrue teacher-forced, as by default
+                "backend": {"name": "openai", "base_url": server.base_url, "model": server.model},
+                "fail_on_error": 1,
+                "allow_unavailable": True,
+            }
+        )
+        summary = await run_scoring({"s": stream}, config, tmp_path)
+
+    assert summary.steps_failed == 0 and summary.steps_unavailable == 8
+    rows = list(read_rows(tmp_path / "scores.jsonl"))
+    assert all(r["status"] == "not_available" and "continue_final_message" in r["error"] for r in rows)
+    assert all("continue_final_message" not in b for b in server.requests)  # never sent to be misread

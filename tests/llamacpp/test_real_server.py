@@ -45,8 +45,13 @@ def test_doctor_names_what_llama_cpp_lacks_and_what_ceb_changes(llama_server: Ll
 def test_a_small_ceb_run_scores_every_step_with_no_failure(llama_server: LlamaServer, tmp_path: Path) -> None:
     convert_intercode(INTERCODE, tmp_path / "streams", datasets=("bash",))
     out = tmp_path / "run"
+    # One CPU server answering one request at a time: a ~900-token critic prompt took 15 s to 98 s on two loaded
+    # cores, close to the default 120 s per attempt.
+    (tmp_path / "slow.toml").write_text("[backend]\ntimeout_s = 900\n", encoding="utf-8")
     args = [
         "score",
+        "--config",
+        str(tmp_path / "slow.toml"),
         str(tmp_path / "streams" / f"{STREAM}.jsonl"),
         "--out",
         str(out),
