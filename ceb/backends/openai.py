@@ -13,6 +13,12 @@ session spends about 0.2 ms and passes 1,200 requests/s. Retries, limits and acc
 outcome onto the error classes there. Sessions need a running asyncio event loop (aiohttp does not run on
 trio) and are created in it on first use, so a backend can be built before the loop starts.
 
+Servers that speak the API with differences are met where they stand, each difference learnt from an answer and
+logged once (:attr:`OpenAIBackend.adaptations`): llama-cpp-python's server refuses request ids that are not UUIDs and
+``response_format`` ``json_schema``, and ignores ``max_completion_tokens``, ``n`` and vLLM's fields; ceb then sends
+UUIDs, ``json_object`` with the schema and ``max_tokens``, asks for each choice in a request of its own, and refuses
+to send ``continue_final_message`` there (``docs/llama-cpp.md``). A vLLM server never triggers any of this.
+
 The API key is read from the environment variable named in the settings, sent only as
 ``Authorization: Bearer <key>``, and never logged or put in an error message (server error text that echoes
 it is redacted).
@@ -215,7 +221,7 @@ class OpenAIBackend(ChatBackend):
         """The server sent fewer choices than ``n`` asked for: each choice is then asked for in a request of its own."""
         self.unsupported: dict[str, str] = {}
         """Body fields this server is known to ignore where ignoring them changes the reply's meaning, with why:
-        a request carrying one is refused here (:class:`~ceb.errors.BackendError`) instead of misread."""
+        a request carrying one is not sent (:class:`~ceb.errors.UnsupportedFeatureError`) instead of misread."""
         self.adaptations: dict[str, str] = {}
         """What ceb does differently at this server, learnt from its replies, one line each (``ceb doctor``)."""
         for url in self.endpoints:
