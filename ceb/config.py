@@ -125,8 +125,9 @@ class BackendConfig(_Section):
     """Requests in flight to each endpoint at most (shared by critic and hindsight); size it to the server's
     ``max_num_seqs`` so requests wait in our priority queue rather than in the server's FIFO one. At most 100,000:
     each is an open connection, and no server runs more sequences at once."""
-    structured_output: Literal["json_schema", "vllm", "json_object", "none"] = "json_schema"
-    """How reply JSON is enforced: ``json_schema`` (OpenAI, vLLM), ``vllm``, ``json_object`` or ``none``."""
+    structured_output: Literal["json_schema", "vllm", "json_object", "json_object_schema", "none"] = "json_schema"
+    """How reply JSON is enforced: ``json_schema`` (OpenAI, vLLM), ``vllm``, ``json_object``, ``json_object_schema``
+    (llama.cpp: JSON mode carrying the schema; taken by itself where a server refuses ``json_schema``) or ``none``."""
     token_limit_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
     """Wire name of the output token budget (newer OpenAI models refuse ``max_tokens``; vLLM takes both)."""
     server_priority: Literal["auto", "on", "off"] = "auto"

@@ -8,7 +8,8 @@
     │   └── StreamValidationError   every bad line of a stream, gathered before any work starts
     ├── BankError                   a bank file that cannot be read back, or a bad record
     ├── BackendError                a model endpoint failed after its retry budget
-    │   └── FatalBackendError       the endpoint refuses every request (bad key, unknown model): stop the run
+    │   ├── FatalBackendError       the endpoint refuses every request (bad key, unknown model): stop the run
+    │   └── UnsupportedFeatureError the endpoint would ignore a field the request needs: not available there
     ├── RunError                    the run stopped: failures over threshold, or a run or state directory that
     │                               another process holds or that cannot be written
     ├── OverloadedError             a live gate's stream has too many trajectories waiting: retry later
@@ -44,6 +45,7 @@ __all__ = [
     "RunError",
     "StreamLimitError",
     "StreamValidationError",
+    "UnsupportedFeatureError",
     "leaf_error",
     "with_path",
 ]
@@ -165,6 +167,13 @@ class BackendError(CEBError):
 
 class FatalBackendError(BackendError):
     """The endpoint refuses every request the same way (401, 403, 404): retrying or going on cannot help."""
+
+
+class UnsupportedFeatureError(BackendError):
+    """The endpoint would ignore a field the request needs, so the request is not sent: not available, not failed.
+
+    Raised for vLLM's ``continue_final_message`` on a server known to ignore body fields it does not know.
+    """
 
 
 class RunError(CEBError):

@@ -33,7 +33,7 @@ _MAX_ERROR_CHARS = 500
 """Longest server error text carried into an exception: enough for any API error, not a proxy's whole page."""
 
 
-StructuredOutput = Literal["json_schema", "vllm", "json_object", "none"]
+StructuredOutput = Literal["json_schema", "vllm", "json_object", "json_object_schema", "none"]
 """How a reply's JSON shape is enforced.
 
 ``json_schema``: OpenAI's ``response_format={"type": "json_schema", ...}`` with ``strict: true`` (also accepted
@@ -41,7 +41,12 @@ by vLLM), the schema cut to what OpenAI's strict mode accepts (no string length 
 :func:`~ceb.backends._wire.openai_strict_schema`);
 ``vllm``: vLLM's top-level ``structured_outputs={"json": schema}`` body field, the whole schema (number ranges and
 string lengths enforced);
-``json_object``: JSON mode without a schema, for object-shaped replies only; ``none``: prompt instructions only.
+``json_object``: JSON mode without a schema, for object-shaped replies only;
+``json_object_schema``: llama.cpp's form, ``response_format={"type": "json_object", "schema": schema}``, the whole
+schema (llama.cpp turns it into a grammar: ``minItems`` / ``maxItems``, ``enum``, ``pattern`` and string lengths
+are enforced, number ranges are not); llama-cpp-python's server refuses ``json_schema`` (500) and
+:class:`~ceb.backends.openai.OpenAIBackend` switches to this mode by itself when it does;
+``none``: prompt instructions only.
 """
 
 OPENAI_STRICT_UNSUPPORTED = frozenset({"minLength", "maxLength"})
@@ -131,6 +136,8 @@ def chat_body(
             }
         elif structured_output == "vllm":
             body["structured_outputs"] = {"json": schema}
+        elif structured_output == "json_object_schema":
+            body["response_format"] = {"type": "json_object", "schema": schema}
         elif schema.get("type") == "object":
             # JSON mode can only ask for an object; a reply of another shape (a bare number) goes unguarded.
             body["response_format"] = {"type": "json_object"}

@@ -13,6 +13,12 @@ session spends about 0.2 ms and passes 1,200 requests/s. Retries, limits and acc
 outcome onto the error classes there. Sessions need a running asyncio event loop (aiohttp does not run on
 trio) and are created in it on first use, so a backend can be built before the loop starts.
 
+Servers that speak the API with differences are met where they stand, each difference learnt from an answer and
+logged once (:attr:`OpenAIBackend.adaptations`): llama-cpp-python's server refuses request ids that are not UUIDs and
+``response_format`` ``json_schema``, and ignores ``max_completion_tokens``, ``n`` and vLLM's fields; ceb then sends
+UUIDs, ``json_object`` with the schema and ``max_tokens``, asks for each choice in a request of its own, and refuses
+to send ``continue_final_message`` there (``docs/llama-cpp.md``). A vLLM server never triggers any of this.
+
 The API key is read from the environment variable named in the settings, sent only as
 ``Authorization: Bearer <key>``, and never logged or put in an error message (server error text that echoes
 it is redacted).
@@ -26,6 +32,7 @@ import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -49,12 +56,13 @@ from ceb.backends.base import (
     EndpointLimits,
     RetrySettings,
     StreamChunk,
+    TokenLogprob,
     TransientError,
     register_backend,
 )
 from ceb.backends.scheduling import current_lane, current_priority, server_priority
 from ceb.config import BackendConfig
-from ceb.errors import BackendError, ConfigError, FatalBackendError
+from ceb.errors import BackendError, ConfigError, FatalBackendError, UnsupportedFeatureError
 
 __all__ = ["SESSION_HEADER", "OpenAIBackend", "OpenAISettings", "ServerPriority", "StructuredOutput", "open_openai"]
 
@@ -108,6 +116,19 @@ def _model_ids(body: bytes) -> set[str] | None:
 def request_id(stage: str) -> str:
     """``ceb-<stage>-<32 hex digits>``: unique per attempt, so a server log line names the stage that asked."""
     return f"ceb-{stage or 'request'}-{uuid.uuid4().hex}"
+
+
+def _is_uuid(value: str | None) -> bool:
+    try:
+        uuid.UUID(value or "")
+    except ValueError:
+        return False
+    return True
+
+
+CONTINUE_FIELDS = ("continue_final_message",)
+"""vLLM body fields whose silent omission changes what a reply means (the model answers afresh instead of
+continuing the last message), so a server known to ignore unknown fields gets no request carrying them."""
 
 
 OpenAISettings = BackendConfig
@@ -187,6 +208,22 @@ class OpenAIBackend(ChatBackend):
         """The model name every request carries."""
         self.send_priority = settings.server_priority != "off"
         """Whether bodies carry vLLM's ``priority`` field now (``auto`` turns it off on a refusal)."""
+        self.structured_output: StructuredOutput = settings.structured_output
+        """The structured-output mode now: ``json_schema`` becomes ``json_object_schema`` where a server refuses
+        ``json_schema`` naming ``json_object`` (llama-cpp-python's server)."""
+        self.token_limit_field: Literal["max_completion_tokens", "max_tokens"] = settings.token_limit_field
+        """Wire name of the output budget now: ``max_completion_tokens`` becomes ``max_tokens`` where the preflight
+        (or ``ceb doctor``) sees the server run past it (llama-cpp-python reads only ``max_tokens``)."""
+        self.uuid_request_ids = False
+        """Request ids are bare UUIDs: set where a server refused ``ceb-<stage>-<hex>`` with an empty 400
+        (llama-cpp-python validates ``X-Request-Id`` as a UUID)."""
+        self.n_ignored = False
+        """The server sent fewer choices than ``n`` asked for: each choice is then asked for in a request of its own."""
+        self.unsupported: dict[str, str] = {}
+        """Body fields this server is known to ignore where ignoring them changes the reply's meaning, with why:
+        a request carrying one is not sent (:class:`~ceb.errors.UnsupportedFeatureError`) instead of misread."""
+        self.adaptations: dict[str, str] = {}
+        """What ceb does differently at this server, learnt from its replies, one line each (``ceb doctor``)."""
         for url in self.endpoints:
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -229,9 +266,11 @@ class OpenAIBackend(ChatBackend):
         Raises:
             ValueError: ``request.extra`` repeats a field the request already sets.
         """
-        s = self.settings
         body = chat_body(
-            request, model=self.model, structured_output=s.structured_output, token_limit_field=s.token_limit_field
+            request,
+            model=self.model,
+            structured_output=self.structured_output,
+            token_limit_field=self.token_limit_field,
         )
         wire_priority = server_priority(current_priority())
         if self.send_priority and wire_priority and "priority" not in body:  # 0 is vLLM's default: left out
@@ -239,8 +278,13 @@ class OpenAIBackend(ChatBackend):
         return body
 
     def headers(self, request: ChatRequest) -> dict[str, str]:
-        """The headers of one attempt: key, content type, a fresh request id and the caller's lane as session."""
-        headers = self._headers | {REQUEST_ID_HEADER: request_id(request.stage)}
+        """The headers of one attempt: key, content type, a fresh request id and the caller's lane as session.
+
+        The request id is ``ceb-<stage>-<hex>`` (:func:`request_id`), or a bare UUID once the server refused that
+        (:attr:`uuid_request_ids`).
+        """
+        rid = str(uuid.uuid4()) if self.uuid_request_ids else request_id(request.stage)
+        headers = self._headers | {REQUEST_ID_HEADER: rid}
         key = current_lane()
         if key is not None and self.settings.session_header:
             headers[self.settings.session_header] = key
@@ -265,39 +309,137 @@ class OpenAIBackend(ChatBackend):
     async def _complete(self, request: ChatRequest, endpoint: str) -> Completion:
         """Send one attempt of ``request`` to ``endpoint`` and read the reply.
 
+        A server that sends fewer choices than ``n`` (it ignores the field) gets the missing ones asked for one
+        request each, vote ``i`` with ``seed + i`` as independent votes have, within this attempt and its
+        endpoint slot; later requests with ``n > 1`` go out that way at once (:attr:`n_ignored`).
+
         Raises:
             TransientError: A timeout, a failed or dropped connection, a 429 or 5xx (with the server's
                 ``Retry-After`` in seconds when it sent one), or a 2xx body that is not a chat completion.
             FatalBackendError: 401, 403 or 404: the key, the model name or the base URL is wrong.
             BackendError: Any other status: the request itself was refused; another attempt cannot help.
+            UnsupportedFeatureError: The request carries a field this server is known to ignore
+                (:attr:`unsupported`); it is not sent.
             ValueError: ``request.extra`` repeats a field the request already sets.
             TypeError: A value in ``request.extra`` cannot be encoded as JSON.
         """
-        data = orjson.dumps(self.payload(request), default=_jsonable, option=_JSON_OPTIONS)
-        try:
-            headers = self.headers(request)
-            async with self._session(endpoint).post(self._urls[endpoint], data=data, headers=headers) as resp:
-                status = resp.status
-                raw = await resp.read()
-                wait = retry_after(resp.headers.get("Retry-After")) if status >= 300 else None
-        except TimeoutError as exc:  # aiohttp's total timeout, and its ServerTimeoutError subclasses
-            raise TransientError(f"timeout after {self.settings.timeout_s}s at {endpoint}") from exc
-        except _PERMANENT as exc:
-            raise self._permanent(endpoint, exc) from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            # Refused or reset connections (a server restarting mid-run), a server that hung up mid-reply
-            # (ClientPayloadError, ServerDisconnectedError), or a reply that is not HTTP.
-            raise TransientError(f"connection to {endpoint} failed: {self._redact(str(exc) or repr(exc))}") from exc
-        if status >= 300:
-            raise self._status_error(status, raw, wait, endpoint)
-        try:
-            return parse_completion(
-                orjson.loads(raw),
-                default_model=self.model,
-                asked_prompt_logprobs=request.extra.get("prompt_logprobs"),
+        ignored = [f for f in CONTINUE_FIELDS if request.extra.get(f) and f in self.unsupported]
+        if ignored:
+            raise UnsupportedFeatureError(
+                f"{ignored[0]} cannot be used here: {self.unsupported[ignored[0]]}", backend=self.label
             )
-        except (TypeError, ValueError, KeyError) as exc:  # orjson.JSONDecodeError is a ValueError
-            raise TransientError(f"unreadable response body from {endpoint}") from exc
+        if request.n > 1 and self.n_ignored:
+            return await self._choice_by_choice(request, endpoint, [])
+        completion = await self._send(request, endpoint)
+        if request.n > 1 and len(completion.texts) < request.n:
+            self.n_ignored = True
+            self._adapt(
+                "n",
+                f"the server ignores n ({len(completion.texts)} choice(s) for n={request.n}): ceb asks for each "
+                "choice in a request of its own",
+            )
+            return await self._choice_by_choice(request, endpoint, [completion])
+        return completion
+
+    async def _choice_by_choice(self, request: ChatRequest, endpoint: str, got: list[Completion]) -> Completion:
+        """``request``'s ``n`` choices as one request each (after the ones in ``got``), merged into one completion."""
+        have = sum(len(c.texts) for c in got)
+        for i in range(have, request.n):
+            seed = None if request.seed is None else request.seed + i
+            got.append(await self._send(replace(request, n=1, seed=seed), endpoint))
+        return _merge(got, request.n)
+
+    async def _send(self, request: ChatRequest, endpoint: str) -> Completion:
+        """One request on the wire, sent again at once when the server refused a form it has an alternative for."""
+        for _ in range(3):  # each adaptation changes what is sent, once: a refusal cannot come back for it
+            body = self.payload(request)
+            data = orjson.dumps(body, default=_jsonable, option=_JSON_OPTIONS)
+            headers = self.headers(request)
+            try:
+                async with self._session(endpoint).post(self._urls[endpoint], data=data, headers=headers) as resp:
+                    status = resp.status
+                    raw = await resp.read()
+                    wait = retry_after(resp.headers.get("Retry-After")) if status >= 300 else None
+            except TimeoutError as exc:  # aiohttp's total timeout, and its ServerTimeoutError subclasses
+                raise TransientError(f"timeout after {self.settings.timeout_s}s at {endpoint}") from exc
+            except _PERMANENT as exc:
+                raise self._permanent(endpoint, exc) from exc
+            except (aiohttp.ClientError, OSError) as exc:
+                # Refused or reset connections (a server restarting mid-run), a server that hung up mid-reply
+                # (ClientPayloadError, ServerDisconnectedError), or a reply that is not HTTP.
+                raise TransientError(f"connection to {endpoint} failed: {self._redact(str(exc) or repr(exc))}") from exc
+            if status >= 300:
+                if self._adapt_to_refusal(status, raw, headers, body, endpoint):
+                    continue
+                raise self._status_error(status, raw, wait, endpoint)
+            try:
+                return parse_completion(
+                    orjson.loads(raw),
+                    default_model=self.model,
+                    asked_prompt_logprobs=request.extra.get("prompt_logprobs"),
+                )
+            except (TypeError, ValueError, KeyError) as exc:  # orjson.JSONDecodeError is a ValueError
+                raise TransientError(f"unreadable response body from {endpoint}") from exc
+        raise TransientError(f"{endpoint} kept refusing the request after ceb adapted it")
+
+    def _adapt_to_refusal(
+        self, status: int, raw: bytes, headers: Mapping[str, str], body: Mapping[str, Any], endpoint: str
+    ) -> bool:
+        """Change what is sent when a refusal names a form this server lacks; ``True`` when the request may go again.
+
+        Two refusals are known, both llama-cpp-python's server (0.3): an empty 400 to an ``X-Request-Id`` that is not a
+        UUID (its request-id middleware validates it), and an error naming ``json_object`` to
+        ``response_format.type = "json_schema"`` (it takes ``{"type": "json_object", "schema": ...}``, and answers the
+        validation error with a 500). Each is decided by what the refused request carried, so concurrent requests
+        refused before the switch are sent again too.
+        """
+        if status == 400 and not raw.strip() and not _is_uuid(headers.get(REQUEST_ID_HEADER)):
+            self.uuid_request_ids = True
+            self._adapt(
+                "request_id",
+                f"the server refuses {REQUEST_ID_HEADER} values that are not UUIDs (an empty 400): ceb sends UUIDs",
+                endpoint,
+            )
+            return True
+        response_format = body.get("response_format")
+        if (
+            status in (400, 422, 500)
+            and isinstance(response_format, Mapping)
+            and response_format.get("type") == "json_schema"
+            and b"json_object" in raw
+        ):
+            self.structured_output = "json_object_schema"
+            self._adapt(
+                "structured_output",
+                f"the server refuses response_format json_schema ({status}): ceb sends json_object with the schema "
+                '(structured_output = "json_object_schema" skips the refused first request)',
+                endpoint,
+            )
+            return True
+        return False
+
+    def _adapt(self, name: str, note: str, endpoint: str | None = None) -> None:
+        """Record (and log once) what ceb does differently at this server."""
+        if name not in self.adaptations:
+            self.adaptations[name] = note
+            log.warning("adapting to the server", endpoint=endpoint or self.endpoint, change=note)
+
+    def note_budget(self, request: ChatRequest, completion: Completion) -> bool:
+        """Send ``max_tokens`` from now on where ``completion`` ran past a budget sent as ``max_completion_tokens``.
+
+        Returns:
+            Whether the server ignored the budget (then :attr:`token_limit_field` is ``max_tokens``).
+        """
+        used = completion.completion_tokens
+        if self.token_limit_field != "max_completion_tokens" or used is None or used <= request.max_tokens * request.n:
+            return False
+        self.token_limit_field = "max_tokens"
+        self._adapt(
+            "max_tokens",
+            f"the server ignores max_completion_tokens ({used} tokens for a budget of {request.max_tokens}): ceb sends "
+            "max_tokens",
+        )
+        return True
 
     @asynccontextmanager
     async def _stream(self, request: ChatRequest, endpoint: str) -> AsyncIterator[AsyncIterator[StreamChunk]]:
@@ -320,6 +462,8 @@ class OpenAIBackend(ChatBackend):
             async with self._session(endpoint).post(self._urls[endpoint], data=data, headers=headers) as resp:
                 if resp.status >= 300:
                     raw = await resp.read()
+                    if self._adapt_to_refusal(resp.status, raw, headers, body, endpoint):
+                        raise TransientError(f"{resp.status} from {endpoint}: retrying as this server needs")
                     wait = retry_after(resp.headers.get("Retry-After"))
                     raise self._status_error(resp.status, raw, wait, endpoint)
                 yield self._events(resp, endpoint)
@@ -417,11 +561,20 @@ class OpenAIBackend(ChatBackend):
             try:
                 sending = self.send_priority
                 try:
-                    await self._complete(ping, endpoint)
+                    pong = await self._complete(ping, endpoint)
                 except TransientError:
                     if not sending or self.send_priority:
                         raise
-                    await self._complete(ping, endpoint)  # `auto` just dropped the refused priority field
+                    pong = await self._complete(ping, endpoint)  # `auto` just dropped the refused priority field
+                if self.note_budget(ping, pong):
+                    # A server that ran past a budget it did not know ignores unknown body fields; vLLM's
+                    # continue_final_message would be ignored as silently, and the reply read as a continuation.
+                    for field in CONTINUE_FIELDS:
+                        self.unsupported.setdefault(
+                            field,
+                            f"{endpoint} ignores body fields it does not know (it ran past max_completion_tokens), so "
+                            "it would answer afresh instead of continuing the last message (a vLLM extension)",
+                        )
             except FatalBackendError:
                 raise
             except (TransientError, BackendError) as exc:
@@ -479,3 +632,23 @@ def open_openai(settings: BackendConfig, limits: EndpointLimits) -> OpenAIBacken
         ConfigError: As :class:`OpenAIBackend`.
     """
     return OpenAIBackend(settings, limits=limits)
+
+
+def _merge(parts: list[Completion], n: int) -> Completion:
+    """The first ``n`` choices of ``parts`` as one completion; token counts summed (each part read its prompt)."""
+    texts = tuple(t for c in parts for t in c.texts)[:n]
+    logprobs: list[tuple[TokenLogprob, ...] | None] = []
+    for c in parts:
+        logprobs += list(c.logprobs) if c.logprobs is not None else [None] * len(c.texts)
+
+    def total(counts: list[int | None]) -> int | None:
+        return None if any(x is None for x in counts) else sum(x for x in counts if x is not None)
+
+    return Completion(
+        texts=texts,
+        prompt_tokens=total([c.prompt_tokens for c in parts]),
+        completion_tokens=total([c.completion_tokens for c in parts]),
+        model=parts[0].model,
+        logprobs=tuple(logprobs[:n]) if any(x is not None for x in logprobs[:n]) else None,
+        prompt_logprobs=parts[0].prompt_logprobs,
+    )

@@ -1,10 +1,15 @@
 """What an OpenAI-compatible endpoint supports, found by asking it: one tiny request per feature.
 
-:func:`probe_endpoint` checks, in order: the model list (reachable, model listed), a plain chat request, JSON
+:func:`probe_endpoint` checks, in order: the model list (reachable, model listed), a plain chat request, whether the
+output budget holds (``token_budget``: a server that runs past ``max_completion_tokens`` gets ``max_tokens``), JSON
 schema structured output (and whether the ``minimum`` / ``maximum`` and the string's length ``pattern`` held in the
 reply: the bounds ceb's schemas send, in every mode that sends a schema), ``n``,
-``logprobs`` / ``top_logprobs``, vLLM's ``prompt_logprobs`` and ``continue_final_message``, the ``priority``
-field, and the prefix cache's counters on ``/metrics`` where the server exposes them. Each check is one
+``logprobs`` / ``top_logprobs``, vLLM's ``prompt_logprobs`` and ``continue_final_message`` (judged by the prompt's
+token count, which a server that ignores the field does not shorten), the ``priority`` field, and the prefix cache's
+counters on ``/metrics`` where the server exposes them. What the HTTP backend changes on the way to get answers
+(UUID request ids, ``max_tokens``, ``json_object`` with the schema, ``n`` as separate requests: see
+:class:`~ceb.backends.openai.OpenAIBackend`) is named in each check's detail and in
+:attr:`EndpointReport.adaptations`. Each check is one
 request with no retries, so a dead endpoint is reported in about one timeout, not after a backoff schedule.
 The capability names are those of :data:`ceb.stages.methods.CAPABILITIES`; which methods can run follows from
 them (``ceb doctor``).
@@ -80,6 +85,13 @@ class EndpointReport:
     base_url: str
     model: str
     checks: list[Check] = field(default_factory=list)
+    adaptations: dict[str, str] = field(default_factory=dict)
+    """What ceb does differently at this endpoint to be answered (:attr:`OpenAIBackend.adaptations`)."""
+
+    @property
+    def lacking(self) -> list[str]:
+        """Names of the checks the endpoint answered but does not support (``missing``)."""
+        return [c.name for c in self.checks if c.outcome == "missing"]
 
     @property
     def capabilities(self) -> set[str]:
@@ -97,6 +109,8 @@ class EndpointReport:
             "base_url": self.base_url,
             "model": self.model,
             "usable": self.usable,
+            "lacking": self.lacking,
+            "adaptations": dict(self.adaptations),
             "checks": [
                 {"name": c.name, "outcome": c.outcome, "detail": c.detail, "seconds": round(c.seconds, 3)}
                 for c in self.checks
@@ -165,15 +179,31 @@ async def _probe_http(backend: OpenAIBackend) -> EndpointReport:
             return report
         report.checks.append(await _timed("prefix_cache", lambda: _prefix_cache(backend)))
     finally:
+        report.adaptations = dict(backend.adaptations)
         await backend.aclose()
     return report
 
 
 async def _feature_checks(backend: ChatBackend, chat: Check) -> list[Check]:
-    """The feature checks of :func:`_feature_requests` on ``backend``, each ``failed`` unless ``chat`` passed."""
+    """The feature checks of :func:`_feature_requests` on ``backend``, each ``failed`` unless ``chat`` passed.
+
+    A check during which the HTTP backend changed what it sends says so in its detail.
+    """
     if chat.outcome != "ok":
-        return [Check(name, "failed", "skipped: no chat reply") for name, _, _ in _feature_requests()]
-    return [await _timed(name, partial(_chat, backend, request, judge)) for name, request, judge in _feature_requests()]
+        return [Check(name, "failed", "skipped: no chat reply") for name, _ in _feature_requests()]
+    checks = []
+    for name, run in _feature_requests():
+        before = set(_adaptations(backend))
+        check = await _timed(name, partial(run, backend))
+        learnt = [note for key, note in _adaptations(backend).items() if key not in before]
+        if learnt:
+            check = Check(check.name, check.outcome, f"{check.detail}; {'; '.join(learnt)}", check.seconds)
+        checks.append(check)
+    return checks
+
+
+def _adaptations(backend: ChatBackend) -> dict[str, str]:
+    return dict(backend.adaptations) if isinstance(backend, OpenAIBackend) else {}
 
 
 async def probe_engine(backend: VLLMEngineBackend) -> EndpointReport:
@@ -215,27 +245,75 @@ async def _start(backend: VLLMEngineBackend) -> tuple[Outcome, str]:
 
 
 _Judge = Callable[[Completion], tuple[bool, str]]
+_Run = Callable[[ChatBackend], Awaitable[tuple[Outcome, str]]]
 
 
-def _feature_requests() -> list[tuple[str, ChatRequest, _Judge]]:
-    forced = (*_USER, {"role": "assistant", "content": "The answer is"})
+def _feature_requests() -> list[tuple[str, _Run]]:
+    def ask(request: ChatRequest, judge: _Judge) -> _Run:
+        return lambda backend: _chat(backend, request, judge)
+
     return [
-        ("structured_output", ChatRequest(messages=_USER, max_tokens=48, json_schema=_PROBE_SCHEMA), _schema_followed),
-        ("schema_bounds", ChatRequest(messages=_USER, max_tokens=48, json_schema=_PROBE_SCHEMA), _schema_held),
-        ("n", ChatRequest(messages=_USER, max_tokens=2, n=2, temperature=1.0), _two_choices),
-        ("logprobs", ChatRequest(messages=_USER, max_tokens=2, logprobs=True, top_logprobs=20), _has_logprobs),
-        ("prompt_logprobs", ChatRequest(messages=_USER, max_tokens=1, extra={"prompt_logprobs": 1}), _has_prompt_lps),
+        ("token_budget", _budget),
         (
-            "continue_final_message",
-            ChatRequest(
-                messages=forced,
-                max_tokens=2,
-                extra={"continue_final_message": True, "add_generation_prompt": False},
-            ),
-            _any_text,
+            "structured_output",
+            ask(ChatRequest(messages=_USER, max_tokens=48, json_schema=_PROBE_SCHEMA), _schema_followed),
         ),
-        ("priority", ChatRequest(messages=_USER, max_tokens=1, extra={"priority": 1}), _priority_accepted),
+        ("schema_bounds", ask(ChatRequest(messages=_USER, max_tokens=48, json_schema=_PROBE_SCHEMA), _schema_held)),
+        ("n", ask(ChatRequest(messages=_USER, max_tokens=2, n=2, temperature=1.0), _two_choices)),
+        ("logprobs", ask(ChatRequest(messages=_USER, max_tokens=2, logprobs=True, top_logprobs=20), _has_logprobs)),
+        (
+            "prompt_logprobs",
+            ask(ChatRequest(messages=_USER, max_tokens=1, extra={"prompt_logprobs": 1}), _has_prompt_lps),
+        ),
+        ("continue_final_message", _continues),
+        ("priority", ask(ChatRequest(messages=_USER, max_tokens=1, extra={"priority": 1}), _priority_accepted)),
     ]
+
+
+async def _budget(backend: ChatBackend) -> tuple[Outcome, str]:
+    """A one-token budget holds; the HTTP backend switches to ``max_tokens`` when ``max_completion_tokens`` does not."""
+    request = ChatRequest(messages=_USER, max_tokens=1)
+    try:
+        reply = (await backend.complete(request)).completion
+        if isinstance(backend, OpenAIBackend) and backend.note_budget(request, reply):
+            reply = (await backend.complete(request)).completion
+    except TransientError as exc:
+        return "failed", str(exc)[:200]
+    except BackendError as exc:
+        return "missing", str(exc)[:200]
+    used = reply.completion_tokens
+    field = backend.token_limit_field if isinstance(backend, OpenAIBackend) else "max_tokens"
+    if used is None:
+        return "ok", "the server counts no completion tokens: the budget is not checked"
+    if used > 1:
+        return "missing", f"{used} tokens for a budget of 1 ({field}): replies are not bounded"
+    return "ok", f"a budget of 1 token held ({field})"
+
+
+async def _continues(backend: ChatBackend) -> tuple[Outcome, str]:
+    """Check vLLM's ``continue_final_message``: the prompt of a continued message is shorter than with it closed.
+
+    A server that ignores the field still answers, so an answer proves nothing: the prompt's token count does (the
+    closed message and the new generation prompt add tokens), compared with the same messages sent plainly.
+    """
+    forced = (*_USER, {"role": "assistant", "content": "The answer is"})
+    flags = {"continue_final_message": True, "add_generation_prompt": False}
+    try:
+        continued = (await backend.complete(ChatRequest(messages=forced, max_tokens=2, extra=flags))).completion
+        plain = (await backend.complete(ChatRequest(messages=forced, max_tokens=1))).completion
+    except TransientError as exc:
+        return "failed", str(exc)[:200]
+    except BackendError as exc:
+        return "missing", str(exc)[:200]
+    mine, closed = continued.prompt_tokens, plain.prompt_tokens
+    if mine is None or closed is None:
+        return "ok", f"accepted (answered {continued.texts[0][:24]!r}); no prompt token counts to check it by"
+    if mine >= closed:
+        return "missing", (
+            f"ignored: the prompt counts {mine} tokens with it and {closed} without, so the last message is closed "
+            "and answered afresh, not continued"
+        )
+    return "ok", f"continued: {mine} prompt tokens, {closed} with the message closed"
 
 
 async def _timed(name: str, run: Callable[[], Awaitable[tuple[Outcome, str]]]) -> Check:
@@ -328,7 +406,7 @@ async def _prefix_cache(backend: OpenAIBackend) -> tuple[Outcome, str]:
     except TransientError as exc:
         return "missing", f"no /metrics ({exc})"
     if status != 200:
-        return "missing", f"GET /metrics answered {status}"
+        return "missing", f"GET /metrics answered {status}: no prefix-cache hit rates to report (scoring is unaffected)"
     try:
         found = parse_metrics(body.decode(errors="replace"))
     except ValueError as exc:

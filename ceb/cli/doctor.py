@@ -38,9 +38,10 @@ def doctor(
 ) -> None:
     """Probe an endpoint: what it supports, and which methods will run there and which will not (and why).
 
-    One small request per feature, no retries. With --backend vllm the engine is started in this process first
-    (vLLM installed here; its flags from --engine-args) and the same requests go to it. Exits 1 when ceb cannot
-    run there at all (no chat reply).
+    One small request per feature, no retries; what the endpoint lacks is named, and what ceb sends differently
+    to be answered there (UUID request ids, max_tokens, json_object with the schema, n as separate requests).
+    With --backend vllm the engine is started in this process first (vLLM installed here; its flags from
+    --engine-args) and the same requests go to it. Exits 1 when ceb cannot run there at all (no chat reply).
     """
     import orjson
 
@@ -71,6 +72,13 @@ def doctor(
             style = {"ok": "green", "missing": "yellow", "failed": "red"}[c.outcome]
             checks.add_row(c.name, Text(c.outcome, style=style), f"{c.seconds:.2f}", c.detail)
         out.print(checks)
+        if report.lacking:
+            out.print(f"The endpoint lacks: {', '.join(report.lacking)}.", markup=False)
+        if report.adaptations:
+            changes = Table("what", "ceb does differently here", title="Adapted to this endpoint")
+            for name, note in report.adaptations.items():
+                changes.add_row(name, note)
+            out.print(changes)
         methods = Table("method", "runs here", "note", title="Methods on this endpoint")
         for name, (ok, note) in verdicts.items():
             methods.add_row(name, Text("yes", "green") if ok else Text("not available", "red"), note)

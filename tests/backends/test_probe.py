@@ -41,6 +41,7 @@ async def test_a_plain_endpoint_lacks_the_vllm_extensions_and_says_which_methods
     assert outcome == {
         "models": "ok",
         "chat": "ok",
+        "token_budget": "ok",
         "structured_output": "ok",
         "schema_bounds": "ok",
         "n": "ok",

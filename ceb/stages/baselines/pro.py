@@ -108,7 +108,7 @@ class PROCritic:
         """
         sent = await send(self.actor, self.sample_request(inp))
         if sent.completion is None:
-            return CriticResult(score=None, raw="", error=sent.error, stats=sent.stats)
+            return sent.failure()
         c = sent.completion
         per_choice = c.logprobs or (None,) * len(c.texts)
         samples = [(text, _sequence_logprob(lps)) for text, lps in zip(c.texts, per_choice, strict=False) if lps]

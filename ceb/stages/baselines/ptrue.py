@@ -177,7 +177,7 @@ class PTrueCritic:
         logprobs: list[float] = []
         for answer, result in zip(ANSWERS, results, strict=True):
             if result.completion is None:
-                return CriticResult(score=None, raw="", error=result.error, stats=stats)
+                return result.failure(stats)
             positions = result.completion.prompt_logprobs
             if not positions:
                 reason = "the endpoint returned no prompt_logprobs (teacher forcing needs a vLLM-style server)"
@@ -194,7 +194,7 @@ class PTrueCritic:
     async def _first_token(self, inp: CriticInput) -> CriticResult:
         sent = await send(self.chat, self.request(inp))
         if sent.completion is None:
-            return CriticResult(score=None, raw="", error=sent.error, stats=sent.stats)
+            return sent.failure()
         c = sent.completion
         text = c.texts[0] if c.texts else ""
         tokens = c.logprobs[0] if c.logprobs else None

@@ -121,7 +121,7 @@ async def teacher_force(actor: ChatBackend, prompts: PromptSet, inp: CriticInput
     """
     sent = await send(actor, teacher_forcing_request(prompts, inp, top_k))
     if sent.completion is None:
-        return ForcedAction(None, sent.stats, sent.error)
+        return ForcedAction(None, sent.stats, sent.error, available=sent.available)
     positions = sent.completion.prompt_logprobs
     if not positions:
         reason = "the endpoint returned no prompt_logprobs (teacher forcing needs a vLLM-style server)"

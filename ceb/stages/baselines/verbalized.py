@@ -135,7 +135,7 @@ class VerbalizedCritic:
         """
         sent = await send(self.actor, self.request(inp))
         if sent.completion is None:
-            return CriticResult(score=None, raw="", error=sent.error, stats=sent.stats)
+            return sent.failure()
         c = sent.completion
         text = c.texts[0] if c.texts else ""
         try:
