@@ -224,6 +224,8 @@ def score_and_report(
     from ceb.progress import Progress
 
     register_secret_env(cfg.backend.api_key_env)  # its value is redacted from every log line from now on
+    if cfg.hindsight.api_key_env is not None:
+        register_secret_env(cfg.hindsight.api_key_env)
     started = time.perf_counter()
     progress = Progress("scoring", None, "steps")
     on_row, on_start = progress_callbacks(progress)

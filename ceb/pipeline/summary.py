@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ceb.config import RunConfig
 from ceb.errors import RunError
 from ceb.pipeline.results import HindsightRow, StepRow
 from ceb.pipeline.rundir import RunDir
@@ -23,9 +24,11 @@ __all__ = [
     "SUMMARY_SCHEMA",
     "BankSize",
     "FailureBudget",
+    "Labeller",
     "Row",
     "RunSummary",
     "VoteCounts",
+    "labellers",
     "summary_doc",
 ]
 
@@ -61,6 +64,32 @@ class BankSize:
     critic: str
     records: int
     path: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Labeller:
+    """The hindsight labeller ``g_phi`` of one critic (an entry of ``summary.json``'s ``hindsight_labellers``).
+
+    Attributes:
+        critic: Critic label (``""`` for one).
+        backend: The labeller's backend name (``offline``: the model-free rules, no model).
+        model: The model name requests carried (``""`` without one).
+        base_url: Its endpoint root(s); empty for an in-process backend.
+    """
+
+    critic: str
+    backend: str
+    model: str
+    base_url: list[str]
+
+
+def labellers(config: RunConfig) -> list[Labeller]:
+    """Who labels each critic's banks under ``config``: ``hindsight``'s own endpoint, else the critic's."""
+    out = []
+    for label, cfg in config.critic_configs().items():
+        b = cfg.hindsight_backend() or cfg.backend
+        out.append(Labeller(label, b.name, b.served_model, list(b.base_urls)))
+    return out
 
 
 @dataclass
@@ -131,6 +160,8 @@ class RunSummary:
             ``steps_failed`` or ``steps_unavailable``, and no request of theirs in ``requests``. A resume writes
             every copy again, so they are never among the resumed rows.
         hindsight_votes: Per stream, the hindsight votes and pseudo-labels (:class:`VoteCounts`).
+        hindsight_labellers: Which model labelled the banks: per critic label, the labeller's backend, model and
+            base URL(s) (:func:`labellers`); the critic's own unless ``hindsight`` names another endpoint.
     """
 
     run_dir: Path
@@ -151,6 +182,7 @@ class RunSummary:
     steps_abstained: int = 0
     steps_reused: int = 0
     hindsight_votes: dict[str, VoteCounts] = field(default_factory=dict)
+    hindsight_labellers: list[Labeller] = field(default_factory=list)
 
     def warnings(self) -> list[str]:
         """One sentence per stream whose pseudo-labels are (almost) all one class (:data:`ONE_CLASS_SHARE`)."""

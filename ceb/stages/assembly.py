@@ -16,6 +16,7 @@ from __future__ import annotations
 from ceb.backends.base import BACKENDS, ChatBackend, open_backend
 from ceb.backends.scheduling import EndpointLimits
 from ceb.config import RunConfig
+from ceb.errors import ConfigError
 from ceb.stages.base import Critic, CriticInput, CriticResult, Stages
 from ceb.stages.critic import LLMCritic
 from ceb.stages.hindsight import LLMHindsight
@@ -40,6 +41,9 @@ __all__ = [
 def build_stages(config: RunConfig, limits: EndpointLimits | None = None) -> Stages:
     """Build the stages of ``config.backend.name`` over the backend it opens.
 
+    The labeller asks its own endpoint when ``hindsight`` names one (:meth:`RunConfig.hindsight_backend`), opened
+    the same way; else the critic's, as in the paper.
+
     Args:
         config: The run's configuration.
         limits: The run's endpoint slots, shared by every backend it opens; private ones when ``None``.
@@ -49,9 +53,15 @@ def build_stages(config: RunConfig, limits: EndpointLimits | None = None) -> Sta
     """
     limits = limits or EndpointLimits()
     chat = open_backend(config.backend, limits)
-    if chat is None:
-        return offline_stages(config, limits)
-    return llm_stages(config, chat, limits)
+    stages = offline_stages(config, limits) if chat is None else llm_stages(config, chat, limits)
+    labeller = config.hindsight_backend()
+    if labeller is not None:
+        own = stages.open_chat(labeller)
+        if own is None:
+            raise ConfigError(f"hindsight: backend {labeller.name!r} has no language model to label with")
+        stages.hindsight = LLMHindsight(own, prompt_set(config), config.hindsight)
+        stages.hindsight_chat = own
+    return stages
 
 
 def prompt_set(config: RunConfig) -> PromptSet:

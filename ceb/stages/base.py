@@ -271,8 +271,8 @@ class Hindsight(Protocol):
 class Stages:
     """A critic and a hindsight labeler ready to run, the endpoint they share (if any), and the run's slots.
 
-    Use as an async context manager: leaving it closes :attr:`chat` and every backend opened through
-    :meth:`open_chat` (the actor endpoint of the baselines).
+    Use as an async context manager: leaving it closes :attr:`chat`, every backend opened through
+    :meth:`open_chat` (the labeller's own endpoint, the actor endpoint of the baselines).
 
     Attributes:
         critic: The critic stage.
@@ -280,12 +280,15 @@ class Stages:
         chat: The critic's endpoint; ``None`` on a backend without a language model.
         limits: The run's endpoint slots, shared by :attr:`chat` and every backend opened through
             :meth:`open_chat`; ``chat``'s own slots when not given.
+        hindsight_chat: The labeller's endpoint when it has its own (``hindsight.base_url`` / ``model``,
+            opened through :meth:`open_chat`); ``None`` when it asks :attr:`chat`.
     """
 
     critic: Critic
     hindsight: Hindsight
     chat: ChatBackend | None = None
     limits: EndpointLimits | None = None
+    hindsight_chat: ChatBackend | None = None
     _opened: dict[str, ChatBackend | None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -305,6 +308,11 @@ class Stages:
         if key not in self._opened:
             self._opened[key] = open_backend(settings, self.limits)
         return self._opened[key]
+
+    @property
+    def endpoints(self) -> list[ChatBackend]:
+        """The backends the critic and the labeller ask (:attr:`chat`, then :attr:`hindsight_chat`): preflighted."""
+        return [b for b in (self.chat, self.hindsight_chat) if b is not None]
 
     async def __aenter__(self) -> Stages:
         return self
