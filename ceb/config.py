@@ -22,6 +22,7 @@ __all__ = [
     "BankConfig",
     "BaselineConfig",
     "CEBConfig",
+    "CacheConfig",
     "CriticConfig",
     "CriticEndpointConfig",
     "EngineConfig",
@@ -390,6 +391,25 @@ class BaselineConfig(_Section):
     """Actor model name at that endpoint; ``None``: the critic's model."""
 
 
+class CacheConfig(_Section):
+    """The persistent cache of model replies (:mod:`ceb.backends.cache`): a second identical run asks nothing.
+
+    A reply is keyed by the whole request (messages, sampling settings, schema, extra fields) and the endpoint
+    that answers it (backend, model, base URL(s), structured-output mode). Only deterministic requests are cached
+    (temperature 0, or an explicit seed) unless ``nondeterministic`` is on. Failed requests are never cached.
+    """
+
+    mode: Literal["off", "read", "read-write"] = "off"
+    """``off``: no cache; ``read``: replies found in the cache are used, nothing is written; ``read-write``: also
+    store every new reply of a cacheable request."""
+    path: Path = Path("ceb-cache.sqlite")
+    """The cache file (SQLite, WAL mode: several processes may read and write it at once); a relative path is
+    taken from the working directory."""
+    nondeterministic: bool = False
+    """Also cache sampled requests (temperature > 0 without a seed, e.g. the hindsight votes at ``tau``): a
+    second run then replays the first run's samples instead of drawing new ones."""
+
+
 class PromptConfig(_Section):
     """Prompt templates and the character budgets of untrusted text in them."""
 
@@ -500,6 +520,8 @@ class RunConfig(_Section):
     """The baselines' settings and the actor endpoint."""
     gate: GateConfig = GateConfig()
     """The live gate's method and decision thresholds (``ceb serve``; not read by ``ceb score``)."""
+    cache: CacheConfig = CacheConfig()
+    """The persistent cache of model replies (default: off)."""
     methods: tuple[str, ...] = Field(("ceb", "static"), min_length=1)
     """Methods to run on every stream (``ceb``; ``static``, the same critic with no bank); at least one."""
     orders: int = Field(1, ge=1, le=1000)

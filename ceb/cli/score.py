@@ -263,6 +263,13 @@ def score_and_report(
         + (f"{s.steps_resumed} steps kept from before the resume; " if resume else "")
         + f"wall time {wall:.1f} s. Results in {run_dir}/"
     )
+    if s.cache is not None:
+        c = s.cache
+        out.print(
+            f"reply cache {c.path} ({c.mode}): {c.hits} hits, {c.misses} misses, {c.uncacheable} not cacheable, "
+            f"{c.stored} stored; {c.sent} requests sent",
+            soft_wrap=True,
+        )
     for warning in s.warnings():
         err.print(f"warning: {warning}", soft_wrap=True)  # one line, as errors are
     if s.steps_failed and not s.steps_scored:

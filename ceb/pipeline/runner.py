@@ -28,7 +28,7 @@ from ceb.pipeline.results import ResultWriter, StepRow
 from ceb.pipeline.resume import check_resumable
 from ceb.pipeline.reuse import SharedLane
 from ceb.pipeline.rundir import RunDir
-from ceb.pipeline.summary import BankSize, FailureBudget, Row, RunSummary, labellers, summary_doc
+from ceb.pipeline.summary import BankSize, FailureBudget, Row, RunSummary, cache_counts, labellers, summary_doc
 from ceb.progress import Progress
 from ceb.stages.assembly import Stages, build_critic, build_stages, lacks_endpoint, prompt_set
 from ceb.stages.methods import MethodSpec, resolve_method
@@ -166,6 +166,7 @@ async def _run_scoring(
         raise
     finally:
         _save_banks(run, lanes, summary)
+        summary.cache = cache_counts(by_critic.values())
         summary.wall_s = time.perf_counter() - started
         if began:
             run.write_summary(summary_doc(summary, outcome, error, started_at))
