@@ -10,6 +10,7 @@ from ceb.backends.base import ChatBackend, ChatRequest, Completion, RetryPolicy,
 from ceb.backends.cache import CachedBackend, ReplyCache, request_key
 from ceb.backends.scripted import ScriptedChat
 from ceb.config import BackendConfig, CacheConfig
+from ceb.stages.asking import ask as ask_until_readable
 
 pytestmark = pytest.mark.anyio
 
@@ -188,3 +189,20 @@ def test_several_processes_write_one_cache_at_once_and_every_entry_reads_back(tm
         hit = reader.get(key)
         assert hit is not None and len(hit.completion.texts) == 1
     reader.close()
+
+
+async def test_an_unreadable_reply_is_cached_and_its_re_ask_is_its_own_entry(tmp_path):
+    def reply(r: ChatRequest) -> str:
+        return "0.7" if len(r.messages) > 1 else "no number here"  # the re-ask carries the bad reply and a fix
+
+    def parse(raw: str) -> float:
+        return float(raw)
+
+    inner = ScriptedChat(reply)
+    cache = store(tmp_path)
+    chat = CachedBackend(inner, cache, SETTINGS)
+    first = await ask_until_readable(chat, ask("score it"), parse, format_retries=2)
+    again = await ask_until_readable(chat, ask("score it"), parse, format_retries=2)
+    assert first.value == again.value == 0.7 and first.stats.requests == again.stats.requests == 2
+    assert len(inner.requests) == 2 and len(cache) == 2 and cache.counts.hits == 2
+    cache.close()
