@@ -22,6 +22,7 @@ __all__ = [
     "BankConfig",
     "BaselineConfig",
     "CEBConfig",
+    "CacheConfig",
     "CriticConfig",
     "CriticEndpointConfig",
     "EngineConfig",
@@ -335,6 +336,15 @@ class HindsightConfig(_Section):
     """How the ``V`` votes are drawn: ``requests``, ``V`` independent requests the scheduler spreads over the
     endpoints; ``n``, one request with ``n = V`` choices, so a server that shares the prefill across choices
     (vLLM) reads the trajectory once. Either way the bank update waits for every vote."""
+    base_url: str | tuple[str, ...] | None = None
+    """Endpoint root(s) of an independent labeller ``g_phi``, apart from the critic's (an ``openai`` backend,
+    e.g. ``http://127.0.0.1:8001/v1``); ``None``: the critic's endpoint, as in the paper, where ``g_phi`` is the
+    critic's own backbone. The labeller's backend is ``backend`` with this, ``model`` and ``api_key_env`` changed
+    (:meth:`RunConfig.hindsight_backend`); it is used by ``ceb score``, ``ceb grid`` and the gate."""
+    model: str | None = None
+    """Model name of the labeller at its endpoint; ``None``: the critic's ``backend.model``."""
+    api_key_env: str | None = None
+    """Environment variable holding the labeller's API key; ``None``: the critic's ``backend.api_key_env``."""
 
 
 class BaselineConfig(_Section):
@@ -380,6 +390,25 @@ class BaselineConfig(_Section):
     """Endpoint of the ACTOR model for ``verbalized`` and ``pro`` (and teacher forcing); ``None``: the critic's."""
     actor_model: str | None = None
     """Actor model name at that endpoint; ``None``: the critic's model."""
+
+
+class CacheConfig(_Section):
+    """The persistent cache of model replies (:mod:`ceb.backends.cache`): a second identical run asks nothing.
+
+    A reply is keyed by the whole request (messages, sampling settings, schema, extra fields) and the endpoint
+    that answers it (backend, model, base URL(s), structured-output mode). Only deterministic requests are cached
+    (temperature 0, or an explicit seed) unless ``nondeterministic`` is on. Failed requests are never cached.
+    """
+
+    mode: Literal["off", "read", "read-write"] = "off"
+    """``off``: no cache; ``read``: replies found in the cache are used, nothing is written; ``read-write``: also
+    store every new reply of a cacheable request."""
+    path: Path = Path("ceb-cache.sqlite")
+    """The cache file (SQLite, WAL mode: several processes may read and write it at once); a relative path is
+    taken from the working directory."""
+    nondeterministic: bool = False
+    """Also cache sampled requests (temperature > 0 without a seed, e.g. the hindsight votes at ``tau``): a
+    second run then replays the first run's samples instead of drawing new ones."""
 
 
 class PromptConfig(_Section):
@@ -504,6 +533,8 @@ class RunConfig(_Section):
     """The baselines' settings and the actor endpoint."""
     gate: GateConfig = GateConfig()
     """The live gate's method and decision thresholds (``ceb serve``; not read by ``ceb score``)."""
+    cache: CacheConfig = CacheConfig()
+    """The persistent cache of model replies (default: off)."""
     methods: tuple[str, ...] = Field(("ceb", "static"), min_length=1)
     """Methods to run on every stream (``ceb``; ``static``, the same critic with no bank); at least one."""
     orders: int = Field(1, ge=1, le=1000)
@@ -560,6 +591,20 @@ class RunConfig(_Section):
         if len(set(names)) != len(names):
             raise ValueError(f"critic names repeat: {names}")
         return self
+
+    def hindsight_backend(self) -> BackendConfig | None:
+        """The labeller's own backend section, or ``None`` when the hindsight asks the critic's backend.
+
+        ``backend`` with ``hindsight.base_url``, ``model`` and ``api_key_env`` in place of the critic's; a base
+        URL of its own makes it an ``openai`` backend (an endpoint), else it keeps ``backend.name``.
+        """
+        h = self.hindsight
+        if h.base_url is None and h.model is None and h.api_key_env is None:
+            return None
+        changes: dict[str, Any] = {"base_url": h.base_url, "model": h.model, "api_key_env": h.api_key_env}
+        if h.base_url is not None:
+            changes["name"] = "openai"
+        return self.backend.model_copy(update={k: v for k, v in changes.items() if v is not None})
 
     def critic_configs(self) -> dict[str, RunConfig]:
         """Critic label -> the configuration its stages are built from (``{"": self}`` without ``critics``)."""

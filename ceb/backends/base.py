@@ -39,6 +39,7 @@ __all__ = [
     "BACKENDS",
     "AttemptRecord",
     "BackendFactory",
+    "BackendWrapper",
     "ChatBackend",
     "ChatRequest",
     "ChatResponse",
@@ -643,6 +644,14 @@ class _StopAfterTimeouts(stop_base):
         return state.attempt_number >= self.attempts and timed_out(exc)
 
 
+class BackendWrapper(Protocol):
+    """What :func:`open_backend` wraps every backend it opens in: the reply cache (:mod:`ceb.backends.cache`)."""
+
+    def wrap(self, backend: ChatBackend, settings: BackendConfig) -> ChatBackend:
+        """``backend``, opened from ``settings``, behind the wrapper."""
+        ...
+
+
 BackendFactory = Callable[[BackendConfig, EndpointLimits], ChatBackend | None]
 """``(settings, limits) -> backend``: a registered backend, built from the run's ``backend`` section with the
 run's endpoint slots; ``None`` for a backend with no language model (``offline``)."""
@@ -662,7 +671,9 @@ def register_backend(name: str, *, extra: str | None = None) -> Callable[[Backen
     return BACKENDS.add(name, extra=extra)
 
 
-def open_backend(settings: BackendConfig, limits: EndpointLimits | None = None) -> ChatBackend | None:
+def open_backend(
+    settings: BackendConfig, limits: EndpointLimits | None = None, cache: BackendWrapper | None = None
+) -> ChatBackend | None:
     """The backend ``settings.name`` built from ``settings``: the one way every backend is opened.
 
     The caller owns the result and closes it (:meth:`ChatBackend.aclose`).
@@ -670,6 +681,7 @@ def open_backend(settings: BackendConfig, limits: EndpointLimits | None = None) 
     Args:
         settings: The ``backend`` section.
         limits: The run's endpoint slots, shared by every backend the run opens; private ones when ``None``.
+        cache: The run's reply cache (:mod:`ceb.backends.cache`): the backend is wrapped in it, whichever it is.
 
     Returns:
         The backend, or ``None`` for a backend without a language model (``offline``).
@@ -677,4 +689,5 @@ def open_backend(settings: BackendConfig, limits: EndpointLimits | None = None) 
     Raises:
         ConfigError: Unknown backend, or a setting it needs is missing or refused.
     """
-    return BACKENDS.get(settings.name)(settings, limits or EndpointLimits())
+    backend = BACKENDS.get(settings.name)(settings, limits or EndpointLimits())
+    return backend if backend is None or cache is None else cache.wrap(backend, settings)

@@ -237,6 +237,8 @@ def score_and_report(
     from ceb.progress import Progress
 
     register_secret_env(cfg.backend.api_key_env)  # its value is redacted from every log line from now on
+    if cfg.hindsight.api_key_env is not None:
+        register_secret_env(cfg.hindsight.api_key_env)
     started = time.perf_counter()
     progress = Progress("scoring", None, "steps")
     on_row, on_start = progress_callbacks(progress)
@@ -280,6 +282,13 @@ def score_and_report(
         + (f"{s.steps_resumed} steps kept from before the resume; " if resume else "")
         + f"wall time {wall:.1f} s. Results in {run_dir}/"
     )
+    if s.cache is not None:
+        c = s.cache
+        out.print(
+            f"reply cache {c.path} ({c.mode}): {c.hits} hits, {c.misses} misses, {c.uncacheable} not cacheable, "
+            f"{c.stored} stored; {c.sent} requests sent",
+            soft_wrap=True,
+        )
     for warning in s.warnings():
         err.print(f"warning: {warning}", soft_wrap=True)  # one line, as errors are
     if s.steps_failed and not s.steps_scored:

@@ -73,6 +73,8 @@ def serve(
         cfg = load_config(config, overrides)
         check_bind(host, token)
         register_secret_env(cfg.backend.api_key_env)
+        if cfg.hindsight.api_key_env is not None:
+            register_secret_env(cfg.hindsight.api_key_env)
         register_secret_env(token_env)
 
         def ready(url: str) -> None:

@@ -66,6 +66,11 @@ VOLATILE_SETTINGS: frozenset[str] = frozenset(
         "backend.max_attempts",
         "backend.backoff_s",
         "backend.max_backoff_s",
+        "hindsight.base_url",
+        "hindsight.api_key_env",
+        "cache.mode",
+        "cache.path",
+        "cache.nondeterministic",
         "max_active_lanes",
         "fail_on_error",
         "ece_bins",
@@ -73,7 +78,7 @@ VOLATILE_SETTINGS: frozenset[str] = frozenset(
 )
 """Settings (dotted paths) that cannot change a result; they may differ between a run and its resume."""
 
-NEW_SECTIONS: tuple[str, ...] = ("bank.",)
+NEW_SECTIONS: tuple[str, ...] = ("bank.", "hindsight.model")
 """Settings (dotted-path prefixes) added after runs were first recorded: left out of the fingerprint while they
 hold their defaults, so that a run started before they existed still resumes (its defaults were the behaviour)."""
 

@@ -28,7 +28,7 @@ from ceb.pipeline.results import ResultWriter, StepRow
 from ceb.pipeline.resume import check_resumable
 from ceb.pipeline.reuse import SharedLane
 from ceb.pipeline.rundir import RunDir
-from ceb.pipeline.summary import BankSize, FailureBudget, Row, RunSummary, summary_doc
+from ceb.pipeline.summary import BankSize, FailureBudget, Row, RunSummary, cache_counts, labellers, summary_doc
 from ceb.progress import Progress
 from ceb.stages.assembly import Stages, build_critic, build_stages, lacks_endpoint, prompt_set
 from ceb.stages.methods import MethodSpec, resolve_method
@@ -125,7 +125,7 @@ async def _run_scoring(
     if resume:
         check_resumable(run, prints | {"limit": config.max_trajectories})
     plan = plan_lanes(streams, config, methods)
-    summary = RunSummary(run_dir=run.path)
+    summary = RunSummary(run_dir=run.path, hindsight_labellers=labellers(config))
     if resume:
         plan.restore(run, config, summary)
     critic_configs = config.critic_configs()
@@ -170,6 +170,7 @@ async def _run_scoring(
     finally:
         try:
             _save_banks(run, lanes, summary)
+            summary.cache = cache_counts(by_critic.values())
             summary.wall_s = time.perf_counter() - started
             if began:
                 run.write_summary(summary_doc(summary, outcome, error, started_at))
@@ -295,12 +296,13 @@ def _refuse_unavailable(
 
 
 async def _preflight(stages: Iterable[Stages]) -> None:
-    """Preflight each distinct endpoint backend of ``stages`` once (:meth:`ChatBackend.preflight`)."""
+    """Preflight each distinct endpoint of ``stages``, the critic's and the labeller's, once (``preflight``)."""
     seen: set[int] = set()
     for s in stages:
-        if s.chat is not None and id(s.chat) not in seen:
-            seen.add(id(s.chat))
-            await s.chat.preflight()
+        for chat in s.endpoints:
+            if id(chat) not in seen:
+                seen.add(id(chat))
+                await chat.preflight()
 
 
 async def _unset_emit(row: Row) -> None:

@@ -7,14 +7,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ceb.backends.cache import CacheCounts
+from ceb.config import RunConfig
 from ceb.errors import RunError
 from ceb.pipeline.results import HindsightRow, StepRow
 from ceb.pipeline.rundir import RunDir
+from ceb.stages.base import Stages
 from ceb.version import __version__
 
 __all__ = [
@@ -23,9 +27,12 @@ __all__ = [
     "SUMMARY_SCHEMA",
     "BankSize",
     "FailureBudget",
+    "Labeller",
     "Row",
     "RunSummary",
     "VoteCounts",
+    "cache_counts",
+    "labellers",
     "summary_doc",
 ]
 
@@ -61,6 +68,49 @@ class BankSize:
     critic: str
     records: int
     path: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Labeller:
+    """The hindsight labeller ``g_phi`` of one critic (an entry of ``summary.json``'s ``hindsight_labellers``).
+
+    Attributes:
+        critic: Critic label (``""`` for one).
+        backend: The labeller's backend name (``offline``: the model-free rules, no model).
+        model: The model name requests carried (``""`` without one).
+        base_url: Its endpoint root(s); empty for an in-process backend.
+    """
+
+    critic: str
+    backend: str
+    model: str
+    base_url: list[str]
+
+
+def labellers(config: RunConfig) -> list[Labeller]:
+    """Who labels each critic's banks under ``config``: ``hindsight``'s own endpoint, else the critic's."""
+    out = []
+    for label, cfg in config.critic_configs().items():
+        b = cfg.hindsight_backend() or cfg.backend
+        out.append(Labeller(label, b.name, b.served_model, list(b.base_urls)))
+    return out
+
+
+def cache_counts(stages: Iterable[Stages]) -> CacheCounts | None:
+    """The reply cache counts of ``stages``, summed over their distinct stores; ``None`` without a cache."""
+    stores = {id(s.cache): s.cache for s in stages if s.cache is not None}
+    if not stores:
+        return None
+    first = next(iter(stores.values())).counts
+    total = CacheCounts(mode=first.mode, path=first.path)
+    for store in stores.values():
+        c = store.counts
+        total.hits += c.hits
+        total.misses += c.misses
+        total.uncacheable += c.uncacheable
+        total.stored += c.stored
+        total.sent += c.sent
+    return total
 
 
 @dataclass
@@ -131,6 +181,11 @@ class RunSummary:
             ``steps_failed`` or ``steps_unavailable``, and no request of theirs in ``requests``. A resume writes
             every copy again, so they are never among the resumed rows.
         hindsight_votes: Per stream, the hindsight votes and pseudo-labels (:class:`VoteCounts`).
+        hindsight_labellers: Which model labelled the banks: per critic label, the labeller's backend, model and
+            base URL(s) (:func:`labellers`); the critic's own unless ``hindsight`` names another endpoint.
+        cache: What the reply cache did (:class:`~ceb.backends.cache.CacheCounts`: hits, misses, requests sent),
+            ``None`` when it is off. ``requests`` and the token counts include the recorded cost of answers
+            taken from the cache (their rows repeat it); ``cache.sent`` is what this call really sent.
     """
 
     run_dir: Path
@@ -151,6 +206,8 @@ class RunSummary:
     steps_abstained: int = 0
     steps_reused: int = 0
     hindsight_votes: dict[str, VoteCounts] = field(default_factory=dict)
+    hindsight_labellers: list[Labeller] = field(default_factory=list)
+    cache: CacheCounts | None = None
 
     def warnings(self) -> list[str]:
         """One sentence per stream whose pseudo-labels are (almost) all one class (:data:`ONE_CLASS_SHARE`)."""

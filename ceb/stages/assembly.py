@@ -14,8 +14,10 @@ apart in :mod:`ceb.backends`; this module is the only place that joins the two.
 from __future__ import annotations
 
 from ceb.backends.base import BACKENDS, ChatBackend, open_backend
+from ceb.backends.cache import ReplyCache
 from ceb.backends.scheduling import EndpointLimits
 from ceb.config import RunConfig
+from ceb.errors import ConfigError
 from ceb.stages.base import Critic, CriticInput, CriticResult, Stages
 from ceb.stages.critic import LLMCritic
 from ceb.stages.hindsight import LLMHindsight
@@ -40,6 +42,10 @@ __all__ = [
 def build_stages(config: RunConfig, limits: EndpointLimits | None = None) -> Stages:
     """Build the stages of ``config.backend.name`` over the backend it opens.
 
+    The labeller asks its own endpoint when ``hindsight`` names one (:meth:`RunConfig.hindsight_backend`), opened
+    the same way; else the critic's, as in the paper. With ``cache.mode`` not ``off`` the stages own the reply
+    cache (:mod:`ceb.backends.cache`), and every backend they open is wrapped in it.
+
     Args:
         config: The run's configuration.
         limits: The run's endpoint slots, shared by every backend it opens; private ones when ``None``.
@@ -48,10 +54,23 @@ def build_stages(config: RunConfig, limits: EndpointLimits | None = None) -> Sta
         ConfigError: Unknown backend, or a setting it needs is missing.
     """
     limits = limits or EndpointLimits()
-    chat = open_backend(config.backend, limits)
-    if chat is None:
-        return offline_stages(config, limits)
-    return llm_stages(config, chat, limits)
+    cache = ReplyCache.open(config.cache)
+    try:
+        chat = open_backend(config.backend, limits, cache)
+        stages = offline_stages(config, limits) if chat is None else llm_stages(config, chat, limits)
+        stages.cache = cache
+        labeller = config.hindsight_backend()
+        if labeller is not None:
+            own = stages.open_chat(labeller)
+            if own is None:
+                raise ConfigError(f"hindsight: backend {labeller.name!r} has no language model to label with")
+            stages.hindsight = LLMHindsight(own, prompt_set(config), config.hindsight)
+            stages.hindsight_chat = own
+    except BaseException:
+        if cache is not None:
+            cache.close()
+        raise
+    return stages
 
 
 def prompt_set(config: RunConfig) -> PromptSet:

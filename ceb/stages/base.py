@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypedDict
 
 from ceb.backends.base import ChatBackend, ChatResponse, open_backend
+from ceb.backends.cache import ReplyCache
 from ceb.backends.scheduling import EndpointLimits
 from ceb.bank import Retrieval
 from ceb.config import BackendConfig
@@ -274,8 +275,8 @@ class Hindsight(Protocol):
 class Stages:
     """A critic and a hindsight labeler ready to run, the endpoint they share (if any), and the run's slots.
 
-    Use as an async context manager: leaving it closes :attr:`chat` and every backend opened through
-    :meth:`open_chat` (the actor endpoint of the baselines).
+    Use as an async context manager: leaving it closes :attr:`chat`, every backend opened through
+    :meth:`open_chat` (the labeller's own endpoint, the actor endpoint of the baselines) and :attr:`cache`.
 
     Attributes:
         critic: The critic stage.
@@ -283,12 +284,18 @@ class Stages:
         chat: The critic's endpoint; ``None`` on a backend without a language model.
         limits: The run's endpoint slots, shared by :attr:`chat` and every backend opened through
             :meth:`open_chat`; ``chat``'s own slots when not given.
+        hindsight_chat: The labeller's endpoint when it has its own (``hindsight.base_url`` / ``model``,
+            opened through :meth:`open_chat`); ``None`` when it asks :attr:`chat`.
+        cache: The reply cache every backend of these stages is wrapped in (:mod:`ceb.backends.cache`), or
+            ``None``; owned by the stages.
     """
 
     critic: Critic
     hindsight: Hindsight
     chat: ChatBackend | None = None
     limits: EndpointLimits | None = None
+    hindsight_chat: ChatBackend | None = None
+    cache: ReplyCache | None = None
     _opened: dict[str, ChatBackend | None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -306,13 +313,22 @@ class Stages:
         """
         key = settings.model_dump_json()
         if key not in self._opened:
-            self._opened[key] = open_backend(settings, self.limits)
+            self._opened[key] = open_backend(settings, self.limits, self.cache)
         return self._opened[key]
+
+    @property
+    def endpoints(self) -> list[ChatBackend]:
+        """The backends the critic and the labeller ask (:attr:`chat`, then :attr:`hindsight_chat`): preflighted."""
+        return [b for b in (self.chat, self.hindsight_chat) if b is not None]
 
     async def __aenter__(self) -> Stages:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         opened, self._opened = [b for b in self._opened.values() if b is not None], {}
-        for backend in (*opened, *([self.chat] if self.chat is not None else [])):
-            await backend.aclose()
+        try:
+            for backend in (*opened, *([self.chat] if self.chat is not None else [])):
+                await backend.aclose()
+        finally:
+            if self.cache is not None:
+                self.cache.close()

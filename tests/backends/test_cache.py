@@ -1,0 +1,208 @@
+"""The reply cache (:mod:`ceb.backends.cache`): what is cached, what a hit returns, several writers at once."""
+
+import multiprocessing
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ceb.backends.base import ChatBackend, ChatRequest, Completion, RetryPolicy, TokenLogprob, TransientError
+from ceb.backends.cache import CachedBackend, ReplyCache, request_key
+from ceb.backends.scripted import ScriptedChat
+from ceb.config import BackendConfig, CacheConfig
+from ceb.stages.asking import ask as ask_until_readable
+
+pytestmark = pytest.mark.anyio
+
+SETTINGS = BackendConfig(name="openai", base_url="http://127.0.0.1:1/v1", model="m")
+
+
+def ask(text: str, **kw: object) -> ChatRequest:
+    return ChatRequest(messages=({"role": "user", "content": text},), **kw)  # type: ignore[arg-type]
+
+
+def store(tmp_path: Path, mode: str = "read-write", **kw: object) -> ReplyCache:
+    cache = ReplyCache.open(CacheConfig(mode=mode, path=tmp_path / "c.sqlite", **kw))  # type: ignore[arg-type]
+    assert cache is not None
+    return cache
+
+
+async def test_a_deterministic_request_is_answered_from_the_cache_without_a_request(tmp_path):
+    inner = ScriptedChat(lambda r: f"reply to {r.messages[0]['content']}")
+    cache = store(tmp_path)
+    chat = CachedBackend(inner, cache, SETTINGS)
+    first = await chat.complete(ask("a"))
+    again = await chat.complete(ask("a"))
+    assert len(inner.requests) == 1
+    assert again.completion == first.completion and again.attempts == first.attempts == 1
+    assert again.queue_s == 0.0
+    seeded = ask("b", temperature=0.7, seed=3)  # an explicit seed makes a sampled request repeatable
+    await chat.complete(seeded)
+    await chat.complete(seeded)
+    assert len(inner.requests) == 2
+    c = cache.counts
+    assert (c.hits, c.misses, c.uncacheable, c.stored, c.sent) == (2, 2, 0, 2, 2)
+    cache.close()
+
+
+async def test_sampled_requests_are_cached_only_when_opted_in(tmp_path):
+    inner = ScriptedChat(lambda r: "x")
+    cache = store(tmp_path)
+    chat = CachedBackend(inner, cache, SETTINGS)
+    for _ in range(2):
+        await chat.complete(ask("a", temperature=0.7))
+    assert len(inner.requests) == 2 and cache.counts.uncacheable == 2 and len(cache) == 0
+    cache.close()
+    opted = store(tmp_path, nondeterministic=True)
+    chat = CachedBackend(inner, opted, SETTINGS)
+    for _ in range(2):
+        await chat.complete(ask("a", temperature=0.7))
+    assert len(inner.requests) == 3 and opted.counts.hits == 1
+    opted.close()
+
+
+async def test_read_mode_uses_entries_and_writes_none(tmp_path):
+    inner = ScriptedChat(lambda r: "x")
+    writer = store(tmp_path)
+    await CachedBackend(inner, writer, SETTINGS).complete(ask("a"))
+    writer.close()
+    reader = store(tmp_path, mode="read")
+    chat = CachedBackend(inner, reader, SETTINGS)
+    await chat.complete(ask("a"))
+    await chat.complete(ask("b"))
+    await chat.complete(ask("b"))
+    assert [r.messages[0]["content"] for r in inner.requests] == ["a", "b", "b"]
+    assert len(reader) == 1 and reader.counts.hits == 1 and reader.counts.stored == 0
+    reader.close()
+
+
+async def test_a_failed_request_is_never_cached(tmp_path):
+    calls = []
+
+    def flaky(r: ChatRequest) -> str:
+        calls.append(r)
+        if len(calls) <= 2:
+            raise TransientError("503 busy")
+        return "ok"
+
+    inner = ScriptedChat(flaky, retry=RetryPolicy(max_attempts=2, backoff_s=0, max_backoff_s=0))
+    cache = store(tmp_path)
+    chat = CachedBackend(inner, cache, SETTINGS)
+    with pytest.raises(TransientError):
+        await chat.complete(ask("a"))
+    assert len(cache) == 0 and cache.counts.sent == 2
+    assert (await chat.complete(ask("a"))).completion.texts == ("ok",)
+    assert (await chat.complete(ask("a"))).completion.texts == ("ok",)
+    assert len(calls) == 3 and len(cache) == 1
+    cache.close()
+
+
+async def test_the_key_is_the_whole_request_and_the_endpoints_model_and_url(tmp_path):
+    request = ask("a")
+    other_model = SETTINGS.model_copy(update={"model": "m2"})
+    other_url = SETTINGS.model_copy(update={"base_url": "http://127.0.0.1:2/v1"})
+    keys = {
+        request_key(request, identity)
+        for identity in (
+            {"model": "m", "base_url": ["u"]},
+            {"model": "m2", "base_url": ["u"]},
+            {"model": "m", "base_url": ["v"]},
+        )
+    }
+    assert len(keys) == 3
+    assert request_key(ask("a", stage="critic"), {}) == request_key(ask("a", stage="hindsight"), {})  # not sent
+    assert request_key(ask("a", max_tokens=5), {}) != request_key(ask("a", max_tokens=6), {})
+    assert request_key(ask("a", extra={"echo": True}), {}) != request_key(ask("a"), {})
+    inner = ScriptedChat(lambda r: "x")
+    cache = store(tmp_path)
+    for settings in (SETTINGS, other_model, other_url, SETTINGS):
+        await CachedBackend(inner, cache, settings).complete(request)
+    assert len(inner.requests) == 3
+    cache.close()
+
+
+class LogprobChat(ChatBackend):
+    """Answers with log-probs of both kinds, to check that a stored reply comes back equal."""
+
+    def __init__(self) -> None:
+        super().__init__(endpoint="lp://", retry=RetryPolicy(backoff_s=0, max_backoff_s=0))
+        self.calls = 0
+
+    async def _complete(self, request: ChatRequest, endpoint: str) -> Completion:
+        self.calls += 1
+        token = TokenLogprob("0", -0.1053605156578263, (("0", -0.1053605156578263), ("1", -2.3)), None)
+        return Completion(
+            texts=("0", "1"),
+            prompt_tokens=7,
+            completion_tokens=2,
+            model="m",
+            logprobs=((token,), None),
+            prompt_logprobs=(None, TokenLogprob("hi", -1.5, (("hi", -1.5),), 1)),
+        )
+
+
+async def test_log_probabilities_come_back_from_the_cache_exactly(tmp_path):
+    inner = LogprobChat()
+    cache = store(tmp_path)
+    first = await CachedBackend(inner, cache, SETTINGS).complete(ask("a", n=2, logprobs=True))
+    cache.close()
+    reopened = store(tmp_path)
+    again = await CachedBackend(inner, reopened, SETTINGS).complete(ask("a", n=2, logprobs=True))
+    assert inner.calls == 1 and again.completion == first.completion
+    reopened.close()
+
+
+def _writer(path: str, worker: int, n: int) -> None:
+    """One process storing ``n`` entries, half of them under keys every worker writes too."""
+    import anyio
+
+    async def main() -> None:
+        cache = ReplyCache.open(CacheConfig(mode="read-write", path=Path(path)))
+        assert cache is not None
+        chat = CachedBackend(ScriptedChat(lambda r: r.messages[0]["content"]), cache, SETTINGS)
+        for i in range(n):
+            shared = i % 2 == 0
+            await chat.complete(ask(f"shared {i}" if shared else f"worker {worker} item {i}"))
+        cache.close()
+
+    anyio.run(main)
+
+
+def test_several_processes_write_one_cache_at_once_and_every_entry_reads_back(tmp_path):
+    path = tmp_path / "shared.sqlite"
+    workers, n = 4, 40
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(str(path), w, n)) for w in range(workers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    assert [p.exitcode for p in procs] == [0] * workers  # no process failed (a locked database would raise)
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    keys = [k for (k,) in db.execute("SELECT key FROM replies")]
+    db.close()
+    assert len(keys) == n // 2 + workers * n // 2  # each shared key once, each private one once
+    reader = ReplyCache.open(CacheConfig(mode="read", path=path))
+    assert reader is not None
+    for key in keys:
+        hit = reader.get(key)
+        assert hit is not None and len(hit.completion.texts) == 1
+    reader.close()
+
+
+async def test_an_unreadable_reply_is_cached_and_its_re_ask_is_its_own_entry(tmp_path):
+    def reply(r: ChatRequest) -> str:
+        return "0.7" if len(r.messages) > 1 else "no number here"  # the re-ask carries the bad reply and a fix
+
+    def parse(raw: str) -> float:
+        return float(raw)
+
+    inner = ScriptedChat(reply)
+    cache = store(tmp_path)
+    chat = CachedBackend(inner, cache, SETTINGS)
+    first = await ask_until_readable(chat, ask("score it"), parse, format_retries=2)
+    again = await ask_until_readable(chat, ask("score it"), parse, format_retries=2)
+    assert first.value == again.value == 0.7 and first.stats.requests == again.stats.requests == 2
+    assert len(inner.requests) == 2 and len(cache) == 2 and cache.counts.hits == 2
+    cache.close()
