@@ -33,9 +33,9 @@ import orjson
 from aiohttp import web
 
 from ceb.backends.openai import REQUEST_ID_HEADER
-from ceb.backends.server_metrics import ServerMetrics, parse_metrics
 from ceb.bench.options import add_server_options, bench_parser, check_server_options, run_and_save, tiny_vllm_servers
 from ceb.bench.pipeline import load_intercode_streams
+from ceb.bench.server_admin import reset_prefix_cache, server_metrics
 from ceb.config import RunConfig, load_config
 from ceb.data.trajectory import Trajectory
 from ceb.pipeline import run_scoring
@@ -275,17 +275,6 @@ def _config(base_url: str, model: str, s: PrefixCacheSettings) -> RunConfig:
     )
 
 
-async def _metrics(session: aiohttp.ClientSession, root: str) -> ServerMetrics:
-    async with session.get(f"{root}/metrics") as resp:
-        resp.raise_for_status()
-        return parse_metrics(await resp.text())
-
-
-async def _reset_cache(session: aiohttp.ClientSession, root: str) -> bool:
-    async with session.post(f"{root}/reset_prefix_cache") as resp:
-        return resp.status == 200
-
-
 def _share(part: float, whole: float) -> float | None:
     """``part / whole``; ``None`` for an empty whole."""
     return part / whole if whole else None
@@ -392,8 +381,8 @@ async def run_prefix_cache_bench(
     """
     root = root.rstrip("/")
     async with aiohttp.ClientSession() as session:
-        reset = await _reset_cache(session, root)
-        before = await _metrics(session, root)
+        reset = await reset_prefix_cache(session, root)
+        before = await server_metrics(session, root)
         if before.prefix_cache_queries is None or before.block_size is None:
             raise RuntimeError(f"{root}/metrics has no prefix-cache counters or block size: is prefix caching on?")
         started = time.perf_counter()
@@ -403,7 +392,7 @@ async def run_prefix_cache_bench(
                 config = _config(proxy_url, model, settings)
                 summary = await run_scoring(streams, config, work, on_row=on_row, on_start=on_start)
         wall_s = time.perf_counter() - started
-        after = await _metrics(session, root)
+        after = await server_metrics(session, root)
     assert after.prefix_cache_queries is not None and after.prefix_cache_hits is not None
     queries = after.prefix_cache_queries - before.prefix_cache_queries
     hits = after.prefix_cache_hits - (before.prefix_cache_hits or 0.0)

@@ -27,10 +27,10 @@ from typing import Any
 
 import aiohttp
 
-from ceb.backends.server_metrics import ServerMetrics, parse_metrics
 from ceb.bench.machine import machine_info
 from ceb.bench.options import bench_parser, require_checkout, run_and_save, tiny_vllm_servers
 from ceb.bench.pipeline import load_intercode_streams
+from ceb.bench.server_admin import reset_prefix_cache, server_metrics
 from ceb.config import RunConfig, load_config
 from ceb.data.trajectory import Trajectory
 from ceb.pipeline import run_scoring
@@ -130,18 +130,6 @@ def _config(
     )
 
 
-async def _metrics(session: aiohttp.ClientSession, root: str) -> ServerMetrics:
-    async with session.get(f"{root}/metrics") as resp:
-        resp.raise_for_status()
-        return parse_metrics(await resp.text())
-
-
-async def _reset(session: aiohttp.ClientSession, root: str) -> bool:
-    """Empty the server's prefix cache (``VLLM_SERVER_DEV_MODE=1`` servers only); whether it did."""
-    async with session.post(f"{root}/reset_prefix_cache") as resp:
-        return resp.status == 200
-
-
 async def _score(
     streams: Mapping[str, Sequence[Trajectory]], config: RunConfig, run_dir: Path
 ) -> tuple[float, int, int]:
@@ -175,7 +163,7 @@ async def run_priority_bench(
     async with aiohttp.ClientSession() as session:
         for i in range(settings.repeats):
             for arm in ("off", "on"):
-                reset = await _reset(session, root)
+                reset = await reset_prefix_cache(session, root)
                 config = _config(
                     [f"{root}/v1"],
                     model,
@@ -234,8 +222,8 @@ async def run_affinity_bench(
     async with aiohttp.ClientSession() as session:
         for i in range(settings.repeats):
             for arm in ("least_outstanding", "affinity"):
-                reset = [await _reset(session, r) for r in roots]
-                before = [await _metrics(session, r) for r in roots]
+                reset = [await reset_prefix_cache(session, r) for r in roots]
+                before = [await server_metrics(session, r) for r in roots]
                 config = _config(
                     [f"{r}/v1" for r in roots],
                     model,
@@ -248,7 +236,7 @@ async def run_affinity_bench(
                     settings.votes,
                 )
                 wall, scored, failed = await _score(streams, config, work / f"affinity-{arm}-{i}")
-                after = [await _metrics(session, r) for r in roots]
+                after = [await server_metrics(session, r) for r in roots]
                 replicas: list[dict[str, Any]] = []
                 for root, b, a in zip(roots, before, after, strict=True):
                     if None in (b.prefix_cache_queries, b.prefix_cache_hits, a.prefix_cache_queries):

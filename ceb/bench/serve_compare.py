@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import anyio
 import orjson
 
@@ -49,6 +50,7 @@ from ceb.bench.options import (
     tiny_vllm_servers,
 )
 from ceb.bench.pipeline import load_intercode_streams
+from ceb.bench.server_admin import reset_prefix_cache
 from ceb.bench.stats import summarize
 from ceb.config import load_config
 from ceb.data.trajectory import Trajectory
@@ -301,14 +303,20 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     prompts = prompts[: args.num_prompts] if args.num_prompts else prompts
     n = len(prompts)
     runs: list[dict[str, Any]] = []
-    with contextlib.ExitStack() as stack:
+    naive: dict[str, Any] | None = None
+    async with contextlib.AsyncExitStack() as stack:
         if args.tiny:
             (server,) = stack.enter_context(tiny_vllm_servers(work))
             base_url, model, tokenizer = server.base_url, server.model, str(tiny_model())
         else:
             base_url, model, tokenizer = args.base_url, args.model, args.tokenizer or args.model
+        root = base_url.removesuffix("/").removesuffix("/v1")
+        session = await stack.enter_async_context(aiohttp.ClientSession())
+        resets: list[bool] = []
         for rnd in range(args.rounds):
             for side in ("ceb", "vllm") if rnd % 2 == 0 else ("vllm", "ceb"):
+                # Each arm from an empty prefix cache: the arm after another one would find its prompts cached.
+                resets.append(await reset_prefix_cache(session, root))
                 if side == "ceb":
                     outcomes, duration = await run_ceb_client(
                         prompts, base_url, model, max_concurrency=args.concurrency, output_len=args.output_len
@@ -330,18 +338,18 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     f"{fig['request_throughput']:.2f} req/s, {fig['output_throughput']:.0f} out tok/s, "
                     f"TTFT median {fig['median_ttft_ms']:.0f} ms, E2EL median {fig['median_e2el_ms']:.0f} ms"
                 )
-    naive: dict[str, Any] | None = None
-    if args.naive_prompts:
-        # The naive way, in the same run: one request at a time (no concurrency) on the first prompts.
-        subset = prompts[: args.naive_prompts]
-        outcomes, duration = await run_ceb_client(
-            subset, base_url, model, max_concurrency=1, output_len=args.output_len
-        )
-        naive = metrics(outcomes, duration)
-        print(
-            f"naive (one at a time): {naive['completed']} ok {naive['failed']} failed, "
-            f"{naive['request_throughput']:.2f} req/s, {naive['total_token_throughput']:.0f} tok/s"
-        )
+        if args.naive_prompts:
+            # The naive way, in the same run: one request at a time (no concurrency) on the first prompts.
+            resets.append(await reset_prefix_cache(session, root))
+            subset = prompts[: args.naive_prompts]
+            outcomes, duration = await run_ceb_client(
+                subset, base_url, model, max_concurrency=1, output_len=args.output_len
+            )
+            naive = metrics(outcomes, duration)
+            print(
+                f"naive (one at a time): {naive['completed']} ok {naive['failed']} failed, "
+                f"{naive['request_throughput']:.2f} req/s, {naive['total_token_throughput']:.0f} tok/s"
+            )
     med = {  # medians over rounds
         side: {k: summarize(r[k] for r in runs if r["side"] == side and k in r).p50 for k in KEYS}
         for side in ("ceb", "vllm")
@@ -373,6 +381,7 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return {
         "benchmark": "vs-vllm",
         "naive": naive,
+        "prefix_cache_reset_before_each_arm": all(resets),
         "target": TARGET,
         "server": "tiny" if args.tiny else base_url,
         "prompts": n,
