@@ -200,7 +200,11 @@ def _sigterm_as_ctrl_c() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # raises KeyboardInterrupt
+    # SIGTERM is passed on as SIGINT, so the event loop's own Ctrl-C handling (anyio's runner) takes it: the first
+    # cancels the run's main task, whose cleanup writes summary.json, then KeyboardInterrupt is raised. Raising
+    # KeyboardInterrupt from this handler instead landed at any bytecode, inside the loop's own machinery too, and
+    # on a loaded machine a run so stopped sometimes never exited.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))
     try:
         yield
     finally:
