@@ -163,12 +163,14 @@ async def test_alt_label_columns_reach_the_rows_for_evaluation_only(tmp_path):
     assert not any("relabel_zq" in m["content"] for r in chat.requests for m in r.messages)
 
 
-async def test_summary_counts_votes_per_stream_and_warns_when_the_pseudo_labels_are_one_class(tmp_path):
-    def all_productive(request: ChatRequest) -> str:
-        if request.stage == "critic":
-            return default_reply(request)
-        return orjson.dumps({"labels": [1] * n_steps_of(request)}).decode()
+def all_productive(request: ChatRequest) -> str:
+    """Hindsight votes every step productive (as SmolLM2-135M nearly did); the critic answers its default."""
+    if request.stage == "critic":
+        return default_reply(request)
+    return orjson.dumps({"labels": [1] * n_steps_of(request)}).decode()
 
+
+async def test_summary_counts_votes_per_stream_and_warns_when_the_pseudo_labels_are_one_class(tmp_path):
     config = load_config(overrides={"methods": ["ceb"], "ceb": {"votes": 3}})
     stages, _ = llm_stages(all_productive, config)
     # 8 trajectories x 3 steps = 24 pseudo-labels per stream, every one 1.
@@ -187,11 +189,6 @@ async def test_summary_counts_votes_per_stream_and_warns_when_the_pseudo_labels_
 
 
 async def test_a_short_run_is_not_flagged_one_class(tmp_path):
-    def all_productive(request: ChatRequest) -> str:
-        if request.stage == "critic":
-            return default_reply(request)
-        return orjson.dumps({"labels": [1] * n_steps_of(request)}).decode()
-
     config = load_config(overrides={"methods": ["ceb"], "ceb": {"votes": 3}})
     stages, _ = llm_stages(all_productive, config)
     summary = await run_scoring({"s": stream(2)}, config, tmp_path, stages=stages)  # 6 pseudo-labels, under 20

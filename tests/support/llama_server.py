@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.vllm_server import _free_port, _healthy, _stop, _tail
+from tests.support.vllm_server import _free_port, serve_process
 
 __all__ = ["LAUNCH", "LLAMA_MODEL_NAME", "LLAMA_PYTHON_ENV", "LlamaServer", "serve_llama_cpp"]
 
@@ -115,16 +113,5 @@ def serve_llama_cpp(
         "0",
     ]
     base = f"http://127.0.0.1:{port}"
-    started = time.monotonic()
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ), start_new_session=True)
-    try:
-        while not _healthy(f"{base}/v1/models"):
-            if proc.poll() is not None:
-                raise RuntimeError(f"llama_cpp.server exited with {proc.returncode} before it was ready:\n{_tail(log)}")
-            if time.monotonic() - started > ready_timeout_s:
-                raise RuntimeError(f"llama_cpp.server was not ready after {ready_timeout_s:.0f}s:\n{_tail(log)}")
-            time.sleep(1.0)
-        yield LlamaServer(f"{base}/v1", LLAMA_MODEL_NAME, log, time.monotonic() - started)
-    finally:
-        _stop(proc)
+    with serve_process(cmd, dict(os.environ), log, f"{base}/v1/models", "llama_cpp.server", ready_timeout_s) as start_s:
+        yield LlamaServer(f"{base}/v1", LLAMA_MODEL_NAME, log, start_s)

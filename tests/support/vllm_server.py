@@ -47,7 +47,16 @@ def cpu_env(kv_cache_gib: int = 1) -> dict[str, str]:
     }
 
 
-__all__ = ["MODEL_NAME", "REAL_MODEL_NAME", "VLLM_PYTHON", "VLLM_VENV", "VLLMServer", "cpu_env", "serve_vllm"]
+__all__ = [
+    "MODEL_NAME",
+    "REAL_MODEL_NAME",
+    "VLLM_PYTHON",
+    "VLLM_VENV",
+    "VLLMServer",
+    "cpu_env",
+    "serve_process",
+    "serve_vllm",
+]
 
 VLLM_VENV = Path(os.environ.get("CEB_VLLM_VENV", REPO / ".venv-vllm"))
 """The server's virtual environment (``.ci/install-vllm`` builds it)."""
@@ -186,16 +195,32 @@ def serve_vllm(
     if dev_mode:
         env["VLLM_SERVER_DEV_MODE"] = "1"
     base = f"http://127.0.0.1:{port}"
+    with serve_process(cmd, env, log, f"{base}/health", "vLLM", ready_timeout_s) as start_s:
+        yield VLLMServer(f"{base}/v1", model_name, log, start_s)
+
+
+@contextlib.contextmanager
+def serve_process(
+    cmd: Sequence[str], env: dict[str, str], log: Path, health_url: str, what: str, ready_timeout_s: float
+) -> Iterator[float]:
+    """Start server ``cmd`` in its own process group, logging to ``log``; wait until ``health_url`` answers 200.
+
+    Yields the seconds the start took; stops the whole group on exit (:func:`_stop`).
+
+    Raises:
+        RuntimeError: The server (``what``, for the message) exited or was not ready in ``ready_timeout_s``
+            seconds; the message ends with its log's tail.
+    """
     started = time.monotonic()
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        while not _healthy(f"{base}/health"):
+        while not _healthy(health_url):
             if proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {proc.returncode} before it was ready:\n{_tail(log)}")
+                raise RuntimeError(f"{what} exited with {proc.returncode} before it was ready:\n{_tail(log)}")
             if time.monotonic() - started > ready_timeout_s:
-                raise RuntimeError(f"vLLM was not ready after {ready_timeout_s:.0f}s:\n{_tail(log)}")
+                raise RuntimeError(f"{what} was not ready after {ready_timeout_s:.0f}s:\n{_tail(log)}")
             time.sleep(1.0)
-        yield VLLMServer(f"{base}/v1", model_name, log, time.monotonic() - started)
+        yield time.monotonic() - started
     finally:
         _stop(proc)
