@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -165,6 +166,10 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, Mapping):
         return dict(value)
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+_VALIDATION_ERROR = re.compile(r"\b\d+ validation errors?\b")
+"""Pydantic's "1 validation error" / "2 validation errors for ...": a request the server's model refused."""
 
 
 class OpenAIBackend(ChatBackend):
@@ -495,6 +500,10 @@ class OpenAIBackend(ChatBackend):
             self.send_priority = False
             log.warning("the server refuses the priority field; sending requests without it", endpoint=endpoint)
             return TransientError(f"{status} from {endpoint}: {message} (retrying without priority)")
+        if status == 500 and _VALIDATION_ERROR.search(message):
+            # A server that answers its request model's validation error with a 500 (llama-cpp-python) would
+            # refuse the same body again: sending it again only costs the retries (six, before this).
+            return BackendError(f"{status} from server, a request validation error (not retried): {message}")
         if status == 429 or status >= 500:
             return TransientError(f"{status} from {endpoint}: {message}", retry_after=wait)
         if status in (401, 403, 404):

@@ -263,6 +263,17 @@ async def test_5xx_is_retried(openai_server: OpenAITestServer, status: int) -> N
 
 
 @pytest.mark.anyio
+async def test_a_500_that_is_a_request_validation_error_is_not_retried(openai_server: OpenAITestServer) -> None:
+    # llama-cpp-python answers its request model's validation error with a 500; the same body fails the same way.
+    message = "1 validation error:\n  {'type': 'missing', 'loc': ('body', 'messages')}"
+    openai_server.responder = _always(Reply.error(500, body={"error": {"message": message}}))
+    async with OpenAIBackend(_settings(openai_server), retry=NO_WAIT) as backend:
+        with pytest.raises(BackendError, match="500 from server, a request validation error \\(not retried\\)"):
+            await backend.complete(ChatRequest(messages=MESSAGES))
+    assert len(openai_server.requests) == 1
+
+
+@pytest.mark.anyio
 async def test_400_is_not_retried(openai_server: OpenAITestServer) -> None:
     openai_server.responder = _always(Reply.error(400, body={"error": {"message": "bad schema"}}))
     async with OpenAIBackend(_settings(openai_server), retry=NO_WAIT) as backend:
