@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import ceb
 from ceb.bench.machine import machine_info
 from ceb.bench.options import bench_parser
 from ceb.bench.result_files import save_results
@@ -111,7 +110,7 @@ def time_sizes(
         if not path.exists():
             write_trajectory(path, n)
         # The child imports ceb from `root` alone: run from `work`, since `python -c` puts its working folder first.
-        root = checkout if checkout is not None else Path(ceb.__file__).resolve().parents[1]
+        root = checkout if checkout is not None else Path(__file__).resolve().parents[2]  # holds ceb/
         env = dict(os.environ, PYTHONPATH=str(root))
         runs_of_n = repeats or repeats_for(n)
         proc = subprocess.run(
