@@ -103,7 +103,7 @@ def relabel(
     if out_file.exists() and not overwrite:
         raise fail(f"{out_file} exists; give --overwrite to replace it")
     trajectories = read_stream([stream])
-    require_references(trajectories, stream)
+    require_references(trajectories)  # before the endpoint is opened: a refused stream costs no request
     prompts = PromptSet(cfg.prompts.prompt_dir, cfg.prompts)
     register_secret_env(cfg.backend.api_key_env)
     out_file.parent.mkdir(parents=True, exist_ok=True)

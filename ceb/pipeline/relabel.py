@@ -47,24 +47,24 @@ class RelabelSummary:
     stats: CallStats = field(default_factory=CallStats)
 
 
-def require_references(trajectories: Sequence[Trajectory], path: str | Path) -> None:
+def require_references(trajectories: Sequence[Trajectory]) -> None:
     """Refuse a stream with a step that carries no reference action: the judge would have nothing to compare with.
 
     Raises:
-        DataError: One line naming ``path`` and its line, the first trajectory lacking a reference and its step.
+        DataError: One line naming the file and line (the trajectory's ``source``), the first trajectory lacking
+            a reference, and its step.
     """
     missing = first_without_reference(trajectories)
     if missing is not None:
         trajectory, t = missing
-        line = trajectory.source.rpartition(":")[2]
+        path, _, line = trajectory.source.rpartition(":")
         message = (
             f"no reference action (an observation starting {REFERENCE_OBSERVATION.strip()!r}, as the Mind2Web and "
             f"AMEX converters write it); the judge compares each step with the dataset's reference, so a stream "
             f"without one (InterCode) cannot be relabelled"
         )
-        raise DataError(
-            Problem(str(path), int(line) if line.isdigit() else 0, f"steps[{t}].observation", message, trajectory.id, t)
-        )
+        lineno = int(line) if line.isdigit() else 0
+        raise DataError(Problem(path or "<stream>", lineno, f"steps[{t}].observation", message, trajectory.id, t))
 
 
 def _with_label(trajectory: Trajectory, name: str, labels: tuple[int, ...]) -> Trajectory:
@@ -99,9 +99,11 @@ async def relabel_stream(
         concurrency: Requests in flight at once (``backend.max_concurrency``; the backend's slots still apply).
 
     Raises:
+        DataError: A step has no reference action (:func:`require_references`); nothing is asked.
         FatalBackendError: The endpoint refuses every request; nothing is written.
         OSError: ``out`` cannot be written.
     """
+    require_references(trajectories)
     judge = LLMJudge(chat, prompts)
     results: list[Trajectory] = list(trajectories)
     unreadable: list[tuple[str, str]] = []
