@@ -272,6 +272,7 @@ REPEATED_BASENAMES: dict[str, str] = {
     "grid.py": "as export.py",
     "metrics.py": "as export.py (ECE and friends: eval/metrics.py; the vLLM server's own are server_metrics.py)",
     "report.py": "as export.py",
+    "relabel.py": "as export.py (the LLM judge's batch: pipeline/relabel.py; its command: cli/relabel.py)",
     "bank.py": "a benchmark (bench/X.py) named after what it measures",
     "faults.py": "as bank.py",
     "readout.py": "as bank.py",

@@ -3,7 +3,8 @@
 Lanes (stream x order x method x critic) run in strict stream order, many at once (a method without a bank has
 one lane for all orders of a stream, :mod:`ceb.pipeline.reuse`). :mod:`~ceb.pipeline.planning` decides the
 lanes, :mod:`~ceb.pipeline.runner` executes them, and :class:`~ceb.pipeline.rundir.RunDir` owns the run
-directory they write. The live gate is :mod:`ceb.gate`.
+directory they write. :mod:`~ceb.pipeline.relabel` is ``ceb relabel``'s batch (an LLM judge's labels into a new
+stream). The live gate is :mod:`ceb.gate`.
 """
 
 from ceb.pipeline.lane import Lane

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from ceb.cli import app
 from ceb.cli._common import EXIT_ERROR, EXIT_FAILED
 from ceb.data import write_stream
+from ceb.data.converters import REFERENCE_OBSERVATION
 from tests.support.builders import step, trajectory
 
 runner = CliRunner()
@@ -49,6 +50,8 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("fuzz")
     stream = root / "s.jsonl"
     write_stream(stream, [trajectory(f"t{i}", step("ls", "a", label=1), step("rm x", "b", label=0)) for i in range(3)])
+    web = root / "web.jsonl"  # with reference actions: relabel's cases get past its refusal to the endpoint
+    write_stream(web, [trajectory("w", step("[CLICK] a", REFERENCE_OBSERVATION + "[a] x -> CLICK", label=1))])
     run = root / "run"
     result = runner.invoke(app, ["score", str(stream), "--out", str(run)])
     assert result.exit_code == 0, result.output
@@ -57,7 +60,7 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (root / "garbage.json").write_text('{"ceb": {"votes": ')
     (root / "garbage.toml").write_text("[ceb\nvotes = = 3\n")
     (root / "empty").mkdir()
-    return {"root": root, "stream": stream, "run": run, "grid": grid}
+    return {"root": root, "stream": stream, "web": web, "run": run, "grid": grid}
 
 
 def _valid(path: tuple[str, ...], place: dict[str, Path], case: Path) -> list[str]:
@@ -70,6 +73,16 @@ def _valid(path: tuple[str, ...], place: dict[str, Path], case: Path) -> list[st
         ("report",): [str(place["run"]), "--out", str(case / "report")],
         ("export",): [str(place["run"]), "--out", str(case / "scores.csv")],
         ("doctor",): ["--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--timeout", "2"],
+        # Nothing listens on port 9: the preflight refuses at once (exit 2), after every option is read.
+        ("relabel",): [
+            str(place["web"]),
+            "--out",
+            str(case / "j.jsonl"),
+            "--model",
+            "m",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+        ],
         ("serve",): ["--in-memory", "--port", "0"],
         ("sim-server",): ["--port", "0"],
         ("convert", "intercode"): ["--root", str(root / "empty"), "--out", str(case / "streams")],
@@ -129,7 +142,7 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_every_command_is_fuzzed_but_bench() -> None:
     assert {path[0] for path in FUZZED} == {
-        "score", "grid", "metrics", "doctor", "sim-server", "report", "export", "serve", "convert"
+        "score", "grid", "metrics", "doctor", "sim-server", "report", "export", "serve", "convert", "relabel"
     }  # fmt: skip
     assert all(not command.params for path, command in COMMANDS.items() if path[0] == "bench")
 

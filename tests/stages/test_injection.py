@@ -25,6 +25,7 @@ from ceb.backends.base import RetryPolicy
 from ceb.backends.scripted import ScriptedChat
 from ceb.bank import BankRecord, Hit, Retrieval
 from ceb.config import CriticConfig, PromptConfig
+from ceb.data.converters import REFERENCE_OBSERVATION
 from ceb.data.trajectory import Step, Trajectory
 from ceb.stages import (
     CriticInput,
@@ -37,6 +38,7 @@ from ceb.stages import (
     parse_labels,
     parse_score,
 )
+from ceb.stages.judge import LLMJudge
 from ceb.stages.templates import CLIP_MARKER, DATA_INDENT, fence
 
 FAMILIES = ("shell", "sql", "web", "mobile", "generic")
@@ -142,6 +144,25 @@ HINDSIGHT_FIELDS: dict[str, tuple[Callable[[Trajectory, str], Trajectory], str]]
     },
 }
 
+JUDGE_FIELDS: dict[str, tuple[Callable[[Trajectory, str], Trajectory], str]] = {
+    "task": (lambda t, x: replace(t, task=x), "task_chars"),
+    "action": (lambda t, x: replace(t, steps=(t.steps[0], replace(t.steps[1], action=x))), "action_chars"),
+    "reasoning": (lambda t, x: replace(t, steps=(t.steps[0], replace(t.steps[1], reasoning=x))), "action_chars"),
+    "reference": (
+        lambda t, x: replace(t, steps=(t.steps[0], replace(t.steps[1], observation=REFERENCE_OBSERVATION + x))),
+        "action_chars",
+    ),
+}
+"""The judge of ``ceb relabel`` (:mod:`ceb.stages.judge`): what it shows of a stream with reference actions."""
+
+
+def judged_trajectory(domain: str) -> Trajectory:
+    steps = (
+        Step(state="", action="[CLICK] a", observation=REFERENCE_OBSERVATION + "[a] x -> CLICK"),
+        Step(state="", action="[TYPE] b", observation=REFERENCE_OBSERVATION + "[b] y -> TYPE: z", reasoning="fill"),
+    )
+    return Trajectory(id="t", task="find the python file", domain=domain, steps=steps)
+
 
 def trajectory(domain: str) -> Trajectory:
     steps = (
@@ -156,12 +177,15 @@ def render(stage: str, domain: str, field: str, text: str) -> tuple[dict[str, st
     if stage == "critic":
         put, _ = CRITIC_FIELDS[field]
         return PROMPTS.messages(domain, "critic", critic_context(put(critic_input(domain), text)))
+    if stage == "judge":
+        put_j, _ = JUDGE_FIELDS[field]
+        return LLMJudge(ScriptedChat(lambda request: ""), PROMPTS).messages(put_j(judged_trajectory(domain), text))
     put_h, _ = HINDSIGHT_FIELDS[field]
     return PROMPTS.messages(domain, "hindsight", hindsight_context(put_h(trajectory(domain), text)))
 
 
 def budget(stage: str, field: str) -> int:
-    name = (CRITIC_FIELDS if stage == "critic" else HINDSIGHT_FIELDS)[field][1]
+    name = {"critic": CRITIC_FIELDS, "judge": JUDGE_FIELDS}.get(stage, HINDSIGHT_FIELDS)[field][1]
     value = getattr(LIMITS, name)
     assert isinstance(value, int)
     return value
@@ -174,6 +198,8 @@ def structure(text: str) -> list[str]:
 
 def assert_fenced(stage: str, domain: str, field: str, payload: str) -> None:
     """Rendering ``payload`` in ``field`` keeps the prompt's structure of a harmless rendering, line for line."""
+    if (stage, field) == ("judge", "reference") and not payload.strip():
+        return  # a blank reference is no reference: `ceb relabel` refuses the stream before any prompt
     benign = render(stage, domain, field, SENTINEL)
     hostile = render(stage, domain, field, payload)
 
@@ -194,7 +220,11 @@ def assert_fenced(stage: str, domain: str, field: str, payload: str) -> None:
         assert shown in hostile[1]["content"], "the value is not shown as fenced text"
 
 
-CASES = [("critic", f) for f in CRITIC_FIELDS] + [("hindsight", f) for f in HINDSIGHT_FIELDS]
+CASES = (
+    [("critic", f) for f in CRITIC_FIELDS]
+    + [("hindsight", f) for f in HINDSIGHT_FIELDS]
+    + [("judge", f) for f in JUDGE_FIELDS]
+)
 
 
 @pytest.mark.parametrize("domain", FAMILIES)

@@ -1,0 +1,132 @@
+"""``ceb relabel``: an LLM judge's permissive labels for a stream, written as ``meta.alt_labels`` in a new file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import typer
+
+from ceb.cli._common import EXIT_FAILED, config_option, err, fail, out
+
+__all__ = ["relabel"]
+
+_ENDPOINT = "Endpoint"
+
+
+def relabel(
+    stream: Annotated[Path, typer.Argument(help="A stream file with reference actions (Mind2Web, AMEX).")],
+    out_file: Annotated[
+        Path, typer.Option("--out", help="The new stream file to write (the input is never modified).")
+    ],
+    name: Annotated[
+        str,
+        typer.Option(help="The judge's column in meta.alt_labels (letters, digits, '_', '-', '.')."),
+    ] = "llm_judge",
+    config: Annotated[Path | None, typer.Option(help="TOML or JSON config file (flags override it).")] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            "--backend",
+            help="openai (an endpoint) or vllm (a vLLM engine in this process); the judge needs a model "
+            "(default: the config's backend, else openai).",
+            rich_help_panel=_ENDPOINT,
+        ),
+    ] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1", rich_help_panel=_ENDPOINT),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Model name at the endpoint; with --backend vllm the model directory.", rich_help_panel=_ENDPOINT
+        ),
+    ] = None,
+    api_key_env: Annotated[
+        str | None,
+        config_option(
+            "backend.api_key_env", "--api-key-env", help="Env variable holding the API key", rich_help_panel=_ENDPOINT
+        ),
+    ] = None,
+    max_concurrency: Annotated[
+        int | None,
+        config_option(
+            "backend.max_concurrency",
+            "--max-concurrency",
+            help="Requests in flight to the endpoint",
+            rich_help_panel=_ENDPOINT,
+        ),
+    ] = None,
+    prompt_dir: Annotated[
+        Path | None, typer.Option(help="Directory of replacement prompt templates (judge_system.j2, judge_user.j2).")
+    ] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace OUT if it exists.")] = False,
+) -> None:
+    """Relabel every step with an LLM judge (the paper's permissive policy) into a new stream file.
+
+    One request per trajectory at temperature 0: the judge sees every step's agent action, the dataset's
+    reference action and the agent's reasoning, and returns one 0/1 per step (a JSON schema fixes the count).
+    The labels go into meta.alt_labels.NAME of each trajectory; `ceb score` carries them to the run and
+    `ceb report` shows metrics under both label sets and the label-shift table. A stream without reference
+    actions is refused. A reply still unreadable after one re-ask leaves its trajectory without a judge label
+    (counted, never guessed). Exits 1 when no trajectory got one (nothing is written).
+    """
+    import re
+
+    from ceb.backends import open_backend
+    from ceb.config import load_config
+    from ceb.data import read_stream
+    from ceb.logs import register_secret_env
+    from ceb.pipeline.relabel import RelabelSummary, relabel_stream, require_references
+    from ceb.stages.templates import PromptSet
+
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise typer.BadParameter(f"{name!r}: use letters, digits, '_', '-' and '.'", param_hint="--name")
+    endpoint = {
+        "name": backend,
+        "base_url": base_url,
+        "model": model,
+        "api_key_env": api_key_env,
+        "max_concurrency": max_concurrency,
+    }
+    prompt_settings = {"prompt_dir": prompt_dir}
+    cfg = load_config(config, {"backend": endpoint, "prompts": prompt_settings})
+    if cfg.backend.name == "offline":
+        if backend is not None:
+            raise fail("ceb relabel needs a language model: --backend offline has none; use openai or vllm")
+        # No backend chosen anywhere: the judge is an endpoint, as `ceb doctor` assumes.
+        cfg = load_config(config, {"backend": endpoint | {"name": "openai"}, "prompts": prompt_settings})
+    if out_file.exists() and out_file.resolve() == stream.resolve():
+        raise fail(f"{out_file}: --out is the input stream; relabel writes a new file and never modifies its input")
+    if out_file.exists() and not overwrite:
+        raise fail(f"{out_file} exists; give --overwrite to replace it")
+    trajectories = read_stream([stream])
+    require_references(trajectories)  # before the endpoint is opened: a refused stream costs no request
+    prompts = PromptSet(cfg.prompts.prompt_dir, cfg.prompts)
+    register_secret_env(cfg.backend.api_key_env)
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+
+    async def run() -> RelabelSummary:
+        chat = open_backend(cfg.backend)
+        if chat is None:  # a registered backend without a model
+            raise fail(f"ceb relabel needs a language model: backend {cfg.backend.name!r} has none")
+        async with chat:
+            await chat.preflight()
+            return await relabel_stream(
+                trajectories, chat, prompts, out_file, name=name, concurrency=cfg.backend.max_concurrency
+            )
+
+    s = anyio.run(run)
+    out.print(
+        f"{s.judged} of {s.trajectories} trajectories judged ({s.steps} steps labelled {name}), "
+        f"{len(s.unreadable)} left without a judge label; {s.stats.requests} requests"
+        + (f". New stream: {out_file}" if s.judged else ""),
+        soft_wrap=True,
+    )
+    for trajectory_id, reason in s.unreadable:
+        err.print(f"warning: trajectory {trajectory_id!r} has no judge label: {reason}", soft_wrap=True)
+    if not s.judged:
+        err.print(f"error: no trajectory got a judge label; {out_file} is not written", soft_wrap=True)
+        raise typer.Exit(EXIT_FAILED)

@@ -1,0 +1,131 @@
+"""The LLM-as-judge relabeller of ``ceb relabel``: a second, permissive label set for evaluation only.
+
+The policy of the paper's appendix "LLM-as-Judge Label Analysis": an independent judge sees, per task and in
+one call, every step's agent action, the dataset's reference action and the agent's stated reasoning, and gives
+one binary label per step at temperature 0. A step is productive when it serves the reference's intent, is
+harmless exploration or makes progress; unproductive when it picks a clearly wrong control, does something
+destructive the reference did not, or repeats a recent step without progress (``prompts/base/judge_*.j2``).
+
+The judge's labels never reach a scoring stage: ``ceb relabel`` writes them into the stream's
+``meta["alt_labels"]`` (name -> one label per step), which only evaluation reads (the label-shift table of
+``ceb report``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ceb.backends.base import ChatBackend, ChatRequest
+from ceb.data.converters import REFERENCE_OBSERVATION
+from ceb.data.trajectory import Step, Trajectory
+from ceb.stages.asking import Answer, ask
+from ceb.stages.baselines._common import render
+from ceb.stages.hindsight import labels_schema
+from ceb.stages.parsing import parse_labels
+from ceb.stages.templates import PromptSet
+
+__all__ = [
+    "JUDGE_FORMAT_RETRIES",
+    "JUDGE_LABEL",
+    "JUDGE_MAX_TOKENS",
+    "JUDGE_TEMPERATURE",
+    "LLMJudge",
+    "first_without_reference",
+    "judge_context",
+    "reference_action",
+]
+
+JUDGE_LABEL = "llm_judge"
+"""Default name of the judge's column in ``meta["alt_labels"]``."""
+
+JUDGE_TEMPERATURE = 0.0
+"""The paper's judge decodes greedily (appendix "LLM-as-Judge Label Analysis")."""
+
+JUDGE_FORMAT_RETRIES = 1
+"""An unreadable reply is re-asked once; after that the trajectory gets no judge label, never a guessed one."""
+
+JUDGE_MAX_TOKENS = 1024
+"""Output budget of one reply: ``{"labels": [...]}`` costs about two tokens a step, so this holds ~500 steps."""
+
+
+def reference_action(step: Step) -> str | None:
+    """The dataset's reference action of ``step``, or ``None`` when the stream does not carry one.
+
+    The offline converters (Mind2Web, AMEX) write the human's recorded action as the observation,
+    ``"reference action executed: ..."`` (:data:`~ceb.data.converters.REFERENCE_OBSERVATION`); an executed
+    stream (InterCode) has the environment's output there instead, and no reference.
+    """
+    if not step.observation.startswith(REFERENCE_OBSERVATION):
+        return None
+    reference = step.observation[len(REFERENCE_OBSERVATION) :]
+    return reference if reference.strip() else None
+
+
+def first_without_reference(trajectories: Sequence[Trajectory]) -> tuple[Trajectory, int] | None:
+    """The first trajectory with a step that has no reference action, and that step (0-based); ``None`` if none."""
+    for trajectory in trajectories:
+        for t, step in enumerate(trajectory.steps):
+            if reference_action(step) is None:
+                return trajectory, t
+    return None
+
+
+def judge_context(trajectory: Trajectory) -> dict[str, Any]:
+    """The judge prompt's variables: the task and, per step, the action, the reference and the reasoning.
+
+    Raises:
+        ValueError: A step has no reference action (check with :func:`first_without_reference` first).
+    """
+    steps = []
+    for i, s in enumerate(trajectory.steps):
+        reference = reference_action(s)
+        if reference is None:
+            raise ValueError(f"trajectory {trajectory.id!r} step {i} has no reference action")
+        steps.append({"number": i + 1, "action": s.action, "reference": reference, "reasoning": s.reasoning})
+    return {"task": trajectory.task, "n_steps": len(trajectory.steps), "steps": steps}
+
+
+class LLMJudge:
+    """Labels a whole trajectory in one request: one 0/1 per step, at temperature 0, schema-constrained.
+
+    Args:
+        chat: The judge's endpoint (the run's ``backend`` section).
+        prompts: Templates; ``judge_system.j2`` / ``judge_user.j2`` of the domain's family, else of ``base``.
+    """
+
+    def __init__(self, chat: ChatBackend, prompts: PromptSet) -> None:
+        self.chat = chat
+        self.prompts = prompts
+
+    def messages(self, trajectory: Trajectory) -> tuple[dict[str, str], ...]:
+        """The ``(system, user)`` messages for ``trajectory``."""
+        context = judge_context(trajectory)
+        return (
+            {"role": "system", "content": render(self.prompts, trajectory.domain, "judge_system", context)},
+            {"role": "user", "content": render(self.prompts, trajectory.domain, "judge_user", context)},
+        )
+
+    def request(self, trajectory: Trajectory) -> ChatRequest:
+        """The one request for ``trajectory``: the labels schema fixes the reply to exactly one 0/1 per step."""
+        return ChatRequest(
+            messages=self.messages(trajectory),
+            temperature=JUDGE_TEMPERATURE,
+            max_tokens=JUDGE_MAX_TOKENS,
+            json_schema=labels_schema(len(trajectory.steps)),
+            schema_name="judge_labels",
+            stage="judge",
+        )
+
+    async def label(self, trajectory: Trajectory) -> Answer[tuple[int, ...]]:
+        """Ask for the labels of ``trajectory``; an unreadable reply is re-asked once.
+
+        Returns:
+            The labels, shape ``(T,)``, or ``value=None`` with the reason in ``error`` (an unreadable reply
+            after the re-ask, or an endpoint that failed after its retries).
+
+        Raises:
+            FatalBackendError: The endpoint refuses every request (bad key, unknown model).
+        """
+        n = len(trajectory.steps)
+        return await ask(self.chat, self.request(trajectory), lambda raw: parse_labels(raw, n), JUDGE_FORMAT_RETRIES)
