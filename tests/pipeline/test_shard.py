@@ -60,8 +60,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 def test_lane_ids_are_the_session_keys_and_shards_are_stable() -> None:
     key = ("alpha", 1, "ceb", "")
     assert lane_id(key) == "alpha|1|ceb|"
-    # BLAKE2b, not the salted hash(): the same shard in every process (this value is fixed for good).
-    assert shard_of(key, N) == shard_of(("alpha", 1, "ceb", ""), N)
+    # BLAKE2b, not the salted hash(): the same shard in every process and release. These values are fixed for
+    # good: a change would move the lanes of every sharded run under way, and its resumes would find other lanes.
+    assert [shard_of(("alpha", o, m, ""), N) for o in (0, 1) for m in ("ceb", "static")] == [0, 2, 2, 0]
+    assert shard_of(key, 1000) == 28
     assert {shard_of((s, o, m, ""), N) for s in "abcdefgh" for o in (0, 1) for m in ("ceb", "static")} == {0, 1, 2}
     assert Shard.parse(" 2/3 ") == Shard(2, 3)
     for bad in ("3/3", "-1/3", "1/0", "x", "1/3/4", ""):
@@ -219,6 +221,10 @@ def test_grid_shard_writes_beside_the_grid_out(tmp_path: Path) -> None:
         result = runner.invoke(app, ["grid", str(tmp_path / "grid.toml"), "--shard", f"{i}/2"])
         assert result.exit_code == 0, result.output
     parts = [tmp_path / "runs" / f"g-shard{i}of2" for i in range(2)]
+    rows = RunDir(parts[0]).scores.read_bytes()
+    again = runner.invoke(app, ["grid", str(tmp_path / "grid.toml"), "--shard", "0/2", "--resume"])
+    assert again.exit_code == 0, again.output
+    assert sorted(RunDir(parts[0]).scores.read_bytes().splitlines()) == sorted(rows.splitlines())
     assert [RunDir(p).recorded_shard() for p in parts] == [{"index": 0, "count": 2}, {"index": 1, "count": 2}]
     merged = merge_runs(parts, tmp_path / "runs" / "g")
     assert merged.lanes == 3 * (2 + 1)  # ceb in each order, static once for both orders
