@@ -190,6 +190,9 @@ def merge_runs(parts: Sequence[str | Path], out: str | Path) -> MergeResult:
             else:
                 hinds.append((rank[key], len(hinds), row))
     _check_every_lane(read, keys, owner, first.record)
+    for key, part in owner.items():
+        if by_key[key].use_bank and not (part.run.path / part.run.bank_file(key)).is_file():
+            raise RunError(f"part {part.run} (shard {part.shard}): no bank file {part.run.bank_file(key)}")
     steps.sort(key=lambda t: t[:2])
     hinds.sort(key=lambda t: t[:2])
     summary = _merged_summary(read, target, rank)

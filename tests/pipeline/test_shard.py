@@ -138,6 +138,7 @@ def _edit(path: Path, edit) -> None:  # noqa: ANN001
         ("foreign-lane", r"rows of lane .*which is shard"),
         ("lane-left-out", r"no rows of its lane"),
         ("out-is-part", r"is one of the parts"),
+        ("no-bank", r"no bank file banks/"),
     ],
 )
 def test_merge_refuses_parts_that_are_not_one_run(
@@ -178,6 +179,8 @@ def test_merge_refuses_parts_that_are_not_one_run(
             table.write_bytes(b"".join(r for r in rows if orjson.loads(r)["stream"] != stream))
     elif case == "out-is-part":
         out = parts[0]
+    elif case == "no-bank":
+        next((parts[1] / RunDir.BANKS).iterdir()).unlink()
     with pytest.raises(RunError, match=message) as refused:
         merge_runs(parts, out)
     assert "\n" not in str(refused.value)
