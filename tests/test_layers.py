@@ -270,6 +270,7 @@ REPEATED_BASENAMES: dict[str, str] = {
     "deployment.py": "as ablations.py",
     "export.py": "a command (cli/X.py) named after what it runs",
     "grid.py": "as export.py",
+    "merge.py": "as export.py (cli/merge.py runs pipeline/merge.py)",
     "metrics.py": "as export.py (ECE and friends: eval/metrics.py; the vLLM server's own are server_metrics.py)",
     "report.py": "as export.py",
     "relabel.py": "as export.py (the LLM judge's batch: pipeline/relabel.py; its command: cli/relabel.py)",

@@ -1,7 +1,7 @@
 """The ``ceb`` command line (also ``python run.py``): one module per command, the app and :func:`main` here.
 
 ``ceb/cli/``: :mod:`._common` (consoles, the error printer and exit codes, option helpers), then one module per
-command: :mod:`.score`, :mod:`.grid`, :mod:`.metrics`, :mod:`.report`, :mod:`.export`, :mod:`.doctor`,
+command: :mod:`.score`, :mod:`.grid`, :mod:`.merge`, :mod:`.metrics`, :mod:`.report`, :mod:`.export`, :mod:`.doctor`,
 :mod:`.convert` (a subcommand per converter), :mod:`.relabel` (the LLM judge's labels), :mod:`.serve` (the live
 gate), :mod:`.sim_server` and :mod:`.bench`.
 Each command imports what it runs inside its function, so ``ceb --help`` loads neither scikit-learn nor pyarrow.
@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from ceb.cli import bench, convert, doctor, export, grid, metrics, relabel, report, score, serve, sim_server
+from ceb.cli import bench, convert, doctor, export, grid, merge, metrics, relabel, report, score, serve, sim_server
 from ceb.cli._common import Command, setup_logging
 
 __all__ = ["app", "main"]
@@ -66,6 +66,7 @@ def _main(
 
 app.command("score", cls=Command)(score.score)
 app.command("grid", cls=Command)(grid.grid)
+app.command("merge", cls=Command)(merge.merge)
 app.command("metrics", cls=Command)(metrics.metrics)
 app.command("doctor", cls=Command)(doctor.doctor)
 app.command("relabel", cls=Command)(relabel.relabel)

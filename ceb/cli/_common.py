@@ -55,8 +55,10 @@ __all__ = [
     "err",
     "fail",
     "Limit",
+    "ShardOption",
     "PORT_HELP",
     "out",
+    "parse_shard",
     "reported_error",
     "setup_logging",
 ]
@@ -200,6 +202,33 @@ Limit = Annotated[
     ),
 ]
 """``--limit`` of ``score`` and ``grid``: :attr:`ceb.config.RunConfig.max_trajectories`."""
+
+ShardOption = Annotated[
+    str | None,
+    typer.Option(
+        "--shard",
+        help="Score only shard i of N (i/N, e.g. 0/3 or $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT): the lanes "
+        "a stable hash of the lane key puts there. Recorded in the run; its --resume must give the same i/N. "
+        "`ceb merge` joins the N parts into one run directory.",
+    ),
+]
+"""``--shard`` of ``score`` and ``grid`` (:mod:`ceb.pipeline.shard`); read with :func:`parse_shard`."""
+
+
+def parse_shard(text: str | None) -> Any:
+    """The :class:`~ceb.pipeline.shard.Shard` of a ``--shard`` value, ``None`` without one.
+
+    Raises:
+        typer.BadParameter: Not ``i/N`` with ``0 <= i < N`` (a usage error, exit 2).
+    """
+    if text is None:
+        return None
+    from ceb.pipeline.shard import Shard
+
+    try:
+        return Shard.parse(text)
+    except ConfigError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def engine_words(engine_args: str | None) -> tuple[str, ...] | None:

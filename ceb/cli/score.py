@@ -17,11 +17,13 @@ from ceb.cli._common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     Limit,
+    ShardOption,
     config_option,
     engine_words,
     err,
     fail,
     out,
+    parse_shard,
     reported_error,
 )
 from ceb.cli.metrics import print_metrics
@@ -135,6 +137,7 @@ def score(
         config_option("orders", "--orders", help="Stream orders R: the input order plus R-1 seeded permutations"),
     ] = None,
     limit: Limit = None,
+    shard: ShardOption = None,
     overwrite: Annotated[bool, typer.Option(help="Replace the results of an earlier run in OUT.")] = False,
 ) -> None:
     """Score every step of every stream with each method, then print ECE, Brier and AUROC.
@@ -143,7 +146,7 @@ def score(
     methods run concurrently. Results are appended to OUT as they finish: scores.jsonl (one row per step
     and method), hindsight.jsonl, banks/, config.json and metrics.json. An interrupted run (Ctrl-C, a crash,
     a kill) continues with --resume OUT. The first Ctrl-C stops cleanly, writing every finished step; a
-    second one aborts at once.
+    second one aborts at once. With --shard i/N only that shard's lanes are scored; `ceb merge` joins the parts.
     """
     from ceb.config import load_config
     from ceb.data import read_stream
@@ -177,6 +180,7 @@ def score(
         "orders": orders,
         "max_trajectories": limit,
     }
+    part = parse_shard(shard)
     if resume is not None:
         if out_dir is not None and out_dir != resume:
             raise typer.BadParameter("--out and --resume name different directories; give one of them")
@@ -191,7 +195,7 @@ def score(
     else:
         cfg = load_config(config, overrides)
     data = {name: read_stream(paths) for name, paths in parse_stream_specs(streams).items()}
-    score_and_report(data, cfg, out_dir, overwrite=overwrite, resume=resume is not None)
+    score_and_report(data, cfg, out_dir, overwrite=overwrite, resume=resume is not None, shard=part)
 
 
 @contextmanager
@@ -212,7 +216,14 @@ def _sigterm_as_ctrl_c() -> Iterator[None]:
 
 
 def score_and_report(
-    data: dict[str, Any], cfg: Any, run_dir: Path, *, overwrite: bool, resume: bool, resume_hint: str | None = None
+    data: dict[str, Any],
+    cfg: Any,
+    run_dir: Path,
+    *,
+    overwrite: bool,
+    resume: bool,
+    resume_hint: str | None = None,
+    shard: Any = None,
 ) -> None:
     """Score ``data`` (stream name -> trajectories) into ``run_dir`` under ``cfg``, then print metrics and a summary.
 
@@ -225,6 +236,7 @@ def score_and_report(
         overwrite: Replace an earlier run's results there.
         resume: Continue the run there.
         resume_hint: How to continue after an interruption (default: ``--resume RUN_DIR`` of ``ceb score``).
+        shard: Score only this :class:`~ceb.pipeline.shard.Shard` of the lanes (``None``: all).
 
     Raises:
         CEBError: The run failed (the command prints it, :class:`~ceb.cli._common.Command`).
@@ -253,7 +265,14 @@ def score_and_report(
         with _sigterm_as_ctrl_c(), progress, quiet_gc():
             summary = anyio.run(
                 lambda: run_scoring(
-                    data, cfg, run_dir, on_row=on_row, on_start=on_start, overwrite=overwrite, resume=resume
+                    data,
+                    cfg,
+                    run_dir,
+                    on_row=on_row,
+                    on_start=on_start,
+                    overwrite=overwrite,
+                    resume=resume,
+                    shard=shard,
                 )
             )
         metrics = run_metrics(run_dir, n_bins=cfg.ece_bins)

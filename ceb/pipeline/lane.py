@@ -18,6 +18,7 @@ from ceb.bank import Bank
 from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
 from ceb.pipeline.results import AltLabel, HindsightRow, StepRow
+from ceb.pipeline.shard import lane_id
 from ceb.stages.assembly import Stages
 from ceb.stages.base import Critic, HistoryItem
 from ceb.stages.critic import reply_tails
@@ -76,7 +77,8 @@ class Lane:
         steps_left: Steps this lane will score from ``start`` on, counted once at construction.
         position: Position in the stream of the trajectory being scored (or next to be).
         key: The lane's identity (stream, order, method, critic) as its requests carry it
-            (:func:`ceb.backends.scheduling.lane`): it picks the lane's home replica and is sent as its session.
+            (:func:`ceb.backends.scheduling.lane`): it picks the lane's home replica and is sent as its session, and
+            its hash picks the lane's shard (:mod:`ceb.pipeline.shard`).
     """
 
     def __init__(
@@ -110,7 +112,7 @@ class Lane:
         self.order = order
         self.critic = critic
         self.position = start
-        self.key = f"{stream}|{order}|{method.name}|{critic}"
+        self.key = lane_id((stream, order, method.name, critic))
         self.prefix = tuple(prefix)
         self.remaining = sum(len(t.steps) + method.use_bank for t in trajectories[start:]) - len(self.prefix)
         self.steps_left = sum(len(t.steps) for t in trajectories[start:]) - len(self.prefix)

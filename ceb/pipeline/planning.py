@@ -10,7 +10,7 @@ each lane its starting point and bank (:mod:`ceb.pipeline.resume`). :func:`build
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -21,6 +21,7 @@ from ceb.pipeline.lane import Emit, Lane
 from ceb.pipeline.resume import LaneProgress, config_fingerprint, restore_progress, stream_fingerprint
 from ceb.pipeline.reuse import SharedLane, SharedStream, copies, share_orders, shares_orders
 from ceb.pipeline.rundir import LaneKey, RunDir
+from ceb.pipeline.shard import Shard
 from ceb.pipeline.summary import Row, RunSummary
 from ceb.stages.assembly import Stages
 from ceb.stages.base import Critic
@@ -28,7 +29,7 @@ from ceb.stages.methods import CriticFactory, MethodSpec
 from ceb.stages.step import new_bank
 from ceb.stages.tokens import PromptTokenCounter
 
-__all__ = ["LanePlan", "build_lanes", "fingerprints", "plan_lanes", "stream_order"]
+__all__ = ["LanePlan", "build_lanes", "fingerprints", "lane_keys", "plan_lanes", "stream_order"]
 
 
 def stream_order(trajectories: Sequence[Trajectory], order: int, seed: int) -> list[Trajectory]:
@@ -85,24 +86,55 @@ class LanePlan:
                 self.recopied += [c for row in prog.kept_steps for c in copies(row, self.shared[key])]
 
 
-def plan_lanes(
-    streams: Mapping[str, Sequence[Trajectory]], config: RunConfig, methods: Sequence[MethodSpec]
-) -> LanePlan:
-    """Every lane of a run: each stream in each of ``config.orders`` orders, for each critic and method."""
+def lane_keys(
+    streams: Iterable[str], config: RunConfig, methods: Sequence[MethodSpec]
+) -> list[tuple[LaneKey, MethodSpec]]:
+    """Every lane of a run over streams named ``streams``, with its method, in the order lanes are built.
+
+    One lane per stream, order, critic and method; a bank-free method whose orders are shared
+    (:func:`~ceb.pipeline.reuse.shares_orders`) has one lane, of order 0, for all orders. The keys need only the
+    stream names, so ``ceb merge`` lists a run's lanes from its ``config.json``.
+    """
     share = shares_orders(config)
     critics = list(config.critic_configs())
+    return [
+        ((name, order, method.name, critic), method)
+        for name in streams
+        for order in range(config.orders)
+        for critic in critics
+        for method in methods
+        if not (share and method.order_free and order)
+    ]
+
+
+def plan_lanes(
+    streams: Mapping[str, Sequence[Trajectory]],
+    config: RunConfig,
+    methods: Sequence[MethodSpec],
+    shard: Shard | None = None,
+) -> LanePlan:
+    """Every lane of a run (:func:`lane_keys`), or of its shard ``shard``, each over its trajectories in order."""
+    share = shares_orders(config)
     plan = LanePlan(specs={}, shared={})
-    for name, trajs in streams.items():
-        orders = [stream_order(trajs, r, config.order_seed)[: config.max_trajectories] for r in range(config.orders)]
-        union = share_orders(orders) if share else None
-        for order, ordered in enumerate(orders):
-            for critic in critics:
-                for method in methods:
-                    if union is None or not method.order_free:
-                        plan.specs[(name, order, method.name, critic)] = (ordered, method)
-                    elif order == 0:  # one lane for every order (ceb.pipeline.reuse)
-                        plan.specs[(name, 0, method.name, critic)] = (union.trajectories, method)
-                        plan.shared[(name, 0, method.name, critic)] = union
+    orders: dict[str, list[list[Trajectory]]] = {}
+    unions: dict[str, SharedStream] = {}
+    for key, method in lane_keys(streams, config, methods):
+        if shard is not None and not shard.keeps(key):
+            continue
+        name, order = key[0], key[1]
+        if name not in orders:
+            trajs = streams[name]
+            orders[name] = [
+                stream_order(trajs, r, config.order_seed)[: config.max_trajectories] for r in range(config.orders)
+            ]
+            if share:
+                unions[name] = share_orders(orders[name])
+        if share and method.order_free:  # one lane for every order (ceb.pipeline.reuse)
+            union = unions[name]
+            plan.specs[key] = (union.trajectories, method)
+            plan.shared[key] = union
+        else:
+            plan.specs[key] = (orders[name][order], method)
     return plan
 
 

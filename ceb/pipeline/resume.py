@@ -17,7 +17,8 @@ A lane shared by the orders of a bank-free method (:mod:`ceb.pipeline.reuse`) is
 orders; its rows are the source rows of any order, and its copies are dropped here and written again by the
 runner from the source rows kept.
 
-A resume is refused when the input streams or the result-affecting configuration differ from the ones
+A shard of a run (``--shard i/N``, :mod:`ceb.pipeline.shard`) resumes only as the same shard: its lanes are
+fixed by its plan. A resume is refused when the input streams or the result-affecting configuration differ from the ones
 recorded in ``config.json`` when the run started; the message names what changed. Settings that cannot change
 a result (endpoint URLs, concurrency, timeouts, retry waits, the failure budget) may differ. The trajectory
 limit (``max_trajectories``) may grow: a limited run is the start of the longer one. It may not shrink.
@@ -50,6 +51,7 @@ __all__ = [
     "VOLATILE_SETTINGS",
     "LaneProgress",
     "check_resumable",
+    "check_shard",
     "config_fingerprint",
     "diff_fingerprints",
     "limit_may_follow",
@@ -287,6 +289,27 @@ def limit_may_follow(recorded: int | None, current: int | None) -> bool:
     if recorded is None:
         return current is None
     return current is None or current >= recorded
+
+
+def check_shard(run_dir: RunDir, shard: Mapping[str, int] | None) -> None:
+    """Refuse to resume ``run_dir`` with another shard plan than the one it recorded (``None``: unsharded).
+
+    A shard's lanes are fixed by its plan (:mod:`ceb.pipeline.shard`): resumed under another plan, it would drop
+    the lanes it has and start others.
+
+    Raises:
+        RunError: The plans differ (both named).
+    """
+    recorded = run_dir.recorded_shard()
+    if recorded != (dict(shard) if shard is not None else None):
+
+        def name(plan: Mapping[str, Any] | None) -> str:
+            return "unsharded" if plan is None else f"shard {plan.get('index')}/{plan.get('count')}"
+
+        raise RunError(
+            f"cannot resume {run_dir}: it was run {name(recorded)}, this resume asks for {name(shard)}; resume it "
+            f"with {'no --shard' if recorded is None else '--shard ' + name(recorded).split()[1]}"
+        )
 
 
 def check_resumable(run_dir: RunDir, current: Mapping[str, Any]) -> None:

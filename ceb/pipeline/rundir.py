@@ -95,6 +95,8 @@ class RunDir:
     BANKS = "banks"
     REPORT = "report"
     LOCK = ".lock"
+    SHARD = "shard"
+    """The key of ``config.json`` holding a sharded run's shard plan (:meth:`recorded_shard`)."""
     RESULTS = (CONFIG, SCORES, HINDSIGHT, METRICS, SUMMARY)
     """The files an ``overwrite`` removes (with the banks); nothing else of the directory is touched."""
 
@@ -291,9 +293,17 @@ class RunDir:
         return prints, (doc.get("config") or {}).get(LIMIT_SETTING)
 
     def write_config(
-        self, config: RunConfig, streams: Mapping[str, Sequence[Trajectory]], fingerprints: Mapping[str, Any]
+        self,
+        config: RunConfig,
+        streams: Mapping[str, Sequence[Trajectory]],
+        fingerprints: Mapping[str, Any],
+        shard: Mapping[str, int] | None = None,
     ) -> None:
-        """Record the run's start (atomically): version, streams and their files, fingerprints, configuration."""
+        """Record the run's start (atomically): version, streams and their files, fingerprints, configuration.
+
+        ``shard`` is the shard plan of a sharded run (``{"index": i, "count": N}``, :mod:`ceb.pipeline.shard`),
+        recorded as ``shard``; an unsharded run has no such key.
+        """
         sources = {n: sorted({t.source.rsplit(":", 1)[0] for t in trajs if t.source}) for n, trajs in streams.items()}
         doc = {
             "ceb_version": __version__,
@@ -303,7 +313,38 @@ class RunDir:
             "fingerprints": fingerprints,
             "config": config.model_dump(mode="json"),
         }
+        if shard is not None:
+            doc[self.SHARD] = dict(shard)
         write_atomic(self.config_file, _dump(doc))
+
+    def write_record(self, doc: Mapping[str, Any]) -> None:
+        """Write ``config.json`` as ``doc`` (a record :meth:`record` read, e.g. a merge's), atomically."""
+        write_atomic(self.config_file, _dump(doc))
+
+    def recorded_shard(self) -> dict[str, Any] | None:
+        """The shard plan recorded in ``config.json`` (``{"index": i, "count": N}``), ``None`` for a whole run.
+
+        Raises:
+            ConfigError: ``config.json`` is missing or cannot be read (names the file).
+        """
+        shard = self.record().get(self.SHARD)
+        return shard if isinstance(shard, dict) else None
+
+    def recorded_summary(self) -> dict[str, Any] | None:
+        """``summary.json`` as written, or ``None`` when there is none (a run that never ended or never began).
+
+        Raises:
+            RunError: The file exists but is not a JSON object (names the file).
+        """
+        try:
+            doc = orjson.loads(self.summary_file.read_bytes())
+        except FileNotFoundError:
+            return None
+        except (OSError, orjson.JSONDecodeError) as exc:
+            raise RunError(f"{self.summary_file} cannot be read: {exc}") from exc
+        if not isinstance(doc, dict):
+            raise RunError(f"{self.summary_file} is not a JSON object")
+        return doc
 
     def record_limit(self, limit: int | None) -> None:
         """Record a resume's new trajectory limit, so that the next resume starts from it."""

@@ -25,9 +25,10 @@ from ceb.errors import CEBError, ConfigError, RunError
 from ceb.pipeline.lane import Lane
 from ceb.pipeline.planning import LanePlan, build_lanes, fingerprints, plan_lanes
 from ceb.pipeline.results import ResultWriter, StepRow
-from ceb.pipeline.resume import check_resumable
+from ceb.pipeline.resume import check_resumable, check_shard
 from ceb.pipeline.reuse import SharedLane
 from ceb.pipeline.rundir import RunDir
+from ceb.pipeline.shard import Shard
 from ceb.pipeline.summary import BankSize, FailureBudget, Row, RunSummary, cache_counts, labellers, summary_doc
 from ceb.progress import Progress
 from ceb.stages.assembly import Stages, build_critic, build_stages, lacks_endpoint, prompt_set
@@ -66,6 +67,7 @@ async def run_scoring(
     on_start: Callable[[int], None] | None = None,
     overwrite: bool = False,
     resume: bool = False,
+    shard: Shard | None = None,
 ) -> RunSummary:
     """Score every stream, in each of ``config.orders`` orders, with every method of ``config.methods``.
 
@@ -81,6 +83,8 @@ async def run_scoring(
         overwrite: Delete the results of an earlier run in ``run_dir`` (and nothing else) first.
         resume: Continue the run in ``run_dir`` where it stopped (:mod:`ceb.pipeline.resume`); a directory
             without a started run is refused (:meth:`~ceb.pipeline.rundir.RunDir.require_run`), never started.
+        shard: Score only this shard's lanes (:mod:`ceb.pipeline.shard`), recorded in ``config.json``; a resume
+            must name the shard the run recorded (``None`` for an unsharded run).
 
     Returns:
         Counts of what was scored and what failed (resumed rows included, and counted apart).
@@ -105,6 +109,7 @@ async def run_scoring(
             on_start=on_start,
             overwrite=overwrite,
             resume=resume,
+            shard=shard,
         )
 
 
@@ -118,13 +123,15 @@ async def _run_scoring(
     on_start: Callable[[int], None] | None,
     overwrite: bool,
     resume: bool,
+    shard: Shard | None,
 ) -> RunSummary:
     overwrite = _may_write(run, overwrite=overwrite, resume=resume)
     methods = _check_methods(config, streams)
     prints = fingerprints(config, streams)
     if resume:
         check_resumable(run, prints | {"limit": config.max_trajectories})
-    plan = plan_lanes(streams, config, methods)
+        check_shard(run, shard.to_record() if shard is not None else None)
+    plan = plan_lanes(streams, config, methods, shard)
     summary = RunSummary(run_dir=run.path, hindsight_labellers=labellers(config))
     if resume:
         plan.restore(run, config, summary)
@@ -151,7 +158,7 @@ async def _run_scoring(
             if resume:
                 run.record_limit(config.max_trajectories)
             else:
-                run.write_config(config, streams, prints)
+                run.write_config(config, streams, prints, shard.to_record() if shard is not None else None)
             began = True
             with run.writer() as writer:
                 lanes = build_lanes(plan, config, by_critic, critic_stages, tokens, _unset_emit)

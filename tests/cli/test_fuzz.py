@@ -70,6 +70,7 @@ def _valid(path: tuple[str, ...], place: dict[str, Path], case: Path) -> list[st
         ("score",): [str(place["stream"]), "--out", str(case / "run")],
         ("grid",): [str(place["grid"])],
         ("metrics",): [str(place["run"])],
+        ("merge",): [str(place["run"]), "--out", str(case / "merged")],
         ("report",): [str(place["run"]), "--out", str(case / "report")],
         ("export",): [str(place["run"]), "--out", str(case / "scores.csv")],
         ("doctor",): ["--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--timeout", "2"],
@@ -142,7 +143,7 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_every_command_is_fuzzed_but_bench() -> None:
     assert {path[0] for path in FUZZED} == {
-        "score", "grid", "metrics", "doctor", "sim-server", "report", "export", "serve", "convert", "relabel"
+        "score", "grid", "merge", "metrics", "doctor", "sim-server", "report", "export", "serve", "convert", "relabel"
     }  # fmt: skip
     assert all(not command.params for path, command in COMMANDS.items() if path[0] == "bench")
 

@@ -1,0 +1,40 @@
+"""``ceb merge``: join the parts of a sharded run (``--shard i/N``) into the run directory one run would write."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ceb.cli._common import out
+from ceb.cli.metrics import print_metrics
+
+__all__ = ["merge"]
+
+
+def merge(
+    parts: Annotated[
+        list[Path],
+        typer.Argument(help="The N run directories of `ceb score --shard i/N` (or `ceb grid --shard i/N`), any order."),
+    ],
+    out_dir: Annotated[Path, typer.Option("--out", help="New directory for the merged run.")],
+) -> None:
+    """Merge the shards of one run into OUT, then print its metrics.
+
+    The parts must be one run split N ways: the same settings, streams and limit, each shard i of N once, each
+    finished. OUT gets config.json (without the shard plan), scores.jsonl and hindsight.jsonl (rows grouped by
+    lane), banks/, summary.json (counts summed) and metrics.json computed from the merged rows. Parts that
+    disagree, overlap, leave a shard out or did not finish are refused, naming the part and what differs.
+    """
+    from ceb.eval import run_metrics, write_metrics
+    from ceb.pipeline.merge import merge_runs
+
+    merged = merge_runs(parts, out_dir)
+    metrics = run_metrics(merged.out, n_bins=merged.config.ece_bins)
+    write_metrics(merged.out, metrics)
+    print_metrics(metrics)
+    out.print(
+        f"merged {merged.parts} shards: {merged.lanes} lanes, {merged.step_rows} step rows, "
+        f"{merged.hindsight_rows} hindsight rows, {merged.banks} banks. Results in {merged.out}/"
+    )
