@@ -54,7 +54,12 @@ __all__ = [
     "engine_words",
     "err",
     "fail",
+    "ApiKeyEnv",
+    "BaseUrl",
+    "ENDPOINT_PANEL",
     "Limit",
+    "MaxConcurrency",
+    "ModelName",
     "ShardOption",
     "PORT_HELP",
     "out",
@@ -190,6 +195,40 @@ def config_option(path: str, *flags: str, help: str | None = None, **kwargs: Any
         text = f"{text.rstrip('.')} (default: {_shown(field.default)})."
     return typer.Option(*flags, help=text, **kwargs)
 
+
+ENDPOINT_PANEL = "Endpoint"
+"""The help panel of the options that name the endpoint (``score``, ``grid`` through its file, ``relabel``)."""
+
+BaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1", rich_help_panel=ENDPOINT_PANEL
+    ),
+]
+ModelName = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="Model name at the endpoint; with --backend vllm the model directory.",
+        rich_help_panel=ENDPOINT_PANEL,
+    ),
+]
+ApiKeyEnv = Annotated[
+    str | None,
+    config_option(
+        "backend.api_key_env", "--api-key-env", help="Env variable holding the API key", rich_help_panel=ENDPOINT_PANEL
+    ),
+]
+MaxConcurrency = Annotated[
+    int | None,
+    config_option(
+        "backend.max_concurrency",
+        "--max-concurrency",
+        help="Requests in flight to the endpoint",
+        rich_help_panel=ENDPOINT_PANEL,
+    ),
+]
+"""The endpoint options that ``score`` and ``relabel`` share, declared once."""
 
 Limit = Annotated[
     int | None,

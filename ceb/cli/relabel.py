@@ -8,11 +8,19 @@ from typing import Annotated
 import anyio
 import typer
 
-from ceb.cli._common import EXIT_FAILED, config_option, err, fail, out
+from ceb.cli._common import (
+    ENDPOINT_PANEL,
+    EXIT_FAILED,
+    ApiKeyEnv,
+    BaseUrl,
+    MaxConcurrency,
+    ModelName,
+    err,
+    fail,
+    out,
+)
 
 __all__ = ["relabel"]
-
-_ENDPOINT = "Endpoint"
 
 
 def relabel(
@@ -31,34 +39,13 @@ def relabel(
             "--backend",
             help="openai (an endpoint) or vllm (a vLLM engine in this process); the judge needs a model "
             "(default: the config's backend, else openai).",
-            rich_help_panel=_ENDPOINT,
+            rich_help_panel=ENDPOINT_PANEL,
         ),
     ] = None,
-    base_url: Annotated[
-        str | None,
-        typer.Option(help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1", rich_help_panel=_ENDPOINT),
-    ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            help="Model name at the endpoint; with --backend vllm the model directory.", rich_help_panel=_ENDPOINT
-        ),
-    ] = None,
-    api_key_env: Annotated[
-        str | None,
-        config_option(
-            "backend.api_key_env", "--api-key-env", help="Env variable holding the API key", rich_help_panel=_ENDPOINT
-        ),
-    ] = None,
-    max_concurrency: Annotated[
-        int | None,
-        config_option(
-            "backend.max_concurrency",
-            "--max-concurrency",
-            help="Requests in flight to the endpoint",
-            rich_help_panel=_ENDPOINT,
-        ),
-    ] = None,
+    base_url: BaseUrl = None,
+    model: ModelName = None,
+    api_key_env: ApiKeyEnv = None,
+    max_concurrency: MaxConcurrency = None,
     prompt_dir: Annotated[
         Path | None, typer.Option(help="Directory of replacement prompt templates (judge_system.j2, judge_user.j2).")
     ] = None,

@@ -16,7 +16,11 @@ import typer
 from ceb.cli._common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
+    ApiKeyEnv,
+    BaseUrl,
     Limit,
+    MaxConcurrency,
+    ModelName,
     ShardOption,
     config_option,
     engine_words,
@@ -31,7 +35,6 @@ from ceb.cli.metrics import print_metrics
 __all__ = ["score", "score_and_report"]
 
 
-_ENDPOINT = "Endpoint"
 _ENGINE = "vLLM engine (--backend vllm)"
 _METHOD = "CEB and prompts"
 
@@ -65,31 +68,10 @@ def score(
         ),
     ] = None,
     methods: Annotated[str | None, config_option("methods", "--methods", help="Comma-separated methods")] = None,
-    base_url: Annotated[
-        str | None,
-        typer.Option(help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1", rich_help_panel=_ENDPOINT),
-    ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option(
-            help="Model name at the endpoint; with --backend vllm the model directory.", rich_help_panel=_ENDPOINT
-        ),
-    ] = None,
-    api_key_env: Annotated[
-        str | None,
-        config_option(
-            "backend.api_key_env", "--api-key-env", help="Env variable holding the API key", rich_help_panel=_ENDPOINT
-        ),
-    ] = None,
-    max_concurrency: Annotated[
-        int | None,
-        config_option(
-            "backend.max_concurrency",
-            "--max-concurrency",
-            help="Requests in flight to the endpoint",
-            rich_help_panel=_ENDPOINT,
-        ),
-    ] = None,
+    base_url: BaseUrl = None,
+    model: ModelName = None,
+    api_key_env: ApiKeyEnv = None,
+    max_concurrency: MaxConcurrency = None,
     tensor_parallel_size: Annotated[
         int | None, config_option("backend.engine.tensor_parallel_size", rich_help_panel=_ENGINE)
     ] = None,
