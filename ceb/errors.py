@@ -47,6 +47,7 @@ __all__ = [
     "StreamValidationError",
     "UnsupportedFeatureError",
     "leaf_error",
+    "reported_error",
     "with_path",
 ]
 
@@ -265,3 +266,20 @@ def leaf_error(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
+
+
+def reported_error(exc: BaseException) -> CEBError | OSError | None:
+    """The error to report of ``exc``: itself, or the first one in its exception groups (anyio task groups).
+
+    Returns:
+        A :class:`CEBError` or ``OSError`` (the first, depth first: the cause, where the others are
+        what failed while stopping), else ``None`` (a bug: let its traceback show).
+    """
+    if isinstance(exc, CEBError | OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = reported_error(inner)
+            if found is not None:
+                return found
+    return None

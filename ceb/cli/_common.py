@@ -41,7 +41,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ceb.config import RunConfig
-from ceb.errors import CEBError, ConfigError
+from ceb.errors import CEBError, ConfigError, reported_error
 
 __all__ = [
     "EXIT_ERROR",
@@ -64,7 +64,6 @@ __all__ = [
     "PORT_HELP",
     "out",
     "parse_shard",
-    "reported_error",
     "setup_logging",
 ]
 
@@ -286,23 +285,6 @@ def engine_words(engine_args: str | None) -> tuple[str, ...] | None:
 
 PORT_HELP = "TCP port, 0 to 65535 (0: any free one; the URL is printed)."
 """Help of the ``--port`` of ``serve`` and ``sim-server``; both take ``min=0, max=65535`` (the range TCP has)."""
-
-
-def reported_error(exc: BaseException) -> CEBError | OSError | None:
-    """The error to report of ``exc``: itself, or the first one in its exception groups (anyio task groups).
-
-    Returns:
-        A :class:`~ceb.errors.CEBError` or ``OSError`` (the first, depth first: the cause, where the others are
-        what failed while stopping), else ``None`` (a bug: let its traceback show).
-    """
-    if isinstance(exc, CEBError | OSError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = reported_error(inner)
-            if found is not None:
-                return found
-    return None
 
 
 def _is_path(annotation: object) -> bool:

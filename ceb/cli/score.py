@@ -28,9 +28,9 @@ from ceb.cli._common import (
     fail,
     out,
     parse_shard,
-    reported_error,
 )
 from ceb.cli.metrics import print_metrics
+from ceb.errors import reported_error
 
 __all__ = ["score", "score_and_report"]
 

@@ -21,7 +21,7 @@ from ceb.backends.scheduling import EndpointLimits
 from ceb.bank import RETRIEVERS
 from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
-from ceb.errors import CEBError, ConfigError, RunError
+from ceb.errors import ConfigError, RunError, reported_error
 from ceb.pipeline.lane import Lane
 from ceb.pipeline.planning import LanePlan, build_lanes, fingerprints, plan_lanes
 from ceb.pipeline.results import ResultWriter, StepRow
@@ -167,7 +167,7 @@ async def _run_scoring(
         except BaseExceptionGroup as group:
             # A lane or the writer failed and the task group wrapped it: surface our own error (or the system's,
             # a full disk say) as itself.
-            first = _first_own_error(group)
+            first = reported_error(group)
             if first is None:
                 raise
             raise first from None
@@ -314,17 +314,6 @@ async def _preflight(stages: Iterable[Stages]) -> None:
 
 async def _unset_emit(row: Row) -> None:
     raise RuntimeError("lane started without an emit target")
-
-
-def _first_own_error(group: BaseExceptionGroup[BaseException]) -> CEBError | OSError | None:
-    for exc in group.exceptions:
-        if isinstance(exc, CEBError | OSError):
-            return exc
-        if isinstance(exc, BaseExceptionGroup):
-            inner = _first_own_error(exc)
-            if inner is not None:
-                return inner
-    return None
 
 
 async def _run_lanes(
