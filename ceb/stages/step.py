@@ -188,7 +188,7 @@ async def score_step(
     # grow with its trajectory's length (issue 24 item 8), so nothing here walks the whole history.
     window = config.ceb.repetition_window
     rho = method.use_repetition_flag and repetition_flag(
-        [h.action for h in history[max(0, len(history) - window) :]] if window > 0 else [],
+        [h.action for h in history[max(0, len(history) - window) :]],  # window 0: the empty tail
         step.action,
         window=window,
         prefix_chars=config.ceb.repetition_prefix_chars,
