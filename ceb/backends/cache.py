@@ -12,10 +12,14 @@ its own entry.
 
 What is cached. Only requests whose reply is determined by the request: temperature 0, or an explicit seed;
 sampled ones (the hindsight votes at ``tau`` without ``hindsight.seed``) only when ``cache.nondeterministic`` is
-on. A failed request (an exception: timeouts after the retries, refusals) is never cached. A reply that was read
-and found unreadable IS cached: it is what the model answers to that request, and the re-ask that follows is its
-own key, so a second run replays the same re-asks and writes the same rows. Streamed requests
-(``critic.early_score``) pass through uncached: a cut stream is not a whole reply.
+on. The ``V`` votes of one trajectory are ``V`` identical sampled requests with ``V`` different answers, so a
+sampled request's key also holds its lane (:func:`~ceb.backends.scheduling.current_lane`) and how many identical
+ones that lane asked before it in this process: the second run replays the first run's samples one for one, in
+the order they were asked, instead of one sample ``V`` times (which would change the majority). A failed request
+(an exception: timeouts after the retries, refusals) is never cached. A reply that was read and found unreadable
+IS cached: it is what the model answers to that request, and the re-ask that follows is its own key, so a second
+run replays the same re-asks and writes the same rows. Streamed requests (``critic.early_score``) pass through
+uncached: a cut stream is not a whole reply.
 
 What a hit returns. The stored :class:`~ceb.backends.base.Completion` (texts, token counts, log-probs) with the
 attempts and retry reason recorded when it was first asked, so a row answered from the cache is byte-identical
@@ -34,6 +38,7 @@ import hashlib
 import sqlite3
 import threading
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, fields
@@ -44,6 +49,7 @@ import orjson
 import structlog
 
 from ceb.backends.base import ChatBackend, ChatRequest, ChatResponse, Completion, StreamReply, TokenLogprob
+from ceb.backends.scheduling import current_lane
 from ceb.config import BackendConfig, CacheConfig
 from ceb.errors import ConfigError
 
@@ -53,6 +59,7 @@ __all__ = [
     "CachedBackend",
     "ReplyCache",
     "cacheable",
+    "deterministic",
     "endpoint_identity",
     "request_key",
 ]
@@ -163,9 +170,14 @@ class ReplyCache:
             self._db.close()
 
 
+def deterministic(request: ChatRequest) -> bool:
+    """Whether ``request``'s reply is determined by the request: temperature 0, or an explicit seed."""
+    return request.temperature == 0 or request.seed is not None
+
+
 def cacheable(request: ChatRequest, settings: CacheConfig) -> bool:
     """Whether ``request``'s reply may be cached: deterministic (temperature 0, or a seed), or opted in."""
-    return request.temperature == 0 or request.seed is not None or settings.nondeterministic
+    return deterministic(request) or settings.nondeterministic
 
 
 def endpoint_identity(settings: BackendConfig) -> dict[str, Any]:
@@ -259,6 +271,17 @@ class CachedBackend(ChatBackend):
         self.store = store
         self._identity = endpoint_identity(settings)
         self._endpoint = f"{settings.name}:{settings.served_model}@{','.join(settings.base_urls)}"
+        self._sampled: Counter[tuple[str | None, str]] = Counter()  # identical sampled requests asked, per lane
+
+    def _key(self, request: ChatRequest) -> str:
+        """The request's key; a sampled one's also names its lane and its rank among identical ones (module doc)."""
+        key = request_key(request, self._identity)
+        if deterministic(request):
+            return key
+        slot = (current_lane(), key)
+        rank = self._sampled[slot]
+        self._sampled[slot] += 1  # before any await: concurrent identical requests take ranks in the order asked
+        return hashlib.sha256(orjson.dumps([key, slot[0], rank])).hexdigest()
 
     async def _complete(self, request: ChatRequest, endpoint: str) -> Completion:
         raise AssertionError("CachedBackend.complete delegates to its inner backend")  # pragma: no cover
@@ -282,7 +305,7 @@ class CachedBackend(ChatBackend):
         if not cacheable(request, self.store.settings):
             counts.uncacheable += 1
             return await self._send(request)
-        key = request_key(request, self._identity)
+        key = self._key(request)
         began = time.perf_counter()
         try:
             hit = await anyio.to_thread.run_sync(self.store.get, key)

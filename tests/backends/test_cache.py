@@ -8,6 +8,7 @@ import pytest
 
 from ceb.backends.base import ChatBackend, ChatRequest, Completion, RetryPolicy, TokenLogprob, TransientError
 from ceb.backends.cache import CachedBackend, ReplyCache, request_key
+from ceb.backends.scheduling import lane
 from ceb.backends.scripted import ScriptedChat
 from ceb.config import BackendConfig, CacheConfig
 from ceb.stages.asking import ask as ask_until_readable
@@ -53,12 +54,42 @@ async def test_sampled_requests_are_cached_only_when_opted_in(tmp_path):
         await chat.complete(ask("a", temperature=0.7))
     assert len(inner.requests) == 2 and cache.counts.uncacheable == 2 and len(cache) == 0
     cache.close()
-    opted = store(tmp_path, nondeterministic=True)
-    chat = CachedBackend(inner, opted, SETTINGS)
-    for _ in range(2):
-        await chat.complete(ask("a", temperature=0.7))
-    assert len(inner.requests) == 3 and opted.counts.hits == 1
-    opted.close()
+
+
+async def test_identical_sampled_requests_replay_their_own_samples_in_order(tmp_path):
+    # Opted in, the V votes of a trajectory (V identical sampled requests) are V entries: a second run gets the
+    # first run's V different samples back one for one, not the first sample V times (that changed the majority
+    # in a real run on SmolLM2, votes [1,1,1],[1,1,1],[0,1,1]... replayed as [1,0,1] five times).
+    samples = iter(f"sample {i}" for i in range(100))
+    inner = ScriptedChat(lambda r: next(samples))
+
+    async def run(lanes: tuple[str, ...]) -> list[str]:
+        cache = store(tmp_path, nondeterministic=True)
+        chat = CachedBackend(inner, cache, SETTINGS)  # a new backend: a new process's run
+        texts = []
+        for key in lanes:
+            with lane(key):
+                for _ in range(3):
+                    texts.append((await chat.complete(ask("vote", temperature=0.7))).completion.texts[0])
+        cache.close()
+        return texts
+
+    first = await run(("stream|0|ceb|", "stream|0|ceb-random|"))
+    assert first == [f"sample {i}" for i in range(6)] and len(inner.requests) == 6
+    again = await run(("stream|0|ceb-random|", "stream|0|ceb|"))  # each lane gets its own samples back
+    assert again == first[3:] + first[:3] and len(inner.requests) == 6
+    assert (await chat_once(tmp_path, inner)) == "sample 6"  # a fourth identical vote was never asked: sent
+
+
+async def chat_once(tmp_path: Path, inner: ChatBackend) -> str:
+    cache = store(tmp_path, nondeterministic=True)
+    chat = CachedBackend(inner, cache, SETTINGS)
+    with lane("stream|0|ceb|"):
+        for _ in range(3):
+            await chat.complete(ask("vote", temperature=0.7))
+        text = (await chat.complete(ask("vote", temperature=0.7))).completion.texts[0]
+    cache.close()
+    return text
 
 
 async def test_read_mode_uses_entries_and_writes_none(tmp_path):

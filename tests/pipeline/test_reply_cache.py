@@ -87,3 +87,31 @@ async def test_sampled_votes_are_asked_again_unless_the_cache_takes_them(openai_
         assert result.exit_code == 0, result.output
     # the critic's 6 requests are cached after run a; the 9 votes at tau = 0.7 without a seed are sampled anew
     assert len(openai_server.requests) == 6 + 9 + 9
+
+
+async def test_opted_in_sampled_votes_replay_one_for_one_so_the_rows_repeat(openai_server, tmp_path):
+    def varying(body: dict, i: int) -> Reply:
+        if not N_STEPS.search(body["messages"][-1]["content"]):
+            return critic_only(body, i)
+        n = int(N_STEPS.search(body["messages"][-1]["content"]).group(1))  # type: ignore[union-attr]
+        return Reply(orjson.dumps({"labels": [(i + s) % 2 for s in range(n)]}).decode())  # each vote differs
+
+    openai_server.responder = varying
+    settings = {
+        "backend": {"name": "openai", "base_url": openai_server.base_url, "model": openai_server.model},
+        "ceb": {"votes": 3},
+        "methods": ["ceb"],
+        "cache": {"mode": "read-write", "path": str(tmp_path / "replies.sqlite"), "nondeterministic": True},
+    }
+    config = tmp_path / "run.toml"
+    config.write_text(toml(settings))
+    stream = write_stream(tmp_path / "bash.jsonl")
+    for run in ("first", "second"):
+        args = ["score", str(stream), "--out", str(tmp_path / run), "--config", str(config)]
+        result = await anyio.to_thread.run_sync(CliRunner().invoke, app, args)
+        assert result.exit_code == 0, result.output
+    assert len(openai_server.requests) == 6 + 9  # the second run sent none
+    first = [orjson.loads(r) for r in rows(tmp_path / "first" / "hindsight.jsonl")]
+    assert any(len({tuple(v) for v in row["votes"]}) > 1 for row in first)  # the votes did differ
+    for name in ("scores.jsonl", "hindsight.jsonl"):
+        assert rows(tmp_path / "second" / name) == rows(tmp_path / "first" / name)
