@@ -1,0 +1,184 @@
+"""The actor of ``ceb regenerate``: re-predict one flagged step once, with a fixed generic critique.
+
+The intervention of the paper's appendix "Offline Confidence-Gated Regeneration": the agent regenerates its
+action on a step a confidence signal flagged, told only that "a reviewer flagged this step; reconsider"
+(:data:`CRITIQUE`). The critique is the same for every step and every method, so the only variable across
+methods is which steps each one flags. The actor sees the task, the earlier steps with what each returned, the
+step's state and its original action (``prompts/base/regenerate_*.j2``), never the reference or the label.
+
+The reply is a Mind2Web action as the converter represents one (an element's ``backend_node_id``, an
+operation, a value), fixed by a JSON schema the server enforces (:func:`action_schema`), so the converter's
+rule (:func:`ceb.data.references.mind2web_step_label`) can judge it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ceb.backends.base import ChatBackend, ChatRequest
+from ceb.data.trajectory import Trajectory
+from ceb.stages.asking import Answer, ask, bounded_text
+from ceb.stages.baselines._common import render
+from ceb.stages.templates import PromptSet
+
+__all__ = [
+    "CRITIQUE",
+    "OPERATIONS",
+    "REGENERATE_FORMAT_RETRIES",
+    "REGENERATE_MAX_TOKENS",
+    "REGENERATE_TEMPERATURE",
+    "RegeneratedAction",
+    "Regenerator",
+    "action_schema",
+    "parse_action",
+    "regenerate_context",
+]
+
+CRITIQUE = "A reviewer flagged this step; reconsider."
+"""The one critique every flagged step gets (the paper's "a reviewer flagged this step; reconsider")."""
+
+OPERATIONS = ("CLICK", "TYPE", "SELECT")
+"""The operations a regenerated action may take: Mind2Web's ``operation.op`` values."""
+
+REGENERATE_TEMPERATURE = 0.0
+"""Greedy decoding: one regeneration per step, the same whichever method flagged it."""
+
+REGENERATE_FORMAT_RETRIES = 1
+"""An unreadable reply is re-asked once; after that the step keeps its original action (never a guessed one)."""
+
+REGENERATE_MAX_TOKENS = 128
+"""Output budget of one reply: the schema's fields hold at most 32 + 128 characters."""
+
+_ELEMENT_CHARS = 32
+_VALUE_CHARS = 128
+
+
+@dataclass(frozen=True, slots=True)
+class RegeneratedAction:
+    """The actor's new action for one step.
+
+    Attributes:
+        element_id: ``backend_node_id`` of the chosen element, ``None`` when the reply names none.
+        op: ``CLICK``, ``TYPE`` or ``SELECT``.
+        value: Text to type or option to select (``""`` for a click).
+    """
+
+    element_id: str | None
+    op: str
+    value: str
+
+    def text(self, element: str | None = None) -> str:
+        """The action as the stream writes one: ``[OP] <element> -> value``."""
+        shown = element or (f"(element {self.element_id})" if self.element_id else "(no element)")
+        return f"[{self.op}] {shown}" + (f" -> {self.value}" if self.value else "")
+
+
+def action_schema() -> dict[str, Any]:
+    """JSON Schema of a regenerated action: ``{"element_id": str, "op": CLICK|TYPE|SELECT, "value": str}``.
+
+    Both strings are bounded (:func:`~ceb.stages.asking.bounded_text`) so a small model's reply closes.
+    """
+    return {
+        "type": "object",
+        "properties": {
+            "element_id": bounded_text(_ELEMENT_CHARS),
+            "op": {"type": "string", "enum": list(OPERATIONS)},
+            "value": bounded_text(_VALUE_CHARS),
+        },
+        "required": ["element_id", "op", "value"],
+        "additionalProperties": False,
+    }
+
+
+def parse_action(raw: str) -> RegeneratedAction:
+    """Read a reply of :func:`action_schema` (an ``element_id`` of digits in quotes or bare both read).
+
+    Raises:
+        ValueError: Not a JSON object, a field missing or of the wrong type, or an unknown operation.
+    """
+    try:
+        doc = orjson.loads(raw.strip())
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise ValueError("expected a JSON object with element_id, op and value")
+    element, op, value = doc.get("element_id"), doc.get("op"), doc.get("value", "")
+    if isinstance(element, int) and not isinstance(element, bool):
+        element = str(element)
+    if not isinstance(element, str) and element is not None:
+        raise ValueError("element_id must be a string")
+    if not isinstance(op, str) or op.strip().upper() not in OPERATIONS:
+        raise ValueError(f"op must be one of {', '.join(OPERATIONS)}")
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise ValueError("value must be a string")
+    element = element.strip() if element else None
+    return RegeneratedAction(element or None, op.strip().upper(), value.strip())
+
+
+def regenerate_context(trajectory: Trajectory, t: int, history_steps: int) -> dict[str, Any]:
+    """The regeneration prompt's variables for step ``t``: the situation, the original action, the critique.
+
+    ``history`` holds the last ``history_steps`` earlier steps with their observations (for a Mind2Web stream,
+    the reference actions of *earlier* steps, which the converter writes there; never step ``t``'s own).
+    """
+    step = trajectory.steps[t]
+    start = max(0, t - history_steps)
+    return {
+        "task": trajectory.task,
+        "step_number": t + 1,
+        "state": step.state,
+        "action": step.action,
+        "critique": CRITIQUE,
+        "operations": OPERATIONS,
+        "history": [
+            {"number": i + 1, "action": h.action, "observation": h.observation}
+            for i, h in enumerate(trajectory.steps[start:t], start=start)
+        ],
+        "history_omitted": start,
+    }
+
+
+class Regenerator:
+    """Asks the actor for a new action on one flagged step: greedy, schema-constrained, one re-ask.
+
+    Args:
+        chat: The actor's endpoint.
+        prompts: Templates (``regenerate_system.j2`` / ``regenerate_user.j2``, of the domain's family, else of
+            ``base``).
+    """
+
+    def __init__(self, chat: ChatBackend, prompts: PromptSet) -> None:
+        self.chat = chat
+        self.prompts = prompts
+
+    def request(self, trajectory: Trajectory, t: int) -> ChatRequest:
+        """The one request for step ``t`` of ``trajectory``."""
+        ctx = regenerate_context(trajectory, t, self.prompts.limits.history_steps)
+        return ChatRequest(
+            messages=(
+                {"role": "system", "content": render(self.prompts, trajectory.domain, "regenerate_system", ctx)},
+                {"role": "user", "content": render(self.prompts, trajectory.domain, "regenerate_user", ctx)},
+            ),
+            temperature=REGENERATE_TEMPERATURE,
+            max_tokens=REGENERATE_MAX_TOKENS,
+            json_schema=action_schema(),
+            schema_name="regenerated_action",
+            stage="regenerate",
+        )
+
+    async def regenerate(self, trajectory: Trajectory, t: int) -> Answer[RegeneratedAction]:
+        """Ask for step ``t``'s new action; an unreadable reply is re-asked once.
+
+        Returns:
+            The action, or ``value=None`` with the reason in ``error`` (unreadable after the re-ask, or an
+            endpoint that failed after its retries).
+
+        Raises:
+            FatalBackendError: The endpoint refuses every request (bad key, unknown model).
+        """
+        return await ask(self.chat, self.request(trajectory, t), parse_action, REGENERATE_FORMAT_RETRIES)
