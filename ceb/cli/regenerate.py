@@ -116,9 +116,9 @@ def regenerate(
             raise fail("ceb regenerate needs an actor model: --backend offline has none; use openai or vllm")
         cfg = load_config(config, {"backend": endpoint | {"name": "openai"}, "prompts": prompt_settings})
     run = RunDir(run_dir)
-    files = run.recorded_stream_files() if run.started else {}
+    files = run.recorded_stream_files()
     if not files:
-        raise fail(f"{run_dir}: no run with recorded streams (config.json); is it a run directory of `ceb score`?")
+        raise fail(f"{run_dir}: the run recorded no stream; nothing to regenerate")
     trajectories = read_stream([f for names in files.values() for f in names])
     require_references(trajectories, why=WHY_REFERENCES)  # before anything is asked: a refusal costs no request
     budgets = tuple(budget) if budget else DEFAULT_BUDGETS

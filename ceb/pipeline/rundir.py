@@ -289,8 +289,11 @@ class RunDir:
         """The files of each stream the run was started with (as given then), by stream name.
 
         Raises:
-            ConfigError: ``config.json`` is missing or cannot be read (names the file).
+            RunError: The directory has no ``config.json``.
+            ConfigError: ``config.json`` cannot be read (names the file).
         """
+        if not self.started:
+            raise RunError(f"{self.path} has no {self.CONFIG}; is it a run directory written by `ceb score`?")
         streams = self.record().get("streams") or {}
         return {name: list(entry.get("files") or []) for name, entry in streams.items() if isinstance(entry, dict)}
 
