@@ -7,18 +7,21 @@ methods is which steps each one flags. The actor sees the task, the earlier step
 step's state and its original action (``prompts/base/regenerate_*.j2``), never the reference or the label.
 
 The reply is a Mind2Web action as the converter represents one (an element's ``backend_node_id``, an
-operation, a value), fixed by a JSON schema the server enforces (:func:`action_schema`), so the converter's
+operation, a value), fixed by a JSON schema the server enforces (:func:`action_schema`: the element one of those
+on the page shown), so the converter's
 rule (:func:`ceb.data.references.mind2web_step_label`) can judge it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from ceb.backends.base import ChatBackend, ChatRequest
+from ceb.data.mind2web_dom import element_ids
 from ceb.data.trajectory import Trajectory
 from ceb.stages.asking import Answer, ask, bounded_text
 from ceb.stages.baselines._common import render
@@ -76,15 +79,21 @@ class RegeneratedAction:
         return f"[{self.op}] {shown}" + (f" -> {self.value}" if self.value else "")
 
 
-def action_schema() -> dict[str, Any]:
+def action_schema(element_ids: Sequence[str] = ()) -> dict[str, Any]:
     """JSON Schema of a regenerated action: ``{"element_id": str, "op": CLICK|TYPE|SELECT, "value": str}``.
 
-    Both strings are bounded (:func:`~ceb.stages.asking.bounded_text`) so a small model's reply closes.
+    With ``element_ids`` (the ``backend_node_id`` of each element on the page shown,
+    :func:`ceb.data.mind2web_dom.element_ids`) the element is one of them (``enum``), so the server lets the actor
+    name only an element it was shown; without, a bounded string. The value is bounded
+    (:func:`~ceb.stages.asking.bounded_text`) so a small model's reply closes.
     """
+    element: dict[str, Any] = (
+        {"type": "string", "enum": list(element_ids)} if element_ids else bounded_text(_ELEMENT_CHARS)
+    )
     return {
         "type": "object",
         "properties": {
-            "element_id": bounded_text(_ELEMENT_CHARS),
+            "element_id": element,
             "op": {"type": "string", "enum": list(OPERATIONS)},
             "value": bounded_text(_VALUE_CHARS),
         },
@@ -166,7 +175,7 @@ class Regenerator:
             ),
             temperature=REGENERATE_TEMPERATURE,
             max_tokens=REGENERATE_MAX_TOKENS,
-            json_schema=action_schema(),
+            json_schema=action_schema(element_ids(trajectory.steps[t].state)),
             schema_name="regenerated_action",
             stage="regenerate",
         )

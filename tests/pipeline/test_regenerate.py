@@ -179,8 +179,10 @@ async def test_one_request_per_distinct_flagged_step_and_the_table_follows_from_
     assert sorted(steps) == sorted((by_id[k[0]].task, k[1] + 1) for k in keys)  # (duplicates across actors allowed)
     for body in openai_server.requests:
         assert body["temperature"] == 0
-        assert body["response_format"]["json_schema"]["schema"] == action_schema()
         user = body["messages"][-1]["content"]
+        page = user.split("Current page")[1]
+        ids = re.findall(r'backend_node_id="(\w+)"', page)
+        assert ids and body["response_format"]["json_schema"]["schema"] == action_schema(list(dict.fromkeys(ids)))
         assert CRITIQUE in user and "reference action executed" not in user.split("Current page")[1]
     for r in records:  # the perfect actor fixes every step but the one without a positive candidate
         assert r["error"] is None and r["label"] == (0 if r["trajectory"].endswith("/b2") and r["step"] == 1 else 1)
@@ -279,3 +281,13 @@ async def test_a_stream_with_references_but_no_mind2web_task_is_refused_before_a
     assert result.exit_code == EXIT_ERROR
     assert f"{web}:1" in result.output and "meta.annotation_id" in result.output
     assert openai_server.requests == []
+
+
+def test_the_schema_offers_exactly_the_elements_on_the_page_shown() -> None:
+    from ceb.data.mind2web_dom import element_ids
+
+    page = """<div backend_node_id="3"><b backend_node_id='4'>x</b><i data-backend_node_id="9"></i>"""
+    page += """<a backend_node_id="3">"""
+    assert element_ids(page) == ["3", "4"]  # once each, in order; another attribute's suffix is not one
+    assert action_schema(["3", "4"])["properties"]["element_id"] == {"type": "string", "enum": ["3", "4"]}
+    assert "enum" not in action_schema()["properties"]["element_id"]  # no ids: a bounded string
