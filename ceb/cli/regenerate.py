@@ -33,7 +33,7 @@ def regenerate(
         list[float] | None,
         typer.Option("--budget", help="Regeneration budget in percent of the steps; repeat for more (10 25 50)."),
     ] = None,
-    seeds: Annotated[int, typer.Option(help="Random selection's seeds, averaged.")] = 5,
+    seeds: Annotated[int, typer.Option(min=1, max=1000, help="Random selection's seeds, averaged.")] = 5,
     method: Annotated[
         list[str] | None,
         typer.Option("--method", help="Only this method (METHOD or METHOD@CRITIC); repeat for more (default: all)."),
@@ -129,6 +129,7 @@ def regenerate(
     prompts = PromptSet(cfg.prompts.prompt_dir, cfg.prompts)
     register_secret_env(cfg.backend.api_key_env)
     target = RegenerationDir(out_dir if out_dir is not None else run.regeneration_dir)
+    actor = f"{cfg.backend.name}:{cfg.backend.model or ''}"
 
     async def ask() -> RegenerationSummary:
         cache = ReplyCache.open(cfg.cache)
@@ -139,13 +140,21 @@ def regenerate(
             async with chat:
                 await chat.preflight()
                 return await regenerate_steps(
-                    plan, in_plan, references, chat, prompts, target, concurrency=cfg.backend.max_concurrency
+                    plan,
+                    in_plan,
+                    references,
+                    chat,
+                    prompts,
+                    target,
+                    actor=actor,
+                    concurrency=cfg.backend.max_concurrency,
                 )
         finally:
             if cache is not None:
                 cache.close()
 
     with target.lock():
+        target.read(actor)  # another actor's records: refused before the endpoint is opened
         s = anyio.run(ask)
         curves = regeneration_curves(plan, s.records)
         url = cfg.backend.base_url
