@@ -46,6 +46,14 @@ def regenerate(
             "meta.file).",
         ),
     ] = None,
+    elements: Annotated[
+        Path | None,
+        typer.Option(
+            "--elements",
+            help="AMEX element_anno folder the streams were converted with (default: element_anno beside each "
+            "trajectory's episode file, as ceb convert amex finds it).",
+        ),
+    ] = None,
     config: Annotated[Path | None, typer.Option(help="TOML or JSON config file (flags override it).")] = None,
     backend: Annotated[
         str | None,
@@ -70,13 +78,14 @@ def regenerate(
     The paper's appendix "Offline Confidence-Gated Regeneration". For each method of the run and budget b, the
     lowest-confidence b% of the labelled steps (order 0) are flagged (ties: the earlier step in stream order;
     a step the method has no score for ranks after every scored one). The actor re-predicts each flagged step
-    once, told "A reviewer flagged this step; reconsider.", with a JSON schema fixing an element, an operation
-    and a value; the new action is judged against the step's reference by the converter's rule. Each distinct
-    step is asked once, whichever methods, budgets and seeds flag it, and recorded in regenerations.jsonl as it
-    arrives (a rerun asks only what is missing or failed). Writes regeneration.md / .json (per-step positive
-    rate and mean per-task step accuracy per method and budget, Random averaged over seeds, Oracle
-    regenerating the wrong steps first) and regeneration.png. Only Mind2Web streams can be judged: a stream
-    without reference actions is refused. Exits 1 when no flagged step got a regenerated action.
+    once, told "A reviewer flagged this step; reconsider.", with a JSON schema fixing an element of the state,
+    an operation and a value; the new action is judged against the step's reference by the converter's rule.
+    Each distinct step is asked once, whichever methods, budgets and seeds flag it, and recorded in
+    regenerations.jsonl as it arrives (a rerun asks only what is missing or failed). Writes regeneration.md and
+    .json (per-step positive rate and mean per-task step accuracy per method and budget, Random averaged over
+    seeds, Oracle regenerating the wrong steps first) and regeneration.png. Mind2Web and AMEX streams can be
+    judged (their references are read again from the converter's input: --tasks, --elements); a stream without
+    reference actions is refused. Exits 1 when no flagged step got a regenerated action.
     """
     import os
     import platform
@@ -85,7 +94,7 @@ def regenerate(
     from ceb.backends.cache import ReplyCache
     from ceb.config import load_config
     from ceb.data import read_stream
-    from ceb.data.references import mind2web_references
+    from ceb.data.references import step_references
     from ceb.eval.plots import plot_regeneration, save_figure
     from ceb.eval.regeneration import regeneration_curves, regeneration_doc, regeneration_table
     from ceb.eval.tables import to_markdown
@@ -125,7 +134,7 @@ def regenerate(
     plan = plan_regeneration(run.step_rows(), trajectories, budgets, seeds, method)
     wanted = {s[0] for s in plan.steps}
     in_plan = [t for t in trajectories if t.id in wanted]
-    references = mind2web_references(in_plan, tasks)
+    references = step_references(in_plan, tasks, elements)
     prompts = PromptSet(cfg.prompts.prompt_dir, cfg.prompts)
     register_secret_env(cfg.backend.api_key_env)
     target = RegenerationDir(out_dir if out_dir is not None else run.regeneration_dir)

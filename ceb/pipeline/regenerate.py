@@ -38,7 +38,7 @@ import orjson
 import structlog
 
 from ceb.backends.base import ChatBackend
-from ceb.data.references import Mind2WebReference
+from ceb.data.references import StepReference
 from ceb.data.trajectory import Trajectory
 from ceb.dirlock import dir_lock
 from ceb.errors import RunError, with_path
@@ -216,8 +216,8 @@ class Regeneration:
         element_id: The new action's element (``backend_node_id``), ``None`` when none or when it failed.
         op: The new operation (``""`` when it failed).
         value: The new value.
-        label: The new action judged against the reference (:meth:`Mind2WebReference.label`); ``None`` when
-            the request failed.
+        label: The new action judged against the reference (:meth:`~ceb.data.references.StepReference.label`);
+            ``None`` when the request failed.
         raw: The actor's last reply.
         error: Why there is no new action; ``None`` on success.
         requests: Requests sent (re-asks and retries included).
@@ -360,7 +360,7 @@ class RegenerationSummary:
 async def regenerate_steps(
     plan: RegenerationPlan,
     trajectories: Sequence[Trajectory],
-    references: Mapping[StepKey, Mind2WebReference],
+    references: Mapping[StepKey, StepReference],
     chat: ChatBackend,
     prompts: PromptSet,
     out: RegenerationDir,
@@ -373,7 +373,7 @@ async def regenerate_steps(
     Args:
         plan: The selections (:func:`plan_regeneration`).
         trajectories: The run's streams; every step must carry a reference action.
-        references: Each step's reference (:func:`ceb.data.references.mind2web_references`).
+        references: Each step's reference (:func:`ceb.data.references.step_references`).
         chat: The actor's endpoint.
         prompts: Templates.
         out: Where the records go (the caller holds its lock).

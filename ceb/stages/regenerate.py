@@ -6,10 +6,11 @@ action on a step a confidence signal flagged, told only that "a reviewer flagged
 methods is which steps each one flags. The actor sees the task, the earlier steps with what each returned, the
 step's state and its original action (``prompts/base/regenerate_*.j2``), never the reference or the label.
 
-The reply is a Mind2Web action as the converter represents one (an element's ``backend_node_id``, an
-operation, a value), fixed by a JSON schema the server enforces (:func:`action_schema`: the element one of those
-on the page shown), so the converter's
-rule (:func:`ceb.data.references.mind2web_step_label`) can judge it.
+The reply is an action as the stream's converter represents one (:data:`ceb.data.references.ACTION_SPACES`):
+for Mind2Web (domain ``web``) an element's ``backend_node_id``, an operation and a value; for AMEX (``mobile``)
+an element's index in the screen's list, an action name and a text. A JSON schema the server enforces fixes it
+(:func:`action_schema`: the element one of those in the state shown, the operation one of the domain's), so the
+converter's rule (:mod:`ceb.data.references`) can judge it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 import orjson
 
 from ceb.backends.base import ChatBackend, ChatRequest
-from ceb.data.mind2web_dom import element_ids
+from ceb.data.references import ACTION_SPACES, ActionSpace
 from ceb.data.trajectory import Trajectory
 from ceb.stages.asking import Answer, ask, bounded_text
 from ceb.stages.baselines._common import render
@@ -29,22 +30,19 @@ from ceb.stages.templates import PromptSet
 
 __all__ = [
     "CRITIQUE",
-    "OPERATIONS",
     "REGENERATE_FORMAT_RETRIES",
     "REGENERATE_MAX_TOKENS",
     "REGENERATE_TEMPERATURE",
     "RegeneratedAction",
     "Regenerator",
     "action_schema",
+    "action_space",
     "parse_action",
     "regenerate_context",
 ]
 
 CRITIQUE = "A reviewer flagged this step; reconsider."
 """The one critique every flagged step gets (the paper's "a reviewer flagged this step; reconsider")."""
-
-OPERATIONS = ("CLICK", "TYPE", "SELECT")
-"""The operations a regenerated action may take: Mind2Web's ``operation.op`` values."""
 
 REGENERATE_TEMPERATURE = 0.0
 """Greedy decoding: one regeneration per step, the same whichever method flagged it."""
@@ -64,8 +62,9 @@ class RegeneratedAction:
     """The actor's new action for one step.
 
     Attributes:
-        element_id: ``backend_node_id`` of the chosen element, ``None`` when the reply names none.
-        op: ``CLICK``, ``TYPE`` or ``SELECT``.
+        element_id: The chosen element as the state names it (a ``backend_node_id``, an AMEX index), ``None``
+            when the reply names none.
+        op: One of the domain's operations (:data:`~ceb.data.references.ACTION_SPACES`).
         value: Text to type or option to select (``""`` for a click).
     """
 
@@ -79,22 +78,22 @@ class RegeneratedAction:
         return f"[{self.op}] {shown}" + (f" -> {self.value}" if self.value else "")
 
 
-def action_schema(element_ids: Sequence[str] = ()) -> dict[str, Any]:
-    """JSON Schema of a regenerated action: ``{"element_id": str, "op": CLICK|TYPE|SELECT, "value": str}``.
+def action_schema(operations: Sequence[str], element_ids: Sequence[str] = ()) -> dict[str, Any]:
+    """JSON Schema of a regenerated action: ``{"element_id": str, "op": one of operations, "value": str}``.
 
-    With ``element_ids`` (the ``backend_node_id`` of each element on the page shown,
-    :func:`ceb.data.mind2web_dom.element_ids`) the element is one of them (``enum``), so the server lets the actor
-    name only an element it was shown; without, a bounded string. The value is bounded
-    (:func:`~ceb.stages.asking.bounded_text`) so a small model's reply closes.
+    With ``element_ids`` (the elements the state shows, :attr:`ActionSpace.element_ids`) the element is one of
+    them or ``""`` for none (``enum``), so the server lets the actor name only an element it was shown; without,
+    a bounded string. The value is bounded (:func:`~ceb.stages.asking.bounded_text`) so a small model's reply
+    closes.
     """
     element: dict[str, Any] = (
-        {"type": "string", "enum": list(element_ids)} if element_ids else bounded_text(_ELEMENT_CHARS)
+        {"type": "string", "enum": [*element_ids, ""]} if element_ids else bounded_text(_ELEMENT_CHARS)
     )
     return {
         "type": "object",
         "properties": {
             "element_id": element,
-            "op": {"type": "string", "enum": list(OPERATIONS)},
+            "op": {"type": "string", "enum": list(operations)},
             "value": bounded_text(_VALUE_CHARS),
         },
         "required": ["element_id", "op", "value"],
@@ -102,7 +101,7 @@ def action_schema(element_ids: Sequence[str] = ()) -> dict[str, Any]:
     }
 
 
-def parse_action(raw: str) -> RegeneratedAction:
+def parse_action(raw: str, operations: Sequence[str]) -> RegeneratedAction:
     """Read a reply of :func:`action_schema` (an ``element_id`` of digits in quotes or bare both read).
 
     Raises:
@@ -119,8 +118,8 @@ def parse_action(raw: str) -> RegeneratedAction:
         element = str(element)
     if not isinstance(element, str) and element is not None:
         raise ValueError("element_id must be a string")
-    if not isinstance(op, str) or op.strip().upper() not in OPERATIONS:
-        raise ValueError(f"op must be one of {', '.join(OPERATIONS)}")
+    if not isinstance(op, str) or op.strip().upper() not in operations:
+        raise ValueError(f"op must be one of {', '.join(operations)}")
     if value is None:
         value = ""
     if not isinstance(value, str):
@@ -129,7 +128,7 @@ def parse_action(raw: str) -> RegeneratedAction:
     return RegeneratedAction(element or None, op.strip().upper(), value.strip())
 
 
-def regenerate_context(trajectory: Trajectory, t: int, history_steps: int) -> dict[str, Any]:
+def regenerate_context(trajectory: Trajectory, t: int, history_steps: int, operations: Sequence[str]) -> dict[str, Any]:
     """The regeneration prompt's variables for step ``t``: the situation, the original action, the critique.
 
     ``history`` holds the last ``history_steps`` earlier steps with their observations (for a Mind2Web stream,
@@ -143,7 +142,7 @@ def regenerate_context(trajectory: Trajectory, t: int, history_steps: int) -> di
         "state": step.state,
         "action": step.action,
         "critique": CRITIQUE,
-        "operations": OPERATIONS,
+        "operations": tuple(operations),
         "history": [
             {"number": i + 1, "action": h.action, "observation": h.observation}
             for i, h in enumerate(trajectory.steps[start:t], start=start)
@@ -166,8 +165,13 @@ class Regenerator:
         self.prompts = prompts
 
     def request(self, trajectory: Trajectory, t: int) -> ChatRequest:
-        """The one request for step ``t`` of ``trajectory``."""
-        ctx = regenerate_context(trajectory, t, self.prompts.limits.history_steps)
+        """The one request for step ``t`` of ``trajectory``.
+
+        Raises:
+            ValueError: The trajectory's domain has no action space (neither ``web`` nor ``mobile``).
+        """
+        space = action_space(trajectory.domain)
+        ctx = regenerate_context(trajectory, t, self.prompts.limits.history_steps, space.operations)
         return ChatRequest(
             messages=(
                 {"role": "system", "content": render(self.prompts, trajectory.domain, "regenerate_system", ctx)},
@@ -175,7 +179,7 @@ class Regenerator:
             ),
             temperature=REGENERATE_TEMPERATURE,
             max_tokens=REGENERATE_MAX_TOKENS,
-            json_schema=action_schema(element_ids(trajectory.steps[t].state)),
+            json_schema=action_schema(space.operations, space.element_ids(trajectory.steps[t].state)),
             schema_name="regenerated_action",
             stage="regenerate",
         )
@@ -190,4 +194,19 @@ class Regenerator:
         Raises:
             FatalBackendError: The endpoint refuses every request (bad key, unknown model).
         """
-        return await ask(self.chat, self.request(trajectory, t), parse_action, REGENERATE_FORMAT_RETRIES)
+        operations = action_space(trajectory.domain).operations
+        return await ask(
+            self.chat, self.request(trajectory, t), lambda raw: parse_action(raw, operations), REGENERATE_FORMAT_RETRIES
+        )
+
+
+def action_space(domain: str) -> ActionSpace:
+    """The regenerated actions of ``domain``'s streams (:data:`~ceb.data.references.ACTION_SPACES`).
+
+    Raises:
+        ValueError: No action space for ``domain`` (only Mind2Web's ``web`` and AMEX's ``mobile`` have one).
+    """
+    space = ACTION_SPACES.get(domain)
+    if space is None:
+        raise ValueError(f"no regeneration action space for domain {domain!r} (web and mobile have one)")
+    return space

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from ceb.cli import app
 from ceb.data import convert_mind2web
+from ceb.data.references import ACTION_SPACES
 from ceb.pipeline.regenerate import ORACLE, RANDOM
-from ceb.stages.regenerate import OPERATIONS
 from tests.support.vllm_server import VLLMServer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.anyio, pytest.mark.timeout(900)]
@@ -43,7 +43,7 @@ async def test_regenerate_on_the_mind2web_fixture_with_the_real_actor(tmp_path: 
     assert records and len(keys) == len(set(keys))  # one record per distinct flagged step
     for r in records:  # the server enforces the schema: every reply is an action the reference rule can judge
         assert r["error"] is None, r
-        assert r["op"] in OPERATIONS and r["label"] in (0, 1) and isinstance(r["value"], str)
+        assert r["op"] in ACTION_SPACES["web"].operations and r["label"] in (0, 1) and isinstance(r["value"], str)
     doc = orjson.loads((out / "regeneration.json").read_bytes())
     assert doc["steps"] == 7 and doc["about"]["backend"].endswith(vllm_server.base_url)
     curves = {c["selection"]: c for c in doc["curves"]}
