@@ -45,7 +45,8 @@ paper's "visible clickable element list", section 3.2); ``action`` is the predic
 ``[TAP] (x, y) on [i] <element>``, ``[TYPE] "text"``, ``[SWIPE] (x, y) -> (x, y)`` or ``[PRESS_BACK]``, with
 coordinates in pixels and ``[i]`` the clickable element of the state that holds the point; ``op`` is the
 action type, ``element`` that ``[i] <element>``, ``value`` the typed text; ``label`` is
-:func:`amex_step_label`.
+:func:`amex_step_label` (the rule lives in :mod:`ceb.data.references`, which ``ceb regenerate`` judges
+regenerated actions with).
 
 Labels. The paper scores TAP steps only (appendix "Experimental Details"): a step whose reference action is
 ``TAP`` is positive when the predicted action is ``TAP`` and its touch point lies inside the box of the element
@@ -82,13 +83,13 @@ from ceb.data.amex_screen import (
     Coords,
     Element,
     describe_action,
-    inside,
     render,
     render_elements,
     to_pixels,
     touched_box,
 )
 from ceb.data.converters import ACTOR, OUT_DIR, REFERENCE_OBSERVATION, Converter, ConverterOption
+from ceb.data.references import amex_gold_box, amex_step_label
 from ceb.data.trajectory import Step, Trajectory
 from ceb.data.writer import ConvertedStream, stream_file_names, write_converted
 from ceb.errors import ConfigError, DataError, Problem
@@ -110,35 +111,6 @@ Observation = Literal["reference", "empty"]
 
 
 log = structlog.get_logger(__name__)
-
-
-def amex_step_label(
-    gold_action: str,
-    gold_box: Box | None,
-    predicted_action: str,
-    predicted_point: tuple[float, float] | None,
-) -> int | None:
-    """Ground-truth label of one AMEX step (paper appendix "Experimental Details").
-
-    Only ``TAP`` reference steps are scored: positive when the predicted action is ``TAP`` and the predicted
-    touch point lies inside the human's element box (edges included), else negative. Action names compare
-    case-insensitively.
-
-    Args:
-        gold_action: The reference step's ``action``.
-        gold_box: Box of the element the human touched (:func:`touched_box` of the reference
-            ``touch_coord``), in pixels, or ``None`` when the point lies in no clickable box.
-        predicted_action: The agent's action type.
-        predicted_point: The agent's touch point in pixels, or ``None``.
-
-    Returns:
-        1 or 0; ``None`` when the reference action is not ``TAP`` or ``gold_box`` is ``None``.
-    """
-    if gold_action.strip().upper() != TAP or gold_box is None:
-        return None
-    if predicted_action.strip().upper() != TAP or predicted_point is None:
-        return 0
-    return int(inside(predicted_point, gold_box))
 
 
 def convert_amex(
@@ -371,8 +343,7 @@ def _step(
     touch = to_pixels(pred.touch, coords, gold.device_dim)
     lift = to_pixels(pred.lift, coords, gold.device_dim)
     text, element = describe_action(pred.action, touch, lift, pred.type_text, screen)
-    gold_index = touched_box(gold.touch, [e.box for e in screen]) if gold.touch is not None else None
-    gold_box = screen[gold_index].box if gold_index is not None else None
+    gold_box = amex_gold_box(gold, screen)
     reason = None
     if gold.action != TAP:
         reason = "reference action is not TAP"

@@ -58,7 +58,8 @@ Input layout:
 Output, per step (the stream format): ``state`` is :func:`dom_snippet` of ``cleaned_html`` around the *predicted*
 element (never the gold one: the state must not point at the answer); ``action`` is ``[OP] <tag> text`` or
 ``[OP] <tag> text -> value``; ``op``, ``element`` (``<tag> text``) and ``value`` are the prediction's
-fields; ``reasoning`` and ``actor_logprobs`` are copied; ``label`` is :func:`mind2web_step_label`.
+fields; ``reasoning`` and ``actor_logprobs`` are copied; ``label`` is :func:`mind2web_step_label` (the rule
+lives in :mod:`ceb.data.references`, which ``ceb regenerate`` judges regenerated actions with).
 
 Observation. Mind2Web records no environment response. After step ``t`` the page becomes the one the human's
 action ``t`` produced, so with ``observation="reference"`` (the default) ``o_t`` is
@@ -71,7 +72,7 @@ observations.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -82,6 +83,7 @@ from ceb.data.converters import ACTOR, OUT_DIR, REFERENCE_OBSERVATION, Converter
 from ceb.data.mind2web_dom import DEFAULT_DOM_CHARS, ELEMENT_TEXT_CHARS, MIN_DOM_CHARS, dom_snippet, locate
 from ceb.data.mind2web_predictions import PREDICTION_FORMATS, Prediction, load_predictions
 from ceb.data.mind2web_tasks import LAYOUTS, Action, Layout, Task, iter_tasks, task_files
+from ceb.data.references import canonical_op, mind2web_step_label
 from ceb.data.trajectory import Step, Trajectory
 from ceb.data.writer import ConvertedStream, StagedStreams, stream_file_names
 from ceb.errors import ConfigError, DataError, Problem
@@ -99,37 +101,9 @@ __all__ = [
 Observation = Literal["reference", "empty"]
 """What a step's ``observation`` holds: the executed reference action, or nothing (module docstring)."""
 
-_OP_ALIASES = {"HOVER": "CLICK", "ENTER": "CLICK"}
 _TEXT_ATTRIBUTES = ("aria_label", "aria-label", "title", "placeholder", "alt", "value", "name")
 
 log = structlog.get_logger(__name__)
-
-
-def mind2web_step_label(
-    predicted_element: str | None,
-    predicted_op: str,
-    positive_ids: Collection[str],
-    gold_op: str,
-) -> int:
-    """Ground-truth label of one Mind2Web step.
-
-    The rule of the paper's appendix "Experimental Details": a step is positive when the predicted element is
-    one of the step's ``pos_candidates`` and the predicted operation type equals the gold ``operation.op``.
-    Operations compare case-insensitively, with ``HOVER`` and ``ENTER`` read as ``CLICK`` (the dataset maps
-    them so in ``op``). The typed or selected value is not compared. A step whose ``pos_candidates`` is empty
-    (the dataset's pruning can drop the target) is never positive.
-
-    Args:
-        predicted_element: ``backend_node_id`` the agent chose, or ``None`` for no element.
-        predicted_op: The agent's operation.
-        positive_ids: ``backend_node_id`` of every positive candidate of the step.
-        gold_op: The step's ``operation.op``.
-
-    Returns:
-        1 when both element and operation match, else 0.
-    """
-    matches_element = predicted_element is not None and predicted_element in positive_ids
-    return int(matches_element and canonical_op(predicted_op) == canonical_op(gold_op))
 
 
 def convert_mind2web(
@@ -402,12 +376,3 @@ def _candidate_attributes(task: Task, t: int, field: str, candidate: Mapping[str
             )
         )
     return {str(k): v for k, v in value.items() if isinstance(v, str)}
-
-
-# --- small helpers ------------------------------------------------------------------------------------
-
-
-def canonical_op(op: str) -> str:
-    """``op`` as the dataset compares operations: upper case, ``HOVER`` and ``ENTER`` read as ``CLICK``."""
-    upper = op.strip().upper()
-    return _OP_ALIASES.get(upper, upper)

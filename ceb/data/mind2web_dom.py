@@ -13,7 +13,15 @@ from html.parser import HTMLParser
 
 from ceb.errors import ConfigError
 
-__all__ = ["DEFAULT_DOM_CHARS", "ELEMENT_TEXT_CHARS", "MIN_DOM_CHARS", "Located", "dom_snippet", "locate"]
+__all__ = [
+    "DEFAULT_DOM_CHARS",
+    "ELEMENT_TEXT_CHARS",
+    "MIN_DOM_CHARS",
+    "Located",
+    "dom_snippet",
+    "element_ids",
+    "locate",
+]
 
 DEFAULT_DOM_CHARS = 2000
 """Default HTML budget of a step's state, in characters: the critic prompt's default ``state_chars``."""
@@ -147,6 +155,14 @@ class _ElementReader(HTMLParser):
             self.chars += len(word) + 1
         if self.chars > ELEMENT_TEXT_CHARS:
             raise _Done
+
+
+_NODE_ID = re.compile(r"""(?<![\w-])backend_node_id\s*=\s*(["']?)([^"'\s/>]+)\1""")
+
+
+def element_ids(html: str) -> list[str]:
+    """The ``backend_node_id`` of every element in ``html`` (a page or a :func:`dom_snippet`), once each, in order."""
+    return list(dict.fromkeys(m.group(2) for m in _NODE_ID.finditer(html)))
 
 
 def locate(html: str, node: str | None) -> Located | None:

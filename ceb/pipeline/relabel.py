@@ -47,8 +47,17 @@ class RelabelSummary:
     stats: CallStats = field(default_factory=CallStats)
 
 
-def require_references(trajectories: Sequence[Trajectory]) -> None:
-    """Refuse a stream with a step that carries no reference action: the judge would have nothing to compare with.
+_WHY_JUDGE = (
+    "the judge compares each step with the dataset's reference, so a stream without one (InterCode) cannot be "
+    "relabelled"
+)
+
+
+def require_references(trajectories: Sequence[Trajectory], why: str = _WHY_JUDGE) -> None:
+    """Refuse a stream with a step that carries no reference action: there would be nothing to compare with.
+
+    ``why`` ends the message: what the reference is needed for (the judge's comparison by default;
+    ``ceb regenerate`` passes its own).
 
     Raises:
         DataError: One line naming the file and line (the trajectory's ``source``), the first trajectory lacking
@@ -60,8 +69,7 @@ def require_references(trajectories: Sequence[Trajectory]) -> None:
         path, _, line = trajectory.source.rpartition(":")
         message = (
             f"no reference action (an observation starting {REFERENCE_OBSERVATION.strip()!r}, as the Mind2Web and "
-            f"AMEX converters write it); the judge compares each step with the dataset's reference, so a stream "
-            f"without one (InterCode) cannot be relabelled"
+            f"AMEX converters write it); {why}"
         )
         lineno = int(line) if line.isdigit() else 0
         raise DataError(Problem(path or "<stream>", lineno, f"steps[{t}].observation", message, trajectory.id, t))

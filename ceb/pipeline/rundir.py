@@ -10,6 +10,8 @@ Layout::
     metrics.json       ECE, Brier, AUROC per stream, order and method, and pooled per order and method
     summary.json       how the last call of ``run_scoring`` ended and what it did (:mod:`ceb.pipeline.summary`)
     report/            ``ceb report``'s default output (report.md, report.json, tables, figures)
+    regeneration/      ``ceb regenerate``'s default output, its files named by
+                       :class:`~ceb.pipeline.regenerate.RegenerationDir`
     .lock              held by the one process using the directory (:mod:`ceb.dirlock`)
 
 Every other module asks :class:`RunDir` for a path or a recorded setting; none spells a file name
@@ -94,6 +96,7 @@ class RunDir:
     SUMMARY = "summary.json"
     BANKS = "banks"
     REPORT = "report"
+    REGENERATION = "regeneration"
     LOCK = ".lock"
     SHARD = "shard"
     """The key of ``config.json`` holding a sharded run's shard plan (:meth:`recorded_shard`)."""
@@ -140,6 +143,11 @@ class RunDir:
     def report_dir(self) -> Path:
         """``report/``: where ``ceb report`` writes unless told otherwise."""
         return self.path / self.REPORT
+
+    @property
+    def regeneration_dir(self) -> Path:
+        """``regeneration/``: where ``ceb regenerate`` writes unless told otherwise."""
+        return self.path / self.REGENERATION
 
     def table(self, name: str) -> Path:
         """The rows file of table ``name`` (``"scores"`` or ``"hindsight"``).
@@ -276,6 +284,18 @@ class RunDir:
             ConfigError: ``config.json`` exists but cannot be read (names the file).
         """
         return list(self.record().get("streams") or {}) if self.started else []
+
+    def recorded_stream_files(self) -> dict[str, list[str]]:
+        """The files of each stream the run was started with (as given then), by stream name.
+
+        Raises:
+            RunError: The directory has no ``config.json``.
+            ConfigError: ``config.json`` cannot be read (names the file).
+        """
+        if not self.started:
+            raise RunError(f"{self.path} has no {self.CONFIG}; is it a run directory written by `ceb score`?")
+        streams = self.record().get("streams") or {}
+        return {name: list(entry.get("files") or []) for name, entry in streams.items() if isinstance(entry, dict)}
 
     def recorded_fingerprints(self) -> tuple[dict[str, Any], int | None]:
         """The fingerprints a resume compares (:mod:`ceb.pipeline.resume`) and the recorded trajectory limit.

@@ -84,6 +84,16 @@ def _valid(path: tuple[str, ...], place: dict[str, Path], case: Path) -> list[st
             "--base-url",
             "http://127.0.0.1:9/v1",
         ],
+        # A run of a stream without references: refused (exit 2) after every option is read, before any request.
+        ("regenerate",): [
+            str(place["run"]),
+            "--out",
+            str(case / "regen"),
+            "--model",
+            "m",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+        ],
         ("serve",): ["--in-memory", "--port", "0"],
         ("sim-server",): ["--port", "0"],
         ("convert", "intercode"): ["--root", str(root / "empty"), "--out", str(case / "streams")],
@@ -143,7 +153,8 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_every_command_is_fuzzed_but_bench() -> None:
     assert {path[0] for path in FUZZED} == {
-        "score", "grid", "merge", "metrics", "doctor", "sim-server", "report", "export", "serve", "convert", "relabel"
+        "score", "grid", "merge", "metrics", "doctor", "sim-server", "report", "export", "serve", "convert", "relabel",
+        "regenerate",
     }  # fmt: skip
     assert all(not command.params for path, command in COMMANDS.items() if path[0] == "bench")
 

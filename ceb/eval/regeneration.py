@@ -1,0 +1,179 @@
+"""The regeneration analysis: step correctness after replacing each selection's flagged steps.
+
+The paper's appendix "Offline Confidence-Gated Regeneration" (Table "closed-loop", Figure "closed-loop"). Given
+the selections of :func:`ceb.pipeline.regenerate.plan_regeneration` and the recorded regenerations, each flagged
+step takes its regenerated label (:attr:`~ceb.pipeline.regenerate.Regeneration.label`) and every other step keeps
+its own; a flagged step whose regeneration failed keeps its own too (counted in ``failed``). Two figures per
+selection and budget:
+
+- per-step positive rate: the mean label over the run's ``N`` labelled steps;
+- mean per-task step accuracy: the mean label within each trajectory, averaged over trajectories.
+
+Random is the mean over its seeds (``std`` the seeds' standard deviation); budget 0 is the baseline, the logged
+actions' rates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ceb.eval.tables.model import Block, Cell, Column, Row, Table, method_label, method_sort_key
+from ceb.pipeline.regenerate import ORACLE, RANDOM, Regeneration, RegenerationPlan, StepKey
+
+__all__ = ["RegenerationCurve", "regeneration_curves", "regeneration_doc", "regeneration_table"]
+
+
+@dataclass(frozen=True, slots=True)
+class RegenerationCurve:
+    """One selection's figures per budget (budget 0, the baseline, first).
+
+    Attributes:
+        selection: A method (``method`` or ``method@critic``), ``random`` or ``oracle``.
+        budgets: ``(0, *plan.budgets)``, in percent.
+        positive_rate: Per-step positive rate per budget, in [0, 1].
+        task_accuracy: Mean per-task step accuracy per budget, in [0, 1].
+        positive_rate_std: Standard deviation over Random's seeds (zeros for the others).
+        task_accuracy_std: The same for the per-task accuracy.
+        flagged: Steps flagged per budget.
+        changed: Of those, steps whose label the regeneration changed (0 -> 1 or 1 -> 0); Random: the mean.
+        failed: Of those, steps without a regenerated action (kept as logged).
+    """
+
+    selection: str
+    budgets: tuple[float, ...]
+    positive_rate: tuple[float, ...]
+    task_accuracy: tuple[float, ...]
+    positive_rate_std: tuple[float, ...]
+    task_accuracy_std: tuple[float, ...]
+    flagged: tuple[int, ...]
+    changed: tuple[float, ...]
+    failed: tuple[float, ...]
+
+
+def _rates(plan: RegenerationPlan, labels: Mapping[StepKey, int]) -> tuple[float, float]:
+    values = np.array([labels[s] for s in plan.steps], dtype=float)
+    groups: dict[str, list[int]] = {}
+    for s in plan.steps:
+        groups.setdefault(s[0], []).append(labels[s])
+    return float(values.mean()), float(np.mean([np.mean(g) for g in groups.values()]))
+
+
+def regeneration_curves(plan: RegenerationPlan, records: Mapping[StepKey, Regeneration]) -> list[RegenerationCurve]:
+    """Every selection's curve: the methods in the paper's order, then Random (averaged), then Oracle.
+
+    Args:
+        plan: The selections.
+        records: The regeneration of each flagged step (a step missing here counts as failed).
+    """
+    base_rate, base_task = _rates(plan, plan.labels)
+
+    def measure(ranking: Sequence[StepKey], budget: float) -> tuple[float, float, int, int, int]:
+        flagged = plan.flagged(ranking, budget)
+        labels = dict(plan.labels)
+        changed = failed = 0
+        for s in flagged:
+            record = records.get(s)
+            if record is None or record.label is None:
+                failed += 1
+                continue
+            changed += record.label != labels[s]
+            labels[s] = record.label
+        rate, task = _rates(plan, labels)
+        return rate, task, len(flagged), changed, failed
+
+    def curve(name: str, rankings: Sequence[Sequence[StepKey]]) -> RegenerationCurve:
+        per_budget = [[measure(r, b) for r in rankings] for b in plan.budgets]
+        zero = (0.0,)
+        return RegenerationCurve(
+            selection=name,
+            budgets=(0.0, *plan.budgets),
+            positive_rate=(base_rate, *(float(np.mean([m[0] for m in ms])) for ms in per_budget)),
+            task_accuracy=(base_task, *(float(np.mean([m[1] for m in ms])) for ms in per_budget)),
+            positive_rate_std=zero + tuple(float(np.std([m[0] for m in ms])) for ms in per_budget),
+            task_accuracy_std=zero + tuple(float(np.std([m[1] for m in ms])) for ms in per_budget),
+            flagged=(0, *(ms[0][2] for ms in per_budget)),
+            changed=zero + tuple(float(np.mean([m[3] for m in ms])) for ms in per_budget),
+            failed=zero + tuple(float(np.mean([m[4] for m in ms])) for ms in per_budget),
+        )
+
+    curves = [curve(name, [plan.methods[name]]) for name in sorted(plan.methods, key=_sort_key)]
+    curves.append(curve(RANDOM, list(plan.random.values())))
+    curves.append(curve(ORACLE, [plan.oracle]))
+    return curves
+
+
+def _sort_key(selection: str) -> tuple[tuple[int, int, str], str]:
+    method, _, critic = selection.partition("@")
+    return method_sort_key(method), critic
+
+
+def _label(selection: str) -> str:
+    if selection == RANDOM:
+        return "Random (lower bound)"
+    if selection == ORACLE:
+        return "Oracle (upper bound)"
+    method, _, critic = selection.partition("@")
+    return method_label(method) + (f" @ {critic}" if critic else "")
+
+
+def regeneration_table(curves: Sequence[RegenerationCurve], *, notes: Sequence[str] = ()) -> Table:
+    """The paper's Table "closed-loop" with a second group: positive rate and per-task accuracy per budget."""
+    budgets = curves[0].budgets
+    cols = tuple(
+        Column(f"b={b:g}%" if b else "b=0", "higher", latex=f"$b{{=}}{b:g}\\%$" if b else "$b{=}0$") for b in budgets
+    )
+
+    def row(c: RegenerationCurve) -> Row:
+        rate = tuple(
+            Cell(v, std=s if c.selection == RANDOM and b else None)
+            for v, s, b in zip(c.positive_rate, c.positive_rate_std, c.budgets, strict=True)
+        )
+        task = tuple(
+            Cell(v, std=s if c.selection == RANDOM and b else None)
+            for v, s, b in zip(c.task_accuracy, c.task_accuracy_std, c.budgets, strict=True)
+        )
+        return Row(_label(c.selection), rate + task, compete=c.selection not in (RANDOM, ORACLE))
+
+    methods = tuple(row(c) for c in curves if c.selection not in (RANDOM, ORACLE))
+    references = tuple(row(c) for c in curves if c.selection in (RANDOM, ORACLE))
+    return Table(
+        caption="Offline confidence-gated regeneration: per-step positive rate and mean per-task step accuracy "
+        "after replacing the lowest-confidence b% of steps with regenerated actions (higher is better; b=0 is "
+        "the baseline).",
+        label="closed-loop",
+        groups=(("Positive rate", cols), ("Per-task accuracy", cols)),
+        blocks=(Block("", methods), Block("", references)),
+        row_header="Selection",
+        notes=tuple(notes),
+    )
+
+
+def regeneration_doc(
+    plan: RegenerationPlan, curves: Sequence[RegenerationCurve], about: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The JSON form: ``about`` (machine, backend, command), the population, and every curve."""
+    return {
+        "about": dict(about),
+        "steps": len(plan.steps),
+        "trajectories": len({s[0] for s in plan.steps}),
+        "budgets": list(plan.budgets),
+        "seeds": list(plan.seeds),
+        "curves": [
+            {
+                "selection": c.selection,
+                "budgets": list(c.budgets),
+                "positive_rate": list(c.positive_rate),
+                "task_accuracy": list(c.task_accuracy),
+                "positive_rate_std": list(c.positive_rate_std),
+                "task_accuracy_std": list(c.task_accuracy_std),
+                "flagged": list(c.flagged),
+                "changed": list(c.changed),
+                "failed": list(c.failed),
+            }
+            for c in curves
+        ],
+    }

@@ -1,0 +1,443 @@
+"""``ceb regenerate``'s batch: which steps each confidence signal flags, and one actor call per flagged step.
+
+The paper's appendix "Offline Confidence-Gated Regeneration". A scored run ranks its steps by each method's
+confidence; at budget ``b`` (a percentage) a method flags the ``k = round(b/100 * N)`` lowest-confidence of the
+run's ``N`` labelled steps (half rounds up). The flagged steps are re-predicted once by the actor with the fixed
+critique (:mod:`ceb.stages.regenerate`) and the new action is judged against the step's reference by the
+converter's rule (:mod:`ceb.data.references`). Two reference selections sit beside the methods:
+
+- Random: a seeded permutation of the steps per seed (``numpy.random.default_rng(seed)``), its first ``k``;
+  the table averages the seeds.
+- Oracle: the truly wrong steps (label 0) first, then the rest, each in stream order.
+
+Ranking. Lower score flags first. Ties (equal scores) are broken by stream order: the step of the earlier
+trajectory in the run's streams, then the earlier step, flags first. A step the method has no score for (its
+row failed, was "not available", or is missing) is ranked after every scored step, in stream order: the method
+gave no reason to flag it, so it is flagged only when the budget exceeds the scored steps. The population is
+the run's labelled steps of order 0 (the input order), pooled over its streams; unlabelled steps are left out.
+
+Regenerations are keyed by ``(trajectory, step)``: each distinct flagged step is asked once, however many
+methods, budgets and seeds flag it, and the record is appended to ``regenerations.jsonl`` in the output
+directory as soon as it arrives, so an interrupted run asks only for what is missing when run again. A record
+whose request failed (endpoint error, unreadable reply) is asked again on the next run; until then the step
+keeps its original action and label.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import anyio
+import numpy as np
+import orjson
+import structlog
+
+from ceb.backends.base import ChatBackend
+from ceb.data.references import StepReference
+from ceb.data.trajectory import Trajectory
+from ceb.dirlock import dir_lock
+from ceb.errors import RunError, with_path
+from ceb.pipeline.relabel import require_references
+from ceb.pipeline.results import StepRow
+from ceb.pipeline.rundir import RunDir, write_atomic
+from ceb.stages.base import CallStats
+from ceb.stages.regenerate import Regenerator
+from ceb.stages.templates import PromptSet
+
+__all__ = [
+    "DEFAULT_BUDGETS",
+    "DEFAULT_SEEDS",
+    "ORACLE",
+    "RANDOM",
+    "Regeneration",
+    "RegenerationDir",
+    "RegenerationPlan",
+    "RegenerationSummary",
+    "StepKey",
+    "budget_count",
+    "plan_regeneration",
+    "regenerate_steps",
+]
+
+log = structlog.get_logger(__name__)
+
+StepKey = tuple[str, int]
+"""A step: ``(trajectory id, 0-based step)``."""
+
+DEFAULT_BUDGETS: tuple[float, ...] = (10.0, 25.0, 50.0)
+"""The paper's budgets, in percent of the steps."""
+
+DEFAULT_SEEDS = 5
+"""Random's seeds (0 to 4), averaged."""
+
+RANDOM = "random"
+ORACLE = "oracle"
+
+WHY_REFERENCES = (
+    "a regenerated action is judged against the dataset's reference, so a stream without one (InterCode) cannot be "
+    "regenerated"
+)
+
+
+def budget_count(n_steps: int, budget: float) -> int:
+    """Steps flagged at ``budget`` percent of ``n_steps``: ``round(budget / 100 * n_steps)``, half up.
+
+    Raises:
+        ValueError: ``budget`` outside [0, 100].
+    """
+    if not 0 <= budget <= 100:
+        raise ValueError(f"a budget is a percentage in [0, 100], got {budget}")
+    return min(n_steps, math.floor(budget / 100 * n_steps + 0.5))
+
+
+@dataclass(frozen=True, slots=True)
+class RegenerationPlan:
+    """Every ranking of the run's labelled steps, lowest confidence first; a budget flags a prefix.
+
+    Attributes:
+        steps: The population, in stream order.
+        labels: Each step's label (0 or 1).
+        methods: Per method (``method`` or ``method@critic``), its ranking of ``steps``.
+        random: Per seed, a permutation of ``steps``.
+        oracle: Label-0 steps first, then label-1 steps, each in stream order.
+        budgets: Budgets in percent, ascending.
+        seeds: Random's seeds.
+    """
+
+    steps: tuple[StepKey, ...]
+    labels: Mapping[StepKey, int]
+    methods: Mapping[str, tuple[StepKey, ...]]
+    random: Mapping[int, tuple[StepKey, ...]]
+    oracle: tuple[StepKey, ...]
+    budgets: tuple[float, ...]
+    seeds: tuple[int, ...]
+
+    def flagged(self, ranking: Sequence[StepKey], budget: float) -> tuple[StepKey, ...]:
+        """The steps ``ranking`` flags at ``budget``: its first :func:`budget_count` steps."""
+        return tuple(ranking[: budget_count(len(self.steps), budget)])
+
+    def rankings(self) -> Iterator[tuple[str, int | None, tuple[StepKey, ...]]]:
+        """``(selection, seed, ranking)``: each method, then Random per seed, then Oracle."""
+        for name, ranking in self.methods.items():
+            yield name, None, ranking
+        for seed, ranking in self.random.items():
+            yield RANDOM, seed, ranking
+        yield ORACLE, None, self.oracle
+
+    def to_ask(self) -> tuple[StepKey, ...]:
+        """Every step some selection flags at some budget, once each, in stream order."""
+        wanted: set[StepKey] = set()
+        for _, _, ranking in self.rankings():
+            for budget in self.budgets:
+                wanted.update(self.flagged(ranking, budget))
+        return tuple(s for s in self.steps if s in wanted)
+
+
+def plan_regeneration(
+    rows: Iterable[StepRow],
+    trajectories: Sequence[Trajectory],
+    budgets: Sequence[float] = DEFAULT_BUDGETS,
+    seeds: int = DEFAULT_SEEDS,
+    methods: Sequence[str] | None = None,
+) -> RegenerationPlan:
+    """Rank the labelled steps of order 0 of a scored run per method, per Random seed and for the Oracle.
+
+    Args:
+        rows: The run's step rows (``scores.jsonl``); rows of other orders are ignored.
+        trajectories: The run's streams, in stream order (defines stream order and tie-breaking).
+        budgets: Budgets in percent.
+        seeds: Number of Random seeds (``0 .. seeds-1``).
+        methods: Only these selections (``method`` or ``method@critic``); every method of the run when ``None``.
+
+    Raises:
+        RunError: No labelled step, no method, a method not in the run, a budget outside [0, 100], or
+            ``seeds`` below 1.
+    """
+    if seeds < 1:
+        raise RunError(f"--seeds must be at least 1, got {seeds}")
+    for b in budgets:
+        if not 0 < b <= 100:
+            raise RunError(f"a budget is a percentage in (0, 100], got {b:g}")
+    position = {(t.id, i): (n, i) for n, t in enumerate(trajectories) for i in range(len(t.steps))}
+    labels: dict[StepKey, int] = {}
+    scores: dict[str, dict[StepKey, float]] = {}
+    for row in rows:
+        if row.order != 0:
+            continue
+        key = (row.trajectory, row.step)
+        name = f"{row.method}@{row.critic}" if row.critic else row.method
+        scores.setdefault(name, {})
+        if row.label is not None and key in position:
+            labels[key] = row.label
+        if row.score is not None and not math.isnan(row.score):
+            scores[name][key] = row.score
+    if not labels:
+        raise RunError("the run has no labelled step of order 0 with a step of its streams; nothing to regenerate")
+    if methods is not None:
+        unknown = [m for m in methods if m not in scores]
+        if unknown:
+            raise RunError(f"no such method in the run: {', '.join(unknown)} (it has {', '.join(sorted(scores))})")
+        scores = {m: scores[m] for m in methods}
+    if not scores:
+        raise RunError("the run has no method rows; nothing to rank")
+    steps = tuple(sorted(labels, key=position.__getitem__))
+    order = {s: i for i, s in enumerate(steps)}
+
+    def rank(own: Mapping[StepKey, float]) -> tuple[StepKey, ...]:
+        return tuple(sorted(steps, key=lambda s: (s not in own, own.get(s, 0.0), order[s])))
+
+    return RegenerationPlan(
+        steps=steps,
+        labels=labels,
+        methods={name: rank(own) for name, own in scores.items()},
+        random={
+            seed: tuple(steps[i] for i in np.random.default_rng(seed).permutation(len(steps))) for seed in range(seeds)
+        },
+        oracle=tuple(sorted(steps, key=lambda s: (labels[s], order[s]))),
+        budgets=tuple(sorted(budgets)),
+        seeds=tuple(range(seeds)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Regeneration:
+    """One regenerated step (a line of ``regenerations.jsonl``).
+
+    Attributes:
+        trajectory: Trajectory id.
+        step: 0-based step.
+        original_action: The step's logged action.
+        original_label: Its label (0 or 1).
+        element_id: The new action's element (``backend_node_id``), ``None`` when none or when it failed.
+        op: The new operation (``""`` when it failed).
+        value: The new value.
+        label: The new action judged against the reference (:meth:`~ceb.data.references.StepReference.label`);
+            ``None`` when the request failed.
+        raw: The actor's last reply.
+        error: Why there is no new action; ``None`` on success.
+        requests: Requests sent (re-asks and retries included).
+        actor: The actor that regenerated it (``backend:model``); a directory holds one actor's records only.
+    """
+
+    trajectory: str
+    step: int
+    original_action: str
+    original_label: int
+    element_id: str | None
+    op: str
+    value: str
+    label: int | None
+    raw: str
+    error: str | None
+    requests: int
+    actor: str = ""
+
+    @property
+    def key(self) -> StepKey:
+        """``(trajectory, step)``."""
+        return (self.trajectory, self.step)
+
+
+class RegenerationDir:
+    """The output directory of ``ceb regenerate`` (by default :attr:`RunDir.regeneration_dir`): its files, its lock.
+
+    Files: ``regenerations.jsonl`` (one :class:`Regeneration` per line, appended), ``regeneration.json`` and
+    ``regeneration.md`` (the table), ``regeneration.png`` (the two-panel figure), ``.lock``.
+
+    Args:
+        path: The directory (created by :meth:`lock` when missing).
+    """
+
+    RECORDS = "regenerations.jsonl"
+    TABLE_JSON = "regeneration.json"
+    TABLE_MD = "regeneration.md"
+    FIGURE = "regeneration.png"
+    LOCK = RunDir.LOCK
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    @property
+    def records(self) -> Path:
+        """``regenerations.jsonl``."""
+        return self.path / self.RECORDS
+
+    @property
+    def table_json(self) -> Path:
+        """``regeneration.json``."""
+        return self.path / self.TABLE_JSON
+
+    @property
+    def table_md(self) -> Path:
+        """``regeneration.md``."""
+        return self.path / self.TABLE_MD
+
+    @property
+    def figure(self) -> Path:
+        """``regeneration.png``."""
+        return self.path / self.FIGURE
+
+    def lock(self) -> AbstractContextManager[None]:
+        """Hold the directory's lock (:func:`ceb.dirlock.dir_lock`). Raises RunError when another holds it."""
+        return dir_lock(self.path, self.LOCK, what="a regeneration directory")
+
+    def read(self, actor: str | None = None) -> dict[StepKey, Regeneration]:
+        """The recorded regenerations, the last record of a step winning; empty when there is no file.
+
+        A last line cut short (an interrupted write) is ignored; it is asked again.
+
+        Args:
+            actor: When given, every record must be this actor's: another actor's regenerations are never
+                mixed into a table, nor taken for this one's.
+
+        Raises:
+            RunError: A line before the last is not a record, or a record is another actor's (names file and
+                line).
+        """
+        if not self.records.is_file():
+            return {}
+        lines = self.records.read_bytes().splitlines()
+        found: dict[StepKey, Regeneration] = {}
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                record = Regeneration(**orjson.loads(line))
+            except (orjson.JSONDecodeError, TypeError) as exc:
+                if n == len(lines):
+                    log.warning("ignoring a cut last line", file=str(self.records), line=n)
+                    break
+                raise RunError(f"{self.records}:{n}: not a regeneration record ({exc})") from exc
+            if actor is not None and record.actor != actor:
+                raise RunError(
+                    f"{self.records}:{n}: regenerated by actor {record.actor!r}, not {actor!r}; give another --out "
+                    "for another actor"
+                )
+            found[record.key] = record
+        return found
+
+    def appender(self) -> IO[bytes]:
+        """``regenerations.jsonl`` opened for appending (the caller closes it)."""
+        try:
+            return self.records.open("ab")
+        except OSError as exc:
+            raise with_path(exc, self.records) from exc
+
+    def write_table(self, doc: Mapping[str, Any], markdown: str) -> None:
+        """Write ``regeneration.json`` and ``regeneration.md``, each atomically."""
+        write_atomic(self.table_json, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+        write_atomic(self.table_md, markdown.encode())
+
+
+@dataclass(frozen=True, slots=True)
+class RegenerationSummary:
+    """What :func:`regenerate_steps` did.
+
+    Attributes:
+        flagged: Distinct steps some selection flags.
+        reused: Of those, steps answered by an earlier run (read from ``regenerations.jsonl``).
+        asked: Steps asked in this run.
+        failed: Steps without a new action after this run (endpoint failure or unreadable reply).
+        stats: Requests, tokens and time of this run.
+        records: Every step's regeneration, this run's and the earlier ones.
+    """
+
+    flagged: int
+    reused: int
+    asked: int
+    failed: int
+    stats: CallStats = field(default_factory=CallStats)
+    records: Mapping[StepKey, Regeneration] = field(default_factory=dict)
+
+
+async def regenerate_steps(
+    plan: RegenerationPlan,
+    trajectories: Sequence[Trajectory],
+    references: Mapping[StepKey, StepReference],
+    chat: ChatBackend,
+    prompts: PromptSet,
+    out: RegenerationDir,
+    *,
+    actor: str = "",
+    concurrency: int = 64,
+) -> RegenerationSummary:
+    """Ask the actor once for every flagged step not yet regenerated, judging and recording each reply.
+
+    Args:
+        plan: The selections (:func:`plan_regeneration`).
+        trajectories: The run's streams; every step must carry a reference action.
+        references: Each step's reference (:func:`ceb.data.references.step_references`).
+        chat: The actor's endpoint.
+        prompts: Templates.
+        out: Where the records go (the caller holds its lock).
+        actor: The actor's name in the records (``backend:model``); records of another actor are refused.
+        concurrency: Requests in flight at once.
+
+    Raises:
+        DataError: A step has no reference action; nothing is asked.
+        RunError: A record in ``out`` is another actor's, or unreadable; nothing is asked.
+        FatalBackendError: The endpoint refuses every request; what was recorded stays.
+        OSError: ``regenerations.jsonl`` cannot be written.
+    """
+    require_references(trajectories, why=WHY_REFERENCES)
+    by_id = {t.id: t for t in trajectories}
+    records = dict(out.read(actor))
+    flagged = plan.to_ask()
+    pending = [s for s in flagged if s not in records or records[s].error is not None]
+    reused = len(flagged) - len(pending)
+    regenerator = Regenerator(chat, prompts)
+    stats = CallStats()
+    work = iter(pending)
+
+    with out.appender() as sink:
+
+        async def one(key: StepKey) -> None:
+            nonlocal stats
+            trajectory = by_id[key[0]]
+            step = trajectory.steps[key[1]]
+            answer = await regenerator.regenerate(trajectory, key[1])
+            stats += answer.stats
+            action = answer.value
+            record = Regeneration(
+                trajectory=key[0],
+                step=key[1],
+                original_action=step.action,
+                original_label=plan.labels[key],
+                element_id=action.element_id if action else None,
+                op=action.op if action else "",
+                value=action.value if action else "",
+                label=references[key].label(action.element_id, action.op) if action else None,
+                raw=answer.raw,
+                error=answer.error,
+                requests=answer.stats.requests,
+                actor=actor,
+            )
+            if answer.error is not None:
+                log.warning("no regenerated action", trajectory=key[0], step=key[1], reason=answer.error)
+            sink.write(orjson.dumps(asdict(record)) + b"\n")
+            sink.flush()
+            records[key] = record
+
+        async def worker() -> None:
+            for key in work:  # one shared iterator: `concurrency` requests in flight, no task per step
+                await one(key)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(min(concurrency, len(pending))):
+                tg.start_soon(worker)
+    failed = sum(1 for s in flagged if records[s].error is not None)
+    return RegenerationSummary(
+        flagged=len(flagged),
+        reused=reused,
+        asked=len(pending),
+        failed=failed,
+        stats=stats,
+        records={s: records[s] for s in flagged},
+    )

@@ -1,0 +1,212 @@
+"""The actor of ``ceb regenerate``: re-predict one flagged step once, with a fixed generic critique.
+
+The intervention of the paper's appendix "Offline Confidence-Gated Regeneration": the agent regenerates its
+action on a step a confidence signal flagged, told only that "a reviewer flagged this step; reconsider"
+(:data:`CRITIQUE`). The critique is the same for every step and every method, so the only variable across
+methods is which steps each one flags. The actor sees the task, the earlier steps with what each returned, the
+step's state and its original action (``prompts/base/regenerate_*.j2``), never the reference or the label.
+
+The reply is an action as the stream's converter represents one (:data:`ceb.data.references.ACTION_SPACES`):
+for Mind2Web (domain ``web``) an element's ``backend_node_id``, an operation and a value; for AMEX (``mobile``)
+an element's index in the screen's list, an action name and a text. A JSON schema the server enforces fixes it
+(:func:`action_schema`: the element one of those in the state shown, the operation one of the domain's), so the
+converter's rule (:mod:`ceb.data.references`) can judge it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ceb.backends.base import ChatBackend, ChatRequest
+from ceb.data.references import ACTION_SPACES, ActionSpace
+from ceb.data.trajectory import Trajectory
+from ceb.stages.asking import Answer, ask, bounded_text
+from ceb.stages.baselines._common import render
+from ceb.stages.templates import PromptSet
+
+__all__ = [
+    "CRITIQUE",
+    "REGENERATE_FORMAT_RETRIES",
+    "REGENERATE_MAX_TOKENS",
+    "REGENERATE_TEMPERATURE",
+    "RegeneratedAction",
+    "Regenerator",
+    "action_schema",
+    "action_space",
+    "parse_action",
+    "regenerate_context",
+]
+
+CRITIQUE = "A reviewer flagged this step; reconsider."
+"""The one critique every flagged step gets (the paper's "a reviewer flagged this step; reconsider")."""
+
+REGENERATE_TEMPERATURE = 0.0
+"""Greedy decoding: one regeneration per step, the same whichever method flagged it."""
+
+REGENERATE_FORMAT_RETRIES = 1
+"""An unreadable reply is re-asked once; after that the step keeps its original action (never a guessed one)."""
+
+REGENERATE_MAX_TOKENS = 128
+"""Output budget of one reply: the schema's fields hold at most 32 + 128 characters."""
+
+_ELEMENT_CHARS = 32
+_VALUE_CHARS = 128
+
+
+@dataclass(frozen=True, slots=True)
+class RegeneratedAction:
+    """The actor's new action for one step.
+
+    Attributes:
+        element_id: The chosen element as the state names it (a ``backend_node_id``, an AMEX index), ``None``
+            when the reply names none.
+        op: One of the domain's operations (:data:`~ceb.data.references.ACTION_SPACES`).
+        value: Text to type or option to select (``""`` for a click).
+    """
+
+    element_id: str | None
+    op: str
+    value: str
+
+    def text(self, element: str | None = None) -> str:
+        """The action as the stream writes one: ``[OP] <element> -> value``."""
+        shown = element or (f"(element {self.element_id})" if self.element_id else "(no element)")
+        return f"[{self.op}] {shown}" + (f" -> {self.value}" if self.value else "")
+
+
+def action_schema(operations: Sequence[str], element_ids: Sequence[str] = ()) -> dict[str, Any]:
+    """JSON Schema of a regenerated action: ``{"element_id": str, "op": one of operations, "value": str}``.
+
+    With ``element_ids`` (the elements the state shows, :attr:`ActionSpace.element_ids`) the element is one of
+    them or ``""`` for none (``enum``), so the server lets the actor name only an element it was shown; without,
+    a bounded string. The value is bounded (:func:`~ceb.stages.asking.bounded_text`) so a small model's reply
+    closes.
+    """
+    element: dict[str, Any] = (
+        {"type": "string", "enum": [*element_ids, ""]} if element_ids else bounded_text(_ELEMENT_CHARS)
+    )
+    return {
+        "type": "object",
+        "properties": {
+            "element_id": element,
+            "op": {"type": "string", "enum": list(operations)},
+            "value": bounded_text(_VALUE_CHARS),
+        },
+        "required": ["element_id", "op", "value"],
+        "additionalProperties": False,
+    }
+
+
+def parse_action(raw: str, operations: Sequence[str]) -> RegeneratedAction:
+    """Read a reply of :func:`action_schema` (an ``element_id`` of digits in quotes or bare both read).
+
+    Raises:
+        ValueError: Not a JSON object, a field missing or of the wrong type, or an unknown operation.
+    """
+    try:
+        doc = orjson.loads(raw.strip())
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise ValueError("expected a JSON object with element_id, op and value")
+    element, op, value = doc.get("element_id"), doc.get("op"), doc.get("value", "")
+    if isinstance(element, int) and not isinstance(element, bool):
+        element = str(element)
+    if not isinstance(element, str) and element is not None:
+        raise ValueError("element_id must be a string")
+    if not isinstance(op, str) or op.strip().upper() not in operations:
+        raise ValueError(f"op must be one of {', '.join(operations)}")
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise ValueError("value must be a string")
+    element = element.strip() if element else None
+    return RegeneratedAction(element or None, op.strip().upper(), value.strip())
+
+
+def regenerate_context(trajectory: Trajectory, t: int, history_steps: int, operations: Sequence[str]) -> dict[str, Any]:
+    """The regeneration prompt's variables for step ``t``: the situation, the original action, the critique.
+
+    ``history`` holds the last ``history_steps`` earlier steps with their observations (for a Mind2Web stream,
+    the reference actions of *earlier* steps, which the converter writes there; never step ``t``'s own).
+    """
+    step = trajectory.steps[t]
+    start = max(0, t - history_steps)
+    return {
+        "task": trajectory.task,
+        "step_number": t + 1,
+        "state": step.state,
+        "action": step.action,
+        "critique": CRITIQUE,
+        "operations": tuple(operations),
+        "history": [
+            {"number": i + 1, "action": h.action, "observation": h.observation}
+            for i, h in enumerate(trajectory.steps[start:t], start=start)
+        ],
+        "history_omitted": start,
+    }
+
+
+class Regenerator:
+    """Asks the actor for a new action on one flagged step: greedy, schema-constrained, one re-ask.
+
+    Args:
+        chat: The actor's endpoint.
+        prompts: Templates (``regenerate_system.j2`` / ``regenerate_user.j2``, of the domain's family, else of
+            ``base``).
+    """
+
+    def __init__(self, chat: ChatBackend, prompts: PromptSet) -> None:
+        self.chat = chat
+        self.prompts = prompts
+
+    def request(self, trajectory: Trajectory, t: int) -> ChatRequest:
+        """The one request for step ``t`` of ``trajectory``.
+
+        Raises:
+            ValueError: The trajectory's domain has no action space (neither ``web`` nor ``mobile``).
+        """
+        space = action_space(trajectory.domain)
+        ctx = regenerate_context(trajectory, t, self.prompts.limits.history_steps, space.operations)
+        return ChatRequest(
+            messages=(
+                {"role": "system", "content": render(self.prompts, trajectory.domain, "regenerate_system", ctx)},
+                {"role": "user", "content": render(self.prompts, trajectory.domain, "regenerate_user", ctx)},
+            ),
+            temperature=REGENERATE_TEMPERATURE,
+            max_tokens=REGENERATE_MAX_TOKENS,
+            json_schema=action_schema(space.operations, space.element_ids(trajectory.steps[t].state)),
+            schema_name="regenerated_action",
+            stage="regenerate",
+        )
+
+    async def regenerate(self, trajectory: Trajectory, t: int) -> Answer[RegeneratedAction]:
+        """Ask for step ``t``'s new action; an unreadable reply is re-asked once.
+
+        Returns:
+            The action, or ``value=None`` with the reason in ``error`` (unreadable after the re-ask, or an
+            endpoint that failed after its retries).
+
+        Raises:
+            FatalBackendError: The endpoint refuses every request (bad key, unknown model).
+        """
+        operations = action_space(trajectory.domain).operations
+        return await ask(
+            self.chat, self.request(trajectory, t), lambda raw: parse_action(raw, operations), REGENERATE_FORMAT_RETRIES
+        )
+
+
+def action_space(domain: str) -> ActionSpace:
+    """The regenerated actions of ``domain``'s streams (:data:`~ceb.data.references.ACTION_SPACES`).
+
+    Raises:
+        ValueError: No action space for ``domain`` (only Mind2Web's ``web`` and AMEX's ``mobile`` have one).
+    """
+    space = ACTION_SPACES.get(domain)
+    if space is None:
+        raise ValueError(f"no regeneration action space for domain {domain!r} (web and mobile have one)")
+    return space
