@@ -3,7 +3,7 @@
 ``ceb/cli/``: :mod:`._common` (consoles, the error printer and exit codes, option helpers), then one module per
 command: :mod:`.score`, :mod:`.grid`, :mod:`.merge`, :mod:`.metrics`, :mod:`.report`, :mod:`.export`, :mod:`.doctor`,
 :mod:`.convert` (a subcommand per converter), :mod:`.relabel` (the LLM judge's labels), :mod:`.serve` (the live
-gate), :mod:`.sim_server` and :mod:`.bench`.
+gate), :mod:`.sim_server`, :mod:`.bench` and :mod:`.batch` (``export`` / ``import`` of OpenAI Batch files).
 Each command imports what it runs inside its function, so ``ceb --help`` loads neither scikit-learn nor pyarrow.
 """
 
@@ -13,7 +13,21 @@ from typing import Annotated
 
 import typer
 
-from ceb.cli import bench, convert, doctor, export, grid, merge, metrics, relabel, report, score, serve, sim_server
+from ceb.cli import (
+    batch,
+    bench,
+    convert,
+    doctor,
+    export,
+    grid,
+    merge,
+    metrics,
+    relabel,
+    report,
+    score,
+    serve,
+    sim_server,
+)
 from ceb.cli._common import Command, setup_logging
 
 __all__ = ["app", "main"]
@@ -72,6 +86,7 @@ app.command("doctor", cls=Command)(doctor.doctor)
 app.command("relabel", cls=Command)(relabel.relabel)
 app.add_typer(convert.convert_app, name="convert")
 app.add_typer(bench.bench_app, name="bench")
+app.add_typer(batch.batch_app, name="batch")
 app.command(
     "sim-server",
     cls=Command,
