@@ -30,6 +30,7 @@ sends twice alike is one line.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -292,4 +293,5 @@ class BatchBackend(ChatBackend):
 
 def export_tag(parts: Mapping[str, Any]) -> str:
     """An export's tag: ``ceb-`` and 8 hex digits of BLAKE2b over ``parts`` (its settings and stream digests)."""
-    return "ceb-" + hashlib.blake2b(body_key(parts), digest_size=4).hexdigest()
+    canonical = json.dumps(parts, sort_keys=True, separators=(",", ":"))  # json: settings may hold ints past 64 bits
+    return "ceb-" + hashlib.blake2b(canonical.encode(), digest_size=4).hexdigest()

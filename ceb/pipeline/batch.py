@@ -26,14 +26,13 @@ The batch directory (:class:`BatchDir`)::
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import orjson
 
 from ceb.backends.batch import (
     BatchBackend,
@@ -108,12 +107,12 @@ class BatchDir:
             RunError: The directory holds no export (no ``batch.json``), or it is not a ceb batch manifest.
         """
         try:
-            doc = orjson.loads(self.manifest_file.read_bytes())
+            doc = json.loads(self.manifest_file.read_bytes())
         except FileNotFoundError:
             raise RunError(
                 f"{self.path} holds no batch export (no {self.manifest_file.name}); run ceb batch export"
             ) from None
-        except orjson.JSONDecodeError as exc:
+        except ValueError as exc:
             raise RunError(f"{self.manifest_file}: not JSON ({exc})") from None
         if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
             raise RunError(f"{self.manifest_file}: not a {_FORMAT} manifest")
@@ -253,7 +252,8 @@ async def export_batch(
     with tempfile.TemporaryDirectory(prefix="ceb-batch-") as scratch, muted(*_WAITING_EVENTS):
         await _replay(streams, config, backend, Path(scratch), overwrite=False)
     out.path.mkdir(parents=True, exist_ok=True)
-    write_atomic(out.manifest_file, orjson.dumps({"format": _FORMAT, "tag": tag, **record}, option=orjson.OPT_INDENT_2))
+    manifest = {"format": _FORMAT, "tag": tag, **record}
+    write_atomic(out.manifest_file, json.dumps(manifest, indent=2).encode())  # json: ints past 64 bits too
     path = out.write_round(1, backend.pending)
     return BatchRound(path, 1, len(backend.pending))
 
