@@ -12,7 +12,7 @@ The work is :mod:`ceb.pipeline.batch`; this module reads the options and prints.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 import typer
@@ -35,12 +35,21 @@ batch_app = typer.Typer(
 
 @batch_app.command("export", cls=Command)
 def export(
-    streams: Annotated[
-        list[str],
-        typer.Argument(help="Trajectory JSONL files, one stream each (as for ceb score: NAME=FILE, a.jsonl+b.jsonl)."),
-    ],
     out_dir: Annotated[Path, typer.Option("--out", help="New directory for the export (batch.json, round-1.jsonl).")],
+    streams: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Trajectory JSONL files, one stream each (as for ceb score: NAME=FILE, a.jsonl+b.jsonl); or --grid."
+        ),
+    ] = None,
     config: Annotated[Path | None, typer.Option(help="TOML or JSON config file (flags override it).")] = None,
+    grid: Annotated[
+        Path | None,
+        typer.Option(
+            help="A grid file (as for ceb grid): its streams and settings; its bank-free baselines are exported, "
+            "the other methods left to ceb grid."
+        ),
+    ] = None,
     methods: Annotated[
         str | None,
         config_option("methods", "--methods", help="Comma-separated bank-free baselines (default: all six)"),
@@ -48,7 +57,7 @@ def export(
     model: ModelName = None,
     limit: Limit = None,
 ) -> None:
-    """Write the requests of the bank-free baselines on STREAMS as an OpenAI Batch input file, OUT/round-1.jsonl.
+    """Write the requests of the bank-free baselines on STREAMS (or a --grid) as a Batch input file, OUT/round-1.jsonl.
 
     Each line is {"custom_id", "method": "POST", "url": "/v1/chat/completions", "body"}, the body exactly what
     `ceb score` would send to the endpoint online. Submit the file to OpenAI's or Azure's Batch API, or run it
@@ -57,15 +66,35 @@ def export(
     from ceb.config import load_config
     from ceb.data import read_stream
     from ceb.data.streams import parse_stream_specs
-    from ceb.pipeline.batch import export_batch
+    from ceb.pipeline.batch import batchable, export_batch
+    from ceb.pipeline.grid import load_grid
 
     overrides = {
         "backend": {"model": model},
         "methods": None if methods is None else tuple(m.strip() for m in methods.split(",") if m.strip()),
         "max_trajectories": limit,
     }
-    cfg = load_config(config, overrides, base={"methods": BATCH_METHODS})
-    specs = parse_stream_specs(streams)
+    if grid is not None:
+        if streams or config is not None:
+            raise typer.BadParameter("--grid names the streams and the settings: give no STREAMS and no --config")
+        spec = load_grid(grid, {k: v for k, v in overrides.items() if v is not None})
+        left = [m for m in spec.config.methods if not batchable(m)]
+        kept = tuple(m for m in spec.config.methods if batchable(m))
+        if not kept:
+            raise typer.BadParameter(f"{grid} has no bank-free baseline to export (methods: {', '.join(left)})")
+        if left:
+            verb = "needs" if len(left) == 1 else "need"
+            err.print(
+                f"note: {', '.join(left)} {verb} the bank and stay online (ceb grid); exporting {', '.join(kept)}",
+                soft_wrap=True,
+            )
+        cfg = spec.config.model_copy(update={"methods": kept})
+        specs: dict[str, list[Any]] = dict(spec.streams)
+    else:
+        if not streams:
+            raise typer.BadParameter("give the STREAMS to export, or --grid FILE")
+        cfg = load_config(config, overrides, base={"methods": BATCH_METHODS})
+        specs = dict(parse_stream_specs(streams))
     data = {name: read_stream(paths) for name, paths in specs.items()}
     done = anyio.run(lambda: export_batch(data, specs, cfg, out_dir))
     out.print(

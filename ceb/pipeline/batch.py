@@ -53,7 +53,7 @@ from ceb.pipeline.summary import Row, RunSummary
 from ceb.stages.assembly import llm_stages
 from ceb.stages.methods import resolve_method
 
-__all__ = ["BatchDir", "BatchRound", "batch_config", "export_batch", "import_batch"]
+__all__ = ["BatchDir", "BatchRound", "batch_config", "batchable", "export_batch", "import_batch"]
 
 _FORMAT = "ceb-batch/1"
 _WAITING_EVENTS = ("critic step failed", "method not available here")
@@ -184,7 +184,7 @@ def batch_config(config: RunConfig) -> RunConfig:
         ConfigError: A method that is not a bank-free baseline (the bank is filled from earlier replies), several
             critics, a separate actor endpoint (a Batch file serves one model), or no ``backend.model``.
     """
-    refused = [m for m in config.methods if not _batchable(m)]
+    refused = [m for m in config.methods if not batchable(m)]
     if refused:
         raise ConfigError(
             f"{', '.join(refused)} cannot go through a Batch file: only the bank-free baselines can (ppl, me, ptrue, "
@@ -201,7 +201,8 @@ def batch_config(config: RunConfig) -> RunConfig:
     return config.model_copy(update={"fail_on_error": _NO_BUDGET})
 
 
-def _batchable(name: str) -> bool:
+def batchable(name: str) -> bool:
+    """Whether method ``name`` can go through a Batch file: a bank-free baseline with a critic of its own."""
     spec = resolve_method(name)
     return spec.group == "baseline" and not spec.use_bank and not spec.uses_llm_critic
 
