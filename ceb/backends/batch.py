@@ -191,9 +191,23 @@ def read_output(path: Path, known: Mapping[str, object]) -> dict[str, BatchReply
                 raise DataError(Problem(*where, "response.body", "a 2xx response without a body object"))
             out[cid] = BatchReply(cid, status, body, None)
             continue
-        message = error_message(orjson.dumps({"error": error} if error is not None else body or {}))
-        out[cid] = BatchReply(cid, status, None, message)
+        out[cid] = BatchReply(cid, status, None, _error_text(error, body))
     return out
+
+
+def _error_text(error: Any, body: Any) -> str:
+    """The message of a failed Batch line.
+
+    OpenAI's ``error`` (``{"code", "message"}``), vLLM's (an error response, ``{"error": {"message", ...}}``), or
+    else the response body's own error.
+    """
+    for doc in (error, body):
+        inner = doc.get("error", doc) if isinstance(doc, dict) else doc
+        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+            return str(inner["message"])
+        if isinstance(inner, str) and inner:
+            return inner
+    return error_message(orjson.dumps(error if error is not None else body or {}))
 
 
 @dataclass(slots=True)

@@ -184,17 +184,21 @@ async def test_a_failed_request_and_a_missing_line_are_failed_steps_with_the_rea
     await run_batch(openai_server, requests, tmp_path / "out.jsonl")
     lines = [orjson.loads(line) for line in (tmp_path / "out.jsonl").read_bytes().splitlines()]
     refused = {"status_code": 400, "request_id": "r", "body": None}
-    lines[0] |= {"response": refused, "error": {"code": "invalid_request", "message": "too many tokens"}}
+    lines[0] |= {"response": refused, "error": {"code": "invalid_request", "message": "too many tokens"}}  # OpenAI's
+    vllm_error = {"error": {"message": "n must be 1", "type": "BadRequestError", "param": None, "code": 400}}
+    lines[1] |= {"response": refused, "error": vllm_error}  # vLLM's run-batch: an error response
     missing = lines.pop()["custom_id"]
     (tmp_path / "out.jsonl").write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
 
     done = await import_batch(data(files), tmp_path / "batch", tmp_path / "out.jsonl", tmp_path / "run")
 
     assert done.path is None and done.unanswered == 1
-    assert done.summary is not None and done.summary.steps_failed == 2 and done.summary.steps_scored == 7
+    assert done.summary is not None and done.summary.steps_failed == 3 and done.summary.steps_scored == 6
     errors = {r["trajectory"] + "/" + str(r["step"]): r["error"] for r in read_rows(tmp_path / "run" / "scores.jsonl")}
     first = lines[0]["custom_id"].split("/")
     assert "400 from the Batch: too many tokens" in errors[f"{first[2]}/{first[3]}"]
+    second = lines[1]["custom_id"].split("/")
+    assert "400 from the Batch: n must be 1 [" in errors[f"{second[2]}/{second[3]}"]
     gone = missing.split("/")
     assert f"no reply in the Batch output for {missing}" in errors[f"{gone[2]}/{gone[3]}"]
 
