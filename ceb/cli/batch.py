@@ -108,11 +108,11 @@ def export(
 def import_(
     batch_dir: Annotated[Path, typer.Argument(help="The directory `ceb batch export` wrote.")],
     out_dir: Annotated[Path, typer.Option("--out", help="Directory for the run's results (as ceb score --out).")],
-    output: Annotated[
-        Path | None,
+    outputs: Annotated[
+        list[Path] | None,
         typer.Argument(
-            help="The Batch output file of its last round (with OpenAI's error file appended, if there is one); "
-            "leave out to use the outputs imported before."
+            help="The Batch output file of its last round (and OpenAI's error file, if there is one); leave out to "
+            "use the outputs imported before."
         ),
     ] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace the results of an earlier import in OUT.")] = False,
@@ -130,7 +130,7 @@ def import_(
 
     src = BatchDir(batch_dir)
     data = {name: read_stream(paths) for name, paths in src.streams().items()}
-    done = anyio.run(lambda: import_batch(data, batch_dir, output, out_dir, overwrite=overwrite))
+    done = anyio.run(lambda: import_batch(data, batch_dir, outputs or [], out_dir, overwrite=overwrite))
     cfg = src.config()
     metrics = run_metrics(out_dir, n_bins=cfg.ece_bins)
     write_metrics(out_dir, metrics)

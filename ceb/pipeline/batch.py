@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -201,6 +200,10 @@ def batch_config(config: RunConfig) -> RunConfig:
     return config.model_copy(update={"fail_on_error": _NO_BUDGET})
 
 
+def _with_newline(data: bytes) -> bytes:
+    return data if not data or data.endswith(b"\n") else data + b"\n"
+
+
 def batchable(name: str) -> bool:
     """Whether method ``name`` can go through a Batch file: a bank-free baseline with a critic of its own."""
     spec = resolve_method(name)
@@ -262,7 +265,7 @@ async def export_batch(
 async def import_batch(
     streams: Mapping[str, Sequence[Trajectory]],
     batch_dir: str | Path,
-    output: str | Path | None,
+    outputs: Sequence[str | Path],
     run_dir: str | Path,
     *,
     overwrite: bool = False,
@@ -273,9 +276,9 @@ async def import_batch(
     Args:
         streams: The export's streams, read from :meth:`BatchDir.streams`.
         batch_dir: The export.
-        output: The last round's Batch output file (OpenAI's output file, with its error file's lines appended
-            when there is one, or ``vllm run-batch``'s); copied into ``batch_dir``. ``None``: use the outputs
-            already imported.
+        outputs: The last round's Batch output files (OpenAI's output file and its error file, when there is one;
+            ``vllm run-batch``'s one file), joined into ``batch_dir``'s ``round-<k>.output.jsonl``. Empty: use the
+            outputs imported before.
         run_dir: The run directory to write (as ``ceb score --out``).
         overwrite: Replace the results of an earlier import there.
         on_row: Called with each row after it is on disk.
@@ -293,11 +296,23 @@ async def import_batch(
     if k == 0:
         raise RunError(f"{src.path} holds no Batch file; run ceb batch export")
     requests = src.requests()
-    if output is not None:
-        # Read before it is copied in, so a malformed file is refused with its own name and nothing is replaced.
-        read_output(Path(output), {r.custom_id: r for r in requests})
-        if Path(output).resolve() != src.output_file(k).resolve():
-            shutil.copyfile(output, src.output_file(k))
+    if outputs:
+        # Each is read before anything is copied in: a malformed file is refused with its own name, nothing replaced.
+        last = {r.custom_id for r in read_requests(src.round_file(k))}
+        known = {r.custom_id: r for r in requests}
+        seen: dict[str, Path] = {}
+        for path in map(Path, outputs):
+            for cid in read_output(path, known):
+                if cid in seen:
+                    raise RunError(f"{path}: {cid} is answered in {seen[cid]} too")
+                if cid not in last:
+                    raise RunError(
+                        f"{path}: {cid} is a request of an earlier round; give the output of round {k} "
+                        f"({src.round_file(k)})"
+                    )
+                seen[cid] = path
+        if {Path(p).resolve() for p in outputs} != {src.output_file(k).resolve()}:
+            write_atomic(src.output_file(k), b"".join(_with_newline(Path(p).read_bytes()) for p in outputs))
     elif not src.output_file(k).is_file():
         raise RunError(f"round {k} of {src.path} has no imported output; give its Batch output file")
     replies = src.replies(requests)

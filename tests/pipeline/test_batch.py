@@ -141,7 +141,7 @@ async def test_import_of_two_rounds_gives_the_scores_and_metrics_of_the_online_r
     first = await export_batch(data(files), files, cfg, batch)
 
     await run_batch(openai_server, first.path, tmp_path / "out-1.jsonl")
-    second = await import_batch(data(files), batch, tmp_path / "out-1.jsonl", run)
+    second = await import_batch(data(files), batch, [tmp_path / "out-1.jsonl"], run)
 
     # pro teacher-forces the frozen action only once its samples came back with log-probs: a second round.
     assert second.round == 2 and second.requests == 9
@@ -151,7 +151,7 @@ async def test_import_of_two_rounds_gives_the_scores_and_metrics_of_the_online_r
     assert {k: v for k, v in scores(run).items() if k[0] != "pro"} == {k: v for k, v in online.items() if k[0] != "pro"}
 
     await run_batch(openai_server, second.path, tmp_path / "out-2.jsonl")
-    final = await import_batch(data(files), batch, tmp_path / "out-2.jsonl", run, overwrite=True)
+    final = await import_batch(data(files), batch, [tmp_path / "out-2.jsonl"], run, overwrite=True)
 
     assert final.path is None and final.unanswered == 0
     assert final.summary is not None and final.summary.steps_scored == 9 * 6 and final.summary.steps_failed == 0
@@ -190,7 +190,7 @@ async def test_a_failed_request_and_a_missing_line_are_failed_steps_with_the_rea
     missing = lines.pop()["custom_id"]
     (tmp_path / "out.jsonl").write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
 
-    done = await import_batch(data(files), tmp_path / "batch", tmp_path / "out.jsonl", tmp_path / "run")
+    done = await import_batch(data(files), tmp_path / "batch", [tmp_path / "out.jsonl"], tmp_path / "run")
 
     assert done.path is None and done.unanswered == 1
     assert done.summary is not None and done.summary.steps_failed == 3 and done.summary.steps_scored == 6
@@ -232,7 +232,7 @@ async def test_a_bad_output_line_is_refused_naming_the_file_line_and_field(
     bad.write_bytes(b"\n".join([good[0], line.replace(b"@ID", second.encode()), *good[2:]]) + b"\n")
 
     with pytest.raises(DataError, match=rf"bad\.jsonl:2: field {field}: .*{message}"):
-        await import_batch(data(files), tmp_path / "batch", bad, tmp_path / "run")
+        await import_batch(data(files), tmp_path / "batch", [bad], tmp_path / "run")
     assert not (tmp_path / "run").exists()
     assert not BatchDir(tmp_path / "batch").output_file(1).exists()  # nothing imported from a refused file
 
@@ -271,3 +271,31 @@ async def test_an_export_is_the_same_file_each_time_and_refuses_an_existing_expo
     assert one.path.read_bytes() == two.path.read_bytes()
     with pytest.raises(RunError, match="already holds a batch export"):
         await export_batch(data(files), files, cfg, tmp_path / "one")
+
+
+async def test_openais_output_and_error_files_are_read_together_and_a_wrong_rounds_output_is_refused(
+    tmp_path: Path, files: dict[str, list[Path]], openai_server: OpenAITestServer
+) -> None:
+    cfg = config(openai_server, ["pro"])
+    openai_server.responder = respond
+    first = await export_batch(data(files), files, cfg, tmp_path / "batch")
+    await run_batch(openai_server, first.path, tmp_path / "out-1.jsonl")
+    lines = (tmp_path / "out-1.jsonl").read_bytes().splitlines()
+    failed = orjson.loads(lines[0]) | {"response": None, "error": {"code": "batch_expired", "message": "expired"}}
+    (tmp_path / "output.jsonl").write_bytes(b"\n".join(lines[1:]) + b"\n")
+    (tmp_path / "errors.jsonl").write_bytes(orjson.dumps(failed))  # OpenAI's error file: the failed lines
+    both = [tmp_path / "output.jsonl", tmp_path / "errors.jsonl"]
+
+    with pytest.raises(RunError, match=r"output\.jsonl: .* is answered in .*output\.jsonl too"):
+        await import_batch(data(files), tmp_path / "batch", [*both, tmp_path / "output.jsonl"], tmp_path / "run")
+    second = await import_batch(data(files), tmp_path / "batch", both, tmp_path / "run")
+
+    assert second.round == 2 and second.requests == 8  # the expired step has no samples: no teacher forcing
+    expired = {
+        r["error"] for r in read_rows(tmp_path / "run" / "scores.jsonl") if r["error"] and "expired" in r["error"]
+    }
+    assert len(expired) == 1
+    with pytest.raises(RunError, match=r"a request of an earlier round; give the output of round 2"):
+        await import_batch(
+            data(files), tmp_path / "batch", [tmp_path / "output.jsonl"], tmp_path / "run", overwrite=True
+        )

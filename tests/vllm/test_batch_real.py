@@ -114,7 +114,7 @@ async def test_vllm_run_batch_gives_the_online_scores_of_every_bank_free_baselin
         output = todo.with_suffix(".out.jsonl")
         wall = _run_batch(todo, output, tmp_path / f"run-batch-{len(rounds) + 1}.log")
         rounds.append((len(todo.read_bytes().splitlines()), wall))
-        done = await import_batch(streams, batch, output, run, overwrite=len(rounds) > 1)
+        done = await import_batch(streams, batch, [output], run, overwrite=len(rounds) > 1)
         assert done.unanswered == 0
         todo = done.path
 
