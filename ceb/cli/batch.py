@@ -138,8 +138,8 @@ def import_(
     s = done.summary
     if s is not None:
         out.print(
-            f"{s.steps_scored} steps scored, {s.steps_failed} failed; {s.requests} Batch replies read. Results in "
-            f"{out_dir}/",
+            f"{s.steps_scored} steps scored, {s.steps_failed} failed, from {done.replies} Batch output lines. "
+            f"Results in {out_dir}/",
             soft_wrap=True,
         )
     if done.unanswered:

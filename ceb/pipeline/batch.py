@@ -167,6 +167,7 @@ class BatchRound:
         requests: Requests in it.
         summary: The import's run summary (``None`` for an export).
         unanswered: Requests of submitted rounds that their output does not answer (failed steps).
+        replies: Lines of the imported outputs the run read its replies from, every round's.
     """
 
     path: Path | None
@@ -174,6 +175,7 @@ class BatchRound:
     requests: int
     summary: RunSummary | None = None
     unanswered: int = 0
+    replies: int = 0
 
 
 def batch_config(config: RunConfig) -> RunConfig:
@@ -321,6 +323,6 @@ async def import_batch(
     summary = await _replay(streams, config, backend, Path(run_dir), overwrite=overwrite, on_row=on_row)
     unanswered = len(set(backend.unanswered))
     if not backend.pending:
-        return BatchRound(None, k, 0, summary, unanswered)
+        return BatchRound(None, k, 0, summary, unanswered, len(replies))
     path = src.write_round(k + 1, backend.pending)
-    return BatchRound(path, k + 1, len(backend.pending), summary, unanswered)
+    return BatchRound(path, k + 1, len(backend.pending), summary, unanswered, len(replies))

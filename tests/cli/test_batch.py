@@ -63,7 +63,7 @@ def test_import_prints_the_metrics_and_the_steps_the_batch_failed(tmp_path: Path
     )
 
     assert result.exit_code == 0, result.output
-    assert "0 steps scored, 4 failed" in result.output
+    assert "0 steps scored, 4 failed, from 7 Batch output lines" in result.output
     assert "warning: 1 requests have no line in the Batch output: their steps failed" in result.output
     errors = {r["error"] for r in read_rows(tmp_path / "r" / "scores.jsonl")}
     assert any("400 from the Batch: no such model" in e for e in errors)
