@@ -548,10 +548,10 @@ class RunConfig(_Section):
     and copy its rows to the other orders, marked ``reused`` (:mod:`ceb.pipeline.reuse`): such a method sees the
     same prompts in every order, so the copies are what asking again would ask, at no request. Off: every order
     asks anew, for independent samples per order from a critic that samples (``critic.temperature > 0``)."""
-    max_trajectories: int | None = Field(None, ge=1)
+    max_trajectories: int | None = Field(None, ge=1, le=2**63 - 1)
     """Score only the first this many trajectories of each stream order (``None``: all). Each order keeps its own
     first ``N`` (after the permutation), so a limited run is exactly the start of the full one: a resume may raise
-    the limit and carry on, never lower it."""
+    the limit and carry on, never lower it. At most 2^63 - 1, what the run's JSON files hold."""
     critics: tuple[CriticEndpointConfig, ...] = ()
     """Several critics in one run (a grid's critic axis); empty: one critic, ``backend``, with label ``""``."""
     ece_bins: int = Field(10, ge=1, le=10_000)

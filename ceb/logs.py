@@ -30,7 +30,9 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Final
 
 import structlog
@@ -38,7 +40,7 @@ from structlog.typing import EventDict, Processor, WrappedLogger
 
 from ceb.errors import ConfigError
 
-__all__ = ["REDACTED", "configure_logging", "redact_secrets", "register_secret", "register_secret_env"]
+__all__ = ["REDACTED", "configure_logging", "muted", "redact_secrets", "register_secret", "register_secret_env"]
 
 REDACTED: Final = "[REDACTED]"
 """What a secret is replaced with."""
@@ -208,6 +210,29 @@ def redact_secrets(logger: WrappedLogger, method_name: str, event_dict: EventDic
     return event_dict
 
 
+_MUTED: ContextVar[frozenset[str]] = ContextVar("ceb_muted_events", default=frozenset())
+
+
+@contextmanager
+def muted(*events: str) -> Iterator[None]:
+    """Drop the log events named ``events`` made inside this block (and in the tasks it starts).
+
+    For a run whose step failures are expected and say nothing: a Batch export, whose every step waits for its
+    reply (:mod:`ceb.pipeline.batch`).
+    """
+    token = _MUTED.set(_MUTED.get() | frozenset(events))
+    try:
+        yield
+    finally:
+        _MUTED.reset(token)
+
+
+def _drop_muted(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+    if event_dict.get("event") in _MUTED.get():
+        raise structlog.DropEvent
+    return event_dict
+
+
 def configure_logging(level: str, *, json: bool = False) -> None:
     """Send log events at ``level`` and above to stderr, with secrets redacted.
 
@@ -235,7 +260,7 @@ def configure_logging(level: str, *, json: bool = False) -> None:
             colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
         )
     structlog.configure(
-        processors=[structlog.processors.add_log_level, stamp, redact_secrets, renderer],
+        processors=[_drop_muted, structlog.processors.add_log_level, stamp, redact_secrets, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
         logger_factory=_stderr_logger,
     )

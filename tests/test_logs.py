@@ -9,12 +9,13 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import pytest
 import structlog
 
 from ceb import logs
 from ceb.errors import BackendError, ConfigError
-from ceb.logs import REDACTED, configure_logging, redact_secrets, register_secret, register_secret_env
+from ceb.logs import REDACTED, configure_logging, muted, redact_secrets, register_secret, register_secret_env
 
 # Does not look like a key to any pattern: only registration can catch it.
 PLAIN_SECRET = "zq7-plain-looking-value-4411"
@@ -247,3 +248,23 @@ def test_logging_survives_a_stderr_that_was_swapped_and_closed(capsys: pytest.Ca
 
     err = capsys.readouterr().err
     assert "after the runner" in err and "step=1" in err and "library warning" in err
+
+
+@pytest.mark.anyio
+async def test_muted_events_are_dropped_inside_the_block_and_its_tasks_only(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("info")
+    log = structlog.get_logger("ceb.test")
+
+    async def in_a_task() -> None:
+        log.warning("step failed", step=2)
+        log.warning("something else")
+
+    with muted("step failed"):
+        log.warning("step failed", step=1)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(in_a_task)
+    log.warning("step failed", step=3)
+
+    err = capsys.readouterr().err
+    assert "step=1" not in err and "step=2" not in err
+    assert "something else" in err and "step=3" in err

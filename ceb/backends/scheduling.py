@@ -44,10 +44,12 @@ __all__ = [
     "Routing",
     "current_lane",
     "current_priority",
+    "current_step",
     "home_endpoint",
     "lane",
     "priority",
     "server_priority",
+    "step",
 ]
 
 Routing = Literal["affinity", "least_outstanding"]
@@ -56,6 +58,7 @@ Routing = Literal["affinity", "least_outstanding"]
 
 _PRIORITY: ContextVar[float] = ContextVar("ceb_request_priority", default=0.0)
 _LANE: ContextVar[str | None] = ContextVar("ceb_request_lane", default=None)
+_STEP: ContextVar[tuple[str, int] | None] = ContextVar("ceb_request_step", default=None)
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 """The range vLLM's ``priority`` field accepts (``vllm/entrypoints/openai/chat_completion/protocol.py``)."""
@@ -97,6 +100,25 @@ def lane(key: str) -> Iterator[None]:
 def current_lane() -> str | None:
     """The lane key of requests made now (``None`` outside any :func:`lane` block)."""
     return _LANE.get()
+
+
+@contextmanager
+def step(trajectory: str, t: int) -> Iterator[None]:
+    """The requests made inside this block are for step ``t`` (0-based) of trajectory ``trajectory``.
+
+    With :func:`lane` it names the step a request belongs to, which a Batch file needs in each request's
+    ``custom_id`` (:mod:`ceb.backends.batch`); a live backend does not read it.
+    """
+    token = _STEP.set((trajectory, t))
+    try:
+        yield
+    finally:
+        _STEP.reset(token)
+
+
+def current_step() -> tuple[str, int] | None:
+    """``(trajectory id, step)`` of requests made now (``None`` outside any :func:`step` block)."""
+    return _STEP.get()
 
 
 def server_priority(value: float) -> int:

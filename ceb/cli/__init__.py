@@ -3,7 +3,8 @@
 ``ceb/cli/``: :mod:`._common` (consoles, the error printer and exit codes, option helpers), then one module per
 command: :mod:`.score`, :mod:`.grid`, :mod:`.merge`, :mod:`.metrics`, :mod:`.report`, :mod:`.export`, :mod:`.doctor`,
 :mod:`.convert` (a subcommand per converter), :mod:`.relabel` (the LLM judge's labels), :mod:`.regenerate`
-(confidence-gated regeneration), :mod:`.serve` (the live gate), :mod:`.sim_server` and :mod:`.bench`.
+(confidence-gated regeneration), :mod:`.serve` (the live gate), :mod:`.sim_server`, :mod:`.bench` and
+:mod:`.batch` (``export`` / ``import`` of OpenAI Batch files).
 Each command imports what it runs inside its function, so ``ceb --help`` loads neither scikit-learn nor pyarrow.
 """
 
@@ -14,6 +15,7 @@ from typing import Annotated
 import typer
 
 from ceb.cli import (
+    batch,
     bench,
     convert,
     doctor,
@@ -87,6 +89,7 @@ app.command("relabel", cls=Command)(relabel.relabel)
 app.command("regenerate", cls=Command)(regenerate.regenerate)
 app.add_typer(convert.convert_app, name="convert")
 app.add_typer(bench.bench_app, name="bench")
+app.add_typer(batch.batch_app, name="batch")
 app.command(
     "sim-server",
     cls=Command,

@@ -14,6 +14,7 @@ import anyio
 import structlog
 
 from ceb.backends.scheduling import lane as request_lane
+from ceb.backends.scheduling import step as request_step
 from ceb.bank import Bank
 from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
@@ -155,7 +156,7 @@ class Lane:
                 scores.append(prefix[t])
                 history.append(HistoryItem(action=step.action, observation=step.observation, score=prefix[t]))
                 continue
-            with request_lane(self.key):
+            with request_lane(self.key), request_step(blind.id, t):
                 done = await score_step(
                     step=step,
                     t=t,

@@ -14,10 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import typer.main
 from typer.testing import CliRunner
 
+from ceb.backends.batch import read_requests
 from ceb.cli import app
 from ceb.cli._common import EXIT_ERROR, EXIT_FAILED
 from ceb.data import write_stream
@@ -60,7 +62,20 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (root / "garbage.json").write_text('{"ceb": {"votes": ')
     (root / "garbage.toml").write_text("[ceb\nvotes = = 3\n")
     (root / "empty").mkdir()
-    return {"root": root, "stream": stream, "web": web, "run": run, "grid": grid}
+    batch = root / "batch"
+    result = runner.invoke(app, ["batch", "export", str(stream), "--model", "m", "--out", str(batch)])
+    assert result.exit_code == 0, result.output
+    failed = {"status_code": 500, "request_id": "r", "body": None}
+    lines = [
+        orjson.dumps({"id": "x", "custom_id": r.custom_id, "response": failed, "error": {"message": "down"}})
+        for r in read_requests(batch / "round-1.jsonl")
+    ]
+    (root / "batch-out.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    result = runner.invoke(
+        app, ["batch", "import", str(batch), str(root / "batch-out.jsonl"), "--out", str(root / "b")]
+    )
+    assert result.exit_code == 0, result.output
+    return {"root": root, "stream": stream, "web": web, "run": run, "grid": grid, "batch": batch}
 
 
 def _valid(path: tuple[str, ...], place: dict[str, Path], case: Path) -> list[str]:
@@ -73,6 +88,8 @@ def _valid(path: tuple[str, ...], place: dict[str, Path], case: Path) -> list[st
         ("merge",): [str(place["run"]), "--out", str(case / "merged")],
         ("report",): [str(place["run"]), "--out", str(case / "report")],
         ("export",): [str(place["run"]), "--out", str(case / "scores.csv")],
+        ("batch", "export"): [str(place["stream"]), "--model", "m", "--out", str(case / "batch")],
+        ("batch", "import"): [str(place["batch"]), "--out", str(case / "run")],
         ("doctor",): ["--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--timeout", "2"],
         # Nothing listens on port 9: the preflight refuses at once (exit 2), after every option is read.
         ("relabel",): [
@@ -155,6 +172,7 @@ def test_every_command_is_fuzzed_but_bench() -> None:
     assert {path[0] for path in FUZZED} == {
         "score", "grid", "merge", "metrics", "doctor", "sim-server", "report", "export", "serve", "convert", "relabel",
         "regenerate",
+        "batch",
     }  # fmt: skip
     assert all(not command.params for path, command in COMMANDS.items() if path[0] == "bench")
 

@@ -54,6 +54,7 @@ __all__ = [
     "VLLM_VENV",
     "VLLMServer",
     "cpu_env",
+    "engine_flags",
     "serve_process",
     "serve_vllm",
 ]
@@ -125,6 +126,39 @@ def _stop(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> None:
         proc.wait(timeout=5)
 
 
+def engine_flags(
+    model_dir: Path, *, load_format: str = "dummy", model_name: str = MODEL_NAME, max_model_len: int = 8192
+) -> list[str]:
+    """The engine flags the tests' vLLM runs with, for ``vllm serve`` and ``vllm run-batch`` alike (module docstring).
+
+    Args:
+        model_dir: The model directory.
+        load_format: ``--load-format``: ``dummy`` (random weights) or ``auto`` (the directory's own).
+        model_name: ``--served-model-name``.
+        max_model_len: Context length in tokens (prompt and reply).
+    """
+    structured = {"backend": "xgrammar", "disable_any_whitespace": True}
+    return [
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        model_name,
+        "--load-format",
+        load_format,
+        "--structured-outputs-config",
+        json.dumps(structured),
+        "--max-model-len",
+        str(max_model_len),
+        "--max-logprobs",
+        "20",
+        "--enable-prefix-caching",
+        "--seed",
+        "0",
+        "--dtype",
+        "bfloat16",
+    ]
+
+
 @contextlib.contextmanager
 def serve_vllm(
     model_dir: Path,
@@ -163,32 +197,15 @@ def serve_vllm(
     if not VLLM_PYTHON.is_file():
         raise FileNotFoundError(f"{VLLM_PYTHON} is missing: run .ci/install-vllm")
     port = port or _free_port()
-    structured = {"backend": "xgrammar", "disable_any_whitespace": True}
     cmd = [
         str(VLLM_PYTHON),
         "-m",
         "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(model_dir),
-        "--served-model-name",
-        model_name,
-        "--load-format",
-        load_format,
+        *engine_flags(model_dir, load_format=load_format, model_name=model_name, max_model_len=max_model_len),
         "--host",
         "127.0.0.1",
         "--port",
         str(port),
-        "--structured-outputs-config",
-        json.dumps(structured),
-        "--max-model-len",
-        str(max_model_len),
-        "--max-logprobs",
-        "20",
-        "--enable-prefix-caching",
-        "--seed",
-        "0",
-        "--dtype",
-        "bfloat16",
         *extra_args,
     ]
     env = os.environ | cpu_env(kv_cache_gib)

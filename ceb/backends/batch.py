@@ -1,0 +1,311 @@
+"""OpenAI Batch files: the requests of a run written as Batch input lines, and their output lines read back as replies.
+
+The format is OpenAI's Batch API (``POST /v1/batches`` over an uploaded JSONL file), which Azure OpenAI's global
+batch deployments and vLLM's ``vllm run-batch`` read as well. One input line per request::
+
+    {"custom_id": "<id>", "method": "POST", "url": "/v1/chat/completions", "body": {...}}
+
+where ``body`` is what :meth:`~ceb.backends.openai.OpenAIBackend.payload` would send online (one payload builder,
+:func:`~ceb.backends._wire.chat_body`), and one output line per answered request::
+
+    {"id": "...", "custom_id": "<id>", "response": {"status_code": 200, "request_id": "...", "body": {...}},
+     "error": null}
+
+(OpenAI puts failed requests in a separate error file of the same line shape; vLLM writes them in the output
+file with ``response.status_code`` >= 400 and ``error`` set. Both are read.)
+
+:class:`BatchBackend` is a :class:`~ceb.backends.base.ChatBackend` that sends nothing: the pipeline runs over it
+as over a live endpoint, each request is looked up among the replies it was given, and a request with no reply
+yet is recorded as a line for the next Batch file and fails its step. Export is a run with no replies (every
+request is recorded); import is the same run with the replies, so the baselines read their replies with the code
+they use online and the rows are ordinary rows.
+
+``custom_id`` is ``<tag>/<lane>/<trajectory>/<step>/<n>``: the export's tag (a digest of its settings and
+streams), the lane (``stream|order|method|critic``, :func:`~ceb.pipeline.shard.lane_id`), the trajectory id, the
+0-based step and the request's number within the step. A reply is matched by the step (everything before
+``/<n>``) and the request body, so the order a step asks its requests in does not matter, and a request a step
+sends twice alike is one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ceb.backends._wire import error_message, parse_completion
+from ceb.backends.base import ChatBackend, ChatRequest, Completion
+from ceb.backends.openai import OpenAIBackend
+from ceb.backends.scheduling import current_lane, current_step
+from ceb.config import BackendConfig
+from ceb.errors import BackendError, DataError, Problem
+
+__all__ = [
+    "BATCH_URL",
+    "BatchBackend",
+    "BatchReply",
+    "BatchRequest",
+    "body_key",
+    "export_tag",
+    "read_output",
+    "read_requests",
+    "request_line",
+]
+
+BATCH_URL = "/v1/chat/completions"
+"""The one endpoint a ceb Batch file targets (OpenAI's ``endpoint`` of the batch, vLLM's only chat route)."""
+
+_WIRE_URL = "http://localhost/v1"
+"""A base URL for the payload builder, which needs one; nothing is ever sent to it."""
+
+
+def body_key(body: Mapping[str, Any]) -> bytes:
+    """The canonical bytes of a request body (keys sorted), by which a reply is matched to its request."""
+    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+
+
+def _step_id(custom_id: str) -> str:
+    """``custom_id`` without its last ``/<n>``: the step a request belongs to."""
+    return custom_id.rsplit("/", 1)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRequest:
+    """One line of a Batch input file.
+
+    Attributes:
+        custom_id: ``<tag>/<lane>/<trajectory>/<step>/<n>`` (module docstring).
+        body: The chat-completions body, as sent online.
+    """
+
+    custom_id: str
+    body: dict[str, Any]
+
+
+def request_line(request: BatchRequest) -> bytes:
+    """The JSONL line (newline included) of ``request``: ``custom_id``, ``method``, ``url``, ``body``."""
+    line = {"custom_id": request.custom_id, "method": "POST", "url": BATCH_URL, "body": request.body}
+    return orjson.dumps(line, option=orjson.OPT_NON_STR_KEYS) + b"\n"
+
+
+def _lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line number, decoded object)`` of each non-blank line of a JSONL file.
+
+    Raises:
+        DataError: A line that is not JSON (names the file and line).
+        OSError: The file cannot be read.
+    """
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                yield number, orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                raise DataError(Problem(str(path), number, "<line>", f"not JSON: {exc}")) from None
+
+
+def read_requests(path: Path) -> list[BatchRequest]:
+    """The lines of a Batch input file ceb wrote.
+
+    Raises:
+        DataError: A malformed line, a line without ``custom_id`` or ``body``, a ``url`` other than
+            :data:`BATCH_URL`, or a repeated ``custom_id`` (names the file, line and field).
+        OSError: The file cannot be read.
+    """
+    seen: set[str] = set()
+    out: list[BatchRequest] = []
+    for number, line in _lines(path):
+        where = str(path), number
+        if not isinstance(line, dict):
+            raise DataError(Problem(*where, "<line>", "not a JSON object"))
+        cid, body = line.get("custom_id"), line.get("body")
+        if not isinstance(cid, str) or not cid:
+            raise DataError(Problem(*where, "custom_id", "missing or not a string"))
+        if not isinstance(body, dict):
+            raise DataError(Problem(*where, "body", "missing or not an object"))
+        if line.get("url") != BATCH_URL:
+            raise DataError(Problem(*where, "url", f"{line.get('url')!r}; ceb writes {BATCH_URL} only"))
+        if cid in seen:
+            raise DataError(Problem(*where, "custom_id", f"{cid!r} is repeated"))
+        seen.add(cid)
+        out.append(BatchRequest(cid, body))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReply:
+    """The answer to one Batch request: a chat completion body, or why there is none.
+
+    Attributes:
+        custom_id: The request's id.
+        status: ``response.status_code`` (0 when the line has no response).
+        body: The chat-completion body when ``status`` is 2xx and it has one.
+        error: The error's message otherwise.
+    """
+
+    custom_id: str
+    status: int
+    body: dict[str, Any] | None
+    error: str | None
+
+
+def read_output(path: Path, known: Mapping[str, object]) -> dict[str, BatchReply]:
+    """The replies of a Batch output (or error) file, by ``custom_id``.
+
+    Args:
+        path: The file OpenAI, Azure or ``vllm run-batch`` wrote.
+        known: The custom ids the input files hold; a line naming another id is refused.
+
+    Raises:
+        DataError: A malformed line, a line without ``custom_id`` or naming an id no request has, a repeated id,
+            or a 2xx response without a body (names the file, line and field).
+        OSError: The file cannot be read.
+    """
+    out: dict[str, BatchReply] = {}
+    for number, line in _lines(path):
+        where = str(path), number
+        if not isinstance(line, dict):
+            raise DataError(Problem(*where, "<line>", "not a JSON object"))
+        cid = line.get("custom_id")
+        if not isinstance(cid, str) or not cid:
+            raise DataError(Problem(*where, "custom_id", "missing or not a string"))
+        if cid not in known:
+            raise DataError(Problem(*where, "custom_id", f"{cid!r} is in no request file of this batch"))
+        if cid in out:
+            raise DataError(Problem(*where, "custom_id", f"{cid!r} is answered twice"))
+        response, error = line.get("response"), line.get("error")
+        if response is not None and not isinstance(response, dict):
+            raise DataError(Problem(*where, "response", "not an object"))
+        status = response.get("status_code", 0) if response else 0
+        if not isinstance(status, int):
+            raise DataError(Problem(*where, "response.status_code", "not an integer"))
+        body = response.get("body") if response else None
+        if 200 <= status < 300 and error is None:
+            if not isinstance(body, dict):
+                raise DataError(Problem(*where, "response.body", "a 2xx response without a body object"))
+            out[cid] = BatchReply(cid, status, body, None)
+            continue
+        out[cid] = BatchReply(cid, status, None, _error_text(error, body))
+    return out
+
+
+def _error_text(error: Any, body: Any) -> str:
+    """The message of a failed Batch line.
+
+    OpenAI's ``error`` (``{"code", "message"}``), vLLM's (an error response, ``{"error": {"message", ...}}``), or
+    else the response body's own error.
+    """
+    for doc in (error, body):
+        inner = doc.get("error", doc) if isinstance(doc, dict) else doc
+        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+            return str(inner["message"])
+        if isinstance(inner, str) and inner:
+            return inner
+    return error_message(orjson.dumps(error if error is not None else body or {}))
+
+
+@dataclass(slots=True)
+class _Step:
+    """The requests one step asked during a run over :class:`BatchBackend`, numbered in the order asked."""
+
+    asked: dict[bytes, int] = field(default_factory=dict)
+
+
+class BatchBackend(ChatBackend):
+    """A backend that answers from Batch replies and records every request it has no reply for.
+
+    Args:
+        settings: The run's ``backend`` section; its ``model``, ``structured_output`` and ``token_limit_field``
+            shape the bodies as :class:`~ceb.backends.openai.OpenAIBackend` shapes them online. ``priority`` is
+            never sent: a batch has no queue to order, and OpenAI refuses the field.
+        tag: The export's tag, the first part of every ``custom_id``.
+        requests: The requests of earlier Batch files of this export (their ids and bodies).
+        replies: Their replies by ``custom_id``.
+
+    Attributes:
+        pending: Requests with no earlier line, in the order asked: the next Batch file.
+        unanswered: Requests that were in an earlier file but have no reply in its output.
+
+    Raises:
+        ConfigError: No ``backend.model``.
+    """
+
+    name = "batch"
+
+    def __init__(
+        self,
+        settings: BackendConfig,
+        tag: str,
+        requests: list[BatchRequest] | None = None,
+        replies: Mapping[str, BatchReply] | None = None,
+    ) -> None:
+        wire = settings.model_copy(update={"name": "openai", "base_url": _WIRE_URL, "server_priority": "off"})
+        self.wire = OpenAIBackend(wire)
+        super().__init__(endpoint="batch", max_concurrency=1 << 16, retry=settings)
+        self.tag = tag
+        self.model = self.wire.model
+        self._known: dict[tuple[str, bytes], str] = {}
+        self._earlier: dict[str, int] = {}
+        for r in requests or ():
+            step = _step_id(r.custom_id)
+            self._known.setdefault((step, body_key(r.body)), r.custom_id)
+            self._earlier[step] = self._earlier.get(step, 0) + 1
+        self._replies = dict(replies or {})
+        self._steps: dict[str, _Step] = {}
+        self.pending: list[BatchRequest] = []
+        self.unanswered: list[str] = []
+
+    def step_id(self) -> str:
+        """``<tag>/<lane>/<trajectory>/<step>`` of the request being made now.
+
+        Raises:
+            BackendError: The request is made outside a lane's step (only the pipeline's lanes are batched).
+        """
+        lane, where = current_lane(), current_step()
+        if lane is None or where is None:
+            raise BackendError("a Batch request must come from a lane's step", backend=self.label)
+        trajectory, t = where
+        return f"{self.tag}/{lane}/{trajectory}/{t}"
+
+    async def _complete(self, request: ChatRequest, endpoint: str) -> Completion:
+        """The reply to ``request`` from the Batch output, or record it for the next Batch file.
+
+        Raises:
+            BackendError: No reply yet (the request is now in :attr:`pending`), no reply in the output of the
+                file that held it, or the Batch answered it with an error (its status and message).
+        """
+        body = self.wire.payload(request)
+        key = body_key(body)
+        step = self.step_id()
+        cid = self._known.get((step, key))
+        if cid is None:
+            asked = self._steps.setdefault(step, _Step()).asked
+            if key not in asked:  # numbered after the step's requests in earlier files, so ids stay unique
+                asked[key] = len(asked) + self._earlier.get(step, 0)
+                cid = f"{step}/{asked[key]}"
+                self.pending.append(BatchRequest(cid, body))
+            raise BackendError("no reply yet: the request is in the next Batch file", backend=self.label)
+        reply = self._replies.get(cid)
+        if reply is None:
+            self.unanswered.append(cid)
+            raise BackendError(f"no reply in the Batch output for {cid}", backend=self.label)
+        if reply.body is None:
+            raise BackendError(f"{reply.status} from the Batch: {reply.error}", backend=self.label)
+        try:
+            return parse_completion(
+                reply.body, default_model=self.model, asked_prompt_logprobs=request.extra.get("prompt_logprobs")
+            )
+        except (TypeError, ValueError, KeyError) as exc:
+            raise BackendError(f"the Batch reply to {cid} is not a chat completion: {exc}") from exc
+
+
+def export_tag(parts: Mapping[str, Any]) -> str:
+    """An export's tag: ``ceb-`` and 8 hex digits of BLAKE2b over ``parts`` (its settings and stream digests)."""
+    canonical = json.dumps(parts, sort_keys=True, separators=(",", ":"))  # json: settings may hold ints past 64 bits
+    return "ceb-" + hashlib.blake2b(canonical.encode(), digest_size=4).hexdigest()

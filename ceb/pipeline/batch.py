@@ -1,0 +1,328 @@
+"""The bank-free baselines through a Batch API: export their requests as Batch files, import the replies as a run.
+
+A step of a bank-free baseline (``ppl``, ``me``, ``ptrue``, ``cot``, ``verbalized``, ``pro``) asks for nothing
+that depends on another step's reply, so all its steps can go to OpenAI's or Azure's Batch API (half the online
+price) or to ``vllm run-batch`` in one file. Both directions are a run of the ordinary pipeline
+(:func:`~ceb.pipeline.runner.run_scoring`) over a :class:`~ceb.backends.batch.BatchBackend`, which answers from the
+Batch replies it has and records each request it has none for:
+
+* export: a run with no replies, in a scratch directory; every request the steps ask goes into ``round-1.jsonl``;
+* import: the same run with the replies, into the run directory; each baseline reads its replies with its own
+  code, and the rows, ``summary.json`` and ``metrics.json`` are those of any run.
+
+A request that a step sends only after reading another reply is not in the first file: ``pro`` teacher-forces the
+frozen action only when its samples came back with log-probs, and ``cot`` re-asks an unreadable reply. Import then
+writes ``round-2.jsonl`` with those requests, and the steps that wait for them are failed rows saying so; the
+import of round 2's output (``--overwrite``) completes them. ``ppl``, ``me``, ``ptrue`` and ``verbalized`` never
+need a second round, nor ``cot`` when its replies are readable.
+
+The batch directory (:class:`BatchDir`)::
+
+    batch.json                  the export: tag, effective config, the streams' files and their digests
+    round-<k>.jsonl             Batch input file of round k (submit this)
+    round-<k>.output.jsonl      its output, copied in by ``ceb batch import``
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ceb.backends.batch import (
+    BatchBackend,
+    BatchReply,
+    BatchRequest,
+    export_tag,
+    read_output,
+    read_requests,
+    request_line,
+)
+from ceb.config import RunConfig
+from ceb.data.trajectory import Trajectory
+from ceb.errors import ConfigError, RunError
+from ceb.logs import muted
+from ceb.pipeline.rundir import write_atomic
+from ceb.pipeline.runner import run_scoring
+from ceb.pipeline.summary import Row, RunSummary
+from ceb.stages.assembly import llm_stages
+from ceb.stages.methods import resolve_method
+
+__all__ = ["BatchDir", "BatchRound", "batch_config", "batchable", "export_batch", "import_batch"]
+
+_FORMAT = "ceb-batch/1"
+_WAITING_EVENTS = ("critic step failed", "method not available here")
+"""The lane's log events of a step without a reply: in an export every step is one, and they say nothing."""
+_NO_BUDGET = 1e12
+"""``fail_on_error`` of a batch replay: a step waiting for the next round is a failed row, and must not stop it."""
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class BatchDir:
+    """A batch export's directory: the one place that names its files (module docstring).
+
+    Args:
+        path: The directory.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    @property
+    def manifest_file(self) -> Path:
+        """``batch.json``: what was exported, from which streams, under which settings."""
+        return self.path / "batch.json"
+
+    def round_file(self, k: int) -> Path:
+        """The Batch input file of round ``k`` (1-based)."""
+        return self.path / f"round-{k}.jsonl"
+
+    def output_file(self, k: int) -> Path:
+        """Round ``k``'s output, as imported."""
+        return self.path / f"round-{k}.output.jsonl"
+
+    def rounds(self) -> int:
+        """How many rounds were exported (0 for an empty or missing directory)."""
+        k = 0
+        while self.round_file(k + 1).is_file():
+            k += 1
+        return k
+
+    def manifest(self) -> dict[str, Any]:
+        """The recorded export.
+
+        Raises:
+            RunError: The directory holds no export (no ``batch.json``), or it is not a ceb batch manifest.
+        """
+        try:
+            doc = json.loads(self.manifest_file.read_bytes())
+        except FileNotFoundError:
+            raise RunError(
+                f"{self.path} holds no batch export (no {self.manifest_file.name}); run ceb batch export"
+            ) from None
+        except ValueError as exc:
+            raise RunError(f"{self.manifest_file}: not JSON ({exc})") from None
+        if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
+            raise RunError(f"{self.manifest_file}: not a {_FORMAT} manifest")
+        return doc
+
+    def config(self) -> RunConfig:
+        """The export's effective configuration."""
+        return RunConfig.model_validate(self.manifest()["config"])
+
+    def streams(self) -> dict[str, list[str]]:
+        """Stream name -> its files, as exported.
+
+        Raises:
+            RunError: A file is gone or changed since the export (its digest differs): its replies would be read
+                against other steps.
+        """
+        doc = self.manifest()
+        for path, digest in doc["digests"].items():
+            p = Path(path)
+            if not p.is_file():
+                raise RunError(f"{p}: a stream file of the batch export in {self.path} is gone")
+            if _digest(p) != digest:
+                raise RunError(f"{p}: changed since the batch export in {self.path}; export again")
+        return {name: list(paths) for name, paths in doc["streams"].items()}
+
+    def requests(self) -> list[BatchRequest]:
+        """Every round's requests, in round order."""
+        return [r for k in range(1, self.rounds() + 1) for r in read_requests(self.round_file(k))]
+
+    def replies(self, requests: Sequence[BatchRequest]) -> dict[str, BatchReply]:
+        """Every imported round's replies by ``custom_id``."""
+        known = {r.custom_id: r for r in requests}
+        out: dict[str, BatchReply] = {}
+        for k in range(1, self.rounds() + 1):
+            if self.output_file(k).is_file():
+                out |= read_output(self.output_file(k), known)
+        return out
+
+    def write_round(self, k: int, lines: Sequence[BatchRequest]) -> Path:
+        """Write round ``k``'s Batch input file (atomically) and return its path."""
+        path = self.round_file(k)
+        write_atomic(path, b"".join(request_line(r) for r in lines))
+        return path
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRound:
+    """What an export or an import did.
+
+    Attributes:
+        path: The next Batch file to submit, ``None`` when no request is waiting.
+        round: Its round number (1-based); the last imported round when ``path`` is ``None``.
+        requests: Requests in it.
+        summary: The import's run summary (``None`` for an export).
+        unanswered: Requests of submitted rounds that their output does not answer (failed steps).
+        replies: Lines of the imported outputs the run read its replies from, every round's.
+    """
+
+    path: Path | None
+    round: int
+    requests: int
+    summary: RunSummary | None = None
+    unanswered: int = 0
+    replies: int = 0
+
+
+def batch_config(config: RunConfig) -> RunConfig:
+    """``config`` checked for a Batch export, with the failure budget of a replay (:data:`_NO_BUDGET`).
+
+    Raises:
+        ConfigError: A method that is not a bank-free baseline (the bank is filled from earlier replies), several
+            critics, a separate actor endpoint (a Batch file serves one model), or no ``backend.model``.
+    """
+    refused = [m for m in config.methods if not batchable(m)]
+    if refused:
+        raise ConfigError(
+            f"{', '.join(refused)} cannot go through a Batch file: only the bank-free baselines can (ppl, me, ptrue, "
+            "cot, verbalized, pro), whose steps ask nothing that depends on another step's reply"
+        )
+    if config.critics:
+        raise ConfigError("a Batch file serves one model: critics (several critic endpoints) cannot be batched")
+    if config.baselines.actor_base_url or config.baselines.actor_model:
+        raise ConfigError(
+            "a Batch file serves one model: unset baselines.actor_base_url / actor_model, or export each model apart"
+        )
+    if not config.backend.model:
+        raise ConfigError("a Batch file names the model in every request: set backend.model (--model)")
+    return config.model_copy(update={"fail_on_error": _NO_BUDGET})
+
+
+def _with_newline(data: bytes) -> bytes:
+    return data if not data or data.endswith(b"\n") else data + b"\n"
+
+
+def batchable(name: str) -> bool:
+    """Whether method ``name`` can go through a Batch file: a bank-free baseline with a critic of its own."""
+    spec = resolve_method(name)
+    return spec.group == "baseline" and not spec.use_bank and not spec.uses_llm_critic
+
+
+async def _replay(
+    streams: Mapping[str, Sequence[Trajectory]],
+    config: RunConfig,
+    backend: BatchBackend,
+    run_dir: Path,
+    *,
+    overwrite: bool,
+    on_row: Callable[[Row], None] | None = None,
+) -> RunSummary:
+    stages = llm_stages(config, backend)
+    return await run_scoring(streams, config, run_dir, stages=stages, overwrite=overwrite, on_row=on_row)
+
+
+async def export_batch(
+    streams: Mapping[str, Sequence[Trajectory]],
+    files: Mapping[str, Sequence[str | Path]],
+    config: RunConfig,
+    batch_dir: str | Path,
+) -> BatchRound:
+    """Write round 1 of a Batch export of ``streams`` under ``config`` into ``batch_dir``.
+
+    Args:
+        streams: Stream name -> trajectories, as read from ``files``.
+        files: Stream name -> the files it was read from (recorded, and checked at import).
+        config: The effective configuration (:func:`batch_config` checks it).
+        batch_dir: A new or empty directory.
+
+    Raises:
+        ConfigError: As :func:`batch_config`.
+        RunError: ``batch_dir`` already holds an export.
+    """
+    config = batch_config(config)
+    out = BatchDir(batch_dir)
+    if out.manifest_file.exists() or out.rounds():
+        raise RunError(f"{out.path} already holds a batch export; give a new directory")
+    digests = {str(Path(p).resolve()): _digest(Path(p)) for paths in files.values() for p in paths}
+    record = {
+        "config": config.model_dump(mode="json"),
+        "streams": {name: [str(Path(p).resolve()) for p in paths] for name, paths in files.items()},
+        "digests": digests,
+    }
+    tag = export_tag(record)
+    backend = BatchBackend(config.backend, tag)
+    with tempfile.TemporaryDirectory(prefix="ceb-batch-") as scratch, muted(*_WAITING_EVENTS):
+        await _replay(streams, config, backend, Path(scratch), overwrite=False)
+    out.path.mkdir(parents=True, exist_ok=True)
+    manifest = {"format": _FORMAT, "tag": tag, **record}
+    write_atomic(out.manifest_file, json.dumps(manifest, indent=2).encode())  # json: ints past 64 bits too
+    path = out.write_round(1, backend.pending)
+    return BatchRound(path, 1, len(backend.pending))
+
+
+async def import_batch(
+    streams: Mapping[str, Sequence[Trajectory]],
+    batch_dir: str | Path,
+    outputs: Sequence[str | Path],
+    run_dir: str | Path,
+    *,
+    overwrite: bool = False,
+    on_row: Callable[[Row], None] | None = None,
+) -> BatchRound:
+    """Read the output of the last round of ``batch_dir`` and score its run into ``run_dir`` from every reply.
+
+    Args:
+        streams: The export's streams, read from :meth:`BatchDir.streams`.
+        batch_dir: The export.
+        outputs: The last round's Batch output files (OpenAI's output file and its error file, when there is one;
+            ``vllm run-batch``'s one file), joined into ``batch_dir``'s ``round-<k>.output.jsonl``. Empty: use the
+            outputs imported before.
+        run_dir: The run directory to write (as ``ceb score --out``).
+        overwrite: Replace the results of an earlier import there.
+        on_row: Called with each row after it is on disk.
+
+    Returns:
+        The next round to submit (``path`` is ``None`` when every request has its reply) and the run summary.
+
+    Raises:
+        DataError: A malformed line of a Batch file, a custom id no request has (names the file, line and field).
+        RunError: No export in ``batch_dir``, changed streams, or ``run_dir`` already holds a run.
+    """
+    src = BatchDir(batch_dir)
+    doc = src.manifest()
+    k = src.rounds()
+    if k == 0:
+        raise RunError(f"{src.path} holds no Batch file; run ceb batch export")
+    requests = src.requests()
+    if outputs:
+        # Each is read before anything is copied in: a malformed file is refused with its own name, nothing replaced.
+        last = {r.custom_id for r in read_requests(src.round_file(k))}
+        known = {r.custom_id: r for r in requests}
+        seen: dict[str, Path] = {}
+        for path in map(Path, outputs):
+            for cid in read_output(path, known):
+                if cid in seen:
+                    raise RunError(f"{path}: {cid} is answered in {seen[cid]} too")
+                if cid not in last:
+                    raise RunError(
+                        f"{path}: {cid} is a request of an earlier round; give the output of round {k} "
+                        f"({src.round_file(k)})"
+                    )
+                seen[cid] = path
+        if {Path(p).resolve() for p in outputs} != {src.output_file(k).resolve()}:
+            write_atomic(src.output_file(k), b"".join(_with_newline(Path(p).read_bytes()) for p in outputs))
+    elif not src.output_file(k).is_file():
+        raise RunError(f"round {k} of {src.path} has no imported output; give its Batch output file")
+    replies = src.replies(requests)
+    config = RunConfig.model_validate(doc["config"])
+    backend = BatchBackend(config.backend, str(doc["tag"]), requests, replies)
+    summary = await _replay(streams, config, backend, Path(run_dir), overwrite=overwrite, on_row=on_row)
+    unanswered = len(set(backend.unanswered))
+    if not backend.pending:
+        return BatchRound(None, k, 0, summary, unanswered, len(replies))
+    path = src.write_round(k + 1, backend.pending)
+    return BatchRound(path, k + 1, len(backend.pending), summary, unanswered, len(replies))

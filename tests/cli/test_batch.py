@@ -1,0 +1,70 @@
+"""``ceb batch export`` / ``import`` on the command line: a grid's baselines, and what import prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+from typer.testing import CliRunner
+
+from ceb.backends.batch import read_requests
+from ceb.cli import app
+from ceb.cli._common import EXIT_ERROR
+from ceb.data import write_stream
+from ceb.pipeline import read_rows
+from tests.support.builders import step, trajectory
+
+runner = CliRunner()
+
+
+def _stream(tmp_path: Path) -> Path:
+    path = tmp_path / "s.jsonl"
+    write_stream(path, [trajectory(f"t{i}", step("ls", "a", label=1), step("pwd", "/", label=0)) for i in range(2)])
+    return path
+
+
+def test_a_grid_exports_its_bank_free_baselines_and_names_the_methods_left_online(tmp_path: Path) -> None:
+    _stream(tmp_path)
+    grid = tmp_path / "grid.toml"
+    grid.write_text("methods = ['ceb', 'static', 'ppl', 'cot']\n[backend]\nmodel = 'm'\n"
+                    "[grid]\nstreams = ['s.jsonl']\nout = 'run'\n")  # fmt: skip
+
+    result = runner.invoke(app, ["batch", "export", "--grid", str(grid), "--out", str(tmp_path / "b")])
+
+    assert result.exit_code == 0, result.output
+    assert "note: ceb, static need the bank and stay online (ceb grid); exporting ppl, cot" in result.output
+    lanes = {r.custom_id.split("/")[1] for r in read_requests(tmp_path / "b" / "round-1.jsonl")}
+    assert lanes == {"s|0|ppl|", "s|0|cot|"}
+
+
+def test_export_needs_streams_or_a_grid_and_a_model(tmp_path: Path) -> None:
+    nothing = runner.invoke(app, ["batch", "export", "--out", str(tmp_path / "b")])
+    assert nothing.exit_code == EXIT_ERROR and "give the STREAMS to export, or --grid FILE" in nothing.output
+    no_model = runner.invoke(app, ["batch", "export", str(_stream(tmp_path)), "--out", str(tmp_path / "b")])
+    assert no_model.exit_code == EXIT_ERROR and "set backend.model (--model)" in no_model.output
+    assert not (tmp_path / "b").exists()
+
+
+def test_import_prints_the_metrics_and_the_steps_the_batch_failed(tmp_path: Path) -> None:
+    stream, batch = _stream(tmp_path), tmp_path / "b"
+    result = runner.invoke(
+        app, ["batch", "export", str(stream), "--methods", "ptrue", "--model", "m", "--out", str(batch)]
+    )
+    assert result.exit_code == 0, result.output
+    refused = {"status_code": 400, "request_id": "r", "body": None}
+    lines = [
+        orjson.dumps({"id": "x", "custom_id": r.custom_id, "response": refused, "error": {"message": "no such model"}})
+        for r in read_requests(batch / "round-1.jsonl")
+    ]
+    (tmp_path / "out.jsonl").write_bytes(b"\n".join(lines[1:]) + b"\n")  # the first request has no line
+
+    result = runner.invoke(
+        app, ["batch", "import", str(batch), str(tmp_path / "out.jsonl"), "--out", str(tmp_path / "r")]
+    )
+
+    assert result.exit_code == 0, result.output
+    assert "0 steps scored, 4 failed, from 7 Batch output lines" in result.output
+    assert "warning: 1 requests have no line in the Batch output: their steps failed" in result.output
+    errors = {r["error"] for r in read_rows(tmp_path / "r" / "scores.jsonl")}
+    assert any("400 from the Batch: no such model" in e for e in errors)
+    assert (tmp_path / "r" / "metrics.json").is_file() and (batch / "round-1.output.jsonl").is_file()
