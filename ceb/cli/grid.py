@@ -152,12 +152,13 @@ def _grid_on_ray(
         picked = pick_streams(spec.streams, plan[1], recorded=True)
     cfg = spec.config
     if plan is not None and limit is None:
-        first = RunDir(target).part(0, plan[0])
-        cfg = cfg.model_copy(update={"max_trajectories": first.recorded_config().max_trajectories})
+        recorded = RunDir(target).parts()[0].recorded_config()
+        cfg = cfg.model_copy(update={"max_trajectories": recorded.max_trajectories})
     again = f"ceb grid {config} --ray {address} --resume" + (f" --out {out_dir}" if out_dir is not None else "")
     err.print(
         f"grid on Ray ({address}): {len(picked)} streams x {cfg.orders} orders x {len(cfg.methods)} methods -> "
-        f"{target} (shards in {target}/{RunDir.PARTS}/)"
+        f"{target} (shards in {target}/{RunDir.PARTS}/)",
+        soft_wrap=True,
     )
 
     def on_shard(outcome: ShardDone | ShardFailed) -> None:
