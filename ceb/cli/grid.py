@@ -166,7 +166,8 @@ def _grid_on_ray(
             kept = f", resumed with {outcome.steps_kept} steps kept from an earlier attempt" if outcome.resumed else ""
             err.print(
                 f"shard {outcome.shard} done: {outcome.steps_scored} steps, {outcome.steps_failed} failed, "
-                f"{outcome.trajectories_voted} trajectories voted{kept}; {outcome.wall_s:.1f} s"
+                f"{outcome.trajectories_voted} trajectories voted{kept}; {outcome.wall_s:.1f} s",
+                soft_wrap=True,
             )
         else:
             err.print(f"shard {outcome.shard} failed: {outcome.error}", soft_wrap=True)
@@ -185,7 +186,8 @@ def _grid_on_ray(
         )
     except KeyboardInterrupt:
         err.print(
-            f"interrupted: every finished step is in the parts under {target}/{RunDir.PARTS}; continue with {again}"
+            f"interrupted: every finished step is in the parts under {target}/{RunDir.PARTS}; continue with {again}",
+            soft_wrap=True,
         )
         raise typer.Exit(EXIT_INTERRUPTED) from None
     if result.failed:

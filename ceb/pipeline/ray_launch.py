@@ -65,9 +65,9 @@ _ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:\d{1,5}
 def parse_address(text: str) -> str:
     """The Ray address of ``--ray`` as ``ray.init`` takes it: ``local``, ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``.
 
-    ``local`` starts a Ray instance on this machine for the run (and stops it after); ``auto`` joins the cluster
-    this machine is part of (``ray start``); ``HOST:PORT`` is a cluster's head (its GCS port, 6379 by default) and
-    ``ray://HOST:PORT`` its Ray Client server (10001 by default).
+    ``local`` starts a Ray instance on this machine, on loopback, for the run (and stops it after); ``auto``
+    joins the cluster this machine is part of (``ray start``); ``HOST:PORT`` is a cluster's head (its GCS port,
+    6379 by default) and ``ray://HOST:PORT`` its Ray Client server (10001 by default).
 
     Raises:
         ConfigError: Anything else (no Ray is imported to find out).
@@ -236,12 +236,12 @@ def _prepare(out: RunDir, count: int | None, *, resume: bool, overwrite: bool) -
     """
     if resume and overwrite:
         raise RunError("choose one of --overwrite and --resume")
-    plan = recorded_plan(out.path)
     if overwrite:
         out.remove_results()
         for part in out.parts():
             part.remove_results()
         return None
+    plan = recorded_plan(out.path)
     if out.started or out.has_scores:
         raise RunError(f"{out} already holds a run; choose a new --out, or pass --overwrite")
     if not resume:
@@ -305,7 +305,11 @@ def run_on_ray(
     ray = _import_ray()
     fixed = _prepare(target, shards, resume=resume, overwrite=overwrite)
     own = not ray.is_initialized()
-    if own:
+    if own and address == "local":
+        # A Ray instance for this run alone: nothing outside this machine needs to reach it, so it listens on
+        # loopback only (Ray's default is the machine's own network address).
+        ray.init(address="local", _node_ip_address="127.0.0.1")
+    elif own:
         ray.init(address=address)
     try:
         cpus = int(ray.cluster_resources().get("CPU", 1))

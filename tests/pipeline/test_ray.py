@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -100,6 +101,52 @@ class _Killer(threading.Thread):
                     self.victim, self.pid, self.rows_at_kill = part, int(pid), rows
                     return
             time.sleep(0.005)
+
+
+RUN_PY = Path(__file__).resolve().parents[2] / "run.py"
+
+
+def test_ctrl_c_keeps_the_parts_and_they_finish_by_hand(tmp_path: Path) -> None:
+    """``--ray local`` in a process of its own (its own Ray instance, stopped at exit), interrupted mid-run.
+
+    First in the module: its Ray instance is gone before the module's cluster starts (two at once on a 2-core
+    machine only slow each other). The parts are then finished by hand, as docs/scale-out.md says, without Ray.
+    """
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'ceb[ray]'); CI installs it")
+    grid = _grid(tmp_path)
+    out = tmp_path / "on-ray"
+    env = {**os.environ, "RAY_memory_monitor_refresh_ms": "0", "NO_COLOR": "1"}
+    cmd = [sys.executable, str(RUN_PY), "grid", str(grid), "--ray", "local", "--shards", str(SHARDS), "--out", str(out)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 240
+        while proc.poll() is None and time.monotonic() < deadline:
+            rows = [f.read_bytes().count(b"\n") for f in (out / RunDir.PARTS).glob("*/scores.jsonl")]
+            if rows and max(rows) >= 40:
+                break
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        output = proc.communicate(timeout=120)[0].decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, output
+    assert "interrupted" in output and f"--ray local --resume --out {out}" in output, output
+    assert not RunDir(out).started  # nothing merged
+    parts = [RunDir(out).part(i, SHARDS) for i in range(SHARDS)]
+    assert any(p.has_scores for p in parts)
+    for i, part in enumerate(parts):  # by hand: a part that started is resumed, one that did not is started
+        again = ["--resume"] if part.started else []
+        result = runner.invoke(app, ["grid", str(grid), "--shard", f"{i}/{SHARDS}", "--out", str(part.path), *again])
+        assert result.exit_code == 0, result.output
+    kept = [(p.recorded_summary() or {}).get("steps_resumed", 0) for p in parts]
+    assert any(k > 0 for k in kept), kept  # what the interrupted launch scored was kept, not scored again
+    merged = runner.invoke(app, ["merge", *[str(p.path) for p in parts], "--out", str(out)])
+    assert merged.exit_code == 0, merged.output
+    whole = tmp_path / "whole"
+    assert runner.invoke(app, ["grid", str(grid), "--out", str(whole)]).exit_code == 0
+    _assert_same_run(out, whole)
 
 
 @pytest.fixture(scope="module")
