@@ -267,3 +267,18 @@ def test_without_ray_the_error_names_the_extra(tmp_path: Path, monkeypatch: pyte
     lines = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "pip install 'ceb[ray]'" in lines[0], result.output
     assert not (tmp_path / "runs").exists()  # nothing was started
+
+
+def test_bad_input_in_the_shards_is_reported_as_without_ray(tmp_path: Path, cluster: object) -> None:
+    grid = _grid(tmp_path)
+    with (tmp_path / "data" / "beta.jsonl").open("a") as f:
+        f.write('{"id": "broken"\n')  # every shard reads every stream: each task raises the same error, not retried
+    out = tmp_path / "on-ray"
+    result = runner.invoke(app, ["grid", str(grid), "--ray", "local", "--shards", "2", "--out", str(out)])
+    assert result.exit_code == EXIT_ERROR, result.output
+    plain = runner.invoke(app, ["grid", str(grid), "--out", str(tmp_path / "plain")])
+    assert plain.exit_code == EXIT_ERROR, plain.output
+    # The error itself, as the shard raised it (pickled across the Ray worker), the same as in one process.
+    assert "beta.jsonl:151" in plain.output
+    assert result.output[result.output.index("error:") :] == plain.output[plain.output.index("error:") :]
+    assert "Traceback" not in result.output and not RunDir(out).started
