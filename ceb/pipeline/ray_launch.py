@@ -299,6 +299,8 @@ def run_on_ray(
     """
     if not streams:
         raise ConfigError("no stream to score")
+    if cpus_per_task <= 0:
+        raise ConfigError(f"cpus_per_task {cpus_per_task}: give a positive number of CPUs")
     target = RunDir(out)
     methods = [resolve_method(m) for m in config.methods]
     lanes = len(lane_keys(list(streams), config, methods))
@@ -313,7 +315,7 @@ def run_on_ray(
         ray.init(address=address)
     try:
         cpus = int(ray.cluster_resources().get("CPU", 1))
-        count = fixed or shards or max(1, min(lanes, int(cpus // max(cpus_per_task, 1e-9)) or 1))
+        count = fixed or shards or max(1, min(lanes, int(cpus / cpus_per_task)))
         jobs = [
             ShardTask(
                 shard=Shard(i, count),
