@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "BackendError",
@@ -53,7 +54,23 @@ __all__ = [
 
 
 class CEBError(Exception):
-    """Base class of every error ``ceb`` raises on purpose."""
+    """Base class of every error ``ceb`` raises on purpose.
+
+    Each pickles as itself, with its message and attributes, so that it crosses a process boundary unchanged (a
+    Ray task's error reaches the driver so, :mod:`ceb.pipeline.ray_launch`). Python's default would call the
+    subclass's ``__init__`` with the message as its only argument, which most of them do not take.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore, (type(self), self.args, self.__dict__))
+
+
+def _restore(cls: type[CEBError], args: tuple[Any, ...], state: dict[str, Any]) -> CEBError:
+    """A pickled :class:`CEBError` rebuilt without its ``__init__``: its ``args`` and attributes as they were."""
+    exc = cls.__new__(cls, *args)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
 
 
 def with_path(exc: OSError, path: str | os.PathLike[str]) -> OSError:

@@ -10,7 +10,8 @@ code  meaning
       the reasons are in scores.jsonl); ``ceb doctor``, ceb cannot run on the endpoint at all (no chat
       reply); ``ceb relabel``, no trajectory got a judge label (nothing is written); ``ceb regenerate``, no
       flagged step got a regenerated action; ``ceb bench``, the benchmark failed (its own non-zero exit code when
-      it gives one)
+      it gives one); ``ceb grid --ray``, a shard failed after its retries (every part is kept; ``--resume``
+      continues, nothing is merged until every shard finished)
 2     bad input or a refusal, printed as one line ``error: ...`` (a :class:`~ceb.errors.CEBError` naming the
       file, line or field; a path that does not exist; a ``--resume`` of a directory with no run; a port in use;
       a run or state directory another ceb process holds, naming its pid; ``ceb serve`` on a state directory it

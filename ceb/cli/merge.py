@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from ceb.cli._common import out
 from ceb.cli.metrics import print_metrics
 
-__all__ = ["merge"]
+__all__ = ["merge", "report_merged"]
 
 
 def merge(
@@ -27,10 +27,19 @@ def merge(
     lane), banks/, summary.json (counts summed) and metrics.json computed from the merged rows. Parts that
     disagree, overlap, leave a shard out or did not finish are refused, naming the part and what differs.
     """
-    from ceb.eval import run_metrics, write_metrics
     from ceb.pipeline.merge import merge_runs
 
-    merged = merge_runs(parts, out_dir)
+    report_merged(merge_runs(parts, out_dir))
+
+
+def report_merged(merged: Any) -> None:
+    """Compute and write the merged run's metrics.json, print them and a line of counts (also after ``grid --ray``).
+
+    Args:
+        merged: What :func:`ceb.pipeline.merge.merge_runs` wrote (a :class:`~ceb.pipeline.merge.MergeResult`).
+    """
+    from ceb.eval import run_metrics, write_metrics
+
     metrics = run_metrics(merged.out, n_bins=merged.config.ece_bins)
     write_metrics(merged.out, metrics)
     print_metrics(metrics)

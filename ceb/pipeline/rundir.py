@@ -12,6 +12,8 @@ Layout::
     report/            ``ceb report``'s default output (report.md, report.json, tables, figures)
     regeneration/      ``ceb regenerate``'s default output, its files named by
                        :class:`~ceb.pipeline.regenerate.RegenerationDir`
+    parts/             the shards of a run launched on Ray (``ceb grid --ray``), one run directory each,
+                       shard<i>of<N>; the files above are their merge (:mod:`ceb.pipeline.ray_launch`)
     .lock              held by the one process using the directory (:mod:`ceb.dirlock`)
 
 Every other module asks :class:`RunDir` for a path or a recorded setting; none spells a file name
@@ -100,6 +102,8 @@ class RunDir:
     LOCK = ".lock"
     SHARD = "shard"
     """The key of ``config.json`` holding a sharded run's shard plan (:meth:`recorded_shard`)."""
+    PARTS = "parts"
+    """The folder of a Ray launch's shards (:meth:`part`, :meth:`parts`)."""
     RESULTS = (CONFIG, SCORES, HINDSIGHT, METRICS, SUMMARY)
     """The files an ``overwrite`` removes (with the banks); nothing else of the directory is touched."""
 
@@ -159,6 +163,17 @@ class RunDir:
         if name not in tables:
             raise ValueError(f"unknown table {name!r}; choose one of: {', '.join(tables)}")
         return tables[name]
+
+    def part(self, index: int, count: int) -> RunDir:
+        """The run directory of shard ``index`` of ``count`` of a run launched on Ray: ``parts/shard<i>of<N>``."""
+        return RunDir(self.path / self.PARTS / f"shard{index}of{count}")
+
+    def parts(self) -> list[RunDir]:
+        """The shard directories under ``parts/`` that recorded a run, in name order (empty without any)."""
+        folder = self.path / self.PARTS
+        if not folder.is_dir():
+            return []
+        return [RunDir(p) for p in sorted(folder.iterdir()) if RunDir(p).started]
 
     def bank_file(self, key: LaneKey) -> str:
         """Where lane ``key``'s bank is saved, relative to the directory (``banks/<lane name>.json``)."""

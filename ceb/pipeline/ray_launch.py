@@ -1,0 +1,375 @@
+"""Running a grid on a Ray cluster (``ceb grid FILE --ray ADDRESS``): one Ray task per shard, then one merge.
+
+The run is split into N shards by :mod:`ceb.pipeline.shard`. Each shard is one Ray task, and each task calls
+ceb's own runner (:func:`~ceb.pipeline.runner.run_scoring`, in the Ray worker's process) for shard ``i/N`` into its
+own run directory ``OUT/parts/shard<i>of<N>`` (:meth:`RunDir.part <ceb.pipeline.rundir.RunDir.part>`). A task whose
+worker dies (a killed process, a lost node) is retried by Ray up to ``retries`` times, and a retry *resumes* the
+part it finds started (:mod:`ceb.pipeline.resume`): the rows, hindsight votes and banks already on disk are kept,
+only the rest is scored. An error of the run itself (a bad stream line, a refused resume) is not retried: it would
+fail again. The driver waits for every task, then merges the parts into ``OUT`` with ``ceb merge``'s code
+(:func:`~ceb.pipeline.merge.merge_runs`), so ``OUT`` holds what one unsharded run would have written.
+
+A shard that exhausts its retries leaves its part as it was, resumable; the finished parts are kept too, and
+:func:`run_on_ray` reports which shards failed. ``--resume`` launches again: finished parts are kept as they are,
+the others continue. Every part can also be finished by hand (``ceb grid FILE --shard i/N --out PART --resume``)
+and the parts merged with ``ceb merge``.
+
+Ray is an optional dependency (``pip install 'ceb[ray]'``), imported only here and only when a launch starts.
+The streams and ``OUT`` must be on a file system every Ray node sees at the same paths (one machine, NFS, a shared
+volume), and ceb must be installed on every node. Ray's task API: https://docs.ray.io/en/latest/ray-core/tasks.html
+(``max_retries`` retries a task whose worker died; application exceptions are not retried by default).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+
+from ceb.config import RunConfig
+from ceb.errors import CEBError, ConfigError, RunError
+from ceb.pipeline.merge import MergeResult, merge_runs
+from ceb.pipeline.planning import lane_keys
+from ceb.pipeline.rundir import RunDir
+from ceb.pipeline.runner import run_scoring
+from ceb.pipeline.shard import Shard
+from ceb.stages.methods import resolve_method
+
+__all__ = [
+    "RAY_EXTRA",
+    "RayRun",
+    "ShardDone",
+    "ShardFailed",
+    "ShardTask",
+    "parse_address",
+    "recorded_plan",
+    "run_on_ray",
+    "run_shard",
+]
+
+log = structlog.get_logger(__name__)
+
+RAY_EXTRA = "ray"
+"""The ``pip install 'ceb[ray]'`` extra that brings Ray."""
+
+_ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:\d{1,5}|\[[0-9A-Fa-f:]+\]:\d{1,5}")
+
+
+def parse_address(text: str) -> str:
+    """The Ray address of ``--ray`` as ``ray.init`` takes it: ``local``, ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``.
+
+    ``local`` starts a Ray instance on this machine, on loopback, for the run (and stops it after); ``auto``
+    joins the cluster this machine is part of (``ray start``); ``HOST:PORT`` is a cluster's head (its GCS port,
+    6379 by default) and ``ray://HOST:PORT`` its Ray Client server (10001 by default).
+
+    Raises:
+        ConfigError: Anything else (no Ray is imported to find out).
+    """
+    address = text.strip()
+    if address in ("local", "auto") or _ADDRESS.fullmatch(address):
+        return address
+    raise ConfigError(
+        f"--ray {text!r}: give local (a Ray instance on this machine), auto (the cluster this machine joined), "
+        f"HOST:PORT (the head node) or ray://HOST:PORT (Ray Client)"
+    )
+
+
+def _import_ray() -> Any:
+    """The ``ray`` module.
+
+    Raises:
+        ConfigError: Ray is not installed (names the extra).
+    """
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError(
+            f"--ray needs Ray, which is not installed ({exc}); install it with: pip install 'ceb[{RAY_EXTRA}]'"
+        ) from None
+    return ray
+
+
+@dataclass(frozen=True, slots=True)
+class ShardTask:
+    """What one Ray task needs to score its shard (small, so it travels by value).
+
+    Attributes:
+        shard: The shard ``i/N``.
+        part: Its run directory (absolute: the worker's working directory is not the driver's).
+        config: The run's effective configuration (:meth:`RunConfig.model_dump` in JSON mode).
+        streams: Stream name -> its files (absolute), in stream order; the worker reads them itself.
+    """
+
+    shard: Shard
+    part: Path
+    config: dict[str, Any]
+    streams: dict[str, list[Path]]
+
+
+@dataclass(frozen=True, slots=True)
+class ShardDone:
+    """A shard whose task finished.
+
+    Attributes:
+        shard: The shard.
+        part: Its run directory.
+        resumed: The task found its part started and resumed it (a retry after a worker died, or ``--resume``).
+        steps_kept: Step rows kept from before that resume (0 without one).
+        steps_scored: Step rows the part holds when done, kept ones included.
+        steps_failed: Step rows whose critic call failed.
+        trajectories_voted: Trajectories voted in hindsight, kept ones included.
+        wall_s: Seconds the finishing task ran (the attempts before it not included).
+        pid: The process id of the Ray worker that finished it.
+    """
+
+    shard: Shard
+    part: Path
+    resumed: bool
+    steps_kept: int
+    steps_scored: int
+    steps_failed: int
+    trajectories_voted: int
+    wall_s: float
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class ShardFailed:
+    """A shard whose task failed: its worker died more often than ``retries`` allows, or its run raised.
+
+    Attributes:
+        shard: The shard.
+        part: Its run directory, left as the last attempt left it (resumable once started).
+        error: Why, in one line.
+        cause: The run's own error when the task raised one (bad input, say), else ``None`` (a lost worker).
+    """
+
+    shard: Shard
+    part: Path
+    error: str
+    cause: CEBError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RayRun:
+    """What :func:`run_on_ray` did.
+
+    Attributes:
+        out: The merged run directory (its ``parts/`` hold the shards).
+        count: N, the number of shards.
+        done: The shards that finished, in shard order.
+        failed: The shards that did not, in shard order (then nothing was merged).
+        merged: What the merge wrote, ``None`` when a shard failed.
+        cpus: CPUs of the Ray cluster when the launch started.
+    """
+
+    out: Path
+    count: int
+    done: list[ShardDone]
+    failed: list[ShardFailed]
+    merged: MergeResult | None
+    cpus: int
+
+
+def run_shard(task: ShardTask) -> ShardDone:
+    """Score one shard into its part: the body of each Ray task (runs in the Ray worker's process).
+
+    A part that holds a started run (``config.json``: an earlier attempt of this task got that far) is resumed,
+    never started over.
+
+    Raises:
+        CEBError: The run's own error (bad input, a refused resume, too many failed steps); not retried.
+        OSError: The part cannot be written.
+    """
+    from ceb.data import read_stream
+
+    started = time.perf_counter()
+    run = RunDir(task.part)
+    resumed = run.started
+    config = RunConfig.model_validate(task.config)
+    streams = {name: read_stream(paths) for name, paths in task.streams.items()}
+    summary = anyio.run(lambda: run_scoring(streams, config, run.path, resume=resumed, shard=task.shard))
+    return ShardDone(
+        shard=task.shard,
+        part=run.path,
+        resumed=resumed,
+        steps_kept=summary.steps_resumed,
+        steps_scored=summary.steps_scored,
+        steps_failed=summary.steps_failed,
+        trajectories_voted=summary.trajectories_voted,
+        wall_s=time.perf_counter() - started,
+        pid=os.getpid(),
+    )
+
+
+def recorded_plan(out: str | Path) -> tuple[int, list[str]] | None:
+    """The shard count and streams the parts of an earlier launch into ``out`` recorded; ``None`` without parts.
+
+    Raises:
+        RunError: The parts disagree on the shard count (not one launch).
+    """
+    parts = RunDir(out).parts()
+    if not parts:
+        return None
+    counts = {(Shard.from_record(p.recorded_shard()) or Shard(0, 1)).count for p in parts}
+    if len(counts) > 1:
+        raise RunError(
+            f"{RunDir(out).path / RunDir.PARTS} holds parts of {' and '.join(map(str, sorted(counts)))} shards; "
+            f"keep the parts of one launch"
+        )
+    return counts.pop(), parts[0].recorded_streams()
+
+
+def _prepare(out: RunDir, count: int | None, *, resume: bool, overwrite: bool) -> int | None:
+    """Check ``out`` for a launch and return the shard count it imposes (``None``: free to choose).
+
+    Raises:
+        RunError: ``out`` holds the merged run, or parts of an earlier launch (and neither ``resume`` nor
+            ``overwrite``), or a resume finds no parts, or ``count`` differs from the parts' count.
+    """
+    if resume and overwrite:
+        raise RunError("choose one of --overwrite and --resume")
+    if overwrite:
+        out.remove_results()
+        for part in out.parts():
+            part.remove_results()
+        return None
+    plan = recorded_plan(out.path)
+    if out.started or out.has_scores:
+        raise RunError(f"{out} already holds a run; choose a new --out, or pass --overwrite")
+    if not resume:
+        if plan is not None:
+            raise RunError(
+                f"{out.path / RunDir.PARTS} holds the parts of an earlier launch ({plan[0]} shards); continue it "
+                f"with --resume, or pass --overwrite"
+            )
+        return None
+    if plan is None:
+        raise RunError(f"cannot resume {out}: no parts in {out.path / RunDir.PARTS}; leave out --resume")
+    if count is not None and count != plan[0]:
+        raise RunError(f"--shards {count}: the parts in {out.path / RunDir.PARTS} are of {plan[0]} shards")
+    return plan[0]
+
+
+def run_on_ray(
+    streams: Mapping[str, Sequence[Path]],
+    config: RunConfig,
+    out: str | Path,
+    *,
+    address: str,
+    shards: int | None = None,
+    retries: int = 3,
+    cpus_per_task: float = 1.0,
+    resume: bool = False,
+    overwrite: bool = False,
+    on_shard: Callable[[ShardDone | ShardFailed], None] | None = None,
+) -> RayRun:
+    """Score ``streams`` under ``config`` as N Ray tasks, one per shard, then merge the parts into ``out``.
+
+    Args:
+        streams: Stream name -> its files, in stream order (on a file system every Ray node sees).
+        config: The run's effective configuration.
+        out: The merged run directory; the parts go to ``out/parts/shard<i>of<N>``.
+        address: Where Ray runs (:func:`parse_address`); a program already connected to Ray (``ray.init``
+            called) keeps its connection, whatever ``address`` says.
+        shards: N; by default the cluster's CPUs (divided by ``cpus_per_task``), at most one shard per lane. A
+            resume takes the parts' own N.
+        retries: Times Ray runs a task again after its worker died (Ray's ``max_retries``).
+        cpus_per_task: CPUs Ray reserves for each task (``num_cpus``); a shard's requests wait on an endpoint,
+            so 1 is plenty unless the backend runs a model in the process.
+        resume: Continue the parts of an earlier launch into ``out`` (finished ones are kept as they are).
+        overwrite: Replace the results of an earlier launch (the merged run and every part).
+        on_shard: Called in the driver as each shard finishes or fails.
+
+    Returns:
+        The shards done and failed, and the merge (``None`` when a shard failed: the parts stay to resume).
+
+    Raises:
+        ConfigError: Ray is not installed (names the extra), an unknown method, or no stream.
+        RunError: ``out`` already holds a run or parts (without ``resume`` / ``overwrite``), a resume without
+            parts or with another N, or the parts cannot be merged (:func:`~ceb.pipeline.merge.merge_runs`).
+        KeyboardInterrupt: Ctrl-C; the tasks still running are cancelled, every part is kept to resume.
+    """
+    if not streams:
+        raise ConfigError("no stream to score")
+    if cpus_per_task <= 0:
+        raise ConfigError(f"cpus_per_task {cpus_per_task}: give a positive number of CPUs")
+    target = RunDir(out)
+    methods = [resolve_method(m) for m in config.methods]
+    lanes = len(lane_keys(list(streams), config, methods))
+    ray = _import_ray()
+    fixed = _prepare(target, shards, resume=resume, overwrite=overwrite)
+    own = not ray.is_initialized()
+    if own and address == "local":
+        # A Ray instance for this run alone: nothing outside this machine needs to reach it, so it listens on
+        # loopback only (Ray's default is the machine's own network address).
+        ray.init(address="local", _node_ip_address="127.0.0.1")
+    elif own:
+        ray.init(address=address)
+    try:
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        count = fixed or shards or max(1, min(lanes, int(cpus / cpus_per_task)))
+        jobs = [
+            ShardTask(
+                shard=Shard(i, count),
+                part=target.part(i, count).path.resolve(),
+                config=config.model_dump(mode="json"),
+                streams={name: [Path(p).resolve() for p in paths] for name, paths in streams.items()},
+            )
+            for i in range(count)
+        ]
+        log.info("launching shards on ray", out=str(target), shards=count, cpus=cpus, retries=retries)
+        remote = ray.remote(max_retries=retries, num_cpus=cpus_per_task, retry_exceptions=False)(run_shard)
+        done, failed = _wait_all(ray, {remote.remote(job): job for job in jobs}, on_shard)
+    finally:
+        if own:
+            ray.shutdown()
+    done.sort(key=lambda d: d.shard.index)
+    failed.sort(key=lambda f: f.shard.index)
+    merged = None
+    if not failed:
+        merged = merge_runs([d.part for d in done], target.path)
+    return RayRun(target.path, count, done, failed, merged, cpus)
+
+
+def _wait_all(
+    ray: Any, pending: dict[Any, ShardTask], on_shard: Callable[[ShardDone | ShardFailed], None] | None
+) -> tuple[list[ShardDone], list[ShardFailed]]:
+    """Wait for every task; a failed one is recorded, never stops the others."""
+    done: list[ShardDone] = []
+    failed: list[ShardFailed] = []
+    try:
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                job = pending.pop(ref)
+                outcome: ShardDone | ShardFailed
+                try:
+                    outcome = ray.get(ref)
+                except ray.exceptions.RayTaskError as exc:  # the run raised: its own error, not retried
+                    cause = exc.cause if isinstance(exc.cause, CEBError) else None
+                    reason = str(exc.cause) if exc.cause is not None else str(exc).splitlines()[0]
+                    outcome = ShardFailed(job.shard, job.part, " ".join(reason.split()), cause)
+                except ray.exceptions.RayError as exc:  # the worker died on its last try, or the node was lost
+                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                    outcome = ShardFailed(job.shard, job.part, f"{type(exc).__name__}: {first}")
+                if isinstance(outcome, ShardDone):
+                    done.append(outcome)
+                else:
+                    failed.append(outcome)
+                log.info("shard ended", shard=str(job.shard), ok=isinstance(outcome, ShardDone))
+                if on_shard is not None:
+                    on_shard(outcome)
+    except BaseException:
+        # Ctrl-C (or a lost driver connection): stop the tasks still running; their parts stay to resume.
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise
+    return done, failed
