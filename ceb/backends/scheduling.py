@@ -46,6 +46,7 @@ __all__ = [
     "current_priority",
     "home_endpoint",
     "lane",
+    "lane_tag",
     "priority",
     "server_priority",
 ]
@@ -97,6 +98,14 @@ def lane(key: str) -> Iterator[None]:
 def current_lane() -> str | None:
     """The lane key of requests made now (``None`` outside any :func:`lane` block)."""
     return _LANE.get()
+
+
+def lane_tag(key: str) -> str:
+    """Eight hex digits naming lane ``key`` in request ids: BLAKE2b of the key, 4 bytes.
+
+    A server's or a router's log line can so be traced to its lane without carrying the key (free text) itself.
+    """
+    return hashlib.blake2b(key.encode(), digest_size=4).hexdigest()
 
 
 def server_priority(value: float) -> int:
