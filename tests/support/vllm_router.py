@@ -66,6 +66,7 @@ def serve_router(
     port: int | None = None,
     ready_timeout_s: float = 120.0,
     extra_args: Sequence[str] = (),
+    binary: Path = ROUTER_BIN,
 ) -> Iterator[RouterServer]:
     """Start ``vllm-router`` on loopback ``port`` (``None``: a free one) in front of ``workers``; stop it on exit.
 
@@ -77,6 +78,7 @@ def serve_router(
         port: The router's port.
         ready_timeout_s: Seconds to wait for its ``/health``.
         extra_args: More router flags.
+        binary: The ``vllm-router`` launcher (default: ``.venv-vllm``'s).
 
     Yields:
         The running router.
@@ -85,12 +87,12 @@ def serve_router(
         FileNotFoundError: ``vllm-router`` is not installed in ``.venv-vllm``.
         RuntimeError: The router exited or was not ready in time; the message ends with its log's tail.
     """
-    if not ROUTER_BIN.is_file():
-        raise FileNotFoundError(f"{ROUTER_BIN} is missing: run .ci/install-vllm (it installs vllm-router)")
+    if not binary.is_file():
+        raise FileNotFoundError(f"{binary} is missing: run .ci/install-vllm (it installs vllm-router)")
     roots = tuple(w.rstrip("/").removesuffix("/v1") for w in workers)
     port = port or _free_port()
     cmd = [
-        str(ROUTER_BIN),
+        str(binary),
         "--host",
         "127.0.0.1",
         "--port",
