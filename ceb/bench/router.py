@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -230,7 +231,7 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def _real_replicas(stack: contextlib.ExitStack, logs: Path, kv_cache_gib: int) -> tuple[list[str], str]:
-    """Two replicas of the tests' real model in dev mode, stopped when ``stack`` closes."""
+    """Two replicas of the tests' real model in dev mode, stopped when ``stack`` closes; replica i on core i."""
     server = checkout_module("vllm_server")
     model_dir = checkout_module("real_model").real_model_dir()
     logs.mkdir(parents=True, exist_ok=True)
@@ -246,6 +247,8 @@ def _real_replicas(stack: contextlib.ExitStack, logs: Path, kv_cache_gib: int) -
                 ready_timeout_s=900,
                 extra_args=("--enforce-eager",),
                 dev_mode=True,
+                # One core each: vLLM's CPU build otherwise binds both engines to the same first core.
+                env={"VLLM_CPU_OMP_THREADS_BIND": str(i % (os.cpu_count() or 1))},
             )
         )
         print(f"replica {s.base_url} ready after {s.start_s:.0f} s", flush=True)

@@ -14,6 +14,7 @@ can fail: lanes of several requests are split between the replicas.
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -58,9 +59,11 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, VLL
                     ready_timeout_s=900,
                     # --enforce-eager: see tests/vllm/conftest.py (torch.compile of the model takes minutes on 2 cores).
                     extra_args=("--enforce-eager", "--enable-log-requests"),
+                    # One core each: vLLM's CPU build otherwise binds both engines to the same first core.
+                    env={"VLLM_CPU_OMP_THREADS_BIND": str(i % (os.cpu_count() or 1))},
                 )
             )
-            for name in ("a", "b")
+            for i, name in enumerate(("a", "b"))
         }
         print("replicas ready after " + ", ".join(f"{n} {s.start_s:.0f} s" for n, s in servers.items()))
         yield servers
