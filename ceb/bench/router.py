@@ -12,9 +12,9 @@ included alike in both arms) and the prefix-cache hit rate per replica and overa
 ``/metrics`` counters before and after (:func:`ceb.bench.routing.cache_deltas`); the ratio is the mean makespan
 of ``round_robin`` over that of ``consistent_hash``.
 
-The router is started from the checkout's ``.venv-vllm`` (``tests/support/vllm_router.py``; ``.ci/install-vllm``
-installs it) unless ``--router-bin`` names another ``vllm-router``; ``--real`` also starts two replicas of the
-tests' real model (SmolLM2-135M-Instruct, vLLM's CPU build).
+The router is started by the checkout's ``tests/support/vllm_router.py`` (so the benchmark needs a checkout),
+from ``.venv-vllm`` (``.ci/install-vllm`` installs it) unless ``--router-bin`` names another ``vllm-router``;
+``--real`` also starts two replicas of the tests' real model (SmolLM2-135M-Instruct, vLLM's CPU build).
 """
 
 from __future__ import annotations
@@ -121,7 +121,8 @@ async def run_router_bench(
 
     Raises:
         RuntimeError: A shard failed, or a replica has no prefix-cache counters.
-        ConfigError: No ``router_bin`` and this ``ceb`` is not imported from a checkout.
+        ConfigError: This ``ceb`` is not imported from a checkout (the router is started by its
+            ``tests/support/vllm_router.py``).
     """
     router = checkout_module("vllm_router")
     roots = [r.rstrip("/").removesuffix("/v1") for r in roots]
@@ -274,7 +275,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.replica is not None and (len(args.replica) < 2 or not args.model):
         ap.error("give two --replica roots or more, and --model")
-    if args.real or args.router_bin is None:
-        require_checkout()
+    require_checkout()  # the router is started by the checkout's tests/support/vllm_router.py
     shared = {"shared": "the machine was shared with other jobs during the run"}
     return run_and_save("router", _bench, args, machine=machine_info() | shared)
