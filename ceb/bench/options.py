@@ -78,8 +78,14 @@ def bench_parser(name: str, doc: str | None, *, sim_port: bool = False) -> argpa
     return ap
 
 
-def require_checkout() -> Path:
+def require_checkout(
+    why: str = "--tiny starts the tests' vLLM server", instead: str = "give a running server instead"
+) -> Path:
     """The checkout, for ``--tiny``; checked before a benchmark spends time loading data.
+
+    Args:
+        why: What needs the checkout's ``tests/support``, for the message.
+        instead: What the user can do without one, for the message.
 
     Raises:
         ConfigError: This ``ceb`` is not imported from a checkout.
@@ -87,8 +93,7 @@ def require_checkout() -> Path:
     root = checkout()
     if root is None:
         raise ConfigError(
-            "--tiny starts the tests' vLLM server from the checkout's tests/support, and this ceb is not "
-            "imported from a checkout; give a running server instead"
+            f"{why} from the checkout's tests/support, and this ceb is not imported from a checkout; {instead}"
         )
     return root
 

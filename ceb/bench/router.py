@@ -275,6 +275,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.replica is not None and (len(args.replica) < 2 or not args.model):
         ap.error("give two --replica roots or more, and --model")
-    require_checkout()  # the router is started by the checkout's tests/support/vllm_router.py
+    require_checkout("ceb bench router starts vllm-router", "run it from a checkout of ceb")
     shared = {"shared": "the machine was shared with other jobs during the run"}
     return run_and_save("router", _bench, args, machine=machine_info() | shared)
