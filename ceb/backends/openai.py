@@ -61,7 +61,7 @@ from ceb.backends.base import (
     TransientError,
     register_backend,
 )
-from ceb.backends.scheduling import current_lane, current_priority, server_priority
+from ceb.backends.scheduling import current_lane, current_priority, lane_tag, server_priority
 from ceb.config import BackendConfig
 from ceb.errors import BackendError, ConfigError, FatalBackendError, UnsupportedFeatureError
 
@@ -114,9 +114,15 @@ def _model_ids(body: bytes) -> set[str] | None:
         return None
 
 
-def request_id(stage: str) -> str:
-    """``ceb-<stage>-<32 hex digits>``: unique per attempt, so a server log line names the stage that asked."""
-    return f"ceb-{stage or 'request'}-{uuid.uuid4().hex}"
+def request_id(stage: str, lane: str | None = None) -> str:
+    """A request id, unique per attempt, that names the stage and the lane that asked.
+
+    ``ceb-<stage>-<32 hex digits>``, or ``ceb-<stage>-<lane tag>-<32 hex digits>`` for a request of lane ``lane``
+    (:func:`~ceb.backends.scheduling.lane_tag`, 8 hex digits), so a server log line can be traced to its lane
+    (how the router test checks where a router sent each lane).
+    """
+    tag = f"{lane_tag(lane)}-" if lane is not None else ""
+    return f"ceb-{stage or 'request'}-{tag}{uuid.uuid4().hex}"
 
 
 def _is_uuid(value: str | None) -> bool:
@@ -285,12 +291,12 @@ class OpenAIBackend(ChatBackend):
     def headers(self, request: ChatRequest) -> dict[str, str]:
         """The headers of one attempt: key, content type, a fresh request id and the caller's lane as session.
 
-        The request id is ``ceb-<stage>-<hex>`` (:func:`request_id`), or a bare UUID once the server refused that
-        (:attr:`uuid_request_ids`).
+        The request id is ``ceb-<stage>-[<lane tag>-]<hex>`` (:func:`request_id`), or a bare UUID once the server
+        refused that (:attr:`uuid_request_ids`).
         """
-        rid = str(uuid.uuid4()) if self.uuid_request_ids else request_id(request.stage)
-        headers = self._headers | {REQUEST_ID_HEADER: rid}
         key = current_lane()
+        rid = str(uuid.uuid4()) if self.uuid_request_ids else request_id(request.stage, key)
+        headers = self._headers | {REQUEST_ID_HEADER: rid}
         if key is not None and self.settings.session_header:
             headers[self.settings.session_header] = key
         return headers

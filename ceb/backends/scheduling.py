@@ -47,6 +47,7 @@ __all__ = [
     "current_step",
     "home_endpoint",
     "lane",
+    "lane_tag",
     "priority",
     "server_priority",
     "step",
@@ -119,6 +120,14 @@ def step(trajectory: str, t: int) -> Iterator[None]:
 def current_step() -> tuple[str, int] | None:
     """``(trajectory id, step)`` of requests made now (``None`` outside any :func:`step` block)."""
     return _STEP.get()
+
+
+def lane_tag(key: str) -> str:
+    """Eight hex digits naming lane ``key`` in request ids: BLAKE2b of the key, 4 bytes.
+
+    A server's or a router's log line can so be traced to its lane without carrying the key (free text) itself.
+    """
+    return hashlib.blake2b(key.encode(), digest_size=4).hexdigest()
 
 
 def server_priority(value: float) -> int:

@@ -52,7 +52,7 @@ from ceb.backends.base import (
     register_backend,
 )
 from ceb.backends.openai import request_id
-from ceb.backends.scheduling import current_priority, server_priority
+from ceb.backends.scheduling import current_lane, current_priority, server_priority
 from ceb.config import BackendConfig
 from ceb.errors import BackendError, ConfigError, FatalBackendError
 
@@ -269,7 +269,7 @@ class VLLMEngineBackend(ChatBackend):
         """
         body = chat_body(request, model=self.settings.served_model, structured_output=self.settings.structured_output)
         body.setdefault("priority", vllm_priority(current_priority(), policy))
-        body.setdefault("request_id", request_id(request.stage))
+        body.setdefault("request_id", request_id(request.stage, current_lane()))
         return body
 
     async def _complete(self, request: ChatRequest, endpoint: str) -> Completion:

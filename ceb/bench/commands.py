@@ -109,6 +109,12 @@ _benchmark(
     "least-outstanding.",
 )
 _benchmark(
+    "router",
+    "ceb.bench.router:main",
+    "On REAL vLLM replicas behind vLLM's router (--real: two of the tests' real-model CPU servers): makespan and "
+    "prefix-cache hit rate of consistent_hash on the session header against round_robin, two ceb shards at once.",
+)
+_benchmark(
     "early-score",
     "ceb.bench.early_score:main",
     "Early critic scores on a REAL vLLM server: critic latency p50/p99 and chain-bound makespan, with and without.",

@@ -32,6 +32,7 @@ __all__ = [
     "bench_parser",
     "check_server_options",
     "checkout",
+    "checkout_module",
     "cpu_env",
     "default_intercode",
     "require_checkout",
@@ -77,8 +78,14 @@ def bench_parser(name: str, doc: str | None, *, sim_port: bool = False) -> argpa
     return ap
 
 
-def require_checkout() -> Path:
+def require_checkout(
+    why: str = "--tiny starts the tests' vLLM server", instead: str = "give a running server instead"
+) -> Path:
     """The checkout, for ``--tiny``; checked before a benchmark spends time loading data.
+
+    Args:
+        why: What needs the checkout's ``tests/support``, for the message.
+        instead: What the user can do without one, for the message.
 
     Raises:
         ConfigError: This ``ceb`` is not imported from a checkout.
@@ -86,8 +93,7 @@ def require_checkout() -> Path:
     root = checkout()
     if root is None:
         raise ConfigError(
-            "--tiny starts the tests' vLLM server from the checkout's tests/support, and this ceb is not "
-            "imported from a checkout; give a running server instead"
+            f"{why} from the checkout's tests/support, and this ceb is not imported from a checkout; {instead}"
         )
     return root
 
@@ -134,7 +140,12 @@ def run_and_save(
     return 0
 
 
-def _test_support(module: str) -> ModuleType:
+def checkout_module(module: str) -> ModuleType:
+    """The checkout's ``tests.support.<module>`` (the tests' vLLM server, real model, router), imported.
+
+    Raises:
+        ConfigError: This ``ceb`` is not imported from a checkout.
+    """
     root = require_checkout()
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
@@ -149,7 +160,7 @@ def tiny_model() -> Path:
     Raises:
         ConfigError: This ``ceb`` is not imported from a checkout.
     """
-    path: Path = _test_support("tiny_model").tiny_model_dir()
+    path: Path = checkout_module("tiny_model").tiny_model_dir()
     return path
 
 
@@ -159,7 +170,7 @@ def cpu_env() -> dict[str, str]:
     Raises:
         ConfigError: This ``ceb`` is not imported from a checkout.
     """
-    env: dict[str, str] = _test_support("vllm_server").cpu_env()
+    env: dict[str, str] = checkout_module("vllm_server").cpu_env()
     return env
 
 
@@ -187,7 +198,7 @@ def tiny_vllm_servers(
     Raises:
         ConfigError: This ``ceb`` is not imported from a checkout.
     """
-    serve_vllm = _test_support("vllm_server").serve_vllm
+    serve_vllm = checkout_module("vllm_server").serve_vllm
     work.mkdir(parents=True, exist_ok=True)
     model_dir = tiny_model()
     with contextlib.ExitStack() as stack:

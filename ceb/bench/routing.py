@@ -27,6 +27,7 @@ from typing import Any
 
 import aiohttp
 
+from ceb.backends.server_metrics import ServerMetrics
 from ceb.bench.machine import machine_info
 from ceb.bench.options import bench_parser, require_checkout, run_and_save, tiny_vllm_servers
 from ceb.bench.pipeline import load_intercode_streams
@@ -38,6 +39,7 @@ from ceb.pipeline import run_scoring
 __all__ = [
     "RoutingBenchSettings",
     "affinity_workload",
+    "cache_deltas",
     "main",
     "mixed_workload",
     "run_affinity_bench",
@@ -142,6 +144,32 @@ def _share(part: float, whole: float) -> float | None:
     return part / whole if whole else None
 
 
+def cache_deltas(
+    roots: Sequence[str], before: Sequence[ServerMetrics], after: Sequence[ServerMetrics]
+) -> list[dict[str, Any]]:
+    """Per replica, the prefix-cache tokens looked up and hit between two ``/metrics`` readings, and the hit rate.
+
+    Args:
+        roots: The replicas' root URLs, in the order of the readings.
+        before: Each replica's reading before the run.
+        after: Each one's reading after it.
+
+    Returns:
+        One ``{"root", "queries", "hits", "hit_rate"}`` per replica (tokens; ``hit_rate`` ``None`` without queries).
+
+    Raises:
+        RuntimeError: A replica's ``/metrics`` has no prefix-cache counters (prefix caching off, not vLLM).
+    """
+    out: list[dict[str, Any]] = []
+    for root, b, a in zip(roots, before, after, strict=True):
+        if None in (b.prefix_cache_queries, b.prefix_cache_hits, a.prefix_cache_queries):
+            raise RuntimeError(f"{root}/metrics has no prefix-cache counters: is prefix caching on?")
+        queries = (a.prefix_cache_queries or 0.0) - (b.prefix_cache_queries or 0.0)
+        hits = (a.prefix_cache_hits or 0.0) - (b.prefix_cache_hits or 0.0)
+        out.append({"root": root, "queries": queries, "hits": hits, "hit_rate": _share(hits, queries)})
+    return out
+
+
 async def run_priority_bench(
     streams: Mapping[str, Sequence[Trajectory]], root: str, model: str, settings: RoutingBenchSettings, work: Path
 ) -> dict[str, Any]:
@@ -237,13 +265,7 @@ async def run_affinity_bench(
                 )
                 wall, scored, failed = await _score(streams, config, work / f"affinity-{arm}-{i}")
                 after = [await server_metrics(session, r) for r in roots]
-                replicas: list[dict[str, Any]] = []
-                for root, b, a in zip(roots, before, after, strict=True):
-                    if None in (b.prefix_cache_queries, b.prefix_cache_hits, a.prefix_cache_queries):
-                        raise RuntimeError(f"{root}/metrics has no prefix-cache counters: is prefix caching on?")
-                    queries = (a.prefix_cache_queries or 0.0) - (b.prefix_cache_queries or 0.0)
-                    hits = (a.prefix_cache_hits or 0.0) - (b.prefix_cache_hits or 0.0)
-                    replicas.append({"root": root, "queries": queries, "hits": hits, "hit_rate": _share(hits, queries)})
+                replicas = cache_deltas(roots, before, after)
                 q, h = sum(r["queries"] for r in replicas), sum(r["hits"] for r in replicas)
                 runs.append(
                     {

@@ -26,6 +26,7 @@ from ceb.backends.base import (
     TransientError,
 )
 from ceb.backends.openai import OpenAIBackend, StructuredOutput
+from ceb.backends.scheduling import lane, lane_tag
 from ceb.config import BackendConfig
 from ceb.errors import BackendError, ConfigError, FatalBackendError
 from ceb.sim import SIMULATOR_ID, SimConfig, serve_sim
@@ -249,6 +250,26 @@ async def test_every_attempt_carries_a_new_request_id_naming_its_stage(openai_se
     ids = [h["x-request-id"] for h in openai_server.headers]
     assert len(ids) == 2 and ids[0] != ids[1]
     assert all(re.fullmatch(r"ceb-hindsight-[0-9a-f]{32}", i) for i in ids)
+
+
+@pytest.mark.anyio
+async def test_a_lanes_request_ids_carry_its_tag_so_a_server_log_line_names_the_lane(
+    openai_server: OpenAITestServer,
+) -> None:
+    openai_server.responder = _always(Reply("x"))
+    async with OpenAIBackend(_settings(openai_server), retry=NO_WAIT) as backend:
+        for key in ("bash-1|0|ceb|", "bash-2|0|ceb|", "bash-1|0|ceb|"):
+            with lane(key):
+                await backend.complete(ChatRequest(messages=MESSAGES, stage="critic"))
+        await backend.complete(ChatRequest(messages=MESSAGES, stage="critic"))
+
+    ids = [h["x-request-id"] for h in openai_server.headers]
+    tags = [re.fullmatch(r"ceb-critic-([0-9a-f]{8})-[0-9a-f]{32}", i) for i in ids[:3]]
+    one, two = lane_tag("bash-1|0|ceb|"), lane_tag("bash-2|0|ceb|")
+    assert all(tags) and [t.group(1) for t in tags if t] == [one, two, one]
+    assert lane_tag("bash-1|0|ceb|") != lane_tag("bash-2|0|ceb|")
+    assert [h["x-session-id"] for h in openai_server.headers[:3]] == ["bash-1|0|ceb|", "bash-2|0|ceb|", "bash-1|0|ceb|"]
+    assert re.fullmatch(r"ceb-critic-[0-9a-f]{32}", ids[3]) and "x-session-id" not in openai_server.headers[3]
 
 
 @pytest.mark.anyio

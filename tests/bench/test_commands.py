@@ -83,3 +83,11 @@ def test_tiny_needs_the_checkout_and_says_so(installed: dict[str, str], tmp_path
 
     assert done.returncode != 0
     assert "--tiny starts the tests' vLLM server from the checkout" in done.stderr
+
+
+def test_the_router_benchmark_needs_the_checkout_and_says_so(installed: dict[str, str], tmp_path: Path) -> None:
+    args = ["bench", "router", "--replica", "http://127.0.0.1:1", "--replica", "http://127.0.0.1:2", "--model", "m"]
+    done = _ceb(args, tmp_path, installed)
+
+    assert done.returncode != 0
+    assert "ceb bench router starts vllm-router from the checkout's tests/support" in done.stderr

@@ -26,7 +26,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -172,6 +172,7 @@ def serve_vllm(
     extra_args: Sequence[str] = (),
     dev_mode: bool = False,
     port: int | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[VLLMServer]:
     """Start vLLM on loopback ``port`` (``None``: a free one), wait until ``/health`` answers, and stop it on exit.
 
@@ -186,6 +187,9 @@ def serve_vllm(
         ready_timeout_s: Seconds to wait for ``/health`` before giving up.
         extra_args: More ``vllm serve`` flags (``--enable-prompt-tokens-details``, ``--block-size 16``).
         dev_mode: ``VLLM_SERVER_DEV_MODE=1``, which adds ``POST /reset_prefix_cache`` (benchmarks use it).
+        port: The port (``None``: a free one).
+        env: More environment for the server, e.g. ``{"VLLM_CPU_OMP_THREADS_BIND": "1"}`` to pin its engine to core
+            1 (vLLM's CPU build binds every server to the same first core by default).
 
     Yields:
         The running server.
@@ -208,11 +212,11 @@ def serve_vllm(
         str(port),
         *extra_args,
     ]
-    env = os.environ | cpu_env(kv_cache_gib)
+    full_env = os.environ | cpu_env(kv_cache_gib) | dict(env or {})
     if dev_mode:
-        env["VLLM_SERVER_DEV_MODE"] = "1"
+        full_env["VLLM_SERVER_DEV_MODE"] = "1"
     base = f"http://127.0.0.1:{port}"
-    with serve_process(cmd, env, log, f"{base}/health", "vLLM", ready_timeout_s) as start_s:
+    with serve_process(cmd, full_env, log, f"{base}/health", "vLLM", ready_timeout_s) as start_s:
         yield VLLMServer(f"{base}/v1", model_name, log, start_s)
 
 
