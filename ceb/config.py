@@ -408,7 +408,8 @@ class CacheConfig(_Section):
     taken from the working directory."""
     nondeterministic: bool = False
     """Also cache sampled requests (temperature > 0 without a seed, e.g. the hindsight votes at ``tau``): a
-    second run then replays the first run's samples instead of drawing new ones."""
+    second run then replays the first run's samples instead of drawing new ones, one for one (the ``V`` identical
+    vote requests of a trajectory are ``V`` entries, keyed by lane and rank), so its rows repeat the first run's."""
 
 
 class PromptConfig(_Section):
