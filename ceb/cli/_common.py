@@ -229,7 +229,46 @@ MaxConcurrency = Annotated[
         rich_help_panel=ENDPOINT_PANEL,
     ),
 ]
-"""The endpoint options that ``score`` and ``relabel`` share, declared once."""
+"""The endpoint options that ``score``, ``relabel`` and ``regenerate`` share, declared once."""
+
+
+def model_config(
+    command: str,
+    config: Path | None,
+    *,
+    backend: str | None,
+    base_url: str | None,
+    model: str | None,
+    api_key_env: str | None,
+    max_concurrency: int | None,
+    prompt_dir: Path | None,
+) -> RunConfig:
+    """The settings of a command whose stage needs a language model (``relabel``'s judge, ``regenerate``'s actor).
+
+    The config file with the endpoint options and ``--prompt-dir`` over it. With no backend chosen anywhere (the
+    default is ``offline``) the model is an endpoint, ``openai``, as ``ceb doctor`` assumes.
+
+    Raises:
+        CEBError: ``--backend offline`` was given, which has no model (through :func:`fail`: one line, exit 2),
+            or the config file is unreadable or invalid.
+    """
+    from ceb.config import load_config
+
+    endpoint = {
+        "name": backend,
+        "base_url": base_url,
+        "model": model,
+        "api_key_env": api_key_env,
+        "max_concurrency": max_concurrency,
+    }
+    prompts = {"prompt_dir": prompt_dir}
+    cfg = load_config(config, {"backend": endpoint, "prompts": prompts})
+    if cfg.backend.name != "offline":
+        return cfg
+    if backend is not None:
+        raise fail(f"ceb {command} needs a language model: --backend offline has none; use openai or vllm")
+    return load_config(config, {"backend": endpoint | {"name": "openai"}, "prompts": prompts})
+
 
 Limit = Annotated[
     int | None,

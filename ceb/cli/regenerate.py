@@ -17,6 +17,7 @@ from ceb.cli._common import (
     ModelName,
     err,
     fail,
+    model_config,
     out,
 )
 
@@ -92,7 +93,6 @@ def regenerate(
 
     from ceb.backends import open_backend
     from ceb.backends.cache import ReplyCache
-    from ceb.config import load_config
     from ceb.data import read_stream
     from ceb.data.references import step_references
     from ceb.eval.plots import plot_regeneration, save_figure
@@ -111,19 +111,16 @@ def regenerate(
     from ceb.pipeline.rundir import RunDir
     from ceb.stages.templates import PromptSet
 
-    endpoint = {
-        "name": backend,
-        "base_url": base_url,
-        "model": model,
-        "api_key_env": api_key_env,
-        "max_concurrency": max_concurrency,
-    }
-    prompt_settings = {"prompt_dir": prompt_dir}
-    cfg = load_config(config, {"backend": endpoint, "prompts": prompt_settings})
-    if cfg.backend.name == "offline":
-        if backend is not None:
-            raise fail("ceb regenerate needs an actor model: --backend offline has none; use openai or vllm")
-        cfg = load_config(config, {"backend": endpoint | {"name": "openai"}, "prompts": prompt_settings})
+    cfg = model_config(
+        "regenerate",
+        config,
+        backend=backend,
+        base_url=base_url,
+        model=model,
+        api_key_env=api_key_env,
+        max_concurrency=max_concurrency,
+        prompt_dir=prompt_dir,
+    )
     run = RunDir(run_dir)
     files = run.recorded_stream_files()
     if not files:

@@ -17,6 +17,7 @@ from ceb.cli._common import (
     ModelName,
     err,
     fail,
+    model_config,
     out,
 )
 
@@ -63,7 +64,6 @@ def relabel(
     import re
 
     from ceb.backends import open_backend
-    from ceb.config import load_config
     from ceb.data import read_stream
     from ceb.logs import register_secret_env
     from ceb.pipeline.relabel import RelabelSummary, relabel_stream, require_references
@@ -71,20 +71,16 @@ def relabel(
 
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise typer.BadParameter(f"{name!r}: use letters, digits, '_', '-' and '.'", param_hint="--name")
-    endpoint = {
-        "name": backend,
-        "base_url": base_url,
-        "model": model,
-        "api_key_env": api_key_env,
-        "max_concurrency": max_concurrency,
-    }
-    prompt_settings = {"prompt_dir": prompt_dir}
-    cfg = load_config(config, {"backend": endpoint, "prompts": prompt_settings})
-    if cfg.backend.name == "offline":
-        if backend is not None:
-            raise fail("ceb relabel needs a language model: --backend offline has none; use openai or vllm")
-        # No backend chosen anywhere: the judge is an endpoint, as `ceb doctor` assumes.
-        cfg = load_config(config, {"backend": endpoint | {"name": "openai"}, "prompts": prompt_settings})
+    cfg = model_config(
+        "relabel",
+        config,
+        backend=backend,
+        base_url=base_url,
+        model=model,
+        api_key_env=api_key_env,
+        max_concurrency=max_concurrency,
+        prompt_dir=prompt_dir,
+    )
     if out_file.exists() and out_file.resolve() == stream.resolve():
         raise fail(f"{out_file}: --out is the input stream; relabel writes a new file and never modifies its input")
     if out_file.exists() and not overwrite:
