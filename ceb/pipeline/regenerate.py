@@ -26,6 +26,7 @@ keeps its original action and label.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
@@ -291,19 +292,21 @@ class RegenerationDir:
     def read(self, actor: str | None = None) -> dict[StepKey, Regeneration]:
         """The recorded regenerations, the last record of a step winning; empty when there is no file.
 
-        A last line cut short (an interrupted write) is ignored; it is asked again.
+        A record counts once its newline is written: a last piece without one (a write cut short by a crash,
+        even one that parses) is ignored, so that step is asked again, and :meth:`appender` cuts it off.
 
         Args:
             actor: When given, every record must be this actor's: another actor's regenerations are never
                 mixed into a table, nor taken for this one's.
 
         Raises:
-            RunError: A line before the last is not a record, or a record is another actor's (names file and
-                line).
+            RunError: A whole line is not a record, or a record is another actor's (names file and line).
         """
         if not self.records.is_file():
             return {}
-        lines = self.records.read_bytes().splitlines()
+        lines = self.records.read_bytes().split(b"\n")
+        if lines.pop():  # the piece after the last newline: empty unless a write was cut short
+            log.warning("ignoring a cut last line", file=str(self.records), line=len(lines) + 1)
         found: dict[StepKey, Regeneration] = {}
         for n, line in enumerate(lines, 1):
             if not line.strip():
@@ -311,9 +314,6 @@ class RegenerationDir:
             try:
                 record = Regeneration(**orjson.loads(line))
             except (orjson.JSONDecodeError, TypeError) as exc:
-                if n == len(lines):
-                    log.warning("ignoring a cut last line", file=str(self.records), line=n)
-                    break
                 raise RunError(f"{self.records}:{n}: not a regeneration record ({exc})") from exc
             if actor is not None and record.actor != actor:
                 raise RunError(
@@ -324,8 +324,20 @@ class RegenerationDir:
         return found
 
     def appender(self) -> IO[bytes]:
-        """``regenerations.jsonl`` opened for appending (the caller closes it)."""
+        """``regenerations.jsonl`` opened for appending (the caller closes it), a cut last line cut off first.
+
+        Without the cut, the first new record would continue the cut line: one damaged line in the middle of the
+        file, which every later :meth:`read` refuses, and that record lost.
+
+        Raises:
+            OSError: The file cannot be opened or cut (names it).
+        """
         try:
+            if self.records.is_file():
+                data = self.records.read_bytes()
+                keep = data.rfind(b"\n") + 1
+                if keep < len(data):
+                    os.truncate(self.records, keep)
             return self.records.open("ab")
         except OSError as exc:
             raise with_path(exc, self.records) from exc

@@ -346,3 +346,32 @@ async def test_an_amex_run_is_judged_by_the_converters_tap_rule_at_the_elements_
     oracle = next(c for c in doc["curves"] if c["selection"] == ORACLE)
     # At 100% every step takes its regeneration, whoever selects: 3 of 4 (alpha 0 broken, beta 0 and 2 fixed).
     assert oracle["positive_rate"] == pytest.approx([0.5, 0.75])
+
+
+@pytest.mark.anyio
+async def test_a_record_cut_by_a_crash_is_asked_again_and_the_file_stays_readable(
+    tmp_path: Path, openai_server: OpenAITestServer
+) -> None:
+    # A kill mid-write leaves the last record without its newline. The next run must not glue its first record
+    # onto that piece (a damaged line in the middle of the file, refused by every later run), nor lose it.
+    run = await scored_fixture(tmp_path)
+    openai_server.responder = perfect
+    first = await regenerate(openai_server, str(run), "--budget", "25")
+    assert first.exit_code == 0, first.output
+    records = run / "regeneration" / "regenerations.jsonl"
+    lines = records.read_bytes().splitlines(keepends=True)
+    cut = orjson.loads(lines[-1])
+    records.write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
+
+    openai_server.requests.clear()
+    second = await regenerate(openai_server, str(run), "--budget", "25", "--budget", "50")
+    assert second.exit_code == 0, second.output
+    rows = [orjson.loads(line) for line in records.read_bytes().splitlines()]  # every line a whole record
+    keys = [(r["trajectory"], r["step"]) for r in rows]
+    assert (cut["trajectory"], cut["step"]) in keys[len(lines) - 1 :]  # the cut one was asked again
+    assert len(openai_server.requests) == len(rows) - (len(lines) - 1)
+
+    openai_server.requests.clear()
+    third = await regenerate(openai_server, str(run), "--budget", "25", "--budget", "50")
+    assert third.exit_code == 0, third.output
+    assert openai_server.requests == []  # everything answered is read back
