@@ -30,6 +30,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import IO, Any
 
@@ -88,12 +89,15 @@ WHY_REFERENCES = (
 def budget_count(n_steps: int, budget: float) -> int:
     """Steps flagged at ``budget`` percent of ``n_steps``: ``round(budget / 100 * n_steps)``, half up.
 
+    The budget is taken as the decimal it is written as (``str(budget)``) and the share computed exactly, so an
+    exact half rounds up even where float arithmetic lands just below it (29% of 50 steps is 14.5: 15).
+
     Raises:
         ValueError: ``budget`` outside [0, 100].
     """
     if not 0 <= budget <= 100:
         raise ValueError(f"a budget is a percentage in [0, 100], got {budget}")
-    return min(n_steps, math.floor(budget / 100 * n_steps + 0.5))
+    return min(n_steps, math.floor(Fraction(str(budget)) * n_steps / 100 + Fraction(1, 2)))
 
 
 @dataclass(frozen=True, slots=True)

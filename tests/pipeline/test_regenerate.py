@@ -52,6 +52,8 @@ def four_steps() -> list[Any]:
 def test_a_budget_flags_the_rounded_share_of_steps_half_up() -> None:
     assert [budget_count(7, b) for b in (10, 25, 50, 100)] == [1, 2, 4, 7]  # 0.7, 1.75, 3.5, 7
     assert budget_count(4, 10) == 0 and budget_count(5, 10) == 1  # 0.4 down, 0.5 up
+    # Exact halves that float arithmetic puts just below .5 (0.29 * 50 = 14.499999999999998) still round up.
+    assert budget_count(50, 29) == 15 and budget_count(100, 14.5) == 15 and budget_count(1000, 0.15) == 2
     with pytest.raises(ValueError, match="percentage"):
         budget_count(4, 120)
 
