@@ -110,7 +110,7 @@ class RegenerationPlan:
         methods: Per method (``method`` or ``method@critic``), its ranking of ``steps``.
         random: Per seed, a permutation of ``steps``.
         oracle: Label-0 steps first, then label-1 steps, each in stream order.
-        budgets: Budgets in percent, ascending.
+        budgets: Budgets in percent, ascending, each once.
         seeds: Random's seeds.
     """
 
@@ -204,7 +204,7 @@ def plan_regeneration(
             seed: tuple(steps[i] for i in np.random.default_rng(seed).permutation(len(steps))) for seed in range(seeds)
         },
         oracle=tuple(sorted(steps, key=lambda s: (labels[s], order[s]))),
-        budgets=tuple(sorted(budgets)),
+        budgets=tuple(sorted(set(budgets))),  # a budget given twice is one column, not two
         seeds=tuple(range(seeds)),
     )
 

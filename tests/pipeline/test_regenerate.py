@@ -75,6 +75,7 @@ def test_lowest_confidence_first_ties_in_stream_order_and_missing_scores_last() 
         assert sorted(ranking) == sorted(plan.steps)
         assert ranking == tuple(plan.steps[i] for i in np.random.default_rng(seed).permutation(4))
     assert plan.random[0] != plan.random[1]
+    assert plan_regeneration(rows, four_steps(), budgets=(50, 25, 50), seeds=1).budgets == (25, 50)
 
 
 def test_a_method_with_a_critic_is_its_own_selection_and_unknown_methods_are_refused() -> None:
