@@ -299,6 +299,27 @@ def test_the_schema_offers_exactly_the_elements_on_the_page_shown() -> None:
     assert "enum" not in action_schema(web)["properties"]["element_id"]  # no ids: a bounded string
 
 
+def test_the_schema_offers_no_element_the_prompt_cut_out_of_a_long_state() -> None:
+    # An AMEX screen's list fills the converter's 2,000 characters; the prompt's fence indents each line, so the
+    # shown state passes its budget and its middle is cut. The actor may name only elements it was shown.
+    from typing import cast
+
+    from ceb.backends.base import ChatBackend
+    from ceb.config import PromptConfig
+    from ceb.stages.regenerate import Regenerator
+    from ceb.stages.templates import PromptSet
+
+    state = "\n".join(f"[{i}] <button> item {i:02d} of the list" for i in range(58))
+    assert len(state) <= 2000
+    screen = trajectory("m", step("[TAP] (1, 1) on [0] <button>", REFERENCE_OBSERVATION + "x", state), domain="mobile")
+    request = Regenerator(cast(ChatBackend, None), PromptSet(None, PromptConfig())).request(screen, 0)
+    offered = request.json_schema["properties"]["element_id"]["enum"][:-1]  # type: ignore[index]
+    shown = request.messages[1]["content"]
+    listed = re.findall(r"^ *\[(\d+)\] ", shown, re.MULTILINE)
+    assert "0" in offered and "57" in offered and len(listed) < 58  # head and tail shown, the middle cut
+    assert offered == listed
+
+
 @pytest.mark.anyio
 async def test_another_actor_is_refused_on_a_directory_holding_one_actors_records(
     tmp_path: Path, openai_server: OpenAITestServer
