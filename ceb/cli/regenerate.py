@@ -165,7 +165,20 @@ def regenerate(
         curves = regeneration_curves(plan, s.records)
         url = cfg.backend.base_url
         shown_url = ",".join(url) if isinstance(url, tuple) else url or "-"
-        command = _command(run_dir, out_dir, budgets, seeds, method, tasks, cfg.backend.name, url, cfg.backend.model)
+        command = _command(
+            run_dir,
+            out_dir,
+            budgets,
+            seeds,
+            method,
+            tasks,
+            elements,
+            config,
+            prompt_dir,
+            cfg.backend.name,
+            url,
+            cfg.backend.model,
+        )
         about = {
             "machine": f"{platform.node()}, {os.cpu_count()} CPUs, {platform.system()} {platform.machine()}",
             "backend": f"{cfg.backend.name} {cfg.backend.model or '(default model)'} at {shown_url}",
@@ -205,6 +218,9 @@ def _command(
     seeds: int,
     methods: list[str] | None,
     tasks: list[Path] | None,
+    elements: Path | None,
+    config: Path | None,
+    prompt_dir: Path | None,
     backend: str,
     base_url: str | tuple[str, ...] | None,
     model: str | None,
@@ -222,6 +238,9 @@ def _command(
         words += ["--method", m]
     for t in tasks or ():
         words += ["--tasks", str(t)]
+    for flag, path in (("--elements", elements), ("--config", config), ("--prompt-dir", prompt_dir)):
+        if path is not None:  # each changes which reference judges or what the actor is asked
+            words += [flag, str(path)]
     words += ["--backend", backend]
     if base_url:
         words += ["--base-url", base_url if isinstance(base_url, str) else ",".join(base_url)]

@@ -4,6 +4,7 @@ without references, and the command end to end against a loopback actor on the M
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -355,7 +356,8 @@ async def test_an_amex_run_is_judged_by_the_converters_tap_rule_at_the_elements_
     # "Search here", nested in [0] "Search panel", whose centre (540, 400) lies outside [1]: 0), alpha 2, beta 0
     # and beta 2 (the human's element is [0]: 1).
     openai_server.responder = lambda body, i: Reply('{"element_id": "0", "op": "TAP", "value": ""}')
-    result = await regenerate(openai_server, str(run), "--budget", "100")
+    elements = AMEX / "element_anno"
+    result = await regenerate(openai_server, str(run), "--budget", "100", "--elements", str(elements))
     assert result.exit_code == 0, result.output
     records = [orjson.loads(line) for line in (run / "regeneration" / "regenerations.jsonl").read_bytes().splitlines()]
     got = {(r["trajectory"].rsplit("/", 1)[1], r["step"]): r["label"] for r in records}
@@ -370,6 +372,8 @@ async def test_an_amex_run_is_judged_by_the_converters_tap_rule_at_the_elements_
     oracle = next(c for c in doc["curves"] if c["selection"] == ORACLE)
     # At 100% every step takes its regeneration, whoever selects: 3 of 4 (alpha 0 broken, beta 0 and 2 fixed).
     assert oracle["positive_rate"] == pytest.approx([0.5, 0.75])
+    command = shlex.split(doc["about"]["command"])  # the command that reproduces the run names every input
+    assert command[command.index("--elements") + 1] == str(elements)
 
 
 @pytest.mark.anyio
