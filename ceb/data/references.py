@@ -279,18 +279,13 @@ def mind2web_references(
             its task is in none of the files, or its step count differs from the task's (names the stream file
             and line); a task file cannot be read.
     """
-
-    def problem(trajectory: Trajectory, field: str, message: str) -> DataError:
-        path, _, line = trajectory.source.rpartition(":")
-        return DataError(Problem(path or "<stream>", int(line) if line.isdigit() else 0, field, message, trajectory.id))
-
     wanted: dict[str, list[Trajectory]] = {}
     files: list[str | Path] = []
     for trajectory in trajectories:
         aid, file = trajectory.meta.get("annotation_id"), trajectory.meta.get("file")
         if not isinstance(aid, str) or (tasks is None and not isinstance(file, str)):
             missing = "annotation_id" if not isinstance(aid, str) else "file"
-            raise problem(
+            raise _problem(
                 trajectory,
                 f"meta.{missing}",
                 "no Mind2Web task to judge against: regeneration judges Mind2Web streams written by "
@@ -309,9 +304,9 @@ def mind2web_references(
         for trajectory in group:
             refs = found.get(aid)
             if refs is None:
-                raise problem(trajectory, "meta.annotation_id", f"task {aid!r} is in none of the task files")
+                raise _problem(trajectory, "meta.annotation_id", f"task {aid!r} is in none of the task files")
             if len(refs) != len(trajectory.steps):
-                raise problem(
+                raise _problem(
                     trajectory,
                     "steps",
                     f"{len(trajectory.steps)} steps, but task {aid!r} has {len(refs)} actions",
