@@ -160,7 +160,7 @@ def regenerate(
                 cache.close()
 
     with target.lock():
-        target.read(actor)  # another actor's records: refused before the endpoint is opened
+        target.read(actor, in_plan)  # another actor's or run's records: refused before the endpoint is opened
         s = anyio.run(ask)
         curves = regeneration_curves(plan, s.records)
         url = cfg.backend.base_url

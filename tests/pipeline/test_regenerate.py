@@ -403,3 +403,24 @@ async def test_a_record_cut_by_a_crash_is_asked_again_and_the_file_stays_readabl
     third = await regenerate(openai_server, str(run), "--budget", "25", "--budget", "50")
     assert third.exit_code == 0, third.output
     assert openai_server.requests == []  # everything answered is read back
+
+
+@pytest.mark.anyio
+async def test_records_of_another_logged_action_are_refused_not_reused(
+    tmp_path: Path, openai_server: OpenAITestServer
+) -> None:
+    # Another run's directory (--out) whose stream has the same ids but other logged actions: its regenerations
+    # answer other prompts and must not stand in for this run's.
+    run = await scored_fixture(tmp_path)
+    openai_server.responder = perfect
+    first = await regenerate(openai_server, str(run), "--budget", "10")
+    assert first.exit_code == 0, first.output
+    records = run / "regeneration" / "regenerations.jsonl"
+    lines = records.read_bytes().splitlines(keepends=True)
+    other = orjson.loads(lines[0]) | {"original_action": "[CLICK] <a> somewhere else"}
+    records.write_bytes(orjson.dumps(other) + b"\n" + b"".join(lines[1:]))
+    openai_server.requests.clear()
+    second = await regenerate(openai_server, str(run), "--budget", "10")
+    assert second.exit_code == EXIT_ERROR
+    assert f"{records}:1: step {other['step']} of {other['trajectory']!r} was regenerated from another" in second.output
+    assert openai_server.requests == []
