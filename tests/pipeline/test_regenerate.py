@@ -376,17 +376,22 @@ async def test_an_amex_run_is_judged_by_the_converters_tap_rule_at_the_elements_
     assert command[command.index("--elements") + 1] == str(elements)
 
 
+async def regenerated_by_a_perfect_actor(tmp_path: Path, server: OpenAITestServer, budget: str) -> tuple[Path, Path]:
+    """The scored fixture regenerated once at ``budget`` by :func:`perfect`: the run and its records file."""
+    run = await scored_fixture(tmp_path)
+    server.responder = perfect
+    first = await regenerate(server, str(run), "--budget", budget)
+    assert first.exit_code == 0, first.output
+    return run, run / "regeneration" / "regenerations.jsonl"
+
+
 @pytest.mark.anyio
 async def test_a_record_cut_by_a_crash_is_asked_again_and_the_file_stays_readable(
     tmp_path: Path, openai_server: OpenAITestServer
 ) -> None:
     # A kill mid-write leaves the last record without its newline. The next run must not glue its first record
     # onto that piece (a damaged line in the middle of the file, refused by every later run), nor lose it.
-    run = await scored_fixture(tmp_path)
-    openai_server.responder = perfect
-    first = await regenerate(openai_server, str(run), "--budget", "25")
-    assert first.exit_code == 0, first.output
-    records = run / "regeneration" / "regenerations.jsonl"
+    run, records = await regenerated_by_a_perfect_actor(tmp_path, openai_server, "25")
     lines = records.read_bytes().splitlines(keepends=True)
     cut = orjson.loads(lines[-1])
     records.write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
@@ -411,11 +416,7 @@ async def test_records_of_another_logged_action_are_refused_not_reused(
 ) -> None:
     # Another run's directory (--out) whose stream has the same ids but other logged actions: its regenerations
     # answer other prompts and must not stand in for this run's.
-    run = await scored_fixture(tmp_path)
-    openai_server.responder = perfect
-    first = await regenerate(openai_server, str(run), "--budget", "10")
-    assert first.exit_code == 0, first.output
-    records = run / "regeneration" / "regenerations.jsonl"
+    run, records = await regenerated_by_a_perfect_actor(tmp_path, openai_server, "10")
     lines = records.read_bytes().splitlines(keepends=True)
     other = orjson.loads(lines[0]) | {"original_action": "[CLICK] <a> somewhere else"}
     records.write_bytes(orjson.dumps(other) + b"\n" + b"".join(lines[1:]))
