@@ -35,6 +35,7 @@ __all__ = [
     "Mind2WebReference",
     "StepReference",
     "amex_gold_box",
+    "amex_references",
     "amex_step_label",
     "canonical_op",
     "mind2web_references",

@@ -72,11 +72,6 @@ class RegeneratedAction:
     op: str
     value: str
 
-    def text(self, element: str | None = None) -> str:
-        """The action as the stream writes one: ``[OP] <element> -> value``."""
-        shown = element or (f"(element {self.element_id})" if self.element_id else "(no element)")
-        return f"[{self.op}] {shown}" + (f" -> {self.value}" if self.value else "")
-
 
 def action_schema(operations: Sequence[str], element_ids: Sequence[str] = ()) -> dict[str, Any]:
     """JSON Schema of a regenerated action: ``{"element_id": str, "op": one of operations, "value": str}``.
