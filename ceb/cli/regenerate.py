@@ -95,6 +95,7 @@ def regenerate(
     from ceb.backends.cache import ReplyCache
     from ceb.data import read_stream
     from ceb.data.references import step_references
+    from ceb.errors import StreamValidationError
     from ceb.eval.plots import plot_regeneration, save_figure
     from ceb.eval.regeneration import regeneration_curves, regeneration_doc, regeneration_table
     from ceb.eval.tables import to_markdown
@@ -125,7 +126,14 @@ def regenerate(
     files = run.recorded_stream_files()
     if not files:
         raise fail(f"{run_dir}: the run recorded no stream; nothing to regenerate")
-    trajectories = read_stream([f for names in files.values() for f in names])
+    try:
+        trajectories = read_stream([f for names in files.values() for f in names])
+    except StreamValidationError as exc:  # its message says "nothing was scored", on several lines
+        more = f" (and {len(exc.problems) - 1} more)" if len(exc.problems) > 1 else ""
+        raise fail(
+            f"{exc.problem}{more}; the run's stream files, as {run.config_file} records them (a relative path is "
+            "read from the current directory: run from the one `ceb score` ran in)"
+        ) from exc
     require_references(trajectories, why=WHY_REFERENCES)  # before anything is asked: a refusal costs no request
     budgets = tuple(budget) if budget else DEFAULT_BUDGETS
     plan = plan_regeneration(run.step_rows(), trajectories, budgets, seeds, method)

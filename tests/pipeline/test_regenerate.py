@@ -425,3 +425,25 @@ async def test_records_of_another_logged_action_are_refused_not_reused(
     assert second.exit_code == EXIT_ERROR
     assert f"{records}:1: step {other['step']} of {other['trajectory']!r} was regenerated from another" in second.output
     assert openai_server.requests == []
+
+
+@pytest.mark.anyio
+async def test_stream_files_the_run_recorded_that_cannot_be_read_again_are_one_line(
+    tmp_path: Path, openai_server: OpenAITestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The run records its stream files as `ceb score` was given them: relative ones are read from the current
+    # directory, so a regeneration from another one cannot find them. Say that, on one line, before any request.
+    scored_in = tmp_path / "work"
+    convert_mind2web(M2W, M2W / "predictions.jsonl", scored_in / "streams")
+    monkeypatch.chdir(scored_in)
+    streams = sorted(str(p.relative_to(scored_in)) for p in (scored_in / "streams").glob("*.jsonl"))
+    scored = await anyio.to_thread.run_sync(runner.invoke, app, ["score", *streams, "--out", "run"])
+    assert scored.exit_code == 0, scored.output
+    monkeypatch.chdir(tmp_path)
+    result = await regenerate(openai_server, str(scored_in / "run"))
+    assert result.exit_code == EXIT_ERROR
+    error = result.output.strip()
+    assert error.count("\n") == 0 and error.startswith("error:"), error
+    assert f"{streams[0]}:0: field <file>: cannot read the file" in error and "nothing was scored" not in error
+    assert str(scored_in / "run" / "config.json") in error and "1 more" in error
+    assert openai_server.requests == [] and openai_server.preflights == []
