@@ -3,6 +3,7 @@ without references, and the command end to end against a loopback actor on the M
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from pathlib import Path
@@ -447,3 +448,19 @@ async def test_stream_files_the_run_recorded_that_cannot_be_read_again_are_one_l
     assert f"{streams[0]}:0: field <file>: cannot read the file" in error and "nothing was scored" not in error
     assert str(scored_in / "run" / "config.json") in error and "1 more" in error
     assert openai_server.requests == [] and openai_server.preflights == []
+
+
+@pytest.mark.anyio
+async def test_a_second_regeneration_into_a_directory_in_use_is_refused_before_asking(
+    tmp_path: Path, openai_server: OpenAITestServer
+) -> None:
+    # Two processes appending to one regenerations.jsonl would each ask the steps the other is asking.
+    from ceb.pipeline.regenerate import RegenerationDir
+
+    run = await scored_fixture(tmp_path)
+    openai_server.responder = perfect
+    with RegenerationDir(run / "regeneration").lock():
+        result = await regenerate(openai_server, str(run), "--budget", "10")
+    assert result.exit_code == EXIT_ERROR
+    assert f"error: {run / 'regeneration'} is in use by another ceb process (pid {os.getpid()})" in result.output
+    assert openai_server.requests == []
