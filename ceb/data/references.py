@@ -204,6 +204,14 @@ def step_references(
     A trajectory whose meta has ``annotation_id`` is judged by :func:`mind2web_references` (``tasks``); one
     with ``episode_id`` by :func:`amex_references` (``elements``).
 
+    Args:
+        trajectories: Streams written by ``ceb convert mind2web`` or ``ceb convert amex``.
+        tasks: Mind2Web task files or folders (``None``: each trajectory's ``meta["file"]``).
+        elements: AMEX ``element_anno`` folder (``None``: beside each episode file's folder).
+
+    Returns:
+        One :class:`StepReference` per step of every trajectory (``sum(len(t.steps))`` entries).
+
     Raises:
         DataError: A trajectory converted from neither (names the stream file and line and ``meta``), or as
             :func:`mind2web_references` and :func:`amex_references` raise.

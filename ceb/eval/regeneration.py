@@ -68,6 +68,10 @@ def regeneration_curves(plan: RegenerationPlan, records: Mapping[StepKey, Regene
     Args:
         plan: The selections.
         records: The regeneration of each flagged step (a step missing here counts as failed).
+
+    Returns:
+        One curve per method of the plan, then Random's and the Oracle's, each with ``1 + len(plan.budgets)``
+        points (budget 0 first); rates in [0, 1].
     """
     base_rate, base_task = _rates(plan, plan.labels)
 

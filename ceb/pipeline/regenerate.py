@@ -159,8 +159,11 @@ def plan_regeneration(
         seeds: Number of Random seeds (``0 .. seeds-1``).
         methods: Only these selections (``method`` or ``method@critic``); every method of the run when ``None``.
 
+    Returns:
+        The plan: ``N`` labelled steps, one ranking of all ``N`` per method and per seed, and the Oracle's.
+
     Raises:
-        RunError: No labelled step, no method, a method not in the run, a budget outside [0, 100], or
+        RunError: No labelled step, no method, a method not in the run, a budget outside (0, 100], or
             ``seeds`` below 1.
     """
     if seeds < 1:
