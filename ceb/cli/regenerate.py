@@ -95,6 +95,7 @@ def regenerate(
     from ceb.backends.cache import ReplyCache
     from ceb.data import read_stream
     from ceb.data.references import step_references
+    from ceb.errors import StreamValidationError
     from ceb.eval.plots import plot_regeneration, save_figure
     from ceb.eval.regeneration import regeneration_curves, regeneration_doc, regeneration_table
     from ceb.eval.tables import to_markdown
@@ -125,7 +126,14 @@ def regenerate(
     files = run.recorded_stream_files()
     if not files:
         raise fail(f"{run_dir}: the run recorded no stream; nothing to regenerate")
-    trajectories = read_stream([f for names in files.values() for f in names])
+    try:
+        trajectories = read_stream([f for names in files.values() for f in names])
+    except StreamValidationError as exc:  # its message says "nothing was scored", on several lines
+        more = f" (and {len(exc.problems) - 1} more)" if len(exc.problems) > 1 else ""
+        raise fail(
+            f"{exc.problem}{more}; the run's stream files, as {run.config_file} records them (a relative path is "
+            "read from the current directory: run from the one `ceb score` ran in)"
+        ) from exc
     require_references(trajectories, why=WHY_REFERENCES)  # before anything is asked: a refusal costs no request
     budgets = tuple(budget) if budget else DEFAULT_BUDGETS
     plan = plan_regeneration(run.step_rows(), trajectories, budgets, seeds, method)
@@ -160,12 +168,25 @@ def regenerate(
                 cache.close()
 
     with target.lock():
-        target.read(actor)  # another actor's records: refused before the endpoint is opened
+        target.read(actor, in_plan)  # another actor's or run's records: refused before the endpoint is opened
         s = anyio.run(ask)
         curves = regeneration_curves(plan, s.records)
         url = cfg.backend.base_url
         shown_url = ",".join(url) if isinstance(url, tuple) else url or "-"
-        command = _command(run_dir, out_dir, budgets, seeds, method, tasks, cfg.backend.name, url, cfg.backend.model)
+        command = _command(
+            run_dir,
+            out_dir,
+            budgets,
+            seeds,
+            method,
+            tasks,
+            elements,
+            config,
+            prompt_dir,
+            cfg.backend.name,
+            url,
+            cfg.backend.model,
+        )
         about = {
             "machine": f"{platform.node()}, {os.cpu_count()} CPUs, {platform.system()} {platform.machine()}",
             "backend": f"{cfg.backend.name} {cfg.backend.model or '(default model)'} at {shown_url}",
@@ -205,6 +226,9 @@ def _command(
     seeds: int,
     methods: list[str] | None,
     tasks: list[Path] | None,
+    elements: Path | None,
+    config: Path | None,
+    prompt_dir: Path | None,
     backend: str,
     base_url: str | tuple[str, ...] | None,
     model: str | None,
@@ -222,6 +246,9 @@ def _command(
         words += ["--method", m]
     for t in tasks or ():
         words += ["--tasks", str(t)]
+    for flag, path in (("--elements", elements), ("--config", config), ("--prompt-dir", prompt_dir)):
+        if path is not None:  # each changes which reference judges or what the actor is asked
+            words += [flag, str(path)]
     words += ["--backend", backend]
     if base_url:
         words += ["--base-url", base_url if isinstance(base_url, str) else ",".join(base_url)]

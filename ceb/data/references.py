@@ -35,6 +35,7 @@ __all__ = [
     "Mind2WebReference",
     "StepReference",
     "amex_gold_box",
+    "amex_references",
     "amex_step_label",
     "canonical_op",
     "mind2web_references",
@@ -203,6 +204,14 @@ def step_references(
     A trajectory whose meta has ``annotation_id`` is judged by :func:`mind2web_references` (``tasks``); one
     with ``episode_id`` by :func:`amex_references` (``elements``).
 
+    Args:
+        trajectories: Streams written by ``ceb convert mind2web`` or ``ceb convert amex``.
+        tasks: Mind2Web task files or folders (``None``: each trajectory's ``meta["file"]``).
+        elements: AMEX ``element_anno`` folder (``None``: beside each episode file's folder).
+
+    Returns:
+        One :class:`StepReference` per step of every trajectory (``sum(len(t.steps))`` entries).
+
     Raises:
         DataError: A trajectory converted from neither (names the stream file and line and ``meta``), or as
             :func:`mind2web_references` and :func:`amex_references` raise.
@@ -279,18 +288,13 @@ def mind2web_references(
             its task is in none of the files, or its step count differs from the task's (names the stream file
             and line); a task file cannot be read.
     """
-
-    def problem(trajectory: Trajectory, field: str, message: str) -> DataError:
-        path, _, line = trajectory.source.rpartition(":")
-        return DataError(Problem(path or "<stream>", int(line) if line.isdigit() else 0, field, message, trajectory.id))
-
     wanted: dict[str, list[Trajectory]] = {}
     files: list[str | Path] = []
     for trajectory in trajectories:
         aid, file = trajectory.meta.get("annotation_id"), trajectory.meta.get("file")
         if not isinstance(aid, str) or (tasks is None and not isinstance(file, str)):
             missing = "annotation_id" if not isinstance(aid, str) else "file"
-            raise problem(
+            raise _problem(
                 trajectory,
                 f"meta.{missing}",
                 "no Mind2Web task to judge against: regeneration judges Mind2Web streams written by "
@@ -309,9 +313,9 @@ def mind2web_references(
         for trajectory in group:
             refs = found.get(aid)
             if refs is None:
-                raise problem(trajectory, "meta.annotation_id", f"task {aid!r} is in none of the task files")
+                raise _problem(trajectory, "meta.annotation_id", f"task {aid!r} is in none of the task files")
             if len(refs) != len(trajectory.steps):
-                raise problem(
+                raise _problem(
                     trajectory,
                     "steps",
                     f"{len(trajectory.steps)} steps, but task {aid!r} has {len(refs)} actions",

@@ -26,8 +26,9 @@ from ceb.eval.averaging import OrderCurves
 from ceb.eval.calibration import DepthBucket
 from ceb.eval.lanes import reference_method
 from ceb.eval.metrics import ReliabilityBins
-from ceb.eval.regeneration import RegenerationCurve
+from ceb.eval.regeneration import RegenerationCurve, selection_label
 from ceb.eval.tables import method_label, method_sort_key
+from ceb.pipeline.regenerate import ORACLE, RANDOM
 
 __all__ = [
     "FIGURE_FORMATS",
@@ -141,7 +142,7 @@ def plot_regeneration(curves: Sequence[RegenerationCurve], *, title: str, footer
     Returns:
         The figure (write it with :func:`save_figure`).
     """
-    references = {"random": ("Random (lower bound)", "grey", "--"), "oracle": ("Oracle (upper bound)", "black", ":")}
+    references = {RANDOM: ("grey", "--"), ORACLE: ("black", ":")}
     methods = [c.selection for c in curves if c.selection not in references]
     colors = method_colors([m.partition("@")[0] for m in methods])
     fig = Figure(figsize=(11.0, 4.2))
@@ -153,15 +154,10 @@ def plot_regeneration(curves: Sequence[RegenerationCurve], *, title: str, footer
         for c in curves:
             x = np.array(c.budgets)
             y = np.array(getattr(c, field))
-            if c.selection in references:
-                label, color, style = references[c.selection]
-            else:
-                method, _, critic = c.selection.partition("@")
-                label = method_label(method) + (f" @ {critic}" if critic else "")
-                color, style = colors.get(method, "black"), "-"
-            ax.plot(x, y, marker="o", color=color, linestyle=style, label=label)
+            color, style = references.get(c.selection) or (colors.get(c.selection.partition("@")[0], "black"), "-")
+            ax.plot(x, y, marker="o", color=color, linestyle=style, label=selection_label(c.selection))
             spread = np.array(getattr(c, std))
-            if c.selection == "random" and spread.any():
+            if c.selection == RANDOM and spread.any():
                 ax.fill_between(x, y - spread, y + spread, color=color, alpha=0.15, linewidth=0)
         ax.set_xlabel("regeneration budget b (% of steps, lowest confidence first)")
         ax.set_ylabel(ylabel)

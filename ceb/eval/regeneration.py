@@ -24,7 +24,7 @@ import numpy as np
 from ceb.eval.tables.model import Block, Cell, Column, Row, Table, method_label, method_sort_key
 from ceb.pipeline.regenerate import ORACLE, RANDOM, Regeneration, RegenerationPlan, StepKey
 
-__all__ = ["RegenerationCurve", "regeneration_curves", "regeneration_doc", "regeneration_table"]
+__all__ = ["RegenerationCurve", "regeneration_curves", "regeneration_doc", "regeneration_table", "selection_label"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +68,10 @@ def regeneration_curves(plan: RegenerationPlan, records: Mapping[StepKey, Regene
     Args:
         plan: The selections.
         records: The regeneration of each flagged step (a step missing here counts as failed).
+
+    Returns:
+        One curve per method of the plan, then Random's and the Oracle's, each with ``1 + len(plan.budgets)``
+        points (budget 0 first); rates in [0, 1].
     """
     base_rate, base_task = _rates(plan, plan.labels)
 
@@ -111,7 +115,8 @@ def _sort_key(selection: str) -> tuple[tuple[int, int, str], str]:
     return method_sort_key(method), critic
 
 
-def _label(selection: str) -> str:
+def selection_label(selection: str) -> str:
+    """A selection's name in the table and the figure: the method's (``@ critic`` after it), Random's or Oracle's."""
     if selection == RANDOM:
         return "Random (lower bound)"
     if selection == ORACLE:
@@ -136,7 +141,7 @@ def regeneration_table(curves: Sequence[RegenerationCurve], *, notes: Sequence[s
             Cell(v, std=s if c.selection == RANDOM and b else None)
             for v, s, b in zip(c.task_accuracy, c.task_accuracy_std, c.budgets, strict=True)
         )
-        return Row(_label(c.selection), rate + task, compete=c.selection not in (RANDOM, ORACLE))
+        return Row(selection_label(c.selection), rate + task, compete=c.selection not in (RANDOM, ORACLE))
 
     methods = tuple(row(c) for c in curves if c.selection not in (RANDOM, ORACLE))
     references = tuple(row(c) for c in curves if c.selection in (RANDOM, ORACLE))

@@ -26,9 +26,11 @@ keeps its original action and label.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import IO, Any
 
@@ -87,12 +89,15 @@ WHY_REFERENCES = (
 def budget_count(n_steps: int, budget: float) -> int:
     """Steps flagged at ``budget`` percent of ``n_steps``: ``round(budget / 100 * n_steps)``, half up.
 
+    The budget is taken as the decimal it is written as (``str(budget)``) and the share computed exactly, so an
+    exact half rounds up even where float arithmetic lands just below it (29% of 50 steps is 14.5: 15).
+
     Raises:
         ValueError: ``budget`` outside [0, 100].
     """
     if not 0 <= budget <= 100:
         raise ValueError(f"a budget is a percentage in [0, 100], got {budget}")
-    return min(n_steps, math.floor(budget / 100 * n_steps + 0.5))
+    return min(n_steps, math.floor(Fraction(str(budget)) * n_steps / 100 + Fraction(1, 2)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +110,7 @@ class RegenerationPlan:
         methods: Per method (``method`` or ``method@critic``), its ranking of ``steps``.
         random: Per seed, a permutation of ``steps``.
         oracle: Label-0 steps first, then label-1 steps, each in stream order.
-        budgets: Budgets in percent, ascending.
+        budgets: Budgets in percent, ascending, each once.
         seeds: Random's seeds.
     """
 
@@ -154,8 +159,11 @@ def plan_regeneration(
         seeds: Number of Random seeds (``0 .. seeds-1``).
         methods: Only these selections (``method`` or ``method@critic``); every method of the run when ``None``.
 
+    Returns:
+        The plan: ``N`` labelled steps, one ranking of all ``N`` per method and per seed, and the Oracle's.
+
     Raises:
-        RunError: No labelled step, no method, a method not in the run, a budget outside [0, 100], or
+        RunError: No labelled step, no method, a method not in the run, a budget outside (0, 100], or
             ``seeds`` below 1.
     """
     if seeds < 1:
@@ -199,7 +207,7 @@ def plan_regeneration(
             seed: tuple(steps[i] for i in np.random.default_rng(seed).permutation(len(steps))) for seed in range(seeds)
         },
         oracle=tuple(sorted(steps, key=lambda s: (labels[s], order[s]))),
-        budgets=tuple(sorted(budgets)),
+        budgets=tuple(sorted(set(budgets))),  # a budget given twice is one column, not two
         seeds=tuple(range(seeds)),
     )
 
@@ -288,22 +296,31 @@ class RegenerationDir:
         """Hold the directory's lock (:func:`ceb.dirlock.dir_lock`). Raises RunError when another holds it."""
         return dir_lock(self.path, self.LOCK, what="a regeneration directory")
 
-    def read(self, actor: str | None = None) -> dict[StepKey, Regeneration]:
+    def read(
+        self, actor: str | None = None, trajectories: Sequence[Trajectory] | None = None
+    ) -> dict[StepKey, Regeneration]:
         """The recorded regenerations, the last record of a step winning; empty when there is no file.
 
-        A last line cut short (an interrupted write) is ignored; it is asked again.
+        A record counts once its newline is written: a last piece without one (a write cut short by a crash,
+        even one that parses) is ignored, so that step is asked again, and :meth:`appender` cuts it off.
 
         Args:
             actor: When given, every record must be this actor's: another actor's regenerations are never
                 mixed into a table, nor taken for this one's.
+            trajectories: When given, a record of one of their steps must have been regenerated from the action
+                that step logs: records of another stream whose ids are the same (another ``--out``'s run, a
+                stream converted again from other predictions) are never taken for this one's.
 
         Raises:
-            RunError: A line before the last is not a record, or a record is another actor's (names file and
-                line).
+            RunError: A whole line is not a record, a record is another actor's, or it regenerated a step whose
+                logged action was another (names file and line).
         """
         if not self.records.is_file():
             return {}
-        lines = self.records.read_bytes().splitlines()
+        logged = {(t.id, i): s.action for t in trajectories or () for i, s in enumerate(t.steps)}
+        lines = self.records.read_bytes().split(b"\n")
+        if lines.pop():  # the piece after the last newline: empty unless a write was cut short
+            log.warning("ignoring a cut last line", file=str(self.records), line=len(lines) + 1)
         found: dict[StepKey, Regeneration] = {}
         for n, line in enumerate(lines, 1):
             if not line.strip():
@@ -311,21 +328,35 @@ class RegenerationDir:
             try:
                 record = Regeneration(**orjson.loads(line))
             except (orjson.JSONDecodeError, TypeError) as exc:
-                if n == len(lines):
-                    log.warning("ignoring a cut last line", file=str(self.records), line=n)
-                    break
                 raise RunError(f"{self.records}:{n}: not a regeneration record ({exc})") from exc
             if actor is not None and record.actor != actor:
                 raise RunError(
                     f"{self.records}:{n}: regenerated by actor {record.actor!r}, not {actor!r}; give another --out "
                     "for another actor"
                 )
+            if record.key in logged and record.original_action != logged[record.key]:
+                raise RunError(
+                    f"{self.records}:{n}: step {record.step} of {record.trajectory!r} was regenerated from another "
+                    "logged action than the run's (another run's records); give another --out for this run"
+                )
             found[record.key] = record
         return found
 
     def appender(self) -> IO[bytes]:
-        """``regenerations.jsonl`` opened for appending (the caller closes it)."""
+        """``regenerations.jsonl`` opened for appending (the caller closes it), a cut last line cut off first.
+
+        Without the cut, the first new record would continue the cut line: one damaged line in the middle of the
+        file, which every later :meth:`read` refuses, and that record lost.
+
+        Raises:
+            OSError: The file cannot be opened or cut (names it).
+        """
         try:
+            if self.records.is_file():
+                data = self.records.read_bytes()
+                keep = data.rfind(b"\n") + 1
+                if keep < len(data):
+                    os.truncate(self.records, keep)
             return self.records.open("ab")
         except OSError as exc:
             raise with_path(exc, self.records) from exc
@@ -382,13 +413,13 @@ async def regenerate_steps(
 
     Raises:
         DataError: A step has no reference action; nothing is asked.
-        RunError: A record in ``out`` is another actor's, or unreadable; nothing is asked.
+        RunError: A record in ``out`` is another actor's, another run's, or unreadable; nothing is asked.
         FatalBackendError: The endpoint refuses every request; what was recorded stays.
         OSError: ``regenerations.jsonl`` cannot be written.
     """
     require_references(trajectories, why=WHY_REFERENCES)
     by_id = {t.id: t for t in trajectories}
-    records = dict(out.read(actor))
+    records = dict(out.read(actor, trajectories))
     flagged = plan.to_ask()
     pending = [s for s in flagged if s not in records or records[s].error is not None]
     reused = len(flagged) - len(pending)

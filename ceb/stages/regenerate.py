@@ -26,7 +26,7 @@ from ceb.data.references import ACTION_SPACES, ActionSpace
 from ceb.data.trajectory import Trajectory
 from ceb.stages.asking import Answer, ask, bounded_text
 from ceb.stages.baselines._common import render
-from ceb.stages.templates import PromptSet
+from ceb.stages.templates import DATA_INDENT, PromptSet, fence
 
 __all__ = [
     "CRITIQUE",
@@ -71,11 +71,6 @@ class RegeneratedAction:
     element_id: str | None
     op: str
     value: str
-
-    def text(self, element: str | None = None) -> str:
-        """The action as the stream writes one: ``[OP] <element> -> value``."""
-        shown = element or (f"(element {self.element_id})" if self.element_id else "(no element)")
-        return f"[{self.op}] {shown}" + (f" -> {self.value}" if self.value else "")
 
 
 def action_schema(operations: Sequence[str], element_ids: Sequence[str] = ()) -> dict[str, Any]:
@@ -179,10 +174,20 @@ class Regenerator:
             ),
             temperature=REGENERATE_TEMPERATURE,
             max_tokens=REGENERATE_MAX_TOKENS,
-            json_schema=action_schema(space.operations, space.element_ids(trajectory.steps[t].state)),
+            json_schema=action_schema(space.operations, space.element_ids(self.shown_state(trajectory.steps[t].state))),
             schema_name="regenerated_action",
             stage="regenerate",
         )
+
+    def shown_state(self, state: str) -> str:
+        """``state`` as the prompt shows it: cut to ``limits.state_chars`` by the template's ``fence``.
+
+        The schema offers only the elements named here: a long state (a full AMEX screen list, whose fence
+        indents every line past the budget) loses its middle in the prompt, and an element cut out of it was
+        never shown to the actor. The fence's indentation is taken off again so that line-anchored names
+        (AMEX's ``[i]``) read as in the stream.
+        """
+        return fence(state, self.prompts.limits.state_chars).replace("\n" + DATA_INDENT, "\n")
 
     async def regenerate(self, trajectory: Trajectory, t: int) -> Answer[RegeneratedAction]:
         """Ask for step ``t``'s new action; an unreadable reply is re-asked once.

@@ -144,3 +144,20 @@ def test_an_error_a_command_does_not_report_itself_is_still_one_line(raised: Exc
     result = runner.invoke(test_app, ["boom"])
     assert result.exit_code == code
     assert result.output.strip() == line and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("command", ["relabel", "regenerate"])
+def test_a_command_that_needs_a_model_refuses_the_offline_backend_and_defaults_to_an_endpoint(
+    tmp_path: Path, command: str
+) -> None:
+    from ceb.cli._common import model_config
+
+    stream = write_stream(tmp_path / "s.jsonl", [trajectory("a", step("x", label=1))])
+    target = [str(stream), "--out", str(tmp_path / "out.jsonl")] if command == "relabel" else [str(tmp_path)]
+    result = CliRunner().invoke(app, [command, *target, "--backend", "offline"])
+    assert result.exit_code == EXIT_ERROR
+    assert result.output.strip().count("\n") == 0
+    assert f"error: ceb {command} needs a language model: --backend offline has none" in result.output
+    # No backend named anywhere (the config's default is offline): the model is an endpoint.
+    endpoint = {"backend": None, "base_url": None, "model": None, "api_key_env": None, "max_concurrency": None}
+    assert model_config(command, None, **endpoint, prompt_dir=None).backend.name == "openai"

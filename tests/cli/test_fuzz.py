@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from ceb.backends.batch import read_requests
 from ceb.cli import app
 from ceb.cli._common import EXIT_ERROR, EXIT_FAILED
-from ceb.data import write_stream
+from ceb.data import convert_mind2web, write_stream
 from ceb.data.converters import REFERENCE_OBSERVATION
 from tests.support.builders import step, trajectory
 
@@ -57,6 +57,12 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     run = root / "run"
     result = runner.invoke(app, ["score", str(stream), "--out", str(run)])
     assert result.exit_code == 0, result.output
+    # A scored Mind2Web run: regenerate's cases get past the selection and the references to the endpoint.
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "mind2web"
+    convert_mind2web(fixture, fixture / "predictions.jsonl", root / "m2w")
+    m2w = root / "m2w-run"
+    result = runner.invoke(app, ["score", *sorted(str(f) for f in (root / "m2w").glob("*.jsonl")), "--out", str(m2w)])
+    assert result.exit_code == 0, result.output
     grid = root / "grid.toml"
     grid.write_text(f"[grid]\nstreams = ['{stream}']\nout = '{root / 'grid-run'}'\n")
     (root / "garbage.json").write_text('{"ceb": {"votes": ')
@@ -75,7 +81,7 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         app, ["batch", "import", str(batch), str(root / "batch-out.jsonl"), "--out", str(root / "b")]
     )
     assert result.exit_code == 0, result.output
-    return {"root": root, "stream": stream, "web": web, "run": run, "grid": grid, "batch": batch}
+    return {"root": root, "stream": stream, "web": web, "run": run, "grid": grid, "batch": batch, "m2w": m2w}
 
 
 def _valid(path: tuple[str, ...], place: dict[str, Path], case: Path) -> list[str]:
@@ -101,9 +107,9 @@ def _valid(path: tuple[str, ...], place: dict[str, Path], case: Path) -> list[st
             "--base-url",
             "http://127.0.0.1:9/v1",
         ],
-        # A run of a stream without references: refused (exit 2) after every option is read, before any request.
+        # A scored Mind2Web run: planned and its references read, then the preflight to port 9 refuses (exit 2).
         ("regenerate",): [
-            str(place["run"]),
+            str(place["m2w"]),
             "--out",
             str(case / "regen"),
             "--model",

@@ -117,3 +117,33 @@ def test_the_report_command_offers_exactly_the_figure_formats() -> None:
     from ceb.cli import report as report_cmd
 
     assert get_args(report_cmd.FigureFormat) == FIGURE_FORMATS
+
+
+def test_the_regeneration_figure_draws_each_selection_as_computed_in_both_panels() -> None:
+    from ceb.eval.plots import plot_regeneration
+    from ceb.eval.regeneration import RegenerationCurve
+
+    def curve(name: str, rate: tuple[float, ...], task: tuple[float, ...], std: float = 0.0) -> RegenerationCurve:
+        spread = (0.0, std, std)
+        return RegenerationCurve(name, (0.0, 10.0, 50.0), rate, task, spread, spread, (0, 1, 5), (0, 1, 2), (0, 0, 0))
+
+    curves = [
+        curve("ceb", (0.2, 0.3, 0.4), (0.25, 0.35, 0.45)),
+        curve("ppl@c", (0.2, 0.1, 0.2), (0.25, 0.15, 0.2)),
+        curve("random", (0.2, 0.22, 0.3), (0.25, 0.26, 0.3), std=0.05),
+        curve("oracle", (0.2, 0.5, 0.7), (0.25, 0.55, 0.75)),
+    ]
+    fig = plot_regeneration(curves, title="t")
+    rate, task = fig.get_axes()
+    names = ["CEB", "PPL @ c", "Random (lower bound)", "Oracle (upper bound)"]
+    assert [t.get_text() for t in rate.get_legend().get_texts()] == names
+    for ax, field in ((rate, "positive_rate"), (task, "task_accuracy")):
+        for line, c in zip(ax.get_lines(), curves, strict=True):
+            assert list(line.get_xdata()) == [0.0, 10.0, 50.0]
+            assert list(line.get_ydata()) == list(getattr(c, field))
+        styles = [line.get_linestyle() for line in ax.get_lines()]
+        assert styles == ["-", "-", "--", ":"]
+        (band,) = ax.collections  # Random's seed spread, nothing else
+        ys = band.get_paths()[0].vertices[:, 1]
+        y, spread = np.array(getattr(curves[2], field)), np.array((0.0, 0.05, 0.05))
+        assert ys.max() == pytest.approx((y + spread).max()) and ys.min() == pytest.approx((y - spread).min())

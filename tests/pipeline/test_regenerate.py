@@ -3,7 +3,9 @@ without references, and the command end to end against a loopback actor on the M
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,8 @@ def four_steps() -> list[Any]:
 def test_a_budget_flags_the_rounded_share_of_steps_half_up() -> None:
     assert [budget_count(7, b) for b in (10, 25, 50, 100)] == [1, 2, 4, 7]  # 0.7, 1.75, 3.5, 7
     assert budget_count(4, 10) == 0 and budget_count(5, 10) == 1  # 0.4 down, 0.5 up
+    # Exact halves that float arithmetic puts just below .5 (0.29 * 50 = 14.499999999999998) still round up.
+    assert budget_count(50, 29) == 15 and budget_count(100, 14.5) == 15 and budget_count(1000, 0.15) == 2
     with pytest.raises(ValueError, match="percentage"):
         budget_count(4, 120)
 
@@ -73,6 +77,7 @@ def test_lowest_confidence_first_ties_in_stream_order_and_missing_scores_last() 
         assert sorted(ranking) == sorted(plan.steps)
         assert ranking == tuple(plan.steps[i] for i in np.random.default_rng(seed).permutation(4))
     assert plan.random[0] != plan.random[1]
+    assert plan_regeneration(rows, four_steps(), budgets=(50, 25, 50), seeds=1).budgets == (25, 50)
 
 
 def test_a_method_with_a_critic_is_its_own_selection_and_unknown_methods_are_refused() -> None:
@@ -296,6 +301,27 @@ def test_the_schema_offers_exactly_the_elements_on_the_page_shown() -> None:
     assert "enum" not in action_schema(web)["properties"]["element_id"]  # no ids: a bounded string
 
 
+def test_the_schema_offers_no_element_the_prompt_cut_out_of_a_long_state() -> None:
+    # An AMEX screen's list fills the converter's 2,000 characters; the prompt's fence indents each line, so the
+    # shown state passes its budget and its middle is cut. The actor may name only elements it was shown.
+    from typing import cast
+
+    from ceb.backends.base import ChatBackend
+    from ceb.config import PromptConfig
+    from ceb.stages.regenerate import Regenerator
+    from ceb.stages.templates import PromptSet
+
+    state = "\n".join(f"[{i}] <button> item {i:02d} of the list" for i in range(58))
+    assert len(state) <= 2000
+    screen = trajectory("m", step("[TAP] (1, 1) on [0] <button>", REFERENCE_OBSERVATION + "x", state), domain="mobile")
+    request = Regenerator(cast(ChatBackend, None), PromptSet(None, PromptConfig())).request(screen, 0)
+    offered = request.json_schema["properties"]["element_id"]["enum"][:-1]  # type: ignore[index]
+    shown = request.messages[1]["content"]
+    listed = re.findall(r"^ *\[(\d+)\] ", shown, re.MULTILINE)
+    assert "0" in offered and "57" in offered and len(listed) < 58  # head and tail shown, the middle cut
+    assert offered == listed
+
+
 @pytest.mark.anyio
 async def test_another_actor_is_refused_on_a_directory_holding_one_actors_records(
     tmp_path: Path, openai_server: OpenAITestServer
@@ -331,7 +357,8 @@ async def test_an_amex_run_is_judged_by_the_converters_tap_rule_at_the_elements_
     # "Search here", nested in [0] "Search panel", whose centre (540, 400) lies outside [1]: 0), alpha 2, beta 0
     # and beta 2 (the human's element is [0]: 1).
     openai_server.responder = lambda body, i: Reply('{"element_id": "0", "op": "TAP", "value": ""}')
-    result = await regenerate(openai_server, str(run), "--budget", "100")
+    elements = AMEX / "element_anno"
+    result = await regenerate(openai_server, str(run), "--budget", "100", "--elements", str(elements))
     assert result.exit_code == 0, result.output
     records = [orjson.loads(line) for line in (run / "regeneration" / "regenerations.jsonl").read_bytes().splitlines()]
     got = {(r["trajectory"].rsplit("/", 1)[1], r["step"]): r["label"] for r in records}
@@ -346,3 +373,94 @@ async def test_an_amex_run_is_judged_by_the_converters_tap_rule_at_the_elements_
     oracle = next(c for c in doc["curves"] if c["selection"] == ORACLE)
     # At 100% every step takes its regeneration, whoever selects: 3 of 4 (alpha 0 broken, beta 0 and 2 fixed).
     assert oracle["positive_rate"] == pytest.approx([0.5, 0.75])
+    command = shlex.split(doc["about"]["command"])  # the command that reproduces the run names every input
+    assert command[command.index("--elements") + 1] == str(elements)
+
+
+async def regenerated_by_a_perfect_actor(tmp_path: Path, server: OpenAITestServer, budget: str) -> tuple[Path, Path]:
+    """The scored fixture regenerated once at ``budget`` by :func:`perfect`: the run and its records file."""
+    run = await scored_fixture(tmp_path)
+    server.responder = perfect
+    first = await regenerate(server, str(run), "--budget", budget)
+    assert first.exit_code == 0, first.output
+    return run, run / "regeneration" / "regenerations.jsonl"
+
+
+@pytest.mark.anyio
+async def test_a_record_cut_by_a_crash_is_asked_again_and_the_file_stays_readable(
+    tmp_path: Path, openai_server: OpenAITestServer
+) -> None:
+    # A kill mid-write leaves the last record without its newline. The next run must not glue its first record
+    # onto that piece (a damaged line in the middle of the file, refused by every later run), nor lose it.
+    run, records = await regenerated_by_a_perfect_actor(tmp_path, openai_server, "25")
+    lines = records.read_bytes().splitlines(keepends=True)
+    cut = orjson.loads(lines[-1])
+    records.write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
+
+    openai_server.requests.clear()
+    second = await regenerate(openai_server, str(run), "--budget", "25", "--budget", "50")
+    assert second.exit_code == 0, second.output
+    rows = [orjson.loads(line) for line in records.read_bytes().splitlines()]  # every line a whole record
+    keys = [(r["trajectory"], r["step"]) for r in rows]
+    assert (cut["trajectory"], cut["step"]) in keys[len(lines) - 1 :]  # the cut one was asked again
+    assert len(openai_server.requests) == len(rows) - (len(lines) - 1)
+
+    openai_server.requests.clear()
+    third = await regenerate(openai_server, str(run), "--budget", "25", "--budget", "50")
+    assert third.exit_code == 0, third.output
+    assert openai_server.requests == []  # everything answered is read back
+
+
+@pytest.mark.anyio
+async def test_records_of_another_logged_action_are_refused_not_reused(
+    tmp_path: Path, openai_server: OpenAITestServer
+) -> None:
+    # Another run's directory (--out) whose stream has the same ids but other logged actions: its regenerations
+    # answer other prompts and must not stand in for this run's.
+    run, records = await regenerated_by_a_perfect_actor(tmp_path, openai_server, "10")
+    lines = records.read_bytes().splitlines(keepends=True)
+    other = orjson.loads(lines[0]) | {"original_action": "[CLICK] <a> somewhere else"}
+    records.write_bytes(orjson.dumps(other) + b"\n" + b"".join(lines[1:]))
+    openai_server.requests.clear()
+    second = await regenerate(openai_server, str(run), "--budget", "10")
+    assert second.exit_code == EXIT_ERROR
+    assert f"{records}:1: step {other['step']} of {other['trajectory']!r} was regenerated from another" in second.output
+    assert openai_server.requests == []
+
+
+@pytest.mark.anyio
+async def test_stream_files_the_run_recorded_that_cannot_be_read_again_are_one_line(
+    tmp_path: Path, openai_server: OpenAITestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The run records its stream files as `ceb score` was given them: relative ones are read from the current
+    # directory, so a regeneration from another one cannot find them. Say that, on one line, before any request.
+    scored_in = tmp_path / "work"
+    convert_mind2web(M2W, M2W / "predictions.jsonl", scored_in / "streams")
+    monkeypatch.chdir(scored_in)
+    streams = sorted(str(p.relative_to(scored_in)) for p in (scored_in / "streams").glob("*.jsonl"))
+    scored = await anyio.to_thread.run_sync(runner.invoke, app, ["score", *streams, "--out", "run"])
+    assert scored.exit_code == 0, scored.output
+    monkeypatch.chdir(tmp_path)
+    result = await regenerate(openai_server, str(scored_in / "run"))
+    assert result.exit_code == EXIT_ERROR
+    error = result.output.strip()
+    assert error.count("\n") == 0 and error.startswith("error:"), error
+    assert f"{streams[0]}:0: field <file>: cannot read the file" in error and "nothing was scored" not in error
+    assert str(scored_in / "run" / "config.json") in error and "1 more" in error
+    assert openai_server.requests == [] and openai_server.preflights == []
+
+
+@pytest.mark.anyio
+async def test_a_second_regeneration_into_a_directory_in_use_is_refused_before_asking(
+    tmp_path: Path, openai_server: OpenAITestServer
+) -> None:
+    # Two processes appending to one regenerations.jsonl would each ask the steps the other is asking.
+    from ceb.pipeline.regenerate import RegenerationDir
+
+    run = await scored_fixture(tmp_path)
+    openai_server.responder = perfect
+    with RegenerationDir(run / "regeneration").lock():
+        result = await regenerate(openai_server, str(run), "--budget", "10")
+    assert result.exit_code == EXIT_ERROR
+    assert f"error: {run / 'regeneration'} is in use by another ceb process (pid {os.getpid()})" in result.output
+    assert openai_server.requests == []

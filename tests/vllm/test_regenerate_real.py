@@ -15,7 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ceb.cli import app
-from ceb.data import convert_mind2web
+from ceb.data import convert_mind2web, read_stream
+from ceb.data.mind2web_dom import element_ids
 from ceb.data.references import ACTION_SPACES
 from ceb.pipeline.regenerate import ORACLE, RANDOM
 from tests.support.vllm_server import VLLMServer
@@ -41,9 +42,12 @@ async def test_regenerate_on_the_mind2web_fixture_with_the_real_actor(tmp_path: 
     records = [orjson.loads(line) for line in (out / "regenerations.jsonl").read_bytes().splitlines()]
     keys = [(r["trajectory"], r["step"]) for r in records]
     assert records and len(keys) == len(set(keys))  # one record per distinct flagged step
+    steps = {(t.id, i): s for t in read_stream(streams) for i, s in enumerate(t.steps)}
     for r in records:  # the server enforces the schema: every reply is an action the reference rule can judge
         assert r["error"] is None, r
         assert r["op"] in ACTION_SPACES["web"].operations and r["label"] in (0, 1) and isinstance(r["value"], str)
+        # ... naming an element of the page it was shown (the schema's enum), or none
+        assert r["element_id"] is None or r["element_id"] in element_ids(steps[(r["trajectory"], r["step"])].state)
     doc = orjson.loads((out / "regeneration.json").read_bytes())
     assert doc["steps"] == 7 and doc["about"]["backend"].endswith(vllm_server.base_url)
     curves = {c["selection"]: c for c in doc["curves"]}
