@@ -46,7 +46,7 @@ from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
 from ceb.errors import ConfigError, RunError
 from ceb.logs import muted
-from ceb.pipeline.rundir import write_atomic
+from ceb.pipeline.rundir import RunDir, write_atomic
 from ceb.pipeline.runner import run_scoring
 from ceb.pipeline.summary import Row, RunSummary
 from ceb.stages.assembly import llm_stages
@@ -290,13 +290,20 @@ async def import_batch(
 
     Raises:
         DataError: A malformed line of a Batch file, a custom id no request has (names the file, line and field).
-        RunError: No export in ``batch_dir``, changed streams, or ``run_dir`` already holds a run.
+        RunError: No export in ``batch_dir``, changed streams, or ``run_dir`` already holds scored steps and not
+            ``overwrite`` (refused before any output is copied in).
     """
     src = BatchDir(batch_dir)
     doc = src.manifest()
     k = src.rounds()
     if k == 0:
         raise RunError(f"{src.path} holds no Batch file; run ceb batch export")
+    run = RunDir(run_dir)
+    if not overwrite and run.has_scores and run.scored_anything():  # as run_scoring, before anything is copied in
+        raise RunError(
+            f"{run.path} already holds results ({run.SCORES}); import with --overwrite to rebuild it from every "
+            "round's replies (the Batch files are kept), or give a new --out"
+        )
     requests = src.requests()
     if outputs:
         # Each is read before anything is copied in: a malformed file is refused with its own name, nothing replaced.

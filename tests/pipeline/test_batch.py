@@ -299,3 +299,21 @@ async def test_openais_output_and_error_files_are_read_together_and_a_wrong_roun
         await import_batch(
             data(files), tmp_path / "batch", [tmp_path / "output.jsonl"], tmp_path / "run", overwrite=True
         )
+
+
+async def test_an_import_into_a_run_with_results_is_refused_before_anything_is_copied_in(
+    tmp_path: Path, files: dict[str, list[Path]], openai_server: OpenAITestServer
+) -> None:
+    requests = await _exported(tmp_path, files, openai_server, ["verbalized"])
+    await run_batch(openai_server, requests, tmp_path / "out.jsonl")
+    lines = (tmp_path / "out.jsonl").read_bytes().splitlines()
+    (tmp_path / "part.jsonl").write_bytes(b"\n".join(lines[:4]) + b"\n")
+    batch, run = tmp_path / "batch", tmp_path / "run"
+    await import_batch(data(files), batch, [tmp_path / "out.jsonl"], run)
+    imported = BatchDir(batch).output_file(1).read_bytes()
+
+    # ceb batch import has no --resume: the message must not send the user to one.
+    with pytest.raises(RunError, match=r"already holds results .*--overwrite") as refused:
+        await import_batch(data(files), batch, [tmp_path / "part.jsonl"], run)
+    assert "--resume" not in str(refused.value)
+    assert BatchDir(batch).output_file(1).read_bytes() == imported
