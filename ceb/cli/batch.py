@@ -111,11 +111,14 @@ def import_(
     outputs: Annotated[
         list[Path] | None,
         typer.Argument(
-            help="The Batch output file of its last round (and OpenAI's error file, if there is one); leave out to "
-            "use the outputs imported before."
+            help="The Batch output file of its last round (and OpenAI's error file, if there is one), added to what "
+            "was imported for that round before (a request answered again takes the new line); leave out to use "
+            "the outputs imported before."
         ),
     ] = None,
-    overwrite: Annotated[bool, typer.Option(help="Replace the results of an earlier import in OUT.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option(help="Replace the results of an earlier import in OUT, rebuilt from every round's replies.")
+    ] = False,
 ) -> None:
     """Read a Batch output back into a run directory: rows, summary.json and metrics.json as `ceb score` writes.
 

@@ -20,7 +20,7 @@ The batch directory (:class:`BatchDir`)::
 
     batch.json                  the export: tag, effective config, the streams' files and their digests
     round-<k>.jsonl             Batch input file of round k (submit this)
-    round-<k>.output.jsonl      its output, copied in by ``ceb batch import``
+    round-<k>.output.jsonl      its output, every file given for it joined by ``ceb batch import``
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from ceb.backends.batch import (
     BatchBackend,
@@ -206,6 +208,22 @@ def _with_newline(data: bytes) -> bytes:
     return data if not data or data.endswith(b"\n") else data + b"\n"
 
 
+def _kept_lines(imported: Path, known: Mapping[str, object], answered: set[str]) -> bytes:
+    """The lines of a round's output imported before whose request the outputs given now do not answer.
+
+    An output given for a round adds to what was imported for it (OpenAI's error file after its output file, a
+    rerun of some requests), so no reply imported before is dropped; a request answered again takes the new line.
+
+    Raises:
+        DataError: ``imported`` has a malformed line (:func:`~ceb.backends.batch.read_output`).
+    """
+    if not imported.is_file():
+        return b""
+    read_output(imported, known)  # checked first: a broken line is refused naming this file and its line
+    lines = [raw for raw in imported.read_bytes().splitlines() if raw.strip()]
+    return b"".join(raw + b"\n" for raw in lines if orjson.loads(raw)["custom_id"] not in answered)
+
+
 def batchable(name: str) -> bool:
     """Whether method ``name`` can go through a Batch file: a bank-free baseline with a critic of its own."""
     spec = resolve_method(name)
@@ -279,10 +297,11 @@ async def import_batch(
         streams: The export's streams, read from :meth:`BatchDir.streams`.
         batch_dir: The export.
         outputs: The last round's Batch output files (OpenAI's output file and its error file, when there is one;
-            ``vllm run-batch``'s one file), joined into ``batch_dir``'s ``round-<k>.output.jsonl``. Empty: use the
-            outputs imported before.
+            ``vllm run-batch``'s one file), joined into ``batch_dir``'s ``round-<k>.output.jsonl``. They add to what
+            was imported for the round before: a request they answer again takes their line, no other is dropped.
+            Empty: use the outputs imported before.
         run_dir: The run directory to write (as ``ceb score --out``).
-        overwrite: Replace the results of an earlier import there.
+        overwrite: Replace the results of an earlier import there (rebuilt from every round's replies).
         on_row: Called with each row after it is on disk.
 
     Returns:
@@ -321,7 +340,8 @@ async def import_batch(
                     )
                 seen[cid] = path
         if {Path(p).resolve() for p in outputs} != {src.output_file(k).resolve()}:
-            write_atomic(src.output_file(k), b"".join(_with_newline(Path(p).read_bytes()) for p in outputs))
+            kept = _kept_lines(src.output_file(k), known, answered=set(seen))
+            write_atomic(src.output_file(k), kept + b"".join(_with_newline(Path(p).read_bytes()) for p in outputs))
     elif not src.output_file(k).is_file():
         raise RunError(f"round {k} of {src.path} has no imported output; give its Batch output file")
     replies = src.replies(requests)

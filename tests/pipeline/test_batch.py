@@ -301,6 +301,31 @@ async def test_openais_output_and_error_files_are_read_together_and_a_wrong_roun
         )
 
 
+async def test_an_output_given_later_for_the_last_round_adds_to_what_was_imported_and_loses_no_reply(
+    tmp_path: Path, files: dict[str, list[Path]], openai_server: OpenAITestServer
+) -> None:
+    # OpenAI's output and error files are downloaded apart: the error file imported after the output must not
+    # drop the output's replies (it did: the round's imported output was replaced by the error file alone).
+    requests = await _exported(tmp_path, files, openai_server, ["verbalized"])
+    await run_batch(openai_server, requests, tmp_path / "all.jsonl")
+    lines = (tmp_path / "all.jsonl").read_bytes().splitlines()
+    failed = orjson.loads(lines[0]) | {"response": None, "error": {"code": "batch_expired", "message": "expired"}}
+    (tmp_path / "output.jsonl").write_bytes(b"\n".join(lines[1:]) + b"\n")
+    (tmp_path / "errors.jsonl").write_bytes(orjson.dumps(failed) + b"\n")
+    batch, run = tmp_path / "batch", tmp_path / "run"
+    first = await import_batch(data(files), batch, [tmp_path / "output.jsonl"], run)
+    assert first.summary is not None and first.summary.steps_scored == 8 and first.unanswered == 1
+
+    later = await import_batch(data(files), batch, [tmp_path / "errors.jsonl"], run, overwrite=True)
+
+    assert later.summary is not None and later.summary.steps_scored == 8 and later.summary.steps_failed == 1
+    assert later.unanswered == 0 and later.replies == 9
+    assert any("expired" in (r["error"] or "") for r in read_rows(run / "scores.jsonl"))
+    # A request answered again takes the new answer: the batch run again in full replaces every line.
+    again = await import_batch(data(files), batch, [tmp_path / "all.jsonl"], run, overwrite=True)
+    assert again.summary is not None and again.summary.steps_scored == 9 and again.replies == 9
+
+
 async def test_an_import_into_a_run_with_results_is_refused_before_anything_is_copied_in(
     tmp_path: Path, files: dict[str, list[Path]], openai_server: OpenAITestServer
 ) -> None:
