@@ -22,6 +22,7 @@ from ceb.errors import ConfigError, DataError, RunError
 from ceb.eval import run_metrics
 from ceb.pipeline import read_rows, run_scoring
 from ceb.pipeline.batch import BatchDir, export_batch, import_batch
+from ceb.stages.asking import REASK_PREFIX
 from tests.support.builders import step, trajectory
 from tests.support.openai_server import OpenAITestServer, Reply
 
@@ -342,3 +343,31 @@ async def test_an_import_into_a_run_with_results_is_refused_before_anything_is_c
         await import_batch(data(files), batch, [tmp_path / "part.jsonl"], run)
     assert "--resume" not in str(refused.value)
     assert BatchDir(batch).output_file(1).read_bytes() == imported
+
+
+async def test_a_cot_reply_that_cannot_be_read_is_re_asked_in_the_next_round_as_online(
+    tmp_path: Path, files: dict[str, list[Path]], openai_server: OpenAITestServer
+) -> None:
+    def unreadable_first(body: dict[str, Any], i: int) -> Reply:
+        if REASK_PREFIX in body["messages"][-1]["content"]:  # the re-ask, after the reply below
+            return respond(body, i)
+        return Reply("confidence: high")
+
+    openai_server.responder = unreadable_first
+    cfg = config(openai_server, ["cot"])
+    await run_scoring(data(files), cfg, tmp_path / "online")
+    batch, run = tmp_path / "batch", tmp_path / "run"
+    first = await export_batch(data(files), files, cfg, batch)
+    assert first.path is not None
+    await run_batch(openai_server, first.path, tmp_path / "out-1.jsonl")
+
+    second = await import_batch(data(files), batch, [tmp_path / "out-1.jsonl"], run)
+
+    assert second.path is not None and second.round == 2 and second.requests == 9
+    assert {r.custom_id.rsplit("/", 1)[1] for r in read_requests(second.path)} == {"1"}  # after round 1's /0
+    assert all(REASK_PREFIX in r.body["messages"][-1]["content"] for r in read_requests(second.path))
+    await run_batch(openai_server, second.path, tmp_path / "out-2.jsonl")
+    final = await import_batch(data(files), batch, [tmp_path / "out-2.jsonl"], run, overwrite=True)
+    assert final.path is None and final.summary is not None and final.summary.steps_scored == 9
+    assert scores(run) == scores(tmp_path / "online") and None not in scores(run).values()
+    assert {r["requests"] for r in read_rows(run / "scores.jsonl")} == {2}
