@@ -120,7 +120,11 @@ class BatchDir:
         return doc
 
     def config(self) -> RunConfig:
-        """The export's effective configuration."""
+        """The export's effective configuration.
+
+        Raises:
+            RunError: As :meth:`manifest`.
+        """
         return RunConfig.model_validate(self.manifest()["config"])
 
     def streams(self) -> dict[str, list[str]]:
@@ -140,11 +144,20 @@ class BatchDir:
         return {name: list(paths) for name, paths in doc["streams"].items()}
 
     def requests(self) -> list[BatchRequest]:
-        """Every round's requests, in round order."""
+        """Every round's requests, in round order.
+
+        Raises:
+            DataError: A malformed line of a round's file (:func:`~ceb.backends.batch.read_requests`).
+        """
         return [r for k in range(1, self.rounds() + 1) for r in read_requests(self.round_file(k))]
 
     def replies(self, requests: Sequence[BatchRequest]) -> dict[str, BatchReply]:
-        """Every imported round's replies by ``custom_id``."""
+        """Every imported round's replies by ``custom_id``.
+
+        Raises:
+            DataError: A malformed line of an imported output, or an id none of ``requests`` has
+                (:func:`~ceb.backends.batch.read_output`).
+        """
         known = {r.custom_id: r for r in requests}
         out: dict[str, BatchReply] = {}
         for k in range(1, self.rounds() + 1):
@@ -153,7 +166,11 @@ class BatchDir:
         return out
 
     def write_round(self, k: int, lines: Sequence[BatchRequest]) -> Path:
-        """Write round ``k``'s Batch input file (atomically) and return its path."""
+        """Write round ``k``'s Batch input file (atomically) and return its path.
+
+        Raises:
+            OSError: The write failed (the old file, if any, is left as it was).
+        """
         path = self.round_file(k)
         write_atomic(path, b"".join(request_line(r) for r in lines))
         return path
@@ -225,7 +242,11 @@ def _kept_lines(imported: Path, known: Mapping[str, object], answered: set[str])
 
 
 def batchable(name: str) -> bool:
-    """Whether method ``name`` can go through a Batch file: a bank-free baseline with a critic of its own."""
+    """Whether method ``name`` can go through a Batch file: a bank-free baseline with a critic of its own.
+
+    Raises:
+        ConfigError: ``name`` is no method (:func:`~ceb.stages.methods.resolve_method`).
+    """
     spec = resolve_method(name)
     return spec.group == "baseline" and not spec.use_bank and not spec.uses_llm_critic
 
