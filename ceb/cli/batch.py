@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import anyio
 import typer
 
-from ceb.cli._common import Command, Limit, ModelName, config_option, err, out
+from ceb.cli._common import EXIT_FAILED, Command, Limit, ModelName, config_option, err, out
 from ceb.cli.metrics import print_metrics
 
 __all__ = ["BATCH_METHODS", "batch_app"]
@@ -130,6 +130,7 @@ def import_(
     from ceb.data import read_stream
     from ceb.eval import run_metrics, write_metrics
     from ceb.pipeline.batch import BatchDir, import_batch
+    from ceb.pipeline.rundir import RunDir
 
     src = BatchDir(batch_dir)
     data = {name: read_stream(paths) for name, paths in src.streams().items()}
@@ -153,3 +154,6 @@ def import_(
             f"ceb batch import {batch_dir} OUTPUT --out {out_dir} --overwrite",
             soft_wrap=True,
         )
+    elif s is not None and s.steps_failed and not s.steps_scored:  # as ceb score: a whole Batch refused
+        err.print(f"error: every step failed (no score); the reasons are in {RunDir(out_dir).scores}")
+        raise typer.Exit(EXIT_FAILED)
