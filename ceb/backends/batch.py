@@ -278,7 +278,8 @@ class BatchBackend(ChatBackend):
 
         Raises:
             BackendError: No reply yet (the request is now in :attr:`pending`), no reply in the output of the
-                file that held it, or the Batch answered it with an error (its status and message).
+                file that held it, or the Batch answered it with an error (its status and message) or did not run
+                it (a line with an error and no response).
         """
         body = self.wire.payload(request)
         key = body_key(body)
@@ -295,8 +296,9 @@ class BatchBackend(ChatBackend):
         if reply is None:
             self.unanswered.append(cid)
             raise BackendError(f"no reply in the Batch output for {cid}", backend=self.label)
-        if reply.body is None:
-            raise BackendError(f"{reply.status} from the Batch: {reply.error}", backend=self.label)
+        if reply.body is None:  # status 0: a line without a response (OpenAI's expired or cancelled requests)
+            why = f"{reply.status} from the Batch" if reply.status else "not run by the Batch"
+            raise BackendError(f"{why}: {reply.error}", backend=self.label)
         try:
             return parse_completion(
                 reply.body, default_model=self.model, asked_prompt_logprobs=request.extra.get("prompt_logprobs")

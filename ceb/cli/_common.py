@@ -11,7 +11,8 @@ code  meaning
       reply); ``ceb relabel``, no trajectory got a judge label (nothing is written); ``ceb regenerate``, no
       flagged step got a regenerated action; ``ceb bench``, the benchmark failed (its own non-zero exit code when
       it gives one); ``ceb grid --ray``, a shard failed after its retries (every part is kept; ``--resume``
-      continues, nothing is merged until every shard finished)
+      continues, nothing is merged until every shard finished); ``ceb batch import``, no step got a score and
+      none waits for another round
 2     bad input or a refusal, printed as one line ``error: ...`` (a :class:`~ceb.errors.CEBError` naming the
       file, line or field; a path that does not exist; a ``--resume`` of a directory with no run; a port in use;
       a run or state directory another ceb process holds, naming its pid; ``ceb serve`` on a state directory it

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import anyio
 import typer
 
-from ceb.cli._common import Command, Limit, ModelName, config_option, err, out
+from ceb.cli._common import EXIT_FAILED, Command, Limit, ModelName, config_option, err, out
 from ceb.cli.metrics import print_metrics
 
 __all__ = ["BATCH_METHODS", "batch_app"]
@@ -111,11 +111,14 @@ def import_(
     outputs: Annotated[
         list[Path] | None,
         typer.Argument(
-            help="The Batch output file of its last round (and OpenAI's error file, if there is one); leave out to "
-            "use the outputs imported before."
+            help="The Batch output file of its last round (and OpenAI's error file, if there is one), added to what "
+            "was imported for that round before (a request answered again takes the new line); leave out to use "
+            "the outputs imported before."
         ),
     ] = None,
-    overwrite: Annotated[bool, typer.Option(help="Replace the results of an earlier import in OUT.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option(help="Replace the results of an earlier import in OUT, rebuilt from every round's replies.")
+    ] = False,
 ) -> None:
     """Read a Batch output back into a run directory: rows, summary.json and metrics.json as `ceb score` writes.
 
@@ -127,6 +130,7 @@ def import_(
     from ceb.data import read_stream
     from ceb.eval import run_metrics, write_metrics
     from ceb.pipeline.batch import BatchDir, import_batch
+    from ceb.pipeline.rundir import RunDir
 
     src = BatchDir(batch_dir)
     data = {name: read_stream(paths) for name, paths in src.streams().items()}
@@ -150,3 +154,6 @@ def import_(
             f"ceb batch import {batch_dir} OUTPUT --out {out_dir} --overwrite",
             soft_wrap=True,
         )
+    elif s is not None and s.steps_failed and not s.steps_scored:  # as ceb score: a whole Batch refused
+        err.print(f"error: every step failed (no score); the reasons are in {RunDir(out_dir).scores}")
+        raise typer.Exit(EXIT_FAILED)

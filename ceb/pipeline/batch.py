@@ -20,7 +20,7 @@ The batch directory (:class:`BatchDir`)::
 
     batch.json                  the export: tag, effective config, the streams' files and their digests
     round-<k>.jsonl             Batch input file of round k (submit this)
-    round-<k>.output.jsonl      its output, copied in by ``ceb batch import``
+    round-<k>.output.jsonl      its output, every file given for it joined by ``ceb batch import``
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from ceb.backends.batch import (
     BatchBackend,
@@ -46,7 +48,7 @@ from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
 from ceb.errors import ConfigError, RunError
 from ceb.logs import muted
-from ceb.pipeline.rundir import write_atomic
+from ceb.pipeline.rundir import RunDir, write_atomic
 from ceb.pipeline.runner import run_scoring
 from ceb.pipeline.summary import Row, RunSummary
 from ceb.stages.assembly import llm_stages
@@ -118,7 +120,11 @@ class BatchDir:
         return doc
 
     def config(self) -> RunConfig:
-        """The export's effective configuration."""
+        """The export's effective configuration.
+
+        Raises:
+            RunError: As :meth:`manifest`.
+        """
         return RunConfig.model_validate(self.manifest()["config"])
 
     def streams(self) -> dict[str, list[str]]:
@@ -138,11 +144,20 @@ class BatchDir:
         return {name: list(paths) for name, paths in doc["streams"].items()}
 
     def requests(self) -> list[BatchRequest]:
-        """Every round's requests, in round order."""
+        """Every round's requests, in round order.
+
+        Raises:
+            DataError: A malformed line of a round's file (:func:`~ceb.backends.batch.read_requests`).
+        """
         return [r for k in range(1, self.rounds() + 1) for r in read_requests(self.round_file(k))]
 
     def replies(self, requests: Sequence[BatchRequest]) -> dict[str, BatchReply]:
-        """Every imported round's replies by ``custom_id``."""
+        """Every imported round's replies by ``custom_id``.
+
+        Raises:
+            DataError: A malformed line of an imported output, or an id none of ``requests`` has
+                (:func:`~ceb.backends.batch.read_output`).
+        """
         known = {r.custom_id: r for r in requests}
         out: dict[str, BatchReply] = {}
         for k in range(1, self.rounds() + 1):
@@ -151,7 +166,11 @@ class BatchDir:
         return out
 
     def write_round(self, k: int, lines: Sequence[BatchRequest]) -> Path:
-        """Write round ``k``'s Batch input file (atomically) and return its path."""
+        """Write round ``k``'s Batch input file (atomically) and return its path.
+
+        Raises:
+            OSError: The write failed (the old file, if any, is left as it was).
+        """
         path = self.round_file(k)
         write_atomic(path, b"".join(request_line(r) for r in lines))
         return path
@@ -206,8 +225,28 @@ def _with_newline(data: bytes) -> bytes:
     return data if not data or data.endswith(b"\n") else data + b"\n"
 
 
+def _kept_lines(imported: Path, known: Mapping[str, object], answered: set[str]) -> bytes:
+    """The lines of a round's output imported before whose request the outputs given now do not answer.
+
+    An output given for a round adds to what was imported for it (OpenAI's error file after its output file, a
+    rerun of some requests), so no reply imported before is dropped; a request answered again takes the new line.
+
+    Raises:
+        DataError: ``imported`` has a malformed line (:func:`~ceb.backends.batch.read_output`).
+    """
+    if not imported.is_file():
+        return b""
+    read_output(imported, known)  # checked first: a broken line is refused naming this file and its line
+    lines = [raw for raw in imported.read_bytes().splitlines() if raw.strip()]
+    return b"".join(raw + b"\n" for raw in lines if orjson.loads(raw)["custom_id"] not in answered)
+
+
 def batchable(name: str) -> bool:
-    """Whether method ``name`` can go through a Batch file: a bank-free baseline with a critic of its own."""
+    """Whether method ``name`` can go through a Batch file: a bank-free baseline with a critic of its own.
+
+    Raises:
+        ConfigError: ``name`` is no method (:func:`~ceb.stages.methods.resolve_method`).
+    """
     spec = resolve_method(name)
     return spec.group == "baseline" and not spec.use_bank and not spec.uses_llm_critic
 
@@ -279,10 +318,11 @@ async def import_batch(
         streams: The export's streams, read from :meth:`BatchDir.streams`.
         batch_dir: The export.
         outputs: The last round's Batch output files (OpenAI's output file and its error file, when there is one;
-            ``vllm run-batch``'s one file), joined into ``batch_dir``'s ``round-<k>.output.jsonl``. Empty: use the
-            outputs imported before.
+            ``vllm run-batch``'s one file), joined into ``batch_dir``'s ``round-<k>.output.jsonl``. They add to what
+            was imported for the round before: a request they answer again takes their line, no other is dropped.
+            Empty: use the outputs imported before.
         run_dir: The run directory to write (as ``ceb score --out``).
-        overwrite: Replace the results of an earlier import there.
+        overwrite: Replace the results of an earlier import there (rebuilt from every round's replies).
         on_row: Called with each row after it is on disk.
 
     Returns:
@@ -290,13 +330,20 @@ async def import_batch(
 
     Raises:
         DataError: A malformed line of a Batch file, a custom id no request has (names the file, line and field).
-        RunError: No export in ``batch_dir``, changed streams, or ``run_dir`` already holds a run.
+        RunError: No export in ``batch_dir``, changed streams, or ``run_dir`` already holds scored steps and not
+            ``overwrite`` (refused before any output is copied in).
     """
     src = BatchDir(batch_dir)
     doc = src.manifest()
     k = src.rounds()
     if k == 0:
         raise RunError(f"{src.path} holds no Batch file; run ceb batch export")
+    run = RunDir(run_dir)
+    if not overwrite and run.has_scores and run.scored_anything():  # as run_scoring, before anything is copied in
+        raise RunError(
+            f"{run.path} already holds results ({run.SCORES}); import with --overwrite to rebuild it from every "
+            "round's replies (the Batch files are kept), or give a new --out"
+        )
     requests = src.requests()
     if outputs:
         # Each is read before anything is copied in: a malformed file is refused with its own name, nothing replaced.
@@ -314,7 +361,8 @@ async def import_batch(
                     )
                 seen[cid] = path
         if {Path(p).resolve() for p in outputs} != {src.output_file(k).resolve()}:
-            write_atomic(src.output_file(k), b"".join(_with_newline(Path(p).read_bytes()) for p in outputs))
+            kept = _kept_lines(src.output_file(k), known, answered=set(seen))
+            write_atomic(src.output_file(k), kept + b"".join(_with_newline(Path(p).read_bytes()) for p in outputs))
     elif not src.output_file(k).is_file():
         raise RunError(f"round {k} of {src.path} has no imported output; give its Batch output file")
     replies = src.replies(requests)

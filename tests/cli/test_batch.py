@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from ceb.backends.batch import read_requests
 from ceb.cli import app
-from ceb.cli._common import EXIT_ERROR
+from ceb.cli._common import EXIT_ERROR, EXIT_FAILED
 from ceb.data import write_stream
 from ceb.pipeline import read_rows
 from tests.support.builders import step, trajectory
@@ -62,9 +62,44 @@ def test_import_prints_the_metrics_and_the_steps_the_batch_failed(tmp_path: Path
         app, ["batch", "import", str(batch), str(tmp_path / "out.jsonl"), "--out", str(tmp_path / "r")]
     )
 
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == EXIT_FAILED, result.output  # as ceb score: no step got a score
     assert "0 steps scored, 4 failed, from 7 Batch output lines" in result.output
+    assert "error: every step failed (no score)" in result.output
     assert "warning: 1 requests have no line in the Batch output: their steps failed" in result.output
     errors = {r["error"] for r in read_rows(tmp_path / "r" / "scores.jsonl")}
     assert any("400 from the Batch: no such model" in e for e in errors)
     assert (tmp_path / "r" / "metrics.json").is_file() and (batch / "round-1.output.jsonl").is_file()
+
+
+def test_an_import_whose_steps_all_wait_for_the_next_round_is_no_failure(tmp_path: Path) -> None:
+    stream, batch = _stream(tmp_path), tmp_path / "b"
+    result = runner.invoke(
+        app, ["batch", "export", str(stream), "--methods", "pro", "--model", "m", "--out", str(batch)]
+    )
+    assert result.exit_code == 0, result.output
+    lines = []
+    for r in read_requests(batch / "round-1.jsonl"):  # pro's samples, each with its log-probs: teacher forcing next
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": "ls"},
+            "logprobs": {"content": [{"token": "ls", "logprob": -0.1, "bytes": None, "top_logprobs": []}]},
+            "finish_reason": "stop",
+        }
+        body = {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [choice | {"index": i} for i in range(r.body["n"])],
+            "usage": {"prompt_tokens": 10, "completion_tokens": r.body["n"], "total_tokens": 10 + r.body["n"]},
+        }
+        response = {"status_code": 200, "request_id": "r", "body": body}
+        lines.append(orjson.dumps({"id": "x", "custom_id": r.custom_id, "response": response, "error": None}))
+    (tmp_path / "out.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+
+    result = runner.invoke(
+        app, ["batch", "import", str(batch), str(tmp_path / "out.jsonl"), "--out", str(tmp_path / "r")]
+    )
+
+    assert result.exit_code == 0, result.output
+    assert "0 steps scored, 4 failed" in result.output and "round 2: 4 follow-up requests wait in" in result.output

@@ -72,8 +72,13 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     result = runner.invoke(app, ["batch", "export", str(stream), "--model", "m", "--out", str(batch)])
     assert result.exit_code == 0, result.output
     failed = {"status_code": 500, "request_id": "r", "body": None}
+    text = '{"reasoning": ["ok"], "confidence": 70}'  # cot's steps score (a run of failures only exits 1)
+    choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+    cot = {"status_code": 200, "request_id": "r", "body": {"id": "c", "model": "m", "choices": [choice]}}
     lines = [
-        orjson.dumps({"id": "x", "custom_id": r.custom_id, "response": failed, "error": {"message": "down"}})
+        orjson.dumps({"id": "x", "custom_id": r.custom_id, "response": cot, "error": None})
+        if "|cot|" in r.custom_id
+        else orjson.dumps({"id": "x", "custom_id": r.custom_id, "response": failed, "error": {"message": "down"}})
         for r in read_requests(batch / "round-1.jsonl")
     ]
     (root / "batch-out.jsonl").write_bytes(b"\n".join(lines) + b"\n")

@@ -22,6 +22,7 @@ from ceb.errors import ConfigError, DataError, RunError
 from ceb.eval import run_metrics
 from ceb.pipeline import read_rows, run_scoring
 from ceb.pipeline.batch import BatchDir, export_batch, import_batch
+from ceb.stages.asking import REASK_PREFIX
 from tests.support.builders import step, trajectory
 from tests.support.openai_server import OpenAITestServer, Reply
 
@@ -294,8 +295,79 @@ async def test_openais_output_and_error_files_are_read_together_and_a_wrong_roun
     expired = {
         r["error"] for r in read_rows(tmp_path / "run" / "scores.jsonl") if r["error"] and "expired" in r["error"]
     }
-    assert len(expired) == 1
+    assert len(expired) == 1 and "not run by the Batch: expired" in expired.pop()  # no response: no status to give
     with pytest.raises(RunError, match=r"a request of an earlier round; give the output of round 2"):
         await import_batch(
             data(files), tmp_path / "batch", [tmp_path / "output.jsonl"], tmp_path / "run", overwrite=True
         )
+
+
+async def test_an_output_given_later_for_the_last_round_adds_to_what_was_imported_and_loses_no_reply(
+    tmp_path: Path, files: dict[str, list[Path]], openai_server: OpenAITestServer
+) -> None:
+    # OpenAI's output and error files are downloaded apart: the error file imported after the output must not
+    # drop the output's replies (it did: the round's imported output was replaced by the error file alone).
+    requests = await _exported(tmp_path, files, openai_server, ["verbalized"])
+    await run_batch(openai_server, requests, tmp_path / "all.jsonl")
+    lines = (tmp_path / "all.jsonl").read_bytes().splitlines()
+    failed = orjson.loads(lines[0]) | {"response": None, "error": {"code": "batch_expired", "message": "expired"}}
+    (tmp_path / "output.jsonl").write_bytes(b"\n".join(lines[1:]) + b"\n")
+    (tmp_path / "errors.jsonl").write_bytes(orjson.dumps(failed) + b"\n")
+    batch, run = tmp_path / "batch", tmp_path / "run"
+    first = await import_batch(data(files), batch, [tmp_path / "output.jsonl"], run)
+    assert first.summary is not None and first.summary.steps_scored == 8 and first.unanswered == 1
+
+    later = await import_batch(data(files), batch, [tmp_path / "errors.jsonl"], run, overwrite=True)
+
+    assert later.summary is not None and later.summary.steps_scored == 8 and later.summary.steps_failed == 1
+    assert later.unanswered == 0 and later.replies == 9
+    assert any("expired" in (r["error"] or "") for r in read_rows(run / "scores.jsonl"))
+    # A request answered again takes the new answer: the batch run again in full replaces every line.
+    again = await import_batch(data(files), batch, [tmp_path / "all.jsonl"], run, overwrite=True)
+    assert again.summary is not None and again.summary.steps_scored == 9 and again.replies == 9
+
+
+async def test_an_import_into_a_run_with_results_is_refused_before_anything_is_copied_in(
+    tmp_path: Path, files: dict[str, list[Path]], openai_server: OpenAITestServer
+) -> None:
+    requests = await _exported(tmp_path, files, openai_server, ["verbalized"])
+    await run_batch(openai_server, requests, tmp_path / "out.jsonl")
+    lines = (tmp_path / "out.jsonl").read_bytes().splitlines()
+    (tmp_path / "part.jsonl").write_bytes(b"\n".join(lines[:4]) + b"\n")
+    batch, run = tmp_path / "batch", tmp_path / "run"
+    await import_batch(data(files), batch, [tmp_path / "out.jsonl"], run)
+    imported = BatchDir(batch).output_file(1).read_bytes()
+
+    # ceb batch import has no --resume: the message must not send the user to one.
+    with pytest.raises(RunError, match=r"already holds results .*--overwrite") as refused:
+        await import_batch(data(files), batch, [tmp_path / "part.jsonl"], run)
+    assert "--resume" not in str(refused.value)
+    assert BatchDir(batch).output_file(1).read_bytes() == imported
+
+
+async def test_a_cot_reply_that_cannot_be_read_is_re_asked_in_the_next_round_as_online(
+    tmp_path: Path, files: dict[str, list[Path]], openai_server: OpenAITestServer
+) -> None:
+    def unreadable_first(body: dict[str, Any], i: int) -> Reply:
+        if REASK_PREFIX in body["messages"][-1]["content"]:  # the re-ask, after the reply below
+            return respond(body, i)
+        return Reply("confidence: high")
+
+    openai_server.responder = unreadable_first
+    cfg = config(openai_server, ["cot"])
+    await run_scoring(data(files), cfg, tmp_path / "online")
+    batch, run = tmp_path / "batch", tmp_path / "run"
+    first = await export_batch(data(files), files, cfg, batch)
+    assert first.path is not None
+    await run_batch(openai_server, first.path, tmp_path / "out-1.jsonl")
+
+    second = await import_batch(data(files), batch, [tmp_path / "out-1.jsonl"], run)
+
+    assert second.path is not None and second.round == 2 and second.requests == 9
+    assert {r.custom_id.rsplit("/", 1)[1] for r in read_requests(second.path)} == {"1"}  # after round 1's /0
+    assert all(REASK_PREFIX in r.body["messages"][-1]["content"] for r in read_requests(second.path))
+    await run_batch(openai_server, second.path, tmp_path / "out-2.jsonl")
+    final = await import_batch(data(files), batch, [tmp_path / "out-2.jsonl"], run, overwrite=True)
+    assert final.path is None and final.summary is not None and final.summary.steps_scored == 9
+    assert scores(run) == scores(tmp_path / "online") and None not in scores(run).values()
+    assert {r["requests"] for r in read_rows(run / "scores.jsonl")} == {2}
