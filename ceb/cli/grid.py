@@ -195,7 +195,12 @@ def _grid_on_ray(
             if f.cause is not None:  # the run's own error (bad input): the same in every shard, reported as itself
                 raise fail(f.cause)
         names = ", ".join(str(f.shard) for f in result.failed)
-        by_hand = "; ".join(f"ceb grid {config} --shard {f.shard} --out {f.part} --resume" for f in result.failed)
+        # --resume only where the part recorded a run: a shard lost before that (its node gone while it read the
+        # streams) has nothing to resume, and --resume refuses a directory without a run.
+        by_hand = "; ".join(
+            f"ceb grid {config} --shard {f.shard} --out {f.part}" + (" --resume" if RunDir(f.part).started else "")
+            for f in result.failed
+        )
         parts = " ".join(str(RunDir(target).part(i, result.count).path) for i in range(result.count))
         err.print(
             f"error: shard{'s' if len(result.failed) > 1 else ''} {names} failed after {retries} retries; every "

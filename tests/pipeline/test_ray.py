@@ -282,3 +282,41 @@ def test_bad_input_in_the_shards_is_reported_as_without_ray(tmp_path: Path, clus
     assert "beta.jsonl:151" in plain.output
     assert result.output[result.output.index("error:") :] == plain.output[plain.output.index("error:") :]
     assert "Traceback" not in result.output and not RunDir(out).started
+
+
+def test_the_printed_commands_for_a_failed_shard_run_whether_or_not_its_part_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shard out of retries before its part recorded a run (a lost node, a worker killed while reading streams).
+
+    The by-hand command printed for it must not carry ``--resume``, which refuses a directory without a run; the one
+    for a started part must. Ray's side is replaced: only what the driver prints is under test.
+    """
+    from ceb.pipeline import ray_launch
+    from ceb.pipeline.shard import Shard
+
+    grid = _grid(tmp_path)
+    out = tmp_path / "on-ray"
+    started = RunDir(out).part(1, 2)
+    assert runner.invoke(app, ["grid", str(grid), "--shard", "1/2", "--out", str(started.path)]).exit_code == 0
+    fresh = RunDir(out).part(0, 2)
+
+    def failed_launch(*args: object, **kwargs: object) -> ray_launch.RayRun:
+        failed = [
+            ray_launch.ShardFailed(Shard(i, 2), p.path, "WorkerCrashedError: lost")
+            for i, p in enumerate([fresh, started])
+        ]
+        return ray_launch.RayRun(out, 2, [], failed, None, 2)
+
+    monkeypatch.setattr(ray_launch, "run_on_ray", failed_launch)
+    result = runner.invoke(app, ["grid", str(grid), "--ray", "local", "--out", str(out)])
+    assert result.exit_code == EXIT_FAILED, result.output
+    text = " ".join(result.output.split())
+    by_hand = text[text.index("by hand: ") + len("by hand: ") : text.index("; then ceb merge")].split("; ")
+    assert by_hand == [
+        f"ceb grid {grid} --shard 0/2 --out {fresh.path}",
+        f"ceb grid {grid} --shard 1/2 --out {started.path} --resume",
+    ], text
+    for command in by_hand:
+        done = runner.invoke(app, command.split()[1:])
+        assert done.exit_code == 0, (command, done.output)
