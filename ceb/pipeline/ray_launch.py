@@ -230,6 +230,9 @@ def recorded_plan(out: str | Path) -> tuple[int, list[str]] | None:
 def _prepare(out: RunDir, count: int | None, *, resume: bool, overwrite: bool) -> int | None:
     """Check ``out`` for a launch and return the shard count it imposes (``None``: free to choose).
 
+    A resume over a merge that did not finish (no ``summary.json`` in ``out``) removes that merge's files, to merge
+    again once the shards are done.
+
     Raises:
         RunError: ``out`` holds the merged run, or parts of an earlier launch (and neither ``resume`` nor
             ``overwrite``), or a resume finds no parts, or ``count`` differs from the parts' count.
@@ -242,6 +245,11 @@ def _prepare(out: RunDir, count: int | None, *, resume: bool, overwrite: bool) -
             part.remove_results()
         return None
     plan = recorded_plan(out.path)
+    if resume and plan is not None and (out.started or out.has_scores) and out.recorded_summary() is None:
+        # A merge cut short (Ctrl-C, a full disk): merge_runs writes summary.json last, and its files come from the
+        # parts alone, so they are merged again. Refusing would leave only --overwrite, which deletes the parts.
+        log.warning("merging again over a merge that did not finish", out=str(out))
+        out.remove_results()
     if out.started or out.has_scores:
         raise RunError(f"{out} already holds a run; choose a new --out, or pass --overwrite")
     if not resume:
@@ -284,7 +292,8 @@ def run_on_ray(
         retries: Times Ray runs a task again after its worker died (Ray's ``max_retries``).
         cpus_per_task: CPUs Ray reserves for each task (``num_cpus``); a shard's requests wait on an endpoint,
             so 1 is plenty unless the backend runs a model in the process.
-        resume: Continue the parts of an earlier launch into ``out`` (finished ones are kept as they are).
+        resume: Continue the parts of an earlier launch into ``out`` (finished ones are kept as they are); a merge
+            into ``out`` that did not finish is done again.
         overwrite: Replace the results of an earlier launch (the merged run and every part).
         on_shard: Called in the driver as each shard finishes or fails.
 

@@ -284,6 +284,37 @@ def test_bad_input_in_the_shards_is_reported_as_without_ray(tmp_path: Path, clus
     assert "Traceback" not in result.output and not RunDir(out).started
 
 
+def test_a_merge_cut_short_is_redone_by_resume_and_the_parts_are_kept(tmp_path: Path, cluster: object) -> None:
+    """Every shard finished, the merge into OUT stopped half-way (Ctrl-C, a full disk): ``--resume`` merges again.
+
+    The interrupted launch's own message says to continue with ``--resume``; the merged files come from the parts
+    alone, so a merge without its ``summary.json`` is redone, never answered with ``--overwrite`` (which would
+    delete every part's results).
+    """
+    grid = _grid(tmp_path)
+    out = tmp_path / "on-ray"
+    for i in range(SHARDS):
+        part = RunDir(out).part(i, SHARDS).path
+        done = runner.invoke(app, ["grid", str(grid), "--shard", f"{i}/{SHARDS}", "--out", str(part)])
+        assert done.exit_code == 0, done.output
+    merged = runner.invoke(app, ["merge", *[str(p.path) for p in RunDir(out).parts()], "--out", str(out)])
+    assert merged.exit_code == 0, merged.output
+    cut = RunDir(out)
+    cut.summary_file.unlink()
+    cut.metrics_file.unlink()
+    rows = cut.scores.read_bytes()
+    cut.scores.write_bytes(rows[: len(rows) // 2])
+    again = runner.invoke(app, ["grid", str(grid), "--ray", "local", "--out", str(out), "--resume"])
+    assert again.exit_code == 0, again.output
+    assert all((p.recorded_summary() or {}).get("steps_resumed") for p in RunDir(out).parts())  # kept, not redone
+    whole = tmp_path / "whole"
+    assert runner.invoke(app, ["grid", str(grid), "--out", str(whole)]).exit_code == 0
+    _assert_same_run(out, whole)
+    # A finished merge is not redone: a second --resume is refused.
+    refused = runner.invoke(app, ["grid", str(grid), "--ray", "local", "--out", str(out), "--resume"])
+    assert refused.exit_code == EXIT_ERROR and "already holds" in refused.output, refused.output
+
+
 def test_the_printed_commands_for_a_failed_shard_run_whether_or_not_its_part_started(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
