@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ceb.cli._common import EXIT_FAILED, EXIT_INTERRUPTED, Limit, ShardOption, err, fail, out, parse_shard
-from ceb.cli.score import score_and_report
+from ceb.cli.score import score_and_report, sigterm_as_ctrl_c
 from ceb.errors import ConfigError
 
 __all__ = ["grid"]
@@ -173,17 +173,18 @@ def _grid_on_ray(
             err.print(f"shard {outcome.shard} failed: {outcome.error}", soft_wrap=True)
 
     try:
-        result = run_on_ray(
-            picked,
-            cfg,
-            target,
-            address=address,
-            shards=shards,
-            retries=retries,
-            resume=resume,
-            overwrite=overwrite,
-            on_shard=on_shard,
-        )
+        with sigterm_as_ctrl_c():
+            result = run_on_ray(
+                picked,
+                cfg,
+                target,
+                address=address,
+                shards=shards,
+                retries=retries,
+                resume=resume,
+                overwrite=overwrite,
+                on_shard=on_shard,
+            )
     except KeyboardInterrupt:
         err.print(
             f"interrupted: every finished step is in the parts under {target}/{RunDir.PARTS}; continue with {again}",

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -304,7 +306,8 @@ def run_on_ray(
         ConfigError: Ray is not installed (names the extra), an unknown method, or no stream.
         RunError: ``out`` already holds a run or parts (without ``resume`` / ``overwrite``), a resume without
             parts or with another N, or the parts cannot be merged (:func:`~ceb.pipeline.merge.merge_runs`).
-        KeyboardInterrupt: Ctrl-C; the tasks still running are cancelled, every part is kept to resume.
+        KeyboardInterrupt: Ctrl-C (or SIGTERM, when the caller's SIGTERM handler raises it: Ray's own, installed
+            by ``ray.init``, is replaced by the caller's); the tasks still running are cancelled, every part is kept.
     """
     if not streams:
         raise ConfigError("no stream to score")
@@ -316,12 +319,17 @@ def run_on_ray(
     ray = _import_ray()
     fixed = _prepare(target, shards, resume=resume, overwrite=overwrite)
     own = not ray.is_initialized()
+    # ray.init replaces the driver's SIGTERM handler with its own (sys.exit(15)); a caller's handler is put back, so
+    # that a scheduler's SIGTERM stops the launch as the caller chose (ceb's CLI: as Ctrl-C, the parts kept).
+    sigterm = signal.getsignal(signal.SIGTERM)
     if own and address == "local":
         # A Ray instance for this run alone: nothing outside this machine needs to reach it, so it listens on
         # loopback only (Ray's default is the machine's own network address).
         ray.init(address="local", _node_ip_address="127.0.0.1")
     elif own:
         ray.init(address=address)
+    if callable(sigterm) and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, sigterm)
     try:
         cpus = int(ray.cluster_resources().get("CPU", 1))
         count = fixed or shards or max(1, min(lanes, int(cpus / cpus_per_task)))

@@ -149,6 +149,35 @@ def test_ctrl_c_keeps_the_parts_and_they_finish_by_hand(tmp_path: Path) -> None:
     _assert_same_run(out, whole)
 
 
+def test_sigterm_stops_the_launch_as_ctrl_c_does(tmp_path: Path) -> None:
+    """A scheduler's or ``timeout``'s SIGTERM to the driver: exit 130 and the resume command, as for Ctrl-C.
+
+    ``ray.init`` installs its own SIGTERM handler in the driver (``sys.exit(15)``); the launch must keep ceb's.
+    """
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'ceb[ray]'); CI installs it")
+    grid = _grid(tmp_path)
+    out = tmp_path / "on-ray"
+    env = {**os.environ, "RAY_memory_monitor_refresh_ms": "0", "NO_COLOR": "1"}
+    cmd = [sys.executable, str(RUN_PY), "grid", str(grid), "--ray", "local", "--shards", str(SHARDS), "--out", str(out)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 240
+        while proc.poll() is None and time.monotonic() < deadline:
+            if any(f.stat().st_size for f in (out / RunDir.PARTS).glob("*/scores.jsonl")):
+                break
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=120)[0].decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, output
+    assert "interrupted" in output and f"--ray local --resume --out {out}" in output, output
+    assert not RunDir(out).started  # nothing merged
+    assert any(p.has_scores for p in RunDir(out).parts())
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[object]:
     """A local Ray cluster of 2 CPUs on loopback, for this module; ``ceb grid --ray`` in this process joins it."""
