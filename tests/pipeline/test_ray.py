@@ -106,15 +106,11 @@ class _Killer(threading.Thread):
 RUN_PY = Path(__file__).resolve().parents[2] / "run.py"
 
 
-def test_ctrl_c_keeps_the_parts_and_they_finish_by_hand(tmp_path: Path) -> None:
-    """``--ray local`` in a process of its own (its own Ray instance, stopped at exit), interrupted mid-run.
+def _interrupted_launch(grid: Path, out: Path, signum: int, min_rows: int) -> tuple[int, str]:
+    """``ceb grid --ray local`` in its own process, sent ``signum`` once a part holds ``min_rows`` rows.
 
-    First in the module: its Ray instance is gone before the module's cluster starts (two at once on a 2-core
-    machine only slow each other). The parts are then finished by hand, as docs/scale-out.md says, without Ray.
+    Returns its exit code and output (stdout and stderr).
     """
-    pytest.importorskip("ray", reason="Ray is not installed (pip install 'ceb[ray]'); CI installs it")
-    grid = _grid(tmp_path)
-    out = tmp_path / "on-ray"
     env = {**os.environ, "RAY_memory_monitor_refresh_ms": "0", "NO_COLOR": "1"}
     cmd = [sys.executable, str(RUN_PY), "grid", str(grid), "--ray", "local", "--shards", str(SHARDS), "--out", str(out)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -122,16 +118,32 @@ def test_ctrl_c_keeps_the_parts_and_they_finish_by_hand(tmp_path: Path) -> None:
         deadline = time.monotonic() + 240
         while proc.poll() is None and time.monotonic() < deadline:
             rows = [f.read_bytes().count(b"\n") for f in (out / RunDir.PARTS).glob("*/scores.jsonl")]
-            if rows and max(rows) >= 40:
+            if rows and max(rows) >= min_rows:
                 break
             time.sleep(0.01)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         output = proc.communicate(timeout=120)[0].decode()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130, output
+    return proc.returncode, output
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_launch_keeps_the_parts_and_they_finish_by_hand(tmp_path: Path, signum: int) -> None:
+    """``--ray local`` in a process of its own (its own Ray instance, stopped at exit), interrupted mid-run.
+
+    By Ctrl-C, or by SIGTERM as a scheduler or ``timeout`` sends it (``ray.init`` installs a SIGTERM handler of its
+    own in the driver, ``sys.exit(15)``; the launch must keep ceb's). First in the module: its Ray instance is gone
+    before the module's cluster starts (two at once on a 2-core machine only slow each other). The parts are then
+    finished by hand, as docs/scale-out.md says, without Ray.
+    """
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'ceb[ray]'); CI installs it")
+    grid = _grid(tmp_path)
+    out = tmp_path / "on-ray"
+    code, output = _interrupted_launch(grid, out, signum, min_rows=40)
+    assert code == 130, output
     assert "interrupted" in output and f"--ray local --resume --out {out}" in output, output
     assert not RunDir(out).started  # nothing merged
     parts = [RunDir(out).part(i, SHARDS) for i in range(SHARDS)]
@@ -147,35 +159,6 @@ def test_ctrl_c_keeps_the_parts_and_they_finish_by_hand(tmp_path: Path) -> None:
     whole = tmp_path / "whole"
     assert runner.invoke(app, ["grid", str(grid), "--out", str(whole)]).exit_code == 0
     _assert_same_run(out, whole)
-
-
-def test_sigterm_stops_the_launch_as_ctrl_c_does(tmp_path: Path) -> None:
-    """A scheduler's or ``timeout``'s SIGTERM to the driver: exit 130 and the resume command, as for Ctrl-C.
-
-    ``ray.init`` installs its own SIGTERM handler in the driver (``sys.exit(15)``); the launch must keep ceb's.
-    """
-    pytest.importorskip("ray", reason="Ray is not installed (pip install 'ceb[ray]'); CI installs it")
-    grid = _grid(tmp_path)
-    out = tmp_path / "on-ray"
-    env = {**os.environ, "RAY_memory_monitor_refresh_ms": "0", "NO_COLOR": "1"}
-    cmd = [sys.executable, str(RUN_PY), "grid", str(grid), "--ray", "local", "--shards", str(SHARDS), "--out", str(out)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 240
-        while proc.poll() is None and time.monotonic() < deadline:
-            if any(f.stat().st_size for f in (out / RunDir.PARTS).glob("*/scores.jsonl")):
-                break
-            time.sleep(0.01)
-        proc.send_signal(signal.SIGTERM)
-        output = proc.communicate(timeout=120)[0].decode()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 130, output
-    assert "interrupted" in output and f"--ray local --resume --out {out}" in output, output
-    assert not RunDir(out).started  # nothing merged
-    assert any(p.has_scores for p in RunDir(out).parts())
 
 
 @pytest.fixture(scope="module")
