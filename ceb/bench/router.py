@@ -120,7 +120,8 @@ async def run_router_bench(
         hit rate; ``makespan_ratio_rr_over_hash`` (above 1: consistent hashing finished sooner) and ``better``.
 
     Raises:
-        RuntimeError: A shard failed, or a replica has no prefix-cache counters.
+        RuntimeError: A replica cannot empty its prefix cache (not in dev mode), a shard failed, or a replica has no
+            prefix-cache counters.
         ConfigError: This ``ceb`` is not imported from a checkout (the router is started by its
             ``tests/support/vllm_router.py``).
     """
@@ -133,6 +134,14 @@ async def run_router_bench(
         for i in range(settings.repeats):
             for arm in ARMS:
                 reset = [await reset_prefix_cache(session, r) for r in roots]
+                if not all(reset):
+                    # Each consistent_hash run follows a round_robin run over the same prompts: from a cache not
+                    # emptied it would find them there, and the comparison would favour it.
+                    kept = ", ".join(r for r, ok in zip(roots, reset, strict=True) if not ok)
+                    raise RuntimeError(
+                        f"{kept}: POST /reset_prefix_cache did not empty the prefix cache; start the replicas with "
+                        f"VLLM_SERVER_DEV_MODE=1"
+                    )
                 before = [await server_metrics(session, r) for r in roots]
                 with router.serve_router(roots, work / f"router-{arm}-{i}.log", policy=arm, **binary) as served:
                     wall, scored, failed = await anyio.to_thread.run_sync(
