@@ -5,7 +5,8 @@ Two or more vLLM replicas sit behind vLLM's own router (``vllm-router``, started
 the choice of replica is the router's alone. ``consistent_hash`` keys on ``X-Session-ID``, which carries ceb's
 lane key, so a lane's requests meet the prefix cache its earlier requests filled; ``round_robin`` spreads them.
 
-Both arms in one run, alternated (``round_robin``, ``consistent_hash``, ``round_robin``, ...), each replica's
+Both arms in one run, alternated in ABBA order (``round_robin``, ``consistent_hash``, then ``consistent_hash``,
+``round_robin``, ...: a steady drift of the machine's load weighs on both alike), each replica's
 prefix cache emptied before each arm (``POST /reset_prefix_cache``: the replicas need ``VLLM_SERVER_DEV_MODE=1``).
 Figures per arm: the makespan (from launching the shard processes until the last one exits, their start-up
 included alike in both arms) and the prefix-cache hit rate per replica and overall, from each replica's
@@ -43,7 +44,7 @@ from ceb.pipeline.results import read_step_rows
 __all__ = ["ARMS", "RouterBenchSettings", "main", "run_router_bench"]
 
 ARMS = ("round_robin", "consistent_hash")
-"""The router's policies compared, in the order each repeat runs them."""
+"""The router's policies compared, in the order even-numbered repeats run them (odd ones reverse it)."""
 
 _CLI = "from ceb.cli import main; main()"
 
@@ -57,7 +58,7 @@ class RouterBenchSettings:
         limit: Trajectories scored per stream (``ceb score --limit``).
         shards: ``ceb score`` processes run at once (``--shard i/N``).
         max_concurrency: ``backend.max_concurrency`` of each process (its requests in flight to the router).
-        repeats: Runs per arm, arms alternated.
+        repeats: Runs per arm, arms alternated (ABBA: odd-numbered repeats run ``consistent_hash`` first).
     """
 
     methods: tuple[str, ...] = ("static",)
@@ -120,7 +121,8 @@ async def run_router_bench(
         hit rate; ``makespan_ratio_rr_over_hash`` (above 1: consistent hashing finished sooner) and ``better``.
 
     Raises:
-        RuntimeError: A shard failed, or a replica has no prefix-cache counters.
+        RuntimeError: A replica cannot empty its prefix cache (not in dev mode), a shard failed, or a replica has no
+            prefix-cache counters.
         ConfigError: This ``ceb`` is not imported from a checkout (the router is started by its
             ``tests/support/vllm_router.py``).
     """
@@ -131,8 +133,18 @@ async def run_router_bench(
     runs: list[dict[str, Any]] = []
     async with aiohttp.ClientSession() as session:
         for i in range(settings.repeats):
-            for arm in ARMS:
+            # ABBA: the arms swap places every repeat, so a steady drift of the machine's load (shared, here)
+            # weighs on both alike; round_robin first every time would give consistent_hash the later slot in each.
+            for arm in ARMS if i % 2 == 0 else ARMS[::-1]:
                 reset = [await reset_prefix_cache(session, r) for r in roots]
+                if not all(reset):
+                    # Each consistent_hash run follows a round_robin run over the same prompts: from a cache not
+                    # emptied it would find them there, and the comparison would favour it.
+                    kept = ", ".join(r for r, ok in zip(roots, reset, strict=True) if not ok)
+                    raise RuntimeError(
+                        f"{kept}: POST /reset_prefix_cache did not empty the prefix cache; start the replicas with "
+                        f"VLLM_SERVER_DEV_MODE=1"
+                    )
                 before = [await server_metrics(session, r) for r in roots]
                 with router.serve_router(roots, work / f"router-{arm}-{i}.log", policy=arm, **binary) as served:
                     wall, scored, failed = await anyio.to_thread.run_sync(
@@ -270,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=3, help="trajectories per stream (default: 3)")
     ap.add_argument("--shards", type=int, default=2, help="ceb score processes at once (default: 2)")
     ap.add_argument("--max-concurrency", type=int, default=8, help="each process's requests in flight (default: 8)")
-    ap.add_argument("--repeats", type=int, default=2, help="runs per arm, arms alternated (default: 2)")
+    ap.add_argument("--repeats", type=int, default=2, help="runs per arm, arms alternated ABBA (default: 2)")
     ap.add_argument("--kv-cache-gib", type=int, default=1, help="--real: each replica's KV cache (GiB)")
     args = ap.parse_args(argv)
     if args.replica is not None and (len(args.replica) < 2 or not args.model):

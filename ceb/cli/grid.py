@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ceb.cli._common import EXIT_FAILED, EXIT_INTERRUPTED, Limit, ShardOption, err, fail, out, parse_shard
-from ceb.cli.score import score_and_report
+from ceb.cli.score import score_and_report, sigterm_as_ctrl_c
 from ceb.errors import ConfigError
 
 __all__ = ["grid"]
@@ -173,17 +173,18 @@ def _grid_on_ray(
             err.print(f"shard {outcome.shard} failed: {outcome.error}", soft_wrap=True)
 
     try:
-        result = run_on_ray(
-            picked,
-            cfg,
-            target,
-            address=address,
-            shards=shards,
-            retries=retries,
-            resume=resume,
-            overwrite=overwrite,
-            on_shard=on_shard,
-        )
+        with sigterm_as_ctrl_c():
+            result = run_on_ray(
+                picked,
+                cfg,
+                target,
+                address=address,
+                shards=shards,
+                retries=retries,
+                resume=resume,
+                overwrite=overwrite,
+                on_shard=on_shard,
+            )
     except KeyboardInterrupt:
         err.print(
             f"interrupted: every finished step is in the parts under {target}/{RunDir.PARTS}; continue with {again}",
@@ -195,7 +196,12 @@ def _grid_on_ray(
             if f.cause is not None:  # the run's own error (bad input): the same in every shard, reported as itself
                 raise fail(f.cause)
         names = ", ".join(str(f.shard) for f in result.failed)
-        by_hand = "; ".join(f"ceb grid {config} --shard {f.shard} --out {f.part} --resume" for f in result.failed)
+        # --resume only where the part recorded a run: a shard lost before that (its node gone while it read the
+        # streams) has nothing to resume, and --resume refuses a directory without a run.
+        by_hand = "; ".join(
+            f"ceb grid {config} --shard {f.shard} --out {f.part}" + (" --resume" if RunDir(f.part).started else "")
+            for f in result.failed
+        )
         parts = " ".join(str(RunDir(target).part(i, result.count).path) for i in range(result.count))
         err.print(
             f"error: shard{'s' if len(result.failed) > 1 else ''} {names} failed after {retries} retries; every "

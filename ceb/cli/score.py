@@ -32,7 +32,7 @@ from ceb.cli._common import (
 from ceb.cli.metrics import print_metrics
 from ceb.errors import reported_error
 
-__all__ = ["score", "score_and_report"]
+__all__ = ["score", "score_and_report", "sigterm_as_ctrl_c"]
 
 
 _ENGINE = "vLLM engine (--backend vllm)"
@@ -181,7 +181,7 @@ def score(
 
 
 @contextmanager
-def _sigterm_as_ctrl_c() -> Iterator[None]:
+def sigterm_as_ctrl_c() -> Iterator[None]:
     """Within the block, SIGTERM (``timeout``, a scheduler) stops the run as Ctrl-C does: summary.json is written."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -244,7 +244,7 @@ def score_and_report(
     scores = RunDir(run_dir).scores
     again = resume_hint or f"the same command and --resume {run_dir}"
     try:
-        with _sigterm_as_ctrl_c(), progress, quiet_gc():
+        with sigterm_as_ctrl_c(), progress, quiet_gc():
             summary = anyio.run(
                 lambda: run_scoring(
                     data,

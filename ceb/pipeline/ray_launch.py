@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -230,6 +232,9 @@ def recorded_plan(out: str | Path) -> tuple[int, list[str]] | None:
 def _prepare(out: RunDir, count: int | None, *, resume: bool, overwrite: bool) -> int | None:
     """Check ``out`` for a launch and return the shard count it imposes (``None``: free to choose).
 
+    A resume over a merge that did not finish (no ``summary.json`` in ``out``) removes that merge's files, to merge
+    again once the shards are done.
+
     Raises:
         RunError: ``out`` holds the merged run, or parts of an earlier launch (and neither ``resume`` nor
             ``overwrite``), or a resume finds no parts, or ``count`` differs from the parts' count.
@@ -242,6 +247,11 @@ def _prepare(out: RunDir, count: int | None, *, resume: bool, overwrite: bool) -
             part.remove_results()
         return None
     plan = recorded_plan(out.path)
+    if resume and plan is not None and (out.started or out.has_scores) and out.recorded_summary() is None:
+        # A merge cut short (Ctrl-C, a full disk): merge_runs writes summary.json last, and its files come from the
+        # parts alone, so they are merged again. Refusing would leave only --overwrite, which deletes the parts.
+        log.warning("merging again over a merge that did not finish", out=str(out))
+        out.remove_results()
     if out.started or out.has_scores:
         raise RunError(f"{out} already holds a run; choose a new --out, or pass --overwrite")
     if not resume:
@@ -284,7 +294,8 @@ def run_on_ray(
         retries: Times Ray runs a task again after its worker died (Ray's ``max_retries``).
         cpus_per_task: CPUs Ray reserves for each task (``num_cpus``); a shard's requests wait on an endpoint,
             so 1 is plenty unless the backend runs a model in the process.
-        resume: Continue the parts of an earlier launch into ``out`` (finished ones are kept as they are).
+        resume: Continue the parts of an earlier launch into ``out`` (finished ones are kept as they are); a merge
+            into ``out`` that did not finish is done again.
         overwrite: Replace the results of an earlier launch (the merged run and every part).
         on_shard: Called in the driver as each shard finishes or fails.
 
@@ -295,7 +306,8 @@ def run_on_ray(
         ConfigError: Ray is not installed (names the extra), an unknown method, or no stream.
         RunError: ``out`` already holds a run or parts (without ``resume`` / ``overwrite``), a resume without
             parts or with another N, or the parts cannot be merged (:func:`~ceb.pipeline.merge.merge_runs`).
-        KeyboardInterrupt: Ctrl-C; the tasks still running are cancelled, every part is kept to resume.
+        KeyboardInterrupt: Ctrl-C (or SIGTERM, when the caller's SIGTERM handler raises it: Ray's own, installed
+            by ``ray.init``, is replaced by the caller's); the tasks still running are cancelled, every part is kept.
     """
     if not streams:
         raise ConfigError("no stream to score")
@@ -307,12 +319,17 @@ def run_on_ray(
     ray = _import_ray()
     fixed = _prepare(target, shards, resume=resume, overwrite=overwrite)
     own = not ray.is_initialized()
+    # ray.init replaces the driver's SIGTERM handler with its own (sys.exit(15)); a caller's handler is put back, so
+    # that a scheduler's SIGTERM stops the launch as the caller chose (ceb's CLI: as Ctrl-C, the parts kept).
+    sigterm = signal.getsignal(signal.SIGTERM)
     if own and address == "local":
         # A Ray instance for this run alone: nothing outside this machine needs to reach it, so it listens on
         # loopback only (Ray's default is the machine's own network address).
         ray.init(address="local", _node_ip_address="127.0.0.1")
     elif own:
         ray.init(address=address)
+    if callable(sigterm) and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, sigterm)
     try:
         cpus = int(ray.cluster_resources().get("CPU", 1))
         count = fixed or shards or max(1, min(lanes, int(cpus / cpus_per_task)))

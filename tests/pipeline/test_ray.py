@@ -106,15 +106,11 @@ class _Killer(threading.Thread):
 RUN_PY = Path(__file__).resolve().parents[2] / "run.py"
 
 
-def test_ctrl_c_keeps_the_parts_and_they_finish_by_hand(tmp_path: Path) -> None:
-    """``--ray local`` in a process of its own (its own Ray instance, stopped at exit), interrupted mid-run.
+def _interrupted_launch(grid: Path, out: Path, signum: int, min_rows: int) -> tuple[int, str]:
+    """``ceb grid --ray local`` in its own process, sent ``signum`` once a part holds ``min_rows`` rows.
 
-    First in the module: its Ray instance is gone before the module's cluster starts (two at once on a 2-core
-    machine only slow each other). The parts are then finished by hand, as docs/scale-out.md says, without Ray.
+    Returns its exit code and output (stdout and stderr).
     """
-    pytest.importorskip("ray", reason="Ray is not installed (pip install 'ceb[ray]'); CI installs it")
-    grid = _grid(tmp_path)
-    out = tmp_path / "on-ray"
     env = {**os.environ, "RAY_memory_monitor_refresh_ms": "0", "NO_COLOR": "1"}
     cmd = [sys.executable, str(RUN_PY), "grid", str(grid), "--ray", "local", "--shards", str(SHARDS), "--out", str(out)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -122,16 +118,32 @@ def test_ctrl_c_keeps_the_parts_and_they_finish_by_hand(tmp_path: Path) -> None:
         deadline = time.monotonic() + 240
         while proc.poll() is None and time.monotonic() < deadline:
             rows = [f.read_bytes().count(b"\n") for f in (out / RunDir.PARTS).glob("*/scores.jsonl")]
-            if rows and max(rows) >= 40:
+            if rows and max(rows) >= min_rows:
                 break
             time.sleep(0.01)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         output = proc.communicate(timeout=120)[0].decode()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130, output
+    return proc.returncode, output
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_launch_keeps_the_parts_and_they_finish_by_hand(tmp_path: Path, signum: int) -> None:
+    """``--ray local`` in a process of its own (its own Ray instance, stopped at exit), interrupted mid-run.
+
+    By Ctrl-C, or by SIGTERM as a scheduler or ``timeout`` sends it (``ray.init`` installs a SIGTERM handler of its
+    own in the driver, ``sys.exit(15)``; the launch must keep ceb's). First in the module: its Ray instance is gone
+    before the module's cluster starts (two at once on a 2-core machine only slow each other). The parts are then
+    finished by hand, as docs/scale-out.md says, without Ray.
+    """
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'ceb[ray]'); CI installs it")
+    grid = _grid(tmp_path)
+    out = tmp_path / "on-ray"
+    code, output = _interrupted_launch(grid, out, signum, min_rows=40)
+    assert code == 130, output
     assert "interrupted" in output and f"--ray local --resume --out {out}" in output, output
     assert not RunDir(out).started  # nothing merged
     parts = [RunDir(out).part(i, SHARDS) for i in range(SHARDS)]
@@ -282,3 +294,72 @@ def test_bad_input_in_the_shards_is_reported_as_without_ray(tmp_path: Path, clus
     assert "beta.jsonl:151" in plain.output
     assert result.output[result.output.index("error:") :] == plain.output[plain.output.index("error:") :]
     assert "Traceback" not in result.output and not RunDir(out).started
+
+
+def test_a_merge_cut_short_is_redone_by_resume_and_the_parts_are_kept(tmp_path: Path, cluster: object) -> None:
+    """Every shard finished, the merge into OUT stopped half-way (Ctrl-C, a full disk): ``--resume`` merges again.
+
+    The interrupted launch's own message says to continue with ``--resume``; the merged files come from the parts
+    alone, so a merge without its ``summary.json`` is redone, never answered with ``--overwrite`` (which would
+    delete every part's results).
+    """
+    grid = _grid(tmp_path)
+    out = tmp_path / "on-ray"
+    for i in range(SHARDS):
+        part = RunDir(out).part(i, SHARDS).path
+        done = runner.invoke(app, ["grid", str(grid), "--shard", f"{i}/{SHARDS}", "--out", str(part)])
+        assert done.exit_code == 0, done.output
+    merged = runner.invoke(app, ["merge", *[str(p.path) for p in RunDir(out).parts()], "--out", str(out)])
+    assert merged.exit_code == 0, merged.output
+    cut = RunDir(out)
+    cut.summary_file.unlink()
+    cut.metrics_file.unlink()
+    rows = cut.scores.read_bytes()
+    cut.scores.write_bytes(rows[: len(rows) // 2])
+    again = runner.invoke(app, ["grid", str(grid), "--ray", "local", "--out", str(out), "--resume"])
+    assert again.exit_code == 0, again.output
+    assert all((p.recorded_summary() or {}).get("steps_resumed") for p in RunDir(out).parts())  # kept, not redone
+    whole = tmp_path / "whole"
+    assert runner.invoke(app, ["grid", str(grid), "--out", str(whole)]).exit_code == 0
+    _assert_same_run(out, whole)
+    # A finished merge is not redone: a second --resume is refused.
+    refused = runner.invoke(app, ["grid", str(grid), "--ray", "local", "--out", str(out), "--resume"])
+    assert refused.exit_code == EXIT_ERROR and "already holds" in refused.output, refused.output
+
+
+def test_the_printed_commands_for_a_failed_shard_run_whether_or_not_its_part_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shard out of retries before its part recorded a run (a lost node, a worker killed while reading streams).
+
+    The by-hand command printed for it must not carry ``--resume``, which refuses a directory without a run; the one
+    for a started part must. Ray's side is replaced: only what the driver prints is under test.
+    """
+    from ceb.pipeline import ray_launch
+    from ceb.pipeline.shard import Shard
+
+    grid = _grid(tmp_path)
+    out = tmp_path / "on-ray"
+    started = RunDir(out).part(1, 2)
+    assert runner.invoke(app, ["grid", str(grid), "--shard", "1/2", "--out", str(started.path)]).exit_code == 0
+    fresh = RunDir(out).part(0, 2)
+
+    def failed_launch(*args: object, **kwargs: object) -> ray_launch.RayRun:
+        failed = [
+            ray_launch.ShardFailed(Shard(i, 2), p.path, "WorkerCrashedError: lost")
+            for i, p in enumerate([fresh, started])
+        ]
+        return ray_launch.RayRun(out, 2, [], failed, None, 2)
+
+    monkeypatch.setattr(ray_launch, "run_on_ray", failed_launch)
+    result = runner.invoke(app, ["grid", str(grid), "--ray", "local", "--out", str(out)])
+    assert result.exit_code == EXIT_FAILED, result.output
+    text = " ".join(result.output.split())
+    by_hand = text[text.index("by hand: ") + len("by hand: ") : text.index("; then ceb merge")].split("; ")
+    assert by_hand == [
+        f"ceb grid {grid} --shard 0/2 --out {fresh.path}",
+        f"ceb grid {grid} --shard 1/2 --out {started.path} --resume",
+    ], text
+    for command in by_hand:
+        done = runner.invoke(app, command.split()[1:])
+        assert done.exit_code == 0, (command, done.output)
