@@ -39,7 +39,7 @@ from ceb.bench.options import bench_parser, checkout_module, require_checkout, r
 from ceb.bench.routing import cache_deltas
 from ceb.bench.server_admin import reset_prefix_cache, server_metrics
 from ceb.data.intercode import convert_intercode
-from ceb.pipeline.results import read_step_rows
+from ceb.pipeline.rundir import RunDir
 
 __all__ = ["ARMS", "RouterBenchSettings", "main", "run_router_bench"]
 
@@ -93,7 +93,7 @@ def _shards(
         if code != 0:
             tail = log.read_text(errors="replace")[-2000:]
             raise RuntimeError(f"a ceb score shard exited with {code}:\n{tail}")
-    rows = [r for run in runs for r in read_step_rows(run / "scores.jsonl")]
+    rows = [r for run in runs for r in RunDir(run).step_rows()]
     return wall, sum(r.status == "scored" for r in rows), sum(r.status == "failed" for r in rows)
 
 
