@@ -182,7 +182,10 @@ def score(
 
 @contextmanager
 def sigterm_as_ctrl_c() -> Iterator[None]:
-    """Within the block, SIGTERM (``timeout``, a scheduler) stops the run as Ctrl-C does: summary.json is written."""
+    """Within the block, SIGTERM (``timeout``, a scheduler) stops the run as Ctrl-C does: summary.json is written.
+
+    So does SIGINT, also in a process started with SIGINT ignored (in the background by a script, or by ``nohup``).
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -190,11 +193,18 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
     # cancels the run's main task, whose cleanup writes summary.json, then KeyboardInterrupt is raised. Raising
     # KeyboardInterrupt from this handler instead landed at any bytecode, inside the loop's own machinery too, and
     # on a loaded machine a run so stopped sometimes never exited.
+    # A process a script or nohup starts in the background (`ceb score ... &`) has SIGINT ignored: the relay, and
+    # so SIGTERM, was then ignored too, and the run went on to its end. Within the block SIGINT is Ctrl-C's again.
+    sigint = signal.getsignal(signal.SIGINT)
+    if sigint is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: signal.raise_signal(signal.SIGINT))
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if sigint is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def score_and_report(

@@ -30,12 +30,21 @@ def _stream(path: Path, n: int) -> Path:
     return path
 
 
-def test_sigterm_writes_the_summary_and_exits_as_ctrl_c(tmp_path: Path) -> None:
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["foreground", "background"])
+def test_sigterm_writes_the_summary_and_exits_as_ctrl_c(tmp_path: Path, background: bool) -> None:
+    """SIGTERM stops the run as Ctrl-C does, also in a process started in the background by a script or ``nohup``
+    (``ceb score ... &``), which a non-interactive shell starts with SIGINT ignored: SIGTERM is passed on as SIGINT,
+    and an ignored SIGINT had swallowed it, so the run went on to the end and exited 0."""
     stream = _stream(tmp_path / "big.jsonl", 5_000)
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     args = [sys.executable, str(REPO / "run.py"), "--progress", "off", "score", str(stream), "--out", str(run)]
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    start = _ignore_sigint if background else None
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=start)
     try:
         deadline = time.monotonic() + 60
         while not ((run / "scores.jsonl").is_file() and (run / "scores.jsonl").stat().st_size > 0):
