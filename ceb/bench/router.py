@@ -36,7 +36,7 @@ import anyio
 
 from ceb.bench.machine import machine_info
 from ceb.bench.options import bench_parser, checkout_module, require_checkout, run_and_save
-from ceb.bench.routing import cache_deltas
+from ceb.bench.routing import arm_means, cache_deltas, run_record
 from ceb.bench.server_admin import reset_prefix_cache, server_metrics
 from ceb.data.intercode import convert_intercode
 from ceb.pipeline.rundir import RunDir
@@ -151,31 +151,9 @@ async def run_router_bench(
                         _shards, streams, served.base_url, model, settings, work / f"{arm}-{i}"
                     )
                 after = [await server_metrics(session, r) for r in roots]
-                replicas = cache_deltas(roots, before, after)
-                q, h = sum(r["queries"] for r in replicas), sum(r["hits"] for r in replicas)
-                runs.append(
-                    {
-                        "arm": arm,
-                        "repeat": i,
-                        "makespan_s": wall,
-                        "steps_scored": scored,
-                        "steps_failed": failed,
-                        "cache_reset": all(reset),
-                        "replicas": replicas,
-                        "queries": q,
-                        "hits": h,
-                        "hit_rate": h / q if q else None,
-                    }
-                )
+                runs.append(run_record(arm, i, wall, scored, failed, reset, cache_deltas(roots, before, after)))
                 _print_run(runs[-1])
-    arms: dict[str, dict[str, Any]] = {}
-    for arm in ARMS:
-        mine = [r for r in runs if r["arm"] == arm]
-        q = sum(r["queries"] for r in mine)
-        arms[arm] = {
-            "mean_makespan_s": sum(r["makespan_s"] for r in mine) / len(mine),
-            "hit_rate": sum(r["hits"] for r in mine) / q if q else None,
-        }
+    arms = arm_means(runs, ARMS)
     rr, ch = arms["round_robin"]["mean_makespan_s"], arms["consistent_hash"]["mean_makespan_s"]
     return {
         "settings": asdict(settings),

@@ -170,6 +170,47 @@ def cache_deltas(
     return out
 
 
+def run_record(
+    arm: str,
+    repeat: int,
+    makespan_s: float,
+    scored: int,
+    failed: int,
+    reset: Sequence[bool],
+    replicas: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """One run of an arm as the benchmark files record it.
+
+    Its makespan (s), steps scored and failed, whether every replica's cache was emptied before it, and the
+    prefix-cache tokens looked up and hit per replica (``replicas``, from :func:`cache_deltas`) and over all.
+    """
+    queries, hits = sum(r["queries"] for r in replicas), sum(r["hits"] for r in replicas)
+    return {
+        "arm": arm,
+        "repeat": repeat,
+        "makespan_s": makespan_s,
+        "steps_scored": scored,
+        "steps_failed": failed,
+        "cache_reset": all(reset),
+        "replicas": replicas,
+        "queries": queries,
+        "hits": hits,
+        "hit_rate": _share(hits, queries),
+    }
+
+
+def arm_means(runs: Sequence[Mapping[str, Any]], arms: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per arm, the mean makespan (s) over its runs and the hit rate over all their tokens (``None``: none)."""
+    out: dict[str, dict[str, Any]] = {}
+    for arm in arms:
+        mine = [r for r in runs if r["arm"] == arm]
+        out[arm] = {
+            "mean_makespan_s": sum(r["makespan_s"] for r in mine) / len(mine),
+            "hit_rate": _share(sum(r["hits"] for r in mine), sum(r["queries"] for r in mine)),
+        }
+    return out
+
+
 async def run_priority_bench(
     streams: Mapping[str, Sequence[Trajectory]], root: str, model: str, settings: RoutingBenchSettings, work: Path
 ) -> dict[str, Any]:
@@ -265,29 +306,8 @@ async def run_affinity_bench(
                 )
                 wall, scored, failed = await _score(streams, config, work / f"affinity-{arm}-{i}")
                 after = [await server_metrics(session, r) for r in roots]
-                replicas = cache_deltas(roots, before, after)
-                q, h = sum(r["queries"] for r in replicas), sum(r["hits"] for r in replicas)
-                runs.append(
-                    {
-                        "arm": arm,
-                        "repeat": i,
-                        "makespan_s": wall,
-                        "steps_scored": scored,
-                        "steps_failed": failed,
-                        "cache_reset": all(reset),
-                        "replicas": replicas,
-                        "queries": q,
-                        "hits": h,
-                        "hit_rate": _share(h, q),
-                    }
-                )
-    arms: dict[str, dict[str, Any]] = {}
-    for arm in ("least_outstanding", "affinity"):
-        mine = [r for r in runs if r["arm"] == arm]
-        arms[arm] = {
-            "mean_makespan_s": sum(r["makespan_s"] for r in mine) / len(mine),
-            "hit_rate": _share(sum(r["hits"] for r in mine), sum(r["queries"] for r in mine)),
-        }
+                runs.append(run_record(arm, i, wall, scored, failed, reset, cache_deltas(roots, before, after)))
+    arms = arm_means(runs, ("least_outstanding", "affinity"))
     lo, af = arms["least_outstanding"]["mean_makespan_s"], arms["affinity"]["mean_makespan_s"]
     return {
         "settings": asdict(settings),

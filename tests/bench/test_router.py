@@ -71,3 +71,19 @@ async def test_replicas_that_cannot_empty_their_prefix_cache_are_refused_before_
         with pytest.raises(RuntimeError, match=r"reset_prefix_cache.*VLLM_SERVER_DEV_MODE=1"):
             await run_router_bench([], [root, f"{root}/v1"], "m", RouterBenchSettings(repeats=1), work)
     assert not list(work.glob("router-*.log"))  # no router was started, no arm run
+
+
+def test_an_arms_hit_rate_pools_its_runs_tokens_and_its_makespan_is_their_mean() -> None:
+    from ceb.bench.routing import arm_means, run_record
+
+    replica = [{"root": "r", "queries": 100.0, "hits": 90.0, "hit_rate": 0.9}]
+    small = [{"root": "r", "queries": 10.0, "hits": 0.0, "hit_rate": 0.0}]
+    runs = [
+        run_record("a", 0, 10.0, 5, 0, [True], replica),
+        run_record("a", 1, 20.0, 5, 0, [True], small),
+        run_record("b", 0, 30.0, 5, 1, [True, False], []),
+    ]
+    assert runs[2]["cache_reset"] is False and runs[2]["hit_rate"] is None  # no tokens looked up: no rate
+    means = arm_means(runs, ("a", "b"))
+    assert means["a"] == {"mean_makespan_s": 15.0, "hit_rate": 90.0 / 110.0}  # pooled, not the mean of 0.9 and 0
+    assert means["b"] == {"mean_makespan_s": 30.0, "hit_rate": None}
