@@ -39,7 +39,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, fields
 from typing import Any
@@ -95,6 +95,24 @@ class CacheCounts:
     uncacheable: int = 0
     stored: int = 0
     sent: int = 0
+
+    @classmethod
+    def total(cls, counts: Iterable[CacheCounts]) -> CacheCounts | None:
+        """The sum of ``counts`` (several stores, or the parts of a merged run); ``None`` when there are none.
+
+        The sum carries the first one's ``mode`` and ``path``.
+        """
+        every = list(counts)
+        if not every:
+            return None
+        out = cls(mode=every[0].mode, path=every[0].path)
+        for c in every:
+            out.hits += c.hits
+            out.misses += c.misses
+            out.uncacheable += c.uncacheable
+            out.stored += c.stored
+            out.sent += c.sent
+        return out
 
 
 class ReplyCache:

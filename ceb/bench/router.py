@@ -36,7 +36,7 @@ import anyio
 
 from ceb.bench.machine import machine_info
 from ceb.bench.options import bench_parser, checkout_module, require_checkout, run_and_save
-from ceb.bench.routing import arm_means, cache_deltas, run_record
+from ceb.bench.routing import arm_means, cache_deltas, print_arms, print_run, run_record
 from ceb.bench.server_admin import reset_prefix_cache, server_metrics
 from ceb.data.intercode import convert_intercode
 from ceb.pipeline.rundir import RunDir
@@ -152,7 +152,7 @@ async def run_router_bench(
                     )
                 after = [await server_metrics(session, r) for r in roots]
                 runs.append(run_record(arm, i, wall, scored, failed, reset, cache_deltas(roots, before, after)))
-                _print_run(runs[-1])
+                print_run(runs[-1], 15)
     arms = arm_means(runs, ARMS)
     rr, ch = arms["round_robin"]["mean_makespan_s"], arms["consistent_hash"]["mean_makespan_s"]
     return {
@@ -182,20 +182,8 @@ makespan ratio round_robin / consistent_hash; writes ``router-<UTC>.json`` with 
 """
 
 
-def _print_run(r: dict[str, Any]) -> None:
-    per = ", ".join(f"{x['hit_rate']:.1%}" if x["hit_rate"] is not None else "-" for x in r["replicas"])
-    rate = f"{r['hit_rate']:.1%}" if r["hit_rate"] is not None else "-"
-    print(
-        f"  {r['arm']:>15} #{r['repeat']}: makespan {r['makespan_s']:6.1f} s, {r['steps_scored']} steps "
-        f"({r['steps_failed']} failed), hit rate {rate} (per replica {per}; {r['queries']:,.0f} tokens looked up)",
-        flush=True,
-    )
-
-
 def _print(doc: dict[str, Any]) -> None:
-    for arm, a in doc["arms"].items():
-        rate = f"{a['hit_rate']:.1%}" if a["hit_rate"] is not None else "-"
-        print(f"  {arm:>15}: mean makespan {a['mean_makespan_s']:.1f} s, hit rate {rate}")
+    print_arms(doc["arms"], 15)
     print(f"  round_robin/consistent_hash makespan = {doc['makespan_ratio_rr_over_hash']:.3f}; better: {doc['better']}")
 
 

@@ -211,6 +211,27 @@ def arm_means(runs: Sequence[Mapping[str, Any]], arms: Sequence[str]) -> dict[st
     return out
 
 
+def _rate(share: float | None) -> str:
+    return "-" if share is None else f"{share:.1%}"
+
+
+def print_run(r: Mapping[str, Any], width: int) -> None:
+    """Print one :func:`run_record`: makespan, steps, and the hit rate overall and per replica (``-``: no tokens)."""
+    per = ", ".join(_rate(x["hit_rate"]) for x in r["replicas"])
+    print(
+        f"  {r['arm']:>{width}} #{r['repeat']}: makespan {r['makespan_s']:6.1f} s, {r['steps_scored']} steps "
+        f"({r['steps_failed']} failed), hit rate {_rate(r['hit_rate'])} (per replica {per}; "
+        f"{r['queries']:,.0f} tokens looked up)",
+        flush=True,
+    )
+
+
+def print_arms(arms: Mapping[str, Mapping[str, Any]], width: int) -> None:
+    """Print :func:`arm_means`: each arm's mean makespan and pooled hit rate."""
+    for arm, a in arms.items():
+        print(f"  {arm:>{width}}: mean makespan {a['mean_makespan_s']:.1f} s, hit rate {_rate(a['hit_rate'])}")
+
+
 async def run_priority_bench(
     streams: Mapping[str, Sequence[Trajectory]], root: str, model: str, settings: RoutingBenchSettings, work: Path
 ) -> dict[str, Any]:
@@ -347,13 +368,8 @@ def _print_priority(doc: dict[str, Any]) -> None:
 def _print_affinity(doc: dict[str, Any]) -> None:
     print(f"\naffinity ({len(doc['runs'][0]['replicas'])} replicas): streams {doc['streams']}")
     for r in doc["runs"]:
-        per = ", ".join(f"{x['hit_rate']:.1%}" if x["hit_rate"] is not None else "-" for x in r["replicas"])
-        print(
-            f"  {r['arm']:>17} #{r['repeat']}: makespan {r['makespan_s']:6.1f} s, hit rate {r['hit_rate']:.1%} "
-            f"(per replica {per}; {r['queries']:,.0f} tokens looked up)"
-        )
-    for arm, a in doc["arms"].items():
-        print(f"  {arm:>17}: mean makespan {a['mean_makespan_s']:.1f} s, hit rate {a['hit_rate']:.1%}")
+        print_run(r, 17)
+    print_arms(doc["arms"], 17)
     print(
         f"  least_outstanding/affinity makespan = {doc['makespan_ratio_lo_over_affinity']:.3f}; better: {doc['better']}"
     )

@@ -257,9 +257,5 @@ def _merged_summary(parts: Sequence[_Part], target: RunDir, rank: Mapping[LaneKe
         raise RunError(f"part {part.run}: {part.run.summary_file} is not a summary this ceb reads ({exc})") from exc
     merged.banks.sort(key=lambda b: (rank.get((b.stream, b.order, b.method, b.critic), len(rank)), b.order))
     if caches:
-        cache = CacheCounts(mode=caches[0].mode, path=caches[0].path)
-        for c in caches:
-            for name in ("hits", "misses", "uncacheable", "stored", "sent"):
-                setattr(cache, name, getattr(cache, name) + getattr(c, name))
-        merged.cache = cache
+        merged.cache = CacheCounts.total(caches)
     return merged

@@ -99,18 +99,7 @@ def labellers(config: RunConfig) -> list[Labeller]:
 def cache_counts(stages: Iterable[Stages]) -> CacheCounts | None:
     """The reply cache counts of ``stages``, summed over their distinct stores; ``None`` without a cache."""
     stores = {id(s.cache): s.cache for s in stages if s.cache is not None}
-    if not stores:
-        return None
-    first = next(iter(stores.values())).counts
-    total = CacheCounts(mode=first.mode, path=first.path)
-    for store in stores.values():
-        c = store.counts
-        total.hits += c.hits
-        total.misses += c.misses
-        total.uncacheable += c.uncacheable
-        total.stored += c.stored
-        total.sent += c.sent
-    return total
+    return CacheCounts.total(store.counts for store in stores.values())
 
 
 @dataclass

@@ -20,19 +20,16 @@ import contextlib
 import os
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.vllm_server import VLLM_VENV, _free_port, serve_process
 
-__all__ = ["ROUTER_BIN", "ROUTER_VERSION", "RouterServer", "replica_lanes", "serve_router"]
+__all__ = ["ROUTER_BIN", "RouterServer", "replica_lanes", "serve_router"]
 
 ROUTER_BIN = VLLM_VENV / "bin" / "vllm-router"
 """The router's launcher in ``.venv-vllm``."""
-
-ROUTER_VERSION = "0.1.17"
-"""The version ``.ci/install-vllm`` installs (kept in step with it)."""
 
 _RECEIVED = re.compile(r"Received request chatcmpl-ceb-[a-z_]+-([0-9a-f]{8})-([0-9a-f]{32})\b")
 """vLLM's ``--enable-log-requests`` line for one of ceb's lane requests: the lane's tag and the attempt's id."""
@@ -130,12 +127,6 @@ def replica_lanes(logs: Mapping[str, Path], since: Mapping[str, int] | None = No
         with path.open("rb") as f:
             f.seek((since or {}).get(name, 0))
             text = f.read().decode("utf-8", errors="replace")
-        for tag in _tags(text.splitlines()):
-            out[tag][name] += 1
+        for m in _RECEIVED.finditer(text):
+            out[m.group(1)][name] += 1
     return {tag: dict(per) for tag, per in out.items()}
-
-
-def _tags(lines: Iterable[str]) -> Iterator[str]:
-    for line in lines:
-        if m := _RECEIVED.search(line):
-            yield m.group(1)

@@ -28,6 +28,7 @@ from ceb.data import convert_intercode, read_stream, write_stream
 from ceb.eval import run_metrics
 from ceb.pipeline import read_rows, run_scoring
 from ceb.pipeline.batch import export_batch, import_batch
+from ceb.pipeline.rundir import RunDir
 from tests.support.paths import INTERCODE
 from tests.support.real_model import real_model_dir
 from tests.support.vllm_server import REAL_MODEL_NAME, VLLM_PYTHON, VLLMServer, cpu_env, engine_flags
@@ -78,7 +79,7 @@ def _run_batch(requests: Path, output: Path, log: Path) -> float:
 
 
 def _rows(run: Path) -> dict[tuple[str, str, int], dict[str, Any]]:
-    return {(r["method"], r["trajectory"], r["step"]): r for r in read_rows(run / "scores.jsonl")}
+    return {(r["method"], r["trajectory"], r["step"]): r for r in read_rows(RunDir(run).scores)}
 
 
 async def test_vllm_run_batch_gives_the_online_scores_of_every_bank_free_baseline(

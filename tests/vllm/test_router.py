@@ -25,7 +25,7 @@ import pytest
 
 from ceb.backends.scheduling import lane_tag
 from ceb.data import convert_intercode
-from ceb.pipeline.results import read_step_rows
+from ceb.pipeline.rundir import RunDir
 from ceb.pipeline.shard import lane_id, shard_of
 from tests.support.paths import INTERCODE
 from tests.support.real_model import real_model_dir
@@ -112,7 +112,7 @@ def _run_under(
     lanes: dict[str, str] = {}
     sent: dict[str, int] = {}
     for i, run in enumerate(runs):
-        rows = list(read_step_rows(run / "scores.jsonl"))
+        rows = list(RunDir(run).step_rows())
         assert rows and all(r.status == "scored" for r in rows), [r.error for r in rows if r.error]
         for r in rows:
             key = (r.stream, r.order, r.method, r.critic)
