@@ -110,7 +110,7 @@ def regenerate(
     )
     from ceb.pipeline.relabel import require_references
     from ceb.pipeline.rundir import RunDir
-    from ceb.stages.templates import PromptSet
+    from ceb.stages.assembly import prompt_set
 
     cfg = model_config(
         "regenerate",
@@ -140,7 +140,7 @@ def regenerate(
     wanted = {s[0] for s in plan.steps}
     in_plan = [t for t in trajectories if t.id in wanted]
     references = step_references(in_plan, tasks, elements)
-    prompts = PromptSet(cfg.prompts.prompt_dir, cfg.prompts)
+    prompts = prompt_set(cfg)
     register_secret_env(cfg.backend.api_key_env)
     target = RegenerationDir(out_dir if out_dir is not None else run.regeneration_dir)
     actor = f"{cfg.backend.name}:{cfg.backend.model or ''}"

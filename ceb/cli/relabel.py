@@ -67,7 +67,7 @@ def relabel(
     from ceb.data import read_stream
     from ceb.logs import register_secret_env
     from ceb.pipeline.relabel import RelabelSummary, relabel_stream, require_references
-    from ceb.stages.templates import PromptSet
+    from ceb.stages.assembly import prompt_set
 
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise typer.BadParameter(f"{name!r}: use letters, digits, '_', '-' and '.'", param_hint="--name")
@@ -87,7 +87,7 @@ def relabel(
         raise fail(f"{out_file} exists; give --overwrite to replace it")
     trajectories = read_stream([stream])
     require_references(trajectories)  # before the endpoint is opened: a refused stream costs no request
-    prompts = PromptSet(cfg.prompts.prompt_dir, cfg.prompts)
+    prompts = prompt_set(cfg)
     register_secret_env(cfg.backend.api_key_env)
     out_file.parent.mkdir(parents=True, exist_ok=True)
 

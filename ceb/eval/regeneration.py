@@ -16,7 +16,7 @@ actions' rates.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -167,18 +167,5 @@ def regeneration_doc(
         "trajectories": len({s[0] for s in plan.steps}),
         "budgets": list(plan.budgets),
         "seeds": list(plan.seeds),
-        "curves": [
-            {
-                "selection": c.selection,
-                "budgets": list(c.budgets),
-                "positive_rate": list(c.positive_rate),
-                "task_accuracy": list(c.task_accuracy),
-                "positive_rate_std": list(c.positive_rate_std),
-                "task_accuracy_std": list(c.task_accuracy_std),
-                "flagged": list(c.flagged),
-                "changed": list(c.changed),
-                "failed": list(c.failed),
-            }
-            for c in curves
-        ],
+        "curves": [asdict(c) for c in curves],
     }

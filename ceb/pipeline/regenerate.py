@@ -135,11 +135,12 @@ class RegenerationPlan:
         yield ORACLE, None, self.oracle
 
     def to_ask(self) -> tuple[StepKey, ...]:
-        """Every step some selection flags at some budget, once each, in stream order."""
-        wanted: set[StepKey] = set()
-        for _, _, ranking in self.rankings():
-            for budget in self.budgets:
-                wanted.update(self.flagged(ranking, budget))
+        """Every step some selection flags at some budget, once each, in stream order.
+
+        A budget flags a prefix of a ranking, longer for a larger budget, so the largest budget's flags hold all.
+        """
+        largest = max(self.budgets, default=0)
+        wanted = {s for _, _, ranking in self.rankings() for s in self.flagged(ranking, largest)}
         return tuple(s for s in self.steps if s in wanted)
 
 
