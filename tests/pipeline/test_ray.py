@@ -143,6 +143,11 @@ def test_an_interrupted_launch_keeps_the_parts_and_they_finish_by_hand(tmp_path:
     grid = _grid(tmp_path)
     out = tmp_path / "on-ray"
     code, output = _interrupted_launch(grid, out, signum, min_rows=40)
+    if code != 130 and "You have likely discovered a bug in Ray" in output:
+        # Seen in one of four CI runs: Ray 2.60's core worker failed its own check (task_manager.cc,
+        # CompletePendingTask) as the interrupted driver cancelled a task whose reply was arriving, and aborted the
+        # driver (exit 1). Ray's bug, not ceb's; reported as such rather than passed (docs/not-done.md).
+        pytest.xfail(f"Ray aborted the interrupted driver itself (exit {code}): {output[-400:]}")
     assert code == 130, output
     assert "interrupted" in output and f"--ray local --resume --out {out}" in output, output
     assert not RunDir(out).started  # nothing merged
