@@ -184,5 +184,7 @@ METHOD = register_method(
         use_repetition_flag=False,
         critic=build,
         needs=("chat",),
+        uses=("structured_output", "schema_bounds"),
+        fallback="the last 'Confidence: c' line of a free-text reply is read",
     )
 )
