@@ -130,7 +130,8 @@ async def render_prompts(
     def take(trajectory: str, step: int | None, stage: str) -> None:
         for request in recorder.requests:
             body = wire.payload(request)
-            out.append(RenderedRequest(trajectory, step, stage, len(bank), tuple(request.messages), body))
+            messages = tuple(dict(m) for m in request.messages)
+            out.append(RenderedRequest(trajectory, step, stage, len(bank), messages, body))
         recorder.requests.clear()
 
     async with recorded:  # closes what a baseline opened (an actor endpoint is the recorder too)
