@@ -185,7 +185,7 @@ def test_every_command_is_fuzzed_but_bench() -> None:
     assert {path[0] for path in FUZZED} == {
         "score", "grid", "merge", "metrics", "doctor", "sim-server", "report", "export", "serve", "convert", "relabel",
         "regenerate",
-        "batch",
+        "batch", "prompts",
     }  # fmt: skip
     assert all(not command.params for path, command in COMMANDS.items() if path[0] == "bench")
 
