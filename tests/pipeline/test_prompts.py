@@ -60,16 +60,14 @@ def amex_references() -> dict[str, list[list[str]]]:
     return out
 
 
-def convert(kind: str, tmp_path: Path, observation: Observation) -> list[Trajectory]:
+def convert(kind: str, tmp_path: Path, observation: Observation | None = None) -> list[Trajectory]:
+    """The fixture's streams, with the converter's default observation unless one is named."""
+    mode = {"observation": observation} if observation is not None else {}
     if kind == "mind2web":
-        written = convert_mind2web(M2W, M2W / "predictions.jsonl", tmp_path, observation=observation)
+        written = convert_mind2web(M2W, M2W / "predictions.jsonl", tmp_path, **mode)
     else:
         written = convert_amex(
-            AMEX / "instruction_anno",
-            AMEX / "predictions.jsonl",
-            tmp_path,
-            elements=AMEX / "element_anno",
-            observation=observation,
+            AMEX / "instruction_anno", AMEX / "predictions.jsonl", tmp_path, elements=AMEX / "element_anno", **mode
         )
     return [t for s in written for t in read_stream([s.path])]
 
@@ -116,7 +114,7 @@ METHOD_NAMES = METHODS.names()
 
 @pytest.mark.parametrize("kind", ["mind2web", "amex"])
 def test_no_prompt_of_any_method_shows_a_reference_action(kind: str, tmp_path: Path) -> None:
-    trajectories = convert(kind, tmp_path, "next-state")
+    trajectories = convert(kind, tmp_path)  # the defaults: converter, prompts, config
     stages = set()
     for method in METHOD_NAMES:
         rendered = render_all(trajectories, method)
