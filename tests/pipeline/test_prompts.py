@@ -22,6 +22,7 @@ from ceb.data.converters import Observation
 from ceb.data.trajectory import Trajectory
 from ceb.errors import ConfigError
 from ceb.pipeline.prompts import RenderedRequest, render_prompts
+from ceb.stages.judge import first_without_reference, judge_context
 from ceb.stages.methods import METHODS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -183,3 +184,15 @@ def test_the_command_prints_messages_or_json_bodies(tmp_path: Path) -> None:
     assert all(r["body"]["messages"][0]["role"] == "system" for r in rows)
     bad = runner.invoke(app, ["prompts", str(stream), "--trajectory", "nope"])
     assert bad.exit_code == 2 and "error: no trajectory 'nope'" in bad.output
+
+
+@pytest.mark.parametrize("kind", ["mind2web", "amex"])
+def test_the_judge_still_gets_the_reference_from_meta(kind: str, tmp_path: Path) -> None:
+    # The judge aside: it is shown the human's action on purpose, now from meta, as no observation holds it.
+    trajectories = convert(kind, tmp_path)
+    for t in trajectories:
+        shown = [s["reference"] for s in judge_context(t)["steps"]]
+        assert shown == t.meta["reference_actions"] and all(shown)
+    assert first_without_reference(trajectories) is None
+    # A stage's blinded copy carries no meta, and so no reference.
+    assert first_without_reference([t.blinded() for t in trajectories]) == (trajectories[0].blinded(), 0)
