@@ -345,6 +345,13 @@ class HindsightConfig(_Section):
     """Model name of the labeller at its endpoint; ``None``: the critic's ``backend.model``."""
     api_key_env: str | None = None
     """Environment variable holding the labeller's API key; ``None``: the critic's ``backend.api_key_env``."""
+    gui_observations: bool = False
+    """Show each step's observation ("what happened") in the web and mobile hindsight prompt, and let the offline
+    labeller read it. ``False``, the paper's appendix template for web steps (``Step i: [op] element | reason``):
+    operation, element, value and reasoning only. On the offline benchmarks an observation is the next page or
+    screen (``ceb convert``'s default) or, in a stream converted with ``--observation reference``, the human's
+    action, from which the ground-truth labels are computed: turning this on then shows the labeller the answer.
+    The shell and SQL prompts always show observations (a command's output is their evidence)."""
 
 
 class BaselineConfig(_Section):

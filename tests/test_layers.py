@@ -283,6 +283,8 @@ REPEATED_BASENAMES: dict[str, str] = {
     "readout.py": "as bank.py",
     "reuse.py": "as bank.py",
     "offline.py": "the one offline backend: its registration (backends/) and its critic and labeler (stages/)",
+    "prompts.py": "as relabel.py (the walk that renders a method's requests: pipeline/prompts.py; its command: "
+    "cli/prompts.py)",
 }
 """Module basenames allowed in several places, each because it means the same thing in each of them. A name
 used for different things (``metrics.py`` once named both the ECE code and the Prometheus reader) is renamed

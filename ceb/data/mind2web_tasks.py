@@ -152,7 +152,8 @@ def iter_tasks(path: Path, layout: str, *, need_reprs: bool) -> Iterator[Task]:
     Args:
         path: The task file.
         layout: ``"raw"`` or ``"multimodal"`` (as :func:`task_files` resolved it).
-        need_reprs: Read the human's action representations (``observation="reference"`` shows them).
+        need_reprs: Read the human's action representations (kept in ``meta["reference_actions"]``; read unless
+            ``observation="empty"``).
 
     Raises:
         DataError: The file cannot be read or breaks its layout (names the file, the task or row, the step
@@ -343,7 +344,7 @@ def read_task(path: Path, index: int, record: Any, *, need_reprs: bool) -> Task:
         path: The task file.
         index: The task's index in the file's list.
         record: The decoded task object.
-        need_reprs: Read ``action_reprs`` (``observation="reference"`` shows them).
+        need_reprs: Read ``action_reprs`` (kept in ``meta["reference_actions"]``; read unless ``observation="empty"``).
 
     Raises:
         DataError: The task breaks the layout (names the file, the ``annotation_id``, the step and the field).
@@ -369,7 +370,8 @@ def read_task(path: Path, index: int, record: Any, *, need_reprs: bool) -> Task:
     ):
         raise fail(
             "action_reprs",
-            f"must be a list of {len(actions)} strings, one per action (observation='reference' reads it)",
+            f"must be a list of {len(actions)} strings, one per action (kept for the judge; "
+            "observation='empty' does not read it)",
         )
     read = tuple(
         _read_action(action, t, reprs[t] if need_reprs and isinstance(reprs, list) else None, fail)

@@ -15,7 +15,7 @@ import anyio
 import structlog
 
 from ceb.backends.base import ChatBackend
-from ceb.data.converters import REFERENCE_OBSERVATION
+from ceb.data.converters import REFERENCE_ACTIONS, REFERENCE_OBSERVATION
 from ceb.data.reader import write_stream
 from ceb.data.trajectory import Trajectory
 from ceb.errors import DataError, Problem
@@ -68,11 +68,13 @@ def require_references(trajectories: Sequence[Trajectory], why: str = _WHY_JUDGE
         trajectory, t = missing
         path, _, line = trajectory.source.rpartition(":")
         message = (
-            f"no reference action (an observation starting {REFERENCE_OBSERVATION.strip()!r}, as the Mind2Web and "
-            f"AMEX converters write it); {why}"
+            f"no reference action (meta.{REFERENCE_ACTIONS}, as the Mind2Web and AMEX converters write it, or, in an "
+            f"older stream, an observation starting {REFERENCE_OBSERVATION.strip()!r}); {why}"
         )
         lineno = int(line) if line.isdigit() else 0
-        raise DataError(Problem(path or "<stream>", lineno, f"steps[{t}].observation", message, trajectory.id, t))
+        raise DataError(
+            Problem(path or "<stream>", lineno, f"meta.{REFERENCE_ACTIONS}[{t}]", message, trajectory.id, t)
+        )
 
 
 def _with_label(trajectory: Trajectory, name: str, labels: tuple[int, ...]) -> Trajectory:

@@ -91,7 +91,7 @@ def llm_stages(config: RunConfig, chat: ChatBackend, limits: EndpointLimits | No
 
 def offline_stages(config: RunConfig, limits: EndpointLimits | None = None) -> Stages:
     """The model-free stand-ins of :mod:`ceb.stages.offline`."""
-    return Stages(critic=OfflineCritic(), hindsight=OfflineHindsight(), limits=limits)
+    return Stages(critic=OfflineCritic(), hindsight=OfflineHindsight(config.hindsight), limits=limits)
 
 
 def actor_chat(config: RunConfig, stages: Stages) -> ChatBackend | None:
