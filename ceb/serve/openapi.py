@@ -35,7 +35,7 @@ _TOOL_CALL = {
     "type": "object",
     "description": "A tool call; the action becomes `name {arguments as canonical JSON}`.",
     "required": ["name"],
-    "properties": {"name": _STR, "arguments": {"type": ["object", "string", "array"]}},
+    "properties": {"name": _STR, "arguments": {"type": ["object", "string"]}},
 }
 
 _MESSAGE = {
