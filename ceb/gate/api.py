@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import time
 from contextlib import AsyncExitStack, ExitStack
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -85,6 +85,7 @@ from ceb.errors import (
     BackendError,
     ConfigError,
     DuplicateTrajectoryError,
+    FatalBackendError,
     OverloadedError,
     RunError,
     StreamLimitError,
@@ -105,13 +106,31 @@ from ceb.gate.types import (
     check_stream_name,
 )
 from ceb.stages.assembly import Stages, build_critic, build_stages
-from ceb.stages.base import HistoryItem
+from ceb.stages.base import Critic, CriticInput, CriticResult, HistoryItem
 from ceb.stages.methods import MethodSpec, resolve_method
 from ceb.stages.step import precedents, score_step
 
 __all__ = ["Gate", "SyncGate"]
 
 log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _LiveCritic:
+    """The gate's critic: an endpoint that refuses the request fails the step, as any other critic failure does.
+
+    A batch run stops on :class:`~ceb.errors.FatalBackendError` (a wrong key or model name: every step would fail
+    the same way). A live agent must get its answer all the same: the step gets ``score=None`` and
+    ``gate.on_failure``, the error says why, and :class:`~ceb.gate.health.CriticHealth` counts it.
+    """
+
+    inner: Critic
+
+    async def score(self, inp: CriticInput) -> CriticResult:
+        try:
+            return await self.inner.score(inp)
+        except FatalBackendError as exc:
+            return CriticResult(score=None, raw="", error=f"endpoint refused the request: {exc}")
 
 
 class Gate:
@@ -169,7 +188,7 @@ class Gate:
             if self._stages is None:
                 self._stages = build_stages(self.config)
                 await stack.enter_async_context(self._stages)
-            self.critic = build_critic(self.method, self.config, self._stages)
+            self.critic: Critic = _LiveCritic(build_critic(self.method, self.config, self._stages))
             self.critic_health.endpoint = self._stages.chat.endpoint if self._stages.chat is not None else None
             stack.push_async_callback(self._close_files)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
@@ -294,7 +313,8 @@ class Gate:
 
         Returns:
             The confidence, the decision and how it was reached. A critic failure is a confidence with
-            ``score=None`` and ``decision = gate.on_failure``, not an exception.
+            ``score=None`` and ``decision = gate.on_failure``, not an exception: an endpoint that is down, and
+            one that refuses the request (a wrong key or model name) too; :attr:`critic_health` counts both.
 
         Raises:
             DataError: ``stream`` is not a valid name, or ``context`` breaks the rules ``ceb serve`` and the stream

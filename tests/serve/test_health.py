@@ -122,3 +122,23 @@ async def test_ceb_serve_warns_naming_an_unreachable_critic_serves_anyway_and_sa
     (warning,) = [line for line in log.read_text().splitlines() if "critic endpoint cannot be reached" in line]
     assert f"endpoint={url}" in warning and "connection refused" in warning
     assert status == 503 and health["status"] == "degraded" and health["critic"]["endpoint"] == url
+
+
+async def test_an_endpoint_that_refuses_the_model_fails_the_step_and_counts_never_a_500(
+    tmp_path: Path, openai_server: OpenAITestServer
+) -> None:
+    # Up at start under another model name, say: the check passed, then every request is refused (404).
+    openai_server.responder = lambda body, i: Reply.error(404, body={"error": {"message": "no such model"}})
+    async with Gate(_config(openai_server.base_url, openai_server.model)) as gate:
+        server = TestServer(make_app(gate), host="127.0.0.1")
+        await server.start_server()
+        try:
+            async with aiohttp.ClientSession() as session:
+                for _ in range(2):
+                    status, c = await _get(session, server, "/v1/score", SCORE)
+                    assert status == 200 and c["status"] == "failed" and c["decision"] == "review", c
+                    assert c["error"].startswith("endpoint refused the request: 404") and "no such model" in c["error"]
+                status, health = await _get(session, server, "/health")
+        finally:
+            await server.close()
+    assert status == 503 and health["critic"]["consecutive_failures"] == 2
