@@ -144,18 +144,15 @@ class JudgmentLog:
 
     @contextmanager
     def appender(self) -> Iterator[IO[bytes]]:
-        """The journal open for appending, held exclusively (a cut last line cut off first).
+        """The journal open for appending and held exclusively; a cut last line is cut off once it is held.
+
+        Read it (:meth:`read`) inside the block: what it holds then is what no other run will change.
 
         Raises:
             RunError: Another ``ceb relabel`` is writing the same output (names the journal).
             OSError: The journal cannot be opened or cut (names it).
         """
         try:
-            if self.path.is_file():
-                data = self.path.read_bytes()
-                keep = data.rfind(b"\n") + 1
-                if keep < len(data):
-                    os.truncate(self.path, keep)
             sink = self.path.open("ab")
         except OSError as exc:
             raise with_path(exc, self.path) from exc
@@ -165,9 +162,18 @@ class JudgmentLog:
             except BlockingIOError:
                 raise RunError(f"{self.path} is in use: another ceb relabel is writing the same output") from None
             try:
+                data = self.path.read_bytes()
+                keep = data.rfind(b"\n") + 1
+                if keep < len(data):  # a write cut short by a kill: the next line must not continue it
+                    log.warning("cutting off a cut last line", file=str(self.path), line=data.count(b"\n") + 1)
+                    os.ftruncate(sink.fileno(), keep)
+            except OSError as exc:
+                raise with_path(exc, self.path) from exc
+            try:
                 yield sink
             finally:
-                if sink.tell() == 0:  # nothing recorded, by this run or an earlier one: leave no empty file behind
+                sink.flush()
+                if os.fstat(sink.fileno()).st_size == 0:  # nothing recorded, now or before: leave no empty file
                     self.path.unlink(missing_ok=True)
 
     def remove(self) -> None:
@@ -220,16 +226,16 @@ async def relabel_stream(
     judge = LLMJudge(chat, prompts)
     journal = JudgmentLog(out)
     keys = [JudgmentLog.key(judge_name, judge.messages(t)) for t in trajectories]
-    recorded = journal.read()
-    labels: list[tuple[int, ...] | None] = [recorded.get((t.id, k)) for t, k in zip(trajectories, keys, strict=True)]
-    reused = sum(y is not None for y in labels)
-    if reused:
-        log.info("judgments recorded by an earlier run are reused", file=str(journal.path), reused=reused)
     unreadable: list[tuple[str, str]] = []
     stats = CallStats()
-    pending = iter([i for i, y in enumerate(labels) if y is None])
 
     with journal.appender() as sink:
+        recorded = journal.read()
+        labels = [recorded.get((t.id, k)) for t, k in zip(trajectories, keys, strict=True)]
+        reused = sum(y is not None for y in labels)
+        if reused:
+            log.info("judgments recorded by an earlier run are reused", file=str(journal.path), reused=reused)
+        pending = iter([i for i, y in enumerate(labels) if y is None])
 
         async def one(i: int) -> None:
             nonlocal stats
@@ -253,13 +259,13 @@ async def relabel_stream(
         async with anyio.create_task_group() as tg:
             for _ in range(min(concurrency, len(trajectories) - reused)):
                 tg.start_soon(worker)
+        results = [t if y is None else _with_label(t, name, y) for t, y in zip(trajectories, labels, strict=True)]
+        if len(unreadable) < len(trajectories):
+            write_stream(out, results)
+            if not unreadable:
+                journal.remove()  # still held: no other run reads it half way
     order = {t.id: i for i, t in enumerate(trajectories)}
     unreadable.sort(key=lambda u: order[u[0]])
-    results = [t if y is None else _with_label(t, name, y) for t, y in zip(trajectories, labels, strict=True)]
-    if len(unreadable) < len(trajectories):
-        write_stream(out, results)
-        if not unreadable:
-            journal.remove()
     return RelabelSummary(
         trajectories=len(trajectories),
         judged=len(trajectories) - len(unreadable),

@@ -19,6 +19,7 @@ from ceb.cli import app
 from ceb.cli._common import EXIT_ERROR, EXIT_FAILED
 from ceb.data import read_stream, write_stream
 from ceb.data.converters import REFERENCE_OBSERVATION
+from ceb.pipeline.relabel import JudgmentLog
 from ceb.stages.hindsight import labels_schema
 from tests.support.builders import step, trajectory
 from tests.support.openai_server import OpenAITestServer, Reply
@@ -284,3 +285,37 @@ def test_a_stream_that_cannot_be_moved_into_place_is_named_not_its_temporary_fil
         write_stream(folder, [trajectory("t", step("ls", "a"))])
     assert caught.value.filename == str(folder) and ".tmp" not in str(caught.value)
     assert list(tmp_path.iterdir()) == [folder]  # no temporary file left behind
+
+
+async def test_a_trajectory_left_unjudged_is_the_only_one_asked_again_and_a_cut_journal_line_is_dropped(
+    tmp_path: Path, openai_server: OpenAITestServer
+) -> None:
+    stream = long_stream(tmp_path / "web.jsonl", n=4)
+    out = tmp_path / "web-judged.jsonl"
+    journal = tmp_path / "web-judged.jsonl.judgments.jsonl"
+    openai_server.responder = lambda body, i: Reply(
+        "?" if "open link 2" in body["messages"][1]["content"] else '{"labels": [1]}'
+    )
+    first = await relabel(openai_server, str(stream), "--out", str(out))
+    assert first.exit_code == 0 and "3 of 4 trajectories judged" in first.output
+    assert f"note: the judgments so far stay in {journal}" in first.output
+    with journal.open("ab") as f:
+        f.write(b'{"trajectory": "t2", "key": "')  # a write cut short by a kill
+    asked_before = len(openai_server.requests)
+    openai_server.responder = lambda body, i: Reply('{"labels": [0]}')
+    again = await relabel(openai_server, str(stream), "--out", str(out), "--overwrite")
+    assert again.exit_code == 0, again.output
+    asked = [b["messages"][1]["content"] for b in openai_server.requests[asked_before:]]
+    assert len(asked) == 1 and "open link 2" in asked[0]  # only the trajectory without a judgment
+    assert "(3 judged by an earlier run, not asked again)" in again.output
+    got = {t.id: t.meta["alt_labels"]["llm_judge"] for t in read_stream([out])}
+    assert got == {"t0": [1], "t1": [1], "t2": [0], "t3": [1]} and not journal.exists()
+
+
+def test_a_cut_journal_line_is_cut_off_before_the_next_judgment_is_appended(tmp_path: Path) -> None:
+    journal = JudgmentLog(tmp_path / "out.jsonl")
+    journal.path.write_bytes(b'{"trajectory": "t0", "key": "a", "labels": [1]}\n{"trajectory": "t1", "ke')
+    with journal.appender() as sink:
+        assert journal.read() == {("t0", "a"): (1,)}
+        sink.write(b'{"trajectory": "t2", "key": "c", "labels": [0, 1]}\n')
+    assert journal.read() == {("t0", "a"): (1,), ("t2", "c"): (0, 1)}  # not one damaged line holding t1 and t2
