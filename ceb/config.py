@@ -507,6 +507,14 @@ class GateConfig(_Section):
     are never closed, so waiting would not help); the streams already held keep working. Streams restored from the
     state directory at start count, and are all restored even when they are more than this. At most a million:
     each costs a bank, a task and a folder."""
+    degraded_after: int = Field(3, ge=1, le=1_000_000)
+    """Consecutive critic failures (steps that came back without a score) after which the gate is degraded:
+    ``ceb serve``'s ``GET /health`` answers 503 with ``"status": "degraded"``, the reason, the endpoint and the
+    last error (:mod:`ceb.gate.health`); one scored step makes it ``ok`` again."""
+    check_timeout_s: float = Field(5.0, gt=0, le=600)
+    """Seconds the start-up check of the critic endpoint may take (``ceb serve``: the model list and a one-token
+    request, one attempt each); past it, or when the endpoint cannot be reached, the gate warns naming the
+    endpoint, starts degraded, and serves anyway (the endpoint may come up after the gate)."""
 
     @model_validator(mode="after")
     def _ordered_thresholds(self) -> GateConfig:

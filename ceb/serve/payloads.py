@@ -97,6 +97,8 @@ def tool_action(call: Any, field: str) -> str:
     if not isinstance(name, str) or not name.strip():
         raise _problem(f"{field}.name", f"must be a non-empty string, got {kind(name)}")
     args = call.get("arguments", {})
+    if not isinstance(args, (dict, str)):  # OpenAI's tool calls carry an object, or one as a JSON string
+        raise _problem(f"{field}.arguments", f"must be an object or a string, got {kind(args)}")
     if isinstance(args, str):
         try:
             args = orjson.loads(args) if args.strip() else {}
