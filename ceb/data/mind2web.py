@@ -31,7 +31,10 @@ Input layout:
     its top level or, failing that, from its JSON-encoded ``attributes``); ``action_reprs`` (the task's list
     of strings, on every row); ``target_action_index`` (the step's number as a string; optional, row order
     otherwise) and ``target_action_reprs`` (the step's string; optional, ``action_reprs[index]`` otherwise).
-    ``raw_html`` and ``screenshot`` are never read.
+    ``raw_html`` and ``screenshot`` are never read. The Hub stores a split as shards cut at equal row counts,
+    whatever task a cut falls in: consecutive Parquet files are read as one sequence of rows, so a task whose
+    rows run on into the next shard is one task (:func:`~ceb.data.mind2web_tasks.iter_all_tasks`); its
+    ``meta.file`` then lists every shard it spans.
 
     Predictions (a format defined here): a JSONL file with one object per predicted step, or a ``.json``
     file holding a list of such objects. Keys:
@@ -98,7 +101,7 @@ from ceb.data.converters import (
 )
 from ceb.data.mind2web_dom import DEFAULT_DOM_CHARS, ELEMENT_TEXT_CHARS, MIN_DOM_CHARS, dom_snippet, locate
 from ceb.data.mind2web_predictions import PREDICTION_FORMATS, Prediction, load_predictions
-from ceb.data.mind2web_tasks import LAYOUTS, Action, Layout, Task, iter_tasks, task_files
+from ceb.data.mind2web_tasks import LAYOUTS, Action, Layout, Task, iter_all_tasks, task_files
 from ceb.data.references import canonical_op, mind2web_step_label
 from ceb.data.trajectory import Step, Trajectory
 from ceb.data.writer import ConvertedStream, StagedStreams, stream_file_names
@@ -175,30 +178,31 @@ def convert_mind2web(
 
     files = stream_file_names("mind2web", sorted(by_actor), pred_path)
     ops: dict[str, Counter[str]] = {name: Counter() for name in by_actor}
-    seen: dict[str, Path] = {}
+    seen: dict[str, str] = {}
+    layouts = {str(path): path_layout for path, path_layout in task_paths}
+    tasks_in: Counter[str] = Counter()
     # Each trajectory is written as it is built (staged until every source is read): memory holds one task.
     with StagedStreams(out_dir, {name: files[name] for name in sorted(by_actor)}) as streams:
-        for path, path_layout in task_paths:
-            for index, task in enumerate(iter_tasks(path, path_layout, need_reprs=observation != "empty")):
-                if task.annotation_id in seen:
-                    where = f"[{index}].annotation_id" if path_layout == "raw" else "annotation_id"
-                    raise DataError(
-                        Problem(
-                            str(path),
-                            0,
-                            where,
-                            f"annotation_id {task.annotation_id!r} repeats (first in {seen[task.annotation_id]}); "
-                            "a task's rows must be consecutive",
-                            task.annotation_id,
-                        )
+        for task in iter_all_tasks(task_paths, need_reprs=observation != "empty"):
+            index = tasks_in[task.file]
+            tasks_in[task.file] += 1
+            if task.annotation_id in seen:
+                where = f"[{index}].annotation_id" if layouts[task.file] == "raw" else "annotation_id"
+                raise DataError(
+                    Problem(
+                        task.file,
+                        0,
+                        where,
+                        f"annotation_id {task.annotation_id!r} repeats (first in {seen[task.annotation_id]}); "
+                        "a task's rows must be consecutive",
+                        task.annotation_id,
                     )
-                seen[task.annotation_id] = path
-                for name in wanted.get(task.annotation_id, ()):
-                    traj = _trajectory(
-                        task, name, by_actor[name][task.annotation_id], pred_path, dom_chars, observation
-                    )
-                    streams.add(name, traj)
-                    ops[name].update(step.op or "" for step in traj.steps)
+                )
+            seen[task.annotation_id] = task.file
+            for name in wanted.get(task.annotation_id, ()):
+                traj = _trajectory(task, name, by_actor[name][task.annotation_id], pred_path, dom_chars, observation)
+                streams.add(name, traj)
+                ops[name].update(step.op or "" for step in traj.steps)
 
         for name, per_task in by_actor.items():
             for aid, per_step in per_task.items():
@@ -237,7 +241,10 @@ and the operation matches (the paper's rule).""",
     convert=convert_mind2web,
     options=(
         ConverterOption(
-            "tasks", Path, "Task files: osunlp/Mind2Web JSON or Multimodal-Mind2Web Parquet, a file or a folder."
+            "tasks",
+            list[Path],
+            "Task files: osunlp/Mind2Web JSON or Multimodal-Mind2Web Parquet, a file or a folder (the Hub "
+            "snapshot's data/ folder); repeat it for more, read in the order given.",
         ),
         ConverterOption("predictions", Path, "The agent's per-step predictions: ceb's JSONL or MindAct's JSON."),
         OUT_DIR,
@@ -318,7 +325,8 @@ def _trajectory(
                 ("annotation_id", task.annotation_id),
                 ("domain", task.domain),
                 ("subdomain", task.subdomain),
-                ("file", task.file),
+                # One file, or the Hub shards the task's rows run across (``ceb regenerate`` reads them again).
+                ("file", task.file if len(task.files) == 1 else list(task.files)),
                 (REFERENCE_ACTIONS, references if None not in references else None),
             )
             if value is not None

@@ -29,7 +29,7 @@ from ceb.data.amex_episodes import Episode, GoldStep, element_files, episode_fil
 from ceb.data.amex_screen import TAP, Box, Element, inside, touched_box
 from ceb.data.converters import REFERENCE_ACTIONS, REFERENCE_OBSERVATION
 from ceb.data.mind2web_dom import element_ids
-from ceb.data.mind2web_tasks import iter_tasks, task_files
+from ceb.data.mind2web_tasks import iter_all_tasks, task_files
 from ceb.data.trajectory import Trajectory
 from ceb.errors import DataError, Problem
 
@@ -318,7 +318,11 @@ def mind2web_references(
     files: list[str | Path] = []
     for trajectory in trajectories:
         aid, file = trajectory.meta.get("annotation_id"), trajectory.meta.get("file")
-        if not isinstance(aid, str) or (tasks is None and not isinstance(file, str)):
+        # A task whose rows run across Hub shards names every shard (ceb.data.mind2web).
+        named = [file] if isinstance(file, str) else file if isinstance(file, list) else None
+        if not isinstance(aid, str) or (
+            tasks is None and (not named or not all(isinstance(f, str) and f for f in named))
+        ):
             missing = "annotation_id" if not isinstance(aid, str) else "file"
             raise _problem(
                 trajectory,
@@ -327,13 +331,13 @@ def mind2web_references(
                 "`ceb convert mind2web` (their meta names the task)",
             )
         wanted.setdefault(aid, []).append(trajectory)
-        if tasks is None and file not in files:
-            files.append(str(file))
+        if tasks is None:
+            files.extend(str(f) for f in named or () if str(f) not in files)
     found: dict[str, tuple[Mind2WebReference, ...]] = {}
-    for path, layout in task_files(tasks if tasks is not None else files):
-        for task in iter_tasks(path, layout, need_reprs=False):
-            if task.annotation_id in wanted and task.annotation_id not in found:
-                found[task.annotation_id] = tuple(Mind2WebReference(a.positive, a.op) for a in task.actions)
+    read = iter_all_tasks(task_files(tasks if tasks is not None else files), need_reprs=False, skip_cut_edges=True)
+    for task in read:
+        if task.annotation_id in wanted and task.annotation_id not in found:
+            found[task.annotation_id] = tuple(Mind2WebReference(a.positive, a.op) for a in task.actions)
     out: dict[tuple[str, int], Mind2WebReference] = {}
     for aid, group in wanted.items():
         for trajectory in group:
