@@ -361,6 +361,11 @@ class BaselineConfig(_Section):
     """``K`` of teacher forcing (PPL, ME, PRO): vLLM's ``prompt_logprobs=K`` returns, per prompt token, its own
     log-prob and the ``K`` most likely tokens. ME's entropy is truncated to these ``K``. vLLM refuses more than
     its ``--max-logprobs`` (20 by default)."""
+    share_statistics: bool = True
+    """Fetch a model statistic that several methods read once per step and share it (:mod:`ceb.stages.statistics`):
+    PPL, ME and PRO then send one teacher-forcing request per step between them, not one each. ``False`` sends
+    each method's own (the same request, so the same numbers); ``ceb batch`` exports do, since each request of a
+    Batch file belongs to one method's lane."""
     me_surprisal: bool = False
     """ME on a step that carries only ``actor_logprobs`` and no actor endpoint: ``True`` takes each token's
     surprisal ``-log p(x_t)`` as a one-sample estimate of its entropy (so the score equals PPL's); ``False``
