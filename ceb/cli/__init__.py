@@ -32,17 +32,46 @@ from ceb.cli import (
     serve,
     sim_server,
 )
-from ceb.cli._common import Command, setup_logging
+from ceb.cli._common import Command, CommandGroup, setup_logging
 
-__all__ = ["app", "main"]
+__all__ = ["WORKFLOW", "app", "main"]
+
+WORKFLOW = (
+    "convert",
+    "doctor",
+    "prompts",
+    "score",
+    "grid",
+    "batch",
+    "merge",
+    "metrics",
+    "report",
+    "export",
+    "relabel",
+    "regenerate",
+    "serve",
+    "bench",
+    "sim-server",
+)
+"""The order ``ceb --help`` lists the commands in: data in, endpoint checks, scoring, results, the LLM judge and
+regeneration, the live gate, then the tools."""
+
+
+class _Workflow(CommandGroup):
+    """``ceb --help``: the commands in :data:`WORKFLOW` order."""
+
+    order = WORKFLOW
+
 
 app = typer.Typer(
+    cls=_Workflow,
     add_completion=False,
     rich_markup_mode=None,  # help texts are plain: "[grid]" stays "[grid]"
     no_args_is_help=True,
     help="Critic Experience Bank: calibrated step-level confidence for LLM agents.\n\n"
-    "Typical use: `ceb convert intercode` writes the real InterCode streams to ./streams, then "
-    "`ceb score streams/intercode-bash-*.jsonl --out runs/intercode-bash` scores them and prints ECE, Brier and AUROC.",
+    "Typical use: `ceb convert intercode --root ../shared/data/intercode` writes the real InterCode streams to "
+    "./streams, then `ceb score streams/intercode-bash-*.jsonl --out runs/intercode-bash` scores them and prints "
+    "ECE, Brier and AUROC.",
 )
 
 

@@ -11,7 +11,7 @@ import typer.core
 import typer.main
 from rich.table import Table
 
-from ceb.cli._common import Command, out
+from ceb.cli._common import Command, CommandGroup, out
 
 if TYPE_CHECKING:
     from ceb.data.converters import Converter, SummaryColumn
@@ -71,7 +71,7 @@ def _metavar(kind: Any) -> str | None:
     return None
 
 
-class _ConvertGroup(typer.core.TyperGroup):
+class _ConvertGroup(CommandGroup):
     """``ceb convert``: one command per entry of :data:`ceb.data.converters.CONVERTERS`, read when first needed."""
 
     def _add_converters(self) -> None:
