@@ -280,6 +280,7 @@ def paired_differences(
     level: float = 0.95,
     n_bins: int = 10,
     metrics: tuple[str, ...] = PAIRED_METRICS,
+    labels_b: npt.ArrayLike | None = None,
 ) -> dict[str, PairedDifference]:
     """Paired percentile bootstrap intervals of ``metric(a) - metric(b)``, resampling trajectories.
 
@@ -296,6 +297,8 @@ def paired_differences(
         level: Confidence level, in (0, 1).
         n_bins: ECE bins (equal width).
         metrics: Which of :data:`PAIRED_METRICS` to compare.
+        labels_b: The second column's own labels of the same steps, where they differ from ``y_true`` (a method
+            that generates its own action carries that action's labels); default ``y_true``.
 
     Returns:
         One :class:`PairedDifference` per metric asked for. Lower is better for ECE and Brier, so a negative
@@ -312,11 +315,11 @@ def paired_differences(
     if n_boot < 0:
         raise ValueError(f"n_boot must be >= 0, got {n_boot}")
     y, pa = _checked(y_true, a, groups, n_bins)
-    _, pb = _checked(y_true, b, groups, n_bins)
-    sa, sb = summarize(y, pa, n_bins=n_bins), summarize(y, pb, n_bins=n_bins)
+    yb, pb = _checked(y_true if labels_b is None else labels_b, b, groups, n_bins)
+    sa, sb = summarize(y, pa, n_bins=n_bins), summarize(yb, pb, n_bins=n_bins)
     inverse, n_groups = _group_ids(groups)
     counts = _replicate_counts(inverse, n_groups, n_boot, seed)
-    ra, rb = _replicates(y, pa, inverse, counts, n_bins), _replicates(y, pb, inverse, counts, n_bins)
+    ra, rb = _replicates(y, pa, inverse, counts, n_bins), _replicates(yb, pb, inverse, counts, n_bins)
     out = {}
     for name in metrics:
         va, vb = getattr(sa, name), getattr(sb, name)

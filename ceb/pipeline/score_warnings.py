@@ -5,9 +5,10 @@ and a merged one (:mod:`ceb.pipeline.merge`) get the same warnings. :func:`run_w
 ``warnings`` holds; ``ceb score`` prints them, ``ceb report`` shows them.
 
 - **Degenerate scores.** A (critic, method) whose scores take at most :data:`DEGENERATE_MAX_VALUES` distinct values
-  over at least :data:`DEGENERATE_MIN_STEPS` scored steps ranks nothing (its AUROC is 0.5 or near it) and its ECE
-  and Brier only measure a constant. Checked per (critic, method) over every stream pooled, and per stream when
-  the pooled scores are not degenerate but one stream's are; a step scored in several stream orders counts once.
+  over at least :data:`DEGENERATE_MIN_STEPS` scored steps is a constant (AUROC 0.5; ECE and Brier measure only
+  the constant) or a two-valued rule (two groups of steps), not a graded confidence. Checked per (critic,
+  method) over every stream pooled, and per stream when the pooled scores are not degenerate but one stream's
+  are; a step scored in several stream orders counts once.
   Seen on SmolLM2-135M, whose text readout gave 0.0 on every step (issue 32).
 - **One-class pseudo-labels.** A (stream, critic, method) whose hindsight pseudo-labels are at least
   :data:`ONE_CLASS_SHARE` one class over at least :data:`ONE_CLASS_MIN_LABELS` labelled steps (every order of the
@@ -116,11 +117,15 @@ def degenerate_score_warnings(rows: Iterable[StepRow]) -> list[str]:
             n = sum(k for *_, k in bad)
         shown = ", ".join(f"{v:g}" for v in sorted(values))
         who = f"method {method}" + (f" (critic {critic})" if critic else "")
-        text = (
-            f"{who}: its scores take {len(values)} distinct value(s) ({shown}) over {n} scored steps on {where}; "
-            "they rank nothing (AUROC about 0.5) and its ECE and Brier only measure a constant"
+        meaning = (
+            "a constant: it ranks nothing (AUROC 0.5) and its ECE and Brier only measure how far that constant is "
+            "from the positive rate"
+            if len(values) == 1
+            else "a two-valued rule, not a graded confidence: it ranks steps in two groups only and its ECE and "
+            "Brier read two numbers"
         )
-        out.append(text + _readout_advice(s.readouts, logprobs))
+        text = f"{who}: its scores take {len(values)} distinct value(s) ({shown}) over {n} scored steps on {where}"
+        out.append(f"{text}; {meaning}{_readout_advice(s.readouts, logprobs)}")
     return out
 
 
