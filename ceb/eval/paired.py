@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -142,7 +143,7 @@ def _aligned(
     per_stream: Sequence[dict[str, ScoredLane]], method: str, against: str
 ) -> tuple[npt.NDArray[np.float64], ...] | None:
     """Labels and scores of both rows on the steps both have usable, over the given streams; ``None`` if none."""
-    parts: list[list[npt.NDArray]] = [[], [], [], [], []]
+    parts: list[list[npt.NDArray[Any]]] = [[], [], [], [], []]
     for lanes in per_stream:
         if method not in lanes or against not in lanes:
             return None  # pooling fewer streams would compare other steps

@@ -1,4 +1,4 @@
-"""The paired bootstrap: replicates scored at once equal summarize on resample_indices' replicates; pairs share draws."""
+"""The paired bootstrap: all replicates at once equal summarize on resample_indices' replicates; pairs share draws."""
 
 import numpy as np
 import pytest

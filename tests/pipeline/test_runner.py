@@ -180,7 +180,8 @@ async def test_summary_counts_votes_per_stream_and_warns_when_the_pseudo_labels_
         "votes_1": 72, "votes_0": 0, "votes_failed": 0, "pseudo_1": 24, "pseudo_0": 0
     }  # fmt: skip
     # The critic's one default score on 48 steps first, then each stream's one-class pseudo-labels.
-    assert [w.split(":")[0] for w in doc["warnings"]] == ["method ceb", "stream also, method ceb", "stream yes, method ceb"]
+    heads = [w.split(":")[0] for w in doc["warnings"]]
+    assert heads == ["method ceb", "stream also, method ceb", "stream yes, method ceb"]
     assert doc["warnings"][0].startswith("method ceb: its scores take 1 distinct value(s) (0.6) over 48 scored steps")
     assert doc["warnings"] == summary.warnings()
 

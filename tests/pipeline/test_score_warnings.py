@@ -70,7 +70,7 @@ def test_the_expected_readout_is_suggested_as_a_fact_only_when_the_run_shows_log
     assert 'if the endpoint returns log-probs (`ceb doctor` checks), critic.readout = "expected"' in conditional
     shown = scores([i / 20 for i in range(10)], method="ceb-no-repetition", readout="expected")
     (fact,) = degenerate_score_warnings(flat + shown)
-    assert "this run's endpoint returns log-probs, so critic.readout = \"expected\"" in fact
+    assert 'this run\'s endpoint returns log-probs, so critic.readout = "expected"' in fact
     (none,) = degenerate_score_warnings(scores([0.0] * 10, method="ppl", readout=None))
     assert "no verbal score" in none and "critic.readout" not in none
 

@@ -35,14 +35,14 @@ def paired_table(comparisons: Sequence[Comparison], *, label: str = "paired", no
             cells = []
             for side in ("static", "reference"):
                 for metric in PAIRED_METRICS:
-                    c = found.get((side, metric))
-                    if c is None:
+                    got = found.get((side, metric))
+                    if got is None:
                         cells.append(Cell())
                         continue
-                    d = c.difference
+                    d = got.difference
                     cells.append(Cell(d.point, d.low, d.high))
                     if side == "reference" and metric == "auroc":
-                        auroc_refs.add(c.against)
+                        auroc_refs.add(got.against)
             rows.append(Row(method_label(method), tuple(cells)))
         name = "pooled" if stream == POOLED else stream
         place = f"{name} / {critic}" if critic else name
