@@ -25,10 +25,10 @@ def _fmt(v: object, digits: int = 3) -> str:
 def print_metrics(metrics: dict[str, Any], console: Console = out) -> None:
     """Print the entries of ``metrics`` (:func:`ceb.eval.run_metrics`) as one table, saying how they pool.
 
-    Reference rows (``"reference": true``, :mod:`ceb.eval.references`) are marked ``(reference)`` and explained
+    Reference rows (``"reference": true``, :mod:`ceb.eval.reference_rules`) are marked ``(reference)`` and explained
     under the table.
     """
-    from ceb.eval.references import REFERENCE_NOTES, REFERENCES
+    from ceb.eval.reference_rules import REFERENCE_NOTES, REFERENCES
 
     bins = metrics["n_bins"]
     results = metrics["results"]

@@ -17,6 +17,7 @@ groups and seed, and the values those of :func:`ceb.eval.metrics.summarize` on i
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -146,18 +147,43 @@ def _group_ids(groups: npt.ArrayLike) -> tuple[npt.NDArray[np.intp], int]:
     return inverse, int(inverse.max()) + 1 if inverse.size else 0
 
 
-def _draws(n_groups: int, n_boot: int, seed: int) -> list[npt.NDArray[np.int64]]:
+def _draws(n_groups: int, n_boot: int, seed: int) -> Iterator[npt.NDArray[np.int64]]:
     """The drawn group numbers of each replicate: one generator, one draw of ``n_groups`` per replicate."""
     rng = np.random.default_rng(seed)
-    return [rng.integers(0, n_groups, size=n_groups) for _ in range(n_boot)]
+    for _ in range(n_boot):
+        yield rng.integers(0, n_groups, size=n_groups)
 
 
-def _replicate_counts(inverse: npt.NDArray[np.intp], n_groups: int, n_boot: int, seed: int) -> npt.NDArray[np.float64]:
-    """How often each group is drawn in each replicate, shape ``(n_boot, n_groups)``."""
-    counts = np.zeros((n_boot, n_groups), dtype=np.float64)
-    for b, draw in enumerate(_draws(n_groups, n_boot, seed)):
-        counts[b] = np.bincount(draw, minlength=n_groups)
-    return counts
+_BLOCK_CELLS = 2_000_000
+"""Replicates are scored in blocks of at most this many (replicate, group) counts (16 MB of float64)."""
+
+
+def _count_blocks(n_groups: int, n_boot: int, seed: int) -> Iterator[npt.NDArray[np.float64]]:
+    """How often each group is drawn in each replicate, in blocks of shape ``(<= rows, n_groups)``, in draw order."""
+    rows = max(1, _BLOCK_CELLS // max(n_groups, 1))
+    draws = _draws(n_groups, n_boot, seed)
+    for start in range(0, n_boot, rows):
+        counts = np.zeros((min(rows, n_boot - start), n_groups), dtype=np.float64)
+        for b in range(counts.shape[0]):
+            counts[b] = np.bincount(next(draws), minlength=n_groups)
+        yield counts
+
+
+def _replicates_of(
+    columns: Sequence[tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]],
+    groups: npt.ArrayLike,
+    n_boot: int,
+    seed: int,
+    n_bins: int,
+) -> list[dict[str, npt.NDArray[np.float64]]]:
+    """:func:`_replicates` of each ``(labels, scores)`` column over the same draws, each metric shape ``(n_boot,)``."""
+    inverse, n_groups = _group_ids(groups)
+    parts: list[list[dict[str, npt.NDArray[np.float64]]]] = [[] for _ in columns]
+    for counts in _count_blocks(n_groups, n_boot, seed):
+        for part, (y, p) in zip(parts, columns, strict=True):
+            part.append(_replicates(y, p, inverse, counts, n_bins))
+    empty = np.zeros(0, dtype=np.float64)
+    return [{m: np.concatenate([b[m] for b in part]) if part else empty for m in PAIRED_METRICS} for part in parts]
 
 
 def _per_group(
@@ -239,8 +265,7 @@ def replicate_metrics(
     if n_boot < 0:
         raise ValueError(f"n_boot must be >= 0, got {n_boot}")
     y, p = _checked(y_true, y_prob, groups, n_bins)
-    inverse, n_groups = _group_ids(groups)
-    return _replicates(y, p, inverse, _replicate_counts(inverse, n_groups, n_boot, seed), n_bins)
+    return _replicates_of([(y, p)], groups, n_boot, seed, n_bins)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,9 +342,7 @@ def paired_differences(
     y, pa = _checked(y_true, a, groups, n_bins)
     yb, pb = _checked(y_true if labels_b is None else labels_b, b, groups, n_bins)
     sa, sb = summarize(y, pa, n_bins=n_bins), summarize(yb, pb, n_bins=n_bins)
-    inverse, n_groups = _group_ids(groups)
-    counts = _replicate_counts(inverse, n_groups, n_boot, seed)
-    ra, rb = _replicates(y, pa, inverse, counts, n_bins), _replicates(yb, pb, inverse, counts, n_bins)
+    ra, rb = _replicates_of([(y, pa), (yb, pb)], groups, n_boot, seed, n_bins)
     out = {}
     for name in metrics:
         va, vb = getattr(sa, name), getattr(sb, name)

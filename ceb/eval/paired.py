@@ -5,10 +5,10 @@ from the same resampled trajectories for both (:func:`ceb.eval.bootstrap.paired_
 critic) and each (critic) pooled over streams, and each method with numbers there:
 
 - **against** ``static``: ECE, Brier and AUROC differences on the steps both scored with a label;
-- **against the best reference** (:mod:`ceb.eval.references`), per metric, among the references for which the
+- **against the best reference** (:mod:`ceb.eval.reference_rules`), per metric, among the references for which the
   metric applies: for ECE and Brier that is ``base-rate`` (the rankings have neither); for AUROC the reference
   with the highest point AUROC on that (stream, critic) (``step-position``, ``repetition-flag`` or
-  ``base-rate``; ties go to the first in :data:`~ceb.eval.references.REFERENCES` order). The reference scores the
+  ``base-rate``; ties go to the first in :data:`~ceb.eval.reference_rules.REFERENCES` order). The reference scores the
   same steps as the method.
 
 A difference is ``method - other``: negative favours the method for ECE and Brier, positive for AUROC. Each
@@ -27,7 +27,7 @@ import numpy.typing as npt
 from ceb.eval.bootstrap import PAIRED_METRICS, PairedDifference, paired_differences
 from ceb.eval.calibration import MetricRow
 from ceb.eval.lanes import POOLED, ScoredLane
-from ceb.eval.references import BASE_RATE, RANK_ONLY, REFERENCES
+from ceb.eval.reference_rules import BASE_RATE, RANK_ONLY, REFERENCES
 
 __all__ = ["STATIC", "Comparison", "best_references", "paired_comparisons"]
 
@@ -96,8 +96,8 @@ def paired_comparisons(
 
     Args:
         lanes: One lane per (stream, critic, method) (:func:`ceb.eval.lanes.base_lanes`).
-        references: The reference lanes of those (stream, critic) pairs (:func:`ceb.eval.references.reference_lanes`).
-        reference_rows: Their metric rows (:func:`ceb.eval.references.reference_rows`), to choose the best.
+        references: Their reference lanes (:func:`ceb.eval.reference_rules.reference_lanes`).
+        reference_rows: Their metric rows (:func:`ceb.eval.reference_rules.reference_rows`), to choose the best.
         n_bins: Equal-width ECE bins.
         n_boot: Replicates (0: points without intervals).
         seed: Seed of every comparison's draws.

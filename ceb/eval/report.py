@@ -5,7 +5,7 @@
     report.md                  every table inline, with links to each table file and every figure
     report.json                every number of every analysis (null where a value is undefined)
     main.md / main.tex         Table 1 layout: ECE, Brier, AUC per stream and critic (section 4.2), with the
-                               reference rows (ceb.eval.references) closing each block
+                               reference rows (ceb.eval.reference_rules) closing each block
     main-ci.md / main-ci.tex   the same rows with counts and 95% bootstrap intervals over trajectories
     paired.md / paired.tex     each method minus Static and minus the best reference, paired intervals
     stream-averaging.md/.tex   cumulative ECE mean ± std over stream orders (section 4.4)

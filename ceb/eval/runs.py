@@ -7,7 +7,7 @@ Reads only ``scores.jsonl`` (typed rows, :func:`ceb.pipeline.read_step_rows`). H
   once, never once per order; the report's pooled row is the order-0 one of these;
 - with ``R > 1`` orders, an ``(pooled)`` entry with ``order = None`` gives the **mean and the standard deviation
   over the R orders** of the per-order pooled ECE, Brier and AUROC (``ece_sd``...; ``orders = R``);
-- the reference rows of :mod:`ceb.eval.references` (``base-rate``, ``step-position``, ``repetition-flag``) per
+- the reference rows of :mod:`ceb.eval.reference_rules` (``base-rate``, ``step-position``, ``repetition-flag``) per
   stream in order 0, then pooled over streams, each marked ``"reference": true``; the rankings (step position,
   repetition flag) carry AUROC only, their ECE and Brier ``null``. A run whose stream files cannot be read has
   no ``repetition-flag`` entries, and ``references_missing`` says why.
@@ -26,7 +26,7 @@ from typing import Any
 
 from ceb.eval.lanes import POOLED, ScoredLane, lanes_from_rows
 from ceb.eval.metrics import summarize
-from ceb.eval.references import (
+from ceb.eval.reference_rules import (
     BASE_RATE,
     RANK_ONLY,
     REFERENCES,
@@ -136,7 +136,7 @@ def run_metrics(run_dir: str | Path, *, n_bins: int = 10) -> dict[str, Any]:
 
 
 def _reference_entries(lanes: list[ScoredLane], flags: RepetitionFlags, n_bins: int) -> list[dict[str, Any]]:
-    """The reference rows (:mod:`ceb.eval.references`) per stream in order 0, then pooled over streams per critic."""
+    """The reference rows (:mod:`ceb.eval.reference_rules`) per stream in order 0, then pooled per critic."""
     refs = reference_lanes(lanes, flags)
     out = []
     pooled: dict[tuple[str, str], _Cell] = defaultdict(_Cell)

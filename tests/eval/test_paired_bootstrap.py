@@ -74,3 +74,13 @@ def test_bad_inputs_are_refused():
         paired_differences([0, 1], [0.1, 0.2], [0.1], ["a", "b"])
     with pytest.raises(ValueError, match="unknown metrics"):
         paired_differences([0, 1], [0.1, 0.2], [0.1, 0.2], ["a", "b"], metrics=("f1",))
+
+
+def test_replicates_scored_in_blocks_are_the_same_replicates(monkeypatch):
+    # Many replicates are scored a block at a time (bounded memory at --boot 100000); the draws run on in order.
+    y, p, groups = sample()
+    whole = replicate_metrics(y, p, groups, n_boot=40, seed=5)
+    monkeypatch.setattr("ceb.eval.bootstrap._BLOCK_CELLS", 7 * 30)  # 7 replicates of 30 trajectories per block
+    blocked = replicate_metrics(y, p, groups, n_boot=40, seed=5)
+    for name, values in whole.items():
+        np.testing.assert_allclose(blocked[name], values, rtol=0, atol=1e-12)

@@ -116,7 +116,7 @@ class ReportContext:
         methods: The run's methods the catalogue knows, resolved over ``settings``.
         rows: The main table's metric rows (filled in by section 1).
         headline: Each (critic, method)'s headline row (filled in by section 1).
-        references: The reference rules' lanes, per (stream, critic) (:mod:`ceb.eval.references`; section 1).
+        references: The reference rules' lanes, per (stream, critic) (:mod:`ceb.eval.reference_rules`; section 1).
         reference_rows: Their metric rows, per stream and pooled (section 1).
     """
 

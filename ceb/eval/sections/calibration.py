@@ -11,7 +11,7 @@ from ceb.eval.calibration import DepthBucket, LabelShift, depth_calibration, lab
 from ceb.eval.lanes import alt_label_names, base_lanes, reference_method, relabel
 from ceb.eval.metrics import ReliabilityBins, ece, reliability_bins
 from ceb.eval.plots import plot_depth, plot_reliability
-from ceb.eval.references import REPETITION_FLAG, reference_lanes, reference_rows, repetition_flags
+from ceb.eval.reference_rules import REPETITION_FLAG, reference_lanes, reference_rows, repetition_flags
 from ceb.eval.sections.base import (
     ReportContext,
     ReportWriter,
@@ -35,7 +35,7 @@ __all__ = ["depth", "label_shift_section", "main_results", "reliability"]
     yields=("rows", "headline", "references", "reference_rows"),
 )
 def main_results(rep: ReportWriter, ctx: ReportContext) -> None:
-    """Report section: Main results (Table 1, section 4.2), with the reference rows (:mod:`ceb.eval.references`)."""
+    """Report section: Table 1 (section 4.2), with the reference rows (:mod:`ceb.eval.reference_rules`)."""
     lanes, n_bins, n_boot, seed = ctx.lanes, ctx.n_bins, ctx.n_boot, ctx.seed
     rep.intro(
         "ECE (equal width), Brier and AUC per stream and critic, with each method pooled over streams when it "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ceb.eval.paired import Comparison, paired_comparisons
-from ceb.eval.references import is_reference, reference_label
+from ceb.eval.reference_rules import is_reference, reference_label
 from ceb.eval.sections.base import ReportContext, ReportWriter, section, where
 from ceb.eval.tables import method_label, paired_table
 

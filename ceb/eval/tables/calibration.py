@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from ceb.eval.bootstrap import Interval
 from ceb.eval.calibration import DepthBucket, LabelShift, MetricRow
 from ceb.eval.lanes import POOLED
-from ceb.eval.references import REFERENCE_NOTES, REFERENCES, is_reference, reference_label
+from ceb.eval.reference_rules import REFERENCE_NOTES, REFERENCES, is_reference, reference_label
 from ceb.eval.tables._common import AUC, BRIER, ECE, grid, metric_cells
 from ceb.eval.tables.model import Block, Cell, Column, Row, Table, method_label, method_sort_key
 from ceb.pipeline.rundir import RunDir
@@ -26,7 +26,7 @@ def main_table(
     """The paper's Table 1: ECE, Brier and AUC per stream (column groups) and critic (blocks).
 
     Pooled rows (``stream == POOLED``) become a last column group named ``"pooled"``. Methods with no
-    numbers print ``n/a``. ``references`` (:func:`ceb.eval.references.reference_rows`) close each critic's block
+    numbers print ``n/a``. ``references`` (:func:`ceb.eval.reference_rules.reference_rows`) close each critic's block
     as reference rows: italic, never bold, a note under the table saying what each is.
     """
     by_key = {(r.stream, r.critic, r.method): r for r in rows}
@@ -125,7 +125,7 @@ def metric_detail_table(
 
 
 def reference_notes(references: Sequence[MetricRow]) -> list[str]:
-    """One note naming the reference rows present and what each is (:data:`ceb.eval.references.REFERENCE_NOTES`)."""
+    """A note naming the reference rows present and what each is (:data:`ceb.eval.reference_rules.REFERENCE_NOTES`)."""
     present = {r.method for r in references}
     described = [f"{reference_label(m)}: {REFERENCE_NOTES[m]}" for m in REFERENCES if m in present]
     if not described:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from ceb.eval.bootstrap import PAIRED_METRICS
 from ceb.eval.lanes import POOLED
 from ceb.eval.paired import STATIC, Comparison
-from ceb.eval.references import is_reference, reference_label
+from ceb.eval.reference_rules import is_reference, reference_label
 from ceb.eval.tables.model import Block, Cell, Column, Row, Table, method_label, method_sort_key
 
 __all__ = ["paired_table"]

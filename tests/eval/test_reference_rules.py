@@ -12,7 +12,7 @@ from ceb.cli import app
 from ceb.config import load_config
 from ceb.data import read_stream, write_stream
 from ceb.eval import POOLED, run_metrics
-from ceb.eval.references import BASE_RATE, REPETITION_FLAG, STEP_POSITION
+from ceb.eval.reference_rules import BASE_RATE, REPETITION_FLAG, STEP_POSITION
 from ceb.eval.report import build_report
 from ceb.pipeline import run_scoring
 from tests.support.builders import step, trajectory
