@@ -129,7 +129,7 @@ def reliability(rep: ReportWriter, ctx: ReportContext) -> None:
     ]
 
 
-@section("LLM-as-judge label shift (appendix A)", needs=("lanes", "n_bins", "n_boot", "seed"))
+@section("LLM-as-judge label shift (appendix A)", needs=("run", "lanes", "n_bins", "n_boot", "seed"))
 def label_shift_section(rep: ReportWriter, ctx: ReportContext) -> None:
     """Report section: LLM-as-judge label shift (appendix A)."""
     lanes, n_bins, n_boot, seed = ctx.lanes, ctx.n_bins, ctx.n_boot, ctx.seed
@@ -158,9 +158,15 @@ def label_shift_section(rep: ReportWriter, ctx: ReportContext) -> None:
         {"stream": s, "order": orders[(s, c)], "critic": c, "labels": name, "shift": None if v is None else asdict(v)}
         for (s, c, name), v in shifts.items()
     ]
+    flags = repetition_flags(RunDir(ctx.run))
+    rep.data["alt_references"] = {}
     for name in names:
         rows = metric_rows([relabel(lane, name) for lane in lanes], n_bins=n_bins, n_boot=n_boot, seed=seed)
+        # The reference rules scored against these labels (the base rate is theirs), on the steps they label.
+        refs = reference_lanes([relabel(lane, name) for lane in base], flags)
+        ref_rows = reference_rows(refs, n_bins=n_bins, n_boot=n_boot, seed=seed)
         label = f"main-{rep.slug('labels', name)}"
         caption = f"Step-level confidence estimation against the alternative labels '{name}' (ECE, Brier, AUC)."
-        rep.table(main_table(rows, caption=caption, label=label, notes=na_notes(rows)))
+        rep.table(main_table(rows, caption=caption, label=label, notes=na_notes(rows), references=ref_rows))
         rep.data["alt_main"][name] = [metric_json(r) for r in rows]
+        rep.data["alt_references"][name] = [metric_json(r) | {"reference": True} for r in ref_rows]
