@@ -22,6 +22,7 @@ import orjson
 
 from ceb.data.sources import Fail, kind, natural_key, optional_str, required_str
 from ceb.errors import ConfigError, DataError, Problem
+from ceb.version import install_command
 
 __all__ = ["LAYOUTS", "PARQUET_BATCH_ROWS", "Action", "Layout", "Task", "iter_tasks", "read_task", "task_files"]
 
@@ -194,7 +195,7 @@ def _iter_multimodal(path: Path, *, need_reprs: bool) -> Iterator[Task]:
     try:
         import pyarrow.parquet as pq
     except ImportError as exc:  # pragma: no cover - the parquet extra is in the test environment
-        raise ConfigError("reading Multimodal-Mind2Web Parquet needs pyarrow: pip install 'ceb[parquet]'") from exc
+        raise ConfigError("reading Multimodal-Mind2Web Parquet needs pyarrow: " + install_command("parquet")) from exc
     try:
         parquet = pq.ParquetFile(path)
     except (OSError, ValueError) as exc:  # pyarrow.ArrowException derives from both
