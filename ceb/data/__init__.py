@@ -39,3 +39,5 @@ __all__ = [
 CONVERTERS.register("intercode", "ceb.data.intercode:CONVERTER")
 CONVERTERS.register("mind2web", "ceb.data.mind2web:CONVERTER")
 CONVERTERS.register("amex", "ceb.data.amex:CONVERTER")
+CONVERTERS.register("chat", "ceb.data.chat_transcripts:CONVERTER")
+CONVERTERS.register("inspect", "ceb.data.inspect_logs:CONVERTER")  # imports inspect_ai only when it converts

@@ -15,7 +15,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -216,13 +216,21 @@ class StagedStreams:
                 stream.labelled += 1
                 stream.positive += step.label
 
-    def commit(self, *, dataset: str, actors: dict[str, str], sources: Iterable[str]) -> list[ConvertedStream]:
+    def commit(
+        self,
+        *,
+        dataset: str,
+        actors: dict[str, str],
+        sources: Iterable[str],
+        skipped: Mapping[str, Sequence[SkippedTrajectory]] | None = None,
+    ) -> list[ConvertedStream]:
         """Move every stream into ``out_dir`` (replacing files of the same name) and summarise them.
 
         Args:
             dataset: :attr:`ConvertedStream.dataset`.
             actors: ``key -> actor`` of each stream.
             sources: :attr:`ConvertedStream.sources`.
+            skipped: ``key -> `` the source trajectories left out of that stream (:attr:`ConvertedStream.skipped`).
 
         Returns:
             One summary per stream, in the order of ``names``.
@@ -254,7 +262,7 @@ class StagedStreams:
                     trajectories=stream.trajectories,
                     steps=stream.steps,
                     positive_rate=stream.positive / stream.labelled if stream.labelled else math.nan,
-                    skipped=(),
+                    skipped=tuple((skipped or {}).get(key, ())),
                     blocked_turns=0,
                     sources=sources,
                 )
