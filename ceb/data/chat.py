@@ -29,7 +29,7 @@ import orjson
 
 from ceb.data.sources import kind
 from ceb.data.trajectory import Step
-from ceb.errors import DataError, Problem, StreamValidationError
+from ceb.errors import DataError, Problem
 
 __all__ = ["ROLES", "Chat", "chat_steps", "outcome_label", "tool_action"]
 
@@ -54,8 +54,7 @@ class Chat:
 
 
 def _fail(path: str, line: int, field: str, message: str) -> DataError:
-    # StreamValidationError, as the reader raises for a bad step: ceb serve reports its problems as a 422.
-    return StreamValidationError([Problem(path, line, field, message)])
+    return DataError(Problem(path, line, field, message))
 
 
 def tool_action(call: Any, field: str, path: str = "<request>", line: int = 0) -> str:
