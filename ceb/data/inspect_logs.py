@@ -76,8 +76,9 @@ def convert_inspect(
     """Convert inspect_ai eval logs into one trajectory stream per log (the module docstring's mapping).
 
     Args:
-        logs: An ``.eval`` or ``.json`` log, or a folder searched for them at any depth (inspect_ai's
-            ``list_eval_logs``), converted in file-name order.
+        logs: An ``.eval`` or ``.json`` log, or a folder searched at any depth by inspect_ai's own
+            ``list_eval_logs`` (every ``.eval`` file, and the ``.json`` files named as inspect_ai names its logs,
+            ``<time>_<task>_<id>.json``), converted in path order.
         out_dir: Directory for the ``inspect-<stem>.jsonl`` streams; created if missing, existing ones replaced.
         scorer: The scorer whose score is the outcome; ``None``: each sample's first scorer.
         domain: The trajectories' domain (prompt family).

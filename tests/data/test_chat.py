@@ -194,3 +194,16 @@ def test_a_missing_input_is_named(tmp_path: Path) -> None:
     shutil.copytree(FIXTURE, empty, ignore=shutil.ignore_patterns("*.json*"))
     with pytest.raises(DataError, match="no .jsonl or .json transcript file"):
         convert_chat(empty, tmp_path / "out")
+
+
+def test_the_manuals_example_line_converts_as_the_manual_says(tmp_path: Path) -> None:
+    page = (REPO / "docs" / "stream-format.md").read_text(encoding="utf-8")
+    example = page[page.index("A transcript line:") :].split("```json\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "doc.jsonl"
+    path.write_bytes(orjson.dumps(orjson.loads(example)) + b"\n")
+
+    [trajectory] = read_stream([convert_chat(path, tmp_path / "out")[0].path])
+
+    assert trajectory.id == "shell-1" and trajectory.actor == "gpt-4.1-mini" and trajectory.labels == (1, 1)
+    assert [s.action for s in trajectory.steps] == ['bash {"command":"ls /srv/app"}', "There are 2 .py files."]
+    assert trajectory.steps[1].state == "main.py\nutil.py\n" and trajectory.meta["label"] == 1
