@@ -30,6 +30,7 @@ line and the field (``messages[3].tool_call_id``), and nothing is written unless
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ import orjson
 import structlog
 
 from ceb.data.chat import chat_steps, outcome_label
-from ceb.data.converters import ACTOR, OUT_DIR, Converter, ConverterOption, SummaryColumn
+from ceb.data.converters import OUT_DIR, Converter, ConverterOption, SummaryColumn
 from ceb.data.reader import DOMAIN
 from ceb.data.sources import json_files_under, kind
 from ceb.data.trajectory import Step, Trajectory
@@ -96,9 +97,9 @@ def convert_chat(
     if not DOMAIN.fullmatch(domain):
         raise DataError(Problem(str(root), 0, "--domain", f"must be a lower-case word, got {domain!r}"))
     name = stream_file_names("chat", [root.stem or "transcripts"], root)[root.stem or "transcripts"]
-    default_actor = actor or "unknown"
     skipped: list[SkippedTrajectory] = []
     seen: dict[str, str] = {}
+    actors: set[str] = set()
     with StagedStreams(out_dir, {"chat": name}) as staged:
         for path in files:
             rel = path.name if path == root else path.relative_to(root).as_posix()
@@ -112,13 +113,14 @@ def convert_chat(
                     skipped.append(SkippedTrajectory(trajectory.id, "no actions", 0))
                     continue
                 staged.add("chat", trajectory)
+                actors.add(trajectory.actor or "unknown")
         if len(skipped) == len(seen):
             raise DataError(
                 Problem(str(root), 0, "<file>", "no transcript has an assistant action (a tool call or reply)")
             )
         [stream] = staged.commit(
             dataset="chat",
-            actors={"chat": default_actor},
+            actors={"chat": actors.pop() if len(actors) == 1 else "several"},
             sources=[str(p) for p in files],
             skipped={"chat": skipped},
         )
@@ -240,12 +242,8 @@ def _labelled(steps: tuple[Step, ...], labels: Any, fail: Any) -> tuple[Step, ..
     for t, (step, label) in enumerate(zip(steps, labels, strict=True)):
         if label is not None and not (type(label) is int and label in (0, 1)):
             raise fail(f"labels[{t}]", f"must be the integer 0 or 1, or null, got {label!r}")
-        out.append(Step(**{**_fields(step), "label": label}))
+        out.append(replace(step, label=label))
     return tuple(out)
-
-
-def _fields(step: Step) -> dict[str, Any]:
-    return {name: getattr(step, name) for name in Step.__slots__}
 
 
 def _meta(record: dict[str, Any], rel: str, line: int, fail: Any) -> dict[str, Any]:
@@ -281,7 +279,7 @@ and success / score (the trajectory's outcome, kept in meta). Fields: ceb/data/c
     options=(
         ConverterOption("transcripts", Path, "A .jsonl / .json transcript file, or a folder of them."),
         OUT_DIR,
-        ACTOR,
+        ConverterOption("actor", str | None, "Actor of a transcript that names none (actor or model).", default=None),
         ConverterOption(
             "domain", str, "Domain of a transcript that names none (prompt family).", default=DEFAULT_DOMAIN
         ),

@@ -53,8 +53,10 @@ class ConvertedStream:
 
     Attributes:
         path: The JSONL file written.
-        dataset: The source: ``"bash"`` or ``"sql"`` for InterCode, ``"mind2web"``, ``"amex"``.
-        actor: The agent whose steps the stream holds (InterCode's model directory name, ``gpt-4``).
+        dataset: The source: ``"bash"`` or ``"sql"`` for InterCode, ``"mind2web"``, ``"amex"``, ``"chat"``,
+            ``"inspect"``.
+        actor: The agent whose steps the stream holds (InterCode's model directory name, ``gpt-4``; ``"several"``
+            for a chat stream of more than one).
         trajectories: Trajectories written.
         steps: Steps written.
         positive_rate: Share of the labelled steps with label 1, in [0, 1]; NaN when no step has a label.
