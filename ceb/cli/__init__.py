@@ -2,7 +2,8 @@
 
 ``ceb/cli/``: :mod:`._common` (consoles, the error printer and exit codes, option helpers), then one module per
 command: :mod:`.score`, :mod:`.grid`, :mod:`.merge`, :mod:`.metrics`, :mod:`.report`, :mod:`.export`, :mod:`.doctor`,
-:mod:`.convert` (a subcommand per converter), :mod:`.relabel` (the LLM judge's labels), :mod:`.regenerate`
+:mod:`.convert` (a subcommand per converter), :mod:`.prompts` (the requests a method would send),
+:mod:`.relabel` (the LLM judge's labels), :mod:`.regenerate`
 (confidence-gated regeneration), :mod:`.serve` (the live gate), :mod:`.sim_server`, :mod:`.bench` and
 :mod:`.batch` (``export`` / ``import`` of OpenAI Batch files).
 Each command imports what it runs inside its function, so ``ceb --help`` loads neither scikit-learn nor pyarrow.
@@ -23,6 +24,7 @@ from ceb.cli import (
     grid,
     merge,
     metrics,
+    prompts,
     regenerate,
     relabel,
     report,
@@ -85,6 +87,7 @@ app.command("grid", cls=Command)(grid.grid)
 app.command("merge", cls=Command)(merge.merge)
 app.command("metrics", cls=Command)(metrics.metrics)
 app.command("doctor", cls=Command)(doctor.doctor)
+app.command("prompts", cls=Command)(prompts.prompts)
 app.command("relabel", cls=Command)(relabel.relabel)
 app.command("regenerate", cls=Command)(regenerate.regenerate)
 app.add_typer(convert.convert_app, name="convert")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args, get_origin
 
 import typer
 import typer.core
@@ -52,6 +52,7 @@ def _convert_command(name: str, converter: Converter) -> Any:
                 ... if option.default is REQUIRED else option.default,
                 *([option.flag] if option.flag else []),
                 help=option.help,
+                metavar=_metavar(option.type),
             ),
         )
         for option in converter.options
@@ -60,6 +61,14 @@ def _convert_command(name: str, converter: Converter) -> Any:
     single = typer.Typer(add_completion=False, rich_markup_mode=None)
     single.command(name, cls=Command, help=converter.help)(run)
     return typer.main.get_command(single)
+
+
+def _metavar(kind: Any) -> str | None:
+    """``<path>`` for a repeatable ``list[Path]`` option (typer would print ``<list[Path]>``); else typer's own."""
+    if get_origin(kind) is list:
+        (item,) = get_args(kind)
+        return f"<{item.__name__.lower()}>"
+    return None
 
 
 class _ConvertGroup(typer.core.TyperGroup):

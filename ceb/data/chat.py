@@ -72,7 +72,8 @@ def tool_action(call: Any, field: str, path: str = "<request>", line: int = 0) -
 
     Raises:
         DataError: The call is not an object, has a field a call does not have, its ``name`` is missing or
-            blank, or its ``arguments`` cannot be encoded (names ``field.name`` / ``field.arguments``).
+            blank, or its ``arguments`` are neither an object nor a string or cannot be encoded (names
+            ``field.name`` / ``field.arguments``).
     """
     if not isinstance(call, dict):
         raise _fail(path, line, field, f"must be a string or a tool call object {{name, arguments}}, got {kind(call)}")
@@ -85,6 +86,8 @@ def tool_action(call: Any, field: str, path: str = "<request>", line: int = 0) -
     if not isinstance(name, str) or not name.strip():
         raise _fail(path, line, f"{field}.name", f"must be a non-empty string, got {kind(name)}")
     args = call.get("arguments", {})
+    if not isinstance(args, dict | str):  # OpenAI's tool calls carry an object, or one as a JSON string
+        raise _fail(path, line, f"{field}.arguments", f"must be an object or a string, got {kind(args)}")
     if isinstance(args, str):
         try:
             args = orjson.loads(args) if args.strip() else {}
