@@ -27,6 +27,7 @@ import orjson
 
 from ceb.data.sources import Fail, kind, natural_key, optional_str, required_str
 from ceb.errors import ConfigError, DataError, Problem
+from ceb.version import install_command
 
 __all__ = [
     "LAYOUTS",
@@ -268,7 +269,7 @@ def _parquet_rows(path: Path, *, need_reprs: bool) -> Iterator[_Row]:
     try:
         import pyarrow.parquet as pq
     except ImportError as exc:  # pragma: no cover - the parquet extra is in the test environment
-        raise ConfigError("reading Multimodal-Mind2Web Parquet needs pyarrow: pip install 'ceb[parquet]'") from exc
+        raise ConfigError("reading Multimodal-Mind2Web Parquet needs pyarrow: " + install_command("parquet")) from exc
     try:
         parquet = pq.ParquetFile(path)
     except (OSError, ValueError) as exc:  # pyarrow.ArrowException derives from both
