@@ -35,13 +35,14 @@ from ceb.data.trajectory import Trajectory
 from ceb.errors import ConfigError, DataError, Problem
 from ceb.pipeline.results import read_hindsight_rows, read_step_rows
 from ceb.pipeline.rundir import RunDir
+from ceb.version import install_command
 
 if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["FRAME_COLUMNS", "NOTEBOOK_HINT", "ascore", "read_run", "score", "trajectories_from_frame"]
 
-NOTEBOOK_HINT = "pip install 'critic-experience-bank[notebook]'"
+NOTEBOOK_HINT = install_command("notebook")
 """How to get pandas, named in the error when it is missing."""
 
 FRAME_COLUMNS: dict[str, bool] = {

@@ -1,8 +1,9 @@
 """The package's layers, checked on the source: no module imports a layer above its own, lazy imports included.
 
 Layers, lowest first: errors / config / logs / progress / registry / version / gc_tuning / dirlock -> data -> bank
--> backends (transports) -> stages -> pipeline / gate -> eval / serve / notebook -> cli / bench. The batch pipeline and the live
-gate share a layer and neither imports the other: what both need lives below them (the directory lock, dirlock).
+-> backends (transports) -> stages -> pipeline / gate -> eval / serve / notebook -> cli / bench. The batch pipeline
+and the live gate share a layer and neither imports the other: what both need lives below them (the directory lock,
+dirlock).
 ``sim`` stands apart: it may import only errors and config, and only the top layer (cli, bench) may import it.
 """
 
