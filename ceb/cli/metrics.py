@@ -22,13 +22,18 @@ def _fmt(v: object, digits: int = 3) -> str:
     return str(v)
 
 
-def print_metrics(metrics: dict[str, Any], console: Console = out) -> None:
+def print_metrics(metrics: dict[str, Any], console: Console = out, run_dir: Path | None = None) -> None:
     """Print the entries of ``metrics`` (:func:`ceb.eval.run_metrics`) as one table, saying how they pool.
 
     Reference rows (``"reference": true``, :mod:`ceb.eval.reference_rules`) are marked ``(reference)`` and explained
-    under the table.
+    under the table. A run without any labelled step has nothing to measure: given its ``run_dir``, what its scores
+    say is printed instead (:func:`print_label_free`).
     """
     from ceb.eval.reference_rules import REFERENCE_NOTES, REFERENCES
+
+    if run_dir is not None and not any(r.get("n") for r in metrics["results"]):
+        print_label_free(run_dir, console)
+        return
 
     bins = metrics["n_bins"]
     results = metrics["results"]
@@ -69,6 +74,62 @@ def print_metrics(metrics: dict[str, Any], console: Console = out) -> None:
     console.print(" ".join(notes), style="dim", markup=False)
 
 
+REVIEW_PRINTED = 5
+"""Lowest-confidence steps printed per method for a run without labels (the report lists more)."""
+
+
+def print_label_free(run_dir: Path, console: Console = out) -> None:
+    """Print what a run's scores say without labels (:mod:`ceb.eval.label_free`).
+
+    Each method's score spread, its lowest-confidence steps and how the methods rank alike; ``ceb report`` has the
+    full lists and the deferrals.
+    """
+    from ceb.eval.label_free import agreement, score_spreads, step_texts, steps_to_review
+    from ceb.eval.lanes import base_lanes, lanes_from_rows
+    from ceb.pipeline.results import read_step_rows
+    from ceb.pipeline.rundir import RunDir
+
+    run = RunDir(run_dir)
+    lanes = [lane for lane in base_lanes(lanes_from_rows(read_step_rows(run.scores))) if lane.note is None]
+    spread = Table(
+        "stream",
+        "method",
+        "steps",
+        "mean",
+        "sd",
+        "p10",
+        "median",
+        "p90",
+        "distinct",
+        title=("No labelled step: the scores without labels"),
+    )
+    for s in score_spreads(lanes):
+        spread.add_row(
+            s.stream, s.method, str(s.n), *(f"{v:.3f}" for v in (s.mean, s.sd, *s.quantiles)), str(s.distinct)
+        )
+    console.print(spread)
+    steps, _ = steps_to_review(lanes, {}, REVIEW_PRINTED)
+    texts, _ = step_texts(run, {(r.stream, r.trajectory, r.step) for r in steps})
+    steps, _ = steps_to_review(lanes, texts, REVIEW_PRINTED)
+    review = Table("method", "stream", "trajectory", "step", "score", "action", title="Steps to review (lowest first)")
+    for r in steps:
+        review.add_row(r.method, r.stream, r.trajectory, str(r.step), f"{r.score:.3f}", r.action[:80])
+    console.print(review)
+    pairs = [a for a in agreement(lanes) if a.rho is not None]
+    if pairs:
+        console.print(
+            "Rank agreement (Spearman): "
+            + "; ".join(f"{a.stream} {a.first} vs {a.second} {a.rho:+.3f} over {a.n} steps" for a in pairs),
+            markup=False,
+        )
+    console.print(
+        f"Labels are read only for evaluation: with none, calibration cannot be measured. `ceb report {run_dir}` lists "
+        "more steps to review and what each selective-execution budget would defer.",
+        style="dim",
+        markup=False,
+    )
+
+
 def metrics(
     run_dir: Annotated[Path, typer.Argument(help="A run directory written by `ceb score`.")],
     bins: Annotated[
@@ -87,4 +148,4 @@ def metrics(
         bins = run.recorded_or_default()[0].ece_bins
     m = run_metrics(run_dir, n_bins=bins)
     write_metrics(run_dir, m)
-    print_metrics(m)
+    print_metrics(m, run_dir=run_dir)

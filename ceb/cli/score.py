@@ -284,7 +284,7 @@ def score_and_report(
         if isinstance(fault, OSError):  # before the run was recorded: there is nothing to resume
             raise fail(fault, path=run_dir) from exc
         raise
-    print_metrics(metrics)
+    print_metrics(metrics, run_dir=Path(run_dir))
     wall = time.perf_counter() - started
     s = summary
     out.print(

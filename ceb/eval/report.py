@@ -119,7 +119,14 @@ def build_report(
     _warnings(rep, run_files)
 
     ctx = ReportContext(run, lanes, base, n_bins, n_boot, seed, colors, settings, methods)
-    sections = registered_sections()
+    labelled = any(lane.usable.any() for lane in base)
+    if not labelled:
+        rep.note(
+            "No scored step carries a label, so the analyses that measure against labels (calibration, ranking, "
+            "selective execution, task success, the appendix tables) are left out: what follows reads the scores "
+            "alone. Labels are read only for evaluation; add them to the stream (`label` per step) to get them."
+        )
+    sections = registered_sections(labelled=labelled)
     with Progress("report", len(sections), "sections") as progress:
         for sec in sections:
             progress.set_note(sec.heading)

@@ -144,8 +144,9 @@ def test_a_stream_without_labels_says_so_and_explains_no_absent_row(tmp_path: Pa
     result = runner.invoke(app, ["score", str(stream), "--out", str(tmp_path / "run")])
     assert result.exit_code == 0, result.output
     output = " ".join(result.output.split())
-    assert "labelled steps" in output and "no held-out labels" in output
-    assert "base-rate" not in output
+    # No table of n/a: what the scores say without labels, and why calibration is not measured.
+    assert "No labelled step: the scores without labels" in output and "calibration cannot be measured" in output
+    assert "n/a" not in output and "base-rate" not in output
 
 
 def test_off_a_terminal_the_table_keeps_whole_stream_names(tmp_path: Path) -> None:

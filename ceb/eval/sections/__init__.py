@@ -4,7 +4,7 @@ Adding a section is a function decorated with :func:`section` in a module of thi
 where it belongs (``tests/eval/test_report_sections.py`` shows it).
 """
 
-from ceb.eval.sections import appendix, averaging, calibration, deployment, paired
+from ceb.eval.sections import appendix, averaging, calibration, deployment, label_free, paired
 from ceb.eval.sections.base import SECTIONS, ReportContext, ReportWriter, Section, registered_sections, section
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "averaging",
     "calibration",
     "deployment",
+    "label_free",
     "paired",
     "registered_sections",
     "section",
@@ -36,5 +37,6 @@ for _name, _section in (
     ("k-sweep", appendix.k_sweep_section),
     ("token-cost", appendix.token_cost),
     ("retrieval", appendix.retrieval),
+    ("label-free", label_free.label_free),
 ):
     SECTIONS.register(_name, _section)

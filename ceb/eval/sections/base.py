@@ -152,6 +152,8 @@ class Section:
         yields: :class:`ReportContext` fields the section fills in for later sections.
         write: The section function.
         number: Its number in the report (1 for the first); set by :func:`registered_sections`, 0 before.
+        labelled: It measures against step labels: a run without any labelled step leaves it out (its tables
+            would be n/a throughout).
     """
 
     title: str
@@ -159,6 +161,7 @@ class Section:
     yields: tuple[str, ...]
     write: SectionFn
     number: int = 0
+    labelled: bool = True
 
     @property
     def heading(self) -> str:
@@ -175,13 +178,16 @@ SECTIONS: Registry[Section] = Registry("report section")
 built-in ones in one list), so a new section takes its place without renumbering anything by hand."""
 
 
-def section(title: str, *, needs: Sequence[str] = (), yields: Sequence[str] = ()) -> Callable[[SectionFn], Section]:
+def section(
+    title: str, *, needs: Sequence[str] = (), yields: Sequence[str] = (), labelled: bool = True
+) -> Callable[[SectionFn], Section]:
     """Make the decorated function a report section; register it in :data:`SECTIONS` to place it.
 
     Args:
         title: Heading text after the number.
         needs: :class:`ReportContext` fields the section reads.
         yields: :class:`ReportContext` fields the section fills in.
+        labelled: It needs step labels (:attr:`Section.labelled`); ``False`` for a label-free view.
 
     Returns:
         A decorator that turns the function into a (callable) :class:`Section`.
@@ -194,18 +200,23 @@ def section(title: str, *, needs: Sequence[str] = (), yields: Sequence[str] = ()
         raise ConfigError(f"section {title!r}: {sorted(unknown)} are not ReportContext fields")
 
     def make(fn: SectionFn) -> Section:
-        return Section(title, tuple(needs), tuple(yields), fn)
+        return Section(title, tuple(needs), tuple(yields), fn, labelled=labelled)
 
     return make
 
 
-def registered_sections() -> list[Section]:
+def registered_sections(*, labelled: bool = True) -> list[Section]:
     """The sections of :data:`SECTIONS` in order, numbered from 1, their wiring checked.
+
+    Args:
+        labelled: ``False`` for a run without any labelled step: only the label-free sections
+            (:attr:`Section.labelled` false), numbered among themselves.
 
     Raises:
         ConfigError: A section needs a field that no earlier section yields.
     """
-    ordered = [replace(s, number=i) for i, (_, s) in enumerate(SECTIONS.items(), start=1)]
+    kept = [s for _, s in SECTIONS.items() if labelled or not s.labelled]
+    ordered = [replace(s, number=i) for i, s in enumerate(kept, start=1)]
     available = set(_INPUTS)
     for s in ordered:
         missing = set(s.needs) - available

@@ -1,0 +1,290 @@
+"""What a run's scores say without labels: their spread, the steps to look at, the deferrals, how methods agree.
+
+A user scoring their own agent's logs often has no step labels, and every calibration number is then n/a. These
+views read the scores alone (beyond the paper):
+
+- :func:`score_spreads`: each method's score distribution (mean, spread, quantiles, distinct values);
+- :func:`steps_to_review`: the lowest-confidence steps with their task and action, and the trajectories whose
+  lowest step is lowest (a trajectory is as risky as its weakest step);
+- :func:`deferrals`: how many steps each selective-execution budget ``b`` would defer (the ``floor(b N / 100)``
+  lowest, as :func:`ceb.eval.deployment.selective_execution` counts them) and the score at the cut;
+- :func:`agreement`: Spearman's rank correlation of every pair of methods on the steps both scored
+  (``scipy.stats.spearmanr``).
+
+Each reads one lane per (stream, critic, method), the lowest order (:func:`ceb.eval.lanes.base_lanes`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+
+from ceb.errors import CEBError
+from ceb.eval.deployment import SELECTIVE_BUDGETS
+from ceb.eval.lanes import POOLED, ScoredLane
+from ceb.pipeline.rundir import RunDir
+
+__all__ = [
+    "Agreement",
+    "Deferral",
+    "ReviewStep",
+    "ScoreSpread",
+    "StepTexts",
+    "agreement",
+    "deferrals",
+    "score_spreads",
+    "step_texts",
+    "steps_to_review",
+]
+
+StepTexts = Mapping[tuple[str, str, int], tuple[str, str]]
+"""``(stream, trajectory id, step) -> (task, action)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreSpread:
+    """The distribution of one method's scores on one stream (or pooled: ``stream`` is ``(pooled)``).
+
+    Attributes:
+        stream: Stream name, or :data:`~ceb.eval.lanes.POOLED`.
+        critic: Critic label.
+        method: Method name.
+        n: Scored steps.
+        mean: Mean score, in [0, 1].
+        sd: Standard deviation of the scores.
+        quantiles: The 10th, 50th and 90th percentiles.
+        low: Lowest score.
+        high: Highest score.
+        distinct: Distinct score values (rounded to 6 decimals).
+    """
+
+    stream: str
+    critic: str
+    method: str
+    n: int
+    mean: float
+    sd: float
+    quantiles: tuple[float, float, float]
+    low: float
+    high: float
+    distinct: int
+
+
+def score_spreads(lanes: Sequence[ScoredLane]) -> list[ScoreSpread]:
+    """Each (stream, critic, method)'s score distribution, then each (critic, method)'s pooled over its streams.
+
+    Failed steps (``NaN``) are left out; a lane with no score is left out.
+    """
+    out = []
+    pooled: dict[tuple[str, str], list[np.ndarray]] = {}
+    for lane in lanes:
+        scores = lane.score[~np.isnan(lane.score)]
+        if scores.size:
+            out.append(_spread(lane.stream, lane.critic, lane.method, scores))
+            pooled.setdefault((lane.critic, lane.method), []).append(scores)
+    streams = {lane.stream for lane in lanes}
+    if len(streams) > 1:
+        out += [_spread(POOLED, c, m, np.concatenate(parts)) for (c, m), parts in pooled.items()]
+    return out
+
+
+def _spread(stream: str, critic: str, method: str, scores: np.ndarray) -> ScoreSpread:
+    q10, q50, q90 = (float(q) for q in np.quantile(scores, (0.1, 0.5, 0.9)))
+    return ScoreSpread(
+        stream=stream,
+        critic=critic,
+        method=method,
+        n=int(scores.size),
+        mean=float(scores.mean()),
+        sd=float(scores.std()),
+        quantiles=(q10, q50, q90),
+        low=float(scores.min()),
+        high=float(scores.max()),
+        distinct=int(np.unique(np.round(scores, 6)).size),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewStep:
+    """One step to look at.
+
+    Attributes:
+        stream: Stream name.
+        critic: Critic label.
+        method: The method whose score it is.
+        trajectory: Trajectory id.
+        step: 0-based step index.
+        score: The method's confidence in [0, 1].
+        task: The trajectory's task (``""`` when the stream files cannot be read here).
+        action: The step's action (``""`` likewise).
+    """
+
+    stream: str
+    critic: str
+    method: str
+    trajectory: str
+    step: int
+    score: float
+    task: str
+    action: str
+
+
+def steps_to_review(
+    lanes: Sequence[ScoredLane], texts: StepTexts, k: int = 10
+) -> tuple[list[ReviewStep], list[ReviewStep]]:
+    """Per (critic, method), over its streams: the ``k`` lowest-confidence steps and the ``k`` weakest trajectories.
+
+    A trajectory's weakness is its lowest-confidence step, by which it is given. Ties are broken by stream,
+    trajectory and step, so the lists are the same on every call.
+
+    Returns:
+        ``(steps, trajectories)``, each grouped by (critic, method) in the order of ``lanes``, lowest first.
+    """
+    by_method: dict[tuple[str, str], list[ReviewStep]] = {}
+    for lane in lanes:
+        for i in np.flatnonzero(~np.isnan(lane.score)):
+            key = (lane.stream, str(lane.trajectory[i]), int(lane.step[i]))
+            task, action = texts.get(key, ("", ""))
+            by_method.setdefault((lane.critic, lane.method), []).append(
+                ReviewStep(lane.stream, lane.critic, lane.method, key[1], key[2], float(lane.score[i]), task, action)
+            )
+    steps: list[ReviewStep] = []
+    trajectories: list[ReviewStep] = []
+    for found in by_method.values():
+        found.sort(key=lambda r: (r.score, r.stream, r.trajectory, r.step))
+        steps += found[:k]
+        weakest: dict[tuple[str, str], ReviewStep] = {}
+        for r in found:  # lowest first, so the first step seen of a trajectory is its minimum
+            weakest.setdefault((r.stream, r.trajectory), r)
+        trajectories += list(weakest.values())[:k]
+    return steps, trajectories
+
+
+@dataclass(frozen=True, slots=True)
+class Deferral:
+    """What one selective-execution budget would defer for one method on one stream.
+
+    Attributes:
+        stream: Stream name.
+        critic: Critic label.
+        method: Method name.
+        budget: ``b``, percent of the scored steps deferred.
+        deferred: ``floor(b N / 100)`` steps, the lowest-confidence ones.
+        n: Scored steps ``N``.
+        cut: The highest deferred score (the steps at or below it are deferred, ties broken as the list is
+            sorted), ``None`` when nothing is deferred.
+    """
+
+    stream: str
+    critic: str
+    method: str
+    budget: int
+    deferred: int
+    n: int
+    cut: float | None
+
+
+def deferrals(lanes: Sequence[ScoredLane], budgets: Iterable[int] = SELECTIVE_BUDGETS) -> list[Deferral]:
+    """For each (stream, critic, method) and budget ``b > 0``: the steps selective execution would defer."""
+    out = []
+    for lane in lanes:
+        scores = np.sort(lane.score[~np.isnan(lane.score)])
+        if not scores.size:
+            continue
+        for b in budgets:
+            if b <= 0:
+                continue
+            k = math.floor(b * scores.size / 100)
+            cut = float(scores[k - 1]) if k else None
+            out.append(Deferral(lane.stream, lane.critic, lane.method, b, k, int(scores.size), cut))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Agreement:
+    """How two methods rank the same steps.
+
+    Attributes:
+        stream: Stream name.
+        critic: Critic label.
+        first: One method.
+        second: The other.
+        n: Steps both scored.
+        rho: Spearman's rank correlation in [-1, 1]; ``None`` when it is undefined (fewer than 3 shared steps, or
+            one method gives every shared step the same score).
+    """
+
+    stream: str
+    critic: str
+    first: str
+    second: str
+    n: int
+    rho: float | None
+
+
+def agreement(lanes: Sequence[ScoredLane]) -> list[Agreement]:
+    """Spearman's rank correlation of every pair of methods of a (stream, critic), on the steps both scored."""
+    from scipy.stats import spearmanr
+
+    groups: dict[tuple[str, str], list[ScoredLane]] = {}
+    for lane in lanes:
+        groups.setdefault((lane.stream, lane.critic), []).append(lane)
+    out = []
+    for (stream, critic), group in groups.items():
+        scored = {lane.method: _by_step(lane) for lane in group}
+        for a, b in combinations(scored, 2):
+            shared = sorted(scored[a].keys() & scored[b].keys())
+            x = np.array([scored[a][k] for k in shared])
+            y = np.array([scored[b][k] for k in shared])
+            rho = None
+            if len(shared) >= 3 and np.ptp(x) > 0 and np.ptp(y) > 0:
+                rho = float(spearmanr(x, y).statistic)
+            out.append(Agreement(stream, critic, a, b, len(shared), rho))
+    return out
+
+
+def _by_step(lane: ScoredLane) -> dict[tuple[str, int], float]:
+    ok = ~np.isnan(lane.score)
+    return {
+        (str(t), int(s)): float(v) for t, s, v in zip(lane.trajectory[ok], lane.step[ok], lane.score[ok], strict=True)
+    }
+
+
+def step_texts(
+    run: RunDir, wanted: Iterable[tuple[str, str, int]]
+) -> tuple[dict[tuple[str, str, int], tuple[str, str]], str | None]:
+    """The task and action of each ``(stream, trajectory id, step)`` in ``wanted``, from the run's stream files.
+
+    The files are those ``config.json`` records (a relative path is read from the current directory). Never
+    raises: steps whose files cannot be read are left out, and the second value says why (``None`` when all
+    were found).
+    """
+    from ceb.data import read_stream
+
+    wanted = set(wanted)
+    streams = {s for s, _, _ in wanted}
+    try:
+        files = run.recorded_stream_files()
+    except CEBError as exc:
+        return {}, str(exc)
+    out: dict[tuple[str, str, int], tuple[str, str]] = {}
+    missing = []
+    for stream in sorted(streams):
+        paths = files.get(stream)
+        if not paths:
+            missing.append(f"{stream}: config.json names no file for it")
+            continue
+        try:
+            trajectories = read_stream(paths)
+        except (CEBError, OSError, ValueError) as exc:
+            missing.append(f"{stream}: {str(exc).splitlines()[0]}")
+            continue
+        for traj in trajectories:
+            for t, step in enumerate(traj.steps):
+                if (stream, traj.id, t) in wanted:
+                    out[(stream, traj.id, t)] = (traj.task, step.action)
+    return out, ("; ".join(missing) or None)
