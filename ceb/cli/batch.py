@@ -52,7 +52,7 @@ def export(
     ] = None,
     methods: Annotated[
         str | None,
-        config_option("methods", "--methods", help="Comma-separated bank-free baselines (default: all six)"),
+        config_option("methods", "--methods", help="Comma-separated bank-free baselines", base=BATCH_METHODS),
     ] = None,
     model: ModelName = None,
     limit: Limit = None,
