@@ -254,7 +254,7 @@ def _output_lines(path: Path, known: Mapping[str, BatchRequest]) -> dict[str, by
     return {orjson.loads(raw)["custom_id"]: raw + b"\n" for raw in lines if raw}
 
 
-def _join_outputs(src: BatchDir, outputs: Sequence[Path], rounds: Mapping[str, int]) -> None:
+def _join_outputs(src: BatchDir, outputs: Sequence[Path], by_round: Mapping[int, Sequence[BatchRequest]]) -> None:
     """Join the lines of ``outputs`` into the imported output of the round that holds each one's request.
 
     An output adds to what was imported for its round (OpenAI's error file after its output file, a rerun of some
@@ -265,13 +265,14 @@ def _join_outputs(src: BatchDir, outputs: Sequence[Path], rounds: Mapping[str, i
     Args:
         src: The export.
         outputs: The Batch output (and error) files given.
-        rounds: Custom id -> the round whose file holds the request.
+        by_round: Each round's requests (:meth:`BatchDir.requests_by_round`).
 
     Raises:
         DataError: A malformed line of a given or an imported output (names the file, line and field).
         RunError: An id answered in two of ``outputs``.
     """
-    known = {r.custom_id: r for rs in src.requests_by_round().values() for r in rs}
+    known = {r.custom_id: r for rs in by_round.values() for r in rs}
+    rounds = {r.custom_id: k for k, rs in by_round.items() for r in rs}
     given: dict[str, bytes] = {}
     seen: dict[str, Path] = {}
     for path in outputs:
@@ -399,7 +400,7 @@ async def import_batch(
     by_round = src.requests_by_round()
     rounds = {r.custom_id: j for j, rs in by_round.items() for r in rs}
     if outputs:
-        _join_outputs(src, [Path(p) for p in outputs], rounds)
+        _join_outputs(src, [Path(p) for p in outputs], by_round)
     elif not src.imported(k):
         raise RunError(f"round {k} of {src.path} has no imported output; give its Batch output file")
     requests = [r for rs in by_round.values() for r in rs]
