@@ -12,7 +12,11 @@ where ``body`` is what :meth:`~ceb.backends.openai.OpenAIBackend.payload` would 
      "error": null}
 
 (OpenAI puts failed requests in a separate error file of the same line shape; vLLM writes them in the output
-file with ``response.status_code`` >= 400 and ``error`` set. Both are read.)
+file with ``response.status_code`` >= 400, no body, and ``error`` set: a string, or an error response
+``{"error": {"message", "type", "param", "code"}}``. Both are read.) A 2xx reply's ``usage`` is checked as it is
+read: each count an integer from 0 to :data:`MAX_USAGE_TOKENS`, and the completion tokens no more than the request's
+budget for all its choices (``n`` times ``max_completion_tokens`` or ``max_tokens``); the rows' token counts come
+from it.
 
 :class:`BatchBackend` is a :class:`~ceb.backends.base.ChatBackend` that sends nothing: the pipeline runs over it
 as over a live endpoint, each request is looked up among the replies it was given, and a request with no reply
@@ -31,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +51,7 @@ from ceb.errors import BackendError, DataError, Problem
 
 __all__ = [
     "BATCH_URL",
+    "MAX_USAGE_TOKENS",
     "BatchBackend",
     "BatchReply",
     "BatchRequest",
@@ -59,6 +64,13 @@ __all__ = [
 
 BATCH_URL = "/v1/chat/completions"
 """The one endpoint a ceb Batch file targets (OpenAI's ``endpoint`` of the batch, vLLM's only chat route)."""
+
+MAX_USAGE_TOKENS = 10**8
+"""The most tokens a count of a reply's ``usage`` may hold: far more than any model's context window (the longest
+served today are about 10M tokens), so a larger count is a damaged or forged line, not a reply."""
+
+_USAGE_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
+"""The counts of OpenAI's and vLLM's ``usage`` object."""
 
 _WIRE_URL = "http://localhost/v1"
 """A base URL for the payload builder, which needs one; nothing is ever sent to it."""
@@ -155,16 +167,18 @@ class BatchReply:
     error: str | None
 
 
-def read_output(path: Path, known: Mapping[str, object]) -> dict[str, BatchReply]:
+def read_output(path: Path, known: Mapping[str, BatchRequest]) -> dict[str, BatchReply]:
     """The replies of a Batch output (or error) file, by ``custom_id``.
 
     Args:
         path: The file OpenAI, Azure or ``vllm run-batch`` wrote.
-        known: The custom ids the input files hold; a line naming another id is refused.
+        known: The requests the input files hold, by custom id; a line naming another id is refused.
 
     Raises:
         DataError: A malformed line, a line without ``custom_id`` or naming an id no request has, a repeated id,
-            or a 2xx response without a body (names the file, line and field).
+            a 2xx response without a body, or a body whose ``usage`` is not an object or holds a count that is
+            not an integer, is negative, exceeds :data:`MAX_USAGE_TOKENS`, or (completion tokens) exceeds the
+            request's budget (names the file, line and field).
         OSError: The file cannot be read.
     """
     out: dict[str, BatchReply] = {}
@@ -189,10 +203,47 @@ def read_output(path: Path, known: Mapping[str, object]) -> dict[str, BatchReply
         if 200 <= status < 300 and error is None:
             if not isinstance(body, dict):
                 raise DataError(Problem(*where, "response.body", "a 2xx response without a body object"))
+            _check_usage(where, body.get("usage"), known[cid].body)
             out[cid] = BatchReply(cid, status, body, None)
             continue
         out[cid] = BatchReply(cid, status, None, _error_text(error, body))
     return out
+
+
+def _check_usage(where: tuple[str, int], usage: Any, request: Mapping[str, Any]) -> None:
+    """Refuse a reply's ``usage`` no server writes: the rows' token counts (and a run's cost) are read from it.
+
+    Args:
+        where: The output file and line, for the message.
+        usage: The reply body's ``usage`` (``None``: absent, as a server may leave it; nothing is counted then).
+        request: The request's body, whose ``n`` and output budget bound the completion tokens.
+
+    Raises:
+        DataError: ``usage`` is not an object, or a count is not an integer, is negative or exceeds
+            :data:`MAX_USAGE_TOKENS`, or the completion tokens exceed ``n`` times the request's budget.
+    """
+    if usage is None:
+        return
+    if not isinstance(usage, dict):
+        raise DataError(Problem(*where, "response.body.usage", "not an object"))
+    for key in _USAGE_COUNTS:
+        value, field = usage.get(key), f"response.body.usage.{key}"
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise DataError(Problem(*where, field, f"{value!r} is not a whole number of tokens"))
+        if not 0 <= value <= MAX_USAGE_TOKENS:
+            raise DataError(Problem(*where, field, f"{value:,} tokens: not in 0..{MAX_USAGE_TOKENS:,}"))
+    limit = "max_completion_tokens" if "max_completion_tokens" in request else "max_tokens"
+    budget, n, completion = request.get(limit), request.get("n", 1), usage.get("completion_tokens")
+    if isinstance(budget, int) and isinstance(n, int) and isinstance(completion, int) and completion > budget * n:
+        raise DataError(
+            Problem(
+                *where,
+                "response.body.usage.completion_tokens",
+                f"{completion:,} tokens: more than the n x {limit} = {n} x {budget} the request allows",
+            )
+        )
 
 
 def _error_text(error: Any, body: Any) -> str:
@@ -227,10 +278,12 @@ class BatchBackend(ChatBackend):
         tag: The export's tag, the first part of every ``custom_id``.
         requests: The requests of earlier Batch files of this export (their ids and bodies).
         replies: Their replies by ``custom_id``.
+        waiting: The ids of requests in a Batch file whose output is not imported yet: asked, they wait for it
+            (as a new request does) and are not :attr:`unanswered`.
 
     Attributes:
         pending: Requests with no earlier line, in the order asked: the next Batch file.
-        unanswered: Requests that were in an earlier file but have no reply in its output.
+        unanswered: Requests that were in an earlier file but have no reply in its imported output.
 
     Raises:
         ConfigError: No ``backend.model``.
@@ -244,6 +297,7 @@ class BatchBackend(ChatBackend):
         tag: str,
         requests: list[BatchRequest] | None = None,
         replies: Mapping[str, BatchReply] | None = None,
+        waiting: Collection[str] = (),
     ) -> None:
         wire = settings.model_copy(update={"name": "openai", "base_url": _WIRE_URL, "server_priority": "off"})
         self.wire = OpenAIBackend(wire)
@@ -257,6 +311,7 @@ class BatchBackend(ChatBackend):
             self._known.setdefault((step, body_key(r.body)), r.custom_id)
             self._earlier[step] = self._earlier.get(step, 0) + 1
         self._replies = dict(replies or {})
+        self._waiting = frozenset(waiting)
         self._steps: dict[str, _Step] = {}
         self.pending: list[BatchRequest] = []
         self.unanswered: list[str] = []
@@ -277,9 +332,9 @@ class BatchBackend(ChatBackend):
         """The reply to ``request`` from the Batch output, or record it for the next Batch file.
 
         Raises:
-            BackendError: No reply yet (the request is now in :attr:`pending`), no reply in the output of the
-                file that held it, or the Batch answered it with an error (its status and message) or did not run
-                it (a line with an error and no response).
+            BackendError: No reply yet (the request is now in :attr:`pending`, or its file's output is not imported
+                yet), no reply in the imported output of the file that held it, or the Batch answered it with an
+                error (its status and message) or did not run it (a line with an error and no response).
         """
         body = self.wire.payload(request)
         key = body_key(body)
@@ -293,6 +348,8 @@ class BatchBackend(ChatBackend):
                 self.pending.append(BatchRequest(cid, body))
             raise BackendError("no reply yet: the request is in the next Batch file", backend=self.label)
         reply = self._replies.get(cid)
+        if reply is None and cid in self._waiting:
+            raise BackendError("no reply yet: the output of its Batch file is not imported yet", backend=self.label)
         if reply is None:
             self.unanswered.append(cid)
             raise BackendError(f"no reply in the Batch output for {cid}", backend=self.label)

@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 import anyio
 
-from ceb.bank import BankJournal, BankRecord
+from ceb.bank import RETRIEVERS, BankRecord
 from ceb.bench.bank import grow, load_sql_trajectories
 from ceb.bench.machine import machine_info
 from ceb.bench.options import bench_parser
@@ -37,8 +37,10 @@ from ceb.bench.stats import summarize
 from ceb.config import RunConfig, load_config
 from ceb.data.trajectory import Step
 from ceb.gate import Gate, StepContext
+from ceb.gate.state import StateDir
 from ceb.logs import configure_logging
 from ceb.sim import SimConfig
+from ceb.stages.methods import resolve_method
 
 __all__ = ["OverheadResult", "ThroughputResult", "main", "measure_overhead", "measure_throughput"]
 
@@ -70,9 +72,23 @@ class ThroughputResult:
     errors: int
 
 
-def _write_bank(path: Path, records: Sequence[BankRecord], config: RunConfig) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with BankJournal.open(path, settings=config.bank) as journal:
+STREAM = "bench"
+"""The one stream the overhead figure scores."""
+
+
+def _write_bank(state_dir: Path, records: Sequence[BankRecord], config: RunConfig) -> None:
+    """Stream :data:`STREAM`'s bank, holding ``records``, as a gate with ``config`` keeps it in ``state_dir``.
+
+    Written through the gate's own files (:class:`~ceb.gate.state.StateDir`) with the bank settings and retriever
+    the gate derives for its method (``usefulness_k`` from the method's ``k``, :meth:`~ceb.config.BankConfig.for_k`),
+    so that the gate opens the journal as its own.
+    """
+    resolved = resolve_method(config.gate.method).resolve(config.ceb)
+    files = StateDir(state_dir, fsync=False).open(
+        STREAM, RETRIEVERS.get(resolved.retriever)(), config.bank.for_k(resolved.k)
+    )
+    files.inbox.close()
+    with files.journal as journal:
         journal.add_trajectory(records, mark=1)
 
 
@@ -99,14 +115,14 @@ async def measure_overhead(
     """
     grown, _ = grow(real, size)
     flat = [r for traj in grown for r in traj][:size]
-    _write_bank(state_dir / "bench" / "bank.journal", flat, config)
+    _write_bank(state_dir, flat, config)
     queries = random.Random(seed).sample(flat, min(len(flat), calls + 20))
     overhead, latency, critic = [], [], []
     async with Gate(config, state_dir=state_dir) as gate:
-        assert len(gate.bank("bench")) == len(flat)
+        assert len(gate.bank(STREAM)) == len(flat)
         for i, r in enumerate(queries):
             ctx = StepContext(f"q{i}", r.task, "sql", Step(r.state, r.action, ""))
-            c = await gate.score("bench", ctx)
+            c = await gate.score(STREAM, ctx)
             if i >= 20:
                 overhead.append(c.overhead_s)
                 latency.append(c.latency_s)

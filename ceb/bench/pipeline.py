@@ -334,8 +334,11 @@ def run_client_bench(
     requests: int = 3000,
     concurrency: int = 64,
     port: int | None = None,
+    trajectories: int | None = None,
 ) -> dict[str, Any]:
     """Client requests/s and CPU per request and per scored step against a zero-latency simulator (on ``port``).
+
+    ``trajectories``: those kept from the start of each stream for the per-step figure (``None``: every one).
 
     Returns:
         ``{"requests", "ceb_client", "sdk_client", "ratio", "per_step"}`` (JSON-ready).
@@ -347,7 +350,7 @@ def run_client_bench(
         reqs = _critic_requests(streams, config, requests)
         wall, cpu = anyio.run(_blast, config, reqs)
         sdk_wall, sdk_cpu = anyio.run(_blast_sdk, url, sim.model, reqs, concurrency)
-        cut = {name: list(trajs) for name, trajs in streams.items()}
+        cut = {name: list(trajs)[:trajectories] for name, trajs in streams.items()}
         step_cpu = time.process_time()
         makespan, _, summary = anyio.run(_score, cut, config, work / "client-static")
         step_cpu = time.process_time() - step_cpu
@@ -434,12 +437,17 @@ def client_main(argv: Sequence[str] | None = None) -> int:
     """``ceb bench client``: :func:`run_client_bench` on the InterCode streams (``--help`` lists options)."""
     ap = bench_parser("client", _CLIENT_HELP, sim_port=True)
     ap.add_argument("--requests", type=int, default=3000, help="requests sent at once")
+    ap.add_argument(
+        "--trajectories", type=int, help="trajectories kept per stream for the per-step figure (default: every one)"
+    )
     args = ap.parse_args(argv)
     configure_logging("error")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         streams = load_intercode_streams(args.intercode, work / "streams")
-        result = run_client_bench(streams, work, requests=args.requests, port=args.port or None)
+        result = run_client_bench(
+            streams, work, requests=args.requests, port=args.port or None, trajectories=args.trajectories
+        )
     doc = {"benchmark": "client", "target": CLIENT_TARGET, **result, "machine": machine_info()}
     ours, sdk, step = result["ceb_client"], result["sdk_client"], result["per_step"]
     print(

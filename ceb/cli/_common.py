@@ -176,16 +176,18 @@ def _first_sentence(doc: str) -> str:
     return first.replace("``", "")
 
 
-def config_option(path: str, *flags: str, help: str | None = None, **kwargs: Any) -> Any:
-    """A ``typer.Option`` that overrides the config setting at ``path``; its help shows that field's default.
+def config_option(path: str, *flags: str, help: str | None = None, base: object = None, **kwargs: Any) -> Any:
+    """A ``typer.Option`` that overrides the config setting at ``path``; its help shows that setting's default.
 
     The option's own default stays ``None`` (the config file, else the field's default, decides), so the help's
-    "(default: X)" is read from the field and cannot drift from it.
+    "(default: X)" is read from the field and cannot drift from it. ``help`` must not state a default of its own.
 
     Args:
         path: Dotted field of :class:`~ceb.config.RunConfig`, e.g. ``"ceb.votes"``.
         *flags: The option's names, when not derived from the parameter name.
         help: The help text; by default the first sentence of the field's docstring.
+        base: The command's own default for the setting, when it gives :func:`~ceb.config.load_config` one
+            (its ``base``) in place of the field's: shown instead (``None``: the field's).
         **kwargs: Further ``typer.Option`` arguments (``min``, ``rich_help_panel``...).
 
     Raises:
@@ -193,8 +195,9 @@ def config_option(path: str, *flags: str, help: str | None = None, **kwargs: Any
     """
     field = config_field(path)
     text = help if help is not None else _first_sentence(field.description or "")
-    if field.default is not None:
-        text = f"{text.rstrip('.')} (default: {_shown(field.default)})."
+    default = field.default if base is None else base
+    if default is not None:
+        text = f"{text.rstrip('.')} (default: {_shown(default)})."
     return typer.Option(*flags, help=text, **kwargs)
 
 

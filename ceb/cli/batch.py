@@ -53,7 +53,7 @@ def export(
     ] = None,
     methods: Annotated[
         str | None,
-        config_option("methods", "--methods", help="Comma-separated bank-free baselines (default: all six)"),
+        config_option("methods", "--methods", help="Comma-separated bank-free baselines", base=BATCH_METHODS),
     ] = None,
     model: ModelName = None,
     limit: Limit = None,
@@ -112,9 +112,9 @@ def import_(
     outputs: Annotated[
         list[Path] | None,
         typer.Argument(
-            help="The Batch output file of its last round (and OpenAI's error file, if there is one), added to what "
-            "was imported for that round before (a request answered again takes the new line); leave out to use "
-            "the outputs imported before."
+            help="Batch output files of any round (OpenAI's output file and its error file, together or apart, in "
+            "either order); each line is added to what was imported for its request's round (a request answered "
+            "again takes the new line); leave out to use the outputs imported before."
         ),
     ] = None,
     overwrite: Annotated[
@@ -126,7 +126,8 @@ def import_(
     Each baseline reads its replies with the code it uses online; a request the Batch failed is a failed step
     with its error. A step that asks a follow-up request only after reading a reply (pro's teacher forcing, a cot
     re-ask) waits for the next round: its requests go into BATCH_DIR/round-<k+1>.jsonl, which is printed; import
-    that round's output with --overwrite.
+    that round's output with --overwrite. An output of an earlier round (OpenAI's error file after round 2 was
+    written) may be imported at any time with --overwrite.
     """
     from ceb.data import read_stream
     from ceb.eval import run_metrics, write_metrics
@@ -149,12 +150,12 @@ def import_(
         )
     if done.unanswered:
         err.print(f"warning: {done.unanswered} requests have no line in the Batch output: their steps failed")
-    if done.path is not None:
+    for k, n in done.waiting.items():
         out.print(
-            f"round {done.round}: {done.requests} follow-up requests wait in {done.path}; submit it, then: "
+            f"round {k}: {n} follow-up requests wait in {src.round_file(k)}; submit it, then: "
             f"ceb batch import {batch_dir} OUTPUT --out {out_dir} --overwrite",
             soft_wrap=True,
         )
-    elif s is not None and s.steps_failed and not s.steps_scored:  # as ceb score: a whole Batch refused
+    if done.path is None and s is not None and s.steps_failed and not s.steps_scored:  # as ceb score: all refused
         err.print(f"error: every step failed (no score); the reasons are in {RunDir(out_dir).scores}")
         raise typer.Exit(EXIT_FAILED)

@@ -16,6 +16,10 @@ writes ``round-2.jsonl`` with those requests, and the steps that wait for them a
 import of round 2's output (``--overwrite``) completes them. ``ppl``, ``me``, ``ptrue`` and ``verbalized`` never
 need a second round, nor ``cot`` when its replies are readable.
 
+An output may be imported for any round, in any order: each line joins the imported output of the round whose file
+holds its request (OpenAI's error file of round 1 after round 1's output has opened round 2, the rerun of some
+requests). The requests of a round whose output is not imported yet wait for it, as new ones do.
+
 The batch directory (:class:`BatchDir`)::
 
     batch.json                  the export: tag, effective config, the streams' files and their digests
@@ -29,7 +33,7 @@ import hashlib
 import json
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +153,19 @@ class BatchDir:
         Raises:
             DataError: A malformed line of a round's file (:func:`~ceb.backends.batch.read_requests`).
         """
-        return [r for k in range(1, self.rounds() + 1) for r in read_requests(self.round_file(k))]
+        return [r for rs in self.requests_by_round().values() for r in rs]
+
+    def requests_by_round(self) -> dict[int, list[BatchRequest]]:
+        """Round ``k`` (1-based) -> the requests of its Batch file, in round order.
+
+        Raises:
+            DataError: A malformed line of a round's file (:func:`~ceb.backends.batch.read_requests`).
+        """
+        return {k: read_requests(self.round_file(k)) for k in range(1, self.rounds() + 1)}
+
+    def imported(self, k: int) -> bool:
+        """Whether an output of round ``k`` has been imported."""
+        return self.output_file(k).is_file()
 
     def replies(self, requests: Sequence[BatchRequest]) -> dict[str, BatchReply]:
         """Every imported round's replies by ``custom_id``.
@@ -181,12 +197,15 @@ class BatchRound:
     """What an export or an import did.
 
     Attributes:
-        path: The next Batch file to submit, ``None`` when no request is waiting.
-        round: Its round number (1-based); the last imported round when ``path`` is ``None``.
+        path: The newest Batch file whose output is not imported yet (to submit), ``None`` when no request waits.
+        round: Its round number (1-based); the last round when ``path`` is ``None``.
         requests: Requests in it.
         summary: The import's run summary (``None`` for an export).
-        unanswered: Requests of submitted rounds that their output does not answer (failed steps).
+        unanswered: Requests of rounds with an imported output that it does not answer (failed steps).
         replies: Lines of the imported outputs the run read its replies from, every round's.
+        waiting: Round -> its requests, for every round whose output is not imported yet (``path``'s among them),
+            oldest first: more than one when an output of an earlier round, imported after a later round was
+            written, asked new follow-up requests.
     """
 
     path: Path | None
@@ -195,6 +214,7 @@ class BatchRound:
     summary: RunSummary | None = None
     unanswered: int = 0
     replies: int = 0
+    waiting: Mapping[int, int] = field(default_factory=dict)
 
 
 def batch_config(config: RunConfig) -> RunConfig:
@@ -223,24 +243,52 @@ def batch_config(config: RunConfig) -> RunConfig:
     return config.model_copy(update={"fail_on_error": _NO_BUDGET, "baselines": baselines})
 
 
-def _with_newline(data: bytes) -> bytes:
-    return data if not data or data.endswith(b"\n") else data + b"\n"
-
-
-def _kept_lines(imported: Path, known: Mapping[str, object], answered: set[str]) -> bytes:
-    """The lines of a round's output imported before whose request the outputs given now do not answer.
-
-    An output given for a round adds to what was imported for it (OpenAI's error file after its output file, a
-    rerun of some requests), so no reply imported before is dropped; a request answered again takes the new line.
+def _output_lines(path: Path, known: Mapping[str, BatchRequest]) -> dict[str, bytes]:
+    """The lines of a Batch output file by ``custom_id`` (newline included), checked first.
 
     Raises:
-        DataError: ``imported`` has a malformed line (:func:`~ceb.backends.batch.read_output`).
+        DataError: A malformed line (:func:`~ceb.backends.batch.read_output`), named with this file and its line.
     """
-    if not imported.is_file():
-        return b""
-    read_output(imported, known)  # checked first: a broken line is refused naming this file and its line
-    lines = [raw for raw in imported.read_bytes().splitlines() if raw.strip()]
-    return b"".join(raw + b"\n" for raw in lines if orjson.loads(raw)["custom_id"] not in answered)
+    read_output(path, known)  # checked first: a broken line is refused naming this file and its line
+    lines = (raw.strip() for raw in path.read_bytes().splitlines())
+    return {orjson.loads(raw)["custom_id"]: raw + b"\n" for raw in lines if raw}
+
+
+def _join_outputs(src: BatchDir, outputs: Sequence[Path], by_round: Mapping[int, Sequence[BatchRequest]]) -> None:
+    """Join the lines of ``outputs`` into the imported output of the round that holds each one's request.
+
+    An output adds to what was imported for its round (OpenAI's error file after its output file, a rerun of some
+    requests), so no reply imported before is dropped; a request answered again takes the new line. Every file is
+    read and checked before anything is written, so a refused file changes nothing. Each round's output is
+    replaced atomically; a kill between two rounds' leaves a state the same import completes.
+
+    Args:
+        src: The export.
+        outputs: The Batch output (and error) files given.
+        by_round: Each round's requests (:meth:`BatchDir.requests_by_round`).
+
+    Raises:
+        DataError: A malformed line of a given or an imported output (names the file, line and field).
+        RunError: An id answered in two of ``outputs``.
+    """
+    known = {r.custom_id: r for rs in by_round.values() for r in rs}
+    rounds = {r.custom_id: k for k, rs in by_round.items() for r in rs}
+    given: dict[str, bytes] = {}
+    seen: dict[str, Path] = {}
+    for path in outputs:
+        for cid, raw in _output_lines(path, known).items():
+            if cid in seen:
+                raise RunError(f"{path}: {cid} is answered in {seen[cid]} too")
+            seen[cid] = path
+            given[cid] = raw
+    touched = sorted({rounds[cid] for cid in given})
+    joined: dict[int, bytes] = {}
+    for k in touched:
+        kept = _output_lines(src.output_file(k), known) if src.imported(k) else {}
+        kept = {cid: raw for cid, raw in kept.items() if cid not in given}
+        joined[k] = b"".join(kept.values()) + b"".join(raw for cid, raw in given.items() if rounds[cid] == k)
+    for k, data in joined.items():
+        write_atomic(src.output_file(k), data)
 
 
 def batchable(name: str) -> bool:
@@ -314,25 +362,28 @@ async def import_batch(
     overwrite: bool = False,
     on_row: Callable[[Row], None] | None = None,
 ) -> BatchRound:
-    """Read the output of the last round of ``batch_dir`` and score its run into ``run_dir`` from every reply.
+    """Join Batch outputs into ``batch_dir`` and score its run into ``run_dir`` from every reply.
 
     Args:
         streams: The export's streams, read from :meth:`BatchDir.streams`.
         batch_dir: The export.
-        outputs: The last round's Batch output files (OpenAI's output file and its error file, when there is one;
-            ``vllm run-batch``'s one file), joined into ``batch_dir``'s ``round-<k>.output.jsonl``. They add to what
-            was imported for the round before: a request they answer again takes their line, no other is dropped.
-            Empty: use the outputs imported before.
+        outputs: Batch output files of any of its rounds (OpenAI's output file and its error file, given together
+            or apart, in either order; ``vllm run-batch``'s one file). Each line joins the round whose file holds
+            its request (``round-<k>.output.jsonl``), adding to what was imported for it before: a request they
+            answer again takes their line, no other is dropped. Empty: use the outputs imported before.
         run_dir: The run directory to write (as ``ceb score --out``).
         overwrite: Replace the results of an earlier import there (rebuilt from every round's replies).
         on_row: Called with each row after it is on disk.
 
     Returns:
-        The next round to submit (``path`` is ``None`` when every request has its reply) and the run summary.
+        The newest round to submit (``path`` is ``None`` when every request of every round has its reply or its
+        error) with every round still waiting for its output, and the run summary.
 
     Raises:
-        DataError: A malformed line of a Batch file, a custom id no request has (names the file, line and field).
-        RunError: No export in ``batch_dir``, changed streams, or ``run_dir`` already holds scored steps and not
+        DataError: A malformed line of a Batch file, a custom id no request has, a ``usage`` no server writes
+            (names the file, line and field).
+        RunError: No export in ``batch_dir``, changed streams, an id answered in two of ``outputs``, no output
+            given and none imported for the last round, or ``run_dir`` already holds scored steps and not
             ``overwrite`` (refused before any output is copied in).
     """
     src = BatchDir(batch_dir)
@@ -346,33 +397,24 @@ async def import_batch(
             f"{run.path} already holds results ({run.SCORES}); import with --overwrite to rebuild it from every "
             "round's replies (the Batch files are kept), or give a new --out"
         )
-    requests = src.requests()
+    by_round = src.requests_by_round()
+    rounds = {r.custom_id: j for j, rs in by_round.items() for r in rs}
     if outputs:
-        # Each is read before anything is copied in: a malformed file is refused with its own name, nothing replaced.
-        last = {r.custom_id for r in read_requests(src.round_file(k))}
-        known = {r.custom_id: r for r in requests}
-        seen: dict[str, Path] = {}
-        for path in map(Path, outputs):
-            for cid in read_output(path, known):
-                if cid in seen:
-                    raise RunError(f"{path}: {cid} is answered in {seen[cid]} too")
-                if cid not in last:
-                    raise RunError(
-                        f"{path}: {cid} is a request of an earlier round; give the output of round {k} "
-                        f"({src.round_file(k)})"
-                    )
-                seen[cid] = path
-        if {Path(p).resolve() for p in outputs} != {src.output_file(k).resolve()}:
-            kept = _kept_lines(src.output_file(k), known, answered=set(seen))
-            write_atomic(src.output_file(k), kept + b"".join(_with_newline(Path(p).read_bytes()) for p in outputs))
-    elif not src.output_file(k).is_file():
+        _join_outputs(src, [Path(p) for p in outputs], by_round)
+    elif not src.imported(k):
         raise RunError(f"round {k} of {src.path} has no imported output; give its Batch output file")
+    requests = [r for rs in by_round.values() for r in rs]
     replies = src.replies(requests)
+    waiting = {cid for cid, j in rounds.items() if not src.imported(j)}
     config = RunConfig.model_validate(doc["config"])
-    backend = BatchBackend(config.backend, str(doc["tag"]), requests, replies)
+    backend = BatchBackend(config.backend, str(doc["tag"]), requests, replies, waiting)
     summary = await _replay(streams, config, backend, Path(run_dir), overwrite=overwrite, on_row=on_row)
     unanswered = len(set(backend.unanswered))
-    if not backend.pending:
+    if backend.pending:
+        src.write_round(k + 1, backend.pending)
+        by_round[k + 1] = backend.pending
+    left = {j: len(rs) for j, rs in by_round.items() if not src.imported(j)}
+    if not left:
         return BatchRound(None, k, 0, summary, unanswered, len(replies))
-    path = src.write_round(k + 1, backend.pending)
-    return BatchRound(path, k + 1, len(backend.pending), summary, unanswered, len(replies))
+    newest = max(left)
+    return BatchRound(src.round_file(newest), newest, left[newest], summary, unanswered, len(replies), left)

@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 from typer.testing import CliRunner
 
-from ceb.backends.batch import read_requests
+from ceb.backends.batch import BatchRequest, read_requests
 from ceb.cli import app
 from ceb.cli._common import EXIT_ERROR, EXIT_FAILED
 from ceb.data import write_stream
@@ -71,31 +71,40 @@ def test_import_prints_the_metrics_and_the_steps_the_batch_failed(tmp_path: Path
     assert (tmp_path / "r" / "metrics.json").is_file() and (batch / "round-1.output.jsonl").is_file()
 
 
-def test_an_import_whose_steps_all_wait_for_the_next_round_is_no_failure(tmp_path: Path) -> None:
+def _samples_output(request: BatchRequest) -> bytes:
+    """OpenAI's output line for one of pro's sample requests: ``n`` choices, each with its log-probs."""
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", "content": "ls"},
+        "logprobs": {"content": [{"token": "ls", "logprob": -0.1, "bytes": None, "top_logprobs": []}]},
+        "finish_reason": "stop",
+    }
+    n = request.body["n"]
+    body = {
+        "id": "c",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [choice | {"index": i} for i in range(n)],
+        "usage": {"prompt_tokens": 10, "completion_tokens": n, "total_tokens": 10 + n},
+    }
+    response = {"status_code": 200, "request_id": "r", "body": body}
+    return orjson.dumps({"id": "x", "custom_id": request.custom_id, "response": response, "error": None}) + b"\n"
+
+
+def _export_pro(tmp_path: Path) -> Path:
     stream, batch = _stream(tmp_path), tmp_path / "b"
     result = runner.invoke(
         app, ["batch", "export", str(stream), "--methods", "pro", "--model", "m", "--out", str(batch)]
     )
     assert result.exit_code == 0, result.output
-    lines = []
-    for r in read_requests(batch / "round-1.jsonl"):  # pro's samples, each with its log-probs: teacher forcing next
-        choice = {
-            "index": 0,
-            "message": {"role": "assistant", "content": "ls"},
-            "logprobs": {"content": [{"token": "ls", "logprob": -0.1, "bytes": None, "top_logprobs": []}]},
-            "finish_reason": "stop",
-        }
-        body = {
-            "id": "c",
-            "object": "chat.completion",
-            "created": 0,
-            "model": "m",
-            "choices": [choice | {"index": i} for i in range(r.body["n"])],
-            "usage": {"prompt_tokens": 10, "completion_tokens": r.body["n"], "total_tokens": 10 + r.body["n"]},
-        }
-        response = {"status_code": 200, "request_id": "r", "body": body}
-        lines.append(orjson.dumps({"id": "x", "custom_id": r.custom_id, "response": response, "error": None}))
-    (tmp_path / "out.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    return batch
+
+
+def test_an_import_whose_steps_all_wait_for_the_next_round_is_no_failure(tmp_path: Path) -> None:
+    batch = _export_pro(tmp_path)
+    # pro's samples, each with its log-probs: teacher forcing next
+    (tmp_path / "out.jsonl").write_bytes(b"".join(map(_samples_output, read_requests(batch / "round-1.jsonl"))))
 
     result = runner.invoke(
         app, ["batch", "import", str(batch), str(tmp_path / "out.jsonl"), "--out", str(tmp_path / "r")]
@@ -103,3 +112,30 @@ def test_an_import_whose_steps_all_wait_for_the_next_round_is_no_failure(tmp_pat
 
     assert result.exit_code == 0, result.output
     assert "0 steps scored, 4 failed" in result.output and "round 2: 4 follow-up requests wait in" in result.output
+
+
+def test_openais_error_file_after_the_output_file_that_opened_round_2_is_imported_as_docs_scale_out_shows(
+    tmp_path: Path,
+) -> None:
+    batch, run = _export_pro(tmp_path), tmp_path / "r"
+    first, *rest = read_requests(batch / "round-1.jsonl")
+    (tmp_path / "output.jsonl").write_bytes(b"".join(map(_samples_output, rest)))
+    expired = {"code": "batch_expired", "message": "This request could not be executed before the window expired."}
+    line = {"id": "x", "custom_id": first.custom_id, "response": None, "error": expired}
+    (tmp_path / "errors.jsonl").write_bytes(orjson.dumps(line) + b"\n")
+    imported = runner.invoke(app, ["batch", "import", str(batch), str(tmp_path / "output.jsonl"), "--out", str(run)])
+    assert imported.exit_code == 0, imported.output
+    assert "round 2: 3 follow-up requests wait in" in imported.output
+    assert "warning: 1 requests have no line in the Batch output" in imported.output
+
+    later = runner.invoke(
+        app, ["batch", "import", str(batch), str(tmp_path / "errors.jsonl"), "--out", str(run), "--overwrite"]
+    )
+
+    assert later.exit_code == 0, later.output
+    assert f"round 2: 3 follow-up requests wait in {batch / 'round-2.jsonl'}" in later.output
+    assert "0 steps scored, 4 failed, from 4 Batch output lines" in later.output
+    assert "no line in the Batch output" not in later.output and "earlier round" not in later.output
+    errors = [r["error"] for r in read_rows(run / "scores.jsonl")]
+    assert sum("not run by the Batch: This request could not be executed" in e for e in errors) == 1
+    assert sum("no reply yet" in e for e in errors) == 3

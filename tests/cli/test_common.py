@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import errno
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -63,6 +65,41 @@ def test_every_default_score_help_shows_is_the_one_a_run_records(tmp_path: Path)
             value = value[key]
         as_typed = ",".join(value) if isinstance(value, list) else str(value)
         assert shown[flag] == as_typed, flag
+
+
+def _commands(command: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """Every leaf command under ``command`` with its path (typer's click objects: no click import needed)."""
+    if hasattr(command, "commands"):
+        for name, sub in command.commands.items():
+            yield from _commands(sub, (*path, name))
+    else:
+        yield path, command
+
+
+def test_no_option_of_any_command_shows_two_defaults() -> None:
+    # `batch export --help` said "(default: all six) (default: ceb,static)": the second was the config field's.
+    checked = 0
+    for path, command in _commands(typer.main.get_command(app), ("ceb",)):
+        ctx = command.context_class(command, info_name=path[-1])
+        for param in command.params:
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            checked += 1
+            assert len(re.findall(r"\bdefault\b", record[1], re.IGNORECASE)) <= 1, (" ".join(path), record)
+    assert checked > 100  # every command's options were seen
+
+
+def test_the_methods_batch_export_help_shows_are_the_ones_an_export_records(tmp_path: Path) -> None:
+    shown = _shown_defaults(_help("batch", "export"))
+    stream = tmp_path / "s.jsonl"
+    write_stream(stream, [trajectory("t0", step("ls", "a", label=1))])
+
+    result = runner.invoke(app, ["batch", "export", str(stream), "--model", "m", "--out", str(tmp_path / "b")])
+
+    assert result.exit_code == 0, result.output
+    recorded = orjson.loads((tmp_path / "b" / "batch.json").read_bytes())["config"]["methods"]
+    assert shown["--methods"] == ",".join(recorded) == "ppl,me,ptrue,cot,verbalized,pro"
 
 
 def test_serve_help_shows_the_gate_defaults_of_the_config() -> None:

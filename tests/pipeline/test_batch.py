@@ -277,7 +277,7 @@ async def test_an_export_is_the_same_file_each_time_and_refuses_an_existing_expo
         await export_batch(data(files), files, cfg, tmp_path / "one")
 
 
-async def test_openais_output_and_error_files_are_read_together_and_a_wrong_rounds_output_is_refused(
+async def test_openais_output_and_error_files_are_read_together_and_an_id_answered_twice_is_refused(
     tmp_path: Path, files: dict[str, list[Path]], openai_server: OpenAITestServer
 ) -> None:
     cfg = config(openai_server, ["pro"])
@@ -299,10 +299,6 @@ async def test_openais_output_and_error_files_are_read_together_and_a_wrong_roun
         r["error"] for r in read_rows(tmp_path / "run" / "scores.jsonl") if r["error"] and "expired" in r["error"]
     }
     assert len(expired) == 1 and "not run by the Batch: expired" in expired.pop()  # no response: no status to give
-    with pytest.raises(RunError, match=r"a request of an earlier round; give the output of round 2"):
-        await import_batch(
-            data(files), tmp_path / "batch", [tmp_path / "output.jsonl"], tmp_path / "run", overwrite=True
-        )
 
 
 async def test_an_output_given_later_for_the_last_round_adds_to_what_was_imported_and_loses_no_reply(
@@ -374,3 +370,172 @@ async def test_a_cot_reply_that_cannot_be_read_is_re_asked_in_the_next_round_as_
     assert final.path is None and final.summary is not None and final.summary.steps_scored == 9
     assert scores(run) == scores(tmp_path / "online") and None not in scores(run).values()
     assert {r["requests"] for r in read_rows(run / "scores.jsonl")} == {2}
+
+
+def _split(output: Path, failed: dict[str, dict[str, Any]]) -> tuple[bytes, bytes]:
+    """``output``'s lines with the ids of ``failed`` left out, and those ids' lines updated by ``failed``."""
+    kept, errors = [], []
+    for raw in output.read_bytes().splitlines():
+        line = orjson.loads(raw)
+        if line["custom_id"] in failed:
+            errors.append(orjson.dumps(line | failed[line["custom_id"]]) + b"\n")
+        else:
+            kept.append(raw + b"\n")
+    return b"".join(kept), b"".join(errors)
+
+
+def _errors(run: Path) -> dict[tuple[str, str, int], str | None]:
+    return {(r["method"], r["trajectory"], r["step"]): r["error"] for r in read_rows(run / "scores.jsonl")}
+
+
+def _step_of(custom_id: str, method: str) -> tuple[str, str, int]:
+    parts = custom_id.split("/")
+    return method, parts[2], int(parts[3])
+
+
+async def test_openais_error_file_imported_after_the_output_file_opened_round_2_completes_the_documented_flow(
+    tmp_path: Path, files: dict[str, list[Path]], openai_server: OpenAITestServer
+) -> None:
+    # docs/scale-out.md: export -> submit -> import the output file -> import the error file. With pro among the
+    # methods the output file opens round 2, and the error file of round 1 was refused ("an earlier round").
+    openai_server.responder = respond
+    cfg = config(openai_server, ["ppl", "pro"])
+    await run_scoring(data(files), cfg, tmp_path / "online")
+    batch, run = tmp_path / "batch", tmp_path / "run"
+    first = await export_batch(data(files), files, cfg, batch)
+    assert first.path is not None
+    await run_batch(openai_server, first.path, tmp_path / "out-1.jsonl")
+    requests = read_requests(first.path)
+    expired = next(r.custom_id for r in requests if "|pro|" in r.custom_id)
+    refused = next(r.custom_id for r in requests if "|ppl|" in r.custom_id)
+    openai_refusal = {"error": {"message": "prompt_logprobs is not supported", "type": "invalid_request_error"}}
+    output, errors = _split(
+        tmp_path / "out-1.jsonl",
+        {
+            expired: {"response": None, "error": {"code": "batch_expired", "message": "expired"}},
+            refused: {"response": {"status_code": 400, "request_id": "r", "body": openai_refusal}, "error": None},
+        },
+    )
+    (tmp_path / "output.jsonl").write_bytes(output)
+    (tmp_path / "errors.jsonl").write_bytes(errors)
+
+    opened = await import_batch(data(files), batch, [tmp_path / "output.jsonl"], run)
+    assert opened.round == 2 and opened.waiting == {2: 8} and opened.unanswered == 2  # the expired step: no round 2
+    round_2 = BatchDir(batch).round_file(2).read_bytes()
+
+    later = await import_batch(data(files), batch, [tmp_path / "errors.jsonl"], run, overwrite=True)
+
+    assert later.path == BatchDir(batch).round_file(2) and later.waiting == {2: 8} and later.requests == 8
+    assert later.unanswered == 0 and later.replies == 18  # every round-1 request has its line now
+    assert BatchDir(batch).round_file(2).read_bytes() == round_2 and BatchDir(batch).rounds() == 2
+    errors_by_step = _errors(run)
+    assert "not run by the Batch: expired" in (errors_by_step[_step_of(expired, "pro")] or "")
+    assert "400 from the Batch: prompt_logprobs is not supported" in (errors_by_step[_step_of(refused, "ppl")] or "")
+    waiting = [e for (m, _, _), e in errors_by_step.items() if m == "pro" and e and "no reply yet" in e]
+    assert len(waiting) == 8 and all("not imported yet" in e for e in waiting)
+
+    await run_batch(openai_server, BatchDir(batch).round_file(2), tmp_path / "out-2.jsonl")
+    final = await import_batch(data(files), batch, [tmp_path / "out-2.jsonl"], run, overwrite=True)
+
+    assert final.path is None and final.waiting == {} and final.unanswered == 0
+    assert final.summary is not None and final.summary.steps_scored == 16 and final.summary.steps_failed == 2
+    online = scores(tmp_path / "online")
+    failed = {_step_of(expired, "pro"), _step_of(refused, "ppl")}
+    assert scores(run) == {k: None if k in failed else v for k, v in online.items()}
+
+
+async def test_a_vllm_rerun_of_round_1_after_round_2_opened_asks_its_follow_ups_in_a_round_of_their_own(
+    tmp_path: Path, files: dict[str, list[Path]], openai_server: OpenAITestServer
+) -> None:
+    # vllm run-batch writes its failures into the output file: status 400, no body, `error` a string or an
+    # error response. Run again later, their replies join round 1, and their follow-ups cannot join round 2 (it
+    # may be submitted already): they make round 3, and both rounds wait.
+    openai_server.responder = respond
+    cfg = config(openai_server, ["pro"])
+    await run_scoring(data(files), cfg, tmp_path / "online")
+    batch, run = tmp_path / "batch", tmp_path / "run"
+    first = await export_batch(data(files), files, cfg, batch)
+    assert first.path is not None
+    await run_batch(openai_server, first.path, tmp_path / "out-1.jsonl")
+    one, two = (r.custom_id for r in read_requests(first.path)[:2])
+    no_body = {"status_code": 400, "request_id": "vllm-batch-1", "body": None}
+    vllm_error = {"error": {"message": "KV cache full", "type": "BadRequestError", "param": None, "code": 400}}
+    kept, rerun = _split(tmp_path / "out-1.jsonl", {one: {}, two: {}})
+    (tmp_path / "rerun.jsonl").write_bytes(rerun)  # the two requests run again, now answered
+    broken = [orjson.loads(raw) for raw in rerun.splitlines()]
+    broken[0] |= {"response": no_body, "error": "Request must not be sent in stream mode"}
+    broken[1] |= {"response": no_body, "error": vllm_error}
+    (tmp_path / "vllm-1.jsonl").write_bytes(kept + b"".join(orjson.dumps(line) + b"\n" for line in broken))
+
+    opened = await import_batch(data(files), batch, [tmp_path / "vllm-1.jsonl"], run)
+    assert opened.waiting == {2: 7} and opened.unanswered == 0
+    assert "400 from the Batch: KV cache full" in (_errors(run)[_step_of(two, "pro")] or "")
+
+    rerun_imported = await import_batch(data(files), batch, [tmp_path / "rerun.jsonl"], run, overwrite=True)
+
+    assert rerun_imported.waiting == {2: 7, 3: 2} and rerun_imported.path == BatchDir(batch).round_file(3)
+    assert {_step_of(r.custom_id, "pro") for r in read_requests(BatchDir(batch).round_file(3))} == {
+        _step_of(one, "pro"),
+        _step_of(two, "pro"),
+    }
+    await run_batch(openai_server, BatchDir(batch).round_file(2), tmp_path / "out-2.jsonl")
+    await run_batch(openai_server, BatchDir(batch).round_file(3), tmp_path / "out-3.jsonl")
+    final = await import_batch(
+        data(files), batch, [tmp_path / "out-3.jsonl", tmp_path / "out-2.jsonl"], run, overwrite=True
+    )
+
+    assert final.path is None and final.waiting == {} and final.unanswered == 0
+    assert scores(run) == scores(tmp_path / "online") and None not in scores(run).values()
+
+
+def _usage(line: dict[str, Any], **counts: Any) -> dict[str, Any]:
+    body = line["response"]["body"]
+    return line | {"response": line["response"] | {"body": body | {"usage": body["usage"] | counts}}}
+
+
+@pytest.mark.parametrize(
+    ("counts", "field", "message"),
+    [
+        ({"prompt_tokens": -3}, "prompt_tokens", r"-3 tokens: not in 0\.\.100,000,000"),
+        ({"completion_tokens": "12"}, "completion_tokens", "'12' is not a whole number of tokens"),
+        ({"completion_tokens": 2.5}, "completion_tokens", "2.5 is not a whole number of tokens"),
+        ({"total_tokens": 10**12}, "total_tokens", r"1,000,000,000,000 tokens: not in 0\.\.100,000,000"),
+        (
+            {"completion_tokens": "@BUDGET+1"},
+            "completion_tokens",
+            "@OVER tokens: more than the n x max_completion_tokens = 1 x @BUDGET the request allows",
+        ),
+        (None, "usage", "not an object"),
+    ],
+)
+async def test_a_reply_whose_usage_no_server_writes_is_refused_naming_the_file_line_and_field(
+    tmp_path: Path,
+    files: dict[str, list[Path]],
+    openai_server: OpenAITestServer,
+    counts: dict[str, Any] | None,
+    field: str,
+    message: str,
+) -> None:
+    requests = await _exported(tmp_path, files, openai_server, ["verbalized"])
+    await run_batch(openai_server, requests, tmp_path / "out.jsonl")
+    lines = [orjson.loads(raw) for raw in (tmp_path / "out.jsonl").read_bytes().splitlines()]
+    budget = read_requests(requests)[1].body["max_completion_tokens"]
+    if counts is None:
+        body = lines[1]["response"]["body"]
+        lines[1] = lines[1] | {"response": lines[1]["response"] | {"body": body | {"usage": [1, 2]}}}
+    else:
+        counts = {k: budget + 1 if v == "@BUDGET+1" else v for k, v in counts.items()}
+        message = message.replace("@OVER", str(budget + 1)).replace("@BUDGET", str(budget))
+        lines[1] = _usage(lines[1], **counts)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+
+    where = "usage" if counts is None else f"usage.{field}"
+    with pytest.raises(DataError, match=rf"bad\.jsonl:2: field response\.body\.{where}: {message}"):
+        await import_batch(data(files), tmp_path / "batch", [bad], tmp_path / "run")
+    assert not (tmp_path / "run").exists() and not BatchDir(tmp_path / "batch").output_file(1).exists()
+    # The same file with the counts a server writes is read, and the rows carry them.
+    lines[1] = orjson.loads((tmp_path / "out.jsonl").read_bytes().splitlines()[1])
+    bad.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    done = await import_batch(data(files), tmp_path / "batch", [bad], tmp_path / "run")
+    assert done.summary is not None and done.summary.steps_scored == 9
