@@ -102,7 +102,9 @@ def _table(model: type[BaseModel], prefix: str) -> tuple[list[str], list[tuple[s
             key = f"{prefix}.{name}" if prefix else name
             nested.append((f"[{key}]" if sub[1] else key, sub[0]))
             continue
-        kind = _cell(f"`{_type_name(info.annotation)}`")
+        # A union's parts each in their own code span, the pipes between them outside: a pipe escaped inside a
+        # code span shows as a literal "\|" in the built manual (Python-Markdown), one outside shows as "|".
+        kind = " \\| ".join(f"`{part}`" for part in _type_name(info.annotation).split(" | "))
         rows.append(f"| `{name}` | {kind} | {_cell(_default(info))} | {_cell(info.description or '')} |")
     return rows, nested
 
