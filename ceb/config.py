@@ -29,6 +29,7 @@ __all__ = [
     "GateConfig",
     "HindsightConfig",
     "PromptConfig",
+    "RepetitionReading",
     "RunConfig",
     "load_config",
     "merge_settings",
@@ -48,6 +49,10 @@ _MAX_TEMPERATURE = 10.0
 """Upper bound of every sampling temperature: OpenAI refuses more than 2, and past 10 sampling is noise."""
 _MAX_RECORDS = 1_000_000_000
 """Upper bound of a bank's capacity in records: a billion records do not fit one process's memory."""
+
+
+RepetitionReading = Literal["prefix", "exact", "chars", "relative"]
+"""How the repetition flag ``rho_t`` reads "matches the prefix" (section 3.3); ``ceb.repetition_reading``."""
 
 
 class _Section(BaseModel):
@@ -205,8 +210,17 @@ class CEBConfig(_Section):
     (seeded draws) or ``dense`` (sentence embeddings + faiss; ``pip install 'critic-experience-bank[dense]'``)."""
     repetition_window: int = Field(3, ge=0, le=100_000)
     """How many previous actions the repetition flag compares with."""
+    repetition_reading: RepetitionReading = "prefix"
+    """How ``rho_t`` reads "``a_t`` matches the prefix of" an earlier action, both folded (white space collapsed,
+    case folded): ``prefix`` (one is a prefix of the other, the shorter not empty), ``exact`` (they are equal),
+    ``chars`` (their first ``repetition_prefix_chars`` characters are equal) or ``relative`` (their common prefix
+    covers at least ``repetition_prefix_fraction`` of the longer one). ``prefix`` is the one whose firings are
+    repeats on every InterCode-Bash stream; ``chars`` was the default before (docs/design.md has the table)."""
     repetition_prefix_chars: int = Field(40, ge=1, le=1_000_000)
-    """Length of the compared action prefix for the repetition flag, in characters."""
+    """Length of the compared action prefix under ``repetition_reading = "chars"``, in characters."""
+    repetition_prefix_fraction: float = Field(0.9, gt=0, le=1)
+    """Share of the longer action the common prefix must cover under ``repetition_reading = "relative"``, in
+    (0, 1]; 1 is ``exact``."""
 
 
 class BankConfig(_Section):

@@ -63,7 +63,9 @@ def test_offline_score_on_a_real_stream_prints_and_writes_metrics(bash_streams, 
         "min_valid_votes": None,
         "retriever": "tfidf",
         "repetition_window": 3,
+        "repetition_reading": "prefix",
         "repetition_prefix_chars": 40,
+        "repetition_prefix_fraction": 0.9,
     }
     assert (run / "banks" / "intercode-bash-gpt-4__ceb.json").is_file()
     # the metrics command recomputes the same numbers from the run directory, with the run's own bins

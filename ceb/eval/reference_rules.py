@@ -8,8 +8,8 @@ each scored on every labelled step of a (stream, critic) (those of its reference
   has): ECE 0 by construction on its stream, AUROC 0.5; the floor for Brier and AUROC.
 - ``step-position``: ``1 / (1 + t)`` for the step's 0-based index ``t`` in its trajectory ("earlier steps are
   more productive"). Label-free. A ranking, not a probability: **AUROC only**.
-- ``repetition-flag``: ``1 - rho_t``, the repetition flag alone (:func:`ceb.stages.critic.repetition_flag` with
-  the run's ``ceb.repetition_window`` and ``ceb.repetition_prefix_chars``), computed from the stream's actions,
+- ``repetition-flag``: ``1 - rho_t``, the repetition flag alone (:func:`ceb.stages.critic.config_repetition_flag`:
+  the run's ``ceb.repetition_*`` settings, its reading included), computed from the stream's actions,
   which are read from the files ``config.json`` records (a relative path is read from the current directory).
   Label-free. **AUROC only**: as a probability it would claim certainty (0 or 1) on every step, so its Brier
   is its error rate and its ECE the gap between that and 0 or 1, numbers of a rule, not of a confidence.
@@ -29,7 +29,7 @@ from ceb.eval.bootstrap import BootstrapResult
 from ceb.eval.calibration import MetricRow, metric_rows
 from ceb.eval.lanes import ScoredLane, reference_method
 from ceb.pipeline.rundir import RunDir
-from ceb.stages.critic import repetition_flag
+from ceb.stages.critic import config_repetition_flag
 
 __all__ = [
     "BASE_RATE",
@@ -108,7 +108,7 @@ def repetition_flags(run: RunDir) -> RepetitionFlags:
     except CEBError as exc:
         return RepetitionFlags(missing={"*": str(exc)})
     ceb = run.recorded_or_default()[0].ceb
-    window, prefix = ceb.repetition_window, ceb.repetition_prefix_chars
+    window = ceb.repetition_window
     flags: dict[tuple[str, str, int], bool] = {}
     missing: dict[str, str] = {}
     for stream, paths in files.items():
@@ -121,7 +121,7 @@ def repetition_flags(run: RunDir) -> RepetitionFlags:
             actions = [s.action for s in traj.steps]
             for t, action in enumerate(actions):
                 earlier = actions[max(0, t - window) : t] if window > 0 else []
-                flags[(stream, traj.id, t)] = repetition_flag(earlier, action, window=window, prefix_chars=prefix)
+                flags[(stream, traj.id, t)] = config_repetition_flag(earlier, action, ceb)
     return RepetitionFlags(flags, missing)
 
 

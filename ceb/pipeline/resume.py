@@ -88,9 +88,14 @@ SERVING_SECTIONS: tuple[str, ...] = ("gate.",)
 """Settings (dotted-path prefixes) that only the live gate reads (``ceb serve``): they change no result of a
 scoring run, so they are left out of its fingerprint."""
 
-ADDED_SETTINGS: Mapping[str, object] = {"reuse_bank_free": False}
+ADDED_SETTINGS: Mapping[str, object] = {
+    "reuse_bank_free": False,
+    "ceb.repetition_reading": "chars",
+    "ceb.repetition_prefix_fraction": 0.9,
+}
 """Settings added after runs were first recorded, with the behaviour of the runs that predate them: a recorded
-fingerprint without the setting reads as this value."""
+fingerprint without the setting reads as this value. (Runs before ``ceb.repetition_reading`` flagged by the first
+40 characters: resuming one under the new default ``prefix`` names the change; ``chars`` resumes it.)"""
 
 
 def _flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

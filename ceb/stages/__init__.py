@@ -18,7 +18,14 @@ from ceb.stages.base import (
     HistoryItem,
     StepStatus,
 )
-from ceb.stages.critic import CRITIC_SCHEMA, LLMCritic, critic_context, repetition_flag
+from ceb.stages.critic import (
+    CRITIC_SCHEMA,
+    LLMCritic,
+    actions_match,
+    config_repetition_flag,
+    critic_context,
+    repetition_flag,
+)
 from ceb.stages.hindsight import LLMHindsight, hindsight_context, labels_schema, majority_vote
 from ceb.stages.judge import LLMJudge, judge_context
 from ceb.stages.methods import LLM_CRITIC, MethodSpec, all_methods, method_names, register_method, resolve_method
@@ -54,7 +61,9 @@ __all__ = [
     "hindsight_context",
     "judge_context",
     "labels_schema",
+    "actions_match",
     "all_methods",
+    "config_repetition_flag",
     "majority_vote",
     "method_names",
     "parse_labels",

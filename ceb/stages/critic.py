@@ -15,7 +15,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from ceb.backends.base import ChatBackend, ChatRequest, StreamReply, TransientError
 from ceb.bank import Hit
-from ceb.config import CriticConfig
+from ceb.config import CEBConfig, CriticConfig, RepetitionReading
 from ceb.errors import BackendError, FatalBackendError
 from ceb.stages.asking import Answer, ask, bounded_text, reask
 from ceb.stages.base import CallStats, CriticInput, CriticResult
@@ -27,6 +27,8 @@ __all__ = [
     "CRITIC_SCHEMA",
     "REASON_MAX_CHARS",
     "LLMCritic",
+    "actions_match",
+    "config_repetition_flag",
     "critic_context",
     "normalize_action",
     "repetition_flag",
@@ -84,22 +86,95 @@ def normalize_action(action: str) -> str:
     return _WS.sub(" ", action).strip().casefold()
 
 
-def repetition_flag(previous: Sequence[str], action: str, *, window: int = 3, prefix_chars: int = 40) -> bool:
-    """``rho_t``: does ``a_t`` match the prefix of any of the last ``window`` actions (section 3.3)?
+def _common_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix of ``a`` and ``b``, in characters."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
 
-    Our reading of "matches the prefix": after collapsing white space and case, the first ``prefix_chars``
-    characters of both actions are equal (so actions shorter than that must be equal outright).
+
+def actions_match(
+    a: str, b: str, *, reading: RepetitionReading = "prefix", prefix_chars: int = 40, prefix_fraction: float = 0.9
+) -> bool:
+    """Whether two actions, already folded by :func:`normalize_action`, match under ``reading`` (section 3.3).
 
     Args:
-        previous: ``a_1 .. a_{t-1}`` in order.
+        a: One folded action.
+        b: The other; the relation is symmetric.
+        reading: ``prefix``: equal, or the shorter (not empty) is a prefix of the longer. ``exact``: equal.
+            ``chars``: the first ``prefix_chars`` characters are equal (so actions shorter than that must be
+            equal outright). ``relative``: the common prefix covers at least ``prefix_fraction`` of the longer
+            one's length (two empty actions match).
+        prefix_chars: Compared length under ``chars``, in characters.
+        prefix_fraction: Covered share of the longer action under ``relative``, in (0, 1].
+
+    Raises:
+        ValueError: ``reading`` is none of the four.
+    """
+    if reading == "exact":
+        return a == b
+    if reading == "prefix":
+        short, long = (a, b) if len(a) <= len(b) else (b, a)
+        return a == b or (short != "" and long.startswith(short))
+    if reading == "chars":
+        return a[:prefix_chars] == b[:prefix_chars]
+    if reading == "relative":
+        return _common_prefix(a, b) >= prefix_fraction * max(len(a), len(b))
+    raise ValueError(f"unknown repetition reading {reading!r}; expected prefix, exact, chars or relative")
+
+
+def repetition_flag(
+    previous: Sequence[str],
+    action: str,
+    *,
+    window: int = 3,
+    reading: RepetitionReading = "prefix",
+    prefix_chars: int = 40,
+    prefix_fraction: float = 0.9,
+) -> bool:
+    """``rho_t``: does ``a_t`` match the prefix of any of the last ``window`` actions (section 3.3)?
+
+    Both actions are folded first (:func:`normalize_action`), then compared by :func:`actions_match` under
+    ``reading``. The default, ``prefix``, reads the paper's words literally: one action is a prefix of the
+    other, so an exact repeat is flagged, and so is a command cut short or extended at its tail; two long
+    commands that only share a head (``find /testbed -type f -exec ...``) are not. The settings are
+    ``ceb.repetition_*`` (:class:`~ceb.config.CEBConfig`); docs/design.md measures each reading.
+
+    Args:
+        previous: ``a_1 .. a_{t-1}`` in order (only the last ``window`` are read).
         action: ``a_t``.
-        window: How many of the latest actions to compare with (paper: 3).
-        prefix_chars: Length of the compared prefix, in characters.
+        window: How many of the latest actions to compare with (paper: 3); 0 never flags.
+        reading: ``prefix``, ``exact``, ``chars`` or ``relative`` (:func:`actions_match`).
+        prefix_chars: Compared length under ``chars``, in characters.
+        prefix_fraction: Covered share of the longer action under ``relative``, in (0, 1].
+
+    Raises:
+        ValueError: ``reading`` is none of the four.
     """
     if window <= 0:
         return False
-    head = normalize_action(action)[:prefix_chars]
-    return any(normalize_action(p)[:prefix_chars] == head for p in previous[-window:])
+    a = normalize_action(action)
+    return any(
+        actions_match(
+            a, normalize_action(p), reading=reading, prefix_chars=prefix_chars, prefix_fraction=prefix_fraction
+        )
+        for p in previous[-window:]
+    )
+
+
+def config_repetition_flag(previous: Sequence[str], action: str, config: CEBConfig) -> bool:
+    """:func:`repetition_flag` with the settings of ``config`` (``ceb.repetition_*``): what a run computes."""
+    return repetition_flag(
+        previous,
+        action,
+        window=config.repetition_window,
+        reading=config.repetition_reading,
+        prefix_chars=config.repetition_prefix_chars,
+        prefix_fraction=config.repetition_prefix_fraction,
+    )
 
 
 def _score_text(score: float | None) -> str:

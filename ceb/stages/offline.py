@@ -28,7 +28,10 @@ reading, the command ran silently). A step is 0 when one of these holds, else 1:
 1. error: its observation matches :data:`ERROR_PATTERN` (shell and SQL error messages);
 2. repeat: its action equals an earlier action of the trajectory (white space and case folded);
 3. no change: its observation equals the previous step's observation;
-4. retried: the next action repeats it (same first 40 characters), i.e. the agent had to try again.
+4. retried: the next action repeats it (same first :data:`RETRIED_PREFIX_CHARS` = 40 characters, folded), i.e.
+   the agent had to try again. This rule keeps its own reading whatever ``ceb.repetition_reading`` says: a
+   command re-run with a changed tail is a retry in hindsight (the agent had to fix it), while the critic's flag
+   ``rho_t`` tells the critic the action *repeats*, which a shared head is not (docs/design.md).
 
 Web and mobile (``web``, ``mobile``). The labeller reads what the hindsight prompt shows, and the web and mobile
 prompt follows the paper's appendix template: operation, element, value and reasoning, no observation
@@ -87,11 +90,17 @@ __all__ = [
     "ERROR_PATTERN",
     "ERROR_URL_PATTERN",
     "NO_OBSERVATION_SHOWN",
+    "RETRIED_PREFIX_CHARS",
     "TERMINAL_DOMAINS",
     "OfflineCritic",
     "OfflineHindsight",
     "Verdict",
 ]
+
+RETRIED_PREFIX_CHARS = 40
+"""The hindsight "retried" rule's compared length, in folded characters: the next action starting with the same
+40 characters is a retry. Fixed, and not ``ceb.repetition_prefix_chars`` (which only the critic's ``chars``
+reading reads), so that changing how the critic's flag reads leaves the offline labels as they were."""
 
 ERROR_PATTERN = re.compile(
     r"(?im)(^|\b)(error|errno|exception|traceback|not found|no such file|command not found|"
@@ -263,7 +272,9 @@ def _terminal(steps: Sequence[Step], t: int, repeat: bool) -> Verdict:
         return Verdict(0, "repeat")
     if t > 0 and s.observation.strip() == steps[t - 1].observation.strip():
         return Verdict(0, "no change")
-    if t + 1 < len(steps) and repetition_flag([s.action], steps[t + 1].action, window=1):
+    if t + 1 < len(steps) and repetition_flag(
+        [s.action], steps[t + 1].action, window=1, reading="chars", prefix_chars=RETRIED_PREFIX_CHARS
+    ):
         return Verdict(0, "retried")
     return Verdict(1, "")
 

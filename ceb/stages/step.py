@@ -27,7 +27,7 @@ from ceb.bank import RETRIEVERS, Bank, BankRecord, Retrieval, agreement_flag, co
 from ceb.config import RunConfig
 from ceb.data.trajectory import Step, Trajectory
 from ceb.stages.base import Abstention, Critic, CriticInput, CriticResult, Hindsight, HindsightResult, HistoryItem
-from ceb.stages.critic import repetition_flag
+from ceb.stages.critic import config_repetition_flag
 from ceb.stages.methods import MethodSpec
 from ceb.stages.templates import clip
 from ceb.stages.tokens import PromptTokenCounter, PromptTokens
@@ -187,11 +187,10 @@ async def score_step(
     # Only the latest steps are read (the repetition window, the prompt's history window): a step's cost must not
     # grow with its trajectory's length (issue 24 item 8), so nothing here walks the whole history.
     window = config.ceb.repetition_window
-    rho = method.use_repetition_flag and repetition_flag(
+    rho = method.use_repetition_flag and config_repetition_flag(
         [h.action for h in history[max(0, len(history) - window) :]],  # window 0: the empty tail
         step.action,
-        window=window,
-        prefix_chars=config.ceb.repetition_prefix_chars,
+        config.ceb,
     )
     shown = max(0, len(history) - config.prompts.history_steps)
     inp = CriticInput(

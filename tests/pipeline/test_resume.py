@@ -13,6 +13,7 @@ from ceb.config import load_config
 from ceb.errors import RunError
 from ceb.pipeline import read_rows, run_scoring
 from ceb.pipeline.results import ROW_SCHEMA
+from ceb.pipeline.resume import config_fingerprint, diff_fingerprints
 from ceb.stages.assembly import llm_stages
 from tests.support.builders import n_steps_of, step, trajectory
 
@@ -174,3 +175,17 @@ async def test_a_torn_last_line_is_redone(tmp_path):
         f.write(b'{"stream": "a", "method": "ce')
     await score(part, resume=True)
     assert rows(part, "scores.jsonl") == rows(tmp_path / "full", "scores.jsonl")
+
+
+def test_a_run_recorded_before_the_repetition_reading_resumes_only_under_its_own_reading() -> None:
+    # Runs before ceb.repetition_reading flagged by the first 40 characters (the chars reading); their recorded
+    # fingerprints lack the key. The new default reads differently, so resuming one under it is refused by name.
+    def recorded(**ceb: object) -> dict[str, object]:
+        flat = config_fingerprint(load_config(overrides={"ceb": ceb}))[1]
+        return {"config": flat, "streams": {}}
+
+    old = recorded()
+    del old["config"]["ceb.repetition_reading"]  # type: ignore[attr-defined]
+    del old["config"]["ceb.repetition_prefix_fraction"]  # type: ignore[attr-defined]
+    assert diff_fingerprints(old, recorded()) == ["setting ceb.repetition_reading: 'chars' -> 'prefix'"]
+    assert diff_fingerprints(old, recorded(repetition_reading="chars")) == []

@@ -7,11 +7,25 @@ from ceb.backends._wire import openai_strict_schema
 from ceb.backends.base import ChatRequest, RetryPolicy, TransientError
 from ceb.backends.scripted import ScriptedChat
 from ceb.bank import BankRecord, Hit, Retrieval
-from ceb.stages import CRITIC_SCHEMA, CriticInput, HistoryItem, LLMCritic, PromptSet, repetition_flag
+from ceb.config import CEBConfig, load_config
+from ceb.errors import ConfigError
+from ceb.stages import (
+    CRITIC_SCHEMA,
+    CriticInput,
+    HistoryItem,
+    LLMCritic,
+    PromptSet,
+    config_repetition_flag,
+    repetition_flag,
+)
 from ceb.stages.asking import BOUNDED_TEXT_MAX_CHARS, bounded_text
 from tests.support.builders import default_reply
 
 pytestmark = pytest.mark.anyio
+
+
+FIND_HEAD = "find /testbed -type f -name '*.txt' -exec "
+"""A long shared head: two different commands that the old 40-character reading took for a repeat."""
 
 
 @pytest.mark.parametrize(
@@ -22,23 +36,57 @@ pytestmark = pytest.mark.anyio
         (["ls   -la"], "LS -la", True),  # white space and case are folded
         (["ls", "pwd", "cat a", "echo b"], "ls", False),  # outside the last 3
         (["ls", "pwd", "cat a"], "ls", True),
-        (
-            ["ls -la /very/long/path/that/keeps/going/and/going/x"],
-            "ls -la /very/long/path/that/keeps/going/and/going/y",
-            True,
-        ),  # same first 40 characters
-        (["ls -la"], "ls", False),  # a shorter action is a different prefix
+        (["ls -la"], "ls", True),  # a_t is a prefix of an earlier action: cut short
+        (["ls"], "ls -la", True),  # an earlier action is a prefix of a_t: extended at its tail
+        (["ls -la"], "ls -l", True),
+        (["ls -la"], "ls -a", False),  # neither is a prefix of the other
+        ([FIND_HEAD + "wc -l {} +"], FIND_HEAD + "grep -l foo {} +", False),  # a shared head is not a repeat
+        ([""], "ls", False),  # an empty action is a prefix of everything, and repeats nothing
+        ([""], "  ", True),  # two empty actions are equal
     ],
 )
-def test_repetition_flag(previous, action, flag):
+def test_repetition_flag_default_reads_a_prefix_of_either(previous, action, flag):
     assert repetition_flag(previous, action) is flag
 
 
-def test_repetition_flag_window_and_prefix_are_settings():
+@pytest.mark.parametrize(
+    ("reading", "previous", "action", "flag"),
+    [
+        ("exact", ["ls -la"], "LS  -LA", True),
+        ("exact", ["ls -la"], "ls", False),  # a prefix, not a repeat
+        ("exact", ["ls"], "ls -la", False),
+        ("chars", [FIND_HEAD + "wc -l {} +"], FIND_HEAD + "grep -l foo {} +", True),  # the old reading's defect
+        ("chars", ["ls -la"], "ls", False),  # shorter than 40 characters: must be equal
+        ("chars", ["ls -la"], "ls -la", True),
+        ("relative", ["cat /etc/hosts"], "cat /etc/hostname", False),  # shares 13 of 17: 0.76 < 0.9
+        ("relative", ["abcdefghij"], "abcdefghiX", True),  # shares 9 of 10: 0.9
+        ("relative", ["abcdefghij"], "abcdefghi", True),  # a prefix covering 9 of 10
+        ("relative", ["ls -la"], "ls", False),  # a prefix covering 2 of 6
+        ("relative", [FIND_HEAD + "wc -l {} +"], FIND_HEAD + "grep -l foo {} +", False),
+    ],
+)
+def test_each_reading(reading, previous, action, flag):
+    assert repetition_flag(previous, action, reading=reading) is flag
+
+
+def test_repetition_flag_window_and_reading_parameters_are_settings():
     assert repetition_flag(["ls", "a", "b", "c"], "ls", window=4)
-    assert not repetition_flag(["ls -la"], "ls -l", prefix_chars=6)
-    assert repetition_flag(["ls -la"], "ls -l", prefix_chars=5)
     assert not repetition_flag(["ls"], "ls", window=0)
+    assert not repetition_flag(["ls -la"], "ls -l", reading="chars", prefix_chars=6)
+    assert repetition_flag(["ls -la"], "ls -l", reading="chars", prefix_chars=5)
+    assert repetition_flag(["cat /etc/hosts"], "cat /etc/hostname", reading="relative", prefix_fraction=0.75)
+    assert not repetition_flag(["abcdefghij"], "abcdefghiX", reading="relative", prefix_fraction=1.0)
+    with pytest.raises(ValueError, match="unknown repetition reading 'fuzzy'"):
+        repetition_flag(["ls"], "ls", reading="fuzzy")  # type: ignore[arg-type]
+
+
+def test_config_repetition_flag_reads_the_ceb_section():
+    chars = CEBConfig(repetition_reading="chars", repetition_prefix_chars=10)
+    assert config_repetition_flag(["find /tmp -name a"], "find /tmp -delete", chars)
+    assert not config_repetition_flag(["find /tmp -name a"], "find /tmp -delete", CEBConfig())
+    assert not config_repetition_flag(["ls"], "ls", CEBConfig(repetition_window=0))
+    relative = CEBConfig(repetition_reading="relative", repetition_prefix_fraction=0.5)
+    assert config_repetition_flag(["find /tmp -name a"], "find /tmp -delete", relative)
 
 
 def _record(action: str, label: int, score: float, agreement: bool) -> BankRecord:
@@ -183,3 +231,14 @@ def test_the_reason_is_bounded_by_a_pattern_that_openai_strict_mode_keeps() -> N
 def test_a_text_bound_xgrammar_cannot_compile_is_refused(chars: int) -> None:
     with pytest.raises(ValueError, match="bounded text field"):
         bounded_text(chars)
+
+
+def test_the_reading_is_a_checked_setting():
+    assert load_config().ceb.repetition_reading == "prefix"
+    assert load_config(overrides={"ceb": {"repetition_reading": "relative"}}).ceb.repetition_reading == "relative"
+    with pytest.raises(ConfigError, match=r"ceb\.repetition_reading"):
+        load_config(overrides={"ceb": {"repetition_reading": "fuzzy"}})
+    with pytest.raises(ConfigError, match=r"ceb\.repetition_prefix_fraction"):
+        load_config(overrides={"ceb": {"repetition_prefix_fraction": 0}})
+    with pytest.raises(ConfigError, match=r"ceb\.repetition_prefix_fraction"):
+        load_config(overrides={"ceb": {"repetition_prefix_fraction": 1.5}})

@@ -74,6 +74,14 @@ def test_offline_hindsight_rules():
     assert SHOWN.rules(t) == [(1, ""), (0, "error"), (0, "repeat"), (0, "retried"), (0, "repeat"), (1, "")]
 
 
+def test_the_retried_rule_keeps_its_40_characters_whatever_the_critics_flag_reads():
+    # The critic's rho_t no longer flags a long shared head (ceb.repetition_reading = "prefix"); the offline
+    # hindsight's "retried" rule still does, so the offline labels, and the bank they fill, are unchanged.
+    head = "find /testbed -type f -name '*.txt' -exec "
+    t = trajectory("x", step(head + "wc -l {} +", "3 a.txt"), step(head + "grep -l foo {} +", "a.txt"))
+    assert SHOWN.rules(t) == [(0, "retried"), (1, "")]
+
+
 async def test_offline_hindsight_votes_are_identical_copies():
     t = trajectory("x", step("ls", "a"), step("cat x", "cat: x: No such file or directory"))
     res = await OfflineHindsight().label(t, 5)
