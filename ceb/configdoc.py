@@ -9,6 +9,7 @@ Run ``python -m ceb.configdoc > docs/configuration.md`` after changing a setting
 
 from __future__ import annotations
 
+import html
 import inspect
 import re
 import sys
@@ -87,10 +88,22 @@ def _default(info: FieldInfo) -> str:
 
 
 def _cell(text: str) -> str:
-    """One table cell from a docstring: one line, Sphinx roles and double backquotes as Markdown code, pipes escaped."""
+    """One table cell from a docstring: one line, Sphinx roles and double backquotes as Markdown code, pipes escaped.
+
+    A pipe outside code is escaped with a backslash; a code span holding one becomes an HTML ``<code>`` with the pipe as
+    ``&#124;``, since an escaped pipe inside a code span shows its backslash in the built manual.
+    """
     text = re.sub(r"\s+", " ", inspect.cleandoc(text)).strip()
     text = re.sub(r":[a-z]+:`~?([^`]+)`", r"`\1`", text).replace("``", "`")
-    return text.replace("|", "\\|")
+    parts = text.split("`")
+    for i, part in enumerate(parts):
+        if i % 2 == 0:
+            parts[i] = part.replace("|", "\\|")
+        elif "|" in part:
+            parts[i] = "<code>" + html.escape(part).replace("|", "&#124;") + "</code>"
+        else:
+            parts[i] = f"`{part}`"
+    return "".join(parts)
 
 
 def _table(model: type[BaseModel], prefix: str) -> tuple[list[str], list[tuple[str, type[BaseModel]]]]:
@@ -102,7 +115,9 @@ def _table(model: type[BaseModel], prefix: str) -> tuple[list[str], list[tuple[s
             key = f"{prefix}.{name}" if prefix else name
             nested.append((f"[{key}]" if sub[1] else key, sub[0]))
             continue
-        kind = _cell(f"`{_type_name(info.annotation)}`")
+        # A union's parts each in their own code span, the pipes between them outside: a pipe escaped inside a
+        # code span shows as a literal "\|" in the built manual (Python-Markdown), one outside shows as "|".
+        kind = " \\| ".join(f"`{part}`" for part in _type_name(info.annotation).split(" | "))
         rows.append(f"| `{name}` | {kind} | {_cell(_default(info))} | {_cell(info.description or '')} |")
     return rows, nested
 

@@ -20,6 +20,20 @@ def test_configuration_page_is_current() -> None:
     assert page == render(), "docs/configuration.md is stale: python -m ceb.configdoc > docs/configuration.md"
 
 
+def test_command_line_page_is_current() -> None:
+    from ceb.cli._reference import render as render_cli
+
+    page = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert page == render_cli(), "docs/cli.md is stale: python -m ceb.cli._reference > docs/cli.md"
+
+
+def test_generated_tables_show_no_escaped_pipe_inside_code() -> None:
+    """A pipe escaped inside a code span shows as a literal backslash in the built manual (it did 42 times)."""
+    page = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+    spans = re.findall(r"`[^`\n]*`", page)
+    assert not [s for s in spans if "\\|" in s]
+
+
 def test_configuration_page_has_a_row_or_a_heading_for_every_setting() -> None:
     from pydantic import BaseModel
 

@@ -271,6 +271,7 @@ REPEATED_BASENAMES: dict[str, str] = {
     "calibration.py": "as ablations.py",
     "deployment.py": "as ablations.py",
     "paired.py": "as ablations.py (paired differences against Static and the references)",
+    "label_free.py": "as ablations.py (what the scores say without labels)",
     "export.py": "a command (cli/X.py) named after what it runs",
     "grid.py": "as export.py",
     "merge.py": "as export.py (cli/merge.py runs pipeline/merge.py)",

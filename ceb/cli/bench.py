@@ -13,7 +13,8 @@ __all__ = ["bench_app"]
 bench_app = typer.Typer(
     cls=CommandGroup,
     no_args_is_help=True,
-    help="Run a benchmark. Each prints its figures and writes a JSON file of results (by default into "
+    help="Benchmarks to run on your own deployment or data: the client, bank, gate, serving and routing. Each prints "
+    "its figures and writes a JSON file of results (by default into "
     "./benchmarks/results); `ceb bench <name> --help` shows its own options.",
 )
 
