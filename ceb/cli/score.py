@@ -301,7 +301,9 @@ def score_and_report(
         c = s.cache
         out.print(
             f"reply cache {c.path} ({c.mode}): {c.hits} hits, {c.misses} misses, {c.uncacheable} not cacheable, "
-            f"{c.stored} stored; {c.sent} requests sent",
+            f"{c.stored} stored; {c.sent} requests sent"
+            + (f"; {c.failed_writes} replies not stored (the first failure was logged)" if c.failed_writes else "")
+            + (f"; {c.failed_reads} look-ups failed (asked instead)" if c.failed_reads else ""),
             soft_wrap=True,
         )
     for warning in s.warnings():
