@@ -283,6 +283,7 @@ REPEATED_BASENAMES: dict[str, str] = {
     "readout.py": "as bank.py",
     "reuse.py": "as bank.py",
     "offline.py": "the one offline backend: its registration (backends/) and its critic and labeler (stages/)",
+    "provenance.py": "what scored a run: its record (pipeline/) and the report's block showing it (eval/)",
 }
 """Module basenames allowed in several places, each because it means the same thing in each of them. A name
 used for different things (``metrics.py`` once named both the ECE code and the Prometheus reader) is renamed

@@ -240,6 +240,7 @@ def score_and_report(
     from ceb.gc_tuning import quiet_gc
     from ceb.logs import register_secret_env
     from ceb.pipeline import run_scoring
+    from ceb.pipeline.provenance import scored_by
     from ceb.pipeline.rundir import RunDir
     from ceb.pipeline.runner import progress_callbacks
     from ceb.progress import Progress
@@ -306,6 +307,7 @@ def score_and_report(
             + (f"; {c.failed_reads} look-ups failed (asked instead)" if c.failed_reads else ""),
             soft_wrap=True,
         )
+    out.print(scored_by(s.provenance), soft_wrap=True)  # the last line: what scored the run (issue 32)
     for warning in s.warnings():
         err.print(f"warning: {warning}", soft_wrap=True)  # one line, as errors are
     if s.steps_failed and not s.steps_scored:

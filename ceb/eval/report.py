@@ -30,7 +30,8 @@ did not run) is skipped with a note in ``report.md``, never an error. The comman
 :mod:`ceb.cli.report`.
 
 The numbered sections are functions registered in :mod:`ceb.eval.sections`; :func:`build_report` writes the
-run header, then each registered section in number order, then ``report.json``.
+run header, what scored the run (:mod:`ceb.eval.provenance`), then each registered section in number order, then
+``report.json``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from ceb.errors import RunError
 from ceb.eval.ablations import method_settings
 from ceb.eval.lanes import ScoredLane, base_lanes, lanes_from_rows
 from ceb.eval.plots import FIGURE_FORMATS, FigureFormat, method_colors
+from ceb.eval.provenance import provenance_block
 from ceb.eval.sections import ReportContext, ReportWriter, registered_sections
 from ceb.eval.sections.base import drawn
 from ceb.pipeline.results import read_step_rows
@@ -112,6 +114,7 @@ def build_report(
     rep = ReportWriter(out, formats)
     _header(rep, run, lanes, n_bins, n_boot, seed)
     _settings_header(rep, settings, source, lanes, methods)
+    provenance_block(rep, run_files)
 
     ctx = ReportContext(run, lanes, base, n_bins, n_boot, seed, colors, settings, methods)
     sections = registered_sections()
