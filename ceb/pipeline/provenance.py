@@ -22,8 +22,7 @@ from typing import Any
 
 import structlog
 
-from ceb.backends.base import ChatBackend
-from ceb.backends.base import TransientError as _TransientError
+from ceb.backends.base import ChatBackend, TransientError
 from ceb.config import RunConfig
 from ceb.errors import BackendError, RunError
 from ceb.stages.base import Stages
@@ -56,7 +55,7 @@ async def identify(stages: Iterable[Stages]) -> dict[int, dict[str, Any]]:
                 continue
             try:
                 identity = await backend.identify()
-            except (_TransientError, BackendError) as exc:
+            except (TransientError, BackendError) as exc:
                 log.warning("cannot ask the endpoint which model it serves", backend=backend.label, error=str(exc))
                 found[id(backend)] = {"identity_error": str(exc)}
                 continue
