@@ -308,7 +308,9 @@ def score_and_report(
             soft_wrap=True,
         )
     out.print(scored_by(s.provenance), soft_wrap=True)  # the last line: what scored the run (issue 32)
-    for warning in s.warnings():
+    recorded = RunDir(run_dir).recorded_summary() or {}
+    # summary.json's, found once at the run's end by reading its rows (a sharded part's too)
+    for warning in recorded["warnings"] if "warnings" in recorded else s.warnings():
         err.print(f"warning: {warning}", soft_wrap=True)  # one line, as errors are
     if s.steps_failed and not s.steps_scored:
         err.print(f"error: every step failed (no score); the reasons are in {RunDir(run_dir).scores}")
