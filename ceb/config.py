@@ -115,7 +115,9 @@ class BackendConfig(_Section):
 
     name: str = "offline"
     """Backend: ``offline`` (no model; the embedded default), ``openai`` (OpenAI-compatible endpoint), ``vllm``
-    (a vLLM engine inside ceb's process; ``model`` is then the model directory), or any other registered one."""
+    (a vLLM engine inside ceb's process; ``model`` is then the model directory), or any other registered one.
+    Not given, a ``base_url`` selects ``openai``: ``offline`` runs only when nothing names an endpoint or a model
+    (``offline`` with either is refused, in one line)."""
     base_url: str | tuple[str, ...] | None = None
     """Endpoint root for ``openai``, e.g. ``http://127.0.0.1:8000/v1`` for ``vllm serve``. Several replicas of
     the same model: a list, or one string with comma-separated roots; ``routing`` picks the replica."""
@@ -162,6 +164,18 @@ class BackendConfig(_Section):
     """Attempts per request when the last one timed out (at most ``max_attempts``): a retry restarts the
     generation from scratch, and a reply that outran the timeout once will most likely do so again, so one more
     attempt covers a passing stall without paying the whole timeout ``max_attempts`` times."""
+
+    @model_validator(mode="after")
+    def _endpoint_selects_backend(self) -> BackendConfig:
+        """An endpoint named (``base_url``) without a backend named selects ``openai``, not the offline stand-in.
+
+        The offline stand-in scores with no model: a run that names an endpoint and gets it would report believable
+        numbers that no model gave (issue 32). A recorded configuration always names its backend, so this never
+        changes a run read back; :func:`load_config` refuses what stays ambiguous (:func:`_refuse_stand_in`).
+        """
+        if self.name == "offline" and "name" not in self.model_fields_set and self.base_urls:
+            object.__setattr__(self, "name", "openai")
+        return self
 
     @model_validator(mode="after")
     def _engine_slots(self) -> BackendConfig:
@@ -421,14 +435,18 @@ class BaselineConfig(_Section):
 class CacheConfig(_Section):
     """The persistent cache of model replies (:mod:`ceb.backends.cache`): a second identical run asks nothing.
 
-    A reply is keyed by the whole request (messages, sampling settings, schema, extra fields) and the endpoint
-    that answers it (backend, model, base URL(s), structured-output mode). Only deterministic requests are cached
-    (temperature 0, or an explicit seed) unless ``nondeterministic`` is on. Failed requests are never cached.
+    A reply is keyed by the whole request (messages, sampling settings, schema, extra fields), the endpoint
+    that answers it (backend, model, base URL(s), structured-output mode) and the model it serves as the server
+    reports it once per run (served id, weights root, server version, a digest of the weights folder where it is on
+    this machine), so another model under the same name and URL is never answered from the old one's replies.
+    Only deterministic requests are cached (temperature 0, or an explicit seed) unless ``nondeterministic`` is on.
+    Failed requests are never cached.
     """
 
     mode: Literal["off", "read", "read-write"] = "off"
-    """``off``: no cache; ``read``: replies found in the cache are used, nothing is written; ``read-write``: also
-    store every new reply of a cacheable request."""
+    """``off``: no cache; ``read``: replies found in the cache are used, nothing is written (the file is opened
+    read-only, so a cache on a read-only file system serves; a path with no cache is refused); ``read-write``: also
+    store every new reply of a cacheable request (the file is created when missing)."""
     path: Path = Path("ceb-cache.sqlite")
     """The cache file (SQLite, WAL mode: several processes may read and write it at once); a relative path is
     taken from the working directory."""
@@ -627,6 +645,20 @@ class RunConfig(_Section):
             raise ValueError(f"critic names repeat: {names}")
         return self
 
+    @model_validator(mode="after")
+    def _critic_endpoints_select_a_backend(self) -> RunConfig:
+        """A critic's ``base_url`` selects ``openai`` for it, as ``backend.base_url`` does for the run.
+
+        That is, a critic of ``critics`` with a ``base_url`` and no backend of its own, while the run's backend is
+        the default ``offline`` (not named).
+        """
+        if self.backend.name != "offline" or "name" in self.backend.model_fields_set:
+            return self
+        for c in self.critics:
+            if c.base_url and c.backend is None:
+                object.__setattr__(c, "backend", "openai")
+        return self
+
     def hindsight_backend(self) -> BackendConfig | None:
         """The labeller's own backend section, or ``None`` when the hindsight asks the critic's backend.
 
@@ -669,6 +701,44 @@ def merge_settings(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str
     return out
 
 
+def _refuse_stand_in(config: RunConfig) -> None:
+    """Refuse a configuration that names an endpoint beside the offline stand-in, which would never ask it.
+
+    ``offline`` scores with no model (issue 32: ``--base-url`` without ``--backend openai`` once gave exit 0 and
+    believable metrics from the stand-in). Only :func:`load_config` checks this, so that a run recorded before the
+    rule still reads back. (A ``model`` named for ``offline`` is refused when the backend is opened,
+    :mod:`ceb.backends.offline`: a Batch export names a model and no endpoint.)
+
+    Raises:
+        ConfigError: ``backend.name = "offline"`` with a ``base_url``; a critic of ``critics`` whose backend is
+            ``offline`` with a ``base_url``; a labeller or actor endpoint beside an ``offline`` critic.
+    """
+    fix = "choose backend 'openai' (--backend openai) for an endpoint, or leave the URL out"
+    b = config.backend
+    if b.name == "offline" and b.base_urls:
+        raise ConfigError(
+            f"bad configuration: backend 'offline' scores with no model, and base_url {','.join(b.base_urls)!r} "
+            f"names an endpoint: {fix}"
+        )
+    for label, c in config.critic_configs().items():
+        if label and c.backend.name == "offline" and c.backend.base_urls:
+            raise ConfigError(
+                f"bad configuration: critic {label!r}: backend 'offline' scores with no model, and base_url "
+                f"{','.join(c.backend.base_urls)!r} names an endpoint: {fix}"
+            )
+    if b.name == "offline" and not config.critics:
+        for where, url in (
+            ("hindsight.base_url", config.hindsight.base_url),
+            ("baselines.actor_base_url", config.baselines.actor_base_url),
+        ):
+            if url:
+                raise ConfigError(
+                    f"bad configuration: {where} {url!r} names an endpoint, but the critic's backend is 'offline' "
+                    "(no model), so the run would score with the offline stand-in: give the critic's endpoint too "
+                    "(backend.base_url, --base-url), or leave it out"
+                )
+
+
 def read_settings_file(path: str | Path, what: str = "config file") -> dict[str, Any]:
     """Read a TOML (``.toml``) or JSON (anything else) settings file into a dict.
 
@@ -704,16 +774,21 @@ def load_config(
         base: Settings below the file, e.g. a run's recorded configuration when it is resumed.
 
     Raises:
-        ConfigError: The file cannot be read or parsed, or a value is unknown or out of range (names it).
+        ConfigError: The file cannot be read or parsed, a value is unknown or out of range (names it), or an
+            endpoint is named beside the offline stand-in (:func:`_refuse_stand_in`).
     """
     data = read_settings_file(path) if path is not None else {}
     merged = merge_settings(merge_settings(base or {}, data), overrides or {})
     try:
-        return RunConfig.model_validate(merged)
+        config = RunConfig.model_validate(merged)
     except ValidationError as exc:
-        lines = [f"  {'.'.join(str(x) for x in e['loc'])}: {_message(e)}" for e in exc.errors()]
+        lines = [": ".join(filter(None, (".".join(map(str, e["loc"])), _message(e)))) for e in exc.errors()]
         src = f" (file {path})" if path else ""
-        raise ConfigError("bad configuration" + src + ":\n" + "\n".join(lines)) from exc
+        # One mistake reads as one line, as every other refusal does; several are listed one per line.
+        shown = f" {lines[0]}" if len(lines) == 1 else "\n" + "\n".join(f"  {line}" for line in lines)
+        raise ConfigError("bad configuration" + src + ":" + shown) from exc
+    _refuse_stand_in(config)
+    return config
 
 
 def _section_at(loc: Sequence[int | str]) -> type[BaseModel] | None:
@@ -733,6 +808,8 @@ def _section_at(loc: Sequence[int | str]) -> type[BaseModel] | None:
 
 def _message(error: Any) -> str:
     """A validation error's message; an unknown key also names the closest known key of its section."""
+    if error["type"] == "value_error":  # a validator's own sentence, without pydantic's "Value error, "
+        return str(error["ctx"]["error"])
     if error["type"] != "extra_forbidden":
         return str(error["msg"])
     section = _section_at(error["loc"])

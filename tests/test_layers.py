@@ -289,6 +289,7 @@ REPEATED_BASENAMES: dict[str, str] = {
     "offline.py": "the one offline backend: its registration (backends/) and its critic and labeler (stages/)",
     "prompts.py": "as relabel.py (the walk that renders a method's requests: pipeline/prompts.py; its command: "
     "cli/prompts.py)",
+    "provenance.py": "what scored a run: its record (pipeline/) and the report's block showing it (eval/)",
 }
 """Module basenames allowed in several places, each because it means the same thing in each of them. A name
 used for different things (``metrics.py`` once named both the ECE code and the Prometheus reader) is renamed

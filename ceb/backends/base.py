@@ -9,13 +9,16 @@ Pattern after inspect_ai's ``ModelAPI`` and lm-eval's ``TemplateAPI``.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import structlog
@@ -45,6 +48,7 @@ __all__ = [
     "ChatResponse",
     "Completion",
     "EndpointLimits",
+    "ModelIdentity",
     "RetryPolicy",
     "RetrySettings",
     "StreamChunk",
@@ -52,7 +56,9 @@ __all__ = [
     "TokenLogprob",
     "TransientError",
     "open_backend",
+    "public_url",
     "register_backend",
+    "weights_digest",
 ]
 
 Message = Mapping[str, str]
@@ -257,6 +263,73 @@ class StreamReply:
         return self.text
 
 
+@dataclass(frozen=True, slots=True)
+class ModelIdentity:
+    """What identifies the model behind an endpoint, as its server reports it (asked once per run).
+
+    Two servers under one name and URL are the same model only when these agree: the reply cache keys its entries
+    on them (:mod:`ceb.backends.cache`) and a run records them (``summary.json``'s ``provenance``).
+
+    Attributes:
+        model: The served model's id (vLLM's ``--served-model-name``, else its model path).
+        root: The weights the server loaded, where it says (vLLM's ``root`` in ``GET /v1/models``: the model
+            directory or hub name); ``None`` where it does not (OpenAI).
+        server_version: The server's version, where it reports one (vLLM's ``GET /version``).
+        max_model_len: The context length in tokens the server reports (vLLM's ``max_model_len``), if any.
+        weights_digest: :func:`weights_digest` of ``root`` when it is a directory on this machine, else ``None``.
+    """
+
+    model: str
+    root: str | None = None
+    server_version: str | None = None
+    max_model_len: int | None = None
+    weights_digest: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values."""
+        return asdict(self)
+
+
+_WEIGHT_FILES = 100_000
+"""Files of a weights directory :func:`weights_digest` reads at most (a model has tens; a larger tree is not one)."""
+
+
+def weights_digest(root: str | None) -> str | None:
+    """SHA-256 of the file list under ``root`` when it is a directory on this machine; ``None`` otherwise.
+
+    Each file counts by its relative name, size in bytes and modification time in ns; a hub name, a path on
+    another machine or too large a tree (:data:`_WEIGHT_FILES`) gives ``None``. It tells weights written anew
+    under the same path (a checkpoint saved over the old one) from the old ones without reading gigabytes: any
+    rewrite changes a file's modification time.
+    """
+    if not root:
+        return None
+    path = Path(root).expanduser()
+    try:
+        if not path.is_dir():
+            return None
+        files = []
+        for i, f in enumerate(sorted(path.rglob("*"))):
+            if i >= _WEIGHT_FILES:
+                return None
+            if f.is_file():
+                stat = f.stat()
+                files.append(f"{f.relative_to(path).as_posix()}\t{stat.st_size}\t{stat.st_mtime_ns}")
+    except OSError:
+        return None
+    return hashlib.sha256("\n".join(files).encode()).hexdigest()
+
+
+def public_url(url: str) -> str:
+    """``url`` without credentials (``user:password@``), as a record may show it."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 class TransientError(Exception):
     """A failure worth retrying (timeouts, 429, 5xx, dropped connections).
 
@@ -387,6 +460,9 @@ class ChatBackend(ABC):
         self.routing: Routing = routing
         self.observers: list[Callable[[AttemptRecord], None]] = []
         """Called with an :class:`AttemptRecord` after every attempt (benchmarks and fault accounting)."""
+        self.adaptations: dict[str, str] = {}
+        """What this backend sends differently from its settings, learnt from the server's replies, one line each
+        (the HTTP backend, :mod:`ceb.backends.openai`, fills it; ``ceb doctor`` and the run's provenance show it)."""
 
     @property
     def limits(self) -> EndpointLimits:
@@ -515,6 +591,32 @@ class ChatBackend(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - a hook with a safe default, not abstract on purpose
         """Release connections; the default holds none."""
+
+    async def identify(self) -> ModelIdentity | None:
+        """What identifies the model behind this backend, asked of its server once and then remembered.
+
+        The default knows nothing beyond the backend's settings: ``None``.
+
+        Raises:
+            TransientError: The server could not be asked now (nothing is remembered; a later call asks again).
+        """
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        """What a run records of this backend (``summary.json``'s ``provenance``).
+
+        Its name, its endpoint(s) without credentials, the model its requests name, the structured-output mode and
+        token field it sends now, and what it changed to be answered there (:attr:`adaptations`). Subclasses add
+        what they know.
+        """
+        return {
+            "backend": self.name,
+            "endpoint": [public_url(e) for e in self.endpoints],
+            "model": None,
+            "structured_output": None,
+            "token_limit_field": None,
+            "adaptations": dict(self.adaptations),
+        }
 
     async def __aenter__(self) -> Self:
         return self

@@ -284,6 +284,7 @@ class BatchBackend(ChatBackend):
     Attributes:
         pending: Requests with no earlier line, in the order asked: the next Batch file.
         unanswered: Requests that were in an earlier file but have no reply in its imported output.
+        replied_models: The model names the replies carry (the snapshot that answered, e.g. OpenAI's dated one).
 
     Raises:
         ConfigError: No ``backend.model``.
@@ -315,6 +316,7 @@ class BatchBackend(ChatBackend):
         self._steps: dict[str, _Step] = {}
         self.pending: list[BatchRequest] = []
         self.unanswered: list[str] = []
+        self.replied_models: set[str] = set()
 
     def step_id(self) -> str:
         """``<tag>/<lane>/<trajectory>/<step>`` of the request being made now.
@@ -357,11 +359,23 @@ class BatchBackend(ChatBackend):
             why = f"{reply.status} from the Batch" if reply.status else "not run by the Batch"
             raise BackendError(f"{why}: {reply.error}", backend=self.label)
         try:
-            return parse_completion(
+            completion = parse_completion(
                 reply.body, default_model=self.model, asked_prompt_logprobs=request.extra.get("prompt_logprobs")
             )
         except (TypeError, ValueError, KeyError) as exc:
             raise BackendError(f"the Batch reply to {cid} is not a chat completion: {exc}") from exc
+        self.replied_models.add(completion.model)
+        return completion
+
+    def describe(self) -> dict[str, Any]:
+        """The base record with the model the requests named, the models the replies name, and the wire form."""
+        return super().describe() | {
+            "endpoint": [],
+            "model": self.model,
+            "replied_models": sorted(self.replied_models),
+            "structured_output": self.wire.structured_output,
+            "token_limit_field": self.wire.token_limit_field,
+        }
 
 
 def export_tag(parts: Mapping[str, Any]) -> str:

@@ -6,9 +6,18 @@ every backend (``openai``, ``vllm``, a plugin's) is cached the same way and none
 
 What is a key. The SHA-256 of the whole request (:class:`~ceb.backends.base.ChatRequest`: messages, temperature,
 budget, ``n``, schema, seed, log-prob options, extra body fields; not ``stage``, which is never sent) and of the
-endpoint that answers it (backend name, served model, base URL(s), structured-output mode, which changes what is
-sent). A re-ask after an unreadable reply is another request (the reply and the correction are appended), so it is
-its own entry.
+endpoint that answers it (backend name, model name, base URL(s), structured-output mode, which changes what is
+sent) and of the model it serves, as the server reports it once per run (:func:`endpoint_identity`): the served
+model's id, the weights it loaded (vLLM's ``root``), the server's version (vLLM's ``/version``) and, where the
+weights are a directory on this machine, a digest of their files. Another model served under the same name and URL
+so never answers from the old one's replies. While the server cannot say which model it serves, requests are sent
+without the cache. A re-ask after an unreadable reply is another request (the reply and the correction are
+appended), so it is its own entry.
+
+Modes. ``read-write`` creates the file (and its folder) when missing. ``read`` opens an existing file read-only
+(SQLite ``mode=ro``; ``immutable`` on a read-only file system), writes nothing to it, and refuses a path with no
+cache (a mistyped path would otherwise ask everything again, silently). A failed look-up or write (a full disk)
+costs requests, never the run: the first of each kind is logged, the others counted (:class:`CacheCounts`).
 
 What is cached. Only requests whose reply is determined by the request: temperature 0, or an explicit seed;
 sampled ones (the hindsight votes at ``tau`` without ``hindsight.seed``) only when ``cache.nondeterministic`` is
@@ -48,7 +57,16 @@ import anyio
 import orjson
 import structlog
 
-from ceb.backends.base import ChatBackend, ChatRequest, ChatResponse, Completion, StreamReply, TokenLogprob
+from ceb.backends.base import (
+    ChatBackend,
+    ChatRequest,
+    ChatResponse,
+    Completion,
+    ModelIdentity,
+    StreamReply,
+    TokenLogprob,
+    TransientError,
+)
 from ceb.backends.scheduling import current_lane
 from ceb.config import BackendConfig, CacheConfig
 from ceb.errors import ConfigError
@@ -86,6 +104,8 @@ class CacheCounts:
         stored: Replies written to the cache.
         sent: Requests sent to endpoints through the cache's backends, retries included (misses and
             uncacheable ones; re-asks are requests of their own).
+        failed_reads: Look-ups the store could not answer (asked of the endpoint instead); the first is logged.
+        failed_writes: Replies the store could not keep (a full disk, say); the first is logged, the rest counted.
     """
 
     mode: str
@@ -95,6 +115,8 @@ class CacheCounts:
     uncacheable: int = 0
     stored: int = 0
     sent: int = 0
+    failed_reads: int = 0
+    failed_writes: int = 0
 
     @classmethod
     def total(cls, counts: Iterable[CacheCounts]) -> CacheCounts | None:
@@ -112,6 +134,8 @@ class CacheCounts:
             out.uncacheable += c.uncacheable
             out.stored += c.stored
             out.sent += c.sent
+            out.failed_reads += c.failed_reads
+            out.failed_writes += c.failed_writes
         return out
 
 
@@ -133,19 +157,64 @@ class ReplyCache:
         self.path = settings.path
         self.counts = CacheCounts(mode=settings.mode, path=str(settings.path))
         self._lock = threading.Lock()
+        self._warned: set[str] = set()
+        self._db = self._open_writable() if self.writes else self._open_read_only()
+
+    def _open_writable(self) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
-            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA synchronous = NORMAL")  # WAL: a crash loses no committed entry
-            with self._db:
-                self._db.execute(
+            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+            db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = NORMAL")  # WAL: a crash loses no committed entry
+            with db:
+                db.execute(
                     "CREATE TABLE IF NOT EXISTS replies (key TEXT PRIMARY KEY, endpoint TEXT NOT NULL, "
                     "reply BLOB NOT NULL, stored_at REAL NOT NULL)"
                 )
         except (OSError, sqlite3.Error) as exc:
             raise ConfigError(f"cannot open the reply cache {self.path}: {exc}") from exc
+        return db
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """The file opened read-only (SQLite ``mode=ro``): it is never created, written or converted.
+
+        A cache in WAL mode on a read-only file system cannot get the shared-memory file SQLite's readers use; it is
+        then opened ``immutable`` (nothing can write it there either).
+
+        Raises:
+            ConfigError: No file at the path (a mistyped path would otherwise ask every request again, silently),
+                or the file is not a reply cache.
+        """
+        if not self.path.is_file():
+            raise ConfigError(
+                f'cache.mode = "read": there is no reply cache at {self.path}; check cache.path '
+                '("read-write" creates one)'
+            )
+        uri = self.path.resolve().as_uri() + "?mode=ro"
+        db: sqlite3.Connection | None = None
+        for form in (uri, uri + "&immutable=1"):
+            try:
+                db = sqlite3.connect(form, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+                db.execute("SELECT 1 FROM replies LIMIT 1").fetchall()
+                return db
+            except sqlite3.DatabaseError as exc:
+                if db is not None:
+                    db.close()
+                if "no such table" in str(exc) or not isinstance(exc, sqlite3.OperationalError):
+                    raise ConfigError(f"{self.path} is not a ceb reply cache ({exc})") from exc
+                failure = exc
+        raise ConfigError(f"cannot open the reply cache {self.path} to read: {failure}") from failure
+
+    def warn_once(self, what: str, exc: BaseException) -> None:
+        """Log the first failure of a kind (``read``, ``write``) as a warning; the rest are only counted."""
+        if what not in self._warned:
+            self._warned.add(what)
+            log.warning(
+                f"reply cache {what} failed; later failures are counted, not logged",
+                path=str(self.path),
+                error=str(exc),
+            )
 
     @classmethod
     def open(cls, settings: CacheConfig) -> ReplyCache | None:
@@ -198,13 +267,27 @@ def cacheable(request: ChatRequest, settings: CacheConfig) -> bool:
     return deterministic(request) or settings.nondeterministic
 
 
-def endpoint_identity(settings: BackendConfig) -> dict[str, Any]:
-    """What of a backend's settings decides its replies: backend, served model, base URL(s), structured output."""
+def endpoint_identity(settings: BackendConfig, served: ModelIdentity | None = None) -> dict[str, Any]:
+    """What decides an endpoint's replies: backend, model name, base URL(s), structured output, and the model served.
+
+    ``served`` is what the server reports of its model (:meth:`~ceb.backends.base.ChatBackend.identify`): its id,
+    the weights it loaded (vLLM's ``root``), the server's version and, where the weights are a directory on this
+    machine, their digest. Another model served under the same name and URL so gets other keys; where the server
+    reports none of them (OpenAI) only the name and URL remain, as before.
+    """
     return {
         "backend": settings.name,
         "model": settings.served_model,
         "base_url": list(settings.base_urls),
         "structured_output": settings.structured_output,
+        "served": None
+        if served is None
+        else {
+            "id": served.model,
+            "root": served.root,
+            "server_version": served.server_version,
+            "weights_digest": served.weights_digest,
+        },
     }
 
 
@@ -287,13 +370,26 @@ class CachedBackend(ChatBackend):
         self.name = inner.name
         self.observers = inner.observers
         self.store = store
-        self._identity = endpoint_identity(settings)
+        self.adaptations = inner.adaptations
+        self._settings = settings
+        self._identity: dict[str, Any] | None = None
         self._endpoint = f"{settings.name}:{settings.served_model}@{','.join(settings.base_urls)}"
         self._sampled: Counter[tuple[str | None, str]] = Counter()  # identical sampled requests asked, per lane
 
-    def _key(self, request: ChatRequest) -> str:
+    async def _endpoint_identity(self) -> dict[str, Any] | None:
+        """:func:`endpoint_identity` with the served model's (asked of ``inner`` once); ``None`` while unknown."""
+        if self._identity is None:
+            try:
+                served = await self.inner.identify()
+            except TransientError as exc:
+                self.store.warn_once("look-up of the served model", exc)
+                return None
+            self._identity = endpoint_identity(self._settings, served)
+        return self._identity
+
+    def _key(self, request: ChatRequest, endpoint: Mapping[str, Any]) -> str:
         """The request's key; a sampled one's also names its lane and its rank among identical ones (module doc)."""
-        key = request_key(request, self._identity)
+        key = request_key(request, endpoint)
         if deterministic(request):
             return key
         slot = (current_lane(), key)
@@ -323,12 +419,17 @@ class CachedBackend(ChatBackend):
         if not cacheable(request, self.store.settings):
             counts.uncacheable += 1
             return await self._send(request)
-        key = self._key(request)
+        endpoint = await self._endpoint_identity()
+        if endpoint is None:  # the model behind the endpoint is unknown: neither answered nor stored
+            counts.uncacheable += 1
+            return await self._send(request)
+        key = self._key(request, endpoint)
         began = time.perf_counter()
         try:
             hit = await anyio.to_thread.run_sync(self.store.get, key)
         except (sqlite3.Error, ValueError, LookupError, TypeError) as exc:  # a bad cache costs requests, not the run
-            log.warning("reply cache read failed; asking the endpoint", path=str(self.store.path), error=str(exc))
+            counts.failed_reads += 1
+            self.store.warn_once("read", exc)
             hit = None
         if hit is not None:
             counts.hits += 1
@@ -339,8 +440,9 @@ class CachedBackend(ChatBackend):
             try:
                 stored = await anyio.to_thread.run_sync(self.store.put, key, self._endpoint, response)
                 counts.stored += stored  # not `+= await`: that reads the count before the wait and loses updates
-            except sqlite3.Error as exc:
-                log.warning("reply cache write failed", path=str(self.store.path), error=str(exc))
+            except sqlite3.Error as exc:  # a full disk, say: one warning, then a count (summary.json, the last lines)
+                counts.failed_writes += 1
+                self.store.warn_once("write", exc)
         return response
 
     async def _send(self, request: ChatRequest) -> ChatResponse:
@@ -359,6 +461,14 @@ class CachedBackend(ChatBackend):
     async def preflight(self) -> None:
         """``inner``'s preflight: a run answered wholly from the cache still needs its endpoint for the rest."""
         await self.inner.preflight()
+
+    async def identify(self) -> ModelIdentity | None:
+        """``inner``'s model identity."""
+        return await self.inner.identify()
+
+    def describe(self) -> dict[str, Any]:
+        """``inner``'s record."""
+        return self.inner.describe()
 
     async def aclose(self) -> None:
         """Close ``inner`` (the store belongs to whoever opened it)."""

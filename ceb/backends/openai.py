@@ -38,6 +38,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import aiohttp
+import anyio
 import orjson
 import structlog
 from yarl import URL
@@ -55,11 +56,13 @@ from ceb.backends.base import (
     ChatRequest,
     Completion,
     EndpointLimits,
+    ModelIdentity,
     RetrySettings,
     StreamChunk,
     TokenLogprob,
     TransientError,
     register_backend,
+    weights_digest,
 )
 from ceb.backends.scheduling import current_lane, current_priority, lane_tag, server_priority
 from ceb.config import BackendConfig
@@ -112,6 +115,27 @@ def _model_ids(body: bytes) -> set[str] | None:
         return {str(m["id"]) for m in doc["data"]}
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def _listed(body: bytes, model: str) -> dict[str, Any] | None:
+    """The entry of ``model`` in a ``GET /models`` body; ``None`` when it is not listed or not a model list."""
+    try:
+        for entry in orjson.loads(body)["data"]:
+            if isinstance(entry, dict) and str(entry.get("id")) == model:
+                return entry
+    except (ValueError, KeyError, TypeError):
+        return None
+    return None
+
+
+def _version(body: bytes) -> str | None:
+    """The version in vLLM's ``GET /version`` body (``{"version": "0.11.0"}``); ``None`` for anything else."""
+    try:
+        doc = orjson.loads(body)
+    except ValueError:
+        return None
+    version = doc.get("version") if isinstance(doc, dict) else None
+    return version if isinstance(version, str) and version else None
 
 
 def request_id(stage: str, lane: str | None = None) -> str:
@@ -233,8 +257,8 @@ class OpenAIBackend(ChatBackend):
         self.unsupported: dict[str, str] = {}
         """Body fields this server is known to ignore where ignoring them changes the reply's meaning, with why:
         a request carrying one is not sent (:class:`~ceb.errors.UnsupportedFeatureError`) instead of misread."""
-        self.adaptations: dict[str, str] = {}
-        """What ceb does differently at this server, learnt from its replies, one line each (``ceb doctor``)."""
+        self._identity: ModelIdentity | None = None
+        self._identifying = anyio.Lock()
         for url in self.endpoints:
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -597,6 +621,52 @@ class OpenAIBackend(ChatBackend):
                 raise FatalBackendError(
                     f"preflight: a one-token chat request to {endpoint} failed: {why}", backend=self.label
                 ) from exc
+
+    async def identify(self) -> ModelIdentity:
+        """The model behind the endpoints as the server reports it, asked once (``GET /models``, ``GET /version``).
+
+        vLLM lists the served model with its ``root`` (the weights it loaded) and ``max_model_len``, and reports its
+        version at the server root's ``/version``; OpenAI lists the id only and has no ``/version``, so those
+        fields stay ``None``. Each replica is asked; replicas that report different models are refused.
+
+        Raises:
+            TransientError: A server could not be reached (nothing is remembered; a later call asks again).
+            FatalBackendError: Two replicas report different models.
+        """
+        async with self._identifying:
+            if self._identity is None:
+                found = [await self._identify(endpoint) for endpoint in self.endpoints]
+                for endpoint, other in zip(self.endpoints[1:], found[1:], strict=True):
+                    if other != found[0]:
+                        raise FatalBackendError(
+                            f"the replicas serve different models: {self.endpoints[0]} reports {found[0]}, "
+                            f"{endpoint} reports {other}",
+                            backend=self.label,
+                        )
+                self._identity = found[0]
+        return self._identity
+
+    async def _identify(self, endpoint: str) -> ModelIdentity:
+        status, body = await self.get("models", endpoint=endpoint)
+        entry = (_listed(body, self.model) if status == 200 else None) or {}
+        root = entry.get("root") if isinstance(entry.get("root"), str) else None
+        length = entry.get("max_model_len")
+        status, body = await self.get("version", endpoint=endpoint, root=True)
+        return ModelIdentity(
+            model=self.model,
+            root=root,
+            server_version=_version(body) if status == 200 else None,
+            max_model_len=length if isinstance(length, int) and not isinstance(length, bool) else None,
+            weights_digest=weights_digest(root),
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """The base record with the model named and the structured-output mode and token field sent now."""
+        return super().describe() | {
+            "model": self.model,
+            "structured_output": self.structured_output,
+            "token_limit_field": self.token_limit_field,
+        }
 
     async def get(self, path: str, *, endpoint: str | None = None, root: bool = False) -> tuple[int, bytes]:
         """``GET`` a path of an endpoint with this backend's key, in one attempt (for probes, not scoring).

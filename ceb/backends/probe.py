@@ -22,6 +22,7 @@ from the engine's configuration, as there is no ``/metrics`` to ask.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from typing import Any, Literal
 
 import orjson
 
-from ceb.backends.base import ChatBackend, ChatRequest, Completion, TransientError, open_backend
+from ceb.backends.base import ChatBackend, ChatRequest, Completion, ModelIdentity, TransientError, open_backend
 from ceb.backends.openai import OpenAIBackend
 from ceb.backends.server_metrics import parse_metrics
 from ceb.backends.vllm_engine import VLLMEngineBackend
@@ -87,6 +88,8 @@ class EndpointReport:
     checks: list[Check] = field(default_factory=list)
     adaptations: dict[str, str] = field(default_factory=dict)
     """What ceb does differently at this endpoint to be answered (:attr:`OpenAIBackend.adaptations`)."""
+    served: ModelIdentity | None = None
+    """What the server reports of its model (vLLM's ``root``, ``/version``; :meth:`ChatBackend.identify`)."""
 
     @property
     def lacking(self) -> list[str]:
@@ -111,6 +114,7 @@ class EndpointReport:
             "usable": self.usable,
             "lacking": self.lacking,
             "adaptations": dict(self.adaptations),
+            "served": None if self.served is None else self.served.to_dict(),
             "checks": [
                 {"name": c.name, "outcome": c.outcome, "detail": c.detail, "seconds": round(c.seconds, 3)}
                 for c in self.checks
@@ -172,6 +176,8 @@ async def _probe_http(backend: OpenAIBackend) -> EndpointReport:
     report = EndpointReport(base_url=backend.endpoints[0], model=backend.model)
     try:
         report.checks.append(await _timed("models", lambda: _models(backend, backend.model)))
+        with contextlib.suppress(TransientError):  # no answer: the models check already says so
+            report.served = await backend.identify()
         chat = await _timed("chat", lambda: _chat(backend, ChatRequest(messages=_USER, max_tokens=4), _any_text))
         report.checks.append(chat)
         report.checks += await _feature_checks(backend, chat)

@@ -47,9 +47,11 @@ from ceb.backends.base import (
     ChatRequest,
     Completion,
     EndpointLimits,
+    ModelIdentity,
     RetrySettings,
     TransientError,
     register_backend,
+    weights_digest,
 )
 from ceb.backends.openai import request_id
 from ceb.backends.scheduling import current_lane, current_priority, server_priority
@@ -306,6 +308,25 @@ class VLLMEngineBackend(ChatBackend):
             default_model=self.settings.served_model,
             asked_prompt_logprobs=request.extra.get("prompt_logprobs"),
         )
+
+    async def identify(self) -> ModelIdentity:
+        """The model this process loads: its served name, its path or hub name, vLLM's version, its weights' digest."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            vllm_version: str | None = version("vllm")
+        except PackageNotFoundError:
+            vllm_version = None
+        model = self.settings.model or ""
+        length = self.settings.engine.max_model_len
+        return ModelIdentity(self.settings.served_model, model, vllm_version, length, weights_digest(model))
+
+    def describe(self) -> dict[str, Any]:
+        """The base record with the model and the structured-output mode sent."""
+        return super().describe() | {
+            "model": self.settings.served_model,
+            "structured_output": self.settings.structured_output,
+        }
 
     async def preflight(self) -> None:
         """Start the engine before the run (about 30 s for the tests' tiny model on 2 CPU cores).

@@ -132,6 +132,7 @@ def import_(
     from ceb.data import read_stream
     from ceb.eval import run_metrics, write_metrics
     from ceb.pipeline.batch import BatchDir, import_batch
+    from ceb.pipeline.provenance import scored_by
     from ceb.pipeline.rundir import RunDir
 
     src = BatchDir(batch_dir)
@@ -156,6 +157,8 @@ def import_(
             f"ceb batch import {batch_dir} OUTPUT --out {out_dir} --overwrite",
             soft_wrap=True,
         )
+    if s is not None:
+        out.print(scored_by(s.provenance), soft_wrap=True)
     if done.path is None and s is not None and s.steps_failed and not s.steps_scored:  # as ceb score: all refused
         err.print(f"error: every step failed (no score); the reasons are in {RunDir(out_dir).scores}")
         raise typer.Exit(EXIT_FAILED)

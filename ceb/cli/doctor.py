@@ -72,6 +72,9 @@ def doctor(
             style = {"ok": "green", "missing": "yellow", "failed": "red"}[c.outcome]
             checks.add_row(c.name, Text(c.outcome, style=style), f"{c.seconds:.2f}", c.detail)
         out.print(checks)
+        if report.served is not None and (report.served.root or report.served.server_version):
+            root, version = report.served.root or "not reported", report.served.server_version or "not reported"
+            out.print(f"Served: weights {root}, server version {version}.", markup=False)
         if report.lacking:
             out.print(f"The endpoint lacks: {', '.join(report.lacking)}.", markup=False)
         if report.adaptations:

@@ -39,6 +39,7 @@ def report_merged(merged: Any) -> None:
         merged: What :func:`ceb.pipeline.merge.merge_runs` wrote (a :class:`~ceb.pipeline.merge.MergeResult`).
     """
     from ceb.eval import run_metrics, write_metrics
+    from ceb.pipeline.provenance import scored_by
 
     metrics = run_metrics(merged.out, n_bins=merged.config.ece_bins)
     write_metrics(merged.out, metrics)
@@ -47,3 +48,4 @@ def report_merged(merged: Any) -> None:
         f"merged {merged.parts} shards: {merged.lanes} lanes, {merged.step_rows} step rows, "
         f"{merged.hindsight_rows} hindsight rows, {merged.banks} banks. Results in {merged.out}/"
     )
+    out.print(scored_by(merged.summary.provenance), soft_wrap=True)

@@ -240,6 +240,7 @@ def score_and_report(
     from ceb.gc_tuning import quiet_gc
     from ceb.logs import register_secret_env
     from ceb.pipeline import run_scoring
+    from ceb.pipeline.provenance import scored_by
     from ceb.pipeline.rundir import RunDir
     from ceb.pipeline.runner import progress_callbacks
     from ceb.progress import Progress
@@ -301,9 +302,12 @@ def score_and_report(
         c = s.cache
         out.print(
             f"reply cache {c.path} ({c.mode}): {c.hits} hits, {c.misses} misses, {c.uncacheable} not cacheable, "
-            f"{c.stored} stored; {c.sent} requests sent",
+            f"{c.stored} stored; {c.sent} requests sent"
+            + (f"; {c.failed_writes} replies not stored (the first failure was logged)" if c.failed_writes else "")
+            + (f"; {c.failed_reads} look-ups failed (asked instead)" if c.failed_reads else ""),
             soft_wrap=True,
         )
+    out.print(scored_by(s.provenance), soft_wrap=True)  # the last line: what scored the run (issue 32)
     recorded = RunDir(run_dir).recorded_summary() or {}
     # summary.json's, found once at the run's end by reading its rows (a sharded part's too)
     for warning in recorded["warnings"] if "warnings" in recorded else s.warnings():

@@ -78,6 +78,10 @@ def sim_server(
     max_model_len: Annotated[
         int, typer.Option(help="Context length in toy tokens; longer prompts get a 400.")
     ] = _D.max_model_len,
+    root: Annotated[
+        str | None,
+        typer.Option(help="The weights /v1/models reports (vLLM's root); default: the model id."),
+    ] = _D.root,
 ) -> None:
     """Serve the ceb SIMULATOR: an OpenAI-compatible server with vLLM-like queueing and seeded fake replies.
 
@@ -105,6 +109,7 @@ def sim_server(
             stall_s=stall_s,
             model=model,
             max_model_len=max_model_len,
+            root=root,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc

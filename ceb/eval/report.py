@@ -32,8 +32,8 @@ did not run) is skipped with a note in ``report.md``, never an error. The comman
 :mod:`ceb.cli.report`.
 
 The numbered sections are functions registered in :mod:`ceb.eval.sections`; :func:`build_report` writes the
-run header (with the run's warnings, :mod:`ceb.pipeline.score_warnings`), then each registered section in number
-order, then ``report.json``.
+run header (with the run's warnings, :mod:`ceb.pipeline.score_warnings`), what scored the run
+(:mod:`ceb.eval.provenance`), then each registered section in number order, then ``report.json``.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from ceb.errors import RunError
 from ceb.eval.ablations import method_settings
 from ceb.eval.lanes import ScoredLane, base_lanes, lanes_from_rows
 from ceb.eval.plots import FIGURE_FORMATS, FigureFormat, method_colors
+from ceb.eval.provenance import provenance_block
 from ceb.eval.sections import ReportContext, ReportWriter, registered_sections
 from ceb.eval.sections.base import drawn
 from ceb.pipeline.results import read_step_rows
@@ -117,6 +118,7 @@ def build_report(
     _header(rep, run, lanes, n_bins, n_boot, seed)
     _settings_header(rep, settings, source, lanes, methods)
     _warnings(rep, run_files)
+    provenance_block(rep, run_files)
 
     ctx = ReportContext(run, lanes, base, n_bins, n_boot, seed, colors, settings, methods)
     labelled = any(lane.usable.any() for lane in base)

@@ -9,7 +9,9 @@ what differs, before anything is written.
 The merged directory holds ``config.json`` (the parts' record without the shard plan), ``scores.jsonl`` and
 ``hindsight.jsonl`` (every part's rows, grouped by lane in the order an unsharded run plans its lanes, each
 lane's rows in the order its part wrote them), ``banks/`` (each lane's bank file, copied) and ``summary.json``
-(counts summed, ``wall_s`` the longest part's, status ``finished``). ``metrics.json`` is computed from the merged
+(counts summed, ``wall_s`` the longest part's, status ``finished``, the parts' provenance joined: parts scored by
+another model, or asked it otherwise, are refused, :func:`~ceb.pipeline.provenance.merge_provenance`).
+``metrics.json`` is computed from the merged
 rows by the caller (``ceb merge``), as after ``ceb score``: the evaluation layer sits above this one.
 """
 
@@ -28,6 +30,7 @@ from ceb.backends.cache import CacheCounts
 from ceb.config import RunConfig
 from ceb.errors import RunError
 from ceb.pipeline.planning import lane_keys
+from ceb.pipeline.provenance import merge_provenance
 from ceb.pipeline.results import HindsightRow, StepRow, read_hindsight_rows
 from ceb.pipeline.resume import diff_fingerprints
 from ceb.pipeline.reuse import shares_orders
@@ -255,6 +258,7 @@ def _merged_summary(parts: Sequence[_Part], target: RunDir, rank: Mapping[LaneKe
                 caches.append(CacheCounts(**doc["cache"]))
     except (TypeError, ValueError) as exc:
         raise RunError(f"part {part.run}: {part.run.summary_file} is not a summary this ceb reads ({exc})") from exc
+    merged.provenance = merge_provenance([(str(p.run), p.summary.get("provenance")) for p in parts])
     merged.banks.sort(key=lambda b: (rank.get((b.stream, b.order, b.method, b.critic), len(rank)), b.order))
     if caches:
         merged.cache = CacheCounts.total(caches)

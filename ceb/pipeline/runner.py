@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import anyio
 import structlog
@@ -24,6 +25,7 @@ from ceb.data.trajectory import Trajectory
 from ceb.errors import ConfigError, RunError, reported_error
 from ceb.pipeline.lane import Lane
 from ceb.pipeline.planning import LanePlan, build_lanes, fingerprints, plan_lanes
+from ceb.pipeline.provenance import identify, provenance
 from ceb.pipeline.results import ResultWriter, StepRow
 from ceb.pipeline.resume import check_resumable, check_shard
 from ceb.pipeline.reuse import SharedLane
@@ -148,10 +150,12 @@ async def _run_scoring(
     lanes: list[Lane] = []
     started, started_at = time.perf_counter(), datetime.now(UTC)
     outcome, error, began = "interrupted", "", False
+    identities: dict[int, dict[str, Any]] = {}
     try:
         try:
             if stages is None and config.backend.preflight:
                 await _preflight(by_critic.values())
+            identities = await identify(by_critic.values())
             if overwrite:
                 run.remove_results()
             run.path.mkdir(parents=True, exist_ok=True)
@@ -178,6 +182,7 @@ async def _run_scoring(
         try:
             _save_banks(run, lanes, summary)
             summary.cache = cache_counts(by_critic.values())
+            summary.provenance = provenance(config, by_critic, identities, prints["config_sha256"])
             summary.wall_s = time.perf_counter() - started
             if began:
                 run.write_summary(summary_doc(summary, outcome, error, started_at))

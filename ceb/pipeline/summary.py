@@ -156,6 +156,8 @@ class RunSummary:
         cache: What the reply cache did (:class:`~ceb.backends.cache.CacheCounts`: hits, misses, requests sent),
             ``None`` when it is off. ``requests`` and the token counts include the recorded cost of answers
             taken from the cache (their rows repeat it); ``cache.sent`` is what this call really sent.
+        provenance: What scored the run (:mod:`ceb.pipeline.provenance`): backend, endpoint, served model, the
+            server's version, readout, structured output, adaptations, ceb's version and the config digest.
     """
 
     run_dir: Path
@@ -178,6 +180,7 @@ class RunSummary:
     hindsight_votes: dict[str, VoteCounts] = field(default_factory=dict)
     hindsight_labellers: list[Labeller] = field(default_factory=list)
     cache: CacheCounts | None = None
+    provenance: dict[str, Any] | None = None
 
     def warnings(self) -> list[str]:
         """The run's warnings, read from the rows in its directory: uninformative scores, one-class pseudo-labels.

@@ -29,7 +29,8 @@ Endpoints:
     ``logprobs`` / ``top_logprobs`` (up to 20), and vLLM's ``structured_outputs``, ``guided_json``,
     ``prompt_logprobs`` (up to 20), ``echo``, ``add_generation_prompt``, ``continue_final_message``.
     ``stream`` is refused (400). A ``model`` other than the configured one gets a 404, as from vLLM.
-    ``GET /v1/models``: the one model. ``POST /tokenize``: vLLM's tokenizer endpoint, with the toy tokenizer
+    ``GET /v1/models``: the one model, with its ``root``. ``GET /version``: ``{"version": "ceb-simulator"}``, as
+    vLLM reports its own. ``POST /tokenize``: vLLM's tokenizer endpoint, with the toy tokenizer
     (``token_strs`` only when ``return_token_strs`` is true, as in vLLM). ``GET /health``.
     ``GET /sim/stats``: the configuration and :class:`SimStats`. ``POST /sim/reset``: zero the statistics and
     restart the fault schedule (arrival numbers start again from 0).
@@ -309,6 +310,7 @@ class SimServer:
         app.on_response_prepare.append(_label_response)
         app.router.add_post("/v1/chat/completions", self._chat_completions)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/version", self._version)
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_get("/health", self._health)
         app.router.add_get("/sim/stats", self._stats)
@@ -550,11 +552,15 @@ class SimServer:
             "object": "model",
             "created": 0,
             "owned_by": SIMULATOR_ID,
-            "root": self.config.model,
+            "root": self.config.root or self.config.model,
             "parent": None,
             "max_model_len": self.config.max_model_len,
         }
         return _json({"object": "list", "data": [model]})
+
+    async def _version(self, request: web.Request) -> web.Response:
+        """The ``GET /version`` of vLLM: ``{"version": ...}``, here the simulator's label."""
+        return _json({"version": SIMULATOR_ID})
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         self.stats.tokenize_requests += 1

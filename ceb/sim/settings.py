@@ -52,6 +52,8 @@ class SimConfig:
         model: The one model id served; requests naming another model get a 404, as from vLLM.
         max_model_len: Context length in toy tokens, reported by ``/tokenize`` and ``/v1/models``; a longer
             prompt gets a 400.
+        root: The weights the simulated model "loaded", reported as ``root`` by ``/v1/models`` as vLLM reports the
+            model path behind a ``--served-model-name``; ``None``: the model id (vLLM's ``root`` without one).
 
     Raises:
         ValueError: A count or duration out of range, a rate outside [0, 1], or rates summing above 1 (at most
@@ -75,6 +77,7 @@ class SimConfig:
     stall_s: float = 600.0
     model: str = SIMULATOR_ID
     max_model_len: int = 32_768
+    root: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:

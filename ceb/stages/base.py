@@ -325,6 +325,18 @@ class Stages:
         """The backends the critic and the labeller ask (:attr:`chat`, then :attr:`hindsight_chat`): preflighted."""
         return [b for b in (self.chat, self.hindsight_chat) if b is not None]
 
+    def asked(self) -> list[tuple[str, ChatBackend]]:
+        """Every backend the stages asked or may ask, with its role, for the run's provenance.
+
+        ``critic`` (:attr:`chat`), ``hindsight`` (:attr:`hindsight_chat`, when it has its own) and ``actor`` (an
+        endpoint a baseline opened through :meth:`open_chat`).
+        """
+        out = [("critic", self.chat)] if self.chat is not None else []
+        if self.hindsight_chat is not None:
+            out.append(("hindsight", self.hindsight_chat))
+        out += [("actor", b) for b in self._opened.values() if b is not None and b is not self.hindsight_chat]
+        return out
+
     async def __aenter__(self) -> Stages:
         return self
 

@@ -1,17 +1,25 @@
 """The reply cache (:mod:`ceb.backends.cache`): what is cached, what a hit returns, several writers at once."""
 
 import multiprocessing
+import os
 import sqlite3
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import structlog
 
 from ceb.backends.base import ChatBackend, ChatRequest, Completion, RetryPolicy, TokenLogprob, TransientError
 from ceb.backends.cache import CachedBackend, ReplyCache, request_key
+from ceb.backends.openai import OpenAIBackend
 from ceb.backends.scheduling import lane
 from ceb.backends.scripted import ScriptedChat
 from ceb.config import BackendConfig, CacheConfig
+from ceb.errors import ConfigError
 from ceb.stages.asking import ask as ask_until_readable
+from tests.support.openai_server import Reply
 
 pytestmark = pytest.mark.anyio
 
@@ -237,3 +245,104 @@ async def test_an_unreadable_reply_is_cached_and_its_re_ask_is_its_own_entry(tmp
     assert first.value == again.value == 0.7 and first.stats.requests == again.stats.requests == 2
     assert len(inner.requests) == 2 and len(cache) == 2 and cache.counts.hits == 2
     cache.close()
+
+
+@contextmanager
+def read_only(folder: Path) -> Iterator[None]:
+    """``folder`` read-only for the block: a read-only bind mount as root (whom modes do not stop), else its mode."""
+    if os.geteuid() != 0:
+        mode = folder.stat().st_mode
+        os.chmod(folder, 0o555)
+        try:
+            yield
+        finally:
+            os.chmod(folder, mode)
+        return
+    mounted = subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True).returncode == 0
+    if not mounted:
+        pytest.skip("a read-only file system needs mount (root without CAP_SYS_ADMIN here)")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(folder), str(folder)], check=True)
+        yield
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+async def test_read_mode_opens_a_cache_on_a_read_only_file_system(tmp_path):
+    # Issue 33 item 5: "read" set up WAL mode and created the table, so it could not open a read-only cache at all.
+    folder = tmp_path / "shared"
+    inner = ScriptedChat(lambda r: "x")
+    writer = ReplyCache.open(CacheConfig(mode="read-write", path=folder / "c.sqlite"))
+    assert writer is not None
+    await CachedBackend(inner, writer, SETTINGS).complete(ask("a"))
+    writer.close()
+    assert sorted(p.name for p in folder.iterdir()) == ["c.sqlite"]  # closed cleanly: no -wal, no -shm
+    with read_only(folder):
+        with pytest.raises(OSError):
+            (folder / "probe").write_bytes(b"")  # the folder really is read-only
+        reader = ReplyCache.open(CacheConfig(mode="read", path=folder / "c.sqlite"))
+        assert reader is not None
+        chat = CachedBackend(inner, reader, SETTINGS)
+        await chat.complete(ask("a"))
+        reader.close()
+    assert len(inner.requests) == 1 and reader.counts.hits == 1
+
+
+def test_read_mode_refuses_a_path_with_no_cache(tmp_path):
+    # Issue 33 item 5: a mistyped path was created empty, and every request was asked again with no word said.
+    missing = tmp_path / "typo" / "c.sqlite"
+    with pytest.raises(ConfigError, match=r'cache.mode = "read": there is no reply cache at .*typo/c.sqlite'):
+        ReplyCache.open(CacheConfig(mode="read", path=missing))
+    assert not missing.parent.exists()
+    other = tmp_path / "notes.sqlite"
+    sqlite3.connect(other).close()  # an empty SQLite file, not a cache
+    with pytest.raises(ConfigError, match="is not a ceb reply cache"):
+        ReplyCache.open(CacheConfig(mode="read", path=other))
+
+
+async def test_a_full_disk_warns_once_and_counts_the_replies_not_stored(tmp_path):
+    # Issue 33 item 5: a disk filling mid-run printed one warning per reply (1,277 of 1,280 output lines).
+    inner = ScriptedChat(lambda r: "reply " * 2000)
+    cache = store(tmp_path)
+    chat = CachedBackend(inner, cache, SETTINGS)
+    await chat.complete(ask("first"))
+    pages = cache._db.execute("PRAGMA page_count").fetchone()[0]
+    cache._db.execute(f"PRAGMA max_page_count = {pages}")  # the file may not grow: SQLite's "disk is full"
+    with structlog.testing.capture_logs() as logs:
+        for i in range(5):
+            assert (await chat.complete(ask(f"q{i}"))).completion.texts == ("reply " * 2000,)
+    warnings = [e for e in logs if e["log_level"] == "warning"]
+    assert len(warnings) == 1 and "full" in warnings[0]["error"], warnings
+    assert cache.counts.failed_writes == 5 and cache.counts.stored == 1 and len(inner.requests) == 6
+    cache.close()
+
+
+async def test_another_model_under_the_same_name_and_url_is_not_answered_from_the_cache(openai_server, tmp_path):
+    # Issue 33 item 5: a model served anew under the same name and URL got the old model's replies (0 of 54 rows
+    # matched an uncached run). The key holds what the server reports of its model: root (weights) and version.
+    openai_server.responder = lambda body, i: Reply(f"{openai_server.root} says {body['messages'][-1]['content']}")
+    settings = BackendConfig(name="openai", base_url=openai_server.base_url, model=openai_server.model)
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    (weights / "model.safetensors").write_bytes(b"v1")
+
+    async def run(root: str, version: str | None) -> str:
+        openai_server.root, openai_server.version = root, version
+        cache = store(tmp_path)
+        async with CachedBackend(OpenAIBackend(settings), cache, settings) as chat:
+            texts = [(await chat.complete(ask("a"))).completion.texts[0] for _ in range(3)]
+        cache.close()
+        assert len(set(texts)) == 1
+        return texts[0]
+
+    asked = openai_server.identity_requests
+    assert await run("/models/a", "0.11.0") == "/models/a says a"
+    assert openai_server.identity_requests == asked + 2  # GET /v1/models and /version once, not per request
+    assert len(openai_server.requests) == 1
+    assert await run("/models/a", "0.11.0") == "/models/a says a" and len(openai_server.requests) == 1
+    assert await run("/models/b", "0.11.0") == "/models/b says a"  # other weights under the same name
+    assert await run("/models/a", "0.12.0") == "/models/a says a" and len(openai_server.requests) == 3  # new vLLM
+    assert await run(str(weights), None) == f"{weights} says a" and len(openai_server.requests) == 4
+    (weights / "model.safetensors").write_bytes(b"v2, saved over the old weights")
+    await run(str(weights), None)
+    assert len(openai_server.requests) == 5  # the same path, other weights: their digest differs

@@ -87,6 +87,13 @@ async def test_ceb_score_sends_votes_to_the_labeller_and_steps_to_the_critic(tmp
     assert summary["hindsight_labellers"] == [
         {"critic": "", "backend": "openai", "model": "judge-model", "base_url": [labeller.base_url]}
     ]
+    asked = [(e["role"], e["model"], e["endpoint"]) for e in summary["provenance"]["endpoints"]]
+    assert asked == [("critic", "critic-model", [critic.base_url]), ("hindsight", "judge-model", [labeller.base_url])]
+    assert (
+        result.stdout.strip()
+        .splitlines()[-1]
+        .startswith(f"scored by: openai, model 'critic-model' at {critic.base_url}")
+    )
     recorded = orjson.loads((run / "config.json").read_bytes())
     assert recorded["config"]["hindsight"]["model"] == "judge-model"
     hrows = [orjson.loads(line) for line in (run / "hindsight.jsonl").read_bytes().splitlines()]

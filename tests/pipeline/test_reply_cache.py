@@ -63,6 +63,8 @@ async def test_a_second_identical_run_is_answered_from_the_cache(openai_server, 
         "uncacheable": 0,
         "stored": 0,
         "sent": 0,
+        "failed_reads": 0,
+        "failed_writes": 0,
     }
     assert f"{asked} hits, 0 misses" in out2 and "0 requests sent" in out2
     for name in ("scores.jsonl", "hindsight.jsonl"):

@@ -19,3 +19,6 @@ async def test_the_simulator_supports_every_feature_a_method_needs(sim_server: S
         assert outcome[name] == "ok", name
     assert outcome["prefix_cache"] == "missing"  # no /metrics: it simulates timing, not a KV cache
     assert all(m.verdict(report.capabilities)[0] for m in all_methods())
+    # What the simulator reports of its model, as vLLM does (/v1/models root, /version): ceb doctor shows it.
+    assert report.served is not None
+    assert (report.served.root, report.served.server_version) == (sim_server.config.model, "ceb-simulator")

@@ -168,6 +168,9 @@ class OpenAITestServer:
             responder, and kept out of ``requests`` (a run's own requests keep their call indices).
         answer_preflight: Set ``False`` to hand preflight requests to the responder like any other.
         profile: ``openai`` or ``llama.cpp`` (see the module docstring).
+        root: The weights ``GET /v1/models`` reports the model loaded (vLLM's ``root``); ``None``: no ``root``
+            field, as from OpenAI. Change it between runs to serve another model under the same name and URL.
+        version: What ``GET /version`` (at the server root) reports, as vLLM does; ``None``: a 404, as from OpenAI.
     """
 
     def __init__(
@@ -185,6 +188,10 @@ class OpenAITestServer:
         self.failures: list[BaseException] = []
         self.preflights: list[dict[str, Any]] = []
         self.answer_preflight = True
+        self.root: str | None = None
+        self.version: str | None = None
+        self.identity_requests = 0
+        """``GET /v1/models`` and ``GET /version`` requests served (a run asks them once per endpoint)."""
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
         self._closing: anyio.Event | None = None
@@ -201,6 +208,7 @@ class OpenAITestServer:
         self._closing = anyio.Event()
         app = web.Application()
         app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/version", self._version)
         app.router.add_post("/v1/chat/completions", self._chat_completions)
         # A short shutdown timeout: handlers never outlive a test (delays end when `_closing` is set).
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
@@ -239,12 +247,17 @@ class OpenAITestServer:
     async def _models(self, request: web.Request) -> web.Response:
         if (refusal := self._llama_refusal(request, None)) is not None:
             return refusal
-        return web.json_response(
-            {
-                "object": "list",
-                "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "ceb-test"}],
-            }
-        )
+        self.identity_requests += 1
+        entry = {"id": self.model, "object": "model", "created": 0, "owned_by": "ceb-test"}
+        if self.root is not None:
+            entry |= {"root": self.root, "max_model_len": 4096}
+        return web.json_response({"object": "list", "data": [entry]})
+
+    async def _version(self, request: web.Request) -> web.Response:
+        self.identity_requests += 1
+        if self.version is None:
+            return web.json_response({"detail": "Not Found"}, status=404)
+        return web.json_response({"version": self.version})
 
     async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()

@@ -13,6 +13,7 @@ re-asks' reasons; ``pytest -rP`` shows it.
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections import Counter
 from collections.abc import Iterator
@@ -217,3 +218,13 @@ async def test_hindsight_votes_as_n_choices_of_one_request(
     assert len(hindsight) == sum(len(ts) for ts in streams.values())
     # V votes from one request each (n = V), all of them valid.
     assert all(len(h["votes"]) == 3 and h["requests"] == 1 for h in hindsight)
+    # What scored the run, as the real server reports it (issue 32 item 6): vLLM's /version, the model folder it
+    # loaded under --served-model-name (its weights digest when that folder is on this machine), and nothing ceb
+    # had to adapt.
+    assert summary.provenance is not None
+    (critic,) = summary.provenance["endpoints"]
+    assert critic["backend"] == "openai" and critic["model"] == vllm_server.model
+    assert re.fullmatch(r"\d+\.\d+.*", critic["server_version"] or ""), critic
+    assert critic["root"] and critic["root"] != vllm_server.model and critic["max_model_len"] > 0, critic
+    assert bool(critic["weights_digest"]) == Path(critic["root"]).is_dir(), critic
+    assert critic["adaptations"] == {} and critic["structured_output"] == "json_schema"

@@ -1,0 +1,119 @@
+"""The report's provenance block: what scored the run, read from ``summary.json`` (:mod:`ceb.pipeline.provenance`).
+
+``report.md`` shows it under the run header, before the first section; ``report.json`` holds the record as
+``provenance``. A run written before ceb recorded provenance (no ``provenance`` in ``summary.json``) shows what its
+``config.json`` says (backend, endpoint, model, readout, structured output, ceb's version, the config digest) and
+says that the server's identity and ceb's adaptations were not recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ceb.errors import CEBError
+from ceb.eval.sections import ReportWriter
+from ceb.pipeline.provenance import OFFLINE_NOTE
+from ceb.pipeline.rundir import RunDir
+
+__all__ = ["provenance_block", "recorded_provenance"]
+
+_READOUTS = {
+    "text": "the number the reply writes (the paper's)",
+    "expected": "the expectation under the reply's top log-probs (G-Eval's weighting)",
+}
+
+
+def recorded_provenance(run: RunDir) -> dict[str, Any] | None:
+    """The run's provenance: ``summary.json``'s, else one rebuilt from ``config.json`` (``source`` says which).
+
+    ``None`` when neither file can be read.
+    """
+    try:
+        summary = run.recorded_summary()
+    except CEBError:
+        summary = None
+    if summary and isinstance(summary.get("provenance"), dict):
+        return {**summary["provenance"], "source": RunDir.SUMMARY}
+    try:
+        record = run.record()
+    except CEBError:
+        return None
+    config, recorded = run.recorded_or_default()
+    if not recorded:
+        return None
+    return {
+        "ceb_version": record.get("ceb_version"),
+        "config_sha256": (record.get("fingerprints") or {}).get("config_sha256"),
+        "readout": config.critic.readout,
+        "endpoints": [
+            {
+                "role": "critic",
+                "critic": label,
+                "backend": c.backend.name,
+                "endpoint": list(c.backend.base_urls),
+                "model": c.backend.served_model or None,
+                "structured_output": c.backend.structured_output if c.backend.name != "offline" else None,
+            }
+            for label, c in config.critic_configs().items()
+        ],
+        "source": RunDir.CONFIG,
+    }
+
+
+def provenance_block(rep: ReportWriter, run: RunDir) -> None:
+    """Write the provenance block into ``rep`` (``report.md`` lines and ``report.json``'s ``provenance``)."""
+    record = recorded_provenance(run)
+    rep.heading("What scored this run")
+    rep.data["provenance"] = record
+    if record is None:
+        rep.note(f"Not recorded: the run has no readable {RunDir.SUMMARY} or {RunDir.CONFIG}.")
+        return
+    lines = [f"- {_entry(e)}" for e in record.get("endpoints") or []]
+    readout = record.get("readout")
+    if any(e.get("model") for e in record.get("endpoints") or []):
+        lines.append(f"- Readout: `{readout}`, {_READOUTS.get(str(readout), 'as configured')} (`critic.readout`).")
+    lines.append(
+        f"- ceb {record.get('ceb_version') or 'version not recorded'}; configuration digest "
+        f"`{record.get('config_sha256') or 'not recorded'}` (`{RunDir.CONFIG}` `fingerprints.config_sha256`)."
+    )
+    if record.get("source") == RunDir.CONFIG:
+        lines.append(
+            f"- Read from `{RunDir.CONFIG}`: this run's {RunDir.SUMMARY} records no provenance (an older ceb, or a "
+            "run that did not end), so what the server reported of its model and what ceb adapted are unknown."
+        )
+    rep.lines += [*lines, ""]
+
+
+def _entry(e: Mapping[str, Any]) -> str:
+    """One backend of the record, in words."""
+    role = {"critic": "Critic", "hindsight": "Hindsight labeller", "actor": "Actor"}.get(str(e.get("role")), "Model")
+    who = f"{role} `{e['critic']}`" if e.get("critic") else role
+    if not e.get("model"):
+        return f"{who}: `{e.get('backend')}`, {e.get('note') or OFFLINE_NOTE}. These numbers measure no model."
+    text = f"{who}: `{e.get('backend')}`, model `{e['model']}`"
+    if e.get("endpoint"):
+        text += " at " + ", ".join(f"`{u}`" for u in e["endpoint"])
+    served = [
+        f"{name} `{e[key]}`"
+        for key, name in (
+            ("root", "weights"),
+            ("server_version", "server version"),
+            ("max_model_len", "context"),
+            ("weights_digest", "weights digest"),
+        )
+        if e.get(key) is not None
+    ]
+    replied = [m for m in e.get("replied_models") or [] if m != e["model"]]
+    if replied:
+        served.append("replies name " + ", ".join(f"`{m}`" for m in replied))
+    if e.get("identity_error"):
+        served.append(f"the server could not be asked which model it serves ({e['identity_error']})")
+    text += f" ({'; '.join(served)})" if served else " (the server reported no root or version)"
+    sent = [f"structured output `{e['structured_output']}`"] if e.get("structured_output") else []
+    sent += [f"token field `{e['token_limit_field']}`"] if e.get("token_limit_field") else []
+    if sent:
+        text += "; " + ", ".join(sent)
+    adapted = e.get("adaptations") or {}
+    text += ("; ceb adapted to the endpoint: " + "; ".join(adapted.values())) if adapted else "; no adaptation"
+    return text + "."
