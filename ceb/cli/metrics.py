@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ceb.cli._common import err, fail, out
+from ceb.cli._common import err, out
 
 __all__ = ["metrics", "print_metrics"]
 
@@ -77,8 +77,6 @@ def metrics(
     from ceb.pipeline.rundir import RunDir
 
     run = RunDir(run_dir)
-    if not run.has_scores:
-        raise fail(f"{run_dir} has no {run.SCORES}")
     note = run.require_readable()
     if note is not None:
         err.print(f"note: {note}", soft_wrap=True)

@@ -259,6 +259,11 @@ class RunDir:
             RunError: The directory has none.
         """
         if not self.has_scores:
+            if self.building.path.is_dir():
+                raise RunError(
+                    f"{self.path} has no {self.SCORES}: a merge into it did not finish (its files are in "
+                    f"{self.building.path}); run that merge again"
+                )
             raise RunError(f"{self.path} has no {self.SCORES}; is it a run directory written by `ceb score`?")
         return self.scores
 
@@ -554,7 +559,14 @@ class RunDir:
             return "run the same `ceb merge` again: it builds the merged run anew from its parts"
         shard = record.get(self.SHARD)
         flag = f" --shard {shard.get('index')}/{shard.get('count')}" if isinstance(shard, dict) else ""
-        return f"continue it with `ceb score <its streams> --resume {self.path}{flag}` (or `ceb grid` with --resume)"
+        if flag:
+            return (
+                f"continue it with `ceb score <its streams> --resume {self.path}{flag}` (or `ceb grid` with --resume)"
+            )
+        return (
+            f"continue it with `ceb score <its streams> --resume {self.path}` (or `ceb grid` with --resume); if a "
+            f"merge wrote it, run that `ceb merge` again"
+        )
 
 
 def _fsync_tree(root: Path) -> None:

@@ -142,7 +142,8 @@ def _values(option: Any, place: dict[str, Path]) -> list[str]:
         str(root / "garbage.toml"),
         str(place["stream"]),  # a file where a directory is meant
     ]
-    text = ["", "x,,y", "'unbalanced", "-1", "1e30", "nan", str(root / "empty")]
+    # A number past 64 bits and a full-width digit in an i/N form (--shard, issue 33): a usage error, never a crash.
+    text = ["", "x,,y", "'unbalanced", "-1", "1e30", "nan", str(root / "empty"), "0/" + "9" * 20, "\uff11/3"]
     annotation = option.type_descriptor.annotation
     if annotation in (int, float):
         return numbers
