@@ -218,3 +218,17 @@ def test_parts_scored_from_copies_at_other_paths_merge(runs: dict[str, object], 
     _score(*copies, "--out", str(part1), "--shard", f"1/{N}")
     merged = merge_runs([runs["parts"][0], part1], tmp_path / "m")  # type: ignore[index]
     assert _sorted_rows(RunDir(merged.out).scores) == _sorted_rows(RunDir(runs["whole"]).scores)  # type: ignore[arg-type]
+
+
+def test_a_merge_into_a_directory_holding_its_parts_publishes_beside_them(
+    runs: dict[str, object], tmp_path: Path
+) -> None:
+    """The layout of ``ceb grid --ray``: OUT/parts/ holds the parts, and the merged run lands beside them."""
+    out = RunDir(tmp_path / "g")
+    parts = [out.part(i, N).path for i in range(N)]
+    for src, dst in zip(runs["parts"], parts, strict=True):  # type: ignore[call-overload]
+        shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".lock"))
+    merge_runs(parts, out.path)
+    assert out.require_readable() is None
+    assert _sorted_rows(out.scores) == _sorted_rows(RunDir(runs["whole"]).scores)  # type: ignore[arg-type]
+    assert [p.path for p in out.parts()] == parts and not out.building.path.exists()
