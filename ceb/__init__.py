@@ -13,6 +13,13 @@ For a live agent (:mod:`ceb.gate`)::
     async with Gate() as gate:
         confidence = await gate.score("my-agent", StepContext("run-1", "list the files", "shell", Step("", "ls", "")))
 
+From a notebook (:mod:`ceb.notebook`, the ``notebook`` extra brings pandas)::
+
+    import ceb
+
+    scores = ceb.score("streams/intercode-bash-gpt-4.jsonl", methods=["ceb", "static"])  # a DataFrame
+    rows = ceb.read_run("runs/intercode-bash")
+
 The names below are loaded on first use (PEP 562), so ``import ceb`` (and ``ceb --help``) stays light.
 """
 
@@ -25,6 +32,7 @@ if TYPE_CHECKING:
     from ceb.config import GateConfig, RunConfig, load_config
     from ceb.data.trajectory import Step, Trajectory
     from ceb.gate import Banked, Confidence, Gate, Receipt, StepContext, SyncGate
+    from ceb.notebook import ascore, read_run, score
 
 __all__ = [
     "Banked",
@@ -38,7 +46,10 @@ __all__ = [
     "SyncGate",
     "Trajectory",
     "__version__",
+    "ascore",
     "load_config",
+    "read_run",
+    "score",
 ]
 
 __getattr__, __dir__ = lazy_exports(
@@ -47,6 +58,7 @@ __getattr__, __dir__ = lazy_exports(
         **dict.fromkeys(("Banked", "Confidence", "Gate", "Receipt", "StepContext", "SyncGate"), "ceb.gate"),
         **dict.fromkeys(("GateConfig", "RunConfig", "load_config"), "ceb.config"),
         **dict.fromkeys(("Step", "Trajectory"), "ceb.data.trajectory"),
+        **dict.fromkeys(("ascore", "read_run", "score"), "ceb.notebook"),
     },
     __all__,
 )

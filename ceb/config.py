@@ -202,7 +202,7 @@ class CEBConfig(_Section):
     """Valid votes a trajectory needs to enter the bank; ``None`` means a majority of ``votes``: ceil(V / 2)."""
     retriever: str = "tfidf"
     """Retrieval backend: ``tfidf`` (exact incremental kernel), ``tfidf-reference`` (scikit-learn refit), ``random``
-    (seeded draws) or ``dense`` (sentence embeddings + faiss; ``pip install 'ceb[dense]'``)."""
+    (seeded draws) or ``dense`` (sentence embeddings + faiss; ``pip install 'critic-experience-bank[dense]'``)."""
     repetition_window: int = Field(3, ge=0, le=100_000)
     """How many previous actions the repetition flag compares with."""
     repetition_prefix_chars: int = Field(40, ge=1, le=1_000_000)
@@ -345,6 +345,13 @@ class HindsightConfig(_Section):
     """Model name of the labeller at its endpoint; ``None``: the critic's ``backend.model``."""
     api_key_env: str | None = None
     """Environment variable holding the labeller's API key; ``None``: the critic's ``backend.api_key_env``."""
+    gui_observations: bool = False
+    """Show each step's observation ("what happened") in the web and mobile hindsight prompt, and let the offline
+    labeller read it. ``False``, the paper's appendix template for web steps (``Step i: [op] element | reason``):
+    operation, element, value and reasoning only. On the offline benchmarks an observation is the next page or
+    screen (``ceb convert``'s default) or, in a stream converted with ``--observation reference``, the human's
+    action, from which the ground-truth labels are computed: turning this on then shows the labeller the answer.
+    The shell and SQL prompts always show observations (a command's output is their evidence)."""
 
 
 class BaselineConfig(_Section):
@@ -354,6 +361,11 @@ class BaselineConfig(_Section):
     """``K`` of teacher forcing (PPL, ME, PRO): vLLM's ``prompt_logprobs=K`` returns, per prompt token, its own
     log-prob and the ``K`` most likely tokens. ME's entropy is truncated to these ``K``. vLLM refuses more than
     its ``--max-logprobs`` (20 by default)."""
+    share_statistics: bool = True
+    """Fetch a model statistic that several methods read once per step and share it (:mod:`ceb.stages.statistics`):
+    PPL, ME and PRO then send one teacher-forcing request per step between them, not one each. ``False`` sends
+    each method's own (the same request, so the same numbers); ``ceb batch`` exports do, since each request of a
+    Batch file belongs to one method's lane."""
     me_surprisal: bool = False
     """ME on a step that carries only ``actor_logprobs`` and no actor endpoint: ``True`` takes each token's
     surprisal ``-log p(x_t)`` as a one-sample estimate of its entropy (so the score equals PPL's); ``False``
@@ -500,6 +512,14 @@ class GateConfig(_Section):
     are never closed, so waiting would not help); the streams already held keep working. Streams restored from the
     state directory at start count, and are all restored even when they are more than this. At most a million:
     each costs a bank, a task and a folder."""
+    degraded_after: int = Field(3, ge=1, le=1_000_000)
+    """Consecutive critic failures (steps that came back without a score) after which the gate is degraded:
+    ``ceb serve``'s ``GET /health`` answers 503 with ``"status": "degraded"``, the reason, the endpoint and the
+    last error (:mod:`ceb.gate.health`); one scored step makes it ``ok`` again."""
+    check_timeout_s: float = Field(5.0, gt=0, le=600)
+    """Seconds the start-up check of the critic endpoint may take (``ceb serve``: the model list and a one-token
+    request, one attempt each); past it, or when the endpoint cannot be reached, the gate warns naming the
+    endpoint, starts degraded, and serves anyway (the endpoint may come up after the gate)."""
 
     @model_validator(mode="after")
     def _ordered_thresholds(self) -> GateConfig:

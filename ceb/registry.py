@@ -3,10 +3,11 @@
 A :class:`Registry` maps names to objects in the order they were declared (backends, retrievers, converters,
 methods, report sections and benchmarks all use it). An entry is an object, or a ``"module:attr"`` path imported
 on first :meth:`Registry.get`, so an optional dependency is imported only when its entry is chosen; an entry may
-name the modules it needs (``requires``), checked without importing them, and the ``pip install 'ceb[extra]'``
-that brings them. A registry may also name plugin packages whose modules register their own entries when
-imported: every module of them is imported on the first look-up. :func:`lazy_exports` gives a package the PEP 562
-``__getattr__`` / ``__dir__`` that load its public names on first use.
+name the modules it needs (``requires``), checked without importing them, and the
+``pip install 'critic-experience-bank[extra]'`` that brings them. A registry may also name plugin packages whose
+modules register their own entries when imported: every module of them is imported on the first look-up.
+:func:`lazy_exports` gives a package the PEP 562 ``__getattr__`` / ``__dir__`` that load its public names on first
+use.
 
 Models: inspect_ai ``_util/registry.py`` and ``model/_providers/providers.py`` (lazy, dependency-checked
 imports); lm-eval ``api/registry.py``.
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, NoReturn, TypeVar
 
 from ceb.errors import ConfigError
+from ceb.version import install_command
 
 __all__ = ["Registry", "did_you_mean", "import_path", "lazy_exports"]
 
@@ -41,7 +43,7 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
 
 
 def _install_hint(extra: str | None) -> str:
-    return f"; install it with: pip install 'ceb[{extra}]'" if extra else ""
+    return f"; install it with: {install_command(extra)}" if extra else ""
 
 
 def import_path(target: str, *, what: str, extra: str | None = None) -> Any:
@@ -50,7 +52,8 @@ def import_path(target: str, *, what: str, extra: str | None = None) -> Any:
     Args:
         target: ``"package.module:attr"``.
         what: What it is, for the error message (``"method 'ppl' critic"``).
-        extra: The ``pip install 'ceb[extra]'`` that provides its dependencies, named when the import fails.
+        extra: The ``pip install 'critic-experience-bank[extra]'`` that provides its dependencies, named when the
+            import fails.
 
     Raises:
         ConfigError: The path has no ``:``, its module cannot be imported, or it has no such attribute.
@@ -111,7 +114,7 @@ class Registry(Generic[T]):
         Args:
             name: The name users select it by.
             target: The object or its import path.
-            extra: The ``pip install 'ceb[extra]'`` that provides its dependencies, if any.
+            extra: The ``pip install 'critic-experience-bank[extra]'`` that provides its dependencies, if any.
             requires: Top-level modules it needs, checked (without importing them) before the target is loaded.
             before: A registered name to place it in front of.
 

@@ -26,7 +26,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, interrupt
 
 from ceb import Gate, Step, StepContext, Trajectory
-from ceb.serve.payloads import tool_action
+from ceb.data.chat import tool_action
 
 FILES = {"ls": "a.txt b.txt", "cat a.txt": "hello"}
 

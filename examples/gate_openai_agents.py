@@ -30,7 +30,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext
 
 from ceb import Gate, Step, StepContext, Trajectory
-from ceb.serve.payloads import tool_action
+from ceb.data.chat import tool_action
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""ceb installs beside vLLM: ``ceb[vllm]`` and ``ceb[vllm,dense]`` resolve for Linux x86_64 on Python 3.11-3.13.
+"""ceb installs beside vLLM: ``critic-experience-bank[vllm]`` and ``[vllm,dense]`` resolve on Linux x86_64, Python
+3.11-3.13.
 
 A dry run of uv's resolver against the package registry (metadata only; no wheel is downloaded). It fails, naming
 the conflict, when a range in ``pyproject.toml`` meets a pin of vLLM's (numpy ``==2.4.6`` against mistral-common's
@@ -32,7 +33,8 @@ def test_extras_resolve_beside_vllm(python: str, extras: tuple[str, ...]) -> Non
     for extra in extras:
         cmd += ["--extra", extra]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, f"ceb[{','.join(extras)}] does not resolve on Python {python}:\n{done.stderr}"
+    wanted = f"critic-experience-bank[{','.join(extras)}]"
+    assert done.returncode == 0, f"{wanted} does not resolve on Python {python}:\n{done.stderr}"
     pins = dict(line.split("==", 1) for line in done.stdout.splitlines() if "==" in line and not line.startswith(" "))
     assert "vllm" in pins, f"vLLM missing from the resolution:\n{done.stdout}"
     assert "torch" in pins
@@ -51,7 +53,7 @@ def test_constraints_pin_every_dependency() -> None:
     """The compiled constraints hold an exact version for each requirement CI installs (else CI drifts)."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     wanted = list(project["dependencies"])
-    for extra in ("dev", "dense", "parquet", "adapters", "ray"):
+    for extra in ("dev", "dense", "parquet", "adapters", "ray", "notebook", "inspect"):
         wanted += project["optional-dependencies"][extra]
     pinned = {
         line.split("==", 1)[0].lower()

@@ -59,6 +59,59 @@ def test_readme_is_short_and_opens_with_the_two_commands() -> None:
     assert "-m pytest" in blocks[1]
 
 
+# The words after `pip install` up to the end of the command: a backtick, a comment, a shell operator, or a comma
+# followed by a space (prose) ends it; a comma inside `ceb[ray,dense]` does not.
+_PIP_INSTALL = re.compile(r"pip3? install\b(?P<args>(?:[^`\n#|;&),]|,(?=\S))*)")
+_THE_OTHER_CEB = re.compile(r"ceb(\[[^\]]*\])?((==|>=|<=|~=|!=|<|>)\S*)?")
+
+
+def _installs_the_registrys_ceb(line: str) -> bool:
+    """Whether ``line`` runs ``pip install`` with ``ceb`` as a requirement (extras, quotes, a version or not)."""
+    for match in _PIP_INSTALL.finditer(line):
+        for word in match.group("args").split():
+            if _THE_OTHER_CEB.fullmatch(word.strip("'\"")):
+                return True
+    return False
+
+
+@pytest.mark.parametrize(
+    ("line", "bad"),
+    [
+        ("pip install ceb", True),
+        ("pip install 'ceb[vllm]'   # from a checkout: pip install -e '.[vllm]'", True),
+        ('.venv/bin/pip install -q -U "ceb[ray,dense]>=0.1"', True),
+        ("python -m pip install ceb==0.1.0", True),
+        ("`pip install 'ceb[dense]'`", True),
+        ("pip install 'critic-experience-bank[vllm]'", False),
+        ("pip install -e '.[vllm]'", False),
+        ("pip install -q -c .ci/constraints.txt -e '.[dev]' && .venv/bin/ceb score x", False),
+        ("pip install vllm-router==0.1.17; ceb grid g.toml", False),
+        ('"<venv>/bin/pip install --no-deps -e <ceb checkout>, then the ceb "', False),
+    ],
+)
+def test_the_install_line_check_tells_the_registrys_ceb_from_ours(line: str, bad: bool) -> None:
+    assert _installs_the_registrys_ceb(line) is bad
+
+
+def test_no_doc_or_message_tells_users_to_pip_install_ceb() -> None:
+    """The registry's ``ceb`` is someone else's empty package: every install line names ``critic-experience-bank``.
+
+    Read: the README, every page of the manual, and the package's and examples' sources (error messages and help
+    texts that name an extra to install).
+    """
+    files = [README, *sorted((REPO / "docs").rglob("*.md"))]
+    files += sorted((REPO / "ceb").rglob("*.py")) + sorted((REPO / "examples").rglob("*.py"))
+    bad = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+        for path in files
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if _installs_the_registrys_ceb(line)
+    ]
+    assert bad == [], "install critic-experience-bank, not ceb (the registry's ceb is another package):\n" + "\n".join(
+        bad
+    )
+
+
 def test_readme_gate_example_runs_and_runs_again_on_its_state(tmp_path: pytest.TempPathFactory) -> None:
     """The README's live-gate example, run as a user would paste it (offline backend, a fresh state directory), then
     a second time on the state the first left: the same trajectory is acknowledged once, not banked twice."""

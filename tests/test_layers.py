@@ -1,8 +1,9 @@
 """The package's layers, checked on the source: no module imports a layer above its own, lazy imports included.
 
 Layers, lowest first: errors / config / logs / progress / registry / version / gc_tuning / dirlock -> data -> bank
--> backends (transports) -> stages -> pipeline / gate -> eval / serve -> cli / bench. The batch pipeline and the live
-gate share a layer and neither imports the other: what both need lives below them (the directory lock, dirlock).
+-> backends (transports) -> stages -> pipeline / gate -> eval / serve / notebook -> cli / bench. The batch pipeline
+and the live gate share a layer and neither imports the other: what both need lives below them (the directory lock,
+dirlock).
 ``sim`` stands apart: it may import only errors and config, and only the top layer (cli, bench) may import it.
 """
 
@@ -37,6 +38,7 @@ LAYERS: dict[str, int] = {
     "gate": 5,
     "eval": 6,
     "serve": 6,
+    "notebook": 6,
     "cli": 7,
     "bench": 7,
 }
@@ -268,6 +270,7 @@ REPEATED_BASENAMES: dict[str, str] = {
     "averaging.py": "as ablations.py",
     "calibration.py": "as ablations.py",
     "deployment.py": "as ablations.py",
+    "paired.py": "as ablations.py (paired differences against Static and the references)",
     "export.py": "a command (cli/X.py) named after what it runs",
     "grid.py": "as export.py",
     "merge.py": "as export.py (cli/merge.py runs pipeline/merge.py)",
@@ -283,6 +286,8 @@ REPEATED_BASENAMES: dict[str, str] = {
     "readout.py": "as bank.py",
     "reuse.py": "as bank.py",
     "offline.py": "the one offline backend: its registration (backends/) and its critic and labeler (stages/)",
+    "prompts.py": "as relabel.py (the walk that renders a method's requests: pipeline/prompts.py; its command: "
+    "cli/prompts.py)",
 }
 """Module basenames allowed in several places, each because it means the same thing in each of them. A name
 used for different things (``metrics.py`` once named both the ECE code and the Prometheus reader) is renamed

@@ -41,7 +41,8 @@ def test_a_missing_dependency_is_found_before_importing_and_names_the_extra() ->
     reg.register("dense", "ceb_no_such_module:Thing", extra="dense", requires=("ceb_no_such_module",))
     assert reg.missing("dense") == ["ceb_no_such_module"]
     with pytest.raises(
-        ConfigError, match=r"needs ceb_no_such_module, which is not installed; .*pip install 'ceb\[dense\]'"
+        ConfigError,
+        match=r"needs ceb_no_such_module, which is not installed; .*pip install 'critic-experience-bank\[dense\]'",
     ):
         reg.get("dense")
 

@@ -62,7 +62,8 @@ INSTALL_HINT = (
     "install ceb into vLLM's environment: <vllm-venv>/bin/pip install --no-deps -e <ceb checkout>, then the ceb "
     "dependencies it lacks (.ci/install-vllm does both)"
 )
-"""How to get vLLM importable next to ceb (the docs' "Serving" section says why not ``pip install 'ceb[vllm]'``)."""
+"""How to get vLLM importable next to ceb (the docs' "Serving" section says why not
+``pip install 'critic-experience-bank[vllm]'``)."""
 
 
 _FLAGS = (

@@ -31,7 +31,7 @@ from ceb.logs import configure_logging
 
 __all__ = ["GOALS", "main"]
 
-_HELP = """Bounded banks (issue 15, parts 2 and 3): offline CEB's calibration against the cap, and cost against records.
+_HELP = """Bounded banks: offline CEB's calibration against the cap, and cost against records.
 
     ceb bench bank-policies --jobs 2
 

@@ -38,7 +38,7 @@ _benchmark(
     "readout",
     "ceb.bench.readout:main",
     "Verbal scores under the text and expected readouts per method, and hindsight votes read as probabilities "
-    "(issue 23 items 2 and 5; reads run directories and asks an endpoint).",
+    "(reads run directories and asks an endpoint).",
 )
 _benchmark(
     "bank-policies",

@@ -149,7 +149,7 @@ async def run_early_score_bench(
 
 # --- command line: ceb bench early-score --------------------------------------------------------------------
 
-_HELP = """Early critic scores (issue 13 item 3) on a REAL vLLM server: critic latency and chain-bound makespan.
+_HELP = """Early critic scores on a REAL vLLM server: critic latency and chain-bound makespan.
 
     # the local CPU build of vLLM with the tiny random-weight model of the tests (needs .venv-vllm):
     ceb bench early-score --tiny

@@ -1,4 +1,4 @@
-"""Issue 23 items 2 and 5 on a real model: verbal scores under both readouts, and hindsight votes read as probabilities.
+"""Verbal scores under both readouts on a real model, and hindsight votes read as probabilities.
 
 Two commands:
 

@@ -258,7 +258,7 @@ def run_vllm_bench(
 
 # --- command line: ceb bench vs-vllm ------------------------------------------------------------------------
 
-_HELP = """``ceb``'s client against ``vllm bench serve`` (issue 13 item 6): same prompts, server, concurrency, tokens.
+_HELP = """``ceb``'s client against ``vllm bench serve``: same prompts, server, concurrency, tokens.
 
     # the local CPU build of vLLM with the tiny random-weight model of the tests (needs .venv-vllm):
     ceb bench vs-vllm --tiny

@@ -2,7 +2,8 @@
 
 ``ceb/cli/``: :mod:`._common` (consoles, the error printer and exit codes, option helpers), then one module per
 command: :mod:`.score`, :mod:`.grid`, :mod:`.merge`, :mod:`.metrics`, :mod:`.report`, :mod:`.export`, :mod:`.doctor`,
-:mod:`.convert` (a subcommand per converter), :mod:`.relabel` (the LLM judge's labels), :mod:`.regenerate`
+:mod:`.convert` (a subcommand per converter), :mod:`.prompts` (the requests a method would send),
+:mod:`.relabel` (the LLM judge's labels), :mod:`.regenerate`
 (confidence-gated regeneration), :mod:`.serve` (the live gate), :mod:`.sim_server`, :mod:`.bench` and
 :mod:`.batch` (``export`` / ``import`` of OpenAI Batch files).
 Each command imports what it runs inside its function, so ``ceb --help`` loads neither scikit-learn nor pyarrow.
@@ -23,6 +24,7 @@ from ceb.cli import (
     grid,
     merge,
     metrics,
+    prompts,
     regenerate,
     relabel,
     report,
@@ -30,17 +32,46 @@ from ceb.cli import (
     serve,
     sim_server,
 )
-from ceb.cli._common import Command, setup_logging
+from ceb.cli._common import Command, CommandGroup, setup_logging
 
-__all__ = ["app", "main"]
+__all__ = ["WORKFLOW", "app", "main"]
+
+WORKFLOW = (
+    "convert",
+    "doctor",
+    "prompts",
+    "score",
+    "grid",
+    "batch",
+    "merge",
+    "metrics",
+    "report",
+    "export",
+    "relabel",
+    "regenerate",
+    "serve",
+    "bench",
+    "sim-server",
+)
+"""The order ``ceb --help`` lists the commands in: data in, endpoint checks, scoring, results, the LLM judge and
+regeneration, the live gate, then the tools."""
+
+
+class _Workflow(CommandGroup):
+    """``ceb --help``: the commands in :data:`WORKFLOW` order."""
+
+    order = WORKFLOW
+
 
 app = typer.Typer(
+    cls=_Workflow,
     add_completion=False,
     rich_markup_mode=None,  # help texts are plain: "[grid]" stays "[grid]"
     no_args_is_help=True,
     help="Critic Experience Bank: calibrated step-level confidence for LLM agents.\n\n"
-    "Typical use: `ceb convert intercode` writes the real InterCode streams to ./streams, then "
-    "`ceb score streams/intercode-bash-*.jsonl --out runs/intercode-bash` scores them and prints ECE, Brier and AUROC.",
+    "Typical use: `ceb convert intercode --root ../shared/data/intercode` writes the real InterCode streams to "
+    "./streams, then `ceb score streams/intercode-bash-*.jsonl --out runs/intercode-bash` scores them and prints "
+    "ECE, Brier and AUROC.",
 )
 
 
@@ -85,6 +116,7 @@ app.command("grid", cls=Command)(grid.grid)
 app.command("merge", cls=Command)(merge.merge)
 app.command("metrics", cls=Command)(metrics.metrics)
 app.command("doctor", cls=Command)(doctor.doctor)
+app.command("prompts", cls=Command)(prompts.prompts)
 app.command("relabel", cls=Command)(relabel.relabel)
 app.command("regenerate", cls=Command)(regenerate.regenerate)
 app.add_typer(convert.convert_app, name="convert")

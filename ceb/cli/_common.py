@@ -354,6 +354,30 @@ def _path_flags(command: typer.core.TyperCommand) -> set[str]:
     return flags
 
 
+class CommandGroup(typer.core.TyperGroup):
+    """A command group whose ``--help`` lists its commands in :attr:`order`, each with its whole description.
+
+    Commands not in :attr:`order` follow, by name. Click cuts a command's description at the terminal's width less
+    the name's (``Score every step of every stream with each method, then...``); here the line wraps instead.
+    """
+
+    order: tuple[str, ...] = ()
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        rank = {name: i for i, name in enumerate(self.order)}
+        return sorted(super().list_commands(ctx), key=lambda name: (rank.get(name, len(rank)), name))
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
 class Command(typer.core.TyperCommand):
     """Every ``ceb`` command: errors it lets through are printed by :func:`fail`, and its help has panels.
 

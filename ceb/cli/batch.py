@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import anyio
 import typer
 
-from ceb.cli._common import EXIT_FAILED, Command, Limit, ModelName, config_option, err, out
+from ceb.cli._common import EXIT_FAILED, Command, CommandGroup, Limit, ModelName, config_option, err, out
 from ceb.cli.metrics import print_metrics
 
 __all__ = ["BATCH_METHODS", "batch_app"]
@@ -26,6 +26,7 @@ BATCH_METHODS = ("ppl", "me", "ptrue", "cot", "verbalized", "pro")
 """The methods ``ceb batch export`` exports unless the config or ``--methods`` says otherwise."""
 
 batch_app = typer.Typer(
+    cls=CommandGroup,
     no_args_is_help=True,
     rich_markup_mode=None,
     help="The bank-free baselines (ppl, me, ptrue, cot, verbalized, pro) through a Batch API: export their "

@@ -5,12 +5,13 @@ from __future__ import annotations
 import typer
 
 from ceb.bench.commands import SUMMARIES
-from ceb.cli._common import Command, fail
+from ceb.cli._common import Command, CommandGroup, fail
 from ceb.errors import CEBError
 
 __all__ = ["bench_app"]
 
 bench_app = typer.Typer(
+    cls=CommandGroup,
     no_args_is_help=True,
     help="Run a benchmark. Each prints its figures and writes a JSON file of results (by default into "
     "./benchmarks/results); `ceb bench <name> --help` shows its own options.",

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args, get_origin
 
 import typer
 import typer.core
 import typer.main
 from rich.table import Table
 
-from ceb.cli._common import Command, out
+from ceb.cli._common import Command, CommandGroup, out
 
 if TYPE_CHECKING:
     from ceb.data.converters import Converter, SummaryColumn
@@ -52,6 +52,7 @@ def _convert_command(name: str, converter: Converter) -> Any:
                 ... if option.default is REQUIRED else option.default,
                 *([option.flag] if option.flag else []),
                 help=option.help,
+                metavar=_metavar(option.type),
             ),
         )
         for option in converter.options
@@ -62,7 +63,15 @@ def _convert_command(name: str, converter: Converter) -> Any:
     return typer.main.get_command(single)
 
 
-class _ConvertGroup(typer.core.TyperGroup):
+def _metavar(kind: Any) -> str | None:
+    """``<path>`` for a repeatable ``list[Path]`` option (typer would print ``<list[Path]>``); else typer's own."""
+    if get_origin(kind) is list:
+        (item,) = get_args(kind)
+        return f"<{item.__name__.lower()}>"
+    return None
+
+
+class _ConvertGroup(CommandGroup):
     """``ceb convert``: one command per entry of :data:`ceb.data.converters.CONVERTERS`, read when first needed."""
 
     def _add_converters(self) -> None:

@@ -23,7 +23,13 @@ def _fmt(v: object, digits: int = 3) -> str:
 
 
 def print_metrics(metrics: dict[str, Any], console: Console = out) -> None:
-    """Print the entries of ``metrics`` (:func:`ceb.eval.run_metrics`) as one table, saying how they pool."""
+    """Print the entries of ``metrics`` (:func:`ceb.eval.run_metrics`) as one table, saying how they pool.
+
+    Reference rows (``"reference": true``, :mod:`ceb.eval.reference_rules`) are marked ``(reference)`` and explained
+    under the table.
+    """
+    from ceb.eval.reference_rules import REFERENCE_NOTES, REFERENCES
+
     bins = metrics["n_bins"]
     results = metrics["results"]
     orders = metrics.get("orders", 1) > 1
@@ -38,21 +44,24 @@ def print_metrics(metrics: dict[str, Any], console: Console = out) -> None:
             cells.append(f"mean of {r['orders']}" if mean else str(r.get("order", 0)))
         if critics:
             cells.append(r.get("critic") or "")
-        cells += [r["method"], _fmt(r.get("n")), _fmt(r.get("positive_rate")), _fmt(r.get("mean_score"))]
-        for name in ("ece", "ece_equal_mass", "brier", "auroc"):
-            value = _fmt(r.get(name))
-            cells.append(f"{value} ± {_fmt(r.get(f'{name}_sd'))}" if mean else value)
+        ref = bool(r.get("reference"))
+        method = f"{r['method']} (reference)" if ref else r["method"]
+        cells += [method, _fmt(r.get("n")), _fmt(r.get("positive_rate"))]
+        for name in ("mean_score", "ece", "ece_equal_mass", "brier", "auroc"):
+            value = "—" if ref and r.get(name) is None and r.get("n") else _fmt(r.get(name))
+            cells.append(f"{value} ± {_fmt(r.get(f'{name}_sd'))}" if mean and name != "mean_score" else value)
         cells.append(_fmt(r.get("failed")))
-        table.add_row(*cells)
+        table.add_row(*cells, style="italic dim" if ref else None)
     console.print(table)
     notes = [
         f"(pooled): all streams within one stream order{'; mean of R: mean ± sd over the R orders' if orders else ''}."
     ]
-    if any(r["method"] == "base-rate" for r in results):
-        notes.append(
-            "base-rate: a constant at the stream's own positive rate, read from the labels (a reference, not a "
-            "method): ECE 0 by construction, AUROC 0.5."
-        )
+    present = {r["method"] for r in results if r.get("reference")}
+    refs = [f"{name}: {REFERENCE_NOTES[name]}" for name in REFERENCES if name in present]
+    if refs:
+        notes.append(f"(reference) rows are rules to compare with, not methods: {'; '.join(refs)} (—: not applicable).")
+    for name, why in (metrics.get("references_missing") or {}).items():
+        notes.append(f"no {name} reference: " + "; ".join(f"{s}: {w}" if s != "*" else w for s, w in why.items()) + ".")
     if any(not r.get("n") for r in results):
         notes.append(
             "0 labelled steps: the stream has no held-out labels to measure against; its scores are in the run's rows."

@@ -60,13 +60,17 @@ def relabel(
     `ceb report` shows metrics under both label sets and the label-shift table. A stream without reference
     actions is refused. A reply still unreadable after one re-ask leaves its trajectory without a judge label
     (counted, never guessed). Exits 1 when no trajectory got one (nothing is written).
+
+    Each judgment is recorded in OUT.judgments.jsonl as it arrives: a run that is killed or stopped, run again
+    with the same arguments, asks only the trajectories not judged yet (the same judge, trajectory and prompt).
+    The journal is removed once OUT holds every judgment.
     """
     import re
 
     from ceb.backends import open_backend
     from ceb.data import read_stream
     from ceb.logs import register_secret_env
-    from ceb.pipeline.relabel import RelabelSummary, relabel_stream, require_references
+    from ceb.pipeline.relabel import JudgmentLog, RelabelSummary, relabel_stream, require_references
     from ceb.stages.assembly import prompt_set
 
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
@@ -83,6 +87,8 @@ def relabel(
     )
     if out_file.exists() and out_file.resolve() == stream.resolve():
         raise fail(f"{out_file}: --out is the input stream; relabel writes a new file and never modifies its input")
+    if out_file.is_dir():  # found now, not when the paid requests are done and the file is moved into place
+        raise fail(f"{out_file}: --out is a directory; give the new stream file's path")
     if out_file.exists() and not overwrite:
         raise fail(f"{out_file} exists; give --overwrite to replace it")
     trajectories = read_stream([stream])
@@ -98,18 +104,31 @@ def relabel(
         async with chat:
             await chat.preflight()
             return await relabel_stream(
-                trajectories, chat, prompts, out_file, name=name, concurrency=cfg.backend.max_concurrency
+                trajectories,
+                chat,
+                prompts,
+                out_file,
+                name=name,
+                concurrency=cfg.backend.max_concurrency,
+                judge_name=f"{cfg.backend.name}:{cfg.backend.model or ''}",
             )
 
     s = anyio.run(run)
     out.print(
         f"{s.judged} of {s.trajectories} trajectories judged ({s.steps} steps labelled {name}), "
         f"{len(s.unreadable)} left without a judge label; {s.stats.requests} requests"
+        + (f" ({s.reused} judged by an earlier run, not asked again)" if s.reused else "")
         + (f". New stream: {out_file}" if s.judged else ""),
         soft_wrap=True,
     )
     for trajectory_id, reason in s.unreadable:
         err.print(f"warning: trajectory {trajectory_id!r} has no judge label: {reason}", soft_wrap=True)
+    if s.unreadable and s.judged:
+        err.print(
+            f"note: the judgments so far stay in {JudgmentLog(out_file).path}; run again with --overwrite to ask "
+            "only the trajectories without one",
+            soft_wrap=True,
+        )
     if not s.judged:
         err.print(f"error: no trajectory got a judge label; {out_file} is not written", soft_wrap=True)
         raise typer.Exit(EXIT_FAILED)

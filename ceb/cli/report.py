@@ -52,11 +52,12 @@ def report(
 ) -> None:
     """Write the paper's tables (Markdown and LaTeX), figures (PNG, PDF or SVG) and report.json for a run directory.
 
-    Covers Table 1 with bootstrap intervals, multi-order stream averaging, calibration by depth, reliability
-    diagrams, selective execution, task success under a review budget, when the run has alternative
-    labels the label shift and Table 1 against them, and the appendix tables the run's methods allow: component
-    ablation, GT-oracle gap, V and k sweeps, token cost and retrieval mechanism. Writes RUN_DIR/report/report.md
-    linking everything.
+    Covers the run's warnings, Table 1 with bootstrap intervals and reference rows (base rate, step position,
+    repetition flag alone), paired differences against Static and the best reference, multi-order stream
+    averaging, calibration by depth, reliability diagrams, selective execution, task success under a review
+    budget, when the run has alternative labels the label shift and Table 1 against them, and the appendix
+    tables the run's methods allow: component ablation, GT-oracle gap, V and k sweeps, token cost and retrieval
+    mechanism. Writes RUN_DIR/report/report.md linking everything.
     """
     formats = _figure_formats(figure_format or ["png"])
     if bins is None:

@@ -304,7 +304,9 @@ def score_and_report(
             f"{c.stored} stored; {c.sent} requests sent",
             soft_wrap=True,
         )
-    for warning in s.warnings():
+    recorded = RunDir(run_dir).recorded_summary() or {}
+    # summary.json's, found once at the run's end by reading its rows (a sharded part's too)
+    for warning in recorded["warnings"] if "warnings" in recorded else s.warnings():
         err.print(f"warning: {warning}", soft_wrap=True)  # one line, as errors are
     if shard is not None and not s.banks:  # every lane this call ran is listed in banks, bank-free ones too
         err.print(

@@ -52,8 +52,9 @@ def serve(
     One bank per stream, resumed from --state-dir; a finished trajectory is acknowledged (202) once it is
     fsync'd, and its hindsight votes and bank update follow in order. One gate per --state-dir: one held by
     another process, or one it cannot write, stops it at start (exit 2). GET /openapi.json documents every field;
-    /metrics is Prometheus; /health needs no token (503 when the state cannot be written). Stop with Ctrl-C or
-    SIGTERM.
+    /metrics is Prometheus; /health needs no token (503 when the state cannot be written, or "degraded" when the
+    critic keeps failing). The critic endpoint is checked once at start: one that cannot be reached is a warning
+    naming it, and the gate serves anyway. Ctrl-C or SIGTERM stops it after the requests in flight are answered.
     """
     import anyio
 

@@ -2,9 +2,11 @@
 
 Converters (``ceb convert``) are listed in :data:`CONVERTERS` (:mod:`ceb.data.converters`): InterCode
 (:mod:`~ceb.data.intercode`), Mind2Web (:mod:`~ceb.data.mind2web`, its pages in
-:mod:`~ceb.data.mind2web_dom`, its task files in :mod:`~ceb.data.mind2web_tasks`) and AMEX
+:mod:`~ceb.data.mind2web_dom`, its task files in :mod:`~ceb.data.mind2web_tasks`), AMEX
 (:mod:`~ceb.data.amex`, its screens in :mod:`~ceb.data.amex_screen`, its episode files in
-:mod:`~ceb.data.amex_episodes`). What they share: :mod:`~ceb.data.sources` (checked input fields),
+:mod:`~ceb.data.amex_episodes`), OpenAI chat transcripts (:mod:`~ceb.data.chat_transcripts`) and inspect_ai eval
+logs (:mod:`~ceb.data.inspect_logs`), both through the chat-messages-to-steps mapping of :mod:`~ceb.data.chat`,
+which ``ceb serve`` uses too. What they share: :mod:`~ceb.data.sources` (checked input fields),
 :mod:`~ceb.data.predictions` (an agent's predictions file) and :mod:`~ceb.data.writer` (written streams).
 
 Every loader turns its source into the stream contract of ``docs/stream-format.md`` (version 1); every stage
@@ -39,3 +41,5 @@ __all__ = [
 CONVERTERS.register("intercode", "ceb.data.intercode:CONVERTER")
 CONVERTERS.register("mind2web", "ceb.data.mind2web:CONVERTER")
 CONVERTERS.register("amex", "ceb.data.amex:CONVERTER")
+CONVERTERS.register("chat", "ceb.data.chat_transcripts:CONVERTER")
+CONVERTERS.register("inspect", "ceb.data.inspect_logs:CONVERTER")  # imports inspect_ai only when it converts

@@ -57,11 +57,17 @@ reference point lies in no clickable box (no box to compare against). ``Converte
 taken over the labelled steps (NaN when there are none); the null counts by reason are logged
 (``amex.stream_written``).
 
-Observation. Nothing after an action is recorded but the next screenshot. With ``observation="reference"``
-(the default) ``o_t`` is ``"reference action executed: "`` and the human's action ``t`` rendered like an
-action: that is what moved the episode on. The next step's action is not used: the critic's history for step
-``t + 1`` shows ``o_t`` and would then hold that step's answer. ``observation="empty"`` writes empty
-observations.
+Observation. Nothing after an action is recorded but the next screenshot, the screen the human's action ``t``
+led to. With ``observation="next-state"`` (the default) ``o_t`` is step ``t + 1``'s ``state`` (its clickable
+elements, within ``state_chars``), and empty after the last step: the screen after execution, what the paper's
+critic sees. ``observation="reference"`` writes ``"reference action executed: "`` and the human's action ``t``
+rendered like an action instead: the label is computed from that action, so it shows the reference answer to the
+critic's history and the labeller (issue 32); it is kept only to compare with streams converted before.
+``observation="empty"`` writes empty observations.
+
+Reference actions. Each trajectory's ``meta["reference_actions"]`` (:data:`~ceb.data.converters.REFERENCE_ACTIONS`)
+lists the human's actions, one per step, rendered like an action: ``meta`` reaches no stage, and the LLM judge
+of ``ceb relabel`` compares each step with it.
 """
 
 from __future__ import annotations
@@ -69,7 +75,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
 
 import structlog
 
@@ -88,7 +93,18 @@ from ceb.data.amex_screen import (
     to_pixels,
     touched_box,
 )
-from ceb.data.converters import ACTOR, OUT_DIR, REFERENCE_OBSERVATION, Converter, ConverterOption
+from ceb.data.converters import (
+    ACTOR,
+    OBSERVATION,
+    OBSERVATIONS,
+    OUT_DIR,
+    REFERENCE_ACTIONS,
+    REFERENCE_OBSERVATION,
+    Converter,
+    ConverterOption,
+    Observation,
+    next_state_observations,
+)
 from ceb.data.references import amex_gold_box, amex_step_label
 from ceb.data.trajectory import Step, Trajectory
 from ceb.data.writer import ConvertedStream, stream_file_names, write_converted
@@ -106,9 +122,6 @@ __all__ = [
     "touched_box",
 ]
 
-Observation = Literal["reference", "empty"]
-"""What a step's ``observation`` holds: the executed reference action, or nothing (module docstring)."""
-
 
 log = structlog.get_logger(__name__)
 
@@ -122,7 +135,7 @@ def convert_amex(
     actor: str | None = None,
     coords: Coords = "pixel",
     state_chars: int = DEFAULT_STATE_CHARS,
-    observation: Observation = "reference",
+    observation: Observation = "next-state",
 ) -> list[ConvertedStream]:
     """Convert AMEX episodes and an agent's predictions into one trajectory stream per actor.
 
@@ -141,7 +154,8 @@ def convert_amex(
         actor: Actor name for prediction records without an ``actor`` key.
         coords: Frame of predicted points: ``"pixel"``, ``"unit"`` or ``"permille"`` (of ``device_dim``).
         state_chars: Budget of each state in characters (:func:`render_elements`).
-        observation: ``"reference"`` or ``"empty"``; see the module docstring.
+        observation: ``"next-state"``, ``"reference"`` (shows the reference answer to the models) or
+            ``"empty"``; see the module docstring and :data:`~ceb.data.converters.Observation`.
 
     Returns:
         One summary per stream written, actors sorted by name. ``dataset`` is ``"amex"``, ``blocked_turns``
@@ -159,8 +173,8 @@ def convert_amex(
         raise ConfigError(f"state_chars must be at least {MIN_STATE_CHARS}, got {state_chars}")
     if coords not in ("pixel", "unit", "permille"):
         raise ConfigError(f"unknown coords {coords!r}; choose 'pixel', 'unit' or 'permille'")
-    if observation not in ("reference", "empty"):
-        raise ConfigError(f"unknown observation mode {observation!r}; choose 'reference' or 'empty'")
+    if observation not in OBSERVATIONS:
+        raise ConfigError(f"unknown observation mode {observation!r}; choose one of {', '.join(OBSERVATIONS)}")
     files, default_elements = episode_files(episodes)
     element_dir = Path(elements) if elements is not None else default_elements
     if not element_dir.is_dir():
@@ -249,6 +263,7 @@ gold element's bounding box (the paper's rule); other steps carry no label.""",
             default="pixel",
             choices=("pixel", "unit", "permille"),
         ),
+        OBSERVATION,
     ),
 )
 """``ceb convert amex`` (:data:`ceb.data.converters.CONVERTERS`)."""
@@ -284,6 +299,7 @@ def _trajectory(
                 )
             )
     steps: list[Step] = []
+    references: list[str] = []
     reasons = Counter[str]()
     for t, (gold, screen) in enumerate(zip(episode.steps, screens, strict=True)):
         pred = predictions.get(gold.step_id)
@@ -301,6 +317,7 @@ def _trajectory(
             )
         step, reason = _step(episode, t, gold, screen, pred, pred_path, coords, state_chars, observation)
         steps.append(step)
+        references.append(describe_action(gold.action, gold.touch, gold.lift, gold.type_text, screen)[0])
         if reason is not None:
             reasons[reason] += 1
     first_package = episode.steps[0].package_name
@@ -308,10 +325,10 @@ def _trajectory(
         id=f"amex/{actor}/{episode.episode_id}",
         task=episode.instruction,
         domain="mobile",
-        steps=tuple(steps),
+        steps=next_state_observations(steps) if observation == "next-state" else tuple(steps),
         actor=actor,
         env=first_package,
-        meta={"episode_id": episode.episode_id, "file": episode.file},
+        meta={"episode_id": episode.episode_id, "file": episode.file, REFERENCE_ACTIONS: references},
     )
     return trajectory, reasons
 
@@ -352,7 +369,7 @@ def _step(
     reference = ""
     if observation == "reference":
         executed, _ = describe_action(gold.action, gold.touch, gold.lift, gold.type_text, screen)
-        reference = REFERENCE_OBSERVATION + executed
+        reference = REFERENCE_OBSERVATION + executed  # shows the answer to the models: an explicit opt-in only
     step = Step(
         state=render(screen, gold.device_dim, state_chars),
         action=text,

@@ -13,7 +13,7 @@ Input layout:
     test zips have the same shape): each a JSON list of task objects. Fields read, per task:
     ``annotation_id`` (str, unique over all task files), ``confirmed_task`` (str), ``website`` (str),
     ``domain`` and ``subdomain`` (str, optional, copied to ``meta``), ``actions`` (list, one per step) and
-    ``action_reprs`` (list of str, one per action; needed only for ``observation="reference"``). Per action:
+    ``action_reprs`` (list of str, one per action; read unless ``observation="empty"``). Per action:
     ``action_uid`` (str), ``operation.op`` (``CLICK``, ``TYPE`` or ``SELECT``), ``operation.value`` (str,
     optional), ``cleaned_html`` (str; every element carries a ``backend_node_id`` attribute),
     ``pos_candidates`` and ``neg_candidates`` (lists of candidate objects with ``backend_node_id``, str or
@@ -31,7 +31,10 @@ Input layout:
     its top level or, failing that, from its JSON-encoded ``attributes``); ``action_reprs`` (the task's list
     of strings, on every row); ``target_action_index`` (the step's number as a string; optional, row order
     otherwise) and ``target_action_reprs`` (the step's string; optional, ``action_reprs[index]`` otherwise).
-    ``raw_html`` and ``screenshot`` are never read.
+    ``raw_html`` and ``screenshot`` are never read. The Hub stores a split as shards cut at equal row counts,
+    whatever task a cut falls in: consecutive Parquet files are read as one sequence of rows, so a task whose
+    rows run on into the next shard is one task (:func:`~ceb.data.mind2web_tasks.iter_all_tasks`); its
+    ``meta.file`` then lists every shard it spans.
 
     Predictions (a format defined here): a JSONL file with one object per predicted step, or a ``.json``
     file holding a list of such objects. Keys:
@@ -62,11 +65,16 @@ fields; ``reasoning`` and ``actor_logprobs`` are copied; ``label`` is :func:`min
 lives in :mod:`ceb.data.references`, which ``ceb regenerate`` judges regenerated actions with).
 
 Observation. Mind2Web records no environment response. After step ``t`` the page becomes the one the human's
-action ``t`` produced, so with ``observation="reference"`` (the default) ``o_t`` is
-``"reference action executed: " + action_reprs[t]``. The next step's ``action_reprs[t + 1]`` is *not* used:
-the critic's history block for step ``t + 1`` shows ``o_t``, and it would then hold the reference answer of
-the very step being scored (the stream format's information constraint). ``observation="empty"`` writes empty
-observations.
+action ``t`` produced, which is step ``t + 1``'s page. With ``observation="next-state"`` (the default) ``o_t``
+is step ``t + 1``'s ``state`` (the DOM snippet, within ``dom_chars``), and empty after the last step: the page
+after execution, what the paper's critic sees. ``observation="reference"`` writes
+``"reference action executed: " + action_reprs[t]`` instead: the human's action, from which the step's label is
+computed, so it shows the reference answer to the critic's history and the labeller (issue 32); it is kept
+only to compare with streams converted before. ``observation="empty"`` writes empty observations.
+
+Reference actions. Unless ``observation="empty"``, each trajectory's ``meta["reference_actions"]``
+(:data:`~ceb.data.converters.REFERENCE_ACTIONS`) lists ``action_reprs``, one per step: ``meta`` reaches no stage,
+and the LLM judge of ``ceb relabel`` compares each step with it.
 """
 
 from __future__ import annotations
@@ -74,15 +82,26 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 import structlog
 
-from ceb.data.converters import ACTOR, OUT_DIR, REFERENCE_OBSERVATION, Converter, ConverterOption
+from ceb.data.converters import (
+    ACTOR,
+    OBSERVATION,
+    OBSERVATIONS,
+    OUT_DIR,
+    REFERENCE_ACTIONS,
+    REFERENCE_OBSERVATION,
+    Converter,
+    ConverterOption,
+    Observation,
+    next_state_observations,
+)
 from ceb.data.mind2web_dom import DEFAULT_DOM_CHARS, ELEMENT_TEXT_CHARS, MIN_DOM_CHARS, dom_snippet, locate
 from ceb.data.mind2web_predictions import PREDICTION_FORMATS, Prediction, load_predictions
-from ceb.data.mind2web_tasks import LAYOUTS, Action, Layout, Task, iter_tasks, task_files
+from ceb.data.mind2web_tasks import LAYOUTS, Action, Layout, Task, iter_all_tasks, task_files
 from ceb.data.references import canonical_op, mind2web_step_label
 from ceb.data.trajectory import Step, Trajectory
 from ceb.data.writer import ConvertedStream, StagedStreams, stream_file_names
@@ -98,9 +117,6 @@ __all__ = [
     "mind2web_step_label",
 ]
 
-Observation = Literal["reference", "empty"]
-"""What a step's ``observation`` holds: the executed reference action, or nothing (module docstring)."""
-
 _TEXT_ATTRIBUTES = ("aria_label", "aria-label", "title", "placeholder", "alt", "value", "name")
 
 log = structlog.get_logger(__name__)
@@ -113,7 +129,7 @@ def convert_mind2web(
     *,
     actor: str | None = None,
     dom_chars: int = DEFAULT_DOM_CHARS,
-    observation: Observation = "reference",
+    observation: Observation = "next-state",
     layout: Layout = "auto",
     predictions_format: str = "auto",
 ) -> list[ConvertedStream]:
@@ -131,7 +147,8 @@ def convert_mind2web(
         out_dir: Directory for the ``.jsonl`` streams; created if missing, existing streams replaced.
         actor: Actor name for prediction records without an ``actor`` key; required for MindAct's rows.
         dom_chars: HTML budget of each state in characters (:func:`dom_snippet`).
-        observation: ``"reference"`` or ``"empty"``; see the module docstring.
+        observation: ``"next-state"``, ``"reference"`` (shows the reference answer to the models) or
+            ``"empty"``; see the module docstring and :data:`~ceb.data.converters.Observation`.
         layout: The task files' layout: ``"raw"``, ``"multimodal"`` or ``"auto"`` (by suffix).
         predictions_format: ``"ceb"``, ``"mindact"`` or ``"auto"`` (MindAct for a ``.json`` list of rows).
 
@@ -149,8 +166,8 @@ def convert_mind2web(
     """
     if dom_chars < MIN_DOM_CHARS:
         raise ConfigError(f"dom_chars must be at least {MIN_DOM_CHARS}, got {dom_chars}")
-    if observation not in ("reference", "empty"):
-        raise ConfigError(f"unknown observation mode {observation!r}; choose 'reference' or 'empty'")
+    if observation not in OBSERVATIONS:
+        raise ConfigError(f"unknown observation mode {observation!r}; choose one of {', '.join(OBSERVATIONS)}")
     task_paths = task_files(tasks, layout)
     pred_path = Path(predictions)
     by_actor = load_predictions(pred_path, actor, predictions_format)
@@ -161,30 +178,31 @@ def convert_mind2web(
 
     files = stream_file_names("mind2web", sorted(by_actor), pred_path)
     ops: dict[str, Counter[str]] = {name: Counter() for name in by_actor}
-    seen: dict[str, Path] = {}
+    seen: dict[str, str] = {}
+    layouts = {str(path): path_layout for path, path_layout in task_paths}
+    tasks_in: Counter[str] = Counter()
     # Each trajectory is written as it is built (staged until every source is read): memory holds one task.
     with StagedStreams(out_dir, {name: files[name] for name in sorted(by_actor)}) as streams:
-        for path, path_layout in task_paths:
-            for index, task in enumerate(iter_tasks(path, path_layout, need_reprs=observation == "reference")):
-                if task.annotation_id in seen:
-                    where = f"[{index}].annotation_id" if path_layout == "raw" else "annotation_id"
-                    raise DataError(
-                        Problem(
-                            str(path),
-                            0,
-                            where,
-                            f"annotation_id {task.annotation_id!r} repeats (first in {seen[task.annotation_id]}); "
-                            "a task's rows must be consecutive",
-                            task.annotation_id,
-                        )
+        for task in iter_all_tasks(task_paths, need_reprs=observation != "empty"):
+            index = tasks_in[task.file]
+            tasks_in[task.file] += 1
+            if task.annotation_id in seen:
+                where = f"[{index}].annotation_id" if layouts[task.file] == "raw" else "annotation_id"
+                raise DataError(
+                    Problem(
+                        task.file,
+                        0,
+                        where,
+                        f"annotation_id {task.annotation_id!r} repeats (first in {seen[task.annotation_id]}); "
+                        "a task's rows must be consecutive",
+                        task.annotation_id,
                     )
-                seen[task.annotation_id] = path
-                for name in wanted.get(task.annotation_id, ()):
-                    traj = _trajectory(
-                        task, name, by_actor[name][task.annotation_id], pred_path, dom_chars, observation
-                    )
-                    streams.add(name, traj)
-                    ops[name].update(step.op or "" for step in traj.steps)
+                )
+            seen[task.annotation_id] = task.file
+            for name in wanted.get(task.annotation_id, ()):
+                traj = _trajectory(task, name, by_actor[name][task.annotation_id], pred_path, dom_chars, observation)
+                streams.add(name, traj)
+                ops[name].update(step.op or "" for step in traj.steps)
 
         for name, per_task in by_actor.items():
             for aid, per_step in per_task.items():
@@ -223,7 +241,10 @@ and the operation matches (the paper's rule).""",
     convert=convert_mind2web,
     options=(
         ConverterOption(
-            "tasks", Path, "Task files: osunlp/Mind2Web JSON or Multimodal-Mind2Web Parquet, a file or a folder."
+            "tasks",
+            list[Path],
+            "Task files: osunlp/Mind2Web JSON or Multimodal-Mind2Web Parquet, a file or a folder (the Hub "
+            "snapshot's data/ folder); repeat it for more, read in the order given.",
         ),
         ConverterOption("predictions", Path, "The agent's per-step predictions: ceb's JSONL or MindAct's JSON."),
         OUT_DIR,
@@ -245,6 +266,7 @@ and the operation matches (the paper's rule).""",
         ConverterOption(
             "dom_chars", int, "Budget of the DOM snippet (state), in characters.", default=DEFAULT_DOM_CHARS
         ),
+        OBSERVATION,
     ),
 )
 """``ceb convert mind2web`` (:data:`ceb.data.converters.CONVERTERS`)."""
@@ -289,11 +311,12 @@ def _trajectory(
                 )
             )
         steps.append(_step(task, t, action, pred, dom_chars, observation))
+    references = [a.reference for a in task.actions]
     return Trajectory(
         id=f"mind2web/{actor}/{task.annotation_id}",
         task=task.task,
         domain="web",
-        steps=tuple(steps),
+        steps=next_state_observations(steps) if observation == "next-state" else tuple(steps),
         actor=actor,
         env=task.website,
         meta={
@@ -302,7 +325,9 @@ def _trajectory(
                 ("annotation_id", task.annotation_id),
                 ("domain", task.domain),
                 ("subdomain", task.subdomain),
-                ("file", task.file),
+                # One file, or the Hub shards the task's rows run across (``ceb regenerate`` reads them again).
+                ("file", task.file if len(task.files) == 1 else list(task.files)),
+                (REFERENCE_ACTIONS, references if None not in references else None),
             )
             if value is not None
         },

@@ -9,6 +9,11 @@ time, so memory holds one task (and, for Parquet, one batch of rows), never a wh
   ``parquet`` extra) one row group at a time, only the columns used (never ``raw_html`` or ``screenshot``,
   the bulk of each file), and turned into Python values :data:`PARQUET_BATCH_ROWS` rows at a time;
   consecutive rows of one ``annotation_id`` make a task. Memory holds one row group of those columns.
+
+Hub shards: the ``datasets`` library writes a split as shards of equal row counts
+(``test_task-00000-of-00005-<hash>.parquet``, ...), ignoring task boundaries, so a task's rows can run on from
+one shard into the next. :func:`iter_all_tasks` reads consecutive Parquet files as one sequence of rows and
+joins such a task across the cut, still holding one task's rows at a time.
 """
 
 from __future__ import annotations
@@ -22,8 +27,19 @@ import orjson
 
 from ceb.data.sources import Fail, kind, natural_key, optional_str, required_str
 from ceb.errors import ConfigError, DataError, Problem
+from ceb.version import install_command
 
-__all__ = ["LAYOUTS", "PARQUET_BATCH_ROWS", "Action", "Layout", "Task", "iter_tasks", "read_task", "task_files"]
+__all__ = [
+    "LAYOUTS",
+    "PARQUET_BATCH_ROWS",
+    "Action",
+    "Layout",
+    "Task",
+    "iter_all_tasks",
+    "iter_tasks",
+    "read_task",
+    "task_files",
+]
 
 Layout = Literal["auto", "raw", "multimodal"]
 """A task file's layout: ``raw`` JSON, ``multimodal`` Parquet, or ``auto`` (by the file's suffix)."""
@@ -74,7 +90,7 @@ class Task:
         domain: ``domain``, if given.
         subdomain: ``subdomain``, if given.
         actions: Its steps, in order.
-        file: The task file it came from.
+        files: The task files it came from: one, or the Parquet shards its rows run across, in order.
     """
 
     annotation_id: str
@@ -83,7 +99,12 @@ class Task:
     domain: str | None
     subdomain: str | None
     actions: tuple[Action, ...]
-    file: str
+    files: tuple[str, ...]
+
+    @property
+    def file(self) -> str:
+        """The task file it starts in."""
+        return self.files[0]
 
 
 def task_files(tasks: str | Path | Sequence[str | Path], layout: Layout = "auto") -> list[tuple[Path, str]]:
@@ -147,22 +168,49 @@ def _layout_of(path: Path) -> str:
 
 
 def iter_tasks(path: Path, layout: str, *, need_reprs: bool) -> Iterator[Task]:
-    """The tasks of one task file, in file order, each checked, read as a stream.
-
-    Args:
-        path: The task file.
-        layout: ``"raw"`` or ``"multimodal"`` (as :func:`task_files` resolved it).
-        need_reprs: Read the human's action representations (``observation="reference"`` shows them).
+    """The tasks of one task file, in file order, each checked, read as a stream (:func:`iter_all_tasks` of one file).
 
     Raises:
-        DataError: The file cannot be read or breaks its layout (names the file, the task or row, the step
-            and the field).
+        DataError, ConfigError: As :func:`iter_all_tasks`.
+    """
+    yield from iter_all_tasks([(path, layout)], need_reprs=need_reprs)
+
+
+def iter_all_tasks(
+    files: Sequence[tuple[Path, str]], *, need_reprs: bool, skip_cut_edges: bool = False
+) -> Iterator[Task]:
+    """The tasks of ``files``, in order, each checked, read as a stream.
+
+    Consecutive ``multimodal`` files are read as one sequence of rows, so a task whose rows run on from one Hub
+    shard into the next is one task (module docstring); a ``raw`` file holds whole tasks. Memory holds one task
+    (and one Parquet row group), however many files there are.
+
+    Args:
+        files: ``(path, layout)`` pairs as :func:`task_files` returns them, ``layout`` ``"raw"`` or ``"multimodal"``.
+        need_reprs: Read the human's action representations (kept in ``meta["reference_actions"]``; read unless
+            ``observation="empty"``).
+        skip_cut_edges: Leave out, rather than refuse, a task at the very start or end of a run of Parquet files
+            that is visibly cut there (its ``action_reprs`` lists more actions than it has rows, or its steps do
+            not start at 0): its other rows are in a shard not given. For readers of a subset of the shards
+            (``ceb regenerate`` reads back only the shards its trajectories name).
+
+    Raises:
+        DataError: A file cannot be read or breaks its layout (names the file, the task or row, the step and the
+            field).
         ConfigError: A multimodal file is read without pyarrow (names the ``parquet`` extra).
     """
-    if layout == "multimodal":
-        yield from _iter_multimodal(path, need_reprs=need_reprs)
-    else:
-        yield from _iter_raw(path, need_reprs=need_reprs)
+    i = 0
+    while i < len(files):
+        path, layout = files[i]
+        if layout != "multimodal":
+            yield from _iter_raw(path, need_reprs=need_reprs)
+            i += 1
+            continue
+        j = i
+        while j < len(files) and files[j][1] == "multimodal":
+            j += 1
+        yield from _iter_multimodal([p for p, _ in files[i:j]], need_reprs=need_reprs, skip_cut_edges=skip_cut_edges)
+        i = j
 
 
 def _iter_raw(path: Path, *, need_reprs: bool) -> Iterator[Task]:
@@ -190,11 +238,38 @@ def _iter_raw(path: Path, *, need_reprs: bool) -> Iterator[Task]:
             raise file_error(f"not valid JSON after task [{index - 1}]: {exc}") from exc
 
 
-def _iter_multimodal(path: Path, *, need_reprs: bool) -> Iterator[Task]:
+_Row = tuple[Path, int, dict[str, Any]]
+"""A Parquet row: its file, its index in that file, its values."""
+
+
+def _iter_multimodal(paths: Sequence[Path], *, need_reprs: bool, skip_cut_edges: bool) -> Iterator[Task]:
+    """The tasks of consecutive Parquet files: rows of one ``annotation_id`` in a row make a task, across files."""
+    group: list[_Row] = []
+    first = True
+    for row in (r for path in paths for r in _parquet_rows(path, need_reprs=need_reprs)):
+        if group and row[2].get("annotation_id") != group[0][2].get("annotation_id"):
+            if not (first and skip_cut_edges and _cut(group)):
+                yield _task_of_rows(group, need_reprs=need_reprs)
+            group, first = [], False
+        group.append(row)
+    if group and not (skip_cut_edges and _cut(group)):
+        yield _task_of_rows(group, need_reprs=need_reprs)
+
+
+def _cut(rows: list[_Row]) -> bool:
+    """Whether a task's rows are visibly not all here: fewer than its ``action_reprs``, or steps not from 0."""
+    reprs = rows[0][2].get("action_reprs")
+    indices = {r.get("target_action_index") for _, _, r in rows}
+    return (isinstance(reprs, list) and len(reprs) > len(rows)) or (
+        all(isinstance(i, str) for i in indices) and "0" not in indices
+    )
+
+
+def _parquet_rows(path: Path, *, need_reprs: bool) -> Iterator[_Row]:
     try:
         import pyarrow.parquet as pq
     except ImportError as exc:  # pragma: no cover - the parquet extra is in the test environment
-        raise ConfigError("reading Multimodal-Mind2Web Parquet needs pyarrow: pip install 'ceb[parquet]'") from exc
+        raise ConfigError("reading Multimodal-Mind2Web Parquet needs pyarrow: " + install_command("parquet")) from exc
     try:
         parquet = pq.ParquetFile(path)
     except (OSError, ValueError) as exc:  # pyarrow.ArrowException derives from both
@@ -208,7 +283,6 @@ def _iter_multimodal(path: Path, *, need_reprs: bool) -> Iterator[Task]:
                 Problem(str(path), 0, column, "column missing: not the Multimodal-Mind2Web layout (one row per action)")
             )
     columns = [*wanted, *optional]
-    group: list[tuple[int, dict[str, Any]]] = []
     row = 0
     # One row group at a time: ParquetFile.iter_batches reads ahead, and its peak grew with the file (measured:
     # 19, 29, 38 MB of Arrow memory for 3, 12, 24 row groups, against a flat 14.5 MB this way).
@@ -219,27 +293,22 @@ def _iter_multimodal(path: Path, *, need_reprs: bool) -> Iterator[Task]:
     )
     for batch in batches:
         for record in batch.to_pylist():
-            if group and record.get("annotation_id") != group[0][1].get("annotation_id"):
-                yield _task_of_rows(path, group, need_reprs=need_reprs)
-                group = []
-            group.append((row, record))
+            yield path, row, record
             row += 1
-    if group:
-        yield _task_of_rows(path, group, need_reprs=need_reprs)
 
 
-def _task_of_rows(path: Path, rows: list[tuple[int, dict[str, Any]]], *, need_reprs: bool) -> Task:
-    """One task from its consecutive rows (one per action), steps ordered by ``target_action_index``."""
-    first_row, first = rows[0]
+def _task_of_rows(rows: list[_Row], *, need_reprs: bool) -> Task:
+    """One task from its consecutive rows (one per action, in one file or across shards), ordered by step."""
+    first_path, first_row, first = rows[0]
     aid: str | None = None
 
-    def fail_at(row: int) -> Callable[..., DataError]:
+    def fail_at(path: Path, row: int) -> Callable[..., DataError]:
         def fail(field: str, message: str, step: int | None = None) -> DataError:
             return DataError(Problem(str(path), 0, f"row[{row}].{field}", message, aid, step))
 
         return fail
 
-    fail = fail_at(first_row)
+    fail = fail_at(first_path, first_row)
     aid = required_str(first, "annotation_id", fail)
     task = required_str(first, "confirmed_task", fail)
     website = required_str(first, "website", fail)
@@ -251,24 +320,27 @@ def _task_of_rows(path: Path, rows: list[tuple[int, dict[str, Any]]], *, need_re
             "action_reprs",
             f"lists {len(reprs)} actions but the task has {len(rows)} rows here (a task's rows must be consecutive)",
         )
-    order: list[tuple[int, int, dict[str, Any]]] = []
-    for position, (row, record) in enumerate(rows):
+    order: list[tuple[int, Path, int, dict[str, Any]]] = []
+    for position, (path, row, record) in enumerate(rows):
         index = record.get("target_action_index", str(position))
         if not isinstance(index, str) or not index.isdigit():
-            raise fail_at(row)("target_action_index", f"must be a string holding a step number, got {kind(index)}")
-        order.append((int(index), row, record))
+            raise fail_at(path, row)(
+                "target_action_index", f"must be a string holding a step number, got {kind(index)}"
+            )
+        order.append((int(index), path, row, record))
     order.sort(key=lambda x: x[0])
     actions: list[Action] = []
-    for t, (index, row, record) in enumerate(order):
+    for t, (index, path, row, record) in enumerate(order):
         if index != t:
-            raise fail_at(row)(
+            raise fail_at(path, row)(
                 "target_action_index",
                 f"the task's {len(rows)} rows must number their steps 0..{len(rows) - 1}, got {index} "
                 "(a task's rows must be consecutive in the file)",
                 t,
             )
-        actions.append(_read_row(record, t, fail_at(row), len(rows), need_reprs=need_reprs))
-    return Task(aid, task, website, domain, subdomain, tuple(actions), str(path))
+        actions.append(_read_row(record, t, fail_at(path, row), len(rows), need_reprs=need_reprs))
+    files = tuple(dict.fromkeys(str(path) for path, _, _ in rows))
+    return Task(aid, task, website, domain, subdomain, tuple(actions), files)
 
 
 def _read_row(record: dict[str, Any], t: int, fail: Fail, steps: int, *, need_reprs: bool) -> Action:
@@ -343,7 +415,7 @@ def read_task(path: Path, index: int, record: Any, *, need_reprs: bool) -> Task:
         path: The task file.
         index: The task's index in the file's list.
         record: The decoded task object.
-        need_reprs: Read ``action_reprs`` (``observation="reference"`` shows them).
+        need_reprs: Read ``action_reprs`` (kept in ``meta["reference_actions"]``; read unless ``observation="empty"``).
 
     Raises:
         DataError: The task breaks the layout (names the file, the ``annotation_id``, the step and the field).
@@ -369,13 +441,14 @@ def read_task(path: Path, index: int, record: Any, *, need_reprs: bool) -> Task:
     ):
         raise fail(
             "action_reprs",
-            f"must be a list of {len(actions)} strings, one per action (observation='reference' reads it)",
+            f"must be a list of {len(actions)} strings, one per action (kept for the judge; "
+            "observation='empty' does not read it)",
         )
     read = tuple(
         _read_action(action, t, reprs[t] if need_reprs and isinstance(reprs, list) else None, fail)
         for t, action in enumerate(actions)
     )
-    return Task(aid, task, website, domain, subdomain, read, str(path))
+    return Task(aid, task, website, domain, subdomain, read, (str(path),))
 
 
 def _read_action(action: Any, t: int, reference: str | None, fail: Fail) -> Action:

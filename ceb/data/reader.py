@@ -486,17 +486,21 @@ def _step_object(step: Step) -> dict[str, Any]:
 def _atomic_write(dest: Path, data: bytes) -> None:
     """Write ``data`` to a temporary file beside ``dest``, fsync it, then ``os.replace`` it into place."""
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
-    # os.open with 0o666 lets the umask decide the final mode, as a plain open() would.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
+        # os.open with 0o666 lets the umask decide the final mode, as a plain open() would.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, dest)
-    except OSError as exc:  # a full disk, say: name the stream (a failed write names no file)
+    except OSError as exc:
+        # Name the stream, never the temporary file (a user never gave it; it is gone): a failed write names no
+        # file, and os.open / os.replace name the temporary one (a directory at dest, a directory not writable).
         tmp.unlink(missing_ok=True)
-        raise with_path(exc, dest) from exc
+        if exc.errno is None:
+            raise with_path(exc, dest) from exc
+        raise OSError(exc.errno, exc.strerror, os.fspath(dest)) from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

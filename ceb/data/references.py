@@ -11,6 +11,10 @@ A regenerated action names an element the way the stream's state shows them (:da
 Mind2Web element by its ``backend_node_id`` (:func:`~ceb.data.mind2web_dom.element_ids` of the page), an AMEX
 element by its index ``[i]`` in the clickable-element list (:func:`screen_element_ids`; it is tapped at its
 box's centre).
+
+The reference *action* itself, as text, is what the LLM judge of ``ceb relabel`` compares each step with:
+:func:`reference_actions` reads it from the trajectory's evaluation-only ``meta`` (the converters write it there,
+never into a prompt).
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from typing import Protocol
 
 from ceb.data.amex_episodes import Episode, GoldStep, element_files, episode_files, read_elements, read_episode
 from ceb.data.amex_screen import TAP, Box, Element, inside, touched_box
+from ceb.data.converters import REFERENCE_ACTIONS, REFERENCE_OBSERVATION
 from ceb.data.mind2web_dom import element_ids
-from ceb.data.mind2web_tasks import iter_tasks, task_files
+from ceb.data.mind2web_tasks import iter_all_tasks, task_files
 from ceb.data.trajectory import Trajectory
 from ceb.errors import DataError, Problem
 
@@ -40,11 +45,32 @@ __all__ = [
     "canonical_op",
     "mind2web_references",
     "mind2web_step_label",
+    "reference_actions",
     "screen_element_ids",
     "step_references",
 ]
 
 _OP_ALIASES = {"HOVER": "CLICK", "ENTER": "CLICK"}
+
+
+def reference_actions(trajectory: Trajectory) -> tuple[str | None, ...]:
+    """The human's recorded action of each step as text, shape ``(T,)``; ``None`` where the stream carries none.
+
+    Read from ``meta["reference_actions"]`` (:data:`~ceb.data.converters.REFERENCE_ACTIONS`, one string per step,
+    as ``ceb convert mind2web`` and ``ceb convert amex`` write it). A stream converted before that (or with
+    ``observation="reference"``) and without the key has it in each observation after
+    :data:`~ceb.data.converters.REFERENCE_OBSERVATION`, which is read instead. An executed stream (InterCode)
+    has neither: every entry is ``None``. Only the judge may read these (paper appendix "LLM-as-Judge Label
+    Analysis"): they are the answer the step labels are computed from.
+    """
+    listed = trajectory.meta.get(REFERENCE_ACTIONS)
+    if isinstance(listed, list) and len(listed) == len(trajectory.steps):
+        return tuple(r if isinstance(r, str) and r.strip() else None for r in listed)
+    out: list[str | None] = []
+    for step in trajectory.steps:
+        text = step.observation[len(REFERENCE_OBSERVATION) :]
+        out.append(text if step.observation.startswith(REFERENCE_OBSERVATION) and text.strip() else None)
+    return tuple(out)
 
 
 def canonical_op(op: str) -> str:
@@ -292,7 +318,11 @@ def mind2web_references(
     files: list[str | Path] = []
     for trajectory in trajectories:
         aid, file = trajectory.meta.get("annotation_id"), trajectory.meta.get("file")
-        if not isinstance(aid, str) or (tasks is None and not isinstance(file, str)):
+        # A task whose rows run across Hub shards names every shard (ceb.data.mind2web).
+        named = [file] if isinstance(file, str) else file if isinstance(file, list) else None
+        if not isinstance(aid, str) or (
+            tasks is None and (not named or not all(isinstance(f, str) and f for f in named))
+        ):
             missing = "annotation_id" if not isinstance(aid, str) else "file"
             raise _problem(
                 trajectory,
@@ -301,13 +331,13 @@ def mind2web_references(
                 "`ceb convert mind2web` (their meta names the task)",
             )
         wanted.setdefault(aid, []).append(trajectory)
-        if tasks is None and file not in files:
-            files.append(str(file))
+        if tasks is None:
+            files.extend(str(f) for f in named or () if str(f) not in files)
     found: dict[str, tuple[Mind2WebReference, ...]] = {}
-    for path, layout in task_files(tasks if tasks is not None else files):
-        for task in iter_tasks(path, layout, need_reprs=False):
-            if task.annotation_id in wanted and task.annotation_id not in found:
-                found[task.annotation_id] = tuple(Mind2WebReference(a.positive, a.op) for a in task.actions)
+    read = iter_all_tasks(task_files(tasks if tasks is not None else files), need_reprs=False, skip_cut_edges=True)
+    for task in read:
+        if task.annotation_id in wanted and task.annotation_id not in found:
+            found[task.annotation_id] = tuple(Mind2WebReference(a.positive, a.op) for a in task.actions)
     out: dict[tuple[str, int], Mind2WebReference] = {}
     for aid, group in wanted.items():
         for trajectory in group:

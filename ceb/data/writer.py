@@ -15,7 +15,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -53,8 +53,10 @@ class ConvertedStream:
 
     Attributes:
         path: The JSONL file written.
-        dataset: The source: ``"bash"`` or ``"sql"`` for InterCode, ``"mind2web"``, ``"amex"``.
-        actor: The agent whose steps the stream holds (InterCode's model directory name, ``gpt-4``).
+        dataset: The source: ``"bash"`` or ``"sql"`` for InterCode, ``"mind2web"``, ``"amex"``, ``"chat"``,
+            ``"inspect"``.
+        actor: The agent whose steps the stream holds (InterCode's model directory name, ``gpt-4``; ``"several"``
+            for a chat stream of more than one).
         trajectories: Trajectories written.
         steps: Steps written.
         positive_rate: Share of the labelled steps with label 1, in [0, 1]; NaN when no step has a label.
@@ -216,13 +218,21 @@ class StagedStreams:
                 stream.labelled += 1
                 stream.positive += step.label
 
-    def commit(self, *, dataset: str, actors: dict[str, str], sources: Iterable[str]) -> list[ConvertedStream]:
+    def commit(
+        self,
+        *,
+        dataset: str,
+        actors: dict[str, str],
+        sources: Iterable[str],
+        skipped: Mapping[str, Sequence[SkippedTrajectory]] | None = None,
+    ) -> list[ConvertedStream]:
         """Move every stream into ``out_dir`` (replacing files of the same name) and summarise them.
 
         Args:
             dataset: :attr:`ConvertedStream.dataset`.
             actors: ``key -> actor`` of each stream.
             sources: :attr:`ConvertedStream.sources`.
+            skipped: ``key -> `` the source trajectories left out of that stream (:attr:`ConvertedStream.skipped`).
 
         Returns:
             One summary per stream, in the order of ``names``.
@@ -254,7 +264,7 @@ class StagedStreams:
                     trajectories=stream.trajectories,
                     steps=stream.steps,
                     positive_rate=stream.positive / stream.labelled if stream.labelled else math.nan,
-                    skipped=(),
+                    skipped=tuple((skipped or {}).get(key, ())),
                     blocked_turns=0,
                     sources=sources,
                 )

@@ -93,13 +93,15 @@ class TaskSuccess:
         budgets: The review budgets ``m`` (steps reviewed per trajectory).
         rates: Success rate per budget, fractions in [0, 1]; ``None`` when no trajectory qualifies.
         n_tasks: Trajectories evaluated.
-        n_dropped: Trajectories left out because a step lacks a label (or, for a method, a score).
+        n_dropped: Trajectories left out because a labelled step lacks a score (a method's only).
+        n_unlabelled: Trajectories left out because none of their steps has a label.
     """
 
     budgets: tuple[int, ...]
     rates: tuple[float | None, ...]
     n_tasks: int
     n_dropped: int
+    n_unlabelled: int = 0
 
 
 def task_success(
@@ -117,8 +119,11 @@ def task_success(
     steps holding ``w`` wrong ones (and no wrong step above the group), the trajectory succeeds with
     probability ``C(g - w, d - w) / C(g, d)``.
 
-    Unlabeled and failed steps: a trajectory with any step lacking a label or a score is dropped (counted in
-    ``n_dropped``), since its success or its review order is undefined; no confidence or label is imputed.
+    Scored steps only: a task is judged on its labelled steps (paper appendix "Experimental Details": AMEX scores
+    TAP steps and the all-steps-correct rule applies to the scored steps), which are also the steps the reviewer
+    is sent; an unlabelled step neither fails nor drops its task. A trajectory with no labelled step is left
+    out (``n_unlabelled``), and one whose labelled step lacks a score is dropped (``n_dropped``), since its
+    review order is undefined; no confidence or label is imputed.
 
     Args:
         y_true: Labels, shape ``(N,)``, 0/1 or ``NaN`` when missing.
@@ -141,8 +146,8 @@ def oracle_task_success(
 ) -> TaskSuccess:
     """The Oracle row of the task success table: the reviewer is sent exactly the wrong steps (section 4.5).
 
-    A trajectory succeeds under budget ``m`` iff it holds at most ``m`` wrong steps. Trajectories with an
-    unlabeled step are dropped, as in :func:`task_success`.
+    A trajectory succeeds under budget ``m`` iff it holds at most ``m`` wrong steps. Unlabelled steps are not
+    scored, as in :func:`task_success`.
 
     Args:
         y_true: Labels, shape ``(N,)``, 0/1 or ``NaN`` when missing.
@@ -172,10 +177,15 @@ def _task_success(
     for i, t in enumerate(ids.tolist()):
         members.setdefault(t, []).append(i)
     totals = np.zeros(len(ms))
-    n_tasks = dropped = 0
+    n_tasks = dropped = unlabelled = 0
     for idx in members.values():
         yt, pt = y[idx], p[idx]
-        if np.isnan(yt).any() or np.isnan(pt).any():
+        scored = ~np.isnan(yt)
+        if not scored.any():
+            unlabelled += 1
+            continue
+        yt, pt = yt[scored], pt[scored]
+        if np.isnan(pt).any():
             dropped += 1
             continue
         n_tasks += 1
@@ -183,7 +193,7 @@ def _task_success(
         for j, m in enumerate(ms):
             totals[j] += float(wrong <= m) if oracle else _review_success(yt, pt, m)
     rates = tuple(float(v / n_tasks) if n_tasks else None for v in totals)
-    return TaskSuccess(budgets=ms, rates=rates, n_tasks=n_tasks, n_dropped=dropped)
+    return TaskSuccess(budgets=ms, rates=rates, n_tasks=n_tasks, n_dropped=dropped, n_unlabelled=unlabelled)
 
 
 def _review_success(y: FloatArray, p: FloatArray, m: int) -> float:

@@ -233,8 +233,10 @@ def comparable_masks(
     Args:
         lanes: Lanes of one (stream, critic), any methods.
         whole_trajectories: ``False``: keep the ``(trajectory, step)`` pairs usable in every available lane.
-            ``True``: keep the trajectories whose every row is usable in every available lane (task success
-            needs whole tasks).
+            ``True``: keep the labelled rows of the trajectories that have a labelled row and whose every
+            labelled row has a score in every available lane (task success judges a task on its scored steps,
+            paper appendix "Experimental Details": AMEX scores TAP steps only, so an unlabelled step neither
+            fails nor drops its task).
 
     Returns:
         ``(masks, kept, total)``: one boolean mask per lane, shape ``(N_lane,)``; the number of kept units
@@ -245,8 +247,9 @@ def comparable_masks(
 
     def units(lane: ScoredLane) -> tuple[set[Any], set[Any]]:
         if whole_trajectories:
-            present = set(lane.trajectory.tolist())
-            return present, present - set(lane.trajectory[~lane.usable].tolist())
+            labelled = ~np.isnan(lane.label)
+            present = set(lane.trajectory[labelled].tolist())
+            return present, present - set(lane.trajectory[labelled & np.isnan(lane.score)].tolist())
         keys = list(zip(lane.trajectory.tolist(), lane.step.tolist(), strict=True))
         return set(keys), {k for k, ok in zip(keys, lane.usable.tolist(), strict=True) if ok}
 
@@ -264,7 +267,8 @@ def comparable_masks(
         elif not common:
             masks.append(lane.usable.copy())
         elif whole_trajectories:
-            masks.append(np.array([t in common for t in lane.trajectory.tolist()], dtype=bool))
+            kept_task = np.array([t in common for t in lane.trajectory.tolist()], dtype=bool)
+            masks.append(kept_task & ~np.isnan(lane.label))
         else:
             pairs = zip(lane.trajectory.tolist(), lane.step.tolist(), strict=True)
             masks.append(np.array([k in common for k in pairs], dtype=bool))

@@ -4,8 +4,10 @@
 
     report.md                  every table inline, with links to each table file and every figure
     report.json                every number of every analysis (null where a value is undefined)
-    main.md / main.tex         Table 1 layout: ECE, Brier, AUC per stream and critic (section 4.2)
+    main.md / main.tex         Table 1 layout: ECE, Brier, AUC per stream and critic (section 4.2), with the
+                               reference rows (ceb.eval.reference_rules) closing each block
     main-ci.md / main-ci.tex   the same rows with counts and 95% bootstrap intervals over trajectories
+    paired.md / paired.tex     each method minus Static and minus the best reference, paired intervals
     stream-averaging.md/.tex   cumulative ECE mean ± std over stream orders (section 4.4)
     cumulative-ece-*.png       one per (stream, critic)
     depth.md / depth.tex       calibration by within-trajectory depth (Figure 1)
@@ -30,7 +32,8 @@ did not run) is skipped with a note in ``report.md``, never an error. The comman
 :mod:`ceb.cli.report`.
 
 The numbered sections are functions registered in :mod:`ceb.eval.sections`; :func:`build_report` writes the
-run header, then each registered section in number order, then ``report.json``.
+run header (with the run's warnings, :mod:`ceb.pipeline.score_warnings`), then each registered section in number
+order, then ``report.json``.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from ceb.eval.sections import ReportContext, ReportWriter, registered_sections
 from ceb.eval.sections.base import drawn
 from ceb.pipeline.results import read_step_rows
 from ceb.pipeline.rundir import RunDir
+from ceb.pipeline.score_warnings import run_warnings
 from ceb.progress import Progress
 from ceb.stages.methods import ResolvedMethod
 
@@ -113,6 +117,7 @@ def build_report(
     rep = ReportWriter(out, formats)
     _header(rep, run, lanes, n_bins, n_boot, seed)
     _settings_header(rep, settings, source, lanes, methods)
+    _warnings(rep, run_files)
 
     ctx = ReportContext(run, lanes, base, n_bins, n_boot, seed, colors, settings, methods)
     sections = registered_sections()
@@ -207,6 +212,15 @@ def _settings_header(
     ceb = {"votes": settings.votes, "k": settings.k, "retriever": settings.retriever}
     rep.data["run"]["ceb"] = ceb | {"source": source}
     rep.data["run"]["unknown_methods"] = unknown
+
+
+def _warnings(rep: ReportWriter, run: RunDir) -> None:
+    """The run's warnings (:func:`ceb.pipeline.score_warnings.run_warnings`, as in ``summary.json``), read anew."""
+    found = run_warnings(run)
+    rep.data["warnings"] = found
+    if found:
+        rep.lines += ["", "**Warnings** (numbers below that mean little; also in `summary.json`):", ""]
+        rep.lines += [f"- warning: {w}" for w in found]
 
 
 def _jsonable(value: Any) -> Any:

@@ -8,8 +8,10 @@ Reads only ``scores.jsonl`` (typed rows, :func:`ceb.pipeline.read_step_rows`) of
   once, never once per order; the report's pooled row is the order-0 one of these;
 - with ``R > 1`` orders, an ``(pooled)`` entry with ``order = None`` gives the **mean and the standard deviation
   over the R orders** of the per-order pooled ECE, Brier and AUROC (``ece_sd``...; ``orders = R``);
-- a ``base-rate`` reference per stream (order 0): a constant at that stream's own positive rate. It reads the
-  labels (an oracle no deployed method has); ECE 0 by construction, AUROC 0.5: the floor for Brier and AUROC.
+- the reference rows of :mod:`ceb.eval.reference_rules` (``base-rate``, ``step-position``, ``repetition-flag``) per
+  stream in order 0, then pooled over streams, each marked ``"reference": true``; the rankings (step position,
+  repetition flag) carry AUROC only, their ECE and Brier ``null``. A run whose stream files cannot be read has
+  no ``repetition-flag`` entries, and ``references_missing`` says why.
 
 Steps that failed, steps a method cannot score (``not_available``) and steps without a label are left out of
 the numbers and counted, so a number never hides a failure.
@@ -23,15 +25,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ceb.eval.lanes import POOLED
+from ceb.eval.lanes import POOLED, ScoredLane, lanes_from_rows
 from ceb.eval.metrics import summarize
+from ceb.eval.reference_rules import (
+    BASE_RATE,
+    RANK_ONLY,
+    REFERENCES,
+    REPETITION_FLAG,
+    RepetitionFlags,
+    reference_lanes,
+    repetition_flags,
+)
 from ceb.pipeline.results import StepRow, read_step_rows
 from ceb.pipeline.rundir import RunDir
 
 __all__ = ["BASE_RATE", "MEAN_METRICS", "POOLED", "POOLING", "run_metrics", "write_metrics"]
 
-BASE_RATE = "base-rate"
-"""Method name of the label-oracle constant reference entries."""
 POOLING = (
     "per stream and order; (pooled): all streams within one stream order; "
     "order = None: mean and sd over orders of the per-order pooled values"
@@ -91,7 +100,7 @@ def run_metrics(run_dir: str | Path, *, n_bins: int = 10) -> dict[str, Any]:
         ``stream``, ``order`` (``None`` on the mean-over-orders entries, which also carry ``orders`` and
         ``<metric>_sd``), ``n``, ``ece``, ``brier``, ``auroc``, ... and the counts ``failed``, ``unlabeled``,
         ``not_available``. Entries come per stream, then pooled per order, then averaged over orders, then the
-        ``base-rate`` references.
+        reference rows (``"reference": true``), and ``references_missing`` when a reference could not be built.
 
     Raises:
         RunError: The directory holds no complete run (:meth:`~ceb.pipeline.rundir.RunDir.require_readable`:
@@ -122,18 +131,36 @@ def run_metrics(run_dir: str | Path, *, n_bins: int = 10) -> dict[str, Any]:
         if len(entries) > 1:
             results.append(_mean_over_orders(critic, method, entries))
 
-    # The reference reads the labels of the steps of the first method of each stream (every method scores
-    # the same steps), in order 0.
-    firsts: dict[tuple[str, str], _Cell] = {}
-    for (critic, _, stream, order), cell in sorted(cells.items()):
-        if order == 0:
-            firsts.setdefault((critic, stream), cell)
-    for (critic, stream), cell in sorted(firsts.items()):
-        if cell.ys:
-            rate = sum(cell.ys) / len(cell.ys)
-            ref = _Cell(ys=list(cell.ys), ps=[rate] * len(cell.ys))
-            results.append(_entry(critic, BASE_RATE, stream, 0) | ref.entry(n_bins))
-    return {"n_bins": n_bins, "orders": orders, "pooling": POOLING, "results": results}
+    flags = repetition_flags(RunDir(run_dir))
+    results += _reference_entries(lanes_from_rows(r for r in rows if r.order == 0), flags, n_bins)
+    out = {"n_bins": n_bins, "orders": orders, "pooling": POOLING, "results": results}
+    if flags.missing:
+        out["references_missing"] = {REPETITION_FLAG: dict(flags.missing)}
+    return out
+
+
+def _reference_entries(lanes: list[ScoredLane], flags: RepetitionFlags, n_bins: int) -> list[dict[str, Any]]:
+    """The reference rows (:mod:`ceb.eval.reference_rules`) per stream in order 0, then pooled per critic."""
+    refs = reference_lanes(lanes, flags)
+    out = []
+    pooled: dict[tuple[str, str], _Cell] = defaultdict(_Cell)
+    for lane in refs:
+        use = lane.usable
+        cell = _Cell(ys=lane.label[use].astype(int).tolist(), ps=lane.score[use].tolist())
+        out.append(_entry(lane.critic, lane.method, lane.stream, 0) | _reference_entry(lane.method, cell, n_bins))
+        pooled[(lane.critic, lane.method)].merge(cell)
+    out.sort(key=lambda e: (e["critic"], REFERENCES.index(e["method"]), e["stream"]))
+    if len({lane.stream for lane in refs}) > 1:
+        for (critic, method), cell in pooled.items():
+            out.append(_entry(critic, method, POOLED, 0) | _reference_entry(method, cell, n_bins))
+    return out
+
+
+def _reference_entry(method: str, cell: _Cell, n_bins: int) -> dict[str, Any]:
+    entry = cell.entry(n_bins) | {"reference": True}
+    if method in RANK_ONLY:  # a ranking, not a probability: its ECE and Brier would describe a rule, not a confidence
+        entry |= dict.fromkeys(("mean_score", "ece", "ece_equal_mass", "brier"), None)
+    return entry
 
 
 def _entry(critic: str, method: str, stream: str, order: int | None) -> dict[str, Any]:

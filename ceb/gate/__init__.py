@@ -7,10 +7,22 @@ with the same two functions of :mod:`ceb.stages.step`. By concern:
 - :mod:`~ceb.gate.types`: what it takes and answers (:class:`StepContext`, :class:`Confidence`, :class:`Banked`,
   :class:`Receipt`);
 - :mod:`~ceb.gate.stream`: one stream's bank, queue and the worker that banks accepted trajectories in order;
-- :mod:`~ceb.gate.state` and :mod:`~ceb.gate.inbox`: the state directory, each stream's journal and inbox.
+- :mod:`~ceb.gate.state` and :mod:`~ceb.gate.inbox`: the state directory, each stream's journal and inbox;
+- :mod:`~ceb.gate.health`: whether the critic answers (:class:`CriticHealth`, ``ceb serve``'s ``/health``).
 """
 
 from ceb.gate.api import Gate, SyncGate
+from ceb.gate.health import CriticHealth
 from ceb.gate.types import Banked, Confidence, Decision, Receipt, StepContext, check_stream_name
 
-__all__ = ["Banked", "Confidence", "Decision", "Gate", "Receipt", "StepContext", "SyncGate", "check_stream_name"]
+__all__ = [
+    "Banked",
+    "Confidence",
+    "CriticHealth",
+    "Decision",
+    "Gate",
+    "Receipt",
+    "StepContext",
+    "SyncGate",
+    "check_stream_name",
+]

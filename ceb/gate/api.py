@@ -46,6 +46,12 @@ keeps ``id -> (seq, fingerprint)`` of every trajectory it accepted, in memory (a
 with a short id) and, with ``state_dir``, on disk (the inbox, and its ids file once compacted), so this holds
 across restarts.
 
+Health. A critic that fails is not an exception: the step gets ``score=None`` and ``gate.on_failure``. The gate
+counts consecutive failed steps in :attr:`Gate.critic_health` (:class:`~ceb.gate.health.CriticHealth`) and is
+degraded after ``gate.degraded_after`` of them, or from the start when :meth:`Gate.check_critic` (``ceb serve``
+runs it once at start) cannot reach the endpoint; one scored step ends it. ``ceb serve``'s ``/health`` answers
+503 meanwhile.
+
 Limits. ``gate.max_pending`` trajectories waiting per stream (:class:`~ceb.errors.OverloadedError`, HTTP 503:
 retry later) and ``gate.max_streams`` streams per gate (:class:`~ceb.errors.StreamLimitError`, HTTP 409).
 
@@ -62,7 +68,7 @@ from __future__ import annotations
 
 import time
 from contextlib import AsyncExitStack, ExitStack
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -76,13 +82,16 @@ from ceb.bank import Bank
 from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
 from ceb.errors import (
+    BackendError,
     ConfigError,
     DuplicateTrajectoryError,
+    FatalBackendError,
     OverloadedError,
     RunError,
     StreamLimitError,
     leaf_error,
 )
+from ceb.gate.health import CriticHealth
 from ceb.gate.inbox import Accepted, fingerprint
 from ceb.gate.state import StateDir
 from ceb.gate.stream import GateStream, open_stream, work
@@ -97,13 +106,31 @@ from ceb.gate.types import (
     check_stream_name,
 )
 from ceb.stages.assembly import Stages, build_critic, build_stages
-from ceb.stages.base import HistoryItem
+from ceb.stages.base import Critic, CriticInput, CriticResult, HistoryItem
 from ceb.stages.methods import MethodSpec, resolve_method
 from ceb.stages.step import precedents, score_step
 
 __all__ = ["Gate", "SyncGate"]
 
 log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _LiveCritic:
+    """The gate's critic: an endpoint that refuses the request fails the step, as any other critic failure does.
+
+    A batch run stops on :class:`~ceb.errors.FatalBackendError` (a wrong key or model name: every step would fail
+    the same way). A live agent must get its answer all the same: the step gets ``score=None`` and
+    ``gate.on_failure``, the error says why, and :class:`~ceb.gate.health.CriticHealth` counts it.
+    """
+
+    inner: Critic
+
+    async def score(self, inp: CriticInput) -> CriticResult:
+        try:
+            return await self.inner.score(inp)
+        except FatalBackendError as exc:
+            return CriticResult(score=None, raw="", error=f"endpoint refused the request: {exc}")
 
 
 class Gate:
@@ -141,6 +168,8 @@ class Gate:
         self._tg: TaskGroup | None = None
         self._exit: AsyncExitStack | None = None
         self.started = time.time()
+        self.critic_health = CriticHealth(None, self.config.gate.degraded_after)
+        """Whether the critic answers: consecutive failed steps, the start-up check (:mod:`ceb.gate.health`)."""
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
 
@@ -159,7 +188,8 @@ class Gate:
             if self._stages is None:
                 self._stages = build_stages(self.config)
                 await stack.enter_async_context(self._stages)
-            self.critic = build_critic(self.method, self.config, self._stages)
+            self.critic: Critic = _LiveCritic(build_critic(self.method, self.config, self._stages))
+            self.critic_health.endpoint = self._stages.chat.endpoint if self._stages.chat is not None else None
             stack.push_async_callback(self._close_files)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             stack.push_async_callback(self._stop_workers)
@@ -283,7 +313,8 @@ class Gate:
 
         Returns:
             The confidence, the decision and how it was reached. A critic failure is a confidence with
-            ``score=None`` and ``decision = gate.on_failure``, not an exception.
+            ``score=None`` and ``decision = gate.on_failure``, not an exception: an endpoint that is down, and
+            one that refuses the request (a wrong key or model name) too; :attr:`critic_health` counts both.
 
         Raises:
             DataError: ``stream`` is not a valid name, or ``context`` breaks the rules ``ceb serve`` and the stream
@@ -318,6 +349,14 @@ class Gate:
         res = done.result
         if res.status == "failed":
             log.warning("critic step failed", stream=stream, trajectory=context.trajectory_id, step=t, error=res.error)
+            was = self.critic_health.degraded
+            self.critic_health.failed(res.error)
+            if not was and self.critic_health.degraded:
+                log.error("the critic keeps failing; /health says degraded", reason=self.critic_health.reason())
+        elif res.status == "scored":
+            if self.critic_health.degraded:
+                log.info("the critic answers again", endpoint=self.critic_health.endpoint)
+            self.critic_health.scored()
         st.remember(context.trajectory_id, t, res.score, self.config.gate.max_open_trajectories)
         st.scored += 1
         return Confidence(
@@ -479,6 +518,32 @@ class Gate:
                 event = st.done.get(seq)
                 if event is not None:
                     await event.wait()
+
+    async def check_critic(self) -> str | None:
+        """Check once that the critic's endpoint answers (its backend's preflight), within ``gate.check_timeout_s``.
+
+        A failed check makes :attr:`critic_health` degraded until a step is scored; the gate keeps serving (its
+        scores get ``gate.on_failure`` meanwhile). Nothing to check on a backend without a model.
+
+        Returns:
+            Why the endpoint cannot serve (the backend's message, naming the endpoint), else ``None``.
+        """
+        assert self._stages is not None
+        if self._stages.chat is None:
+            return None
+        timeout = self.config.gate.check_timeout_s
+        problem: str | None = None
+        try:
+            with anyio.fail_after(timeout):
+                for chat in self._stages.endpoints:
+                    await chat.preflight()
+        except TimeoutError:
+            problem = f"{self.critic_health.endpoint} did not answer within {timeout:g} s (gate.check_timeout_s)"
+        except BackendError as exc:
+            problem = str(exc)
+        if problem is not None:
+            self.critic_health.probe_failed(problem)
+        return problem
 
     async def state_problem(self) -> str | None:
         """Why the gate cannot write its state directory now (a probe file is written and removed), else ``None``.

@@ -218,7 +218,9 @@ def batch_config(config: RunConfig) -> RunConfig:
         )
     if not config.backend.model:
         raise ConfigError("a Batch file names the model in every request: set backend.model (--model)")
-    return config.model_copy(update={"fail_on_error": _NO_BUDGET})
+    # Each request of a Batch file belongs to one method's lane (its custom_id), so none is shared between lanes.
+    baselines = config.baselines.model_copy(update={"share_statistics": False})
+    return config.model_copy(update={"fail_on_error": _NO_BUDGET, "baselines": baselines})
 
 
 def _with_newline(data: bytes) -> bytes:

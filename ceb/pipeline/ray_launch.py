@@ -14,7 +14,8 @@ A shard that exhausts its retries leaves its part as it was, resumable; the fini
 the others continue. Every part can also be finished by hand (``ceb grid FILE --shard i/N --out PART --resume``)
 and the parts merged with ``ceb merge``.
 
-Ray is an optional dependency (``pip install 'ceb[ray]'``), imported only here and only when a launch starts.
+Ray is an optional dependency (``pip install 'critic-experience-bank[ray]'``), imported only here and only when a
+launch starts.
 The streams and ``OUT`` must be on a file system every Ray node sees at the same paths (one machine, NFS, a shared
 volume), and ceb must be installed on every node. Ray's task API: https://docs.ray.io/en/latest/ray-core/tasks.html
 (``max_retries`` retries a task whose worker died; application exceptions are not retried by default).
@@ -43,6 +44,7 @@ from ceb.pipeline.rundir import RunDir
 from ceb.pipeline.runner import run_scoring
 from ceb.pipeline.shard import Shard
 from ceb.stages.methods import resolve_method
+from ceb.version import install_command
 
 __all__ = [
     "RAY_EXTRA",
@@ -59,7 +61,7 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 RAY_EXTRA = "ray"
-"""The ``pip install 'ceb[ray]'`` extra that brings Ray."""
+"""The ``pip install 'critic-experience-bank[ray]'`` extra that brings Ray."""
 
 _ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:\d{1,5}|\[[0-9A-Fa-f:]+\]:\d{1,5}")
 
@@ -93,7 +95,7 @@ def _import_ray() -> Any:
         import ray
     except ImportError as exc:
         raise ConfigError(
-            f"--ray needs Ray, which is not installed ({exc}); install it with: pip install 'ceb[{RAY_EXTRA}]'"
+            f"--ray needs Ray, which is not installed ({exc}); install it with: {install_command(RAY_EXTRA)}"
         ) from None
     return ray
 

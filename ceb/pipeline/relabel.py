@@ -3,27 +3,40 @@
 The input file is never modified: the labels go into a new stream file, each into its trajectory's
 ``meta["alt_labels"][name]`` (one 0/1 per step), the column the pipeline carries to evaluation
 (:func:`ceb.pipeline.lane.alt_labels`) and ``ceb report`` compares with the strict labels (label shift).
+
+Each judgment is appended to a journal beside the new file (:class:`JudgmentLog`, ``OUT.judgments.jsonl``) as soon
+as it arrives, as ``ceb regenerate`` records its replies, so a run that is killed or stopped asks, when run again,
+only the trajectories it has no judgment for. A judgment is reused only for the request it answered: it is keyed
+on the trajectory id and a digest of the judge (``backend:model``) and the exact messages sent, so a changed
+trajectory, template or model is asked again. The journal is removed once the new file holds every trajectory's
+label; while some trajectory has none (an unreadable reply) it stays, so a rerun (``--overwrite``) asks only those.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import fcntl
+import hashlib
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import IO
 
 import anyio
+import orjson
 import structlog
 
 from ceb.backends.base import ChatBackend
-from ceb.data.converters import REFERENCE_OBSERVATION
+from ceb.data.converters import REFERENCE_ACTIONS, REFERENCE_OBSERVATION
 from ceb.data.reader import write_stream
 from ceb.data.trajectory import Trajectory
-from ceb.errors import DataError, Problem
+from ceb.errors import DataError, Problem, RunError, with_path
 from ceb.stages.base import CallStats
 from ceb.stages.judge import JUDGE_LABEL, LLMJudge, first_without_reference
 from ceb.stages.templates import PromptSet
 
-__all__ = ["RelabelSummary", "relabel_stream", "require_references"]
+__all__ = ["JudgmentLog", "RelabelSummary", "relabel_stream", "require_references"]
 
 log = structlog.get_logger(__name__)
 
@@ -35,6 +48,7 @@ class RelabelSummary:
     Attributes:
         trajectories: Trajectories in the stream.
         judged: Trajectories that got a judge label per step.
+        reused: Of those, trajectories judged by an earlier, interrupted run (read from the journal, not asked).
         unreadable: ``(trajectory id, reason)`` of each trajectory left without a judge label.
         steps: Steps that got a judge label.
         stats: Requests, tokens and time over every request (re-asks included).
@@ -45,6 +59,7 @@ class RelabelSummary:
     steps: int
     unreadable: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     stats: CallStats = field(default_factory=CallStats)
+    reused: int = 0
 
 
 _WHY_JUDGE = (
@@ -68,11 +83,104 @@ def require_references(trajectories: Sequence[Trajectory], why: str = _WHY_JUDGE
         trajectory, t = missing
         path, _, line = trajectory.source.rpartition(":")
         message = (
-            f"no reference action (an observation starting {REFERENCE_OBSERVATION.strip()!r}, as the Mind2Web and "
-            f"AMEX converters write it); {why}"
+            f"no reference action (meta.{REFERENCE_ACTIONS}, as the Mind2Web and AMEX converters write it, or, in an "
+            f"older stream, an observation starting {REFERENCE_OBSERVATION.strip()!r}); {why}"
         )
         lineno = int(line) if line.isdigit() else 0
-        raise DataError(Problem(path or "<stream>", lineno, f"steps[{t}].observation", message, trajectory.id, t))
+        raise DataError(
+            Problem(path or "<stream>", lineno, f"meta.{REFERENCE_ACTIONS}[{t}]", message, trajectory.id, t)
+        )
+
+
+class JudgmentLog:
+    """The journal of one ``ceb relabel`` output: each judgment appended as it arrives, read back by a rerun.
+
+    ``OUT.judgments.jsonl`` beside the output ``OUT``; one JSON object a line: ``{"trajectory", "key",
+    "labels"}``, where ``key`` is :meth:`key` of the request that was answered. Only judged trajectories are
+    recorded: an unreadable reply is asked again anyway.
+
+    Args:
+        out: The output stream file the journal belongs to.
+    """
+
+    SUFFIX = ".judgments.jsonl"
+
+    __slots__ = ("path",)
+
+    def __init__(self, out: str | Path) -> None:
+        out = Path(out)
+        self.path = out.with_name(out.name + self.SUFFIX)
+
+    @staticmethod
+    def key(judge: str, request_messages: object) -> str:
+        """What a judgment answers: a digest (BLAKE2b, 16 bytes, hex) of the judge's name and the messages sent."""
+        blob = orjson.dumps([judge, request_messages], option=orjson.OPT_SORT_KEYS)
+        return hashlib.blake2b(blob, digest_size=16).hexdigest()
+
+    def read(self) -> dict[tuple[str, str], tuple[int, ...]]:
+        """The recorded judgments, ``(trajectory id, key) -> labels``; empty when there is no journal.
+
+        A last piece without its newline (a write cut short by a kill) is ignored: that trajectory is asked again.
+
+        Raises:
+            RunError: A whole line is not a judgment (names the file and line).
+        """
+        if not self.path.is_file():
+            return {}
+        lines = self.path.read_bytes().split(b"\n")
+        if lines.pop():
+            log.warning("ignoring a cut last line", file=str(self.path), line=len(lines) + 1)
+        found: dict[tuple[str, str], tuple[int, ...]] = {}
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = orjson.loads(line)
+                labels = tuple(int(y) for y in obj["labels"])
+                found[(str(obj["trajectory"]), str(obj["key"]))] = labels
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                raise RunError(
+                    f"{self.path}:{n}: not a judgment ({exc}); delete the file to judge every trajectory again"
+                ) from None
+        return found
+
+    @contextmanager
+    def appender(self) -> Iterator[IO[bytes]]:
+        """The journal open for appending and held exclusively; a cut last line is cut off once it is held.
+
+        Read it (:meth:`read`) inside the block: what it holds then is what no other run will change.
+
+        Raises:
+            RunError: Another ``ceb relabel`` is writing the same output (names the journal).
+            OSError: The journal cannot be opened or cut (names it).
+        """
+        try:
+            sink = self.path.open("ab")
+        except OSError as exc:
+            raise with_path(exc, self.path) from exc
+        with sink:
+            try:
+                fcntl.flock(sink.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise RunError(f"{self.path} is in use: another ceb relabel is writing the same output") from None
+            try:
+                data = self.path.read_bytes()
+                keep = data.rfind(b"\n") + 1
+                if keep < len(data):  # a write cut short by a kill: the next line must not continue it
+                    log.warning("cutting off a cut last line", file=str(self.path), line=data.count(b"\n") + 1)
+                    os.ftruncate(sink.fileno(), keep)
+            except OSError as exc:
+                raise with_path(exc, self.path) from exc
+            try:
+                yield sink
+            finally:
+                sink.flush()
+                if os.fstat(sink.fileno()).st_size == 0:  # nothing recorded, now or before: leave no empty file
+                    self.path.unlink(missing_ok=True)
+
+    def remove(self) -> None:
+        """Delete the journal (the output holds every judgment)."""
+        self.path.unlink(missing_ok=True)
 
 
 def _with_label(trajectory: Trajectory, name: str, labels: tuple[int, ...]) -> Trajectory:
@@ -90,13 +198,15 @@ async def relabel_stream(
     *,
     name: str = JUDGE_LABEL,
     concurrency: int = 64,
+    judge_name: str = "",
 ) -> RelabelSummary:
     """Judge each trajectory (one request each, concurrently) and write the stream with the labels to ``out``.
 
     A trajectory whose reply stays unreadable after one re-ask keeps whatever ``alt_labels`` it had and gets no
     ``name`` column; it is counted in :attr:`RelabelSummary.unreadable`. The file is written only when every
     request is done, atomically (:func:`~ceb.data.reader.write_stream`), and not at all when no trajectory got a
-    judge label.
+    judge label. Each judgment is recorded in ``out``'s :class:`JudgmentLog` as it arrives, and a trajectory
+    recorded there for the same judge and messages is not asked again (see the module docstring).
 
     Args:
         trajectories: The stream, in order; every step must carry a reference action (:func:`require_references`).
@@ -105,48 +215,64 @@ async def relabel_stream(
         out: The new stream file.
         name: The judge's column in ``meta["alt_labels"]``.
         concurrency: Requests in flight at once (``backend.max_concurrency``; the backend's slots still apply).
+        judge_name: The judge (``backend:model``), part of each judgment's key: another judge's are not reused.
 
     Raises:
         DataError: A step has no reference action (:func:`require_references`); nothing is asked.
-        FatalBackendError: The endpoint refuses every request; nothing is written.
-        OSError: ``out`` cannot be written.
+        RunError: The journal holds a line that is not a judgment, or another run is writing it; nothing is asked.
+        FatalBackendError: The endpoint refuses every request; nothing is written (the judgments so far stay in the
+            journal).
+        OSError: ``out`` or its journal cannot be written.
     """
     require_references(trajectories)
     judge = LLMJudge(chat, prompts)
-    results: list[Trajectory] = list(trajectories)
+    journal = JudgmentLog(out)
+    keys = [JudgmentLog.key(judge_name, judge.messages(t)) for t in trajectories]
     unreadable: list[tuple[str, str]] = []
     stats = CallStats()
-    steps = 0
-    pending = iter(range(len(trajectories)))
 
-    async def one(i: int) -> None:
-        nonlocal stats, steps
-        trajectory = trajectories[i]
-        answer = await judge.label(trajectory)
-        stats += answer.stats
-        if answer.value is None:
-            reason = answer.error or "no reply"
-            log.warning("no judge label", trajectory=trajectory.id, reason=reason)
-            unreadable.append((trajectory.id, reason))
-            return
-        results[i] = _with_label(trajectory, name, answer.value)
-        steps += len(answer.value)
+    with journal.appender() as sink:
+        recorded = journal.read()
+        labels = [recorded.get((t.id, k)) for t, k in zip(trajectories, keys, strict=True)]
+        reused = sum(y is not None for y in labels)
+        if reused:
+            log.info("judgments recorded by an earlier run are reused", file=str(journal.path), reused=reused)
+        pending = iter([i for i, y in enumerate(labels) if y is None])
 
-    async def worker() -> None:
-        for i in pending:  # the workers share one iterator: `concurrency` requests in flight, no task per trajectory
-            await one(i)
+        async def one(i: int) -> None:
+            nonlocal stats
+            trajectory = trajectories[i]
+            answer = await judge.label(trajectory)
+            stats += answer.stats
+            if answer.value is None:
+                reason = answer.error or "no reply"
+                log.warning("no judge label", trajectory=trajectory.id, reason=reason)
+                unreadable.append((trajectory.id, reason))
+                return
+            record = {"trajectory": trajectory.id, "key": keys[i], "labels": list(answer.value)}
+            sink.write(orjson.dumps(record) + b"\n")
+            sink.flush()  # in the kernel once written: a killed process keeps it
+            labels[i] = answer.value
 
-    async with anyio.create_task_group() as tg:
-        for _ in range(min(concurrency, len(trajectories))):
-            tg.start_soon(worker)
+        async def worker() -> None:
+            for i in pending:  # one shared iterator: `concurrency` requests in flight, no task per trajectory
+                await one(i)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(min(concurrency, len(trajectories) - reused)):
+                tg.start_soon(worker)
+        results = [t if y is None else _with_label(t, name, y) for t, y in zip(trajectories, labels, strict=True)]
+        if len(unreadable) < len(trajectories):
+            write_stream(out, results)
+            if not unreadable:
+                journal.remove()  # still held: no other run reads it half way
     order = {t.id: i for i, t in enumerate(trajectories)}
     unreadable.sort(key=lambda u: order[u[0]])
-    if len(unreadable) < len(trajectories):
-        write_stream(out, results)
     return RelabelSummary(
         trajectories=len(trajectories),
         judged=len(trajectories) - len(unreadable),
-        steps=steps,
+        steps=sum(len(y) for y in labels if y is not None),
         unreadable=tuple(unreadable),
         stats=stats,
+        reused=reused,
     )

@@ -18,12 +18,11 @@ from ceb.config import RunConfig
 from ceb.errors import RunError
 from ceb.pipeline.results import HindsightRow, StepRow
 from ceb.pipeline.rundir import RunDir
+from ceb.pipeline.score_warnings import run_warnings
 from ceb.stages.base import Stages
 from ceb.version import __version__
 
 __all__ = [
-    "ONE_CLASS_MIN_LABELS",
-    "ONE_CLASS_SHARE",
     "SUMMARY_SCHEMA",
     "BankSize",
     "FailureBudget",
@@ -35,15 +34,6 @@ __all__ = [
     "labellers",
     "summary_doc",
 ]
-
-ONE_CLASS_SHARE = 0.95
-"""A stream whose hindsight pseudo-labels are at least this share one class is flagged in ``summary.json``'s
-``warnings``: its banks hold (almost) one class, so CEB's contrastive retrieval (top-``k`` per class, paper
-Sec. 3.3) has little or nothing to contrast. Seen on SmolLM2-135M, which voted "productive" on 87-93 % of its votes
-and gave every pseudo-label 1 (issue 23)."""
-
-ONE_CLASS_MIN_LABELS = 20
-"""Fewer pseudo-labels than this in a stream are too few to flag (a short run's first trajectories)."""
 
 Row = StepRow | HindsightRow
 
@@ -132,15 +122,6 @@ class VoteCounts:
         self.pseudo_1 += sum(row.pseudo_labels)
         self.pseudo_0 += len(row.pseudo_labels) - sum(row.pseudo_labels)
 
-    def one_class(self) -> int | None:
-        """The class (0 or 1) holding :data:`ONE_CLASS_SHARE` of >= :data:`ONE_CLASS_MIN_LABELS` pseudo-labels."""
-        n = self.pseudo_1 + self.pseudo_0
-        if n < ONE_CLASS_MIN_LABELS:
-            return None
-        if self.pseudo_1 >= ONE_CLASS_SHARE * n:
-            return 1
-        return 0 if self.pseudo_0 >= ONE_CLASS_SHARE * n else None
-
 
 @dataclass
 class RunSummary:
@@ -199,20 +180,11 @@ class RunSummary:
     cache: CacheCounts | None = None
 
     def warnings(self) -> list[str]:
-        """One sentence per stream whose pseudo-labels are (almost) all one class (:data:`ONE_CLASS_SHARE`)."""
-        out = []
-        for stream, v in sorted(self.hindsight_votes.items()):
-            cls = v.one_class()
-            if cls is None:
-                continue
-            n, same = v.pseudo_1 + v.pseudo_0, v.pseudo_1 if cls == 1 else v.pseudo_0
-            votes = v.votes_1 + v.votes_0
-            out.append(
-                f"stream {stream}: {same} of {n} hindsight pseudo-labels are {cls} ({v.votes_1} of {votes} valid "
-                f"votes said productive); its banks hold almost one class, so CEB's contrastive retrieval has "
-                f"little to contrast"
-            )
-        return out
+        """The run's warnings, read from the rows in its directory: uninformative scores, one-class pseudo-labels.
+
+        See :func:`ceb.pipeline.score_warnings.run_warnings`; ``summary.json``'s ``warnings`` holds them.
+        """
+        return run_warnings(RunDir(self.run_dir))
 
     def count_resumed(self, row: Row) -> None:
         """Count a row kept from before a resume (its requests were spent by the earlier run)."""

@@ -6,8 +6,9 @@ Endpoints (the OpenAPI document at ``GET /openapi.json`` gives every field, :mod
 ``POST /v1/score``         score a proposed action before it runs: the gate's :class:`Confidence` as JSON (200)
 ``POST /v1/trajectories``  a finished trajectory: 202 once it is durable (``seq``); hindsight and bank update follow
 ``GET /v1/streams``        bank statistics of every stream (``/v1/streams/{stream}``: one; 404 if unknown)
-``GET /health``            liveness, version and uptime; 503 (and why) when the state directory cannot be written;
-                           never needs the token
+``GET /health``            liveness, version, uptime and the critic's state; 503 (and why) when the state directory
+                           cannot be written (``error``) or the critic keeps failing (``degraded``,
+                           :mod:`ceb.gate.health`); never needs the token
 ``GET /metrics``           Prometheus text format
 ``GET /openapi.json``      the OpenAPI 3.1 document
 =========================  ======================================================================================
@@ -49,12 +50,16 @@ from ceb.serve.openapi import openapi_document
 from ceb.serve.payloads import parse_score_request, parse_trajectory_request
 from ceb.version import __version__
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "GATE", "LOOPBACK", "check_bind", "make_app", "run_server"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "DRAIN_S", "GATE", "LOOPBACK", "check_bind", "make_app", "run_server"]
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 """Largest request body accepted, in bytes (a long trajectory with page states fits; 413 beyond)."""
+
+DRAIN_S = 60.0
+"""Seconds a stopping server (SIGINT, SIGTERM) waits for the requests in flight to be answered; past it they are
+cancelled (a trajectory cancelled before its 202 was not acknowledged, so its client's retry is safe)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,20 +226,27 @@ async def one_stream(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
-    """``GET /health``: liveness, and whether the state directory can be written (503 and why when not)."""
+    """``GET /health``: liveness, whether the state directory can be written and whether the critic answers.
+
+    ``status`` is ``error`` (503) when the state directory cannot be written, else ``degraded`` (503) when the
+    critic keeps failing (``critic.reason`` says why), else ``ok`` (200).
+    """
     gate = request.app[GATE]
     problem = await gate.state_problem()
+    critic = gate.critic_health
+    status = "error" if problem is not None else critic.status
     return _json(
         {
-            "status": "ok" if problem is None else "error",
+            "status": status,
             "state": problem,
+            "critic": critic.to_json(),
             "version": __version__,
             "method": gate.method.name,
             "streams": len(gate.streams),
             "durable": gate.state_dir is not None,
             "uptime_s": round(time.time() - gate.started, 3),
         },
-        status=200 if problem is None else 503,
+        status=200 if status == "ok" else 503,
     )
 
 
@@ -304,6 +316,12 @@ async def run_server(
 ) -> None:
     """Serve ``gate`` (entered by the caller) until SIGINT or SIGTERM.
 
+    Before listening it checks the critic's endpoint once (:meth:`Gate.check_critic <ceb.gate.Gate.check_critic>`):
+    one that cannot be reached is a warning naming it, and the gate serves degraded (the endpoint may come up after
+    the gate). On SIGINT or SIGTERM it stops accepting connections, lets the requests in flight finish (their
+    answers are sent, for up to :data:`DRAIN_S` seconds; a trajectory acknowledged is in the state directory
+    already) and returns.
+
     Args:
         gate: An entered gate.
         host: Interface to bind.
@@ -317,7 +335,15 @@ async def run_server(
         OSError: The address cannot be bound.
     """
     check_bind(host, token)
-    runner = web.AppRunner(make_app(gate, token=token, max_body_bytes=max_body_bytes), access_log=None)
+    problem = await gate.check_critic()
+    if problem is not None:
+        log.warning(
+            "the critic endpoint cannot be reached; serving anyway, every score is gate.on_failure until it answers",
+            endpoint=gate.critic_health.endpoint,
+            error=problem,
+        )
+    app = make_app(gate, token=token, max_body_bytes=max_body_bytes)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=DRAIN_S)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

@@ -35,7 +35,7 @@ _TOOL_CALL = {
     "type": "object",
     "description": "A tool call; the action becomes `name {arguments as canonical JSON}`.",
     "required": ["name"],
-    "properties": {"name": _STR, "arguments": {"type": ["object", "string", "array"]}},
+    "properties": {"name": _STR, "arguments": {"type": ["object", "string"]}},
 }
 
 _MESSAGE = {
@@ -210,11 +210,15 @@ def openapi_document() -> dict[str, Any]:
             },
             "/health": {
                 "get": {
-                    "summary": "Liveness (no token needed).",
+                    "summary": "Liveness and the critic's state (no token needed).",
                     "security": [],
                     "responses": {
-                        "200": ok("OK."),
-                        "503": ok("The state directory cannot be written; `state` says why."),
+                        "200": ok("OK: `status` is `ok`."),
+                        "503": ok(
+                            "`status` is `error`: the state directory cannot be written (`state` says why); or "
+                            "`degraded`: the critic keeps failing or was unreachable at start (`critic.reason`, "
+                            "`critic.endpoint`, `critic.consecutive_failures`, `critic.last_error`, `critic.since`)."
+                        ),
                     },
                 }
             },

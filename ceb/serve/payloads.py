@@ -14,23 +14,23 @@ A score request (``POST /v1/score``)::
        or "messages": [{"role": "system" | "user" | "assistant" | "tool", ...}, ...]   (OpenAI chat format),
      "actor_prompt": "..."}
 
-A tool call ``{name, arguments}`` becomes the action string ``name {arguments as canonical JSON}``: the form the
-bank keys and the critic reads, identical for identical calls however the client spelled the JSON.
+A tool call ``{name, arguments}`` becomes the action string ``name {arguments as canonical JSON}``
+(:func:`ceb.data.chat.tool_action`), and ``messages`` become the history by :func:`ceb.data.chat.chat_steps`: the one
+mapping of chat messages to steps, which ``ceb convert chat`` and ``ceb convert inspect`` use too.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
+from ceb.data.chat import chat_steps, tool_action
 from ceb.data.reader import DOMAIN, parse_step, parse_trajectory
 from ceb.data.sources import kind
 from ceb.data.trajectory import Step, Trajectory
 from ceb.errors import DataError, Problem, StreamValidationError
 from ceb.gate import StepContext, check_stream_name
 
-__all__ = ["MAX_HISTORY", "ScoreRequest", "parse_score_request", "parse_trajectory_request", "tool_action"]
+__all__ = ["MAX_HISTORY", "ScoreRequest", "parse_score_request", "parse_trajectory_request"]
 
 MAX_HISTORY = 1000
 """Most earlier steps (or messages) a score request may carry."""
@@ -77,35 +77,6 @@ def _string(body: dict[str, Any], key: str, *, required: bool, default: str | No
     if not isinstance(value, str):
         raise _problem(key, f"must be a string, got {kind(value)}")
     return value
-
-
-def tool_action(call: Any, field: str) -> str:
-    """The action string of a tool call ``{"name": ..., "arguments": {...} or "<JSON>"}``.
-
-    Raises:
-        DataError: ``name`` is missing or not a non-empty string, or ``arguments`` is neither an object nor a
-            string (names ``field.name`` / ``field.arguments``).
-    """
-    if not isinstance(call, dict):
-        raise _problem(field, f"must be a string or a tool call object {{name, arguments}}, got {kind(call)}")
-    if "function" in call and isinstance(call["function"], dict):  # OpenAI's {"type": "function", "function": ...}
-        call, field = call["function"], f"{field}.function"
-    unknown = sorted(set(call) - {"name", "arguments", "id", "type"})
-    if unknown:
-        raise _problem(f"{field}.{unknown[0]}", "unknown field; a tool call has name and arguments")
-    name = call.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise _problem(f"{field}.name", f"must be a non-empty string, got {kind(name)}")
-    args = call.get("arguments", {})
-    if isinstance(args, str):
-        try:
-            args = orjson.loads(args) if args.strip() else {}
-        except orjson.JSONDecodeError:
-            return f"{name} {args}"  # not JSON: kept as the agent wrote it
-    try:
-        return f"{name} {orjson.dumps(args, option=orjson.OPT_SORT_KEYS).decode()}"
-    except TypeError as exc:  # nests too deep for orjson
-        raise _problem(f"{field}.arguments", f"cannot be encoded: {exc}") from None
 
 
 def parse_score_request(body: Any) -> ScoreRequest:
@@ -170,61 +141,11 @@ def _history(raw: Any) -> list[Step]:
 
 
 def _from_messages(raw: Any) -> tuple[list[Step], str | None]:
-    """Earlier steps from an OpenAI-style chat, and its system prompt.
-
-    Each assistant tool call (or plain reply) is an action; the tool message answering it is its observation.
-    """
-    if not isinstance(raw, list):
-        raise _problem("messages", f"must be a list of chat messages, got {kind(raw)}")
-    if len(raw) > MAX_HISTORY:
+    """Earlier steps from an OpenAI-style chat (:func:`ceb.data.chat.chat_steps`), and its system prompt."""
+    if isinstance(raw, list) and len(raw) > MAX_HISTORY:
         raise _problem("messages", f"holds {len(raw)} messages; at most {MAX_HISTORY}")
-    steps: list[dict[str, Any]] = []
-    by_call: dict[str, dict[str, Any]] = {}
-    system: str | None = None
-    for i, m in enumerate(raw):
-        at = f"messages[{i}]"
-        if not isinstance(m, dict):
-            raise _problem(at, f"must be a message object, got {kind(m)}")
-        role = m.get("role")
-        content = m.get("content")
-        if content is not None and not isinstance(content, str):
-            content = _text_parts(content, f"{at}.content")
-        if role == "system" or role == "developer":
-            system = content if system is None else f"{system}\n{content or ''}"
-        elif role == "user":
-            continue  # the task and the user's turns: not steps of the agent
-        elif role == "assistant":
-            calls = m.get("tool_calls")
-            if calls is not None and not isinstance(calls, list):
-                raise _problem(f"{at}.tool_calls", f"must be a list, got {kind(calls)}")
-            if not calls:
-                if content:
-                    steps.append({"state": "", "action": content, "observation": ""})
-                continue
-            for j, call in enumerate(calls):
-                step = {"state": "", "action": tool_action(call, f"{at}.tool_calls[{j}]"), "observation": ""}
-                if content:
-                    step["reasoning"] = content
-                steps.append(step)
-                if isinstance(call, dict) and isinstance(call.get("id"), str):
-                    by_call[call["id"]] = step
-        elif role == "tool":
-            call_id = m.get("tool_call_id")
-            target = by_call.get(call_id) if isinstance(call_id, str) else (steps[-1] if steps else None)
-            if target is None:
-                raise _problem(f"{at}.tool_call_id", "answers no earlier assistant tool call")
-            target["observation"] += content or ""
-        else:
-            raise _problem(f"{at}.role", "must be system, developer, user, assistant or tool")
-    return [parse_step(s, f"messages[{i}]", _WHERE) for i, s in enumerate(steps)], system
-
-
-def _text_parts(content: Any, field: str) -> str:
-    """The text of a content-parts list (``[{"type": "text", "text": ...}]``); other parts are left out."""
-    if not isinstance(content, list):
-        raise _problem(field, f"must be a string or a list of content parts, got {kind(content)}")
-    texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-    return "\n".join(t for t in texts if isinstance(t, str))
+    chat = chat_steps(raw, path=_WHERE)
+    return list(chat.steps), chat.system
 
 
 def parse_trajectory_request(body: Any) -> tuple[str, Trajectory]:

@@ -24,8 +24,8 @@ BOUNDED_TEXT_MAX_CHARS = 128
 500). Longer free text is a list of such lines (``maxItems``), as CoT's reasoning is."""
 
 
-def bounded_text(max_chars: int) -> dict[str, Any]:
-    r"""The JSON Schema of a one-line free-text field of at most ``max_chars`` characters, as a ``pattern``.
+def bounded_text(max_chars: int, min_chars: int = 0) -> dict[str, Any]:
+    r"""The JSON Schema of a one-line free-text field of ``min_chars`` to ``max_chars`` characters, as a ``pattern``.
 
     A length bound is what closes a free-text field under guided decoding: without one a small model writes
     until its token budget ends ("1.1.1.1..."), and the reply is cut before the JSON closes. It is a ``pattern``
@@ -35,11 +35,14 @@ def bounded_text(max_chars: int) -> dict[str, Any]:
     ``pattern`` whichever way it is sent. xgrammar counts the characters of the JSON text, escapes included.
 
     Raises:
-        ValueError: ``max_chars`` is above :data:`BOUNDED_TEXT_MAX_CHARS` or below 1.
+        ValueError: ``max_chars`` is above :data:`BOUNDED_TEXT_MAX_CHARS` or below 1, or ``min_chars`` is not in
+            ``[0, max_chars]``.
     """
     if not 1 <= max_chars <= BOUNDED_TEXT_MAX_CHARS:
         raise ValueError(f"a bounded text field holds 1 to {BOUNDED_TEXT_MAX_CHARS} characters, not {max_chars}")
-    return {"type": "string", "pattern": f"^[^\\n]{{0,{max_chars}}}$"}
+    if not 0 <= min_chars <= max_chars:
+        raise ValueError(f"a bounded text field's least length must be in [0, {max_chars}], not {min_chars}")
+    return {"type": "string", "pattern": f"^[^\\n]{{{min_chars},{max_chars}}}$"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,27 @@ from ceb.stages.base import CallStats, HindsightResult
 from ceb.stages.parsing import parse_labels
 from ceb.stages.templates import PromptSet
 
-__all__ = ["LLMHindsight", "hindsight_context", "labels_schema", "majority_vote"]
+__all__ = [
+    "APPENDIX_TEMPLATE_DOMAINS",
+    "LLMHindsight",
+    "hindsight_context",
+    "labels_schema",
+    "majority_vote",
+    "shows_observations",
+]
+
+APPENDIX_TEMPLATE_DOMAINS = frozenset({"web", "mobile"})
+"""Domains whose hindsight prompt follows the paper's appendix template for web steps (operation, element, value,
+reasoning; no observation) unless ``hindsight.gui_observations`` is set."""
+
+
+def shows_observations(domain: str, settings: HindsightConfig | None = None) -> bool:
+    """Whether the hindsight labeller of ``domain`` sees each step's observation.
+
+    Web and mobile (:data:`APPENDIX_TEMPLATE_DOMAINS`): only with ``settings.gui_observations`` (issue 32: an
+    offline benchmark's observation was the human's reference action). Every other domain: always.
+    """
+    return domain not in APPENDIX_TEMPLATE_DOMAINS or (settings or HindsightConfig()).gui_observations
 
 
 def majority_vote(votes: Sequence[Sequence[int]]) -> tuple[tuple[float, ...], tuple[int, ...]]:
@@ -59,11 +79,16 @@ def labels_schema(n_steps: int) -> dict[str, Any]:
     }
 
 
-def hindsight_context(trajectory: Trajectory) -> dict[str, Any]:
-    """The template variables of the hindsight prompt: the task and every executed step."""
+def hindsight_context(trajectory: Trajectory, settings: HindsightConfig | None = None) -> dict[str, Any]:
+    """The template variables of the hindsight prompt: the task and every executed step.
+
+    ``show_observations`` is :func:`shows_observations` of the trajectory's domain under ``settings`` (the
+    defaults when ``None``); a template shows ``observation`` only when it is true.
+    """
     return {
         "task": trajectory.task,
         "n_steps": len(trajectory.steps),
+        "show_observations": shows_observations(trajectory.domain, settings),
         "steps": [
             {
                 "number": i + 1,
@@ -97,7 +122,7 @@ class LLMHindsight:
 
     def messages(self, trajectory: Trajectory) -> tuple[dict[str, str], ...]:
         """The ``(system, user)`` messages for ``trajectory``."""
-        return self.prompts.messages(trajectory.domain, "hindsight", hindsight_context(trajectory))
+        return self.prompts.messages(trajectory.domain, "hindsight", hindsight_context(trajectory, self.settings))
 
     def _request(self, messages: tuple[dict[str, str], ...], n_steps: int, v: int, n: int = 1) -> ChatRequest:
         return ChatRequest(

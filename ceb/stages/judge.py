@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ceb.backends.base import ChatBackend, ChatRequest
-from ceb.data.converters import REFERENCE_OBSERVATION
-from ceb.data.trajectory import Step, Trajectory
+from ceb.data.references import reference_actions
+from ceb.data.trajectory import Trajectory
 from ceb.stages.asking import Answer, ask
 from ceb.stages.baselines._common import render
 from ceb.stages.hindsight import labels_schema
@@ -33,7 +33,6 @@ __all__ = [
     "LLMJudge",
     "first_without_reference",
     "judge_context",
-    "reference_action",
 ]
 
 JUDGE_LABEL = "llm_judge"
@@ -49,24 +48,11 @@ JUDGE_MAX_TOKENS = 1024
 """Output budget of one reply: ``{"labels": [...]}`` costs about two tokens a step, so this holds ~500 steps."""
 
 
-def reference_action(step: Step) -> str | None:
-    """The dataset's reference action of ``step``, or ``None`` when the stream does not carry one.
-
-    The offline converters (Mind2Web, AMEX) write the human's recorded action as the observation,
-    ``"reference action executed: ..."`` (:data:`~ceb.data.converters.REFERENCE_OBSERVATION`); an executed
-    stream (InterCode) has the environment's output there instead, and no reference.
-    """
-    if not step.observation.startswith(REFERENCE_OBSERVATION):
-        return None
-    reference = step.observation[len(REFERENCE_OBSERVATION) :]
-    return reference if reference.strip() else None
-
-
 def first_without_reference(trajectories: Sequence[Trajectory]) -> tuple[Trajectory, int] | None:
     """The first trajectory with a step that has no reference action, and that step (0-based); ``None`` if none."""
     for trajectory in trajectories:
-        for t, step in enumerate(trajectory.steps):
-            if reference_action(step) is None:
+        for t, reference in enumerate(reference_actions(trajectory)):
+            if reference is None:
                 return trajectory, t
     return None
 
@@ -74,12 +60,14 @@ def first_without_reference(trajectories: Sequence[Trajectory]) -> tuple[Traject
 def judge_context(trajectory: Trajectory) -> dict[str, Any]:
     """The judge prompt's variables: the task and, per step, the action, the reference and the reasoning.
 
+    The reference is the human's recorded action (:func:`ceb.data.references.reference_actions`, from the
+    trajectory's ``meta``): the judge is the one model that sees it (it relabels for evaluation only).
+
     Raises:
         ValueError: A step has no reference action (check with :func:`first_without_reference` first).
     """
     steps = []
-    for i, s in enumerate(trajectory.steps):
-        reference = reference_action(s)
+    for i, (s, reference) in enumerate(zip(trajectory.steps, reference_actions(trajectory), strict=True)):
         if reference is None:
             raise ValueError(f"trajectory {trajectory.id!r} step {i} has no reference action")
         steps.append({"number": i + 1, "action": s.action, "reference": reference, "reasoning": s.reasoning})

@@ -30,11 +30,18 @@ reading, the command ran silently). A step is 0 when one of these holds, else 1:
 3. no change: its observation equals the previous step's observation;
 4. retried: the next action repeats it (same first 40 characters), i.e. the agent had to try again.
 
-Web and mobile (``web``, ``mobile``). An empty observation is no reading (offline benchmarks record no
-response; many web logs keep none): the step abstains. Otherwise, by what the observation holds:
+Web and mobile (``web``, ``mobile``). The labeller reads what the hindsight prompt shows, and the web and mobile
+prompt follows the paper's appendix template: operation, element, value and reasoning, no observation
+(:func:`~ceb.stages.hindsight.shows_observations`). Those alone carry no evidence these rules could read (an
+offline benchmark's page moves on along the human's path whatever the agent did), so by default every web and
+mobile step abstains ("hindsight shows no observation"), the bank stays empty and the offline critic stays at its
+prior. With ``hindsight.gui_observations`` the observations are shown and read. An empty observation is no
+reading (offline benchmarks record no response; many web logs keep none): the step abstains. Otherwise, by
+what the observation holds:
 
 - The executed reference action (``reference action executed: ...``, what the Mind2Web and AMEX converters
-  write, :data:`~ceb.data.converters.REFERENCE_OBSERVATION`): the episode moved on by the human's action, so
+  write with ``--observation reference`` only, :data:`~ceb.data.converters.REFERENCE_OBSERVATION`; it shows the
+  labeller the answer the labels are computed from, issue 32): the episode moved on by the human's action, so
   the step is 1 when the agent's action is that action, else 0. Web (Mind2Web's ``[tag] text -> OP: value``):
   the same operation (``HOVER`` and ``ENTER`` read as ``CLICK``, as the dataset reads them) on an element of
   the same text (case and white space folded) and, when the reference names an HTML tag rather than a role
@@ -42,9 +49,10 @@ response; many web logs keep none): the step abstains. Otherwise, by what the ob
   not. Mobile (AMEX's ``[TAP] (x, y) on [i] text``): the same action type and, for a tap the same element
   ``[i]`` of the screen, for typing the same text, for a swipe the same direction. It abstains when the
   reference names no element text (web) or touched no element (mobile), and when either action cannot be
-  read. These rules come close to the datasets' own step labels: the converters put the human's action in
-  ``o_t``, which hindsight may read and the critic scoring step ``t`` never sees (SCHEMA.md).
-- A page (a URL, page text or a screen description, as a user's own logs hold): 0 when it is an error page
+  read. These rules come close to the datasets' own step labels, which is why that observation mode is no
+  default.
+- A page (a URL, page text or a screen description, as a user's own logs hold, or the next page or screen the
+  converters write by default): 0 when it is an error page
   (:data:`ERROR_PAGE_PATTERN`, :data:`ERROR_URL_PATTERN`). Else it is compared with the previous step's
   observation, the page the action started from: for URLs, 1 when the URL changed ("navigated"), 0 when a
   click on a link left it unchanged, and no label when another action left it unchanged (typing or opening
@@ -66,17 +74,19 @@ from typing import NamedTuple
 
 import orjson
 
+from ceb.config import HindsightConfig
 from ceb.data.converters import REFERENCE_OBSERVATION
 from ceb.data.mind2web import canonical_op
 from ceb.data.trajectory import Step, Trajectory
 from ceb.stages.base import Abstention, CriticInput, CriticResult, HindsightResult
 from ceb.stages.critic import normalize_action, repetition_flag
-from ceb.stages.hindsight import majority_vote
+from ceb.stages.hindsight import majority_vote, shows_observations
 
 __all__ = [
     "ERROR_PAGE_PATTERN",
     "ERROR_PATTERN",
     "ERROR_URL_PATTERN",
+    "NO_OBSERVATION_SHOWN",
     "TERMINAL_DOMAINS",
     "OfflineCritic",
     "OfflineHindsight",
@@ -176,13 +186,25 @@ class OfflineCritic:
         return CriticResult(score=z, raw=raw)
 
 
-class OfflineHindsight:
-    """Rule-based hindsight labels from observations, abstaining without evidence (see the module docstring)."""
+NO_OBSERVATION_SHOWN = "hindsight shows no observation on web and mobile (hindsight.gui_observations)"
+"""Why every web and mobile step abstains by default (the module docstring)."""
 
-    @staticmethod
-    def rules(trajectory: Trajectory) -> list[Verdict]:
+
+class OfflineHindsight:
+    """Rule-based hindsight labels from observations, abstaining without evidence (see the module docstring).
+
+    Args:
+        settings: The labeller's settings; only ``gui_observations`` is read (the defaults when ``None``).
+    """
+
+    def __init__(self, settings: HindsightConfig | None = None) -> None:
+        self.settings = settings or HindsightConfig()
+
+    def rules(self, trajectory: Trajectory) -> list[Verdict]:
         """The :class:`Verdict` of each step, shape ``(T,)``; the rule set follows ``trajectory.domain``."""
         steps = trajectory.steps
+        if not shows_observations(trajectory.domain, self.settings):
+            return [Verdict(None, NO_OBSERVATION_SHOWN)] * len(steps)
         if trajectory.domain in _GUI_DOMAINS:
             return [_gui(trajectory.domain, steps, t) for t in range(len(steps))]
         repeats = _repeats(steps)

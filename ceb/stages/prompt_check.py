@@ -47,4 +47,4 @@ def check_prompts(config: RunConfig, domains: Sequence[str]) -> None:
                 repetition_flag=rho,
             )
             prompts.messages(d, "critic", critic_context(inp))
-        prompts.messages(d, "hindsight", hindsight_context(probe))
+        prompts.messages(d, "hindsight", hindsight_context(probe, config.hindsight))

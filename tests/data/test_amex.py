@@ -109,7 +109,8 @@ def test_converts_the_fixture_episodes(tmp_path: Path) -> None:
         "com.google.android.apps.maps",
     )
     assert alpha.task == "Search for pizza places nearby in Google Maps."
-    assert alpha.meta == {"episode_id": "ep_alpha", "file": str(EPISODES / "ep_alpha.json")}
+    assert alpha.meta.keys() == {"episode_id", "file", "reference_actions"}
+    assert (alpha.meta["episode_id"], alpha.meta["file"]) == ("ep_alpha", str(EPISODES / "ep_alpha.json"))
     # TAP inside the search bar; TYPE is not scored; TAP exactly on the result card's corner
     assert alpha.labels == (1, None, 1)
     # 1 px outside; the human's point is in no clickable box; PRESS_BACK for a TAP; SWIPE and
@@ -160,15 +161,25 @@ def test_actions_name_the_element_under_the_predicted_point(tmp_path: Path) -> N
     ]
 
 
-def test_observation_is_the_executed_reference_action(tmp_path: Path) -> None:
+def test_observation_is_the_next_screen_and_the_reference_an_explicit_option(tmp_path: Path) -> None:
     (stream,) = convert_amex(EPISODES, PREDICTIONS, tmp_path / "out")
     alpha, beta = read_stream([stream.path])
-
-    assert [s.observation for s in alpha.steps] == [
-        "reference action executed: [TAP] (540, 300) on [1] Search here",
-        'reference action executed: [TYPE] "pizza"',
-        "reference action executed: [TAP] (200, 1000) on [0] Joe's Pizza | 4.5 stars",
+    humans = [
+        "[TAP] (540, 300) on [1] Search here",
+        '[TYPE] "pizza"',
+        "[TAP] (200, 1000) on [0] Joe's Pizza | 4.5 stars",
     ]
+
+    # o_t is the screen after the step ran (step t+1's state), empty after the last one
+    assert [s.observation for s in alpha.steps] == [alpha.steps[1].state, alpha.steps[2].state, ""]
+    assert alpha.steps[1].state.startswith("screen 1080x2400 px; clickable elements:")
+    assert all("reference action" not in s.observation for t in (alpha, beta) for s in t.steps)
+    # the human's actions are kept for the judge in meta, which no stage sees
+    assert alpha.meta["reference_actions"] == humans
+
+    (ref,) = convert_amex(EPISODES, PREDICTIONS, tmp_path / "ref", observation="reference")
+    alpha, beta = read_stream([ref.path])
+    assert [s.observation for s in alpha.steps] == ["reference action executed: " + h for h in humans]
     assert beta.steps[2].observation == "reference action executed: [TAP] (540, 700) on [0] Dark theme"
 
     (empty,) = convert_amex(EPISODES, PREDICTIONS, tmp_path / "empty", observation="empty")

@@ -117,11 +117,11 @@ def test_an_unknown_converter_is_named(toy_registered: Registry[Converter]) -> N
 # --- the real converters ------------------------------------------------------------------------------
 
 
-def test_the_three_converters_are_registered() -> None:
-    assert CONVERTERS.names() == ["intercode", "mind2web", "amex"]  # declaration order
+def test_the_five_converters_are_registered() -> None:
+    assert CONVERTERS.names() == ["intercode", "mind2web", "amex", "chat", "inspect"]  # declaration order
 
 
-@pytest.mark.parametrize("name", ["amex", "intercode", "mind2web"])
+@pytest.mark.parametrize("name", ["amex", "intercode", "mind2web", "chat", "inspect"])
 def test_each_converter_takes_exactly_the_options_it_declares(name: str) -> None:
     converter = CONVERTERS.get(name)
     parameters = inspect.signature(converter.convert).parameters

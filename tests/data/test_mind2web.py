@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from ceb.data.mind2web import DEFAULT_DOM_CHARS, convert_mind2web, dom_snippet, mind2web_step_label
+from ceb.data.mind2web import CONVERTER, DEFAULT_DOM_CHARS, convert_mind2web, dom_snippet, mind2web_step_label
 from ceb.data.reader import read_stream
 from ceb.errors import ConfigError, DataError
 
@@ -87,7 +87,13 @@ def test_converts_the_fixtures_into_one_stream_per_actor(tmp_path: Path) -> None
         "jetblue",
         "Find one-way flights from New York to Boston in economy class.",
     )
-    assert a1.meta == {"annotation_id": "a1", "domain": "Travel", "subdomain": "Airlines", "file": str(TASKS_2)}
+    assert a1.meta == {
+        "annotation_id": "a1",
+        "domain": "Travel",
+        "subdomain": "Airlines",
+        "file": str(TASKS_2),
+        "reference_actions": load(TASKS_2)[0]["action_reprs"],
+    }
     # correct; wrong element; right element but wrong op (CLICK for SELECT)
     assert a1.labels == (1, 0, 0)
     # HOVER counts as the gold CLICK; no element chosen
@@ -115,19 +121,31 @@ def test_step_fields_come_from_the_prediction_and_the_page(tmp_path: Path) -> No
     assert b2.steps[1].element is None
 
 
-def test_state_is_the_page_and_observation_the_executed_reference(tmp_path: Path) -> None:
+def test_state_is_the_page_and_observation_the_next_page(tmp_path: Path) -> None:
     out = convert_mind2web(FIXTURES, PREDICTIONS, tmp_path / "out")
     a1, _ = read_stream([out[0].path])
     tasks = load(TASKS_2)
+    pages = [a["cleaned_html"] for a in tasks[0]["actions"]]
 
     # the fixture pages fit the default budget, so the state is the whole cleaned_html
-    assert [s.state for s in a1.steps] == [a["cleaned_html"] for a in tasks[0]["actions"]]
+    assert [s.state for s in a1.steps] == pages
+    # o_t is the page after the step ran (step t+1's state), empty after the last; never the human's action
+    assert [s.observation for s in a1.steps] == [pages[1], pages[2], ""]
+    # the human's actions are kept for the judge in meta, which no stage sees
+    assert a1.meta["reference_actions"] == tasks[0]["action_reprs"]
+
+
+def test_the_reference_observation_is_an_explicit_option(tmp_path: Path) -> None:
+    out = convert_mind2web(FIXTURES, PREDICTIONS, tmp_path / "out", observation="reference")
+    a1, _ = read_stream([out[0].path])
     # o_t is the reference action t (what moved the page on), never the next step's answer
     assert [s.observation for s in a1.steps] == [
         "reference action executed: [button]  Search flights -> CLICK",
         "reference action executed: [textbox]  Where from? -> TYPE: New York",
         "reference action executed: [combobox]  cabin -> SELECT: Economy",
     ]
+    help_text = next(o.help for o in CONVERTER.options if o.name == "observation")
+    assert "reference" in help_text and "SHOWS THE REFERENCE ANSWER" in help_text
 
 
 def test_gold_annotations_never_reach_a_state_or_an_action(tmp_path: Path) -> None:
@@ -153,6 +171,7 @@ def test_empty_observation_mode_needs_no_action_reprs(tmp_path: Path) -> None:
     (a1,) = read_stream([stream.path])
     assert [s.observation for s in a1.steps] == ["", "", ""]
     assert a1.labels == (1, 0, 0)
+    assert "reference_actions" not in a1.meta  # action_reprs were not read
 
 
 def test_a_json_list_of_predictions_and_a_default_actor(tmp_path: Path) -> None:

@@ -122,6 +122,81 @@ def test_a_missing_column_and_split_task_rows_are_refused(tmp_path: Path) -> Non
         convert_mind2web(rows_file(tmp_path, split_a1), PREDICTIONS, tmp_path / "out")
 
 
+def _reshard(tmp_path: Path, cuts: list[int]) -> Path:
+    """The Parquet fixture as the ``datasets`` library shards a split: equal row counts, cut at ``cuts`` (row
+    indices), whatever task a cut falls in; named like the Hub's shards."""
+    table = pq.read_table(PARQUET)
+    folder = tmp_path / "snapshot" / "data"
+    folder.mkdir(parents=True)
+    bounds = [0, *cuts, table.num_rows]
+    for k, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        pq.write_table(table.slice(lo, hi - lo), folder / f"test_task-{k:05d}-of-{len(bounds) - 1:05d}-abc.parquet")
+    return folder
+
+
+def _without_file(path: Path) -> list[bytes]:
+    """The stream's lines with each trajectory's ``meta.file`` left out (it names the file(s) a task came from)."""
+    lines = []
+    for line in path.read_bytes().splitlines():
+        record = orjson.loads(line)
+        record.get("meta", {}).pop("file", None)
+        lines.append(orjson.dumps(record))
+    return lines
+
+
+def test_hub_shards_cut_inside_a_task_convert_as_the_unsharded_file(tmp_path: Path) -> None:
+    """The ``datasets`` library cuts a split at equal row counts (test_task: 5 shards of about 268 rows), ignoring
+    task boundaries: a task's rows that run on into the next shard are joined (issue 34.1)."""
+    whole = convert_mind2web(PARQUET, PREDICTIONS, tmp_path / "whole")
+    # Rows: task a1 is rows 0-2, c3 row 3, b2 rows 4-5: cut inside a1 and inside b2.
+    sharded = _reshard(tmp_path, [1, 5])
+    hub = convert_mind2web(sharded, PREDICTIONS, tmp_path / "hub")
+    for w, h in zip(whole, hub, strict=True):
+        assert h.path.name == w.path.name
+        assert _without_file(h.path) == _without_file(w.path)
+        assert (h.trajectories, h.steps, h.positive_rate) == (w.trajectories, w.steps, w.positive_rate)
+    shards = sorted(str(p) for p in sharded.iterdir())
+    a1, b2 = read_stream([hub[0].path])
+    assert a1.meta["file"] == shards[:2] and b2.meta["file"] == shards[1:]
+    # A task whose rows are not consecutive is still refused, across shards too.
+    with pytest.raises(DataError, match="repeats"):
+        convert_mind2web([sharded, sharded], PREDICTIONS, tmp_path / "twice")
+
+
+def test_repeated_tasks_options_accumulate(tmp_path: Path) -> None:
+    """``--tasks`` given twice reads both (a second one used to replace the first, silently)."""
+    sharded = _reshard(tmp_path, [5])  # inside b2
+    first, second = sorted(sharded.iterdir())
+    result = CliRunner().invoke(
+        app,
+        ["convert", "mind2web", "--tasks", str(first), "--tasks", str(second), "--predictions", str(PREDICTIONS)]
+        + ["--out", str(tmp_path / "out")],
+    )
+    assert result.exit_code == 0, result.output
+    whole = convert_mind2web(PARQUET, PREDICTIONS, tmp_path / "whole")
+    for w in whole:
+        assert _without_file(tmp_path / "out" / w.path.name) == _without_file(w.path)
+    only_second = CliRunner().invoke(
+        app, ["convert", "mind2web", "--tasks", str(second), "--predictions", str(PREDICTIONS), "--out", "x"]
+    )
+    # Alone, the second shard holds the end of b2 only: refused, naming the file.
+    assert only_second.exit_code == 2 and str(second) in only_second.output
+
+
+def test_regenerate_reads_a_task_back_from_the_shards_it_spans(tmp_path: Path) -> None:
+    """``ceb regenerate`` reads each trajectory's task again from the files its meta names: for a task cut across
+    shards, those shards only, where the neighbouring tasks are cut too."""
+    from ceb.data.references import mind2web_references
+
+    sharded = _reshard(tmp_path, [1, 5])
+    (stream, _) = convert_mind2web(sharded, PREDICTIONS, tmp_path / "hub")
+    a1, b2 = read_stream([stream.path])
+    refs = mind2web_references([a1])
+    assert sorted(t for (tid, t) in refs if tid == a1.id) == [0, 1, 2]
+    refs = mind2web_references([b2])
+    assert sorted(t for (tid, t) in refs if tid == b2.id) == [0, 1]
+
+
 def test_the_layout_is_told_by_suffix_or_given(tmp_path: Path) -> None:
     odd = tmp_path / "tasks.data"
     odd.write_bytes(PARQUET.read_bytes())

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from ceb.data.amex import convert_amex
+from ceb.data.reader import read_stream
 from ceb.eval.deployment import oracle_task_success, selective_execution, task_success
 
 NAN = float("nan")
+AMEX = Path(__file__).resolve().parents[1] / "fixtures" / "amex"
 
 
 def test_selective_execution_on_four_steps() -> None:
@@ -53,18 +58,36 @@ def test_task_success_with_two_trajectories_and_oracle() -> None:
     assert oracle_task_success(y, traj).rates == pytest.approx((0.0, 1.0, 1.0, 1.0))
 
 
-def test_task_success_ties_and_dropped_trajectories() -> None:
+def test_task_success_ties_unlabelled_steps_and_dropped_trajectories() -> None:
     # Three tied steps, one wrong: reviewing 1 catches it with probability 1/3, reviewing 2 with 2/3.
-    # T2 has an unlabeled step and T3 a failed score: both dropped.
-    y = [0, 1, 1, 1, NAN, 0]
-    p = [0.5, 0.5, 0.5, 0.4, 0.3, NAN]
-    traj = ["T1", "T1", "T1", "T2", "T2", "T3"]
+    # T2's unlabelled step is not scored (T2 is judged on its one correct step); T3's labelled step has no score:
+    # dropped; T4 has no labelled step at all: left out.
+    y = [0, 1, 1, 1, NAN, 0, NAN]
+    p = [0.5, 0.5, 0.5, 0.4, 0.3, NAN, 0.2]
+    traj = ["T1", "T1", "T1", "T2", "T2", "T3", "T4"]
     got = task_success(y, p, traj, budgets=(0, 1, 2))
-    assert got.rates == pytest.approx((0.0, 1 / 3, 2 / 3))
-    assert (got.n_tasks, got.n_dropped) == (1, 2)
+    assert got.rates == pytest.approx((1 / 2, (1 / 3 + 1) / 2, (2 / 3 + 1) / 2))
+    assert (got.n_tasks, got.n_dropped, got.n_unlabelled) == (2, 1, 1)
     oracle = oracle_task_success(y, traj, budgets=(0, 1))
-    # Oracle needs no score: T3 counts (one wrong step), T2 is dropped for its missing label.
-    assert oracle.rates == pytest.approx((0.0, 1.0)) and oracle.n_tasks == 2
+    # Oracle needs no score: T3 counts (one wrong step), T2 counts on its labelled step.
+    assert oracle.rates == pytest.approx((1 / 3, 1.0)) and (oracle.n_tasks, oracle.n_unlabelled) == (3, 1)
+
+
+def test_task_success_on_an_amex_episode_scores_its_tap_steps_only(tmp_path: Path) -> None:
+    """AMEX labels TAP steps only (paper appendix): the all-steps-correct rule applies to them, and the reviewer's
+    budget goes to them; a TYPE, SWIPE or PRESS_BACK step neither fails nor drops its episode."""
+    (stream,) = convert_amex(AMEX / "instruction_anno", AMEX / "predictions.jsonl", tmp_path / "out")
+    alpha, beta = read_stream([stream.path])
+    assert alpha.labels == (1, None, 1) and beta.labels == (0, None, 0, None, None)
+    y = [NAN if v is None else float(v) for t in (alpha, beta) for v in t.labels]
+    traj = [t.id for t in (alpha, beta) for _ in t.steps]
+    # The least confident step of each episode is an unlabelled one: it must not take a review slot.
+    p = [0.9, 0.1, 0.8, 0.2, 0.05, 0.3, 0.01, 0.9]
+    got = task_success(y, p, traj, budgets=(0, 1, 2))
+    # alpha: both TAP steps right, a success without review; beta: two wrong TAP steps, fixed only with m = 2.
+    assert got.rates == pytest.approx((0.5, 0.5, 1.0))
+    assert (got.n_tasks, got.n_dropped, got.n_unlabelled) == (2, 0, 0)
+    assert oracle_task_success(y, traj, budgets=(0, 1, 2)).rates == pytest.approx((0.5, 0.5, 1.0))
 
 
 def test_task_success_all_correct_task_succeeds_without_review() -> None:

@@ -80,6 +80,27 @@ def test_comparable_masks_keep_steps_and_tasks_every_available_method_can_be_jud
     assert (kept, total) == (1, 2)
 
 
+def test_whole_task_masks_ignore_unlabelled_steps() -> None:
+    """A task is judged on its labelled steps: an unlabelled step (AMEX's non-TAP ones) neither drops its task nor
+    enters it; a labelled step without a score still drops the task, and a task with no label is left out."""
+    rows = [
+        _row("s", "ceb", "A", 0, 0.9, 1),
+        _row("s", "ceb", "A", 1, 0.3, None),
+        _row("s", "ceb", "B", 0, 0.4, None, position=1),
+        _row("s", "ceb", "C", 0, 0.4, 0, position=2),
+        _row("s", "ceb", "C", 1, 0.6, None, position=2),
+        _row("s", "static", "A", 0, 0.5, 1),
+        _row("s", "static", "A", 1, None, None, error="timeout"),
+        _row("s", "static", "B", 0, 0.5, None, position=1),
+        _row("s", "static", "C", 0, None, 0, position=2, error="timeout"),
+        _row("s", "static", "C", 1, 0.5, None, position=2),
+    ]
+    lanes = lanes_from_rows(step_rows(rows))
+    masks, kept, total = comparable_masks(lanes, whole_trajectories=True)
+    assert [m.tolist() for m in masks] == [[True, False, False, False, False], [True, False, False, False, False]]
+    assert (kept, total) == (1, 2)
+
+
 def test_reference_method_prefers_ceb_then_static() -> None:
     assert reference_method(["ppl", "static", "ceb"]) == "ceb"
     assert reference_method(["ppl", "static"]) == "static"

@@ -130,6 +130,13 @@ def test_report_end_to_end(tmp_path: Path) -> None:
     assert curves[("web_a", "ceb")]["task_counts"][-1] == 12
     assert curves[("web_a", "ceb")]["gap_orders"] == [0, 1]
     assert len(data["selective"]) == 6 and len(data["label_shift"]) == 2
+    # Table 1 against the judge's labels has reference rows of its own: the base rate is the judge labels' rate.
+    judge_refs = {(r["stream"], r["method"]): r for r in data["alt_references"]["judge"]}
+    shift = {s["stream"]: s["shift"] for s in data["label_shift"]}
+    rate = judge_refs[("web_a", "base-rate")]["metrics"]["positive_rate"]
+    assert rate == pytest.approx(shift["web_a"]["alt_positive_rate"])
+    assert judge_refs[("web_a", "base-rate")]["metrics"]["mean_score"] == pytest.approx(rate)
+    assert "*reference: step position*" in (out / "main-labels-judge.md").read_text()
     # Selective execution and task success compare methods on shared steps / tasks: one base rate per stream.
     for stream in ("web_a", "web_b"):
         base_rates = {r["retained_positive_rate"][0] for r in data["selective"] if r["stream"] == stream}

@@ -13,8 +13,8 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from ceb import Gate
+from ceb.data.chat import tool_action
 from ceb.serve.app import make_app
-from ceb.serve.payloads import tool_action
 from tests.examples import load_example
 
 ex = load_example("gate_http")

@@ -29,6 +29,8 @@ from ceb.data import write_stream
 from ceb.pipeline.rundir import RunDir
 from tests.support.builders import step, trajectory
 
+_NO_RAY = "Ray is not installed (pip install 'critic-experience-bank[ray]'); CI installs it"
+
 runner = CliRunner()
 
 TRAJECTORIES = 150
@@ -139,7 +141,7 @@ def test_an_interrupted_launch_keeps_the_parts_and_they_finish_by_hand(tmp_path:
     before the module's cluster starts (two at once on a 2-core machine only slow each other). The parts are then
     finished by hand, as docs/scale-out.md says, without Ray.
     """
-    pytest.importorskip("ray", reason="Ray is not installed (pip install 'ceb[ray]'); CI installs it")
+    pytest.importorskip("ray", reason=_NO_RAY)
     grid = _grid(tmp_path)
     out = tmp_path / "on-ray"
     code, output = _interrupted_launch(grid, out, signum, min_rows=40)
@@ -169,7 +171,7 @@ def test_an_interrupted_launch_keeps_the_parts_and_they_finish_by_hand(tmp_path:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[object]:
     """A local Ray cluster of 2 CPUs on loopback, for this module; ``ceb grid --ray`` in this process joins it."""
-    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'ceb[ray]'); CI installs it")
+    ray = pytest.importorskip("ray", reason=_NO_RAY)
     # Ray's own OOM killer off: on a machine whose memory others fill, it killed shard workers at random (each
     # retry resumed, but this test must know which worker died and why). A small object store: tasks return
     # a few numbers.
@@ -282,7 +284,7 @@ def test_without_ray_the_error_names_the_extra(tmp_path: Path, monkeypatch: pyte
     result = runner.invoke(app, ["grid", str(grid), "--ray", "local"])
     assert result.exit_code == EXIT_ERROR, result.output
     lines = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and "pip install 'ceb[ray]'" in lines[0], result.output
+    assert len(lines) == 1 and "pip install 'critic-experience-bank[ray]'" in lines[0], result.output
     assert not (tmp_path / "runs").exists()  # nothing was started
 
 

@@ -269,7 +269,7 @@ async def test_a_stream_without_reference_actions_is_refused_in_one_line(
     assert result.exit_code == EXIT_ERROR
     error = result.output.strip()
     assert error.count("\n") == 0 and error.startswith("error:")
-    assert f"{shell}:2 (trajectory 'bash/1', step 0): field steps[0].observation: no reference action" in error
+    assert f"{shell}:2 (trajectory 'bash/1', step 0): field meta.reference_actions[0]: no reference action" in error
     assert "cannot be regenerated" in error
     assert openai_server.requests == [] and openai_server.preflights == []
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +19,7 @@ from ceb.cli import app
 from ceb.cli._common import EXIT_ERROR, EXIT_FAILED
 from ceb.data import read_stream, write_stream
 from ceb.data.converters import REFERENCE_OBSERVATION
+from ceb.pipeline.relabel import JudgmentLog
 from ceb.stages.hindsight import labels_schema
 from tests.support.builders import step, trajectory
 from tests.support.openai_server import OpenAITestServer, Reply
@@ -22,6 +27,7 @@ from tests.support.openai_server import OpenAITestServer, Reply
 pytestmark = pytest.mark.anyio
 
 runner = CliRunner()
+RUN_PY = Path(__file__).resolve().parents[2] / "run.py"
 N_STEPS = re.compile(r"The agent's steps \((\d+)\)")
 REFERENCE = re.compile(r"reference action: (.*)")
 
@@ -105,7 +111,7 @@ async def test_a_stream_without_reference_actions_is_refused_in_one_line(
     assert result.exit_code == EXIT_ERROR
     error = result.output.strip()
     assert error.count("\n") == 0 and error.startswith("error:")
-    assert f"{shell}:2 (trajectory 'bash/1', step 1): field steps[1].observation: no reference action" in error
+    assert f"{shell}:2 (trajectory 'bash/1', step 1): field meta.reference_actions[1]: no reference action" in error
     assert not out.exists() and openai_server.requests == [] and openai_server.preflights == []
 
 
@@ -199,3 +205,117 @@ async def test_a_relabelled_mind2web_stream_scored_and_reported_shows_both_label
     assert data["main"] and data["alt_main"]["llm_judge"]  # metrics under both label sets
     table = (report / "label-shift.md").read_text()
     assert "| llm_judge | judged | 5 | 0.400 | 1.000 | 40.0 | 60.0 | 0.0 |" in table  # agreement, 0->1, 1->0 in %
+
+
+def long_stream(path: Path, n: int = 6, first_action: str = "[CLICK] <a> link 0") -> Path:
+    """``n`` one-step web trajectories ``t0 .. t{n-1}`` (with reference actions)."""
+    trajectories = [
+        trajectory(
+            f"t{i}",
+            step(first_action if i == 0 else f"[CLICK] <a> link {i}", f"{REFERENCE_OBSERVATION}[a] ref {i} -> CLICK"),
+            task=f"open link {i}",
+            domain="web",
+        )
+        for i in range(n)
+    ]
+    return write_stream(path, trajectories)
+
+
+async def test_a_killed_relabel_keeps_its_judgments_and_a_rerun_asks_only_the_rest(
+    tmp_path: Path, openai_server: OpenAITestServer
+) -> None:
+    stream = long_stream(tmp_path / "web.jsonl")
+    out = tmp_path / "judged" / "web.jsonl"
+    journal = out.with_name("web.jsonl.judgments.jsonl")
+
+    def slow_after_two(body: dict[str, Any], i: int) -> Reply:
+        return Reply('{"labels": [1]}', delay_s=0 if i < 2 else 60)  # the third hangs until the kill
+
+    openai_server.responder = slow_after_two
+    cmd = [sys.executable, str(RUN_PY), "relabel", str(stream), "--out", str(out), "--max-concurrency", "1"]
+    cmd += ["--base-url", openai_server.base_url, "--model", openai_server.model]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "NO_COLOR": "1"})
+    try:
+        with anyio.fail_after(60):
+            while len(openai_server.requests) < 3:  # two judged and recorded, the third in flight
+                await anyio.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        await anyio.to_thread.run_sync(proc.wait)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert not out.exists()
+    assert [orjson.loads(line)["trajectory"] for line in journal.read_bytes().splitlines()] == ["t0", "t1"]
+
+    # t0 changed since it was judged: its judgment answered another request, so it is asked again; t1 is not.
+    long_stream(stream, first_action="[CLICK] <a> another link")
+    openai_server.responder = lambda body, i: Reply('{"labels": [0]}')
+    asked_before = len(openai_server.requests)
+    result = await relabel(openai_server, str(stream), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    asked = [b["messages"][-1]["content"] for b in openai_server.requests[asked_before:]]
+    assert len(asked) == 5 and not any("open link 1" in a for a in asked)
+    assert (
+        "6 of 6 trajectories judged" in result.output
+        and "(1 judged by an earlier run, not asked again)" in result.output
+    )
+    got = {t.id: t.meta["alt_labels"]["llm_judge"] for t in read_stream([out])}
+    assert got == {"t0": [0], "t1": [1], "t2": [0], "t3": [0], "t4": [0], "t5": [0]}
+    assert not journal.exists()  # the output holds every judgment now
+
+    again = await relabel(openai_server, str(stream), "--out", str(out), "--overwrite")
+    assert again.exit_code == 0 and len(openai_server.requests) == asked_before + 5 + 6  # no journal: all asked
+
+
+async def test_an_out_that_is_a_directory_is_refused_before_any_request_naming_it(
+    tmp_path: Path, openai_server: OpenAITestServer
+) -> None:
+    stream = web_stream(tmp_path / "web.jsonl")
+    folder = tmp_path / "out"
+    folder.mkdir()
+    result = await relabel(openai_server, str(stream), "--out", str(folder), "--overwrite")
+    assert result.exit_code == EXIT_ERROR and f"{folder}: --out is a directory" in result.output
+    assert ".tmp" not in result.output and openai_server.requests == []
+
+
+def test_a_stream_that_cannot_be_moved_into_place_is_named_not_its_temporary_file(tmp_path: Path) -> None:
+    folder = tmp_path / "out.jsonl"
+    folder.mkdir()
+    with pytest.raises(IsADirectoryError) as caught:
+        write_stream(folder, [trajectory("t", step("ls", "a"))])
+    assert caught.value.filename == str(folder) and ".tmp" not in str(caught.value)
+    assert list(tmp_path.iterdir()) == [folder]  # no temporary file left behind
+
+
+async def test_a_trajectory_left_unjudged_is_the_only_one_asked_again_and_a_cut_journal_line_is_dropped(
+    tmp_path: Path, openai_server: OpenAITestServer
+) -> None:
+    stream = long_stream(tmp_path / "web.jsonl", n=4)
+    out = tmp_path / "web-judged.jsonl"
+    journal = tmp_path / "web-judged.jsonl.judgments.jsonl"
+    openai_server.responder = lambda body, i: Reply(
+        "?" if "open link 2" in body["messages"][1]["content"] else '{"labels": [1]}'
+    )
+    first = await relabel(openai_server, str(stream), "--out", str(out))
+    assert first.exit_code == 0 and "3 of 4 trajectories judged" in first.output
+    assert f"note: the judgments so far stay in {journal}" in first.output
+    with journal.open("ab") as f:
+        f.write(b'{"trajectory": "t2", "key": "')  # a write cut short by a kill
+    asked_before = len(openai_server.requests)
+    openai_server.responder = lambda body, i: Reply('{"labels": [0]}')
+    again = await relabel(openai_server, str(stream), "--out", str(out), "--overwrite")
+    assert again.exit_code == 0, again.output
+    asked = [b["messages"][1]["content"] for b in openai_server.requests[asked_before:]]
+    assert len(asked) == 1 and "open link 2" in asked[0]  # only the trajectory without a judgment
+    assert "(3 judged by an earlier run, not asked again)" in again.output
+    got = {t.id: t.meta["alt_labels"]["llm_judge"] for t in read_stream([out])}
+    assert got == {"t0": [1], "t1": [1], "t2": [0], "t3": [1]} and not journal.exists()
+
+
+def test_a_cut_journal_line_is_cut_off_before_the_next_judgment_is_appended(tmp_path: Path) -> None:
+    journal = JudgmentLog(tmp_path / "out.jsonl")
+    journal.path.write_bytes(b'{"trajectory": "t0", "key": "a", "labels": [1]}\n{"trajectory": "t1", "ke')
+    with journal.appender() as sink:
+        assert journal.read() == {("t0", "a"): (1,)}
+        sink.write(b'{"trajectory": "t2", "key": "c", "labels": [0, 1]}\n')
+    assert journal.read() == {("t0", "a"): (1,), ("t2", "c"): (0, 1)}  # not one damaged line holding t1 and t2

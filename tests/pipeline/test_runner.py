@@ -179,17 +179,22 @@ async def test_summary_counts_votes_per_stream_and_warns_when_the_pseudo_labels_
     assert doc["hindsight_votes"]["yes"] == {
         "votes_1": 72, "votes_0": 0, "votes_failed": 0, "pseudo_1": 24, "pseudo_0": 0
     }  # fmt: skip
-    assert [w.split(":")[0] for w in doc["warnings"]] == ["stream also", "stream yes"]
+    # The critic's one default score on 48 steps first, then each stream's one-class pseudo-labels.
+    heads = [w.split(":")[0] for w in doc["warnings"]]
+    assert heads == ["method ceb", "stream also, method ceb", "stream yes, method ceb"]
+    assert doc["warnings"][0].startswith("method ceb: its scores take 1 distinct value(s) (0.6) over 48 scored steps")
     assert doc["warnings"] == summary.warnings()
 
     stages, _ = llm_stages(scored, config)  # labels alternate 1, 0, 1 within each trajectory
     summary = await run_scoring({"mixed": stream(8)}, config, tmp_path / "b", stages=stages)
     assert summary.hindsight_votes["mixed"].pseudo_1 == 16 and summary.hindsight_votes["mixed"].pseudo_0 == 8
-    assert summary.warnings() == []
+    assert summary.warnings() == []  # 0.1 to 0.3 by step: three distinct scores
 
 
-async def test_a_short_run_is_not_flagged_one_class(tmp_path):
+@pytest.mark.parametrize(("steps", "flagged"), [(4, False), (5, True)])
+async def test_a_small_run_is_flagged_one_class_from_5_pseudo_labels(tmp_path, steps, flagged):
     config = load_config(overrides={"methods": ["ceb"], "ceb": {"votes": 3}})
     stages, _ = llm_stages(all_productive, config)
-    summary = await run_scoring({"s": stream(2)}, config, tmp_path, stages=stages)  # 6 pseudo-labels, under 20
-    assert summary.hindsight_votes["s"].pseudo_1 == 6 and summary.warnings() == []
+    summary = await run_scoring({"s": stream(1, steps)}, config, tmp_path, stages=stages)
+    assert summary.hindsight_votes["s"].pseudo_1 == steps
+    assert [w.split(":")[0] for w in summary.warnings()] == (["stream s, method ceb"] if flagged else [])

@@ -115,6 +115,16 @@ async def test_a_tool_call_and_openai_messages_are_read_as_actions_and_history(c
         (_score(stream="../../etc"), "stream"),
         (_score(action=""), "action"),
         (_score(action={"arguments": {}}), "action.name"),
+        (_score(action={"name": "bash", "arguments": 5}), "action.arguments"),
+        (_score(action={"name": "bash", "arguments": ["ls"]}), "action.arguments"),
+        (
+            _score(action={"type": "function", "function": {"name": "bash", "arguments": None}}),
+            "action.function.arguments",
+        ),
+        (
+            _score(messages=[{"role": "assistant", "tool_calls": [{"function": {"name": "ls", "arguments": 5}}]}]),
+            "messages[0].tool_calls[0].function.arguments",
+        ),
         (_score(domain="Web Pages"), "domain"),
         (_score(label=1), "label"),
         (_score(history=[{"state": "", "action": "ls"}]), "history[0].observation"),
@@ -186,6 +196,8 @@ async def test_health_metrics_and_openapi(client: Client) -> None:
     status, doc = await client.get("/openapi.json")
     assert status == 200 and doc["openapi"].startswith("3.1") and set(doc["paths"]) >= {"/v1/score", "/v1/trajectories"}
     assert doc["components"]["schemas"]["ScoreRequest"]["required"][:2] == ["stream", "trajectory_id"]
+    tool_call = doc["components"]["schemas"]["ScoreRequest"]["properties"]["action"]["oneOf"][1]
+    assert tool_call["properties"]["arguments"] == {"type": ["object", "string"]}  # what the service accepts
 
 
 async def test_a_token_is_required_when_set_except_for_health(tmp_path: Path) -> None:

@@ -1,4 +1,7 @@
-"""SIGKILL a real `ceb serve` under load, restart it: every acknowledged trajectory is banked, once even if resent."""
+"""SIGKILL or SIGTERM a real `ceb serve` under load, restart it: every acknowledged trajectory is banked, once.
+
+SIGTERM also answers the requests in flight before the process exits (0).
+"""
 
 from __future__ import annotations
 
@@ -12,9 +15,11 @@ from typing import Any
 
 import aiohttp
 import anyio
+import orjson
 import pytest
 
 from ceb.bank import BankJournal
+from tests.support.openai_server import OpenAITestServer, Reply
 
 pytestmark = pytest.mark.anyio
 
@@ -135,3 +140,87 @@ async def test_every_acknowledged_trajectory_survives_kill_9(tmp_path: Path, sna
     assert {s: a["accepted"] for s, a in after.items()} == {s: a["accepted"] for s, a in stats.items()}
     if snapshot_every:  # the banks did come back from snapshots
         assert all(b'"snapshot"' in (state / s / "bank.journal").read_bytes().split(b"\n")[1] for s in STREAMS)
+
+
+def _answer(body: dict[str, Any], i: int, delay_s: float) -> Reply:
+    """The critic (slow, so that scores are in flight) and the hindsight votes (one label per step)."""
+    schema = body["response_format"]["json_schema"]["schema"]
+    if "labels" in schema["properties"]:
+        n = schema["properties"]["labels"]["minItems"]
+        return Reply(orjson.dumps({"labels": [1] * n}).decode(), delay_s=delay_s / 4)
+    return Reply('{"score": 0.7, "reason": "ok"}', delay_s=delay_s)
+
+
+async def test_sigterm_answers_the_requests_in_flight_and_loses_no_acknowledged_trajectory(
+    tmp_path: Path, openai_server: OpenAITestServer
+) -> None:
+    state = tmp_path / "state"
+    log = tmp_path / "serve.log"
+    openai_server.responder = lambda body, i: _answer(body, i, delay_s=1.5)
+    endpoint = ("--backend", "openai", "--base-url", openai_server.base_url, "--model", openai_server.model)
+    proc, url = _start(state, log, *endpoint)
+    acked: list[str] = []
+    stop = anyio.Event()
+    scores: list[int | str] = []
+
+    async def one_score(session: aiohttp.ClientSession, n: int) -> None:
+        body = {"stream": "alpha", "trajectory_id": f"s-{n}", "task": "t", "domain": "shell", "action": f"ls {n}"}
+        try:
+            async with session.post(f"{url}/v1/score", json=body) as r:
+                scores.append(r.status if r.status != 200 else (await r.json())["status"])
+        except (aiohttp.ClientError, ConnectionError) as exc:
+            scores.append(repr(exc))
+
+    def critic_calls() -> int:
+        return sum(
+            "labels" not in b["response_format"]["json_schema"]["schema"]["properties"] for b in openai_server.requests
+        )
+
+    try:
+        async with anyio.create_task_group() as tg, aiohttp.ClientSession() as session:
+            tg.start_soon(_load, url, acked, stop)  # trajectories acknowledged while hindsight runs behind
+            with anyio.fail_after(60):
+                while len(acked) < 30:
+                    await anyio.sleep(0.05)
+                before = critic_calls()
+                for n in range(6):
+                    tg.start_soon(one_score, session, n)
+                while critic_calls() < before + 6:  # each of the six waits on the critic, inside the server
+                    await anyio.sleep(0.01)
+            proc.send_signal(signal.SIGTERM)
+            with anyio.fail_after(60):
+                await anyio.to_thread.run_sync(proc.wait)
+            stop.set()
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, log.read_text()
+    assert scores == ["scored"] * 6, scores  # drained: every score in flight was answered, none cut off
+
+    openai_server.responder = lambda body, i: _answer(body, i, delay_s=0)
+    proc, url = _start(state, log, *endpoint)
+    try:
+        async with aiohttp.ClientSession() as session:
+            with anyio.fail_after(60):
+                while True:
+                    async with session.get(f"{url}/v1/streams") as r:
+                        stats = (await r.json())["streams"]
+                    if set(STREAMS) <= set(stats) and all(s["pending"] == 0 for s in stats.values()):
+                        break
+                    await anyio.sleep(0.05)
+            replays = []
+            for tid in acked:
+                stream, i = tid.rsplit("-", 1)
+                async with session.post(f"{url}/v1/trajectories", json=_trajectory(stream, int(i))) as r:
+                    replays.append((r.status, r.headers.get("Idempotent-Replayed")))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert proc.returncode == 0, log.read_text()
+
+    banked: Counter[tuple[str, int]] = Counter()
+    for stream in STREAMS:
+        with BankJournal.open(state / stream / "bank.journal") as journal:
+            banked.update((r.trajectory_id, r.step) for r in journal.bank.records)
+    assert {tid for tid, _ in banked} >= set(acked)  # every acknowledged trajectory is in its bank
+    assert set(banked.values()) == {1}  # and once
+    assert set(replays) == {(202, "true")} and len(replays) == len(acked)

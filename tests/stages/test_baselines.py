@@ -498,8 +498,31 @@ async def test_cot_rescales_the_stated_confidence(openai_server: OpenAITestServe
     assert schema["schema"]["properties"]["confidence"] == {"type": "integer", "minimum": 0, "maximum": 100}
     assert list(schema["schema"]["properties"]) == ["reasoning", "confidence"]
     # The reasoning's length bound survives OpenAI's strict cut as a pattern, so the reply closes in this mode.
-    line = {"type": "string", "pattern": "^[^\\n]{0,100}$"}
-    assert schema["schema"]["properties"]["reasoning"] == {"type": "array", "items": line, "maxItems": 12}
+    # At least one non-empty step: without the lower bounds SmolLM2-135M skipped the reasoning on 14 of 16 steps.
+    line = {"type": "string", "pattern": "^[^\\n]{1,100}$"}
+    assert schema["schema"]["properties"]["reasoning"] == {
+        "type": "array",
+        "items": line,
+        "minItems": 1,
+        "maxItems": 12,
+    }
+
+
+@pytest.mark.parametrize(
+    ("reply", "valid"),
+    [
+        ({"reasoning": [], "confidence": 0}, False),
+        ({"reasoning": [""], "confidence": 0}, False),
+        ({"reasoning": ["the file exists"], "confidence": 80}, True),
+        ({"reasoning": ["x"] * 13, "confidence": 80}, False),
+    ],
+)
+def test_cot_schema_demands_some_reasoning(reply: dict[str, object], valid: bool) -> None:
+    import jsonschema
+
+    from ceb.stages.baselines.cot import COT_SCHEMA
+
+    assert jsonschema.Draft202012Validator(COT_SCHEMA).is_valid(reply) is valid
 
 
 async def test_cot_reads_the_structured_reply(openai_server: OpenAITestServer, backend: OpenAIBackend) -> None:

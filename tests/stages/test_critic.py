@@ -113,6 +113,17 @@ def test_static_critic_prompt_has_no_precedent_block_and_empty_bank_says_so():
     assert "the bank has no records yet" in empty
 
 
+@pytest.mark.parametrize("domain", ["shell", "sql", "web", "mobile", "generic"])
+def test_static_critic_system_prompt_mentions_no_precedents(domain: str) -> None:
+    """The bank-free critic is never given precedents, so its instructions must not describe any (issue 32.8)."""
+    critic, _ = _critic(default_reply)
+    static = critic.messages(_input(use_bank=False, retrieval=Retrieval(), domain=domain))[0]["content"]
+    assert "precedent" not in static.casefold() and "bank" not in static.casefold()
+    assert "(a) If you scored an earlier step" in static and "(b) If you scored an earlier step low" in static
+    with_bank = critic.messages(_input(domain=domain))[0]["content"]
+    assert "precedents from OTHER" in with_bank and "(d) If you scored an earlier step low" in with_bank
+
+
 async def test_critic_asks_for_structured_json_at_temperature_zero():
     critic, chat = _critic(default_reply)
     res = await critic.score(_input())

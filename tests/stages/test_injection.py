@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from ceb.backends.base import RetryPolicy
 from ceb.backends.scripted import ScriptedChat
 from ceb.bank import BankRecord, Hit, Retrieval
-from ceb.config import CriticConfig, PromptConfig
+from ceb.config import CriticConfig, HindsightConfig, PromptConfig
 from ceb.data.converters import REFERENCE_OBSERVATION
 from ceb.data.trajectory import Step, Trajectory
 from ceb.stages import (
@@ -181,7 +181,9 @@ def render(stage: str, domain: str, field: str, text: str) -> tuple[dict[str, st
         put_j, _ = JUDGE_FIELDS[field]
         return LLMJudge(ScriptedChat(lambda request: ""), PROMPTS).messages(put_j(judged_trajectory(domain), text))
     put_h, _ = HINDSIGHT_FIELDS[field]
-    return PROMPTS.messages(domain, "hindsight", hindsight_context(put_h(trajectory(domain), text)))
+    # Observations shown on web and mobile too (hindsight.gui_observations): every field the opt-in shows is fenced.
+    shown = HindsightConfig(gui_observations=True)
+    return PROMPTS.messages(domain, "hindsight", hindsight_context(put_h(trajectory(domain), text), shown))
 
 
 def budget(stage: str, field: str) -> int:

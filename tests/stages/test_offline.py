@@ -7,11 +7,11 @@ import orjson
 import pytest
 
 from ceb.bank import Bank, BankRecord, Hit, Retrieval
-from ceb.config import load_config
+from ceb.config import HindsightConfig, load_config
 from ceb.data import Step, Trajectory, convert_amex, convert_intercode, convert_mind2web, read_stream
 from ceb.pipeline import read_rows, run_scoring
 from ceb.stages import CriticInput
-from ceb.stages.offline import OfflineCritic, OfflineHindsight
+from ceb.stages.offline import NO_OBSERVATION_SHOWN, OfflineCritic, OfflineHindsight
 from tests.support.builders import step, trajectory
 from tests.support.paths import INTERCODE
 
@@ -21,6 +21,9 @@ AMEX = FIXTURES / "amex"
 SORTED = orjson.OPT_SORT_KEYS
 
 pytestmark = pytest.mark.anyio
+
+SHOWN = OfflineHindsight(HindsightConfig(gui_observations=True))
+"""The labeller with web and mobile observations shown (``hindsight.gui_observations``); the default hides them."""
 
 
 def hit(label: int, sim: float) -> Hit:
@@ -68,7 +71,7 @@ def test_offline_hindsight_rules():
         step("wc -l a.py ", "3 a.py"),  # repeat
         step("grep foo a.py", "foo"),  # productive
     )
-    assert OfflineHindsight.rules(t) == [(1, ""), (0, "error"), (0, "repeat"), (0, "retried"), (0, "repeat"), (1, "")]
+    assert SHOWN.rules(t) == [(1, ""), (0, "error"), (0, "repeat"), (0, "retried"), (0, "repeat"), (1, "")]
 
 
 async def test_offline_hindsight_votes_are_identical_copies():
@@ -80,7 +83,7 @@ async def test_offline_hindsight_votes_are_identical_copies():
 def test_offline_stages_never_read_labels_or_rewards():
     a = trajectory("x", step("ls", "a", label=1, reward=1.0), step("pwd", "/", label=0, reward=0.0))
     b = trajectory("x", step("ls", "a", label=0, reward=0.0), step("pwd", "/", label=1, reward=0.9))
-    assert OfflineHindsight.rules(a) == OfflineHindsight.rules(b)
+    assert SHOWN.rules(a) == SHOWN.rules(b)
 
 
 # --- abstention --------------------------------------------------------------------------------------
@@ -97,9 +100,9 @@ def mobile(tid: str, *steps: Step, task: str = "Turn on dark mode in Settings.")
 def test_web_and_mobile_steps_without_an_observation_get_no_label():
     # Two empty observations are equal: the shell "no change" rule used to call every later step unproductive.
     t = web("w", step("[CLICK] <button> Search flights", ""), step("[TYPE] <input> From -> Boston", " \n"))
-    assert OfflineHindsight.rules(t) == [(None, "no observation"), (None, "no observation")]
+    assert SHOWN.rules(t) == [(None, "no observation"), (None, "no observation")]
     m = mobile("m", step("[TAP] (540, 300) on [1] Display", ""), step("[PRESS_BACK]", ""))
-    assert [v.label for v in OfflineHindsight.rules(m)] == [None, None]
+    assert [v.label for v in SHOWN.rules(m)] == [None, None]
 
 
 def test_other_domains_abstain_on_empty_observations_and_keep_the_text_rules():
@@ -110,7 +113,7 @@ def test_other_domains_abstain_on_empty_observations_and_keep_the_text_rules():
         step("open result 2", "Flight JB 123"),
         domain="travel",
     )
-    assert OfflineHindsight.rules(t) == [(None, "no observation"), (0, "error"), (1, "")]
+    assert SHOWN.rules(t) == [(None, "no observation"), (0, "error"), (1, "")]
 
 
 async def test_label_leaves_abstained_steps_out_of_the_votes_and_says_why():
@@ -120,11 +123,11 @@ async def test_label_leaves_abstained_steps_out_of_the_votes_and_says_why():
         step("[CLICK] <a> Deals", "reference action executed: [link]  Deals -> CLICK"),
         step("[CLICK] <a> Sign in", "reference action executed: [button]  Search -> CLICK"),
     )
-    res = await OfflineHindsight().label(t, 5)
+    res = await SHOWN.label(t, 5)
     assert res.votes == ((1, 0),) * 5 and res.pseudo_labels == (1, 0) and res.failed_votes == 0
     assert res.abstained == ({"step": 0, "reason": "no observation"},)
     assert res.labelled_steps(3) == [1, 2]
-    none = await OfflineHindsight().label(web("e", step("[CLICK] <a> Deals", "")), 3)
+    none = await SHOWN.label(web("e", step("[CLICK] <a> Deals", "")), 3)
     assert none.votes == ((), (), ()) and none.pseudo_labels == () and none.labelled_steps(1) == []
 
 
@@ -142,7 +145,7 @@ def empty_web_stream(n: int = 6) -> list[Trajectory]:
 
 
 async def test_a_stream_without_evidence_banks_nothing_and_the_critic_keeps_its_prior(tmp_path):
-    config = load_config(overrides={"methods": ["ceb"], "ceb": {"votes": 3}})
+    config = load_config(overrides={"methods": ["ceb"], "ceb": {"votes": 3}, "hindsight": {"gui_observations": True}})
     summary = await run_scoring({"s": empty_web_stream()}, config, tmp_path)
     assert summary.trajectories_not_banked == 6 and summary.steps_abstained == 18 and summary.votes_failed == 0
     assert not Bank.load(tmp_path / "banks" / "s__ceb.json").records
@@ -162,7 +165,7 @@ async def test_only_the_steps_with_evidence_enter_the_bank(tmp_path):
         step("[CLICK] <button> Search flights", "", label=1),
         step("[CLICK] <a> Deals", "reference action executed: [link]  Deals -> CLICK", label=1),
     )
-    config = load_config(overrides={"methods": ["ceb"], "ceb": {"votes": 3}})
+    config = load_config(overrides={"methods": ["ceb"], "ceb": {"votes": 3}, "hindsight": {"gui_observations": True}})
     summary = await run_scoring({"s": [t]}, config, tmp_path)
     assert summary.trajectories_not_banked == 0 and summary.steps_abstained == 1
     bank = Bank.load(tmp_path / "banks" / "s__ceb.json")
@@ -189,7 +192,14 @@ def mixed_web_stream() -> list[Trajectory]:
 
 
 async def test_resumed_runs_reproduce_abstentions_and_banks(tmp_path):
-    config = load_config(overrides={"methods": ["ceb", "static"], "ceb": {"votes": 3}, "orders": 2})
+    config = load_config(
+        overrides={
+            "methods": ["ceb", "static"],
+            "ceb": {"votes": 3},
+            "orders": 2,
+            "hindsight": {"gui_observations": True},
+        }
+    )
     streams = {"web": mixed_web_stream(), "empty": empty_web_stream(4)}
     await run_scoring(streams, config, tmp_path / "full")
     full = {name: sorted_rows(tmp_path / "full" / name) for name in ("scores.jsonl", "hindsight.jsonl")}
@@ -228,12 +238,29 @@ def sorted_rows(path) -> list[bytes]:
 # --- web and mobile rules on converted fixtures ----------------------------------------------------------
 
 
-def test_web_rules_compare_the_agents_action_with_the_executed_reference(tmp_path):
+def test_web_and_mobile_steps_abstain_by_default_as_the_prompt_shows_no_observation(tmp_path):
+    # The converters' default observation is the next page or screen; the paper's web hindsight template shows no
+    # observation, so the offline labeller must not read one either: nothing is banked.
     convert_mind2web(M2W, M2W / "predictions.jsonl", tmp_path)
-    got = {
-        t.id: [tuple(v) for v in OfflineHindsight.rules(t.blinded())]
-        for t in read_stream(sorted(tmp_path.glob("*.jsonl")))
-    }
+    convert_amex(AMEX / "instruction_anno", AMEX / "predictions.jsonl", tmp_path, elements=AMEX / "element_anno")
+    default = OfflineHindsight()
+    verdicts = [v for t in read_stream(sorted(tmp_path.glob("*.jsonl"))) for v in default.rules(t.blinded())]
+    assert len(verdicts) == 15 and set(verdicts) == {(None, NO_OBSERVATION_SHOWN)}
+    # Shell keeps its rules: a command's output is what its hindsight prompt shows.
+    assert default.rules(trajectory("s", step("ls", "error: no such file"))) == [(0, "error")]
+
+
+def test_web_rules_read_the_next_page_when_observations_are_shown(tmp_path):
+    convert_mind2web(M2W, M2W / "predictions.jsonl", tmp_path)
+    (a1, b2, qwen) = read_stream(sorted(tmp_path.glob("*.jsonl")))
+    # o_t is step t+1's page: a page that changed is progress, the last step has no page after it.
+    assert [v.label for v in SHOWN.rules(a1.blinded())] == [None, 1, None]
+    assert SHOWN.rules(a1.blinded())[2] == (None, "no observation")
+
+
+def test_web_rules_compare_the_agents_action_with_the_executed_reference(tmp_path):
+    convert_mind2web(M2W, M2W / "predictions.jsonl", tmp_path, observation="reference")
+    got = {t.id: [tuple(v) for v in SHOWN.rules(t.blinded())] for t in read_stream(sorted(tmp_path.glob("*.jsonl")))}
     assert got == {
         # CLICK on "Search flights" = the reference's CLICK on "Search flights".
         # TYPE into "Where to?", the reference typed into "Where from?".
@@ -248,7 +275,7 @@ def test_web_rules_compare_the_agents_action_with_the_executed_reference(tmp_pat
 
 def test_web_rules_abstain_when_the_converter_writes_no_observation(tmp_path):
     convert_mind2web(M2W, M2W / "predictions.jsonl", tmp_path, observation="empty")
-    verdicts = [v for t in read_stream(sorted(tmp_path.glob("*.jsonl"))) for v in OfflineHindsight.rules(t)]
+    verdicts = [v for t in read_stream(sorted(tmp_path.glob("*.jsonl"))) for v in SHOWN.rules(t)]
     assert len(verdicts) == 7 and set(verdicts) == {(None, "no observation")}
 
 
@@ -265,7 +292,7 @@ def test_web_reference_rule_edge_cases():
         step("[SELECT] <select> Sort by -> Price", ref + "[combobox]  Sort by -> SELECT: Price: Low to High"),
         step("[CLICK] <button> Search", ref + "a free-text note"),
     )
-    assert OfflineHindsight.rules(t) == [
+    assert SHOWN.rules(t) == [
         (None, "reference names no element text"),
         (1, "reference action"),
         (1, "reference action"),
@@ -275,11 +302,14 @@ def test_web_reference_rule_edge_cases():
 
 
 def test_mobile_rules_compare_the_agents_action_with_the_executed_reference(tmp_path):
-    convert_amex(AMEX / "instruction_anno", AMEX / "predictions.jsonl", tmp_path, elements=AMEX / "element_anno")
-    got = {
-        t.id: [tuple(v) for v in OfflineHindsight.rules(t.blinded())]
-        for t in read_stream(sorted(tmp_path.glob("*.jsonl")))
-    }
+    convert_amex(
+        AMEX / "instruction_anno",
+        AMEX / "predictions.jsonl",
+        tmp_path,
+        elements=AMEX / "element_anno",
+        observation="reference",
+    )
+    got = {t.id: [tuple(v) for v in SHOWN.rules(t.blinded())] for t in read_stream(sorted(tmp_path.glob("*.jsonl")))}
     assert got == {
         # A tap on element [1] like the human's; the same typed text; a tap on element [0] like the human's.
         "amex/gpt-4.1/ep_alpha": [(1, "reference action"), (1, "reference action"), (1, "reference action")],
@@ -303,7 +333,7 @@ def test_mobile_reference_rule_reads_swipes_and_typing():
         step('[TYPE] "dark"', ref + '[TYPE] "dark mode"'),
         step("[TAP] (100, 100) on [3] Wi-Fi", ref + "[TAP] (100, 900) on [7] Display"),
     )
-    assert OfflineHindsight.rules(t) == [
+    assert SHOWN.rules(t) == [
         (0, "other direction"),
         (1, "reference action"),
         (1, "reference action"),
@@ -323,7 +353,7 @@ def test_page_rules_read_urls_and_page_text():
         step("[CLICK] <button> Next", ""),
         step("[CLICK] <a> Home", "https://www.jetblue.com/"),  # the previous page is unknown
     )
-    assert OfflineHindsight.rules(t) == [
+    assert SHOWN.rules(t) == [
         (None, "no earlier page to compare with"),
         (1, "navigated"),
         (None, "URL unchanged; the action need not navigate"),
@@ -339,7 +369,7 @@ def test_page_rules_read_urls_and_page_text():
         step("[TAP] (540, 2300) on [9] (no text)", "screen: Display | Dark theme | Font size"),
         step("[TAP] (540, 700) on [1] Dark theme", "Unfortunately, Settings has stopped."),
     )
-    assert OfflineHindsight.rules(screens) == [
+    assert SHOWN.rules(screens) == [
         (None, "no earlier page to compare with"),
         (1, "page changed"),
         (0, "no change"),
@@ -371,7 +401,7 @@ def intercode(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Trajectory]
     ],
 )
 def test_terminal_rules_label_real_intercode_trajectories_as_before(intercode, tid, expected):
-    assert OfflineHindsight.rules(intercode[tid].blinded()) == expected
+    assert SHOWN.rules(intercode[tid].blinded()) == expected
 
 
 async def test_the_repeat_rule_folds_each_action_once(monkeypatch):
@@ -389,7 +419,7 @@ async def test_the_repeat_rule_folds_each_action_once(monkeypatch):
     monkeypatch.setattr(offline, "normalize_action", counted)
     n = 2000
     steps = [step(f"cat file{t}", f"line {t}") for t in range(n)]
-    fired = OfflineHindsight.rules(trajectory("long", *steps))
+    fired = SHOWN.rules(trajectory("long", *steps))
     # The retried rule folds the next action for its 40-character prefix: two more folds per step at most.
     assert calls <= 3 * n
     assert [v.rule for v in fired] == [""] * n
@@ -405,4 +435,4 @@ def test_the_repeat_rule_flags_a_folded_repeat_of_any_earlier_action():
         step("LS   -LA", "e"),  # four steps later, folded: a repeat, however far back
         step("cat  X ", "f"),
     )
-    assert [v.rule for v in OfflineHindsight.rules(t)] == ["", "", "", "", "repeat", "repeat"]
+    assert [v.rule for v in SHOWN.rules(t)] == ["", "", "", "", "repeat", "repeat"]

@@ -92,8 +92,10 @@ def test_bank_tokens_are_the_precedent_sections_share():
     static = counter.count(_input(0, use_bank=False))
     assert static.bank == 0 and static.input == _tokens(critic.messages(_input(0, use_bank=False)))
     costs = [counter.count(_input(k)) for k in (0, 1, 2, 5)]
-    # With the bank on, the input is the bank-free prompt plus the section.
-    assert all(c.input - c.bank == static.input for c in costs)
+    # With the bank on, the input is a fixed overhead plus the section: the bank-free prompt, and the system
+    # prompt's description of precedents (which the static critic's system prompt leaves out), not counted as bank.
+    overhead = {c.input - c.bank for c in costs}
+    assert len(overhead) == 1 and static.input < overhead.pop() < static.input + 200
     # An empty bank still shows the section's heading and its "no records yet" line.
     assert costs[0].bank > 0
     # Each extra pair of precedents costs about the same (the records differ only in their numbers).

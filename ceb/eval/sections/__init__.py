@@ -4,7 +4,7 @@ Adding a section is a function decorated with :func:`section` in a module of thi
 where it belongs (``tests/eval/test_report_sections.py`` shows it).
 """
 
-from ceb.eval.sections import appendix, averaging, calibration, deployment
+from ceb.eval.sections import appendix, averaging, calibration, deployment, paired
 from ceb.eval.sections.base import SECTIONS, ReportContext, ReportWriter, Section, registered_sections, section
 
 __all__ = [
@@ -16,12 +16,14 @@ __all__ = [
     "averaging",
     "calibration",
     "deployment",
+    "paired",
     "registered_sections",
     "section",
 ]
 
 for _name, _section in (
     ("main-results", calibration.main_results),
+    ("paired-differences", paired.paired),
     ("stream-averaging", averaging.stream_averaging_section),
     ("depth", calibration.depth),
     ("reliability", calibration.reliability),

@@ -1,4 +1,4 @@
-"""Report section 2: multi-order stream averaging, its table and cumulative-ECE figures."""
+"""Report section: multi-order stream averaging, its table and cumulative-ECE figures."""
 
 from __future__ import annotations
 

@@ -116,6 +116,8 @@ class ReportContext:
         methods: The run's methods the catalogue knows, resolved over ``settings``.
         rows: The main table's metric rows (filled in by section 1).
         headline: Each (critic, method)'s headline row (filled in by section 1).
+        references: The reference rules' lanes, per (stream, critic) (:mod:`ceb.eval.reference_rules`; section 1).
+        reference_rows: Their metric rows, per stream and pooled (section 1).
     """
 
     run: Path
@@ -129,12 +131,14 @@ class ReportContext:
     methods: Mapping[str, ResolvedMethod]
     rows: list[MetricRow] = field(default_factory=list)
     headline: dict[tuple[str, str], MetricRow] = field(default_factory=dict)
+    references: list[ScoredLane] = field(default_factory=list)
+    reference_rows: list[MetricRow] = field(default_factory=list)
 
 
 SectionFn = Callable[[ReportWriter, ReportContext], None]
 """A section: writes its part of ``report.md`` (and its files) through the writer."""
 
-_YIELDED = frozenset({"rows", "headline"})
+_YIELDED = frozenset({"rows", "headline", "references", "reference_rows"})
 _INPUTS = frozenset(f.name for f in fields(ReportContext)) - _YIELDED
 
 
@@ -242,7 +246,7 @@ def metric_json(r: MetricRow) -> dict[str, Any]:
 
 
 def drawn(methods: Iterable[str]) -> set[str]:
-    """The methods figures draw: all but the V / k sweep cells, which have their own tables (sections 10-12).
+    """The methods figures draw: all but the V / k sweep cells, which have their own tables (the sweep sections).
 
     A figure of 30 curves reads as none; when only sweep cells ran, they are drawn.
     """

@@ -11,6 +11,7 @@ from ceb.eval.calibration import DepthBucket, LabelShift, depth_calibration, lab
 from ceb.eval.lanes import alt_label_names, base_lanes, reference_method, relabel
 from ceb.eval.metrics import ReliabilityBins, ece, reliability_bins
 from ceb.eval.plots import plot_depth, plot_reliability
+from ceb.eval.reference_rules import REPETITION_FLAG, reference_lanes, reference_rows, repetition_flags
 from ceb.eval.sections.base import (
     ReportContext,
     ReportWriter,
@@ -29,23 +30,34 @@ __all__ = ["depth", "label_shift_section", "main_results", "reliability"]
 
 
 @section(
-    "Main results (Table 1, section 4.2)", needs=("lanes", "n_bins", "n_boot", "seed"), yields=("rows", "headline")
+    "Main results (Table 1, section 4.2)",
+    needs=("run", "lanes", "base", "n_bins", "n_boot", "seed"),
+    yields=("rows", "headline", "references", "reference_rows"),
 )
 def main_results(rep: ReportWriter, ctx: ReportContext) -> None:
-    """Report section: Main results (Table 1, section 4.2)."""
+    """Report section: Table 1 (section 4.2), with the reference rows (:mod:`ceb.eval.reference_rules`)."""
     lanes, n_bins, n_boot, seed = ctx.lanes, ctx.n_bins, ctx.n_boot, ctx.seed
     rep.intro(
         "ECE (equal width), Brier and AUC per stream and critic, with each method pooled over streams when it "
         "ran on more than one. Bold marks the best value per column within a critic block (lower is better for "
-        "ECE and Brier, higher for AUC).",
+        "ECE and Brier, higher for AUC). Each block closes with reference rows (italic, beyond the paper): rules "
+        "without a model on the same labelled steps, which a method should beat; they never compete for bold.",
     )
     rows = metric_rows(lanes, n_bins=n_bins, n_boot=n_boot, seed=seed)
+    flags = repetition_flags(RunDir(ctx.run))
+    references = reference_lanes(ctx.base, flags)
+    ref_rows = reference_rows(references, n_bins=n_bins, n_boot=n_boot, seed=seed)
     notes = na_notes(rows)
-    rep.table(main_table(rows, notes=notes))
-    rep.table(metric_detail_table(rows))
+    missing = [f"no {REPETITION_FLAG} reference on {stream}: {why}" for stream, why in flags.missing.items()]
+    rep.table(main_table(rows, notes=[*notes, *missing], references=ref_rows))
+    rep.table(metric_detail_table(rows, references=ref_rows))
     rep.data["main"] = [metric_json(r) for r in rows]
+    rep.data["references"] = [metric_json(r) | {"reference": True} for r in ref_rows]
+    rep.data["references_missing"] = {REPETITION_FLAG: dict(flags.missing)} if flags.missing else {}
     ctx.rows = rows
     ctx.headline = headline_rows(rows)
+    ctx.references = references
+    ctx.reference_rows = ref_rows
 
 
 @section("Calibration by within-trajectory depth (Figure 1)", needs=("base", "n_bins", "colors"))
@@ -117,7 +129,7 @@ def reliability(rep: ReportWriter, ctx: ReportContext) -> None:
     ]
 
 
-@section("LLM-as-judge label shift (appendix A)", needs=("lanes", "n_bins", "n_boot", "seed"))
+@section("LLM-as-judge label shift (appendix A)", needs=("run", "lanes", "n_bins", "n_boot", "seed"))
 def label_shift_section(rep: ReportWriter, ctx: ReportContext) -> None:
     """Report section: LLM-as-judge label shift (appendix A)."""
     lanes, n_bins, n_boot, seed = ctx.lanes, ctx.n_bins, ctx.n_boot, ctx.seed
@@ -146,9 +158,15 @@ def label_shift_section(rep: ReportWriter, ctx: ReportContext) -> None:
         {"stream": s, "order": orders[(s, c)], "critic": c, "labels": name, "shift": None if v is None else asdict(v)}
         for (s, c, name), v in shifts.items()
     ]
+    flags = repetition_flags(RunDir(ctx.run))
+    rep.data["alt_references"] = {}
     for name in names:
         rows = metric_rows([relabel(lane, name) for lane in lanes], n_bins=n_bins, n_boot=n_boot, seed=seed)
+        # The reference rules scored against these labels (the base rate is theirs), on the steps they label.
+        refs = reference_lanes([relabel(lane, name) for lane in base], flags)
+        ref_rows = reference_rows(refs, n_bins=n_bins, n_boot=n_boot, seed=seed)
         label = f"main-{rep.slug('labels', name)}"
         caption = f"Step-level confidence estimation against the alternative labels '{name}' (ECE, Brier, AUC)."
-        rep.table(main_table(rows, caption=caption, label=label, notes=na_notes(rows)))
+        rep.table(main_table(rows, caption=caption, label=label, notes=na_notes(rows), references=ref_rows))
         rep.data["alt_main"][name] = [metric_json(r) for r in rows]
+        rep.data["alt_references"][name] = [metric_json(r) | {"reference": True} for r in ref_rows]

@@ -84,8 +84,9 @@ def task_success_section(rep: ReportWriter, ctx: ReportContext) -> None:
         "A task succeeds when all its steps are correct after its m lowest-confidence steps are reviewed and "
         "fixed (ties broken uniformly at random, expected rate reported); Oracle reviews exactly the wrong steps "
         "(success iff at most m are wrong), using the step labels of the reference method (CEB, else Static). "
-        "All methods of a stream are evaluated on the tasks whose every step every method scored and that carry "
-        "labels throughout; other tasks are left out and counted.",
+        "A task is judged on its labelled steps (AMEX labels TAP steps only; an unlabelled step neither fails nor "
+        "drops its task). All methods of a stream are evaluated on the tasks whose every labelled step every "
+        "method scored; other tasks are left out and counted.",
     )
     success: dict[tuple[str, str, str], TaskSuccess] = {}
     oracle: dict[tuple[str, str], TaskSuccess] = {}

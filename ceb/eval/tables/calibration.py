@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 from ceb.eval.bootstrap import Interval
 from ceb.eval.calibration import DepthBucket, LabelShift, MetricRow
 from ceb.eval.lanes import POOLED
-from ceb.eval.tables._common import AUC, BRIER, ECE, grid
+from ceb.eval.reference_rules import REFERENCE_NOTES, REFERENCES, is_reference, reference_label
+from ceb.eval.tables._common import AUC, BRIER, ECE, grid, metric_cells
 from ceb.eval.tables.model import Block, Cell, Column, Row, Table, method_label, method_sort_key
 from ceb.pipeline.rundir import RunDir
 
@@ -15,15 +16,22 @@ __all__ = ["depth_table", "label_shift_table", "main_table", "metric_detail_tabl
 
 
 def main_table(
-    rows: Sequence[MetricRow], *, caption: str | None = None, label: str = "main", notes: Sequence[str] = ()
+    rows: Sequence[MetricRow],
+    *,
+    caption: str | None = None,
+    label: str = "main",
+    notes: Sequence[str] = (),
+    references: Sequence[MetricRow] = (),
 ) -> Table:
     """The paper's Table 1: ECE, Brier and AUC per stream (column groups) and critic (blocks).
 
     Pooled rows (``stream == POOLED``) become a last column group named ``"pooled"``. Methods with no
-    numbers print ``n/a``.
+    numbers print ``n/a``. ``references`` (:func:`ceb.eval.reference_rules.reference_rows`) close each critic's block
+    as reference rows: italic, never bold, a note under the table saying what each is.
     """
     by_key = {(r.stream, r.critic, r.method): r for r in rows}
     keys = [k for k in by_key if k[0] != POOLED] + [k for k in by_key if k[0] == POOLED]
+    ref_key = {(r.stream, r.critic, r.method): r for r in references}
 
     def cells(stream: str, critic: str, method: str) -> tuple[Cell, ...] | None:
         row = by_key.get((stream, critic, method))
@@ -32,29 +40,50 @@ def main_table(
         s = row.summary
         return (Cell(s.ece), Cell(s.brier), Cell(s.auroc))
 
+    def reference_rows(critic: str, streams: Sequence[str]) -> list[Row]:
+        out = []
+        for name in REFERENCES:
+            found = [ref_key.get((stream, critic, name)) for stream in streams]
+            if any(found):
+                cells = tuple(c for r in found for c in metric_cells(r))
+                out.append(Row(reference_label(name), cells, compete=False))
+        return out
+
     table = grid(
         keys,
         (ECE, BRIER, AUC),
         cells,
+        extra_rows=reference_rows if references else None,
         caption=caption
         or (
             "Step-level confidence estimation: ECE (equal width), Brier and AUC per stream, in the first stream "
             f"order; pooled: all streams of that order, each step once (mean and sd over orders: {RunDir.METRICS})."
         ),
         label=label,
-        notes=notes,
+        notes=[*notes, *reference_notes(references)],
     )
     groups = tuple(("pooled" if g == POOLED else g, cols) for g, cols in table.groups)
     return Table(table.caption, table.label, groups, table.blocks, notes=table.notes)
 
 
 def metric_detail_table(
-    rows: Sequence[MetricRow], *, caption: str | None = None, label: str = "main-ci", notes: Sequence[str] = ()
+    rows: Sequence[MetricRow],
+    *,
+    caption: str | None = None,
+    label: str = "main-ci",
+    notes: Sequence[str] = (),
+    references: Sequence[MetricRow] = (),
 ) -> Table:
-    """Every metric row with its counts and 95% bootstrap intervals; one block per (stream, critic)."""
+    """Every metric row with its counts and 95% bootstrap intervals; one block per (stream, critic).
+
+    ``references`` close the block of their (stream, critic) as reference rows (never bold).
+    """
     blocks: dict[tuple[str, str], list[MetricRow]] = {}
     for r in rows:
         blocks.setdefault((r.stream, r.critic), []).append(r)
+    refs: dict[tuple[str, str], list[MetricRow]] = {}
+    for r in references:
+        refs.setdefault((r.stream, r.critic), []).append(r)
     columns = (
         Column("steps", digits=0),
         Column("failed", digits=0),
@@ -66,7 +95,9 @@ def metric_detail_table(
     out = []
     for (stream, critic), group in blocks.items():
         block_rows = []
-        for r in sorted(group, key=lambda x: method_sort_key(x.method)):
+        ordered = sorted(group, key=lambda x: method_sort_key(x.method))
+        ordered += sorted(refs.get((stream, critic), []), key=lambda x: REFERENCES.index(x.method))
+        for r in ordered:
             s, ci = r.summary, r.ci
             counts = (Cell(r.n), Cell(r.failed), Cell(r.n_trajectories))
             if s is None:
@@ -77,7 +108,10 @@ def metric_detail_table(
                     Cell(s.brier, *_bounds(ci.brier if ci else None)),
                     Cell(s.auroc, *_bounds(ci.auroc if ci else None)),
                 )
-            block_rows.append(Row(method_label(r.method), counts + metrics))
+            if is_reference(r.method):
+                block_rows.append(Row(reference_label(r.method), counts + metrics, compete=False))
+            else:
+                block_rows.append(Row(method_label(r.method), counts + metrics))
         name = "pooled" if stream == POOLED else stream
         out.append(Block(f"{name} / {critic}" if critic else name, tuple(block_rows)))
     return Table(
@@ -86,8 +120,21 @@ def metric_detail_table(
         groups=(("", columns),),
         blocks=tuple(out),
         block_header="Stream",
-        notes=tuple(notes),
+        notes=(*notes, *reference_notes(references)),
     )
+
+
+def reference_notes(references: Sequence[MetricRow]) -> list[str]:
+    """A note naming the reference rows present and what each is (:data:`ceb.eval.reference_rules.REFERENCE_NOTES`)."""
+    present = {r.method for r in references}
+    described = [f"{reference_label(m)}: {REFERENCE_NOTES[m]}" for m in REFERENCES if m in present]
+    if not described:
+        return []
+    return [
+        "Reference rows (italic) are rules to compare with, not methods, and are never bold. "
+        + "; ".join(described)
+        + "."
+    ]
 
 
 def _bounds(interval: Interval | None) -> tuple[float | None, float | None]:

@@ -42,16 +42,23 @@ compile a string bound that long (:data:`~ceb.stages.asking.BOUNDED_TEXT_MAX_CHA
 COT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "reasoning": {"type": "array", "items": bounded_text(COT_STEP_MAX_CHARS), "maxItems": COT_REASONING_STEPS},
+        "reasoning": {
+            "type": "array",
+            "items": bounded_text(COT_STEP_MAX_CHARS, min_chars=1),
+            "minItems": 1,
+            "maxItems": COT_REASONING_STEPS,
+        },
         "confidence": {"type": "integer", "minimum": 0, "maximum": 100},
     },
     "required": ["reasoning", "confidence"],
     "additionalProperties": False,
 }
 """The CoT reply under structure: the reasoning steps first, so the confidence is still stated after them, then the
-confidence in percent. Where the server enforces it (``json_schema`` and ``vllm`` modes), the reasoning ends
-within its bound and the final confidence cannot be missing or out of range; elsewhere the free-text reply is
-read by :func:`parse_confidence_line`, which reads both forms."""
+confidence in percent. Where the server enforces it (``json_schema`` and ``vllm`` modes), the reasoning holds at
+least one non-empty step and ends within its bound, and the final confidence cannot be missing or out of range;
+elsewhere the free-text reply is read by :func:`parse_confidence_line`, which reads both forms. Without the lower
+bounds a small model skips the chain of thought the method is named for: SmolLM2-135M answered
+``{"reasoning": [], "confidence": 0}`` on 14 of 16 steps."""
 
 # "Confidence: 73", "**Confidence:** 73%", "Final confidence (0-100) = 73", and the JSON form
 # {"confidence": 73} a re-ask may get: the word, up to 20 other characters on the same line, ":" or "=",
@@ -177,5 +184,7 @@ METHOD = register_method(
         use_repetition_flag=False,
         critic=build,
         needs=("chat",),
+        uses=("structured_output", "schema_bounds"),
+        fallback="the last 'Confidence: c' line of a free-text reply is read",
     )
 )

@@ -7,11 +7,12 @@ from collections.abc import Sequence
 
 from ceb.backends.base import ChatBackend, TokenLogprob
 from ceb.config import BaselineConfig, RunConfig
-from ceb.stages.assembly import Stages, actor_chat, prompt_set
+from ceb.stages.assembly import Stages, actor_chat, prompt_set, shared_statistics
 from ceb.stages.base import CallStats, Critic, CriticInput, CriticResult
 from ceb.stages.baselines._common import evidence, not_available
 from ceb.stages.baselines.teacher_forcing import teacher_force
 from ceb.stages.methods import MethodSpec, register_method
+from ceb.stages.statistics import SharedStatistics
 from ceb.stages.templates import PromptSet
 
 __all__ = ["MeanEntropyCritic", "top_k_entropy"]
@@ -60,12 +61,21 @@ class MeanEntropyCritic:
         actor: The actor's endpoint, or ``None``.
         prompts: Templates of the actor prompt used for teacher forcing.
         settings: ``prompt_logprobs`` (K) and ``me_surprisal`` are read.
+        shared: Where the teacher-forced log-probs are shared with PPL and PRO (:mod:`ceb.stages.statistics`);
+            ``None`` asks for them on its own.
     """
 
-    def __init__(self, actor: ChatBackend | None, prompts: PromptSet, settings: BaselineConfig | None = None) -> None:
+    def __init__(
+        self,
+        actor: ChatBackend | None,
+        prompts: PromptSet,
+        settings: BaselineConfig | None = None,
+        shared: SharedStatistics | None = None,
+    ) -> None:
         self.actor = actor
         self.prompts = prompts
         self.settings = settings or BaselineConfig()
+        self.shared = shared
 
     async def score(self, inp: CriticInput) -> CriticResult:
         """Return ``exp(-H_mean)`` of ``inp.action`` under the actor; never raises for one step's failure.
@@ -74,7 +84,7 @@ class MeanEntropyCritic:
             FatalBackendError: The actor endpoint refuses every request.
         """
         if self.actor is not None:
-            forced = await teacher_force(self.actor, self.prompts, inp, self.settings.prompt_logprobs)
+            forced = await teacher_force(self.actor, self.prompts, inp, self.settings.prompt_logprobs, self.shared)
             if forced.span is None:
                 return forced.failure()
             return self._from_span(forced.span, forced.stats)
@@ -108,7 +118,9 @@ class MeanEntropyCritic:
 
 def build(config: RunConfig, stages: Stages) -> Critic:
     """ME over the actor's endpoint, or over the stream's ``actor_logprobs`` alone."""
-    return MeanEntropyCritic(actor_chat(config, stages), prompt_set(config), config.baselines)
+    return MeanEntropyCritic(
+        actor_chat(config, stages), prompt_set(config), config.baselines, shared_statistics(config, stages)
+    )
 
 
 METHOD = register_method(

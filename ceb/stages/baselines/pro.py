@@ -8,11 +8,12 @@ from dataclasses import replace
 
 from ceb.backends.base import ChatBackend, ChatRequest, TokenLogprob
 from ceb.config import BaselineConfig, RunConfig
-from ceb.stages.assembly import Stages, actor_chat, prompt_set
+from ceb.stages.assembly import Stages, actor_chat, prompt_set, shared_statistics
 from ceb.stages.base import Critic, CriticInput, CriticResult
 from ceb.stages.baselines._common import actor_messages, evidence, need_chat, not_available, send
 from ceb.stages.baselines.teacher_forcing import teacher_force
 from ceb.stages.methods import MethodSpec, register_method
+from ceb.stages.statistics import SharedStatistics
 from ceb.stages.templates import PromptSet
 
 __all__ = ["SAMPLE_SLACK_TOKENS", "PROCritic", "action_key", "sample_budget", "softmax_weight"]
@@ -65,7 +66,8 @@ class PROCritic:
        sequence log-prob is the sum of the log-probs of every token the server reports for it; samples without
        log-probs are dropped.
     2. Score the frozen action by teacher forcing
-       (:func:`~ceb.stages.baselines.teacher_forcing.teacher_force`, as for PPL): the sum over its span.
+       (:func:`~ceb.stages.baselines.teacher_forcing.teacher_force`, as for PPL, and the same request, shared with
+       PPL and ME when they run too): the sum over its span.
     3. Deduplicate by :func:`action_key`: the frozen action's class keeps the frozen action's own log-prob
        (samples equal to it add nothing), and each other class keeps its first sample's log-prob.
     4. ``s = exp(l_a) / sum_c exp(l_c)`` over the distinct classes ``c`` (:func:`softmax_weight`).
@@ -82,12 +84,21 @@ class PROCritic:
         prompts: Templates of the actor prompt.
         settings: ``pro_samples``, ``pro_temperature``, ``pro_max_tokens`` (each sample's budget, further cut to
             the frozen action's length by :func:`sample_budget`) and ``prompt_logprobs`` are read.
+        shared: Where the teacher-forced log-probs are shared with PPL and ME (:mod:`ceb.stages.statistics`);
+            ``None`` asks for them on its own.
     """
 
-    def __init__(self, actor: ChatBackend, prompts: PromptSet, settings: BaselineConfig | None = None) -> None:
+    def __init__(
+        self,
+        actor: ChatBackend,
+        prompts: PromptSet,
+        settings: BaselineConfig | None = None,
+        shared: SharedStatistics | None = None,
+    ) -> None:
         self.actor = actor
         self.prompts = prompts
         self.settings = settings or BaselineConfig()
+        self.shared = shared
 
     def sample_request(self, inp: CriticInput) -> ChatRequest:
         """The request that samples ``N`` actions with their log-probs for ``inp``."""
@@ -114,7 +125,7 @@ class PROCritic:
         samples = [(text, _sequence_logprob(lps)) for text, lps in zip(c.texts, per_choice, strict=False) if lps]
         if not samples:
             return not_available("the endpoint returned no log-probs for the sampled actions", stats=sent.stats)
-        forced = await teacher_force(self.actor, self.prompts, inp, self.settings.prompt_logprobs)
+        forced = await teacher_force(self.actor, self.prompts, inp, self.settings.prompt_logprobs, self.shared)
         stats = sent.stats + forced.stats
         if forced.span is None:
             return replace(forced.failure(), stats=stats)
@@ -137,7 +148,9 @@ class PROCritic:
 
 def build(config: RunConfig, stages: Stages) -> Critic:
     """PRO over the actor's endpoint."""
-    return PROCritic(need_chat(actor_chat(config, stages)), prompt_set(config), config.baselines)
+    return PROCritic(
+        need_chat(actor_chat(config, stages)), prompt_set(config), config.baselines, shared_statistics(config, stages)
+    )
 
 
 METHOD = register_method(

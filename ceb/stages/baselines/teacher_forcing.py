@@ -3,18 +3,22 @@
 The frozen action is put into the actor's conversation as the start of its own reply, and the endpoint is
 asked for the log-probability of every prompt token (vLLM's ``prompt_logprobs``) with the reply left open
 (``continue_final_message``), so the rendered prompt ends with the action's tokens. The action's span is then
-found at the end of the prompt by its text (:func:`action_span`). PPL, ME and PRO read their numbers from it.
-Only vLLM-style servers implement these fields; elsewhere the step is reported as not available.
+found at the end of the prompt by its text (:func:`action_span`). PPL, ME and PRO read their numbers from it,
+from one request per step (:mod:`ceb.stages.statistics`). Only vLLM-style servers implement these fields;
+elsewhere the step is reported as not available.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import orjson
 
 from ceb.backends.base import ChatBackend, ChatRequest, TokenLogprob
 from ceb.stages.base import NOT_AVAILABLE, CallStats, CriticInput, CriticResult
 from ceb.stages.baselines._common import actor_messages, continuation_extra, send
+from ceb.stages.statistics import SharedStatistics
 from ceb.stages.templates import PromptSet
 
 __all__ = ["ForcedAction", "action_span", "teacher_force", "teacher_forcing_request"]
@@ -113,12 +117,36 @@ class ForcedAction:
         return CriticResult(score=None, raw="", error=self.error, stats=self.stats, available=self.available)
 
 
-async def teacher_force(actor: ChatBackend, prompts: PromptSet, inp: CriticInput, top_k: int) -> ForcedAction:
+async def teacher_force(
+    actor: ChatBackend,
+    prompts: PromptSet,
+    inp: CriticInput,
+    top_k: int,
+    shared: SharedStatistics | None = None,
+) -> ForcedAction:
     """Score ``inp.action`` under the actor by teacher forcing (module docstring) and cut out its span.
+
+    Args:
+        actor: The actor's endpoint.
+        prompts: Templates of the actor prompt.
+        inp: The step.
+        top_k: ``prompt_logprobs``: the top alternatives listed per prompt token.
+        shared: Where the methods of one run share the statistic (:mod:`ceb.stages.statistics`): the request is
+            sent once per step and endpoint, whichever of PPL, ME and PRO asks first; a reader of another's
+            fetch gets the same span with a request-free cost. ``None`` sends it every time.
 
     Raises:
         FatalBackendError: The endpoint refuses every request.
     """
+    if shared is None:
+        return await _teacher_force(actor, prompts, inp, top_k)
+    request = teacher_forcing_request(prompts, inp, top_k)
+    key = ("teacher_forcing", id(actor), orjson.dumps([request.messages, request.extra, request.max_tokens]))
+    forced, fetched_here = await shared.get(key, lambda: _teacher_force(actor, prompts, inp, top_k))
+    return forced if fetched_here else replace(forced, stats=CallStats())
+
+
+async def _teacher_force(actor: ChatBackend, prompts: PromptSet, inp: CriticInput, top_k: int) -> ForcedAction:
     sent = await send(actor, teacher_forcing_request(prompts, inp, top_k))
     if sent.completion is None:
         return ForcedAction(None, sent.stats, sent.error, available=sent.available)

@@ -1,0 +1,289 @@
+"""Convert OpenAI chat transcripts (agents built on the OpenAI SDK) into a trajectory stream: ``ceb convert chat``.
+
+Input: a ``.jsonl`` file of transcripts, one per line; a ``.json`` file holding one transcript (an object, or a
+bare ``messages`` array); or a folder of such files (``*.jsonl`` and ``*.json`` at any depth, in natural order).
+A transcript is an object::
+
+    {"messages": [...],                 required: OpenAI Chat Completions messages (ceb.data.chat)
+     "id": "run-7",                     optional: the trajectory id (default: <file>:<line>)
+     "task": "...",                     optional: the task (default: the first user message's text)
+     "labels": [1, 0, null],            optional: one step label per step (0, 1 or null), in step order
+     "success": true,                   optional: the trajectory's outcome (true/false or 1/0)
+     "score": 1.0,                      optional: the trajectory's score; 1 or 0 is its outcome unless success says
+     "actor": "gpt-5", "model": "...",  optional: the agent (actor, else model, else --actor)
+     "env": "...", "domain": "tool",    optional: the environment; the domain (else --domain)
+     "meta": {...},                     optional: carried through
+     "tools": [...], "parallel_tool_calls": ...}   accepted and ignored (the request's and the fine-tuning
+                                        format's fields: https://platform.openai.com/docs/guides/fine-tuning)
+
+Steps are :func:`ceb.data.chat.chat_steps`: one per assistant tool call (action ``name {arguments}``,
+observation the ``tool`` message answering it, state the observation before the assistant message, reasoning
+the message's text) and one per assistant reply without a call. ``labels`` are the held-out step labels. The
+outcome (``success``, else a ``score`` of exactly 1 or 0: :func:`ceb.data.chat.outcome_label`) is a
+trajectory-level label, written as ``meta.label`` with the raw ``meta.score``; ceb's step metrics do not read
+it. ``meta`` also records ``file`` and ``line``. A transcript with no step is skipped and counted.
+
+One stream: ``<out>/chat-<input name>.jsonl``, transcripts in input order. Every problem names the file, the
+line and the field (``messages[3].tool_call_id``), and nothing is written unless every transcript converts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+import structlog
+
+from ceb.data.chat import chat_steps, outcome_label
+from ceb.data.converters import OUT_DIR, Converter, ConverterOption, SummaryColumn
+from ceb.data.reader import DOMAIN
+from ceb.data.sources import json_files_under, kind
+from ceb.data.trajectory import Step, Trajectory
+from ceb.data.writer import ConvertedStream, SkippedTrajectory, StagedStreams, stream_file_names
+from ceb.errors import DataError, Problem
+
+__all__ = ["CONVERTER", "DEFAULT_DOMAIN", "convert_chat", "transcript_files"]
+
+DEFAULT_DOMAIN = "tool"
+"""The domain of a transcript that names none: a tool-calling agent (the ``generic`` prompt family)."""
+
+_FIELDS = (
+    "messages",
+    "id",
+    "task",
+    "labels",
+    "success",
+    "score",
+    "actor",
+    "model",
+    "env",
+    "domain",
+    "meta",
+    "tools",
+    "parallel_tool_calls",
+)
+_OWN_META = ("file", "line", "label", "score")
+
+log = structlog.get_logger(__name__)
+
+
+def convert_chat(
+    transcripts: str | Path,
+    out_dir: str | Path,
+    actor: str | None = None,
+    domain: str = DEFAULT_DOMAIN,
+) -> list[ConvertedStream]:
+    """Convert chat transcripts (the module docstring's shape) into one trajectory stream.
+
+    Args:
+        transcripts: A ``.jsonl`` / ``.json`` file or a folder of them.
+        out_dir: Directory for ``chat-<name>.jsonl``; created if missing, an existing stream replaced.
+        actor: The agent of a transcript that names none (``actor`` / ``model``).
+        domain: The domain of a transcript that names none.
+
+    Returns:
+        The summary of the stream written.
+
+    Raises:
+        DataError: No such file or no transcript file in the folder; a line that is not JSON or not a
+            transcript (an unknown field, a bad message, ``labels`` not one per step, a repeated id); or no
+            transcript had a step. The problem names the file, the line and the field.
+    """
+    root = Path(transcripts)
+    files = transcript_files(root)
+    if not DOMAIN.fullmatch(domain):
+        raise DataError(Problem(str(root), 0, "--domain", f"must be a lower-case word, got {domain!r}"))
+    name = stream_file_names("chat", [root.stem or "transcripts"], root)[root.stem or "transcripts"]
+    skipped: list[SkippedTrajectory] = []
+    seen: dict[str, str] = {}
+    actors: set[str] = set()
+    with StagedStreams(out_dir, {"chat": name}) as staged:
+        for path in files:
+            rel = path.name if path == root else path.relative_to(root).as_posix()
+            for line, record in _records(path):
+                trajectory = _trajectory(record, path, rel, line, actor, domain)
+                if trajectory.id in seen:
+                    problem = f"duplicate id {trajectory.id!r}; first at {seen[trajectory.id]}"
+                    raise DataError(Problem(str(path), line, "id", problem, trajectory.id))
+                seen[trajectory.id] = f"{rel}:{line}"
+                if not trajectory.steps:
+                    skipped.append(SkippedTrajectory(trajectory.id, "no actions", 0))
+                    continue
+                staged.add("chat", trajectory)
+                actors.add(trajectory.actor or "unknown")
+        if len(skipped) == len(seen):
+            raise DataError(
+                Problem(str(root), 0, "<file>", "no transcript has an assistant action (a tool call or reply)")
+            )
+        [stream] = staged.commit(
+            dataset="chat",
+            actors={"chat": actors.pop() if len(actors) == 1 else "several"},
+            sources=[str(p) for p in files],
+            skipped={"chat": skipped},
+        )
+    log.info("chat.stream_written", path=str(stream.path), trajectories=stream.trajectories, skipped=len(skipped))
+    return [stream]
+
+
+def transcript_files(root: Path) -> list[Path]:
+    """``root`` itself, or the ``.jsonl`` and ``.json`` files under the folder ``root`` in natural order.
+
+    Raises:
+        DataError: ``root`` does not exist, or the folder holds no such file.
+    """
+    if root.is_file():
+        return [root]
+    if not root.is_dir():
+        raise DataError(Problem(str(root), 0, "<file>", "no such file or folder"))
+    files = [p for p in json_files_under(root, "*.json*") if p.suffix in (".json", ".jsonl")]
+    if not files:
+        raise DataError(Problem(str(root), 0, "<file>", "no .jsonl or .json transcript file in this folder"))
+    return files
+
+
+def _records(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line, decoded transcript)``: one per line of JSON Lines, or the whole file when it holds one value.
+
+    A file whose first non-blank line is not a JSON value by itself is read whole: a transcript written as
+    indented JSON (an object, or a bare ``messages`` array), reported at the line it starts on.
+    """
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise DataError(Problem(str(path), 0, "<file>", f"cannot read the file: {exc.strerror or exc}")) from exc
+    first = 0
+    with handle:
+        for n, raw in enumerate(handle, 1):
+            if not raw.strip():
+                continue
+            try:
+                value = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                if first:  # a later line: the file is JSON Lines and this line is broken
+                    raise DataError(Problem(str(path), n, "<line>", f"not valid JSON: {exc.msg}")) from exc
+                first = n
+                break
+            first = first or n
+            yield n, value
+        else:
+            if not first:
+                raise DataError(Problem(str(path), 0, "<file>", "holds no transcript (empty)"))
+            return
+    try:
+        whole = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise DataError(Problem(str(path), max(first, exc.lineno), "<line>", f"not valid JSON: {exc.msg}")) from exc
+    yield first, whole
+
+
+def _trajectory(record: Any, path: Path, rel: str, line: int, actor: str | None, domain: str) -> Trajectory:
+    """One transcript as a trajectory (possibly with no step); problems name ``path``, ``line`` and the field."""
+
+    def fail(field: str, message: str) -> DataError:
+        return DataError(Problem(str(path), line, field, message))
+
+    if isinstance(record, list):  # a bare messages array: the whole file is one transcript
+        record = {"messages": record}
+    if not isinstance(record, dict):
+        raise fail("<line>", f"must be a transcript object or a messages array, got {kind(record)}")
+    unknown = sorted(set(record) - set(_FIELDS))
+    if unknown:
+        raise fail(str(unknown[0])[:60], f"unknown field; allowed: {', '.join(_FIELDS)}")
+    if "messages" not in record:
+        raise fail("messages", "required field is missing")
+    chat = chat_steps(record["messages"], path=str(path), line=line)
+    tid = _string(record, "id", fail) or f"{rel}:{line}"
+    if not tid.strip():
+        raise fail("id", "must be a non-blank string")
+    task = _string(record, "task", fail)
+    if task is None:
+        if chat.task is None:
+            raise fail("task", "missing, and the messages hold no user message to take it from")
+        task = chat.task
+    steps = _labelled(chat.steps, record.get("labels"), fail)
+    meta = _meta(record, rel, line, fail)
+    own_domain = _string(record, "domain", fail) or domain
+    if not DOMAIN.fullmatch(own_domain):
+        raise fail("domain", "must be a lower-case word matching [a-z][a-z0-9_-]*")
+    return Trajectory(
+        id=tid,
+        task=task,
+        domain=own_domain,
+        steps=steps,
+        actor=_string(record, "actor", fail) or _string(record, "model", fail) or actor,
+        env=_string(record, "env", fail),
+        meta=meta,
+        source=f"{path}:{line}",
+    )
+
+
+def _string(record: dict[str, Any], key: str, fail: Any) -> str | None:
+    value = record.get(key)
+    if value is not None and not isinstance(value, str):
+        raise fail(key, f"must be a string or null, got {kind(value)}")
+    return value
+
+
+def _labelled(steps: tuple[Step, ...], labels: Any, fail: Any) -> tuple[Step, ...]:
+    """``steps`` with the held-out ``labels`` (one per step, 0, 1 or null), when given."""
+    if labels is None:
+        return steps
+    if not isinstance(labels, list):
+        raise fail("labels", f"must be a list with one label (0, 1 or null) per step, got {kind(labels)}")
+    if len(labels) != len(steps):
+        raise fail(
+            "labels",
+            f"{len(labels)} labels for {len(steps)} steps (a step per assistant tool call, and per reply without one)",
+        )
+    out = []
+    for t, (step, label) in enumerate(zip(steps, labels, strict=True)):
+        if label is not None and not (type(label) is int and label in (0, 1)):
+            raise fail(f"labels[{t}]", f"must be the integer 0 or 1, or null, got {label!r}")
+        out.append(replace(step, label=label))
+    return tuple(out)
+
+
+def _meta(record: dict[str, Any], rel: str, line: int, fail: Any) -> dict[str, Any]:
+    """The transcript's own ``meta``, then its source and outcome (``file``, ``line``, ``label``, ``score``)."""
+    given = record.get("meta")
+    if given is not None and not isinstance(given, dict):
+        raise fail("meta", f"must be an object or null, got {kind(given)}")
+    meta = dict(given or {})
+    for key in _OWN_META:
+        if key in meta:
+            raise fail(f"meta.{key}", f"is ceb's own ({', '.join(_OWN_META)}); rename it")
+    meta |= {"file": rel, "line": line}
+    success, score = record.get("success"), record.get("score")
+    if success is not None and (isinstance(success, str) or outcome_label(success) is None):
+        raise fail("success", f"must be true, false, 1 or 0, got {success!r}")
+    if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)):
+        raise fail("score", f"must be a number, got {kind(score)}")
+    label = outcome_label(success) if success is not None else outcome_label(score) if score is not None else None
+    if label is not None:
+        meta["label"] = label
+    if score is not None:
+        meta["score"] = score
+    return meta
+
+
+CONVERTER = Converter(
+    help="""Write one trajectory stream from OpenAI chat transcripts (JSONL, one per line, or one per file).
+
+Each assistant tool call is a step (action = name {arguments}, observation = the tool message answering
+it, state = the observation before); the first user message is the task; optional labels (one per step)
+and success / score (the trajectory's outcome, kept in meta). Fields: ceb/data/chat_transcripts.py.""",
+    convert=convert_chat,
+    options=(
+        ConverterOption("transcripts", Path, "A .jsonl / .json transcript file, or a folder of them."),
+        OUT_DIR,
+        ConverterOption("actor", str | None, "Actor of a transcript that names none (actor or model).", default=None),
+        ConverterOption(
+            "domain", str, "Domain of a transcript that names none (prompt family).", default=DEFAULT_DOMAIN
+        ),
+    ),
+    columns=(SummaryColumn("skipped (no action)", lambda c: str(len(c.skipped))),),
+)
+"""``ceb convert chat`` (:data:`ceb.data.converters.CONVERTERS`)."""

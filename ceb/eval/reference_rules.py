@@ -1,0 +1,181 @@
+"""Reference rows: trivial rules every metrics table and report shows beside the methods (beyond the paper).
+
+A method's AUROC means little unless it beats what a rule without a model gets on the same steps. Three rules,
+each scored on every labelled step of a (stream, critic) (those of its reference method, CEB else Static,
+:func:`ceb.eval.lanes.reference_method`, in order 0), marked as references everywhere and never bold:
+
+- ``base-rate``: a constant at the stream's own positive rate. It reads the labels (an oracle no deployed method
+  has): ECE 0 by construction on its stream, AUROC 0.5; the floor for Brier and AUROC.
+- ``step-position``: ``1 / (1 + t)`` for the step's 0-based index ``t`` in its trajectory ("earlier steps are
+  more productive"). Label-free. A ranking, not a probability: **AUROC only**.
+- ``repetition-flag``: ``1 - rho_t``, the repetition flag alone (:func:`ceb.stages.critic.repetition_flag` with
+  the run's ``ceb.repetition_window`` and ``ceb.repetition_prefix_chars``), computed from the stream's actions,
+  which are read from the files ``config.json`` records (a relative path is read from the current directory).
+  Label-free. **AUROC only**: as a probability it would claim certainty (0 or 1) on every step, so its Brier
+  is its error rate and its ECE the gap between that and 0 or 1, numbers of a rule, not of a confidence.
+
+A run whose stream files cannot be read has no ``repetition-flag`` row; :attr:`RepetitionFlags.missing` says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ceb.errors import CEBError
+from ceb.eval.bootstrap import BootstrapResult
+from ceb.eval.calibration import MetricRow, metric_rows
+from ceb.eval.lanes import ScoredLane, reference_method
+from ceb.pipeline.rundir import RunDir
+from ceb.stages.critic import repetition_flag
+
+__all__ = [
+    "BASE_RATE",
+    "RANK_ONLY",
+    "REFERENCES",
+    "REFERENCE_NOTES",
+    "REPETITION_FLAG",
+    "STEP_POSITION",
+    "RepetitionFlags",
+    "is_reference",
+    "reference_label",
+    "reference_lanes",
+    "reference_rows",
+    "repetition_flags",
+]
+
+BASE_RATE = "base-rate"
+"""Method name of the label-oracle constant reference."""
+STEP_POSITION = "step-position"
+"""Method name of the "earlier steps are more productive" reference."""
+REPETITION_FLAG = "repetition-flag"
+"""Method name of the repetition-flag-alone reference."""
+REFERENCES = (BASE_RATE, STEP_POSITION, REPETITION_FLAG)
+"""Every reference, in table order."""
+RANK_ONLY = frozenset({STEP_POSITION, REPETITION_FLAG})
+"""References that are rankings, not probabilities: AUROC only, ECE and Brier not applicable."""
+REFERENCE_NOTES = {
+    BASE_RATE: "a constant at the stream's own positive rate, read from the labels (an oracle): ECE 0 and AUROC "
+    "0.5 by construction on its stream",
+    STEP_POSITION: "1 / (1 + t), earlier steps ranked higher, label-free; a ranking, so AUROC only",
+    REPETITION_FLAG: "1 - rho_t, the repetition flag alone (the run's window and prefix), label-free; a 0/1 rule, "
+    "so AUROC only",
+}
+"""One line per reference, for the notes under tables."""
+
+_LABELS = {
+    BASE_RATE: "reference: base rate (oracle)",
+    STEP_POSITION: "reference: step position",
+    REPETITION_FLAG: "reference: repetition flag",
+}
+
+
+def is_reference(method: str) -> bool:
+    """Whether ``method`` names a reference row (never a method: it never competes)."""
+    return method in REFERENCES
+
+
+def reference_label(method: str) -> str:
+    """The table label of a reference row (``"reference: step position"``)."""
+    return _LABELS[method]
+
+
+@dataclass(frozen=True, slots=True)
+class RepetitionFlags:
+    """``rho_t`` of every step of the run's streams, label-free, from their actions.
+
+    Attributes:
+        flags: ``(stream, trajectory id, step) -> rho_t``.
+        missing: Per stream without flags, why (its files could not be read).
+    """
+
+    flags: Mapping[tuple[str, str, int], bool] = field(default_factory=dict)
+    missing: Mapping[str, str] = field(default_factory=dict)
+
+
+def repetition_flags(run: RunDir) -> RepetitionFlags:
+    """Read the run's stream files (as ``config.json`` records them) and flag every step as the run's config reads it.
+
+    Never raises: a stream whose files are missing or invalid, or a run without ``config.json``, is named in
+    :attr:`RepetitionFlags.missing` (all its streams) or gives no flags at all.
+    """
+    from ceb.data import read_stream  # the data layer is only needed for this reference
+
+    try:
+        files = run.recorded_stream_files()
+    except CEBError as exc:
+        return RepetitionFlags(missing={"*": str(exc)})
+    ceb = run.recorded_or_default()[0].ceb
+    window, prefix = ceb.repetition_window, ceb.repetition_prefix_chars
+    flags: dict[tuple[str, str, int], bool] = {}
+    missing: dict[str, str] = {}
+    for stream, paths in files.items():
+        try:
+            trajectories = read_stream(paths)
+        except (CEBError, OSError, ValueError) as exc:
+            missing[stream] = f"its files {paths} cannot be read from here: {str(exc).splitlines()[0]}"
+            continue
+        for traj in trajectories:
+            actions = [s.action for s in traj.steps]
+            for t, action in enumerate(actions):
+                earlier = actions[max(0, t - window) : t] if window > 0 else []
+                flags[(stream, traj.id, t)] = repetition_flag(earlier, action, window=window, prefix_chars=prefix)
+    return RepetitionFlags(flags, missing)
+
+
+def reference_lanes(lanes: Iterable[ScoredLane], flags: RepetitionFlags) -> list[ScoredLane]:
+    """The reference rules as lanes, one per (stream, critic) and reference, on its reference method's steps.
+
+    Args:
+        lanes: One lane per (stream, critic, method) (e.g. :func:`ceb.eval.lanes.base_lanes`, or the order-0 lanes).
+        flags: The run's repetition flags; a stream without them gets no ``repetition-flag`` lane.
+
+    Returns:
+        Lanes named after :data:`REFERENCES`, in (stream, critic) order of first appearance; each scores every
+        labelled step of its source lane (``NaN`` on unlabelled steps, and on steps without a flag).
+    """
+    by_pair: dict[tuple[str, str], dict[str, ScoredLane]] = {}
+    for lane in lanes:
+        by_pair.setdefault((lane.stream, lane.critic), {})[lane.method] = lane
+    out = []
+    for (stream, _), methods in by_pair.items():
+        source = methods[reference_method(m for m in methods if not is_reference(m))]
+        labelled = ~np.isnan(source.label)
+        if not labelled.any():
+            continue
+        rate = float(source.label[labelled].mean())
+        scores = {
+            BASE_RATE: np.full(source.n_rows, rate),
+            STEP_POSITION: 1.0 / (1.0 + source.step.astype(np.float64)),
+        }
+        if stream not in flags.missing and "*" not in flags.missing:
+            rho = [
+                flags.flags.get((stream, str(t), int(s))) for t, s in zip(source.trajectory, source.step, strict=True)
+            ]
+            if any(r is not None for r in rho):
+                scores[REPETITION_FLAG] = np.array([np.nan if r is None else 1.0 - r for r in rho], dtype=np.float64)
+        for name, score in scores.items():
+            score = np.where(labelled, score, np.nan)
+            out.append(replace(source, method=name, score=score, errors=(), n_reused=0))
+    return out
+
+
+def reference_rows(
+    lanes: Sequence[ScoredLane], *, n_bins: int = 10, n_boot: int = 1000, seed: int = 0, level: float = 0.95
+) -> list[MetricRow]:
+    """The metric rows of :func:`reference_lanes`' lanes (per stream, then pooled), as :func:`metric_rows` makes them.
+
+    The rankings (:data:`RANK_ONLY`) keep their AUROC and its interval only: their ECE, Brier and mean score are
+    NaN (printed n/a, ``null`` in JSON) and their ECE and Brier intervals ``None``.
+    """
+    out = []
+    for row in metric_rows(lanes, n_bins=n_bins, n_boot=n_boot, seed=seed, level=level):
+        if row.method in RANK_ONLY and row.summary is not None:
+            nan = float("nan")
+            summary = replace(row.summary, ece=nan, brier=nan, mean_score=nan)
+            ci: BootstrapResult | None = None if row.ci is None else replace(row.ci, ece=None, brier=None)
+            row = replace(row, summary=summary, ci=ci)
+        out.append(row)
+    return out

@@ -1,0 +1,97 @@
+"""Whether a live gate's critic answers: :class:`CriticHealth`, read by ``ceb serve``'s ``GET /health``.
+
+A gate whose critic endpoint is gone still answers every score, with ``score = None`` and the decision
+``gate.on_failure`` (``review`` by default), after the backend's retries (seconds each). To the agent that looks
+like a string of uncertain steps, not like an outage. :class:`CriticHealth` tells the two apart: it counts the
+critic's consecutive failed steps (:meth:`Gate.score <ceb.gate.Gate.score>` reports each outcome), and the gate is
+*degraded* once ``gate.degraded_after`` steps in a row failed, or when the start-up check
+(:meth:`Gate.check_critic <ceb.gate.Gate.check_critic>`) could not reach the endpoint. One scored step makes it
+healthy again. Steps the critic does not score by design (``not_available``) count neither way.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+__all__ = ["CriticHealth"]
+
+CriticStatus = Literal["ok", "degraded"]
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+@dataclass(slots=True)
+class CriticHealth:
+    """Consecutive critic failures of one gate, and whether they make it degraded.
+
+    Updated from the gate's event loop only (no lock needed: no method awaits).
+
+    Attributes:
+        endpoint: The critic's endpoint (``http://host:8000/v1``), ``None`` on a backend without a model.
+        degraded_after: Consecutive failed steps after which the gate is degraded (``gate.degraded_after``).
+        consecutive_failures: Failed steps since the last scored one.
+        last_error: The last failure's error (a step's or the start-up check's), ``None`` after a success.
+        since: Wall-clock time (Unix seconds) of the first failure in the current run of failures.
+        probe_error: Why the start-up check failed, until a step is scored; ``None`` when it passed or never ran.
+    """
+
+    endpoint: str | None
+    degraded_after: int
+    consecutive_failures: int = 0
+    last_error: str | None = None
+    since: float | None = None
+    probe_error: str | None = None
+
+    @property
+    def degraded(self) -> bool:
+        """The start-up check failed, or ``degraded_after`` steps in a row failed, with no scored step since."""
+        return self.probe_error is not None or self.consecutive_failures >= self.degraded_after
+
+    @property
+    def status(self) -> CriticStatus:
+        """``degraded`` or ``ok``."""
+        return "degraded" if self.degraded else "ok"
+
+    def failed(self, error: str | None) -> None:
+        """A step the critic was asked for came back without a score (endpoint down, unreadable reply)."""
+        if self.since is None:
+            self.since = time.time()
+        self.consecutive_failures += 1
+        self.last_error = error or "no score"
+
+    def probe_failed(self, error: str) -> None:
+        """The start-up check could not reach the critic: degraded at once, before any step fails."""
+        if self.since is None:
+            self.since = time.time()
+        self.probe_error = self.last_error = error
+
+    def scored(self) -> None:
+        """A step was scored: the critic answers, whatever failed before."""
+        self.consecutive_failures = 0
+        self.last_error = self.since = self.probe_error = None
+
+    def reason(self) -> str | None:
+        """Why the gate is degraded, in one line; ``None`` when it is not."""
+        if not self.degraded:
+            return None
+        where = f"critic endpoint {self.endpoint}" if self.endpoint else "the critic"
+        if self.consecutive_failures >= self.degraded_after:
+            return f"{where}: the last {self.consecutive_failures} scores failed (last_error says why)"
+        return f"{where}: unreachable at start-up, and no step scored since (last_error says why)"
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``critic`` object of ``GET /health`` (fields documented in ``docs/gate.md``)."""
+        return {
+            "status": self.status,
+            "reason": self.reason(),
+            "endpoint": self.endpoint,
+            "consecutive_failures": self.consecutive_failures,
+            "degraded_after": self.degraded_after,
+            "last_error": self.last_error,
+            "since": _iso(self.since) if self.since is not None else None,
+        }

@@ -1,0 +1,318 @@
+"""Scoring from a notebook: trajectories, stream files or a DataFrame in, a pandas DataFrame of step scores out.
+
+The same pipeline as ``ceb score`` (:func:`ceb.pipeline.run_scoring`), writing the same run directory (rows,
+banks, ``summary.json``, ``metrics.json``), and the same table as ``ceb export`` (one column per field of
+:class:`~ceb.pipeline.results.StepRow`), read back as a DataFrame. pandas is the optional extra ``notebook``
+(``pip install 'critic-experience-bank[notebook]'``) and is imported only here, when a function is called.
+
+::
+
+    import ceb
+    scores = ceb.score("streams/intercode-bash-gpt-4.jsonl", methods=["ceb", "static"])
+    scores.groupby("method")[["score", "label"]].mean()
+    again = ceb.read_run(scores.attrs["run_dir"])
+
+:func:`score` is a plain call that also works where an event loop already runs in the thread (a Jupyter cell):
+there it runs the pipeline on a worker thread with its own loop and waits for it. :func:`ascore` is its
+coroutine twin, for code that is async itself (``await ceb.ascore(...)`` in a cell).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import math
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from ceb.config import RunConfig, load_config
+from ceb.data.reader import parse_trajectory, read_stream
+from ceb.data.streams import parse_stream_specs
+from ceb.data.trajectory import Trajectory
+from ceb.errors import ConfigError, DataError, Problem
+from ceb.pipeline.results import read_hindsight_rows, read_step_rows
+from ceb.pipeline.rundir import RunDir
+from ceb.version import install_command
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["FRAME_COLUMNS", "NOTEBOOK_HINT", "ascore", "read_run", "score", "trajectories_from_frame"]
+
+NOTEBOOK_HINT = install_command("notebook")
+"""How to get pandas, named in the error when it is missing."""
+
+FRAME_COLUMNS: dict[str, bool] = {
+    "trajectory": True,
+    "step": True,
+    "task": True,
+    "action": True,
+    "state": False,
+    "observation": False,
+    "domain": False,
+    "label": False,
+    "reasoning": False,
+    "op": False,
+    "element": False,
+    "value": False,
+    "stream": False,
+}
+"""The columns :func:`trajectories_from_frame` reads, one row per step, with whether each is required. ``task``
+and ``domain`` are read from a trajectory's first row; ``stream`` (default ``"frame"``) splits the rows into
+streams; any other column is left alone."""
+
+Data = Sequence[Trajectory] | Mapping[str, Sequence[Trajectory]] | str | Path | Sequence[str | Path] | Any
+"""What :func:`score` takes: see its ``data`` argument."""
+
+
+def _pandas() -> Any:
+    try:
+        import pandas
+    except ImportError as exc:
+        raise ConfigError(f"the notebook API returns pandas DataFrames: {NOTEBOOK_HINT}") from exc
+    return pandas
+
+
+def score(
+    data: Data,
+    *,
+    methods: Sequence[str] | None = None,
+    config: RunConfig | str | Path | None = None,
+    run_dir: str | Path | None = None,
+    overwrite: bool = False,
+) -> pd.DataFrame:
+    """Score ``data`` with ``methods`` and return one row per scored step (:func:`read_run` of the run).
+
+    Args:
+        data: The trajectories, in stream order: a sequence of :class:`~ceb.data.trajectory.Trajectory` (one
+            stream, ``"stream"``); a mapping stream name -> trajectories; a stream file or a list of stream
+            specs as ``ceb score`` takes them (``NAME=path``, ``a.jsonl+b.jsonl``; :mod:`ceb.data.streams`);
+            or a pandas DataFrame with one row per step (:data:`FRAME_COLUMNS`, :func:`trajectories_from_frame`).
+        methods: Methods to run (``["ceb", "static"]``); ``None`` keeps the configuration's (default ``ceb`` and
+            ``static``).
+        config: A :class:`~ceb.config.RunConfig`, or a ``.toml`` / ``.json`` settings file; ``None`` for the
+            defaults (the ``offline`` backend: not a language model; name an endpoint in ``[backend]`` to score
+            with one).
+        run_dir: Where the run is written; ``None`` for a new temporary directory (kept after the call: its
+            path is ``frame.attrs["run_dir"]``).
+        overwrite: Replace an earlier run's results in ``run_dir``.
+
+    Returns:
+        The step rows, as :func:`read_run` returns them; ``attrs`` holds ``run_dir`` and ``metrics`` (the
+        content of ``metrics.json``: ECE, Brier and AUROC per stream and method where the steps carry labels).
+
+    Raises:
+        ConfigError: pandas is missing (names the extra), an unknown method or setting, a bad settings file.
+        DataError: A stream file or a DataFrame row breaks the stream format (names the file or row and field).
+        RunError: ``run_dir`` already holds a run (and not ``overwrite``), or the run failed.
+    """
+    _pandas()
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _run_here(data, methods, config, run_dir, overwrite)
+    # A loop runs in this thread (Jupyter): anyio cannot start another here, so the pipeline gets a thread.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ceb-score") as pool:
+        return pool.submit(_run_here, data, methods, config, run_dir, overwrite).result()
+
+
+async def ascore(
+    data: Data,
+    *,
+    methods: Sequence[str] | None = None,
+    config: RunConfig | str | Path | None = None,
+    run_dir: str | Path | None = None,
+    overwrite: bool = False,
+) -> pd.DataFrame:
+    """:func:`score` as a coroutine, on the caller's event loop (asyncio or trio, through anyio).
+
+    Raises:
+        The errors of :func:`score`.
+    """
+    _pandas()
+    streams, cfg, out = _prepare(data, methods, config, run_dir)
+    from ceb.pipeline import run_scoring
+
+    await run_scoring(streams, cfg, out, overwrite=overwrite)
+    return _finish(out, cfg)
+
+
+def _run_here(
+    data: Data,
+    methods: Sequence[str] | None,
+    config: RunConfig | str | Path | None,
+    run_dir: str | Path | None,
+    overwrite: bool,
+) -> pd.DataFrame:
+    import anyio
+
+    async def run() -> pd.DataFrame:
+        return await ascore(data, methods=methods, config=config, run_dir=run_dir, overwrite=overwrite)
+
+    return anyio.run(run)
+
+
+def _prepare(
+    data: Data,
+    methods: Sequence[str] | None,
+    config: RunConfig | str | Path | None,
+    run_dir: str | Path | None,
+) -> tuple[dict[str, list[Trajectory]], RunConfig, Path]:
+    if isinstance(methods, str):
+        raise ConfigError(f"methods must be a list of method names, e.g. [{methods!r}], not a string")
+    overrides = {"methods": tuple(methods)} if methods is not None else None
+    if isinstance(config, RunConfig):
+        cfg = load_config(overrides=overrides, base=config.model_dump(mode="json"))
+    else:
+        cfg = load_config(config, overrides)
+    out = Path(run_dir) if run_dir is not None else Path(tempfile.mkdtemp(prefix="ceb-run-"))
+    return _streams(data), cfg, out
+
+
+def _streams(data: Data) -> dict[str, list[Trajectory]]:
+    if isinstance(data, str | Path):
+        data = [data]
+    if isinstance(data, Mapping):
+        return {str(name): list(trajectories) for name, trajectories in data.items()}
+    if _is_frame(data):
+        return trajectories_from_frame(data)
+    items = list(data)
+    if items and all(isinstance(t, Trajectory) for t in items):
+        return {"stream": items}
+    if items and all(isinstance(t, str | Path) for t in items):
+        return {name: read_stream(paths) for name, paths in parse_stream_specs([str(p) for p in items]).items()}
+    raise ConfigError(
+        "data must be trajectories, a mapping of stream name to trajectories, stream file paths or a DataFrame"
+        + ("; got an empty sequence" if not items else "")
+    )
+
+
+def _is_frame(data: Any) -> bool:
+    return type(data).__name__ == "DataFrame" and hasattr(data, "to_dict")
+
+
+def _finish(out: Path, cfg: RunConfig) -> pd.DataFrame:
+    from ceb.eval import run_metrics, write_metrics
+
+    metrics = run_metrics(out, n_bins=cfg.ece_bins)
+    write_metrics(out, metrics)
+    frame = read_run(out)
+    frame.attrs["metrics"] = metrics
+    return frame
+
+
+def read_run(run_dir: str | Path, *, table: Literal["scores", "hindsight"] = "scores") -> pd.DataFrame:
+    """A run directory's rows as a DataFrame: the table ``ceb export`` writes, one column per row field.
+
+    Args:
+        run_dir: A run directory (``ceb score --out``, :func:`score`).
+        table: ``scores`` (one row per step and method: :class:`~ceb.pipeline.results.StepRow`'s fields, in
+            order) or ``hindsight`` (one row per trajectory and bank method:
+            :class:`~ceb.pipeline.results.HindsightRow`'s fields). Nested fields (``retrieved``, ``alt_labels``,
+            ``votes``, ``records``) stay Python lists.
+
+    Returns:
+        The rows in file order; ``attrs["run_dir"]`` is the directory.
+
+    Raises:
+        ConfigError: pandas is missing (names the extra), or ``table`` is unknown.
+        RunError: ``run_dir`` holds no run, or a line before the last is not a row (names file and line).
+    """
+    pandas = _pandas()
+    from ceb.pipeline.results import HindsightRow, StepRow
+
+    run = RunDir(run_dir)
+    run.require_scores()
+    if table == "scores":
+        rows: list[Any] = list(read_step_rows(run.scores))
+        columns = list(StepRow.__dataclass_fields__)
+    elif table == "hindsight":
+        rows = list(read_hindsight_rows(run.hindsight)) if run.hindsight.is_file() else []
+        columns = list(HindsightRow.__dataclass_fields__)
+    else:
+        raise ConfigError(f"unknown table {table!r}; choose scores or hindsight")
+    frame = pandas.DataFrame([asdict(r) for r in rows], columns=columns)
+    frame.attrs["run_dir"] = str(run.path)
+    return frame
+
+
+def trajectories_from_frame(frame: pd.DataFrame) -> dict[str, list[Trajectory]]:
+    """Trajectories from a DataFrame with one row per step (:data:`FRAME_COLUMNS`), checked as stream lines are.
+
+    Rows are grouped by ``stream`` then ``trajectory``, each in order of first appearance; a trajectory's steps
+    are sorted by ``step``, which must number them 0, 1, ... Missing values (``None``, ``NaN``) of an optional
+    column are left out, and an empty ``label`` is an unlabelled step.
+
+    Raises:
+        DataError: A required column is missing, or a row breaks the stream format (names the row and field).
+    """
+    missing = [c for c, required in FRAME_COLUMNS.items() if required and c not in frame.columns]
+    if missing:
+        raise DataError(Problem("<DataFrame>", 0, missing[0], f"missing column; required: {_required()}"))
+    records = frame.to_dict(orient="records")
+    grouped: dict[str, dict[str, list[tuple[int, dict[str, Any]]]]] = {}
+    for i, record in enumerate(records):
+        stream = _present(record.get("stream"))
+        grouped.setdefault(str(stream) if stream is not None else "frame", {}).setdefault(
+            str(record["trajectory"]), []
+        ).append((i, record))
+    out: dict[str, list[Trajectory]] = {}
+    for stream, trajectories in grouped.items():
+        out[stream] = [_trajectory(tid, rows) for tid, rows in trajectories.items()]
+    return out
+
+
+def _required() -> str:
+    return ", ".join(c for c, required in FRAME_COLUMNS.items() if required)
+
+
+def _present(value: Any) -> Any:
+    """``value``, or ``None`` for a missing cell (pandas writes ``NaN`` or ``None``)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value
+
+
+def _trajectory(tid: str, rows: list[tuple[int, dict[str, Any]]]) -> Trajectory:
+    first_row, first = rows[0]
+    where = f"<DataFrame row {first_row}>"
+    ordered = sorted(rows, key=lambda r: _step_number(r[0], r[1]))
+    for t, (i, record) in enumerate(ordered):
+        if _step_number(i, record) != t:
+            raise DataError(
+                Problem(
+                    f"<DataFrame row {i}>", 0, "step", f"trajectory {tid!r} must number its steps 0..{len(rows) - 1}"
+                )
+            )
+    steps = []
+    for _, record in ordered:
+        step: dict[str, Any] = {"action": record["action"]}
+        for key in ("state", "observation", "reasoning", "op", "element", "value"):
+            value = _present(record.get(key))
+            if value is not None:
+                step[key] = value
+        step.setdefault("state", "")
+        step.setdefault("observation", "")
+        label = _present(record.get("label"))
+        if label is not None:
+            step["label"] = int(label) if isinstance(label, float) and label.is_integer() else label
+        steps.append(step)
+    obj = {
+        "id": tid,
+        "task": first["task"],
+        "domain": _present(first.get("domain")) or "generic",
+        "steps": steps,
+    }
+    return parse_trajectory(obj, where)
+
+
+def _step_number(i: int, record: dict[str, Any]) -> int:
+    value = record.get("step")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DataError(Problem(f"<DataFrame row {i}>", 0, "step", f"must be a whole number, got {value!r}"))
+    return value
