@@ -219,7 +219,7 @@ def _warnings(rep: ReportWriter, run: RunDir) -> None:
     found = run_warnings(run)
     rep.data["warnings"] = found
     if found:
-        rep.lines += ["", "**Warnings** (numbers below that mean little; also in `summary.json`):", ""]
+        rep.lines += ["", f"**Warnings** (numbers below that mean little; also in `{RunDir.SUMMARY}`):", ""]
         rep.lines += [f"- warning: {w}" for w in found]
 
 
