@@ -129,6 +129,8 @@ def _valid(path: tuple[str, ...], place: dict[str, Path], case: Path) -> list[st
         ("convert", "intercode"): ["--root", str(root / "empty"), "--out", str(case / "streams")],
         ("convert", "mind2web"): ["--tasks", str(root / "empty"), "--out", str(case / "streams")],
         ("convert", "amex"): ["--episodes", str(root / "empty"), "--out", str(case / "streams")],
+        ("convert", "chat"): ["--transcripts", str(root / "empty"), "--out", str(case / "streams")],
+        ("convert", "inspect"): ["--logs", str(root / "empty"), "--out", str(case / "streams")],
     }[path]
 
 
