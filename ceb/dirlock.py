@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ceb.errors import RunError
 
-__all__ = ["dir_lock"]
+__all__ = ["dir_lock", "lock_holder"]
 
 
 @contextlib.contextmanager
@@ -59,9 +59,31 @@ def dir_lock(directory: Path, name: str, *, what: str = "a run directory") -> It
         try:
             yield
         finally:
-            if created and [p.name for p in directory.iterdir()] == [name]:
+            # A directory moved away in the block (a run built aside, then published by a rename) is left alone.
+            if created and directory.is_dir() and [p.name for p in directory.iterdir()] == [name]:
                 # Nothing was written (a bad setting, a dead endpoint, a gate that saw no stream): leave no directory.
                 path.unlink()
                 directory.rmdir()
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def lock_holder(directory: Path, name: str) -> str | None:
+    """The process id a live process holding ``directory``'s lock wrote, or ``None`` when no process holds it.
+
+    Takes a shared lock for an instant to test it, so a process starting to use the directory at that very instant
+    is refused as if another held it (it says so and names this pid); nothing is created or written.
+    """
+    try:
+        fd = os.open(directory / name, os.O_RDONLY)
+    except OSError:
+        return None  # no lock file: never locked
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)

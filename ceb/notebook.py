@@ -215,17 +215,20 @@ def read_run(run_dir: str | Path, *, table: Literal["scores", "hindsight"] = "sc
             ``votes``, ``records``) stay Python lists.
 
     Returns:
-        The rows in file order; ``attrs["run_dir"]`` is the directory.
+        The rows in file order; ``attrs["run_dir"]`` is the directory, and ``attrs["note"]`` says the rows are
+        partial when the run is being scored now or ended interrupted or failed.
 
     Raises:
         ConfigError: pandas is missing (names the extra), or ``table`` is unknown.
-        RunError: ``run_dir`` holds no run, or a line before the last is not a row (names file and line).
+        RunError: ``run_dir`` holds no run, a run that is not complete
+            (:meth:`~ceb.pipeline.rundir.RunDir.require_readable`: killed before its summary, or rows lost or
+            doubled since), or a line before the last is not a row (names file and line).
     """
     pandas = _pandas()
     from ceb.pipeline.results import HindsightRow, StepRow
 
     run = RunDir(run_dir)
-    run.require_scores()
+    note = run.require_readable()
     if table == "scores":
         rows: list[Any] = list(read_step_rows(run.scores))
         columns = list(StepRow.__dataclass_fields__)
@@ -236,6 +239,8 @@ def read_run(run_dir: str | Path, *, table: Literal["scores", "hindsight"] = "sc
         raise ConfigError(f"unknown table {table!r}; choose scores or hindsight")
     frame = pandas.DataFrame([asdict(r) for r in rows], columns=columns)
     frame.attrs["run_dir"] = str(run.path)
+    if note is not None:  # a run being scored now, or one that ended interrupted: partial rows
+        frame.attrs["note"] = note
     return frame
 
 

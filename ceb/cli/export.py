@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from ceb.cli._common import fail
+from ceb.cli._common import err, fail
 from ceb.errors import CEBError
 
 __all__ = ["Format", "Table", "export"]
@@ -59,7 +59,10 @@ def export(
         out = run_dir / f"{table}.{fmt}"
     try:
         from ceb.eval.export import export_table
+        from ceb.pipeline.rundir import RunDir
 
+        if RunDir(run_dir).table(table).is_file() and (note := RunDir(run_dir).require_readable()) is not None:
+            err.print(f"note: {note}", soft_wrap=True)
         result = export_table(run_dir, out, table=table, fmt=fmt)
     except CEBError as exc:
         raise fail(exc) from exc

@@ -25,7 +25,9 @@ def merge(
     The parts must be one run split N ways: the same settings, streams and limit, each shard i of N once, each
     finished. OUT gets config.json (without the shard plan), scores.jsonl and hindsight.jsonl (rows grouped by
     lane), banks/, summary.json (counts summed) and metrics.json computed from the merged rows. Parts that
-    disagree, overlap, leave a shard out or did not finish are refused, naming the part and what differs.
+    disagree, overlap, leave a shard out or did not finish are refused, naming the part and what differs; so is a
+    damaged part (rows lost or doubled, hindsight rows or banks missing), naming its lane and the --resume that
+    repairs it. OUT is built beside it (.OUT.building) and published whole: a merge killed mid-way is run again.
     """
     from ceb.pipeline.merge import merge_runs
 

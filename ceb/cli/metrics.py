@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ceb.cli._common import fail, out
+from ceb.cli._common import err, out
 
 __all__ = ["metrics", "print_metrics"]
 
@@ -137,13 +137,19 @@ def metrics(
         typer.Option(min=1, max=10_000, help="ECE bins, 1 to 10,000 (default: the run's own ece_bins)."),
     ] = None,
 ) -> None:
-    """Recompute and print the metrics of a run directory (also of an interrupted run)."""
+    """Recompute and print the metrics of a run directory.
+
+    A run that ended interrupted, or one being scored now, is read as it stands, with a note that it is partial;
+    a run that is not complete (killed before its summary.json, or rows lost or doubled since) is refused, naming
+    what is missing and how to continue it.
+    """
     from ceb.eval import run_metrics, write_metrics
     from ceb.pipeline.rundir import RunDir
 
     run = RunDir(run_dir)
-    if not run.has_scores:
-        raise fail(f"{run_dir} has no {run.SCORES}")
+    note = run.require_readable()
+    if note is not None:
+        err.print(f"note: {note}", soft_wrap=True)
     if bins is None:
         bins = run.recorded_or_default()[0].ece_bins
     m = run_metrics(run_dir, n_bins=bins)

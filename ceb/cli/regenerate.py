@@ -123,6 +123,9 @@ def regenerate(
         prompt_dir=prompt_dir,
     )
     run = RunDir(run_dir)
+    note = run.require_readable()  # the rows of a run killed mid-way, or damaged since, are no base to regenerate on
+    if note is not None:
+        err.print(f"note: {note}", soft_wrap=True)
     files = run.recorded_stream_files()
     if not files:
         raise fail(f"{run_dir}: the run recorded no stream; nothing to regenerate")

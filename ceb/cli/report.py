@@ -11,7 +11,7 @@ from typing import Annotated, Literal, cast, get_args
 
 import typer
 
-from ceb.cli._common import fail
+from ceb.cli._common import err, fail
 from ceb.errors import CEBError
 
 __all__ = ["FigureFormat", "report"]
@@ -64,7 +64,10 @@ def report(
         bins = _run_bins(run_dir)
     try:
         from ceb.eval.report import build_report
+        from ceb.pipeline.rundir import RunDir
 
+        if RunDir(run_dir).has_scores and (note := RunDir(run_dir).require_readable()) is not None:
+            err.print(f"note: {note}", soft_wrap=True)
         path = build_report(run_dir, out, n_bins=bins, n_boot=boot, seed=seed, figure_formats=formats)
     except CEBError as exc:
         raise fail(exc) from exc

@@ -312,6 +312,12 @@ def score_and_report(
     # summary.json's, found once at the run's end by reading its rows (a sharded part's too)
     for warning in recorded["warnings"] if "warnings" in recorded else s.warnings():
         err.print(f"warning: {warning}", soft_wrap=True)  # one line, as errors are
+    if shard is not None and not s.banks:  # every lane this call ran is listed in banks, bank-free ones too
+        err.print(
+            f"note: shard {shard} holds none of the run's lanes (more shards than lanes leaves some empty), so it "
+            f"scored nothing; `ceb merge` takes it with the other parts",
+            soft_wrap=True,
+        )
     if s.steps_failed and not s.steps_scored:
         err.print(f"error: every step failed (no score); the reasons are in {RunDir(run_dir).scores}")
         raise typer.Exit(EXIT_FAILED)

@@ -88,8 +88,9 @@ def export_table(
         The path and the number of rows written.
 
     Raises:
-        RunError: ``run_dir`` is not a directory or has no such table, a line of the table before its last is
-            not a row (file and line named), or ``out`` is a directory or under a file.
+        RunError: ``run_dir`` is not a directory or has no such table, it is not a complete run
+            (:meth:`~ceb.pipeline.rundir.RunDir.require_readable`), a line of the table before its last is not a row
+            (file and line named), or ``out`` is a directory or under a file.
         OSError: ``out`` cannot be written (a full disk, a permission), naming it; no part of it is left.
         ConfigError: ``fmt`` is ``parquet`` and pyarrow is not installed (the message names the extra), or
             ``table`` / ``fmt`` is unknown.
@@ -105,6 +106,7 @@ def export_table(
     source = RunDir(run).table(table)
     if not source.is_file():
         raise RunError(f"{run} has no {source.name}; is it a run directory written by `ceb score`?")
+    RunDir(run).require_readable()
     if path.is_dir():
         raise RunError(f"{path} is a directory; name the {fmt} file to write")
     cls, read = _READERS[table]

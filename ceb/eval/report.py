@@ -90,8 +90,8 @@ def build_report(
         The path of ``report.md``.
 
     Raises:
-        RunError: ``run_dir`` has no ``scores.jsonl``, it holds no row, or a line before the last is not
-            JSON.
+        RunError: ``run_dir`` has no ``scores.jsonl``, it holds no row, a line before the last is not
+            JSON, or it is not a complete run (:meth:`~ceb.pipeline.rundir.RunDir.require_readable`).
         ValueError: ``n_bins < 1``, ``n_boot < 0``, or ``figure_formats`` is empty or names an unknown format.
     """
     if n_bins < 1:
@@ -104,6 +104,7 @@ def build_report(
     run_files = RunDir(run_dir)
     run = run_files.path
     scores = run_files.require_scores()
+    run_files.require_readable()
     lanes = lanes_from_rows(read_step_rows(scores))
     if not lanes:
         raise RunError(f"{scores} holds no scored step")
@@ -227,7 +228,7 @@ def _warnings(rep: ReportWriter, run: RunDir) -> None:
     found = run_warnings(run)
     rep.data["warnings"] = found
     if found:
-        rep.lines += ["", "**Warnings** (numbers below that mean little; also in `summary.json`):", ""]
+        rep.lines += ["", f"**Warnings** (numbers below that mean little; also in `{RunDir.SUMMARY}`):", ""]
         rep.lines += [f"- warning: {w}" for w in found]
 
 

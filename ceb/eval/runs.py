@@ -1,6 +1,7 @@
 """The metrics of a run directory, pooled one way everywhere: ``metrics.json``, ``ceb score`` and ``ceb metrics``.
 
-Reads only ``scores.jsonl`` (typed rows, :func:`ceb.pipeline.read_step_rows`). How rows are pooled:
+Reads only ``scores.jsonl`` (typed rows, :func:`ceb.pipeline.read_step_rows`) of a complete run
+(:meth:`ceb.pipeline.rundir.RunDir.require_readable`). How rows are pooled:
 
 - one entry per (critic, method, stream, stream order);
 - ``(pooled)`` entries pool every stream of a (critic, method) **within one stream order**, so a step counts
@@ -102,8 +103,11 @@ def run_metrics(run_dir: str | Path, *, n_bins: int = 10) -> dict[str, Any]:
         reference rows (``"reference": true``), and ``references_missing`` when a reference could not be built.
 
     Raises:
-        RunError: ``scores.jsonl`` has a bad line before its last (names file and line).
+        RunError: The directory holds no complete run (:meth:`~ceb.pipeline.rundir.RunDir.require_readable`:
+            no ``summary.json``, or one that does not match the rows; a run being written now is read as it
+            stands), or ``scores.jsonl`` has a bad line before its last (names file and line).
     """
+    RunDir(run_dir).require_readable()
     cells: dict[_Key, _Cell] = defaultdict(_Cell)
     # In stream order within each lane, whatever order the rows were written in (the copies of a bank-free
     # method's rows follow their source's order, ceb.pipeline.reuse), so that sums are taken in one order.

@@ -6,6 +6,17 @@ and stream contents), streams and trajectory limit, the same N, each ``i`` once,
 rows of its own lanes only, every lane with its rows. Anything else is refused in one line naming the part and
 what differs, before anything is written.
 
+Each part must also be whole, as its own plan and summary say (:func:`_check_part`): no row twice, every lane
+with a row for each step of each of its trajectories (``min(trajectories, max_trajectories)`` of its stream, each
+trajectory with the same steps in every lane), a hindsight row per trajectory of a bank lane, its banks there, and
+the rows its ``summary.json`` counts. A damaged part is refused naming the part, the lane and what is wrong, with
+the ``--resume`` of that part that repairs it.
+
+The merged run is built aside and published whole (:meth:`~ceb.pipeline.rundir.RunDir.built_aside`): a merge
+killed at any point leaves no run in ``out``, only the staging directory, which the next merge into ``out`` clears.
+A merged run left incomplete by an older ``ceb`` (no ``summary.json``) is built again when its ``config.json`` is
+the one these parts make.
+
 The merged directory holds ``config.json`` (the parts' record without the shard plan), ``scores.jsonl`` and
 ``hindsight.jsonl`` (every part's rows, grouped by lane in the order an unsharded run plans its lanes, each
 lane's rows in the order its part wrote them), ``banks/`` (each lane's bank file, copied) and ``summary.json``
@@ -19,7 +30,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,7 +39,7 @@ import structlog
 
 from ceb.backends.cache import CacheCounts
 from ceb.config import RunConfig
-from ceb.errors import RunError
+from ceb.errors import CEBError, RunError
 from ceb.pipeline.planning import lane_keys
 from ceb.pipeline.provenance import merge_provenance
 from ceb.pipeline.results import HindsightRow, StepRow, read_hindsight_rows
@@ -75,6 +86,19 @@ class _Part:
     record: dict[str, Any]
     shard: Shard
     summary: dict[str, Any]
+    steps: list[StepRow] = field(default_factory=list)
+    hinds: list[HindsightRow] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return f"part {self.run} (shard {self.shard})"
+
+    @property
+    def repair(self) -> str:
+        """The command that makes this part whole again, for a message."""
+        return (
+            f"repair it with `ceb score <its streams> --resume {self.run} --shard {self.shard}` (a grid's part: "
+            f"`ceb grid <its grid file> --shard {self.shard} --resume`)"
+        )
 
 
 def _read_part(path: str | Path) -> _Part:
@@ -87,20 +111,22 @@ def _read_part(path: str | Path) -> _Part:
     shard = Shard.from_record(run.recorded_shard())
     if shard is None:
         raise RunError(f"part {run}: it has no shard plan (a whole run, not `--shard i/N`); nothing to merge it with")
+    part = _Part(run, record, shard, {})
     summary = run.recorded_summary()
     if summary is None:
-        raise RunError(f"part {run} (shard {shard}): no {run.SUMMARY}, so it never finished; continue it with --resume")
+        raise RunError(f"{part}: no {run.SUMMARY}, so it never finished; {part.repair}")
     if summary.get("status") != "finished":
-        raise RunError(
-            f"part {run} (shard {shard}): status {summary.get('status')!r}, not finished; continue it with --resume "
-            f"and --shard {shard}"
-        )
-    return _Part(run, record, shard, summary)
+        raise RunError(f"{part}: status {summary.get('status')!r}, not finished; {part.repair}")
+    part.summary = summary
+    part.steps = list(run.step_rows())
+    if run.hindsight.is_file():
+        part.hinds = list(read_hindsight_rows(run.hindsight))
+    return part
 
 
 def _check_alike(first: _Part, part: _Part) -> None:
     """Refuse ``part`` unless it is a shard of the same run as ``first``."""
-    where = f"part {part.run} (shard {part.shard}) differs from part {first.run} (shard {first.shard})"
+    where = f"{part} differs from {first}"
     if part.shard.count != first.shard.count:
         raise RunError(f"{where}: shard count {part.shard.count}, not {first.shard.count}")
     streams, first_streams = list(part.record.get("streams") or {}), list(first.record.get("streams") or {})
@@ -159,66 +185,187 @@ def merge_runs(parts: Sequence[str | Path], out: str | Path) -> MergeResult:
             raise RunError(f"--out {target} is one of the parts; merge into a new directory")
     read = sorted((_read_part(p) for p in parts), key=lambda part: part.shard.index)
     _check_parts(read)
-    if target.started or target.has_scores:
-        raise RunError(f"{target} already holds a run; merge into a new directory")
     first = read[0]
     config = RunConfig.model_validate(first.record["config"])
-    methods = [resolve_method(m) for m in config.methods]
-    keys = lane_keys(list(first.record.get("streams") or {}), config, methods)
-    rank = {key: i for i, (key, _) in enumerate(keys)}
-    by_key = dict(keys)
-    shared = {(k[0], k[2], k[3]) for k, m in keys if shares_orders(config) and m.order_free}
+    plan = _Plan(first.record, config)
+    doc = {k: v for k, v in first.record.items() if k != RunDir.SHARD} | {RunDir.MERGED: {"shards": len(read)}}
+    _check_target(target, doc)
     steps: list[tuple[int, int, StepRow]] = []
     hinds: list[tuple[int, int, HindsightRow]] = []
     owner: dict[LaneKey, _Part] = {}
+    steps_of: dict[tuple[str, str], tuple[int, LaneKey, _Part]] = {}
     for part in read:
-        rows: list[StepRow | HindsightRow] = list(part.run.step_rows())
-        if part.run.hindsight.is_file():
-            rows += list(read_hindsight_rows(part.run.hindsight))
+        rows: list[StepRow | HindsightRow] = [*part.steps, *part.hinds]
         for row in rows:
-            key = _lane_of(row, shared)
-            if key not in rank:
-                raise RunError(
-                    f"part {part.run} (shard {part.shard}): rows of lane {lane_name(key)}, not a lane of the run"
-                )
+            key = _lane_of(row, plan.shared)
+            if key not in plan.rank:
+                raise RunError(f"{part}: rows of lane {lane_name(key)}, not a lane of the run")
             home = shard_of(key, part.shard.count)
             if home != part.shard.index:
-                raise RunError(
-                    f"part {part.run} (shard {part.shard}): rows of lane {lane_name(key)}, which is shard "
-                    f"{home}/{part.shard.count}'s"
-                )
+                raise RunError(f"{part}: rows of lane {lane_name(key)}, which is shard {home}/{part.shard.count}'s")
             owner.setdefault(key, part)
             if isinstance(row, StepRow):
-                steps.append((rank[key], len(steps), row))
+                steps.append((plan.rank[key], len(steps), row))
             else:
-                hinds.append((rank[key], len(hinds), row))
-    _check_every_lane(read, keys, owner, first.record)
+                hinds.append((plan.rank[key], len(hinds), row))
+        _check_part(part, plan, steps_of)
+    _check_every_lane(read, plan.keys, owner, first.record)
     for key, part in owner.items():
-        if by_key[key].use_bank and not (part.run.path / part.run.bank_file(key)).is_file():
-            raise RunError(f"part {part.run} (shard {part.shard}): no bank file {part.run.bank_file(key)}")
+        if plan.by_key[key].use_bank and not (part.run.path / part.run.bank_file(key)).is_file():
+            raise RunError(f"{part}, lane {lane_name(key)}: no bank file {part.run.bank_file(key)}; {part.repair}")
+    for part in read:  # what no lane could be named for: rows its summary counts and the rows held differ
+        problems = part.run.summary_mismatch(part.summary)
+        if problems:
+            raise RunError(f"{part}: {'; '.join(problems)}; {part.repair}")
     steps.sort(key=lambda t: t[:2])
     hinds.sort(key=lambda t: t[:2])
-    summary = _merged_summary(read, target, rank)
-    with target.lock():
-        target.path.mkdir(parents=True, exist_ok=True)
-        doc = {k: v for k, v in first.record.items() if k != RunDir.SHARD}
-        target.write_record(doc)
-        with target.writer() as writer:
+    summary = _merged_summary(read, target, plan.rank)
+    banks = 0
+    with target.built_aside() as stage:
+        stage.write_record(doc)
+        with stage.writer() as writer:
             for *_, srow in steps:
                 writer.write(srow)
             for *_, hrow in hinds:
                 writer.write(hrow)
-        banks = 0
         for key, part in owner.items():
-            if by_key[key].use_bank:
+            if plan.by_key[key].use_bank:
                 name = part.run.bank_file(key)
-                (target.path / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(part.run.path / name, target.path / name)
+                (stage.path / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(part.run.path / name, stage.path / name)
                 banks += 1
         started = min(datetime.fromisoformat(p.summary["started_at"]) for p in read)
-        target.write_summary(summary_doc(summary, "finished", "", started))
+        stage.write_summary(summary_doc(summary, "finished", "", started))
     log.info("merged shards", out=str(target), parts=len(read), lanes=len(owner))
     return MergeResult(target.path, len(read), len(owner), len(steps), len(hinds), banks, summary, config)
+
+
+class _Plan:
+    """The lanes of the run the parts split, and what each lane must hold (from the first part's record).
+
+    Attributes:
+        keys: Every lane of the run with its method, in the order an unsharded run builds them.
+        rank: Lane -> its place in ``keys``.
+        by_key: Lane -> its method.
+        shared: (stream, method, critic) of the bank-free lanes shared by every order.
+        trajectories: Stream -> the trajectories each of its lanes scores: its count, at most the trajectory limit.
+    """
+
+    def __init__(self, record: Mapping[str, Any], config: RunConfig) -> None:
+        methods = [resolve_method(m) for m in config.methods]
+        streams = record.get("streams") or {}
+        self.keys = lane_keys(list(streams), config, methods)
+        self.rank = {key: i for i, (key, _) in enumerate(self.keys)}
+        self.by_key = dict(self.keys)
+        self.shared = {(k[0], k[2], k[3]) for k, m in self.keys if shares_orders(config) and m.order_free}
+        limit = config.max_trajectories
+        self.trajectories: dict[str, int] = {}
+        for name, entry in streams.items():
+            n = entry.get("trajectories") if isinstance(entry, dict) else None
+            if isinstance(n, int):
+                self.trajectories[name] = n if limit is None else min(n, limit)
+
+    def uses_bank(self, own: LaneKey) -> bool:
+        """Whether the lane rows naming ``own`` belong to keeps a bank (so has a hindsight row per trajectory)."""
+        stream, order, method, critic = own
+        key = (stream, 0, method, critic) if (stream, method, critic) in self.shared else own
+        spec = self.by_key.get(key)
+        return bool(spec is not None and spec.use_bank)
+
+
+def _own(row: StepRow | HindsightRow) -> LaneKey:
+    """The lane ``row`` names (copies of a shared lane's rows name their own order)."""
+    return (row.stream, row.order, row.method, row.critic)
+
+
+def _check_part(part: _Part, plan: _Plan, steps_of: dict[tuple[str, str], tuple[int, LaneKey, _Part]]) -> None:
+    """Refuse ``part`` unless its rows are whole by its own plan and summary (the module docstring lists how).
+
+    ``steps_of`` gathers, over the parts checked so far, each (stream, trajectory)'s step count and the lane and
+    part it was first seen in: every lane scores every step of a trajectory, so the counts must agree.
+
+    Raises:
+        RunError: A row twice, a lane short of trajectories or steps, or a bank lane short of hindsight rows (the
+            part, the lane and what is wrong, and the repair).
+    """
+    by_lane: dict[LaneKey, dict[str, set[int]]] = {}
+    for srow in part.steps:
+        steps = by_lane.setdefault(_own(srow), {}).setdefault(srow.trajectory, set())
+        if srow.step in steps:
+            raise RunError(
+                f"{part}, lane {lane_name(_own(srow))}: the row of trajectory {srow.trajectory} step {srow.step} is "
+                f"in {part.run.SCORES} twice; {part.repair}"
+            )
+        steps.add(srow.step)
+    voted: dict[LaneKey, set[str]] = {}
+    for hrow in part.hinds:
+        seen = voted.setdefault(_own(hrow), set())
+        if hrow.trajectory in seen:
+            raise RunError(
+                f"{part}, lane {lane_name(_own(hrow))}: the hindsight row of trajectory {hrow.trajectory} is in "
+                f"{part.run.HINDSIGHT} twice; {part.repair}"
+            )
+        seen.add(hrow.trajectory)
+    for key, trajs in by_lane.items():
+        where = f"{part}, lane {lane_name(key)}"
+        planned = plan.trajectories.get(key[0])
+        if planned is not None and len(trajs) != planned:
+            raise RunError(
+                f"{where}: step rows of {len(trajs)} trajectories, where its plan has {planned} (rows lost from "
+                f"{part.run.SCORES}); {part.repair}"
+            )
+        for traj, steps in trajs.items():
+            if len(steps) != max(steps) + 1:
+                lost = sorted(set(range(max(steps) + 1)) - steps)
+                raise RunError(
+                    f"{where}: trajectory {traj} has no row of step {', '.join(map(str, lost[:5]))}"
+                    f"{'...' if len(lost) > 5 else ''} in {part.run.SCORES}; {part.repair}"
+                )
+            n, other, there = steps_of.setdefault((key[0], traj), (len(steps), key, part))
+            if n != len(steps):
+                lanes = [(len(steps), where, part), (n, f"{there}, lane {lane_name(other)}", there)]
+                (few, short, damaged), (many, full, _) = sorted(lanes, key=lambda t: t[0])
+                raise RunError(
+                    f"{short}: trajectory {traj} has {few} step rows, {many} in {full} (rows lost from "
+                    f"{part.run.SCORES}); {damaged.repair}"
+                )
+        if plan.uses_bank(key):
+            have = voted.get(key, set())
+            if have != set(trajs):
+                raise RunError(
+                    f"{where}: hindsight rows of {len(have & set(trajs))} of its {len(trajs)} trajectories in "
+                    f"{part.run.HINDSIGHT} (a bank lane has one per trajectory); {part.repair}"
+                )
+
+
+def _check_target(target: RunDir, doc: Mapping[str, Any]) -> None:
+    """Refuse ``target`` when it holds a run, unless it is a merge of these parts cut short (then cleared).
+
+    A merge cut short by an older ``ceb`` (which wrote into ``out`` directly) left ``config.json`` and some rows but
+    no ``summary.json``; when its ``config.json`` is the one these parts make (``doc``, up to the merge mark), its
+    files came from these parts alone and are removed to build the run again.
+
+    Raises:
+        RunError: ``target`` holds another run, a complete one, or one a live process is writing.
+    """
+    if not (target.started or target.has_scores):
+        return
+    try:
+        target.require_readable()
+    except RunError:
+        mine = {k: v for k, v in doc.items() if k != RunDir.MERGED}
+        try:
+            record = {k: v for k, v in target.record().items() if k != RunDir.MERGED}
+        except CEBError:
+            record = None
+        if record == mine:
+            log.warning("building again a merge that did not finish", out=str(target))
+            target.remove_results()
+            return
+        raise RunError(
+            f"{target} holds an incomplete run that is not a merge of these parts; merge into a new directory"
+        ) from None
+    raise RunError(f"{target} already holds a run; merge into a new directory")
 
 
 def _check_every_lane(
@@ -233,7 +380,7 @@ def _check_every_lane(
     for key, _ in keys:
         if key not in owner and counts.get(key[0], 1):
             part = by_index[shard_of(key, parts[0].shard.count)]
-            raise RunError(f"part {part.run} (shard {part.shard}): no rows of its lane {lane_name(key)}")
+            raise RunError(f"{part}: no rows of its lane {lane_name(key)}; {part.repair}")
 
 
 def _merged_summary(parts: Sequence[_Part], target: RunDir, rank: Mapping[LaneKey, int]) -> RunSummary:

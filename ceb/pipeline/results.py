@@ -25,6 +25,7 @@ __all__ = [
     "Precedent",
     "ResultWriter",
     "StepRow",
+    "count_rows",
     "read_hindsight_rows",
     "read_rows",
     "read_step_rows",
@@ -255,6 +256,24 @@ def read_rows(path: str | Path) -> Iterator[dict[str, Any]]:
     """
     for _, row in _lines(Path(path)):
         yield row
+
+
+def count_rows(path: str | Path) -> int:
+    """The rows :func:`read_rows` would yield from ``path`` (0 when it does not exist), without parsing each one.
+
+    Blank lines are not rows; a last line cut short by a crash is not counted.
+    """
+    try:
+        lines = Path(path).read_bytes().split(b"\n")
+    except FileNotFoundError:
+        return 0
+    n = sum(1 for line in lines if line.strip())
+    if lines[-1].strip():
+        try:
+            orjson.loads(lines[-1])
+        except orjson.JSONDecodeError:
+            n -= 1
+    return n
 
 
 def read_step_rows(path: str | Path) -> Iterator[StepRow]:

@@ -30,7 +30,7 @@ import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ from ceb.pipeline.rundir import LIMIT_SETTING, LaneKey, RunDir
 
 __all__ = [
     "ADDED_SETTINGS",
+    "STREAM_FINGERPRINT",
     "NEW_SECTIONS",
     "SERVING_SECTIONS",
     "VOLATILE_SETTINGS",
@@ -54,6 +55,7 @@ __all__ = [
     "check_shard",
     "config_fingerprint",
     "diff_fingerprints",
+    "legacy_stream_fingerprint",
     "limit_may_follow",
     "restore_progress",
     "stream_fingerprint",
@@ -134,8 +136,39 @@ def config_fingerprint(config: RunConfig) -> tuple[str, dict[str, Any]]:
     return _digest(orjson.dumps(flat, option=orjson.OPT_SORT_KEYS)), flat
 
 
-def stream_fingerprint(trajectories: Iterable[Trajectory]) -> str:
-    """SHA-256 of a stream's content in its order (every field, labels included), independent of file paths."""
+STREAM_FINGERPRINT = 2
+"""Version of :func:`stream_fingerprint`. 1 (a bare SHA-256 string, recorded before ceb 0.x of issue 33) hashed
+each trajectory's ``source`` (``path:line``) too, so the same bytes named by another path read as changed; a run
+that recorded it is checked with :func:`legacy_stream_fingerprint`. 2: content only, with the count and ids apart."""
+
+
+def stream_fingerprint(trajectories: Iterable[Trajectory]) -> dict[str, Any]:
+    """What a resume and ``ceb merge`` compare of a stream: its content in its order, never where it was read from.
+
+    Every field of every trajectory counts (labels included) except ``source`` (``path:line``), so a stream copied
+    elsewhere, named by an absolute path or mounted at another path on another node fingerprints the same.
+
+    Returns:
+        ``{"version": 2, "trajectories": n, "ids_sha256": ..., "sha256": ...}``: the count, the SHA-256 of the
+        trajectory ids in order, and the SHA-256 of the content in order (:func:`diff_fingerprints` reads them
+        apart to say what changed: the count, the ids or their order, or the content of the same trajectories).
+    """
+    content, ids, n = hashlib.sha256(), hashlib.sha256(), 0
+    for t in trajectories:
+        content.update(orjson.dumps(replace(t, source=""), option=orjson.OPT_SORT_KEYS))
+        content.update(b"\n")
+        ids.update(orjson.dumps(t.id) + b"\n")
+        n += 1
+    return {
+        "version": STREAM_FINGERPRINT,
+        "trajectories": n,
+        "ids_sha256": ids.hexdigest(),
+        "sha256": content.hexdigest(),
+    }
+
+
+def legacy_stream_fingerprint(trajectories: Iterable[Trajectory]) -> str:
+    """Version 1 of :func:`stream_fingerprint` (file paths included), to check a run that recorded it."""
     h = hashlib.sha256()
     for t in trajectories:
         h.update(orjson.dumps(t, option=orjson.OPT_SORT_KEYS))
@@ -143,14 +176,47 @@ def stream_fingerprint(trajectories: Iterable[Trajectory]) -> str:
     return h.hexdigest()
 
 
+def _stream_change(name: str, old: Any, new: Any, legacy: str | None) -> str | None:
+    """What changed in stream ``name`` between its recorded fingerprint ``old`` and ``new``; ``None``: nothing.
+
+    ``legacy`` is the current stream's version-1 fingerprint, when known: a run recorded before version 2 is
+    checked against it (the same files at the same paths resume as before).
+    """
+    if isinstance(old, str) or isinstance(new, str):
+        if isinstance(old, str) and isinstance(new, str):
+            same = old == new
+        else:
+            same = (old if isinstance(old, str) else new) == legacy
+        if same:
+            return None
+        return (
+            f"stream {name}: content changed, or its files are named by other paths than when the run started (the "
+            f"run's fingerprint was recorded by an older ceb, which hashed each file's path; give the files as its "
+            f"{RunDir.CONFIG} records them)"
+        )
+    if old == new:
+        return None
+    n_old, n_new = old.get("trajectories"), new.get("trajectories")
+    if n_old != n_new:
+        return f"stream {name}: {n_old} trajectories in the run, {n_new} now"
+    if old.get("ids_sha256") != new.get("ids_sha256"):
+        return f"stream {name}: the same number of trajectories ({n_new}), but other ids or another order"
+    return (
+        f"stream {name}: content changed (the same {n_new} trajectory ids in the same order; their steps, labels or "
+        f"fields differ)"
+    )
+
+
 def diff_fingerprints(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """What differs between the fingerprints recorded at a run's start and the current ones.
 
-    Both mappings have ``config`` (flat settings) and ``streams`` (name -> sha256).
+    Both mappings have ``config`` (flat settings) and ``streams`` (name -> :func:`stream_fingerprint`, or the
+    SHA-256 string of version 1). ``current`` may also hold ``legacy_streams`` (name ->
+    :func:`legacy_stream_fingerprint`), against which a recorded version-1 fingerprint is checked.
 
     Returns:
-        One line per difference, e.g. ``"setting ceb.k: 2 -> 3"`` or ``"stream bash-gpt-4: content changed"``;
-        empty when the resume may proceed.
+        One line per difference, e.g. ``"setting ceb.k: 2 -> 3"`` or ``"stream bash-gpt-4: 200 trajectories in the
+        run, 180 now"``; empty when the resume may proceed.
     """
     out: list[str] = []
     old_c, new_c = recorded.get("config", {}), current.get("config", {})
@@ -160,13 +226,14 @@ def diff_fingerprints(recorded: Mapping[str, Any], current: Mapping[str, Any]) -
         if old_v != new_v:
             out.append(f"setting {key}: {old_v!r} -> {new_v!r}")
     old_s, new_s = recorded.get("streams", {}), current.get("streams", {})
+    legacy = current.get("legacy_streams") or {}
     for name in sorted(set(old_s) | set(new_s)):
         if name not in new_s:
             out.append(f"stream {name}: in the run, missing now")
         elif name not in old_s:
             out.append(f"stream {name}: not in the run")
-        elif old_s[name] != new_s[name]:
-            out.append(f"stream {name}: content changed")
+        elif (change := _stream_change(name, old_s[name], new_s[name], legacy.get(name))) is not None:
+            out.append(change)
     return out
 
 
@@ -317,16 +384,23 @@ def check_shard(run_dir: RunDir, shard: Mapping[str, int] | None) -> None:
         )
 
 
-def check_resumable(run_dir: RunDir, current: Mapping[str, Any]) -> None:
+def check_resumable(
+    run_dir: RunDir, current: Mapping[str, Any], streams: Mapping[str, Sequence[Trajectory]] | None = None
+) -> None:
     """Refuse to resume ``run_dir`` when its recorded fingerprints differ from ``current``.
 
     ``current`` holds ``config`` and ``streams`` (:func:`diff_fingerprints`) and, when given, ``limit``: the
-    resume's ``max_trajectories``, checked with :func:`limit_may_follow`.
+    resume's ``max_trajectories``, checked with :func:`limit_may_follow`. ``streams`` (name -> trajectories as
+    read) checks a stream whose fingerprint an older ceb recorded (version 1, paths included) the old way.
 
     Raises:
         RunError: ``config.json`` is unreadable or has no fingerprints, or something changed (each change named).
     """
     recorded, recorded_limit = run_dir.recorded_fingerprints()
+    old = {name: fp for name, fp in (recorded.get("streams") or {}).items() if isinstance(fp, str)}
+    if old and streams is not None:
+        legacy = {name: legacy_stream_fingerprint(streams[name]) for name in old if name in streams}
+        current = {**current, "legacy_streams": legacy}
     changes = diff_fingerprints(recorded, current)
     if "limit" in current and not limit_may_follow(recorded_limit, current["limit"]):
         changes.append(

@@ -16,6 +16,10 @@ Layout::
                        shard<i>of<N>; the files above are their merge (:mod:`ceb.pipeline.ray_launch`)
     .lock              held by the one process using the directory (:mod:`ceb.dirlock`)
 
+A run built whole elsewhere (``ceb merge``) is written into the sibling ``.<name>.building`` and published by one
+rename (:meth:`RunDir.built_aside`). A reader reads a run only when it is complete: ``summary.json`` is there and
+its counts match the rows, or a process is writing it now (:meth:`RunDir.require_readable`).
+
 Every other module asks :class:`RunDir` for a path or a recorded setting; none spells a file name
 (``tests/pipeline/test_rundir.py`` checks the source).
 """
@@ -23,8 +27,10 @@ Every other module asks :class:`RunDir` for a path or a recorded setting; none s
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import platform
+import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
@@ -37,12 +43,12 @@ from pydantic import ValidationError
 
 from ceb.config import RunConfig, read_settings_file
 from ceb.data.trajectory import Trajectory
-from ceb.dirlock import dir_lock
+from ceb.dirlock import dir_lock, lock_holder
 from ceb.errors import ConfigError, RunError, with_path
-from ceb.pipeline.results import ResultWriter, StepRow, read_step_rows
+from ceb.pipeline.results import ResultWriter, StepRow, count_rows, read_step_rows
 from ceb.version import __version__
 
-__all__ = ["LIMIT_SETTING", "LaneKey", "RunDir", "lane_name", "write_atomic"]
+__all__ = ["LIMIT_SETTING", "STEP_COUNTS", "LaneKey", "RunDir", "lane_name", "write_atomic"]
 
 log = structlog.get_logger(__name__)
 
@@ -51,6 +57,11 @@ LaneKey = tuple[str, int, str, str]
 
 LIMIT_SETTING = "max_trajectories"
 """The trajectory limit's key in the recorded configuration; a resume may raise it (:mod:`ceb.pipeline.resume`)."""
+
+
+STEP_COUNTS = ("steps_scored", "steps_failed", "steps_unavailable", "steps_reused")
+"""The counts of ``summary.json`` (:class:`ceb.pipeline.summary.RunSummary`) whose sum is the rows of
+``scores.jsonl``; ``trajectories_voted`` is the rows of ``hindsight.jsonl``."""
 
 
 def lane_name(key: LaneKey) -> str:
@@ -104,6 +115,10 @@ class RunDir:
     """The key of ``config.json`` holding a sharded run's shard plan (:meth:`recorded_shard`)."""
     PARTS = "parts"
     """The folder of a Ray launch's shards (:meth:`part`, :meth:`parts`)."""
+    MERGED = "merged"
+    """The key of a merged run's ``config.json`` saying so: ``{"shards": N}`` (:mod:`ceb.pipeline.merge`)."""
+    BUILDING = ".building"
+    """Suffix of the sibling ``.<name>.building`` a run is built in before it is published (:meth:`built_aside`)."""
     RESULTS = (CONFIG, SCORES, HINDSIGHT, METRICS, SUMMARY)
     """The files an ``overwrite`` removes (with the banks); nothing else of the directory is touched."""
 
@@ -244,6 +259,11 @@ class RunDir:
             RunError: The directory has none.
         """
         if not self.has_scores:
+            if self.building.path.is_dir():
+                raise RunError(
+                    f"{self.path} has no {self.SCORES}: a merge into it did not finish (its files are in "
+                    f"{self.building.path}); run that merge again"
+                )
             raise RunError(f"{self.path} has no {self.SCORES}; is it a run directory written by `ceb score`?")
         return self.scores
 
@@ -408,3 +428,163 @@ class RunDir:
                 f.unlink()
             if not any(banks.iterdir()):
                 banks.rmdir()
+
+    @property
+    def building(self) -> RunDir:
+        """The sibling directory this run is built in before it is published (:meth:`built_aside`)."""
+        return RunDir(self.path.parent / f".{self.path.name}{self.BUILDING}")
+
+    @contextlib.contextmanager
+    def built_aside(self) -> Iterator[RunDir]:
+        """Build this run directory aside, then publish it whole: a reader sees no part of it before the end.
+
+        The block writes into the :class:`RunDir` it is given, the sibling ``.<name>.building``, under that
+        directory's lock: a second builder of the same run is refused while the first lives. What a build killed
+        before its end left there is removed first (a build is redone, not resumed: its files come from elsewhere).
+        When the block ends, every file is flushed to disk (``fsync``) and published: by one rename when this
+        directory does not exist or is empty, else (it holds other files, such as a Ray launch's ``parts/``) file
+        by file with ``summary.json`` last, so that until the end it is not a complete run to any reader. When the
+        block raises, the staging directory is removed and this one is left as it was.
+
+        Raises:
+            RunError: Another process is building this run (names its pid), or the staging directory cannot be used.
+            OSError: A file cannot be flushed or moved (names it).
+        """
+        stage = self.building
+        with stage.lock():
+            for entry in stage.path.iterdir():  # a killed build's files
+                if entry.is_dir():
+                    shutil.rmtree(entry)
+                elif entry.name != self.LOCK:
+                    entry.unlink()
+            try:
+                yield stage
+                _fsync_tree(stage.path)
+                self._publish(stage)
+            finally:
+                if stage.path.is_dir():
+                    shutil.rmtree(stage.path, ignore_errors=True)
+
+    def _publish(self, stage: RunDir) -> None:
+        """Move the run built in ``stage`` here (:meth:`built_aside`)."""
+        try:
+            os.rename(stage.path, self.path)  # replaces a missing or empty directory in one step
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise with_path(exc, self.path) from exc
+        else:
+            _fsync_dir(self.path.parent)
+            return
+        names = sorted((p.name for p in stage.path.iterdir() if p.name != self.LOCK), key=lambda n: n == self.SUMMARY)
+        for name in names:  # summary.json last: the run is complete when it lands
+            try:
+                os.replace(stage.path / name, self.path / name)
+            except OSError as exc:
+                raise with_path(exc, self.path / name) from exc
+        _fsync_dir(self.path)
+
+    def require_readable(self) -> str | None:
+        """Check that a reader (``ceb metrics``, ``export``, ``report``) may read the run here, as a whole run.
+
+        A run is read when it is complete: ``summary.json`` is there, its counts match the rows of ``scores.jsonl``
+        and ``hindsight.jsonl`` (:data:`STEP_COUNTS`) and the banks it lists are there. A run a live process is
+        writing now (it holds the lock: a run being scored) is read as it stands; so is a run that ended
+        interrupted or failed, whose summary matches its rows; for those a note says the results are partial. Rows
+        copied without their run's record (no ``config.json``, no ``summary.json``) are read as rows.
+
+        Returns:
+            ``None`` for a finished run; else the note a reader shows (one line).
+
+        Raises:
+            RunError: No ``scores.jsonl``, the staging directory of a build (:meth:`built_aside`), or a run that is
+                not complete: no ``summary.json`` (a run or a merge killed), or a summary that does not match the
+                rows (rows lost, doubled or added since); the message names what is missing and how to continue.
+        """
+        name = self.path.name
+        if name.startswith(".") and name.endswith(self.BUILDING):
+            whole = self.path.parent / name[1 : -len(self.BUILDING)]
+            raise RunError(
+                f"{self.path} is where a merge into {whole} is built, not a run (a merge killed before it ended "
+                f"leaves it); run that merge again: it clears this directory and builds the run anew"
+            )
+        self.require_scores()
+        holder = lock_holder(self.path, self.LOCK)
+        if holder is not None:
+            return f"{self.path} is being written now (ceb process {holder}): these are its rows so far, a partial run"
+        summary = self.recorded_summary()
+        if summary is None:
+            if not self.started:
+                return None
+            raise RunError(
+                f"{self.path} is not a complete run: it has no {self.SUMMARY} (it was killed before it ended); "
+                f"{self._way_on()}"
+            )
+        problems = self.summary_mismatch(summary)
+        if problems:
+            raise RunError(f"{self.path} is not a complete run: {'; '.join(problems)}; {self._way_on()}")
+        status = summary.get("status")
+        if status != "finished":
+            return f"{self.path}: the run ended {status}, so its results are partial; {self._way_on()}"
+        return None
+
+    def summary_mismatch(self, summary: Mapping[str, Any]) -> list[str]:
+        """Where ``summary`` (``summary.json`` as read) and the files here disagree, one phrase each (empty: none).
+
+        The rows of ``scores.jsonl`` and ``hindsight.jsonl`` against the counts (:data:`STEP_COUNTS`,
+        ``trajectories_voted``), and the bank files it lists.
+        """
+        problems = []
+        try:
+            steps = sum(int(summary.get(name) or 0) for name in STEP_COUNTS)
+            voted = int(summary.get("trajectories_voted") or 0)
+            banks = [b.get("path") for b in summary.get("banks") or [] if isinstance(b, dict)]
+        except (TypeError, ValueError, AttributeError) as exc:
+            return [f"{self.SUMMARY} is not a summary this ceb reads ({exc})"]
+        for counted, table in ((steps, self.scores), (voted, self.hindsight)):
+            held = count_rows(table)
+            if held != counted:
+                problems.append(f"{self.SUMMARY} counts {counted} rows of {table.name}, which holds {held}")
+        missing = [b for b in banks if isinstance(b, str) and not (self.path / b).is_file()]
+        if missing:
+            problems.append(f"{len(missing)} bank file(s) it lists are missing ({missing[0]}...)")
+        return problems
+
+    def _way_on(self) -> str:
+        """How to make the run here whole again, for a message."""
+        try:
+            record = self.record() if self.started else {}
+        except ConfigError:
+            record = {}
+        if record.get(self.MERGED):
+            return "run the same `ceb merge` again: it builds the merged run anew from its parts"
+        shard = record.get(self.SHARD)
+        flag = f" --shard {shard.get('index')}/{shard.get('count')}" if isinstance(shard, dict) else ""
+        if flag:
+            return (
+                f"continue it with `ceb score <its streams> --resume {self.path}{flag}` (or `ceb grid` with --resume)"
+            )
+        return (
+            f"continue it with `ceb score <its streams> --resume {self.path}` (or `ceb grid` with --resume); if a "
+            f"merge wrote it, run that `ceb merge` again"
+        )
+
+
+def _fsync_tree(root: Path) -> None:
+    """Flush every file and directory under ``root`` (included) to disk."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            fd = os.open(Path(folder) / name, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(folder))
+
+
+def _fsync_dir(path: Path) -> None:
+    """Flush ``path``'s entries (a rename into it) to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -131,7 +131,7 @@ async def _run_scoring(
     methods = _check_methods(config, streams)
     prints = fingerprints(config, streams)
     if resume:
-        check_resumable(run, prints | {"limit": config.max_trajectories})
+        check_resumable(run, prints | {"limit": config.max_trajectories}, streams)
         check_shard(run, shard.to_record() if shard is not None else None)
     plan = plan_lanes(streams, config, methods, shard)
     summary = RunSummary(run_dir=run.path, hindsight_labellers=labellers(config))

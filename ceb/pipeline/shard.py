@@ -18,9 +18,14 @@ from typing import Any
 from ceb.errors import ConfigError
 from ceb.pipeline.rundir import LaneKey
 
-__all__ = ["Shard", "lane_id", "shard_of"]
+__all__ = ["MAX_SHARDS", "Shard", "lane_id", "shard_of"]
 
-_SPEC = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
+MAX_SHARDS = 1_000_000
+"""The largest shard count N: far more than any cluster's tasks, and small enough to record (``config.json``
+holds it as a JSON integer, which orjson keeps to 64 bits)."""
+
+# ASCII digits only: ``\d`` would take a full-width or Arabic-Indic digit, which no scheduler writes.
+_SPEC = re.compile(r"\s*([0-9]+)\s*/\s*([0-9]+)\s*", re.ASCII)
 
 
 def lane_id(key: LaneKey) -> str:
@@ -50,6 +55,8 @@ class Shard:
     def __post_init__(self) -> None:
         if self.count < 1 or not 0 <= self.index < self.count:
             raise ConfigError(f"shard {self.index}/{self.count}: needs 0 <= i < N (e.g. 0/3, 1/3, 2/3)")
+        if self.count > MAX_SHARDS:
+            raise ConfigError(f"shard {self.index}/{self.count}: N is at most {MAX_SHARDS:,}")
 
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"
@@ -59,7 +66,7 @@ class Shard:
         """A shard from ``"i/N"`` (``$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT``, say).
 
         Raises:
-            ConfigError: Not two whole numbers ``i/N`` with ``0 <= i < N``.
+            ConfigError: Not two whole numbers ``i/N`` (ASCII digits) with ``0 <= i < N <=`` :data:`MAX_SHARDS`.
         """
         m = _SPEC.fullmatch(text)
         if m is None:

@@ -129,6 +129,8 @@ def _valid(path: tuple[str, ...], place: dict[str, Path], case: Path) -> list[st
         ("convert", "intercode"): ["--root", str(root / "empty"), "--out", str(case / "streams")],
         ("convert", "mind2web"): ["--tasks", str(root / "empty"), "--out", str(case / "streams")],
         ("convert", "amex"): ["--episodes", str(root / "empty"), "--out", str(case / "streams")],
+        ("convert", "chat"): ["--transcripts", str(root / "empty"), "--out", str(case / "streams")],
+        ("convert", "inspect"): ["--logs", str(root / "empty"), "--out", str(case / "streams")],
     }[path]
 
 
@@ -144,7 +146,8 @@ def _values(option: Any, place: dict[str, Path]) -> list[str]:
         str(root / "garbage.toml"),
         str(place["stream"]),  # a file where a directory is meant
     ]
-    text = ["", "x,,y", "'unbalanced", "-1", "1e30", "nan", str(root / "empty")]
+    # A number past 64 bits and a full-width digit in an i/N form (--shard, issue 33): a usage error, never a crash.
+    text = ["", "x,,y", "'unbalanced", "-1", "1e30", "nan", str(root / "empty"), "0/" + "9" * 20, "\uff11/3"]
     annotation = option.type_descriptor.annotation
     if annotation in (int, float):
         return numbers

@@ -179,6 +179,9 @@ def test_report_command(tmp_path: Path) -> None:
     run = tmp_path / "run"
     _write_run(run, orders=1, methods=("ceb", "static"))
     (run / "config.json").write_bytes(orjson.dumps({"config": {"ece_bins": 5}}))
+    # A recorded run is read once complete: its summary counts its rows (ceb.pipeline.rundir.RunDir.require_readable).
+    rows = len((run / "scores.jsonl").read_bytes().splitlines())
+    (run / "summary.json").write_bytes(orjson.dumps({"status": "finished", "steps_scored": rows}))
     app = typer.Typer()
     app.command()(report_command)
     runner = CliRunner()

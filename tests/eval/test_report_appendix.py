@@ -51,8 +51,9 @@ def _write_run(run: Path, methods: dict[str, tuple[float, float, tuple[int, int]
     ]
     run.mkdir(parents=True)
     (run / "scores.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-    if config is not None:
+    if config is not None:  # a recorded run, finished: its summary counts its rows (RunDir.require_readable)
         (run / "config.json").write_bytes(orjson.dumps(config))
+        (run / "summary.json").write_bytes(orjson.dumps({"status": "finished", "steps_scored": len(rows)}))
 
 
 def _links(md: str) -> list[str]:

@@ -153,3 +153,95 @@ def test_the_new_key_wins_over_its_old_one() -> None:
     assert "tau" not in config.model_dump()["ceb"]
     moved = load_config(overrides={"baselines": {"format_retries": 0}})
     assert moved.critic.format_retries == 0 and "format_retries" not in moved.model_dump()["baselines"]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished run: two trajectories, CEB (a bank lane) and Static."""
+    from functools import partial
+
+    import anyio
+
+    from ceb.pipeline import run_scoring
+    from tests.support.builders import step, trajectory
+
+    out = tmp_path_factory.mktemp("finished") / "run"
+    trajs = [trajectory(f"t{i}", step("ls", "a", label=1), step("rm x", "denied", label=0)) for i in range(2)]
+    config = load_config(overrides={"methods": ["ceb", "static"]})
+    anyio.run(partial(run_scoring, {"s": trajs}, config, out))
+    return out
+
+
+def _copy(finished: Path, tmp_path: Path) -> RunDir:
+    import shutil
+
+    shutil.copytree(finished, tmp_path / "run", ignore=shutil.ignore_patterns(".lock"))
+    return RunDir(tmp_path / "run")
+
+
+def test_a_finished_run_is_readable_and_rows_alone_read_as_rows(finished: Path, tmp_path: Path) -> None:
+    run = _copy(finished, tmp_path)
+    assert run.require_readable() is None
+    run.config_file.unlink()
+    run.summary_file.unlink()
+    assert run.require_readable() is None  # rows copied without their record: read as rows, as before
+
+
+@pytest.mark.parametrize(
+    ("damage", "refusal"),
+    [
+        ("no-summary", r"not a complete run: it has no summary\.json \(it was killed before it ended\)"),
+        ("row-lost", r"not a complete run: summary\.json counts 8 rows of scores\.jsonl, which holds 7"),
+        ("row-twice", r"not a complete run: summary\.json counts 8 rows of scores\.jsonl, which holds 9"),
+        ("hindsight-emptied", r"summary\.json counts 2 rows of hindsight\.jsonl, which holds 0"),
+        ("bank-gone", r"1 bank file\(s\) it lists are missing \(banks/s__ceb\.json"),
+    ],
+)
+def test_an_incomplete_run_is_refused_naming_what_is_missing(
+    finished: Path, tmp_path: Path, damage: str, refusal: str
+) -> None:
+    run = _copy(finished, tmp_path)
+    lines = run.scores.read_bytes().splitlines(keepends=True)
+    if damage == "no-summary":
+        run.summary_file.unlink()
+    elif damage == "row-lost":
+        run.scores.write_bytes(b"".join(lines[1:]))
+    elif damage == "row-twice":
+        run.scores.write_bytes(b"".join([*lines, lines[0]]))
+    elif damage == "hindsight-emptied":
+        run.hindsight.write_bytes(b"")
+    elif damage == "bank-gone":
+        (run.path / run.bank_file(("s", 0, "ceb", ""))).unlink()
+    with pytest.raises(RunError, match=refusal) as refused:
+        run.require_readable()
+    assert f"continue it with `ceb score <its streams> --resume {run.path}`" in str(refused.value)
+
+
+def test_a_live_or_interrupted_run_is_read_with_a_note(finished: Path, tmp_path: Path) -> None:
+    run = _copy(finished, tmp_path)
+    run.summary_file.unlink()  # a run being scored has no summary yet
+    with run.lock():  # held as a scoring process holds it
+        note = run.require_readable()
+    assert note is not None and "is being written now (ceb process" in note and "partial" in note
+    with pytest.raises(RunError, match="no summary"):
+        run.require_readable()  # the same directory once its process is gone (killed)
+    finished_run = _copy(finished, tmp_path / "i")
+    doc = orjson.loads(finished_run.summary_file.read_bytes())
+    finished_run.summary_file.write_bytes(orjson.dumps(doc | {"status": "interrupted"}))
+    note = finished_run.require_readable()
+    assert note is not None and "the run ended interrupted, so its results are partial" in note
+
+
+def test_a_sharded_runs_way_on_names_its_shard_and_the_staging_directory_is_no_run(
+    finished: Path, tmp_path: Path
+) -> None:
+    run = _copy(finished, tmp_path)
+    doc = orjson.loads(run.config_file.read_bytes())
+    run.config_file.write_bytes(orjson.dumps(doc | {RunDir.SHARD: {"index": 1, "count": 3}}))
+    run.summary_file.unlink()
+    with pytest.raises(RunError, match=rf"--resume {re.escape(str(run.path))} --shard 1/3`"):
+        run.require_readable()
+    stage = RunDir(tmp_path / "merged").building
+    (tmp_path / "run").rename(stage.path)
+    with pytest.raises(RunError, match=r"is where a merge into .*merged is built, not a run"):
+        stage.require_readable()

@@ -66,9 +66,27 @@ def test_lane_ids_are_the_session_keys_and_shards_are_stable() -> None:
     assert shard_of(key, 1000) == 28
     assert {shard_of((s, o, m, ""), N) for s in "abcdefgh" for o in (0, 1) for m in ("ceb", "static")} == {0, 1, 2}
     assert Shard.parse(" 2/3 ") == Shard(2, 3)
-    for bad in ("3/3", "-1/3", "1/0", "x", "1/3/4", ""):
-        with pytest.raises(ConfigError, match="i/N|0 <= i < N"):
+    for bad in ("3/3", "-1/3", "1/0", "x", "1/3/4", "", "\uff11/3", "\u0661/3", "0/99999999999999999999"):
+        with pytest.raises(ConfigError, match="i/N|0 <= i < N|N is at most"):
             Shard.parse(bad)
+
+
+@pytest.mark.parametrize("spec", ["0/99999999999999999999", "\uff11/3"])
+def test_a_shard_out_of_range_or_in_other_digits_is_a_usage_error(tmp_path: Path, spec: str) -> None:
+    result = runner.invoke(app, ["score", *_streams(tmp_path), "--out", str(tmp_path / "r"), "--shard", spec])
+    assert result.exit_code == EXIT_ERROR and "Traceback" not in result.output, result.output
+    assert not (tmp_path / "r").exists()
+
+
+def test_an_empty_shard_says_it_holds_no_lane(tmp_path: Path) -> None:
+    keys = [(s, o, m, "") for s in ("alpha", "beta", "gamma") for o in (0, 1) for m in ("ceb", "static")]
+    count = 40
+    empty = next(i for i in range(count) if all(shard_of(k, count) != i for k in keys))
+    result = runner.invoke(
+        app, ["score", *_streams(tmp_path), "--out", str(tmp_path / "r"), *OPTIONS, "--shard", f"{empty}/{count}"]
+    )
+    assert result.exit_code == 0, result.output
+    assert f"note: shard {empty}/{count} holds none of the run's lanes" in result.output
 
 
 def test_each_shard_records_its_plan_and_scores_only_its_lanes(runs: dict[str, object]) -> None:
@@ -134,7 +152,11 @@ def _edit(path: Path, edit) -> None:  # noqa: ANN001
         ("stream", r"stream alpha: content changed"),
         ("limit", r"max_trajectories"),
         ("unfinished", r"status 'interrupted', not finished"),
-        ("no-summary", r"never finished"),
+        (
+            "no-summary",
+            r"part0 \(shard 0/3\): no summary\.json, so it never finished; repair it with "
+            r"`ceb score .*--resume .*part0 --shard 0/3`",
+        ),
         ("foreign-lane", r"rows of lane .*which is shard"),
         ("lane-left-out", r"no rows of its lane"),
         ("out-is-part", r"is one of the parts"),
