@@ -276,7 +276,7 @@ def step_texts(
     for stream in sorted(streams):
         paths = files.get(stream)
         if not paths:
-            missing.append(f"{stream}: config.json names no file for it")
+            missing.append(f"{stream}: {run.CONFIG} names no file for it")
             continue
         try:
             trajectories = read_stream(paths)

@@ -78,7 +78,11 @@ def _first_lane(path: Path) -> tuple[str, int, str]:
 @pytest.mark.parametrize(
     ("damage", "wrong"),
     [
-        ("rows-lost", r"lane \S+: (trajectory \S+ has no row of step|step rows of \d+ trajectories, where its plan)"),
+        (
+            "rows-lost",
+            r"lane \S+: (trajectory \S+ has no row of step|step rows of \d+ trajectories, where its plan"
+            r"|trajectory \S+ has \d+ step rows, \d+ in part \S+ \(shard \d/\d\), lane \S+ \(rows lost)",
+        ),
         ("row-twice", r"lane \S+: the row of trajectory \S+ step \d is in scores\.jsonl twice"),
         ("hindsight-emptied", r"lane \S+__ceb\S*: hindsight rows of 0 of its 5 trajectories"),
         ("summary-differs", r"summary\.json counts {n} rows of scores\.jsonl, which holds {held}"),
@@ -201,7 +205,12 @@ def test_another_run_in_out_is_not_merged_over(runs: dict[str, object], tmp_path
     shutil.copytree(runs["whole"], out, ignore=shutil.ignore_patterns(".lock"))  # type: ignore[call-overload]
     with pytest.raises(RunError, match="already holds a run"):
         merge_runs(runs["parts"], out)  # type: ignore[arg-type]
-    RunDir(out).summary_file.unlink()  # incomplete, and not a merge of these parts: kept as it is
+    # Incomplete, and recorded with other settings: not a merge of these parts, kept as it is. (The unsharded run
+    # with its summary gone records exactly the settings these parts merge into, so a merge would build it anew.)
+    RunDir(out).summary_file.unlink()
+    record = orjson.loads(RunDir(out).config_file.read_bytes())
+    record["order_seed"] = int(record.get("order_seed") or 0) + 1
+    RunDir(out).config_file.write_bytes(orjson.dumps(record))
     with pytest.raises(RunError, match="incomplete run that is not a merge of these parts"):
         merge_runs(runs["parts"], out)  # type: ignore[arg-type]
     assert RunDir(out).scores.is_file()

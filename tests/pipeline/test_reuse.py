@@ -182,10 +182,15 @@ async def test_the_report_counts_copies_and_reads_them_as_rows_of_their_order(tm
     on = orjson.loads((tmp_path / "on" / "report" / "report.json").read_bytes())
     off = orjson.loads((tmp_path / "off" / "report" / "report.json").read_bytes())
     assert on["run"]["reused_rows"] == STEPS and off["run"]["reused_rows"] == 0
-    # Lanes are listed as they first appear in scores.jsonl, which differs; every number is the same.
-    assert canonical({k: v for k, v in on.items() if k != "run"}) == canonical(
-        {k: v for k, v in off.items() if k != "run"}
+    # Lanes are listed as they first appear in scores.jsonl, which differs; every number is the same. The
+    # provenance differs by the configuration digest only (reuse_bank_free is a setting of its own).
+    assert on["provenance"]["config_sha256"] != off["provenance"]["config_sha256"]
+    assert canonical({k: v for k, v in on.items() if k not in ("run", "provenance")}) == canonical(
+        {k: v for k, v in off.items() if k not in ("run", "provenance")}
     )
+    assert {k: v for k, v in on["provenance"].items() if k != "config_sha256"} == {
+        k: v for k, v in off["provenance"].items() if k != "config_sha256"
+    }
 
 
 def canonical(doc: Any) -> Any:

@@ -94,8 +94,10 @@ async def test_vllm_run_batch_gives_the_online_scores_of_every_bank_free_baselin
         overrides={
             "methods": METHODS,
             "orders": 1,
-            # Greedy everywhere: vLLM refuses n > 1 under greedy sampling, so PRO draws one greedy sample.
-            "baselines": {"pro_temperature": 0.0, "pro_samples": 1},
+            # Greedy everywhere: vLLM refuses n > 1 under greedy sampling, so PRO draws one greedy sample. Each
+            # lane asks its own requests online, as a Batch export does (it turns sharing off), so that the rows'
+            # request counts compare one for one.
+            "baselines": {"pro_temperature": 0.0, "pro_samples": 1, "share_statistics": False},
             "backend": {
                 "name": "openai",
                 "base_url": vllm_server.base_url,
