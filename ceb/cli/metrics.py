@@ -84,7 +84,7 @@ def print_label_free(run_dir: Path, console: Console = out) -> None:
     Each method's score spread, its lowest-confidence steps and how the methods rank alike; ``ceb report`` has the
     full lists and the deferrals.
     """
-    from ceb.eval.label_free import agreement, score_spreads, step_texts, steps_to_review
+    from ceb.eval.label_free import agreement, score_spreads, step_texts, steps_to_review, with_texts
     from ceb.eval.lanes import base_lanes, lanes_from_rows
     from ceb.pipeline.results import read_step_rows
     from ceb.pipeline.rundir import RunDir
@@ -110,7 +110,7 @@ def print_label_free(run_dir: Path, console: Console = out) -> None:
     console.print(spread)
     steps, _ = steps_to_review(lanes, {}, REVIEW_PRINTED)
     texts, _ = step_texts(run, {(r.stream, r.trajectory, r.step) for r in steps})
-    steps, _ = steps_to_review(lanes, texts, REVIEW_PRINTED)
+    steps = with_texts(steps, texts)
     review = Table("method", "stream", "trajectory", "step", "score", "action", title="Steps to review (lowest first)")
     for r in steps:
         review.add_row(r.method, r.stream, r.trajectory, str(r.step), f"{r.score:.3f}", r.action[:80])

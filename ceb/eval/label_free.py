@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
 
 import numpy as np
 
-from ceb.errors import CEBError
 from ceb.eval.deployment import SELECTIVE_BUDGETS
 from ceb.eval.lanes import POOLED, ScoredLane
 from ceb.pipeline.rundir import RunDir
@@ -39,6 +38,7 @@ __all__ = [
     "score_spreads",
     "step_texts",
     "steps_to_review",
+    "with_texts",
 ]
 
 StepTexts = Mapping[tuple[str, str, int], tuple[str, str]]
@@ -259,32 +259,26 @@ def step_texts(
 ) -> tuple[dict[tuple[str, str, int], tuple[str, str]], str | None]:
     """The task and action of each ``(stream, trajectory id, step)`` in ``wanted``, from the run's stream files.
 
-    The files are those ``config.json`` records (a relative path is read from the current directory). Never
-    raises: steps whose files cannot be read are left out, and the second value says why (``None`` when all
-    were found).
+    The files are read by :meth:`~ceb.pipeline.rundir.RunDir.recorded_trajectories`. Never raises: steps whose files
+    cannot be read are left out, and the second value says why (``None`` when all were found).
     """
-    from ceb.data import read_stream
-
     wanted = set(wanted)
-    streams = {s for s, _, _ in wanted}
-    try:
-        files = run.recorded_stream_files()
-    except CEBError as exc:
-        return {}, str(exc)
+    streams, missing = run.recorded_trajectories()
     out: dict[tuple[str, str, int], tuple[str, str]] = {}
-    missing = []
-    for stream in sorted(streams):
-        paths = files.get(stream)
-        if not paths:
-            missing.append(f"{stream}: {run.CONFIG} names no file for it")
-            continue
-        try:
-            trajectories = read_stream(paths)
-        except (CEBError, OSError, ValueError) as exc:
-            missing.append(f"{stream}: {str(exc).splitlines()[0]}")
-            continue
+    for stream, trajectories in streams.items():
         for traj in trajectories:
             for t, step in enumerate(traj.steps):
                 if (stream, traj.id, t) in wanted:
                     out[(stream, traj.id, t)] = (traj.task, step.action)
-    return out, ("; ".join(missing) or None)
+    needed = {s for s, _, _ in wanted}
+    why = [f"{s}: {reason}" for s, reason in missing.items() if s == "*" or s in needed]
+    return out, ("; ".join(why) or None)
+
+
+def with_texts(rows: Sequence[ReviewStep], texts: StepTexts) -> list[ReviewStep]:
+    """``rows`` with the task and action of each step from ``texts`` (left blank where it has none)."""
+    out = []
+    for r in rows:
+        task, action = texts.get((r.stream, r.trajectory, r.step), ("", ""))
+        out.append(replace(r, task=task, action=action))
+    return out

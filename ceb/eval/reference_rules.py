@@ -24,7 +24,6 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ceb.errors import CEBError
 from ceb.eval.bootstrap import BootstrapResult
 from ceb.eval.calibration import MetricRow, metric_rows
 from ceb.eval.lanes import ScoredLane, reference_method
@@ -101,22 +100,13 @@ def repetition_flags(run: RunDir) -> RepetitionFlags:
     Never raises: a stream whose files are missing or invalid, or a run without ``config.json``, is named in
     :attr:`RepetitionFlags.missing` (all its streams) or gives no flags at all.
     """
-    from ceb.data import read_stream  # the data layer is only needed for this reference
-
-    try:
-        files = run.recorded_stream_files()
-    except CEBError as exc:
-        return RepetitionFlags(missing={"*": str(exc)})
+    streams, missing = run.recorded_trajectories()
+    if "*" in missing:
+        return RepetitionFlags(missing=missing)
     ceb = run.recorded_or_default()[0].ceb
     window = ceb.repetition_window
     flags: dict[tuple[str, str, int], bool] = {}
-    missing: dict[str, str] = {}
-    for stream, paths in files.items():
-        try:
-            trajectories = read_stream(paths)
-        except (CEBError, OSError, ValueError) as exc:
-            missing[stream] = f"its files {paths} cannot be read from here: {str(exc).splitlines()[0]}"
-            continue
+    for stream, trajectories in streams.items():
         for traj in trajectories:
             actions = [s.action for s in traj.steps]
             for t, action in enumerate(actions):

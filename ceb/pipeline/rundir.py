@@ -44,7 +44,7 @@ from pydantic import ValidationError
 from ceb.config import RunConfig, read_settings_file
 from ceb.data.trajectory import Trajectory
 from ceb.dirlock import dir_lock, lock_holder
-from ceb.errors import ConfigError, RunError, with_path
+from ceb.errors import CEBError, ConfigError, RunError, with_path
 from ceb.pipeline.results import ResultWriter, StepRow, count_rows, read_step_rows
 from ceb.version import __version__
 
@@ -331,6 +331,31 @@ class RunDir:
             raise RunError(f"{self.path} has no {self.CONFIG}; is it a run directory written by `ceb score`?")
         streams = self.record().get("streams") or {}
         return {name: list(entry.get("files") or []) for name, entry in streams.items() if isinstance(entry, dict)}
+
+    def recorded_trajectories(self) -> tuple[dict[str, list[Trajectory]], dict[str, str]]:
+        """The trajectories of each stream the run recorded, read again from its files, for evaluations.
+
+        The files are those ``config.json`` names, as given then (a relative path is read from the current directory).
+        Never raises: returns ``(streams, missing)``, ``missing`` giving per stream why its files could not be read,
+        or under ``"*"`` why nothing could (no or unreadable ``config.json``).
+        """
+        from ceb.data.reader import read_stream
+
+        try:
+            files = self.recorded_stream_files()
+        except CEBError as exc:
+            return {}, {"*": str(exc)}
+        streams: dict[str, list[Trajectory]] = {}
+        missing: dict[str, str] = {}
+        for stream, paths in files.items():
+            if not paths:
+                missing[stream] = f"{self.CONFIG} names no file for it"
+                continue
+            try:
+                streams[stream] = read_stream(paths)
+            except (CEBError, OSError, ValueError) as exc:
+                missing[stream] = f"its files {paths} cannot be read from here: {str(exc).splitlines()[0]}"
+        return streams, missing
 
     def recorded_fingerprints(self) -> tuple[dict[str, Any], int | None]:
         """The fingerprints a resume compares (:mod:`ceb.pipeline.resume`) and the recorded trajectory limit.

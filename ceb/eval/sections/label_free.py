@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from ceb.eval.label_free import ReviewStep, agreement, deferrals, score_spreads, step_texts, steps_to_review
+from ceb.eval.label_free import (
+    ReviewStep,
+    agreement,
+    deferrals,
+    score_spreads,
+    step_texts,
+    steps_to_review,
+    with_texts,
+)
 from ceb.eval.sections.base import ReportContext, ReportWriter, section, where
 from ceb.eval.tables import method_label
 from ceb.pipeline.rundir import RunDir
@@ -42,7 +50,7 @@ def label_free(rep: ReportWriter, ctx: ReportContext) -> None:
     ]
     steps, trajectories = steps_to_review(base, {}, REVIEW_STEPS)
     texts, missing = step_texts(RunDir(ctx.run), {(r.stream, r.trajectory, r.step) for r in (*steps, *trajectories)})
-    steps, trajectories = steps_to_review(base, texts, REVIEW_STEPS)
+    steps, trajectories = with_texts(steps, texts), with_texts(trajectories, texts)
     rep.lines += [
         "### Steps to review",
         "",
