@@ -141,7 +141,7 @@ def import_(
     cfg = src.config()
     metrics = run_metrics(out_dir, n_bins=cfg.ece_bins)
     write_metrics(out_dir, metrics)
-    print_metrics(metrics)
+    print_metrics(metrics, run_dir=Path(out_dir))
     s = done.summary
     if s is not None:
         out.print(

@@ -45,7 +45,7 @@ def report_merged(merged: Any) -> None:
 
     metrics = run_metrics(merged.out, n_bins=merged.config.ece_bins)
     write_metrics(merged.out, metrics)
-    print_metrics(metrics)
+    print_metrics(metrics, run_dir=Path(merged.out))
     out.print(
         f"merged {merged.parts} shards: {merged.lanes} lanes, {merged.step_rows} step rows, "
         f"{merged.hindsight_rows} hindsight rows, {merged.banks} banks. Results in {merged.out}/"
