@@ -68,7 +68,7 @@ from ceb.backends.scheduling import current_lane, current_priority, lane_tag, se
 from ceb.config import BackendConfig
 from ceb.errors import BackendError, ConfigError, FatalBackendError, UnsupportedFeatureError
 
-__all__ = ["SESSION_HEADER", "OpenAIBackend", "OpenAISettings", "ServerPriority", "StructuredOutput", "open_openai"]
+__all__ = ["SESSION_HEADER", "OpenAIBackend", "ServerPriority", "StructuredOutput", "open_openai"]
 
 log = structlog.get_logger(__name__)
 
@@ -160,11 +160,6 @@ def _is_uuid(value: str | None) -> bool:
 CONTINUE_FIELDS = ("continue_final_message",)
 """vLLM body fields whose silent omission changes what a reply means (the model answers afresh instead of
 continuing the last message), so a server known to ignore unknown fields gets no request carrying them."""
-
-
-OpenAISettings = BackendConfig
-"""Deprecated name of :class:`~ceb.config.BackendConfig`, which this backend reads directly; kept only so that
-callers written against the old settings class keep working until they are ported."""
 
 
 def _is_local(url: str) -> bool:

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from ceb.backends.base import RetryPolicy
-from ceb.backends.openai import OpenAIBackend, OpenAISettings
-from ceb.config import CriticConfig
+from ceb.backends.openai import OpenAIBackend
+from ceb.config import BackendConfig, CriticConfig
 from ceb.stages import CriticInput, LLMCritic, PromptSet
 from ceb.stages.baselines import CoTCritic, VerbalizedCritic
 from tests.support.openai_server import OpenAITestServer, Reply, TokenSpec
@@ -30,7 +30,7 @@ def _no_key(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 async def backend(openai_server: OpenAITestServer) -> AsyncIterator[OpenAIBackend]:
-    settings = OpenAISettings(base_url=openai_server.base_url, model="critic-model", api_key_env=KEY_ENV)
+    settings = BackendConfig(base_url=openai_server.base_url, model="critic-model", api_key_env=KEY_ENV)
     async with OpenAIBackend(settings, retry=RetryPolicy(max_attempts=1, backoff_s=0, max_backoff_s=0)) as b:
         yield b
 

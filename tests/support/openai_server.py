@@ -8,7 +8,7 @@ default reply: a test that forgot to set one gets a clear failure instead of a p
 Usage::
 
     async with serve_openai(lambda body, i: Reply('{"score": 0.9}')) as server:
-        settings = OpenAISettings(base_url=server.base_url, model=server.model)
+        settings = BackendConfig(base_url=server.base_url, model=server.model)
         async with OpenAIBackend(settings) as backend:
             response = await backend.complete(ChatRequest(messages=({"role": "user", "content": "hi"},)))
         assert server.requests[0]["messages"][0]["content"] == "hi"

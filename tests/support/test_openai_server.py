@@ -8,7 +8,8 @@ import pytest
 from openai import AsyncOpenAI
 
 from ceb.backends.base import ChatRequest
-from ceb.backends.openai import OpenAIBackend, OpenAISettings
+from ceb.backends.openai import OpenAIBackend
+from ceb.config import BackendConfig
 from ceb.errors import BackendError
 from tests.support.openai_server import serve_openai
 
@@ -28,13 +29,13 @@ async def test_models_lists_the_served_model() -> None:
 async def test_a_request_without_a_responder_fails_loudly() -> None:
     with pytest.raises(BackendError, match="no responder is set"):
         async with serve_openai() as server:
-            settings = OpenAISettings(base_url=server.base_url, model="m", api_key_env="CEB_UNSET_KEY")
+            settings = BackendConfig(base_url=server.base_url, model="m", api_key_env="CEB_UNSET_KEY")
             async with OpenAIBackend(settings) as backend:
                 await backend.complete(ChatRequest(messages=({"role": "user", "content": "hi"},)))
     # Had the client swallowed the 400, leaving the block would still raise, naming the cause.
     with pytest.raises(AssertionError, match="no responder is set"):
         async with serve_openai() as server:
-            settings = OpenAISettings(base_url=server.base_url, model="m", api_key_env="CEB_UNSET_KEY")
+            settings = BackendConfig(base_url=server.base_url, model="m", api_key_env="CEB_UNSET_KEY")
             async with OpenAIBackend(settings) as backend:
                 with contextlib.suppress(BackendError):
                     await backend.complete(ChatRequest(messages=({"role": "user", "content": "hi"},)))

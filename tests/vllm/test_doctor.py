@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ceb.backends.openai import OpenAISettings
 from ceb.backends.probe import probe_endpoint
+from ceb.config import BackendConfig
 from ceb.stages.methods import all_methods
 from tests.support.vllm_server import VLLMServer
 
@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.anyio, pytest.mark.timeout(900)]
 
 
 async def test_doctor_on_the_real_server_finds_every_feature_the_methods_need(vllm_server: VLLMServer) -> None:
-    settings = OpenAISettings(
+    settings = BackendConfig(
         base_url=vllm_server.base_url, model=vllm_server.model, structured_output="vllm", timeout_s=300
     )
     report = await probe_endpoint(settings)

@@ -26,7 +26,8 @@ from typing import Any
 import anyio
 import pytest
 
-from ceb.backends.openai import OpenAIBackend, OpenAISettings
+from ceb.backends.openai import OpenAIBackend
+from ceb.config import BackendConfig
 from ceb.data import convert_intercode, read_stream
 from ceb.pipeline import read_rows
 from tests.support.paths import INTERCODE, REPO
@@ -114,7 +115,7 @@ def _need_ceb_in_vllm_venv() -> None:
 
 def test_engine_in_process(vllm_server: VLLMServer, tmp_path: Path) -> None:
     _need_ceb_in_vllm_venv()
-    settings = OpenAISettings(
+    settings = BackendConfig(
         base_url=vllm_server.base_url, model=vllm_server.model, structured_output="vllm", timeout_s=300
     )
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ceb.backends.openai import OpenAIBackend, OpenAISettings
-from ceb.config import CriticConfig
+from ceb.backends.openai import OpenAIBackend
+from ceb.config import BackendConfig, CriticConfig
 from ceb.stages import CriticInput, HistoryItem, LLMCritic, PromptSet
 from ceb.stages.parsing import score_prefix
 from tests.support.vllm_server import VLLMServer
@@ -26,7 +26,7 @@ INPUTS = [
 
 
 async def test_streamed_early_score_equals_the_unstreamed_score(vllm_server: VLLMServer) -> None:
-    settings = OpenAISettings(
+    settings = BackendConfig(
         base_url=vllm_server.base_url, model=vllm_server.model, structured_output="vllm", timeout_s=120
     )
     async with OpenAIBackend(settings) as chat:
