@@ -18,7 +18,7 @@ Order and concurrency. Each stream has its own bank; streams are served concurre
 - accepted trajectories update the bank one at a time, in the order they were accepted (their ``seq``);
 - hindsight runs outside the bank's lock, so scoring never waits for an LLM's votes.
 
-Durability (with ``state_dir``). :meth:`Gate.submit` writes the trajectory to the stream's inbox
+Durability (with ``state_dir``). :meth:`Gate.accept` writes the trajectory to the stream's inbox
 (:mod:`ceb.gate.inbox`) and ``fsync``s it before it returns: that is the acknowledgement. Its hindsight and
 bank update follow in the background; the bank's journal records each update with the trajectory's ``seq``, on
 the same line. A gate restarted after a crash (``kill -9`` included) rebuilds each bank from its journal and
@@ -446,14 +446,6 @@ class Gate:
             st.send.send_nowait(entry)
         return Receipt(entry.seq, replayed=False)
 
-    async def submit(self, stream: str, trajectory: Trajectory) -> int:
-        """:meth:`accept`, returning ``seq`` only (the first one's for a trajectory sent again, not banked again).
-
-        Raises:
-            DataError, StreamLimitError, DuplicateTrajectoryError, OverloadedError, OSError: As :meth:`accept`.
-        """
-        return (await self.accept(stream, trajectory)).seq
-
     async def wait(self, stream: str, seq: int) -> Banked:
         """Wait until accepted trajectory ``seq`` of ``stream`` is in the bank, and return what it did there.
 
@@ -601,10 +593,6 @@ class SyncGate:
     def accept(self, stream: str, trajectory: Trajectory) -> Receipt:
         """:meth:`Gate.accept`, blocking."""
         return self._portal.call(self.gate.accept, stream, trajectory)
-
-    def submit(self, stream: str, trajectory: Trajectory) -> int:
-        """:meth:`Gate.submit`, blocking."""
-        return self._portal.call(self.gate.submit, stream, trajectory)
 
     def finish(self, stream: str, trajectory: Trajectory) -> Banked:
         """:meth:`Gate.finish`, blocking."""

@@ -215,7 +215,7 @@ async def _apply(st: GateStream, entry: Accepted, method: MethodSpec, config: Ru
     )
     del st.pending[entry.seq]
     st.done.pop(entry.seq).set()
-    # Nobody waits for most results (the service acknowledges on submit): keep the last few and those awaited.
+    # Nobody waits for most results (the service acknowledges on accept): keep the last few and those awaited.
     for seq in [q for q in st.results if q not in st.waiting][:-_KEPT_RESULTS]:
         del st.results[seq]
 

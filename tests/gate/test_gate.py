@@ -146,7 +146,7 @@ async def test_updates_apply_in_acceptance_order_while_scores_go_on(tmp_path: Pa
     stages.hindsight = SlowFirst()
     trajs = [trajectory(f"t{i}", step(f"echo {i}", f"{i}")) for i in range(3)]
     async with Gate(stages=stages) as gate:
-        seqs = [await gate.submit("s", t) for t in trajs]
+        seqs = [(await gate.accept("s", t)).seq for t in trajs]
         other = await gate.finish("other", trajs[1])  # another stream is not held up
         c = await gate.score("s", StepContext.of(trajs[2], 0))  # nor is scoring: it sees version 0
         assert (c.bank_version, other.bank_version) == (0, 1)
@@ -169,10 +169,10 @@ async def test_an_overloaded_stream_refuses_more_trajectories() -> None:
     config = RunConfig(gate=GateConfig(max_pending=2))
     with anyio.move_on_after(5):
         async with Gate(config, stages=stages, state_dir=None) as gate:
-            await gate.submit("s", trajectory("a", step("ls")))
-            await gate.submit("s", trajectory("b", step("ls")))
+            await gate.accept("s", trajectory("a", step("ls")))
+            await gate.accept("s", trajectory("b", step("ls")))
             with pytest.raises(OverloadedError):
-                await gate.submit("s", trajectory("c", step("ls")))
+                await gate.accept("s", trajectory("c", step("ls")))
             never.set()
 
 
@@ -189,7 +189,7 @@ async def test_acknowledged_trajectories_left_unapplied_are_replayed_at_the_next
     trajs = [trajectory(f"t{i}", step(f"echo {i}", f"{i}"), step("ls", "a")) for i in range(3)]
     async with Gate(stages=stages, state_dir=tmp_path) as gate:
         for t in trajs:
-            await gate.submit("s", t)
+            await gate.accept("s", t)
     inbox = (tmp_path / "s" / "inbox.jsonl").read_bytes().splitlines()
     assert [orjson.loads(line)["seq"] for line in inbox] == [1, 2, 3]
     async with Gate(state_dir=tmp_path) as gate:
@@ -230,7 +230,7 @@ async def test_a_new_stream_beyond_max_streams_is_refused_and_the_others_keep_wo
         with pytest.raises(StreamLimitError, match=r"gate\.max_streams = 2") as info:
             await gate.score("c", StepContext.of(traj, 0))
         with pytest.raises(StreamLimitError):
-            await gate.submit("c", traj)
+            await gate.accept("c", traj)
         assert (info.value.held, info.value.limit, info.value.field) == (2, 2, "stream")
         assert (await gate.finish("a", traj)).seq == 1 and (await gate.score("b", StepContext.of(traj, 0))).bank_size
         assert gate.streams == ["a", "b"]
@@ -263,9 +263,9 @@ async def test_a_trajectory_sent_twice_is_banked_once_and_gets_the_same_seq() ->
         assert await gate.accept("s", again) == Receipt(1, replayed=True)
         assert await gate.finish("s", first) == replace(banked, replayed=True)
         with pytest.raises(DuplicateTrajectoryError, match="seq 1") as info:
-            await gate.submit("s", other)
+            await gate.accept("s", other)
         assert (info.value.trajectory_id, info.value.seq, info.value.field) == ("t0", 1, "trajectory.id")
-        assert await gate.submit("other-stream", other) == 1  # ids are per stream
+        assert (await gate.accept("other-stream", other)).seq == 1  # ids are per stream
         await gate.flush()
         stats = gate.stats("s")["streams"]["s"]
         assert len(gate.bank("s")) == size == 2 and {r.trajectory_id for r in gate.bank("s").records} == {"t0"}
@@ -292,10 +292,10 @@ async def test_a_retry_is_acknowledged_even_when_the_stream_is_full(tmp_path: Pa
     config = RunConfig(gate=GateConfig(max_pending=1))
     traj = trajectory("t0", step("ls"))
     async with Gate(config, stages=_stuck_stages(), state_dir=tmp_path) as gate:
-        assert await gate.submit("s", traj) == 1
+        assert (await gate.accept("s", traj)).seq == 1
         assert await gate.accept("s", traj) == Receipt(1, replayed=True)
         with pytest.raises(OverloadedError):
-            await gate.submit("s", trajectory("t1", step("ls")))
+            await gate.accept("s", trajectory("t1", step("ls")))
 
 
 async def test_ids_are_known_after_a_restart_pending_or_banked(tmp_path: Path) -> None:
@@ -305,16 +305,16 @@ async def test_ids_are_known_after_a_restart_pending_or_banked(tmp_path: Path) -
         for t in banked:
             await gate.finish("s", t)
     async with Gate(stages=_stuck_stages(), state_dir=tmp_path) as gate:
-        assert await gate.submit("s", waiting) == 3  # acknowledged, never applied
+        assert (await gate.accept("s", waiting)).seq == 3  # acknowledged, never applied
     async with Gate(state_dir=tmp_path) as gate:
         assert await gate.accept("s", banked[0]) == Receipt(1, replayed=True)
         assert await gate.accept("s", waiting) == Receipt(3, replayed=True)
         with pytest.raises(DuplicateTrajectoryError):
-            await gate.submit("s", trajectory("t1", step("echo 1", "another output")))
+            await gate.accept("s", trajectory("t1", step("echo 1", "another output")))
         await gate.flush()
         ids = [r.trajectory_id for r in gate.bank("s").records]
         assert sorted(ids) == ["t0", "t1", "w"] and gate.stats("s")["streams"]["s"]["bank_version"] == 3
-        assert await gate.submit("s", trajectory("t2", step("ls"))) == 4
+        assert (await gate.accept("s", trajectory("t2", step("ls")))).seq == 4
 
 
 async def test_ids_survive_inbox_compaction_and_a_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -329,7 +329,7 @@ async def test_ids_survive_inbox_compaction_and_a_restart(tmp_path: Path, monkey
     async with Gate(state_dir=tmp_path) as gate:
         receipts = [await gate.accept("s", t) for t in trajs]
         with pytest.raises(DuplicateTrajectoryError):
-            await gate.submit("s", trajectory("t0", step("echo 0", "changed")))
+            await gate.accept("s", trajectory("t0", step("echo 0", "changed")))
         await gate.flush()
         assert len(gate.bank("s")) == 10
     assert receipts == [Receipt(i + 1, replayed=True) for i in range(10)]
@@ -355,8 +355,8 @@ async def test_a_torn_last_line_of_the_ids_file_is_cut_and_its_id_still_known(tm
 
 async def test_a_last_line_cut_just_before_its_newline_is_dropped_and_the_file_stays_readable(tmp_path: Path) -> None:
     async with Gate(stages=_stuck_stages(), state_dir=tmp_path) as gate:
-        await gate.submit("s", trajectory("t0", step("ls", "a")))
-        await gate.submit("s", trajectory("t1", step("pwd", "/")))
+        await gate.accept("s", trajectory("t0", step("ls", "a")))
+        await gate.accept("s", trajectory("t1", step("pwd", "/")))
     path = tmp_path / "s" / "inbox.jsonl"
     path.write_bytes(path.read_bytes()[:-1])  # killed after the JSON of t1, before its newline and fsync
     async with Gate(stages=_stuck_stages(), state_dir=tmp_path) as gate:

@@ -149,7 +149,7 @@ async def test_a_kill_at_any_point_restarts_to_the_same_state(
     with pytest.raises(BaseException) as info:  # noqa: PT011 - the kill, alone or in the task group's group
         async with killed as gate:
             for t in trajs:
-                await gate.submit("s", t)
+                await gate.accept("s", t)
                 acked.append(t.id)
                 await gate.flush()
     assert info.group_contains(Killed) if isinstance(info.value, BaseExceptionGroup) else info.type is Killed
