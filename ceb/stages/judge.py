@@ -20,7 +20,6 @@ from ceb.backends.base import ChatBackend, ChatRequest
 from ceb.data.references import reference_actions
 from ceb.data.trajectory import Trajectory
 from ceb.stages.asking import Answer, ask
-from ceb.stages.baselines._common import render
 from ceb.stages.hindsight import labels_schema
 from ceb.stages.parsing import parse_labels
 from ceb.stages.templates import PromptSet
@@ -90,8 +89,8 @@ class LLMJudge:
         """The ``(system, user)`` messages for ``trajectory``."""
         context = judge_context(trajectory)
         return (
-            {"role": "system", "content": render(self.prompts, trajectory.domain, "judge_system", context)},
-            {"role": "user", "content": render(self.prompts, trajectory.domain, "judge_user", context)},
+            {"role": "system", "content": self.prompts.render_or_base(trajectory.domain, "judge_system", context)},
+            {"role": "user", "content": self.prompts.render_or_base(trajectory.domain, "judge_user", context)},
         )
 
     def request(self, trajectory: Trajectory) -> ChatRequest:

@@ -25,7 +25,6 @@ from ceb.backends.base import ChatBackend, ChatRequest
 from ceb.data.references import ACTION_SPACES, ActionSpace
 from ceb.data.trajectory import Trajectory
 from ceb.stages.asking import Answer, ask, bounded_text
-from ceb.stages.baselines._common import render
 from ceb.stages.templates import DATA_INDENT, PromptSet, fence
 
 __all__ = [
@@ -169,8 +168,8 @@ class Regenerator:
         ctx = regenerate_context(trajectory, t, self.prompts.limits.history_steps, space.operations)
         return ChatRequest(
             messages=(
-                {"role": "system", "content": render(self.prompts, trajectory.domain, "regenerate_system", ctx)},
-                {"role": "user", "content": render(self.prompts, trajectory.domain, "regenerate_user", ctx)},
+                {"role": "system", "content": self.prompts.render_or_base(trajectory.domain, "regenerate_system", ctx)},
+                {"role": "user", "content": self.prompts.render_or_base(trajectory.domain, "regenerate_user", ctx)},
             ),
             temperature=REGENERATE_TEMPERATURE,
             max_tokens=REGENERATE_MAX_TOKENS,

@@ -45,9 +45,11 @@ import jinja2
 from ceb.config import PromptConfig
 from ceb.errors import ConfigError
 
-__all__ = ["CLIP_MARKER", "DATA_INDENT", "PROMPT_KINDS", "PromptSet", "clip", "fence"]
+__all__ = ["BASE_FAMILY", "CLIP_MARKER", "DATA_INDENT", "PROMPT_KINDS", "PromptSet", "clip", "fence"]
 
 PROMPT_KINDS = ("critic_system", "critic_user", "hindsight_system", "hindsight_user")
+BASE_FAMILY = "base"
+"""The folder a family falls back to for a prompt it does not define itself (:meth:`PromptSet.render_or_base`)."""
 _PACKAGE_DIR = Path(__file__).with_name("prompts")
 
 CLIP_MARKER = " [...] "
@@ -166,6 +168,27 @@ class PromptSet:
             return tpl.render(limits=self._budgets, **context).strip() + "\n"
         except jinja2.TemplateError as exc:
             raise ConfigError(f"prompt template {name}: {exc}") from exc
+
+    def render_or_base(self, domain: str, kind: str, context: Mapping[str, Any]) -> str:
+        """Render template ``kind`` of ``domain``'s family, or of ``base`` when the family has no such file.
+
+        The packaged families define only the CEB prompts; the baselines', the judge's and the actor's prompts
+        live in ``prompts/base``. A user directory may still give a family its own
+        (``my_prompts/shell/ptrue_user.j2``), which is then used.
+
+        Raises:
+            ConfigError: The template is malformed or uses a variable the caller does not give.
+        """
+        name = f"{self.family(domain)}/{kind}.j2"
+        try:
+            return self.render(domain, kind, context)
+        except ConfigError as exc:
+            cause = exc.__cause__
+            if not (isinstance(cause, jinja2.TemplateNotFound) and cause.name == name):
+                raise
+        # `base` holds critic_system.j2, so it counts as a family of its own and is looked up in base/ (a user
+        # directory's base/ first).
+        return self.render(BASE_FAMILY, kind, context)
 
     def messages(self, domain: str, stage: str, context: Mapping[str, Any]) -> tuple[dict[str, str], ...]:
         """``(system, user)`` chat messages of ``stage`` (``critic`` or ``hindsight``) for ``domain``."""

@@ -272,15 +272,14 @@ def _situation() -> dict[str, Any]:
 
 def test_cot_and_stated_confidence_prompts_get_replies_the_baselines_can_read() -> None:
     from ceb.sim.replies import default_replier
-    from ceb.stages.baselines._common import render
     from ceb.stages.baselines.cot import parse_confidence_line
     from ceb.stages.baselines.verbalized import parse_stated_confidence
 
     prompts = PromptSet()
-    cot_user = render(prompts, "shell", "cot_user", _situation())
+    cot_user = prompts.render_or_base("shell", "cot_user", _situation())
     cot = {"messages": [{"role": "user", "content": cot_user}], "temperature": 0}
     assert classify(cot).kind == "cot"
-    cue = render(prompts, "shell", "verbalized_cue", _situation())
+    cue = prompts.render_or_base("shell", "verbalized_cue", _situation())
     stated = {
         "messages": [{"role": "user", "content": "act"}, {"role": "assistant", "content": "ls -la\n" + cue.strip()}],
         "continue_final_message": True,

@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
-import jinja2
 
 from ceb.backends.base import ChatBackend, ChatRequest, Completion, TransientError
 from ceb.errors import BackendError, ConfigError, FatalBackendError, UnsupportedFeatureError
 from ceb.stages.base import NOT_AVAILABLE, CallStats, CriticInput, CriticResult
 from ceb.stages.critic import situation_context
 from ceb.stages.templates import PromptSet
-
-BASE_FAMILY = "base"
-"""The template folder a family falls back to for a baseline prompt it does not define itself."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,33 +62,12 @@ def evidence(**fields: Any) -> str:
     return json.dumps(fields, ensure_ascii=False, allow_nan=True)
 
 
-def render(prompts: PromptSet, domain: str, kind: str, context: Mapping[str, Any]) -> str:
-    """Render template ``kind`` of ``domain``'s family, or of ``base`` when the family has no such file.
-
-    The packaged families define only the CEB prompts; the baseline prompts live in ``prompts/base``. A user
-    directory may still give a family its own (``my_prompts/shell/ptrue_user.j2``), which is then used.
-
-    Raises:
-        ConfigError: The template is malformed or uses a variable the baseline does not give.
-    """
-    name = f"{prompts.family(domain)}/{kind}.j2"
-    try:
-        return prompts.render(domain, kind, context)
-    except ConfigError as exc:
-        cause = exc.__cause__
-        if not (isinstance(cause, jinja2.TemplateNotFound) and cause.name == name):
-            raise
-    # `base` holds critic_system.j2, so PromptSet takes it for a family of its own and looks in base/ (a user
-    # directory's base/ first).
-    return prompts.render(BASE_FAMILY, kind, context)
-
-
 def prompt_messages(prompts: PromptSet, inp: CriticInput, kind: str) -> tuple[dict[str, str], ...]:
     """``(system, user)`` messages of a critic-side baseline (``ptrue``, ``cot``) for ``inp``."""
     ctx = situation_context(inp)
     return (
-        {"role": "system", "content": render(prompts, inp.domain, f"{kind}_system", ctx)},
-        {"role": "user", "content": render(prompts, inp.domain, f"{kind}_user", ctx)},
+        {"role": "system", "content": prompts.render_or_base(inp.domain, f"{kind}_system", ctx)},
+        {"role": "user", "content": prompts.render_or_base(inp.domain, f"{kind}_user", ctx)},
     )
 
 
@@ -111,10 +84,10 @@ def actor_messages(prompts: PromptSet, inp: CriticInput, *, ask_confidence: bool
         ask_confidence: Also ask for a stated confidence after the action (Verbalization).
     """
     ctx = situation_context(inp) | {"ask_confidence": ask_confidence}
-    system = inp.actor_prompt or render(prompts, inp.domain, "actor_system", ctx)
+    system = inp.actor_prompt or prompts.render_or_base(inp.domain, "actor_system", ctx)
     return (
         {"role": "system", "content": system},
-        {"role": "user", "content": render(prompts, inp.domain, "actor_user", ctx)},
+        {"role": "user", "content": prompts.render_or_base(inp.domain, "actor_user", ctx)},
     )
 
 

@@ -15,7 +15,6 @@ from ceb.stages.baselines._common import (
     continuation_extra,
     evidence,
     need_chat,
-    render,
     send,
 )
 from ceb.stages.critic import situation_context
@@ -114,7 +113,7 @@ class VerbalizedCritic:
 
     def request(self, inp: CriticInput) -> ChatRequest:
         """The request for ``inp``: the actor prompt, then the action, a line break and the cue, left open."""
-        cue = render(self.prompts, inp.domain, "verbalized_cue", situation_context(inp)).strip()
+        cue = self.prompts.render_or_base(inp.domain, "verbalized_cue", situation_context(inp)).strip()
         reply = {"role": "assistant", "content": f"{inp.action}\n{cue}"}
         return ChatRequest(
             messages=(*actor_messages(self.prompts, inp, ask_confidence=True), reply),
