@@ -1,4 +1,4 @@
-"""Ask an endpoint until its reply can be read: the request loop both LLM stages share."""
+"""Ask an endpoint until its reply can be read: the request loop every stage that asks a model shares."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
-from ceb.backends.base import ChatBackend, ChatRequest, TokenLogprob, TransientError
-from ceb.errors import BackendError, FatalBackendError
-from ceb.stages.base import CallStats
+from ceb.backends.base import ChatBackend, ChatRequest, Completion, TokenLogprob, TransientError
+from ceb.errors import BackendError, FatalBackendError, UnsupportedFeatureError
+from ceb.stages.base import NOT_AVAILABLE, CallStats, CriticResult
 
 __all__ = ["BOUNDED_TEXT_MAX_CHARS", "REASK_PREFIX", "Answer", "ask", "bounded_text", "reask"]
 
@@ -52,26 +52,47 @@ class Answer(Generic[T]):
     Attributes:
         value: The parsed reply, or ``None`` when none could be had.
         raw: The last reply text (``""`` when the endpoint never answered).
-        error: Why ``value`` is ``None``; ``None`` on success.
+        error: Why ``value`` is ``None``: ``"endpoint failed: ..."``, ``"unreadable reply: ..."``, or
+            ``"not available: ..."`` when the endpoint lacks a feature the request needs; ``None`` on success.
         stats: Requests, tokens and time over every attempt and re-ask.
-        tokens: The generated tokens of ``raw`` with their log-probs, when the request asked for them and the
-            server sent them (the probability readout, :mod:`ceb.stages.readout`); else ``None``.
+        completion: The server's reply that ``value`` was read from (every choice, its log-probs and prompt
+            log-probs); ``None`` when there is no value.
+        available: ``False`` when the request needs a feature the endpoint lacks (not a failure).
     """
 
     value: T | None
     raw: str
     error: str | None
     stats: CallStats
-    tokens: tuple[TokenLogprob, ...] | None = None
+    completion: Completion | None = None
+    available: bool = True
+
+    @property
+    def tokens(self) -> tuple[TokenLogprob, ...] | None:
+        """The generated tokens of ``raw`` with their log-probs, else ``None``.
+
+        They come when the request asked for them and the server sent them (the probability readout,
+        :mod:`ceb.stages.readout`).
+        """
+        c = self.completion
+        return c.logprobs[0] if c is not None and c.logprobs else None
+
+    def failure(self, stats: CallStats | None = None) -> CriticResult:
+        """The critic result of an answer without a value: failed, or not available; ``stats``: its cost."""
+        return CriticResult(
+            score=None, raw=self.raw, error=self.error, stats=stats or self.stats, available=self.available
+        )
 
 
-async def ask(chat: ChatBackend, request: ChatRequest, parse: Callable[[str], T], format_retries: int) -> Answer[T]:
+async def ask(chat: ChatBackend, request: ChatRequest, parse: Callable[[str], T], format_retries: int = 0) -> Answer[T]:
     """Send ``request``; re-ask up to ``format_retries`` times while ``parse`` raises ``ValueError``.
 
     A re-ask appends the unreadable reply and a short correction naming what was wrong. Transient endpoint
     failures are retried inside ``chat`` (its retry policy); what is left after that, and a reply still
     unreadable after the re-asks, come back as an :class:`Answer` with ``error`` set, so a single bad step
-    cannot stop a stream.
+    cannot stop a stream. A request the endpoint cannot serve as meant (:class:`~ceb.errors.UnsupportedFeatureError`)
+    is not sent and comes back not ``available``. ``parse=str`` takes the reply as it is, for a caller that reads
+    the :attr:`Answer.completion` (log-probs, several choices) itself.
 
     Raises:
         FatalBackendError: The endpoint refuses every request (bad key, unknown model): the run must stop.
@@ -84,13 +105,15 @@ async def ask(chat: ChatBackend, request: ChatRequest, parse: Callable[[str], T]
             resp = await chat.complete(request)
         except FatalBackendError:
             raise
+        except UnsupportedFeatureError as exc:
+            return Answer(None, raw, f"{NOT_AVAILABLE}: {exc.message}", stats, available=False)
         except (TransientError, BackendError) as exc:
             return Answer(None, raw, f"endpoint failed: {exc}", stats + CallStats.failed(exc))
         stats += CallStats.of(resp)
         c = resp.completion
         raw = c.texts[0] if c.texts else ""
         try:
-            return Answer(parse(raw), raw, None, stats, c.logprobs[0] if c.logprobs else None)
+            return Answer(parse(raw), raw, None, stats, c)
         except ValueError as exc:
             error = f"unreadable reply: {exc}"
             request = reask(request, raw, exc)

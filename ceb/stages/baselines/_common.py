@@ -1,59 +1,22 @@
-"""What the baseline critics share: sending one request, the not-available result, and their prompts."""
+"""What the baseline critics share: the not-available result, their evidence line and their prompts.
+
+They ask the endpoint as every stage does (:func:`ceb.stages.asking.ask`).
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
-from ceb.backends.base import ChatBackend, ChatRequest, Completion, TransientError
-from ceb.errors import BackendError, ConfigError, FatalBackendError, UnsupportedFeatureError
-from ceb.stages.base import NOT_AVAILABLE, CallStats, CriticInput, CriticResult
+from ceb.backends.base import ChatBackend
+from ceb.errors import ConfigError
+from ceb.stages.base import CallStats, CriticInput, CriticResult
 from ceb.stages.critic import situation_context
 from ceb.stages.templates import PromptSet
 
 
-@dataclass(frozen=True, slots=True)
-class Sent:
-    """The outcome of :func:`send`: the completion, or why there is none.
-
-    Attributes:
-        completion: The server's reply, ``None`` when the endpoint failed.
-        stats: Requests, tokens and time spent.
-        error: ``"endpoint failed: ..."`` when ``completion`` is ``None``, or ``"not available: ..."`` when the
-            endpoint lacks a feature the request needs.
-        available: ``False`` when the request needs a feature the endpoint lacks (not a failure).
-    """
-
-    completion: Completion | None
-    stats: CallStats
-    error: str | None = None
-    available: bool = True
-
-    def failure(self, stats: CallStats | None = None) -> CriticResult:
-        """The critic result of a request without a completion: failed, or not available; ``stats``: its cost."""
-        return CriticResult(score=None, raw="", error=self.error, stats=stats or self.stats, available=self.available)
-
-
-async def send(chat: ChatBackend, request: ChatRequest) -> Sent:
-    """Send ``request`` once (the backend's own retry policy applies) and keep a failure as a value.
-
-    Raises:
-        FatalBackendError: The endpoint refuses every request: the run must stop.
-    """
-    try:
-        resp = await chat.complete(request)
-    except FatalBackendError:
-        raise
-    except UnsupportedFeatureError as exc:
-        return Sent(None, CallStats(), f"{NOT_AVAILABLE}: {exc.message}", available=False)
-    except (TransientError, BackendError) as exc:
-        return Sent(None, CallStats.failed(exc), f"endpoint failed: {exc}")
-    return Sent(resp.completion, CallStats.of(resp))
-
-
 def not_available(reason: str, *, raw: str = "", stats: CallStats | None = None) -> CriticResult:
-    """A result with no score because the method cannot give one for this step; see :data:`NOT_AVAILABLE`."""
+    """No score: the method cannot give one for this step (:data:`~ceb.stages.base.NOT_AVAILABLE`)."""
     return CriticResult.not_available(reason, raw=raw, stats=stats)
 
 

@@ -8,9 +8,10 @@ from dataclasses import replace
 
 from ceb.backends.base import ChatBackend, ChatRequest, TokenLogprob
 from ceb.config import BaselineConfig, RunConfig
+from ceb.stages.asking import ask
 from ceb.stages.assembly import Stages, actor_chat, prompt_set, shared_statistics
 from ceb.stages.base import Critic, CriticInput, CriticResult
-from ceb.stages.baselines._common import actor_messages, evidence, need_chat, not_available, send
+from ceb.stages.baselines._common import actor_messages, evidence, need_chat, not_available
 from ceb.stages.baselines.teacher_forcing import teacher_force
 from ceb.stages.methods import MethodSpec, register_method
 from ceb.stages.statistics import SharedStatistics
@@ -117,7 +118,7 @@ class PROCritic:
         Raises:
             FatalBackendError: The endpoint refuses every request.
         """
-        sent = await send(self.actor, self.sample_request(inp))
+        sent = await ask(self.actor, self.sample_request(inp), str)
         if sent.completion is None:
             return sent.failure()
         c = sent.completion

@@ -10,17 +10,10 @@ import anyio
 
 from ceb.backends.base import ChatBackend, ChatRequest, TokenLogprob
 from ceb.config import BaselineConfig, RunConfig
+from ceb.stages.asking import Answer, ask
 from ceb.stages.assembly import Stages, prompt_set
 from ceb.stages.base import NOT_AVAILABLE, Critic, CriticInput, CriticResult
-from ceb.stages.baselines._common import (
-    Sent,
-    continuation_extra,
-    evidence,
-    need_chat,
-    not_available,
-    prompt_messages,
-    send,
-)
+from ceb.stages.baselines._common import continuation_extra, evidence, need_chat, not_available, prompt_messages
 from ceb.stages.baselines.teacher_forcing import action_span
 from ceb.stages.methods import MethodSpec, register_method
 from ceb.stages.templates import PromptSet
@@ -164,10 +157,10 @@ class PTrueCritic:
         return await self._first_token(inp)
 
     async def _forced(self, inp: CriticInput) -> CriticResult:
-        sent: list[Sent | None] = [None, None]
+        sent: list[Answer[str] | None] = [None, None]
 
         async def one(i: int, request: ChatRequest) -> None:
-            sent[i] = await send(self.chat, request)
+            sent[i] = await ask(self.chat, request, str)
 
         async with anyio.create_task_group() as tg:
             for i, request in enumerate(self.forced_requests(inp)):
@@ -192,7 +185,7 @@ class PTrueCritic:
         return CriticResult(score=z, raw=raw, stats=stats)
 
     async def _first_token(self, inp: CriticInput) -> CriticResult:
-        sent = await send(self.chat, self.request(inp))
+        sent = await ask(self.chat, self.request(inp), str)
         if sent.completion is None:
             return sent.failure()
         c = sent.completion

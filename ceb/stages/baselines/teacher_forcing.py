@@ -16,8 +16,9 @@ from dataclasses import dataclass, replace
 import orjson
 
 from ceb.backends.base import ChatBackend, ChatRequest, TokenLogprob
+from ceb.stages.asking import ask
 from ceb.stages.base import NOT_AVAILABLE, CallStats, CriticInput, CriticResult
-from ceb.stages.baselines._common import actor_messages, continuation_extra, send
+from ceb.stages.baselines._common import actor_messages, continuation_extra
 from ceb.stages.statistics import SharedStatistics
 from ceb.stages.templates import PromptSet
 
@@ -147,7 +148,7 @@ async def teacher_force(
 
 
 async def _teacher_force(actor: ChatBackend, prompts: PromptSet, inp: CriticInput, top_k: int) -> ForcedAction:
-    sent = await send(actor, teacher_forcing_request(prompts, inp, top_k))
+    sent = await ask(actor, teacher_forcing_request(prompts, inp, top_k), str)
     if sent.completion is None:
         return ForcedAction(None, sent.stats, sent.error, available=sent.available)
     positions = sent.completion.prompt_logprobs

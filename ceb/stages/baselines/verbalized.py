@@ -8,15 +8,10 @@ from typing import Any
 
 from ceb.backends.base import ChatBackend, ChatRequest
 from ceb.config import BaselineConfig, CriticConfig, RunConfig
+from ceb.stages.asking import ask
 from ceb.stages.assembly import Stages, actor_chat, prompt_set
 from ceb.stages.base import Critic, CriticInput, CriticResult
-from ceb.stages.baselines._common import (
-    actor_messages,
-    continuation_extra,
-    evidence,
-    need_chat,
-    send,
-)
+from ceb.stages.baselines._common import actor_messages, continuation_extra, evidence, need_chat
 from ceb.stages.critic import situation_context
 from ceb.stages.methods import MethodSpec, register_method
 from ceb.stages.readout import logprob_fields, read_score
@@ -132,7 +127,7 @@ class VerbalizedCritic:
         Raises:
             FatalBackendError: The endpoint refuses every request.
         """
-        sent = await send(self.actor, self.request(inp))
+        sent = await ask(self.actor, self.request(inp), str)
         if sent.completion is None:
             return sent.failure()
         c = sent.completion
