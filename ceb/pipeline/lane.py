@@ -24,7 +24,7 @@ from ceb.stages.assembly import Stages
 from ceb.stages.base import Critic, HistoryItem
 from ceb.stages.critic import reply_tails
 from ceb.stages.methods import MethodSpec
-from ceb.stages.step import label_trajectory, new_bank, precedents, score_step
+from ceb.stages.step import label_trajectory, new_bank, score_step
 from ceb.stages.tokens import PromptTokenCounter
 
 __all__ = ["Emit", "Lane"]
@@ -189,36 +189,17 @@ class Lane:
                 )
             scores.append(res.score)
             history.append(HistoryItem(action=step.action, observation=step.observation, score=res.score))
-            s = res.stats
             await self.emit_step(
-                StepRow(
+                StepRow.from_step(
+                    done,
                     stream=self.stream,
                     method=self.method.name,
                     trajectory=blind.id,
-                    step=t,
-                    score=res.score,
                     label=labels[t],
-                    error=res.error,
-                    clipped=res.clipped,
-                    raw=res.raw,
-                    latency_s=s.latency_s,
-                    queue_s=s.queue_s,
-                    requests=s.requests,
-                    prompt_tokens=s.prompt_tokens,
-                    completion_tokens=s.completion_tokens,
-                    bank_size=done.bank_size,
-                    repetition_flag=done.repetition_flag,
-                    retrieved=precedents(done.retrieval),
                     order=self.order,
                     position=self.position,
                     critic=self.critic,
                     alt_labels=[AltLabel(name=name, label=ys[t]) for name, ys in sorted(alt.items())],
-                    input_tokens=done.tokens.input if done.tokens else None,
-                    bank_tokens=done.tokens.bank if done.tokens else None,
-                    status=res.status,
-                    retries=s.retries,
-                    retry_reason=s.retry_reason,
-                    readout=res.readout,
                 )
             )
         if self.method.use_bank:

@@ -6,7 +6,7 @@ read; where those files are is the run directory's business (:mod:`ceb.pipeline.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from types import TracebackType
@@ -15,8 +15,8 @@ from typing import IO, Any, Self, TypedDict, TypeVar
 import orjson
 
 from ceb.errors import RunError, with_path
-from ceb.stages.base import NOT_AVAILABLE, Abstention, StepStatus
-from ceb.stages.step import Precedent
+from ceb.stages.base import NOT_AVAILABLE, Abstention, CallStats, CriticResult, StepStatus
+from ceb.stages.step import Precedent, ScoredStep, precedents
 
 __all__ = [
     "ROW_SCHEMA",
@@ -133,6 +133,65 @@ class StepRow:
     def finished(self) -> bool:
         """Nothing left to ask for this step: it has a score, or its method cannot score it here."""
         return self.status != "failed"
+
+    @classmethod
+    def from_step(
+        cls,
+        done: ScoredStep,
+        *,
+        stream: str,
+        method: str,
+        trajectory: str,
+        label: int | None,
+        order: int = 0,
+        position: int = 0,
+        critic: str = "",
+        alt_labels: Sequence[AltLabel] = (),
+    ) -> StepRow:
+        """The row of a step :func:`~ceb.stages.step.score_step` scored, with the lane's facts about where it stands.
+
+        The fields the critic's result (:class:`~ceb.stages.base.CriticResult`) and its cost
+        (:class:`~ceb.stages.base.CallStats`) share with the row by name are copied as they are, so a field added
+        to both under one name needs no edit here.
+
+        Args:
+            done: What :func:`~ceb.stages.step.score_step` returned; ``done.input.step`` is the row's ``step``.
+            stream: Stream name.
+            method: Method name.
+            trajectory: Trajectory id.
+            label: The step's ground-truth label (evaluation only; never shown to a stage).
+            order: Stream order.
+            position: Position of the trajectory in this order.
+            critic: Critic label.
+            alt_labels: The step's other labels, sorted by name.
+        """
+        res = done.result
+        return cls(
+            stream=stream,
+            method=method,
+            trajectory=trajectory,
+            step=done.input.step,
+            label=label,
+            bank_size=done.bank_size,
+            repetition_flag=done.repetition_flag,
+            retrieved=precedents(done.retrieval),
+            order=order,
+            position=position,
+            critic=critic,
+            alt_labels=list(alt_labels),
+            input_tokens=done.tokens.input if done.tokens else None,
+            bank_tokens=done.tokens.bank if done.tokens else None,
+            status=res.status,
+            **{name: getattr(res, name) for name in _FROM_RESULT},
+            **{name: getattr(res.stats, name) for name in _FROM_STATS},
+        )
+
+
+_ROW_FIELDS = {f.name for f in fields(StepRow)}
+_FROM_RESULT = tuple(f.name for f in fields(CriticResult) if f.name in _ROW_FIELDS)
+"""What :meth:`StepRow.from_step` copies from the critic's result: ``score``, ``raw``, ``error``, ``clipped``, ..."""
+_FROM_STATS = tuple(f.name for f in fields(CallStats) if f.name in _ROW_FIELDS)
+"""What it copies from the result's cost: ``latency_s``, ``queue_s``, ``requests``, the token counts, ..."""
 
 
 @dataclass(frozen=True, slots=True)

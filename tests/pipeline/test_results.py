@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +11,13 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 import pytest
 
+from ceb.bank import BankRecord, Hit, Retrieval
 from ceb.errors import RunError
-from ceb.pipeline.results import ROW_SCHEMA, HindsightRow, StepRow, read_rows, read_step_rows
+from ceb.pipeline.results import ROW_SCHEMA, AltLabel, HindsightRow, StepRow, read_rows, read_step_rows
 from ceb.pipeline.rundir import RunDir
+from ceb.stages.base import CallStats, CriticInput, CriticResult
+from ceb.stages.step import ScoredStep
+from ceb.stages.tokens import PromptTokens
 from tests.support.builders import step_rows
 
 
@@ -114,3 +118,70 @@ def test_a_row_of_a_newer_layout_is_refused_with_file_and_line(tmp_path: Path) -
     _write(tmp_path / "scores.jsonl", [asdict(row), asdict(row) | {"schema": ROW_SCHEMA + 1}])
     with pytest.raises(RunError, match=rf"scores.jsonl:2: row layout {ROW_SCHEMA + 1} is newer"):
         list(read_step_rows(tmp_path / "scores.jsonl"))
+
+
+def _scored_step() -> ScoredStep:
+    """A step as score_step returns it, every part of it away from its default."""
+    record = BankRecord("task", "s", "ls", "o", 0, 0.25, 0.75, False, "t0", 2)
+    stats = CallStats(
+        latency_s=1.5, queue_s=0.5, requests=3, prompt_tokens=120, completion_tokens=9, retries=1, retry_reason="x"
+    )
+    result = CriticResult(None, "{", "endpoint failed: 503", clipped=True, stats=stats, readout="text")
+    return ScoredStep(
+        state_summary="s",
+        retrieval=Retrieval(negatives=(Hit(record, 0.3333333333),)),
+        repetition_flag=True,
+        input=CriticInput(domain="shell", task="task", step=4, state="s", action="ls"),
+        result=result,
+        bank_size=7,
+        tokens=PromptTokens(input=90, bank=30),
+    )
+
+
+def test_a_step_row_holds_what_the_step_returned_and_where_the_lane_is() -> None:
+    alt = [AltLabel(name="judge", label=1)]
+    row = StepRow.from_step(
+        _scored_step(),
+        stream="s",
+        method="ceb",
+        trajectory="t1",
+        label=0,
+        order=2,
+        position=5,
+        critic="q",
+        alt_labels=alt,
+    )
+
+    assert row == StepRow(
+        stream="s",
+        method="ceb",
+        trajectory="t1",
+        step=4,
+        score=None,
+        label=0,
+        error="endpoint failed: 503",
+        clipped=True,
+        raw="{",
+        latency_s=1.5,
+        queue_s=0.5,
+        requests=3,
+        prompt_tokens=120,
+        completion_tokens=9,
+        bank_size=7,
+        repetition_flag=True,
+        retrieved=[{"trajectory": "t0", "step": 2, "pseudo_label": 0, "similarity": 0.333333}],
+        order=2,
+        position=5,
+        critic="q",
+        alt_labels=alt,
+        input_tokens=90,
+        bank_tokens=30,
+        status="failed",
+        retries=1,
+        retry_reason="x",
+        readout="text",
+    )
+    # A field added to the row with a default must be filled here too (or be one a scored step never sets).
+    never_from_a_step = {"reused_from", "schema"}
+    left = [f.name for f in fields(StepRow) if f.name not in never_from_a_step and getattr(row, f.name) == f.default]
+    assert left == []
