@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import anyio
 import typer
 
 from ceb.cli._common import (
@@ -16,10 +16,12 @@ from ceb.cli._common import (
     MaxConcurrency,
     ModelName,
     err,
-    fail,
     model_config,
     out,
 )
+
+if TYPE_CHECKING:
+    from ceb.pipeline.regenerate import RegenerationSettings
 
 __all__ = ["regenerate"]
 
@@ -88,29 +90,9 @@ def regenerate(
     judged (their references are read again from the converter's input: --tasks, --elements); a stream without
     reference actions is refused. Exits 1 when no flagged step got a regenerated action.
     """
-    import os
-    import platform
-
-    from ceb.backends import open_backend
-    from ceb.backends.cache import ReplyCache
-    from ceb.data import read_stream
-    from ceb.data.references import step_references
-    from ceb.errors import StreamValidationError
-    from ceb.eval.plots import plot_regeneration, save_figure
-    from ceb.eval.regeneration import regeneration_curves, regeneration_doc, regeneration_table
+    from ceb.eval.regeneration import write_regeneration_report
     from ceb.eval.tables import to_markdown
-    from ceb.logs import register_secret_env
-    from ceb.pipeline.regenerate import (
-        DEFAULT_BUDGETS,
-        WHY_REFERENCES,
-        RegenerationDir,
-        RegenerationSummary,
-        plan_regeneration,
-        regenerate_steps,
-    )
-    from ceb.pipeline.relabel import require_references
-    from ceb.pipeline.rundir import RunDir
-    from ceb.stages.assembly import prompt_set
+    from ceb.pipeline.regenerate import DEFAULT_BUDGETS, RegenerationSettings, regenerate_run
 
     cfg = model_config(
         "regenerate",
@@ -122,139 +104,55 @@ def regenerate(
         max_concurrency=max_concurrency,
         prompt_dir=prompt_dir,
     )
-    run = RunDir(run_dir)
-    note = run.require_readable()  # the rows of a run killed mid-way, or damaged since, are no base to regenerate on
-    if note is not None:
-        err.print(f"note: {note}", soft_wrap=True)
-    files = run.recorded_stream_files()
-    if not files:
-        raise fail(f"{run_dir}: the run recorded no stream; nothing to regenerate")
-    try:
-        trajectories = read_stream([f for names in files.values() for f in names])
-    except StreamValidationError as exc:  # its message says "nothing was scored", on several lines
-        more = f" (and {len(exc.problems) - 1} more)" if len(exc.problems) > 1 else ""
-        raise fail(
-            f"{exc.problem}{more}; the run's stream files, as {run.config_file} records them (a relative path is "
-            "read from the current directory: run from the one `ceb score` ran in)"
-        ) from exc
-    require_references(trajectories, why=WHY_REFERENCES)  # before anything is asked: a refusal costs no request
-    budgets = tuple(budget) if budget else DEFAULT_BUDGETS
-    plan = plan_regeneration(run.step_rows(), trajectories, budgets, seeds, method)
-    wanted = {s[0] for s in plan.steps}
-    in_plan = [t for t in trajectories if t.id in wanted]
-    references = step_references(in_plan, tasks, elements)
-    prompts = prompt_set(cfg)
-    register_secret_env(cfg.backend.api_key_env)
-    target = RegenerationDir(out_dir if out_dir is not None else run.regeneration_dir)
-    actor = f"{cfg.backend.name}:{cfg.backend.model or ''}"
-
-    async def ask() -> RegenerationSummary:
-        cache = ReplyCache.open(cfg.cache)
-        try:
-            chat = open_backend(cfg.backend, cache=cache)
-            if chat is None:
-                raise fail(f"ceb regenerate needs an actor model: backend {cfg.backend.name!r} has none")
-            async with chat:
-                await chat.preflight()
-                return await regenerate_steps(
-                    plan,
-                    in_plan,
-                    references,
-                    chat,
-                    prompts,
-                    target,
-                    actor=actor,
-                    concurrency=cfg.backend.max_concurrency,
-                )
-        finally:
-            if cache is not None:
-                cache.close()
-
-    with target.lock():
-        target.read(actor, in_plan)  # another actor's or run's records: refused before the endpoint is opened
-        s = anyio.run(ask)
-        curves = regeneration_curves(plan, s.records)
-        url = cfg.backend.base_url
-        shown_url = ",".join(url) if isinstance(url, tuple) else url or "-"
-        command = _command(
-            run_dir,
-            out_dir,
-            budgets,
-            seeds,
-            method,
-            tasks,
-            elements,
-            config,
-            prompt_dir,
-            cfg.backend.name,
-            url,
-            cfg.backend.model,
-        )
-        about = {
-            "machine": f"{platform.node()}, {os.cpu_count()} CPUs, {platform.system()} {platform.machine()}",
-            "backend": f"{cfg.backend.name} {cfg.backend.model or '(default model)'} at {shown_url}",
-            "command": command,
-        }
-        notes = (
-            f"{len(plan.steps)} labelled steps in {len({k[0] for k in plan.steps})} trajectories; Random averaged "
-            f"over {seeds} seeds (± std); {s.flagged} distinct steps flagged, {s.flagged - s.failed} regenerated, "
-            f"{s.failed} kept as logged (no readable action).",
-            f"Machine: {about['machine']}. Actor: {about['backend']}.",
-            f"Command: {command}",
-        )
-        table = regeneration_table(curves, notes=notes)
-        target.write_table(regeneration_doc(plan, curves, about), to_markdown(table))
-        figure = plot_regeneration(
-            curves,
-            title="Offline confidence-gated regeneration",
-            footer=f"{about['machine']} | actor: {about['backend']} | {command}",
-        )
-        save_figure(figure, target.figure.with_suffix(""))
+    settings = RegenerationSettings(
+        run_dir=run_dir,
+        config=cfg,
+        out=out_dir,
+        budgets=tuple(budget) if budget else DEFAULT_BUDGETS,
+        seeds=seeds,
+        methods=tuple(method) if method is not None else None,
+        tasks=tuple(tasks) if tasks is not None else None,
+        elements=elements,
+    )
+    settings = replace(settings, command=_command(settings, config, prompt_dir))
+    done = regenerate_run(
+        settings, write_regeneration_report, note=lambda text: err.print(f"note: {text}", soft_wrap=True)
+    )
+    s, target, methods = done.result.summary, done.result.out, done.result.plan.methods
     out.print(
-        f"{s.flagged} distinct steps flagged over {len(plan.methods)} methods, {len(budgets)} budgets and "
+        f"{s.flagged} distinct steps flagged over {len(methods)} methods, {len(settings.budgets)} budgets and "
         f"{seeds} random seeds: {s.reused} from an earlier run, {s.asked} asked ({s.stats.requests} requests), "
         f"{s.failed} without a regenerated action. Table: {target.table_md}; figure: {target.figure}",
         soft_wrap=True,
     )
-    out.print(to_markdown(table), soft_wrap=True, highlight=False, markup=False)
+    out.print(to_markdown(done.table), soft_wrap=True, highlight=False, markup=False)
     if s.flagged and s.failed == s.flagged:
         err.print("error: no flagged step got a regenerated action (see regenerations.jsonl)", soft_wrap=True)
         raise typer.Exit(EXIT_FAILED)
 
 
-def _command(
-    run_dir: Path,
-    out_dir: Path | None,
-    budgets: tuple[float, ...],
-    seeds: int,
-    methods: list[str] | None,
-    tasks: list[Path] | None,
-    elements: Path | None,
-    config: Path | None,
-    prompt_dir: Path | None,
-    backend: str,
-    base_url: str | tuple[str, ...] | None,
-    model: str | None,
-) -> str:
+def _command(settings: RegenerationSettings, config: Path | None, prompt_dir: Path | None) -> str:
     """The command line that reproduces this run (its settings, never an API key)."""
     import shlex
 
-    words = ["ceb", "regenerate", str(run_dir)]
-    if out_dir is not None:
-        words += ["--out", str(out_dir)]
-    for b in budgets:
+    words = ["ceb", "regenerate", str(settings.run_dir)]
+    if settings.out is not None:
+        words += ["--out", str(settings.out)]
+    for b in settings.budgets:
         words += ["--budget", f"{b:g}"]
-    words += ["--seeds", str(seeds)]
-    for m in methods or ():
+    words += ["--seeds", str(settings.seeds)]
+    for m in settings.methods or ():
         words += ["--method", m]
-    for t in tasks or ():
+    for t in settings.tasks or ():
         words += ["--tasks", str(t)]
-    for flag, path in (("--elements", elements), ("--config", config), ("--prompt-dir", prompt_dir)):
+    for flag, path in (("--elements", settings.elements), ("--config", config), ("--prompt-dir", prompt_dir)):
         if path is not None:  # each changes which reference judges or what the actor is asked
             words += [flag, str(path)]
-    words += ["--backend", backend]
-    if base_url:
-        words += ["--base-url", base_url if isinstance(base_url, str) else ",".join(base_url)]
-    if model:
-        words += ["--model", model]
+    backend = settings.config.backend
+    words += ["--backend", backend.name]
+    if backend.base_url:
+        url = backend.base_url
+        words += ["--base-url", url if isinstance(url, str) else ",".join(url)]
+    if backend.model:
+        words += ["--model", backend.model]
     return shlex.join(words)

@@ -26,9 +26,7 @@ from ceb.eval.averaging import OrderCurves
 from ceb.eval.calibration import DepthBucket
 from ceb.eval.lanes import reference_method
 from ceb.eval.metrics import ReliabilityBins
-from ceb.eval.regeneration import RegenerationCurve, selection_label
 from ceb.eval.tables import method_label, method_sort_key
-from ceb.pipeline.regenerate import ORACLE, RANDOM
 
 __all__ = [
     "FIGURE_FORMATS",
@@ -36,7 +34,6 @@ __all__ = [
     "method_colors",
     "plot_cumulative_ece",
     "plot_depth",
-    "plot_regeneration",
     "plot_reliability",
     "save_figure",
 ]
@@ -126,47 +123,6 @@ def plot_cumulative_ece(
     ax.set_title(title)
     ax.grid(alpha=0.3)
     _legend(ax)
-    return fig
-
-
-def plot_regeneration(curves: Sequence[RegenerationCurve], *, title: str, footer: str = "") -> Figure:
-    """The paper's Figure "closed-loop": (a) per-step positive rate, (b) mean per-task step accuracy vs budget.
-
-    Methods in their report colours; Random dashed grey with a ±std band over its seeds; Oracle dotted black.
-
-    Args:
-        curves: :func:`ceb.eval.regeneration.regeneration_curves`.
-        title: Figure title.
-        footer: A line under the panels (machine, backend, command).
-
-    Returns:
-        The figure (write it with :func:`save_figure`).
-    """
-    references = {RANDOM: ("grey", "--"), ORACLE: ("black", ":")}
-    methods = [c.selection for c in curves if c.selection not in references]
-    colors = method_colors([m.partition("@")[0] for m in methods])
-    fig = Figure(figsize=(11.0, 4.2))
-    panels = fig.subplots(1, 2)
-    for ax, field, std, ylabel in (
-        (panels[0], "positive_rate", "positive_rate_std", "(a) per-step positive rate"),
-        (panels[1], "task_accuracy", "task_accuracy_std", "(b) mean per-task step accuracy"),
-    ):
-        for c in curves:
-            x = np.array(c.budgets)
-            y = np.array(getattr(c, field))
-            color, style = references.get(c.selection) or (colors.get(c.selection.partition("@")[0], "black"), "-")
-            ax.plot(x, y, marker="o", color=color, linestyle=style, label=selection_label(c.selection))
-            spread = np.array(getattr(c, std))
-            if c.selection == RANDOM and spread.any():
-                ax.fill_between(x, y - spread, y + spread, color=color, alpha=0.15, linewidth=0)
-        ax.set_xlabel("regeneration budget b (% of steps, lowest confidence first)")
-        ax.set_ylabel(ylabel)
-        ax.set_xticks(curves[0].budgets if curves else [])
-        ax.grid(alpha=0.3)
-    panels[0].legend(fontsize="small")
-    fig.suptitle(title)
-    if footer:
-        fig.text(0.5, -0.02, footer, ha="center", va="top", fontsize="x-small", wrap=True)
     return fig
 
 

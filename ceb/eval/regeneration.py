@@ -10,7 +10,8 @@ selection and budget:
 - mean per-task step accuracy: the mean label within each trajectory, averaged over trajectories.
 
 Random is the mean over its seeds (``std`` the seeds' standard deviation); budget 0 is the baseline, the logged
-actions' rates.
+actions' rates. :func:`write_regeneration_report` writes the table and the figure of a regeneration into its
+directory (the report :func:`ceb.pipeline.regenerate.regenerate_run` is given).
 """
 
 from __future__ import annotations
@@ -20,11 +21,23 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+from matplotlib.figure import Figure
 
+from ceb.eval.plots import method_colors, save_figure
 from ceb.eval.tables.model import Block, Cell, Column, Row, Table, method_label, method_sort_key
-from ceb.pipeline.regenerate import ORACLE, RANDOM, Regeneration, RegenerationPlan, StepKey
+from ceb.eval.tables.render import to_markdown
+from ceb.pipeline.regenerate import ORACLE, RANDOM, Regeneration, RegenerationPlan, RegenerationResult, StepKey
 
-__all__ = ["RegenerationCurve", "regeneration_curves", "regeneration_doc", "regeneration_table", "selection_label"]
+__all__ = [
+    "RegenerationCurve",
+    "RegenerationReport",
+    "plot_regeneration",
+    "regeneration_curves",
+    "regeneration_doc",
+    "regeneration_table",
+    "selection_label",
+    "write_regeneration_report",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,3 +182,88 @@ def regeneration_doc(
         "seeds": list(plan.seeds),
         "curves": [asdict(c) for c in curves],
     }
+
+
+def plot_regeneration(curves: Sequence[RegenerationCurve], *, title: str, footer: str = "") -> Figure:
+    """The paper's Figure "closed-loop": (a) per-step positive rate, (b) mean per-task step accuracy vs budget.
+
+    Methods in their report colours; Random dashed grey with a ±std band over its seeds; Oracle dotted black.
+
+    Args:
+        curves: :func:`regeneration_curves`.
+        title: Figure title.
+        footer: A line under the panels (machine, backend, command).
+
+    Returns:
+        The figure (write it with :func:`save_figure`).
+    """
+    references = {RANDOM: ("grey", "--"), ORACLE: ("black", ":")}
+    methods = [c.selection for c in curves if c.selection not in references]
+    colors = method_colors([m.partition("@")[0] for m in methods])
+    fig = Figure(figsize=(11.0, 4.2))
+    panels = fig.subplots(1, 2)
+    for ax, field, std, ylabel in (
+        (panels[0], "positive_rate", "positive_rate_std", "(a) per-step positive rate"),
+        (panels[1], "task_accuracy", "task_accuracy_std", "(b) mean per-task step accuracy"),
+    ):
+        for c in curves:
+            x = np.array(c.budgets)
+            y = np.array(getattr(c, field))
+            color, style = references.get(c.selection) or (colors.get(c.selection.partition("@")[0], "black"), "-")
+            ax.plot(x, y, marker="o", color=color, linestyle=style, label=selection_label(c.selection))
+            spread = np.array(getattr(c, std))
+            if c.selection == RANDOM and spread.any():
+                ax.fill_between(x, y - spread, y + spread, color=color, alpha=0.15, linewidth=0)
+        ax.set_xlabel("regeneration budget b (% of steps, lowest confidence first)")
+        ax.set_ylabel(ylabel)
+        ax.set_xticks(curves[0].budgets if curves else [])
+        ax.grid(alpha=0.3)
+    panels[0].legend(fontsize="small")
+    fig.suptitle(title)
+    if footer:
+        fig.text(0.5, -0.02, footer, ha="center", va="top", fontsize="x-small", wrap=True)
+    return fig
+
+
+@dataclass(frozen=True, slots=True)
+class RegenerationReport:
+    """What :func:`write_regeneration_report` wrote.
+
+    Attributes:
+        result: The regeneration it reports on.
+        curves: Every selection's curve (:func:`regeneration_curves`).
+        table: The table, as ``regeneration.md`` holds it.
+    """
+
+    result: RegenerationResult
+    curves: list[RegenerationCurve]
+    table: Table
+
+
+def write_regeneration_report(result: RegenerationResult) -> RegenerationReport:
+    """Write a regeneration's table (``regeneration.json``, ``.md``) and figure (``regeneration.png``) beside it.
+
+    The files go into the regeneration's own directory (:class:`~ceb.pipeline.regenerate.RegenerationDir`). The
+    table's notes and the figure's footer name the population, the machine, the actor and the command.
+
+    Raises:
+        OSError: A file cannot be written.
+    """
+    plan, s, about = result.plan, result.summary, result.about
+    curves = regeneration_curves(plan, s.records)
+    notes = (
+        f"{len(plan.steps)} labelled steps in {len({k[0] for k in plan.steps})} trajectories; Random averaged "
+        f"over {len(plan.seeds)} seeds (± std); {s.flagged} distinct steps flagged, {s.flagged - s.failed} "
+        f"regenerated, {s.failed} kept as logged (no readable action).",
+        f"Machine: {about['machine']}. Actor: {about['backend']}.",
+        f"Command: {about['command']}",
+    )
+    table = regeneration_table(curves, notes=notes)
+    result.out.write_table(regeneration_doc(plan, curves, about), to_markdown(table))
+    figure = plot_regeneration(
+        curves,
+        title="Offline confidence-gated regeneration",
+        footer=f"{about['machine']} | actor: {about['backend']} | {about['command']}",
+    )
+    save_figure(figure, result.out.figure.with_suffix(""))
+    return RegenerationReport(result, curves, table)

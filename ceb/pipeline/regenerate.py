@@ -21,32 +21,43 @@ methods, budgets and seeds flag it, and the record is appended to ``regeneration
 directory as soon as it arrives, so an interrupted run asks only for what is missing when run again. A record
 whose request failed (endpoint error, unreadable reply) is asked again on the next run; until then the step
 keeps its original action and label.
+
+:func:`regenerate_run` is the whole of ``ceb regenerate``: it reads the scored run, plans, opens the actor, asks,
+and hands the outcome to the report (the table and figure of :mod:`ceb.eval.regeneration`, a layer above this
+one) while the output directory is still held.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import platform
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import anyio
 import numpy as np
 import orjson
 import structlog
 
+from ceb.backends import open_backend
 from ceb.backends.base import ChatBackend
-from ceb.data.references import StepReference
+from ceb.backends.cache import ReplyCache
+from ceb.config import BackendConfig, RunConfig
+from ceb.data import read_stream
+from ceb.data.references import StepReference, step_references
 from ceb.data.trajectory import Trajectory
 from ceb.dirlock import dir_lock
-from ceb.errors import RunError, with_path
+from ceb.errors import ConfigError, RunError, StreamValidationError, with_path
+from ceb.logs import register_secret_env
 from ceb.pipeline.relabel import require_references
 from ceb.pipeline.results import StepRow
 from ceb.pipeline.rundir import RunDir, write_atomic
+from ceb.stages.assembly import prompt_set
 from ceb.stages.base import CallStats
 from ceb.stages.regenerate import Regenerator
 from ceb.stages.templates import PromptSet
@@ -59,14 +70,19 @@ __all__ = [
     "Regeneration",
     "RegenerationDir",
     "RegenerationPlan",
+    "RegenerationResult",
+    "RegenerationSettings",
     "RegenerationSummary",
     "StepKey",
     "budget_count",
     "plan_regeneration",
+    "regenerate_run",
     "regenerate_steps",
 ]
 
 log = structlog.get_logger(__name__)
+
+R = TypeVar("R")
 
 StepKey = tuple[str, int]
 """A step: ``(trajectory id, 0-based step)``."""
@@ -473,3 +489,149 @@ async def regenerate_steps(
         stats=stats,
         records={s: records[s] for s in flagged},
     )
+
+
+@dataclass(frozen=True, slots=True)
+class RegenerationSettings:
+    """What ``ceb regenerate`` is asked: which run, which selections, which references, which actor.
+
+    Attributes:
+        run_dir: A run directory scored by ``ceb score`` or ``ceb grid``.
+        config: The effective configuration: ``backend`` is the actor, ``cache`` its reply cache, ``prompts`` the
+            templates (``regenerate_system.j2``, ``regenerate_user.j2``).
+        out: The output directory; the run's :attr:`~ceb.pipeline.rundir.RunDir.regeneration_dir` when ``None``.
+        budgets: Budgets in percent of the steps.
+        seeds: Random's seeds (``0 .. seeds-1``).
+        methods: Only these selections (``method`` or ``method@critic``); every method of the run when ``None``.
+        tasks: Mind2Web task files or folders the streams were converted from (``None``: each trajectory's
+            ``meta["file"]``).
+        elements: AMEX ``element_anno`` folder (``None``: beside each episode file, as ``ceb convert amex`` finds it).
+        command: The command line that reproduces the run (never an API key), recorded with the table and figure.
+    """
+
+    run_dir: Path
+    config: RunConfig
+    out: Path | None = None
+    budgets: tuple[float, ...] = DEFAULT_BUDGETS
+    seeds: int = DEFAULT_SEEDS
+    methods: tuple[str, ...] | None = None
+    tasks: tuple[Path, ...] | None = None
+    elements: Path | None = None
+    command: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RegenerationResult:
+    """What :func:`regenerate_run` did: what its report is drawn from.
+
+    Attributes:
+        plan: The selections.
+        summary: What was flagged, reused, asked and failed, and every flagged step's record.
+        out: The output directory (held while the report is written).
+        about: ``machine``, ``backend`` (the actor and its endpoint) and ``command``, for the table and figure.
+    """
+
+    plan: RegenerationPlan
+    summary: RegenerationSummary
+    out: RegenerationDir
+    about: Mapping[str, str]
+
+
+def regenerate_run(
+    settings: RegenerationSettings,
+    report: Callable[[RegenerationResult], R],
+    *,
+    note: Callable[[str], None] | None = None,
+) -> R:
+    """Regenerate a scored run's lowest-confidence steps and report on them: all of ``ceb regenerate``.
+
+    Reads the run's rows and its streams again, plans the selections (:func:`plan_regeneration`), opens the actor
+    (``settings.config.backend``, with the reply cache) and asks it once for every flagged step not yet
+    regenerated (:func:`regenerate_steps`); then calls ``report`` while the output directory is still held, so
+    the table and figure written there follow from its records. A stream without reference actions, another
+    actor's records and a directory in use are refused before anything is asked.
+
+    Args:
+        settings: What to regenerate, and with which actor.
+        report: Writes the report and returns what the caller shows of it
+            (:func:`ceb.eval.regeneration.write_regeneration_report`). It is passed in because the table and figure
+            belong to :mod:`ceb.eval`, a layer above this one.
+        note: Told what is wrong with a run whose rows are still usable (one killed mid-way); logged when ``None``.
+
+    Returns:
+        What ``report`` returned.
+
+    Raises:
+        RunError: The run cannot be read, recorded no stream, its stream files cannot be read again, has no
+            labelled step or not the method asked for; or the output directory is in use or holds records of
+            another actor or run.
+        DataError: A stream without reference actions, or a reference cannot be found (nothing is asked).
+        ConfigError: The backend has no model, or a setting is wrong.
+        FatalBackendError: The endpoint refuses every request; what was recorded stays.
+        OSError: The output directory cannot be written.
+    """
+    cfg = settings.config
+    run = RunDir(settings.run_dir)
+    damage = run.require_readable()  # the rows of a run killed mid-way, or damaged since, are no base to regenerate on
+    if damage is not None and note is not None:
+        note(damage)
+    elif damage is not None:
+        log.warning(damage, run=str(run.path))
+    files = run.recorded_stream_files()
+    if not files:
+        raise RunError(f"{settings.run_dir}: the run recorded no stream; nothing to regenerate")
+    try:
+        trajectories = read_stream([f for names in files.values() for f in names])
+    except StreamValidationError as exc:  # its message says "nothing was scored", on several lines
+        more = f" (and {len(exc.problems) - 1} more)" if len(exc.problems) > 1 else ""
+        raise RunError(
+            f"{exc.problem}{more}; the run's stream files, as {run.config_file} records them (a relative path is "
+            "read from the current directory: run from the one `ceb score` ran in)"
+        ) from exc
+    require_references(trajectories, why=WHY_REFERENCES)  # before anything is asked: a refusal costs no request
+    plan = plan_regeneration(run.step_rows(), trajectories, settings.budgets, settings.seeds, settings.methods)
+    wanted = {s[0] for s in plan.steps}
+    in_plan = [t for t in trajectories if t.id in wanted]
+    references = step_references(in_plan, settings.tasks, settings.elements)
+    prompts = prompt_set(cfg)
+    register_secret_env(cfg.backend.api_key_env)
+    target = RegenerationDir(settings.out if settings.out is not None else run.regeneration_dir)
+    actor = f"{cfg.backend.name}:{cfg.backend.model or ''}"
+
+    async def ask() -> RegenerationSummary:
+        cache = ReplyCache.open(cfg.cache)
+        try:
+            chat = open_backend(cfg.backend, cache=cache)
+            if chat is None:
+                raise ConfigError(f"ceb regenerate needs an actor model: backend {cfg.backend.name!r} has none")
+            async with chat:
+                await chat.preflight()
+                return await regenerate_steps(
+                    plan,
+                    in_plan,
+                    references,
+                    chat,
+                    prompts,
+                    target,
+                    actor=actor,
+                    concurrency=cfg.backend.max_concurrency,
+                )
+        finally:
+            if cache is not None:
+                cache.close()
+
+    with target.lock():
+        target.read(actor, in_plan)  # another actor's or run's records: refused before the endpoint is opened
+        summary = anyio.run(ask)
+        return report(RegenerationResult(plan, summary, target, _about(cfg.backend, settings.command)))
+
+
+def _about(backend: BackendConfig, command: str) -> dict[str, str]:
+    """The machine, the actor and the command, as the table's notes and the figure's footer name them."""
+    url = backend.base_url
+    shown_url = ",".join(url) if isinstance(url, tuple) else url or "-"
+    return {
+        "machine": f"{platform.node()}, {os.cpu_count()} CPUs, {platform.system()} {platform.machine()}",
+        "backend": f"{backend.name} {backend.model or '(default model)'} at {shown_url}",
+        "command": command,
+    }

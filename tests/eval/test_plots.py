@@ -120,8 +120,7 @@ def test_the_report_command_offers_exactly_the_figure_formats() -> None:
 
 
 def test_the_regeneration_figure_draws_each_selection_as_computed_in_both_panels() -> None:
-    from ceb.eval.plots import plot_regeneration
-    from ceb.eval.regeneration import RegenerationCurve
+    from ceb.eval.regeneration import RegenerationCurve, plot_regeneration
 
     def curve(name: str, rate: tuple[float, ...], task: tuple[float, ...], std: float = 0.0) -> RegenerationCurve:
         spread = (0.0, std, std)

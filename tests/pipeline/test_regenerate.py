@@ -464,3 +464,35 @@ async def test_a_second_regeneration_into_a_directory_in_use_is_refused_before_a
     assert result.exit_code == EXIT_ERROR
     assert f"error: {run / 'regeneration'} is in use by another ceb process (pid {os.getpid()})" in result.output
     assert openai_server.requests == []
+
+
+@pytest.mark.anyio
+async def test_the_python_api_regenerates_and_reports_while_the_directory_is_held(
+    tmp_path: Path, openai_server: OpenAITestServer
+) -> None:
+    # The command's whole driver is a library call: settings in, the report's return value out.
+    from ceb.config import load_config
+    from ceb.pipeline.regenerate import RegenerationDir, RegenerationResult, RegenerationSettings, regenerate_run
+
+    run = await scored_fixture(tmp_path)
+    openai_server.responder = perfect
+    config = load_config(
+        None, {"backend": {"name": "openai", "base_url": openai_server.base_url, "model": openai_server.model}}
+    )
+    seen: list[RegenerationResult] = []
+
+    def report(result: RegenerationResult) -> str:
+        with pytest.raises(RunError, match="is in use by another ceb process"), RegenerationDir(result.out.path).lock():
+            pass
+        seen.append(result)
+        return "reported"
+
+    settings = RegenerationSettings(run_dir=run, config=config, budgets=(25.0,), seeds=2, command="ceb regenerate x")
+    assert await anyio.to_thread.run_sync(lambda: regenerate_run(settings, report)) == "reported"
+    (result,) = seen
+    assert result.out.path == run / "regeneration" and result.plan.budgets == (25.0,) and result.plan.seeds == (0, 1)
+    assert result.summary.asked == len(openai_server.requests) == result.summary.flagged > 0
+    assert result.about["command"] == "ceb regenerate x" and result.about["backend"].startswith(
+        f"openai {openai_server.model} at http"
+    )
+    assert not (run / "regeneration" / "regeneration.md").exists()  # the table is the report's to write
