@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ceb.cli._common import EXIT_FAILED, EXIT_INTERRUPTED, Limit, ShardOption, err, fail, out, parse_shard
 from ceb.cli.score import score_and_report, sigterm_as_ctrl_c
 from ceb.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ceb.pipeline.grid import GridSpec
 
 __all__ = ["grid"]
 
@@ -80,10 +82,10 @@ def grid(
     whose worker dies is retried and resumes its part, and the parts are merged into OUT as `ceb merge` does.
     """
     from ceb.data import read_stream
-    from ceb.pipeline.grid import load_grid, pick_streams
-    from ceb.pipeline.rundir import RunDir
+    from ceb.pipeline.grid import resolve_grid
 
     part = parse_shard(shard)
+    address = None
     if ray is not None:
         from ceb.pipeline.ray_launch import parse_address
 
@@ -93,26 +95,17 @@ def grid(
             address = parse_address(ray)
         except ConfigError as exc:
             raise typer.BadParameter(str(exc)) from None
-        _grid_on_ray(config, address, out_dir, streams, limit, shards, ray_retries, resume=resume, overwrite=overwrite)
-        return
-    if shards is not None:
+    elif shards is not None:
         raise typer.BadParameter("--shards N goes with --ray; for one shard of a run give --shard i/N")
-    spec = load_grid(config, {"max_trajectories": limit})
-    if out_dir is not None:
-        spec = replace(spec, out=out_dir)
-    elif part is not None:
-        spec = replace(spec, out=spec.out.with_name(f"{spec.out.name}-shard{part.index}of{part.count}"))
-    if resume:
-        RunDir(spec.out).require_run()  # before the streams are read and the grid is announced
-    picked = spec.streams
-    if streams is not None:
-        picked = pick_streams(spec.streams, [p.strip() for p in streams.split(",") if p.strip()])
-    elif resume and (recorded := RunDir(spec.out).recorded_streams()):
-        picked = pick_streams(spec.streams, recorded, recorded=True)
-    data = {name: read_stream(paths) for name, paths in picked.items()}
+    patterns = [p.strip() for p in streams.split(",") if p.strip()] if streams is not None else None
+    spec = resolve_grid(
+        config, out=out_dir, streams=patterns, limit=limit, resume=resume, shard=part, ray=address is not None
+    )
+    if address is not None:
+        _grid_on_ray(spec, config, address, out_dir, shards, ray_retries, resume=resume, overwrite=overwrite)
+        return
     cfg = spec.config
-    if resume and limit is None:
-        cfg = cfg.model_copy(update={"max_trajectories": RunDir(spec.out).recorded_config().max_trajectories})
+    data = {name: read_stream(paths) for name, paths in spec.streams.items()}
     limited = f", first {cfg.max_trajectories} trajectories of each" if cfg.max_trajectories else ""
     again = f"ceb grid {config} --resume" + (f" --shard {part}" if part is not None else "")
     again += f" --out {out_dir}" if out_dir is not None else ""
@@ -125,11 +118,10 @@ def grid(
 
 
 def _grid_on_ray(
+    spec: GridSpec,
     config: Path,
     address: str,
     out_dir: Path | None,
-    streams: str | None,
-    limit: int | None,
     shards: int | None,
     retries: int,
     *,
@@ -138,25 +130,13 @@ def _grid_on_ray(
 ) -> None:
     """``ceb grid --ray``: launch the shards (:func:`ceb.pipeline.ray_launch.run_on_ray`), report, print metrics."""
     from ceb.cli.merge import report_merged
-    from ceb.pipeline.grid import load_grid, pick_streams
-    from ceb.pipeline.ray_launch import ShardDone, ShardFailed, recorded_plan, run_on_ray
+    from ceb.pipeline.ray_launch import ShardDone, ShardFailed, run_on_ray
     from ceb.pipeline.rundir import RunDir
 
-    spec = load_grid(config, {"max_trajectories": limit})
-    target = out_dir if out_dir is not None else spec.out
-    picked = spec.streams
-    plan = recorded_plan(target) if resume else None
-    if streams is not None:
-        picked = pick_streams(spec.streams, [p.strip() for p in streams.split(",") if p.strip()])
-    elif plan is not None:
-        picked = pick_streams(spec.streams, plan[1], recorded=True)
-    cfg = spec.config
-    if plan is not None and limit is None:
-        recorded = RunDir(target).parts()[0].recorded_config()
-        cfg = cfg.model_copy(update={"max_trajectories": recorded.max_trajectories})
+    target, cfg = spec.out, spec.config
     again = f"ceb grid {config} --ray {address} --resume" + (f" --out {out_dir}" if out_dir is not None else "")
     err.print(
-        f"grid on Ray ({address}): {len(picked)} streams x {cfg.orders} orders x {len(cfg.methods)} methods -> "
+        f"grid on Ray ({address}): {len(spec.streams)} streams x {cfg.orders} orders x {len(cfg.methods)} methods -> "
         f"{target} (shards in {target}/{RunDir.PARTS}/)",
         soft_wrap=True,
     )
@@ -175,7 +155,7 @@ def _grid_on_ray(
     try:
         with sigterm_as_ctrl_c():
             result = run_on_ray(
-                picked,
+                spec.streams,
                 cfg,
                 target,
                 address=address,

@@ -20,6 +20,9 @@ A grid file is a run configuration (TOML or JSON, the sections of :class:`~ceb.c
 Every lane goes through the same scheduler, so baselines and sweep cells fill the server while the CEB lanes
 follow their order, and all rows land in the run directory's ``scores.jsonl`` in the tidy long format (one row
 per step per method, with ``stream``, ``order``, ``critic`` and ``method`` columns).
+
+:func:`resolve_grid` is what ``ceb grid`` runs: the file with the command's choices applied, and a resume's streams
+and trajectory limit read back from what the run directory (or a Ray launch's parts) recorded.
 """
 
 from __future__ import annotations
@@ -33,9 +36,12 @@ from typing import Any
 from ceb.config import RunConfig, load_config, merge_settings, read_settings_file
 from ceb.data.streams import parse_stream_specs
 from ceb.errors import ConfigError
+from ceb.pipeline.ray_launch import recorded_plan
+from ceb.pipeline.rundir import RunDir
+from ceb.pipeline.shard import Shard
 from ceb.stages.methods import sweep_methods
 
-__all__ = ["GridSpec", "expand_streams", "load_grid", "pick_streams"]
+__all__ = ["GridSpec", "expand_streams", "load_grid", "pick_streams", "resolve_grid"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,3 +124,55 @@ def pick_streams(
                 f"{what} {pattern!r} matches no stream of the grid; its streams are: {', '.join(streams)}"
             )
     return {name: files for name, files in streams.items() if any(fnmatch.fnmatchcase(name, p) for p in patterns)}
+
+
+def resolve_grid(
+    path: str | Path,
+    *,
+    out: Path | None = None,
+    streams: Sequence[str] | None = None,
+    limit: int | None = None,
+    resume: bool = False,
+    shard: Shard | None = None,
+    ray: bool = False,
+) -> GridSpec:
+    """The grid a ``ceb grid`` run scores: the file's (:func:`load_grid`) with the command's choices applied.
+
+    Args:
+        path: The grid file.
+        out: The run directory instead of the file's ``out``. Without it, shard ``i/N`` of a run in this process
+            goes to ``OUT-shard<i>of<N>`` beside the file's ``out``.
+        streams: Only the streams matching these names or shell patterns (:func:`pick_streams`). Without them a
+            resume keeps the streams the run recorded: its ``config.json``, or on Ray (``ray``) its parts'.
+        limit: The first ``limit`` trajectories of each stream; a resume without it keeps the limit recorded.
+        resume: Continue the run in the run directory.
+        shard: The shard of the run this process scores (not with ``ray``: a launch makes its own).
+        ray: The grid runs on Ray: a resume reads the parts in ``OUT/parts/``
+            (:func:`~ceb.pipeline.ray_launch.recorded_plan`) rather than ``OUT`` itself.
+
+    Raises:
+        ConfigError: As :func:`load_grid`; a pattern or a recorded stream matches no stream of the grid; the
+            recorded configuration cannot be read.
+        RunError: A resume without a run there (not on Ray: a launch checks its parts itself), or of parts of
+            several launches.
+    """
+    spec = load_grid(path, {"max_trajectories": limit})
+    target = out if out is not None else spec.out
+    if out is None and shard is not None and not ray:
+        target = spec.out.with_name(f"{spec.out.name}-shard{shard.index}of{shard.count}")
+    run = RunDir(target)
+    plan = recorded_plan(target) if resume and ray else None  # the parts' shard count and streams
+    if resume and not ray:
+        run.require_run()  # before the streams are read and the grid is announced
+    picked = spec.streams
+    if streams is not None:
+        picked = pick_streams(spec.streams, streams)
+    elif plan is not None:
+        picked = pick_streams(spec.streams, plan[1], recorded=True)
+    elif resume and not ray and (recorded := run.recorded_streams()):
+        picked = pick_streams(spec.streams, recorded, recorded=True)
+    config = spec.config
+    if resume and limit is None and (plan is not None or not ray):
+        source = run.parts()[0] if ray else run
+        config = config.model_copy(update={"max_trajectories": source.recorded_config().max_trajectories})
+    return GridSpec(config=config, streams=picked, out=target)
