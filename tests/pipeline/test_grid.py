@@ -11,9 +11,10 @@ from ceb.backends.scripted import ScriptedChat
 from ceb.cli import app
 from ceb.config import load_config
 from ceb.data import write_stream
-from ceb.errors import ConfigError
+from ceb.errors import ConfigError, RunError
 from ceb.pipeline import read_rows, run_scoring
-from ceb.pipeline.grid import load_grid
+from ceb.pipeline.grid import load_grid, resolve_grid
+from ceb.pipeline.rundir import RunDir
 from ceb.stages.assembly import llm_stages
 from ceb.stages.methods import sweep_methods
 from tests.support.builders import default_reply, step, trajectory
@@ -123,6 +124,28 @@ def test_a_grid_can_pick_streams_and_limit_trajectories_and_its_resume_keeps_bot
     wrong = CliRunner().invoke(app, ["grid", str(tmp_path / "grid.toml"), "--streams", "gamma"])
     assert wrong.exit_code == 2
     assert "--streams 'gamma' matches no stream of the grid; its streams are: alpha, beta" in wrong.output
+
+
+def test_a_ray_resume_takes_the_streams_and_limit_its_parts_recorded(tmp_path):
+    # What `ceb grid --ray ADDRESS --resume` runs with, read back from OUT/parts/ without Ray: the parts' streams and
+    # trajectory limit, unless the command gives its own; OUT itself holds no run to check.
+    (tmp_path / "data").mkdir()
+    _streams(tmp_path / "data")
+    grid = tmp_path / "grid.toml"
+    grid.write_text(GRID)
+    out = tmp_path / "runs" / "g"
+    for i in range(2):
+        part = RunDir(out).part(i, 2).path
+        args = ["grid", str(grid), "--streams", "al*", "--limit", "2", "--shard", f"{i}/2", "--out", str(part)]
+        assert CliRunner().invoke(app, args).exit_code == 0
+
+    spec = resolve_grid(grid, resume=True, ray=True)
+    assert spec.out == out and list(spec.streams) == ["alpha"] and spec.config.max_trajectories == 2
+    mine = resolve_grid(grid, streams=["*"], limit=3, resume=True, ray=True)
+    assert list(mine.streams) == ["alpha", "beta"] and mine.config.max_trajectories == 3
+    # Without --ray the same directory holds no run of its own to resume.
+    with pytest.raises(RunError, match=f"cannot resume {out}"):
+        resolve_grid(grid, resume=True)
 
 
 @pytest.mark.parametrize("name", ["grid-intercode-bash.toml", "grid-intercode-bash-sim.toml"])
