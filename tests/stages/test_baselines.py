@@ -232,12 +232,12 @@ async def test_ppl_when_the_template_changed_the_action_is_not_available(
 async def test_ppl_on_a_server_known_to_ignore_continuation_is_not_available_and_sends_nothing(
     openai_server: OpenAITestServer, backend: OpenAIBackend
 ) -> None:
-    backend.unsupported["continue_final_message"] = "llama-cpp-python answers afresh"
+    backend.unsupported["continue_final_message"] = why = "llama-cpp-python answers afresh"
 
     result = await PerplexityCritic(backend, PromptSet()).score(_input())
 
     assert _not_available(result)
-    assert result.error == f"{NOT_AVAILABLE}: continue_final_message cannot be used here: llama-cpp-python answers afresh"
+    assert result.error == f"{NOT_AVAILABLE}: continue_final_message cannot be used here: {why}"
     assert result.stats.requests == 0 and openai_server.requests == []
 
 
