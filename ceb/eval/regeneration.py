@@ -227,13 +227,7 @@ def plot_regeneration(curves: Sequence[RegenerationCurve], *, title: str, footer
 
 @dataclass(frozen=True, slots=True)
 class RegenerationReport:
-    """What :func:`write_regeneration_report` wrote.
-
-    Attributes:
-        result: The regeneration it reports on.
-        curves: Every selection's curve (:func:`regeneration_curves`).
-        table: The table, as ``regeneration.md`` holds it.
-    """
+    """What :func:`write_regeneration_report` wrote of ``result``: every selection's curve, and the table."""
 
     result: RegenerationResult
     curves: list[RegenerationCurve]

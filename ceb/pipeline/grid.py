@@ -41,7 +41,7 @@ from ceb.pipeline.rundir import RunDir
 from ceb.pipeline.shard import Shard
 from ceb.stages.methods import sweep_methods
 
-__all__ = ["GridSpec", "expand_streams", "load_grid", "pick_streams", "resolve_grid"]
+__all__ = ["GridSpec", "load_grid", "pick_streams", "resolve_grid"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,17 +57,6 @@ class GridSpec:
     config: RunConfig
     streams: dict[str, list[Path]]
     out: Path
-
-
-def expand_streams(specs: Sequence[object], base: Path, what: str = "grid stream") -> dict[str, list[Path]]:
-    """Stream name -> files of a grid's ``streams`` list (relative to ``base``), by :mod:`ceb.data.streams`.
-
-    Each spec is a path, a glob, ``a.jsonl+b.jsonl`` or ``NAME=path``.
-
-    Raises:
-        ConfigError: A spec is not a string, matches no file, or two specs give the same stream name.
-    """
-    return parse_stream_specs(specs, base=base, globs=True, what=what)
 
 
 def load_grid(path: str | Path, overrides: dict[str, Any] | None = None) -> GridSpec:
@@ -98,10 +87,9 @@ def load_grid(path: str | Path, overrides: dict[str, Any] | None = None) -> Grid
     methods = list(data.get("methods", RunConfig().methods))
     data["methods"] = methods + [m for m in cells if m not in methods]
     config = load_config(None, merge_settings(data, overrides or {}))
-    base = p.parent
-    return GridSpec(
-        config=config, streams=expand_streams(grid["streams"], base, f"grid file {p}: stream"), out=base / grid["out"]
-    )
+    # Each spec is a path, a glob, ``a.jsonl+b.jsonl`` or ``NAME=path`` (ceb.data.streams), relative to the file.
+    streams = parse_stream_specs(grid["streams"], base=p.parent, globs=True, what=f"grid file {p}: stream")
+    return GridSpec(config=config, streams=streams, out=p.parent / grid["out"])
 
 
 def pick_streams(
@@ -138,23 +126,15 @@ def resolve_grid(
 ) -> GridSpec:
     """The grid a ``ceb grid`` run scores: the file's (:func:`load_grid`) with the command's choices applied.
 
-    Args:
-        path: The grid file.
-        out: The run directory instead of the file's ``out``. Without it, shard ``i/N`` of a run in this process
-            goes to ``OUT-shard<i>of<N>`` beside the file's ``out``.
-        streams: Only the streams matching these names or shell patterns (:func:`pick_streams`). Without them a
-            resume keeps the streams the run recorded: its ``config.json``, or on Ray (``ray``) its parts'.
-        limit: The first ``limit`` trajectories of each stream; a resume without it keeps the limit recorded.
-        resume: Continue the run in the run directory.
-        shard: The shard of the run this process scores (not with ``ray``: a launch makes its own).
-        ray: The grid runs on Ray: a resume reads the parts in ``OUT/parts/``
-            (:func:`~ceb.pipeline.ray_launch.recorded_plan`) rather than ``OUT`` itself.
+    ``out`` replaces the file's run directory (else shard ``i/N`` goes to ``OUT-shard<i>of<N>`` beside it);
+    ``streams`` are names or shell patterns (:func:`pick_streams`); ``limit`` trajectories per stream. A resume
+    without ``streams`` or ``limit`` keeps the run's own, as its ``config.json`` recorded them, or with ``ray``
+    its parts in ``OUT/parts/`` (:func:`~ceb.pipeline.ray_launch.recorded_plan`).
 
     Raises:
-        ConfigError: As :func:`load_grid`; a pattern or a recorded stream matches no stream of the grid; the
-            recorded configuration cannot be read.
-        RunError: A resume without a run there (not on Ray: a launch checks its parts itself), or of parts of
-            several launches.
+        ConfigError: As :func:`load_grid`, a pattern or recorded stream matching no stream of the grid, or an
+            unreadable recorded configuration.
+        RunError: A resume without a run there (without ``ray``), or over parts of several launches.
     """
     spec = load_grid(path, {"max_trajectories": limit})
     target = out if out is not None else spec.out

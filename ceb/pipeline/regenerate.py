@@ -493,19 +493,14 @@ async def regenerate_steps(
 
 @dataclass(frozen=True, slots=True)
 class RegenerationSettings:
-    """What ``ceb regenerate`` is asked: which run, which selections, which references, which actor.
+    """What ``ceb regenerate`` is asked (its options, documented there).
 
     Attributes:
         run_dir: A run directory scored by ``ceb score`` or ``ceb grid``.
-        config: The effective configuration: ``backend`` is the actor, ``cache`` its reply cache, ``prompts`` the
-            templates (``regenerate_system.j2``, ``regenerate_user.j2``).
+        config: The effective configuration: ``backend`` is the actor, with ``cache`` and ``prompts``.
         out: The output directory; the run's :attr:`~ceb.pipeline.rundir.RunDir.regeneration_dir` when ``None``.
-        budgets: Budgets in percent of the steps.
-        seeds: Random's seeds (``0 .. seeds-1``).
-        methods: Only these selections (``method`` or ``method@critic``); every method of the run when ``None``.
-        tasks: Mind2Web task files or folders the streams were converted from (``None``: each trajectory's
-            ``meta["file"]``).
-        elements: AMEX ``element_anno`` folder (``None``: beside each episode file, as ``ceb convert amex`` finds it).
+        budgets, seeds, methods: As :func:`plan_regeneration` takes them (``None``: every method of the run).
+        tasks, elements: As :func:`~ceb.data.references.step_references` takes them.
         command: The command line that reproduces the run (never an API key), recorded with the table and figure.
     """
 
@@ -522,13 +517,9 @@ class RegenerationSettings:
 
 @dataclass(frozen=True, slots=True)
 class RegenerationResult:
-    """What :func:`regenerate_run` did: what its report is drawn from.
+    """What :func:`regenerate_run` did, for its report.
 
-    Attributes:
-        plan: The selections.
-        summary: What was flagged, reused, asked and failed, and every flagged step's record.
-        out: The output directory (held while the report is written).
-        about: ``machine``, ``backend`` (the actor and its endpoint) and ``command``, for the table and figure.
+    ``about`` holds ``machine``, ``backend`` (the actor and its endpoint) and ``command``.
     """
 
     plan: RegenerationPlan
@@ -543,30 +534,18 @@ def regenerate_run(
     *,
     note: Callable[[str], None] | None = None,
 ) -> R:
-    """Regenerate a scored run's lowest-confidence steps and report on them: all of ``ceb regenerate``.
+    """All of ``ceb regenerate``: read the run again, plan, ask the actor for each flagged step, and report.
 
-    Reads the run's rows and its streams again, plans the selections (:func:`plan_regeneration`), opens the actor
-    (``settings.config.backend``, with the reply cache) and asks it once for every flagged step not yet
-    regenerated (:func:`regenerate_steps`); then calls ``report`` while the output directory is still held, so
-    the table and figure written there follow from its records. A stream without reference actions, another
-    actor's records and a directory in use are refused before anything is asked.
-
-    Args:
-        settings: What to regenerate, and with which actor.
-        report: Writes the report and returns what the caller shows of it
-            (:func:`ceb.eval.regeneration.write_regeneration_report`). It is passed in because the table and figure
-            belong to :mod:`ceb.eval`, a layer above this one.
-        note: Told what is wrong with a run whose rows are still usable (one killed mid-way); logged when ``None``.
-
-    Returns:
-        What ``report`` returned.
+    The actor (``settings.config.backend``, with the reply cache) is asked by :func:`regenerate_steps`. ``report``
+    (:func:`ceb.eval.regeneration.write_regeneration_report`: the table and figure belong to :mod:`ceb.eval`, a
+    layer above) runs while the output directory is still held, and its return is this function's. ``note`` is
+    told what is wrong with a run whose rows are still usable (one killed mid-way); it is logged without one.
 
     Raises:
-        RunError: The run cannot be read, recorded no stream, its stream files cannot be read again, has no
-            labelled step or not the method asked for; or the output directory is in use or holds records of
-            another actor or run.
-        DataError: A stream without reference actions, or a reference cannot be found (nothing is asked).
-        ConfigError: The backend has no model, or a setting is wrong.
+        RunError: The run, or its stream files, cannot be read; no stream, labelled step or such method; the
+            output directory is in use or holds another actor's or run's records (nothing is asked).
+        DataError: A stream without reference actions, or a reference not found (nothing is asked).
+        ConfigError: The backend has no model.
         FatalBackendError: The endpoint refuses every request; what was recorded stays.
         OSError: The output directory cannot be written.
     """

@@ -148,22 +148,11 @@ class StepRow:
         critic: str = "",
         alt_labels: Sequence[AltLabel] = (),
     ) -> StepRow:
-        """The row of a step :func:`~ceb.stages.step.score_step` scored, with the lane's facts about where it stands.
+        """The row of a step :func:`~ceb.stages.step.score_step` scored, placed by the lane (the other arguments).
 
-        The fields the critic's result (:class:`~ceb.stages.base.CriticResult`) and its cost
+        Fields the critic's result (:class:`~ceb.stages.base.CriticResult`) and its cost
         (:class:`~ceb.stages.base.CallStats`) share with the row by name are copied as they are, so a field added
         to both under one name needs no edit here.
-
-        Args:
-            done: What :func:`~ceb.stages.step.score_step` returned; ``done.input.step`` is the row's ``step``.
-            stream: Stream name.
-            method: Method name.
-            trajectory: Trajectory id.
-            label: The step's ground-truth label (evaluation only; never shown to a stage).
-            order: Stream order.
-            position: Position of the trajectory in this order.
-            critic: Critic label.
-            alt_labels: The step's other labels, sorted by name.
         """
         res = done.result
         return cls(

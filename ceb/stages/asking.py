@@ -69,11 +69,7 @@ class Answer(Generic[T]):
 
     @property
     def tokens(self) -> tuple[TokenLogprob, ...] | None:
-        """The generated tokens of ``raw`` with their log-probs, else ``None``.
-
-        They come when the request asked for them and the server sent them (the probability readout,
-        :mod:`ceb.stages.readout`).
-        """
+        """The generated tokens of ``raw`` with their log-probs, if asked for and sent (:mod:`ceb.stages.readout`)."""
         c = self.completion
         return c.logprobs[0] if c is not None and c.logprobs else None
 

@@ -172,9 +172,8 @@ class PromptSet:
     def render_or_base(self, domain: str, kind: str, context: Mapping[str, Any]) -> str:
         """Render template ``kind`` of ``domain``'s family, or of ``base`` when the family has no such file.
 
-        The packaged families define only the CEB prompts; the baselines', the judge's and the actor's prompts
-        live in ``prompts/base``. A user directory may still give a family its own
-        (``my_prompts/shell/ptrue_user.j2``), which is then used.
+        The baselines', judge's and actor's prompts live in ``prompts/base``; a user directory may give a family
+        its own (``my_prompts/shell/ptrue_user.j2``).
 
         Raises:
             ConfigError: The template is malformed or uses a variable the caller does not give.
