@@ -77,7 +77,6 @@ __all__ = [
     "budget_count",
     "plan_regeneration",
     "regenerate_run",
-    "regenerate_steps",
 ]
 
 log = structlog.get_logger(__name__)
@@ -386,7 +385,7 @@ class RegenerationDir:
 
 @dataclass(frozen=True, slots=True)
 class RegenerationSummary:
-    """What :func:`regenerate_steps` did.
+    """What :func:`regenerate_run` asked.
 
     Attributes:
         flagged: Distinct steps some selection flags.
@@ -405,38 +404,25 @@ class RegenerationSummary:
     records: Mapping[StepKey, Regeneration] = field(default_factory=dict)
 
 
-async def regenerate_steps(
+async def _regenerate_steps(
     plan: RegenerationPlan,
     trajectories: Sequence[Trajectory],
     references: Mapping[StepKey, StepReference],
+    recorded: Mapping[StepKey, Regeneration],
     chat: ChatBackend,
     prompts: PromptSet,
     out: RegenerationDir,
-    *,
-    actor: str = "",
-    concurrency: int = 64,
+    actor: str,
+    concurrency: int,
 ) -> RegenerationSummary:
-    """Ask the actor once for every flagged step not yet regenerated, judging and recording each reply.
-
-    Args:
-        plan: The selections (:func:`plan_regeneration`).
-        trajectories: The run's streams; every step must carry a reference action.
-        references: Each step's reference (:func:`ceb.data.references.step_references`).
-        chat: The actor's endpoint.
-        prompts: Templates.
-        out: Where the records go (the caller holds its lock).
-        actor: The actor's name in the records (``backend:model``); records of another actor are refused.
-        concurrency: Requests in flight at once.
+    """Ask the actor once for every flagged step not yet ``recorded`` (or failed), judging and recording each reply.
 
     Raises:
-        DataError: A step has no reference action; nothing is asked.
-        RunError: A record in ``out`` is another actor's, another run's, or unreadable; nothing is asked.
         FatalBackendError: The endpoint refuses every request; what was recorded stays.
         OSError: ``regenerations.jsonl`` cannot be written.
     """
-    require_references(trajectories, why=WHY_REFERENCES)
     by_id = {t.id: t for t in trajectories}
-    records = dict(out.read(actor, trajectories))
+    records = dict(recorded)
     flagged = plan.to_ask()
     pending = [s for s in flagged if s not in records or records[s].error is not None]
     reused = len(flagged) - len(pending)
@@ -536,7 +522,7 @@ def regenerate_run(
 ) -> R:
     """All of ``ceb regenerate``: read the run again, plan, ask the actor for each flagged step, and report.
 
-    The actor (``settings.config.backend``, with the reply cache) is asked by :func:`regenerate_steps`. ``report``
+    The actor is ``settings.config.backend``, with the reply cache; each distinct step is asked once. ``report``
     (:func:`ceb.eval.regeneration.write_regeneration_report`: the table and figure belong to :mod:`ceb.eval`, a
     layer above) runs while the output directory is still held, and its return is this function's. ``note`` is
     told what is wrong with a run whose rows are still usable (one killed mid-way); it is logged without one.
@@ -577,7 +563,7 @@ def regenerate_run(
     target = RegenerationDir(settings.out if settings.out is not None else run.regeneration_dir)
     actor = f"{cfg.backend.name}:{cfg.backend.model or ''}"
 
-    async def ask() -> RegenerationSummary:
+    async def ask(recorded: Mapping[StepKey, Regeneration]) -> RegenerationSummary:
         cache = ReplyCache.open(cfg.cache)
         try:
             chat = open_backend(cfg.backend, cache=cache)
@@ -585,23 +571,16 @@ def regenerate_run(
                 raise ConfigError(f"ceb regenerate needs an actor model: backend {cfg.backend.name!r} has none")
             async with chat:
                 await chat.preflight()
-                return await regenerate_steps(
-                    plan,
-                    in_plan,
-                    references,
-                    chat,
-                    prompts,
-                    target,
-                    actor=actor,
-                    concurrency=cfg.backend.max_concurrency,
+                return await _regenerate_steps(
+                    plan, in_plan, references, recorded, chat, prompts, target, actor, cfg.backend.max_concurrency
                 )
         finally:
             if cache is not None:
                 cache.close()
 
     with target.lock():
-        target.read(actor, in_plan)  # another actor's or run's records: refused before the endpoint is opened
-        summary = anyio.run(ask)
+        recorded = target.read(actor, in_plan)  # another actor's or run's records: refused before asking
+        summary = anyio.run(ask, recorded)
         return report(RegenerationResult(plan, summary, target, _about(cfg.backend, settings.command)))
 
 
