@@ -118,7 +118,7 @@ def regenerate(
     done = regenerate_run(
         settings, write_regeneration_report, note=lambda text: err.print(f"note: {text}", soft_wrap=True)
     )
-    s, target, methods = done.result.summary, done.result.out, done.result.plan.methods
+    s, target, methods = done.summary, done.summary.out, done.summary.plan.methods
     out.print(
         f"{s.flagged} distinct steps flagged over {len(methods)} methods, {len(settings.budgets)} budgets and "
         f"{seeds} random seeds: {s.reused} from an earlier run, {s.asked} asked ({s.stats.requests} requests), "

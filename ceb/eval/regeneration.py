@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 from ceb.eval.plots import method_colors, save_figure
 from ceb.eval.tables.model import Block, Cell, Column, Row, Table, method_label, method_sort_key
 from ceb.eval.tables.render import to_markdown
-from ceb.pipeline.regenerate import ORACLE, RANDOM, Regeneration, RegenerationPlan, RegenerationResult, StepKey
+from ceb.pipeline.regenerate import ORACLE, RANDOM, Regeneration, RegenerationPlan, RegenerationSummary, StepKey
 
 __all__ = [
     "RegenerationCurve",
@@ -227,14 +227,14 @@ def plot_regeneration(curves: Sequence[RegenerationCurve], *, title: str, footer
 
 @dataclass(frozen=True, slots=True)
 class RegenerationReport:
-    """What :func:`write_regeneration_report` wrote of ``result``: every selection's curve, and the table."""
+    """What :func:`write_regeneration_report` wrote of ``summary``: every selection's curve, and the table."""
 
-    result: RegenerationResult
+    summary: RegenerationSummary
     curves: list[RegenerationCurve]
     table: Table
 
 
-def write_regeneration_report(result: RegenerationResult) -> RegenerationReport:
+def write_regeneration_report(summary: RegenerationSummary) -> RegenerationReport:
     """Write a regeneration's table (``regeneration.json``, ``.md``) and figure (``regeneration.png``) beside it.
 
     The files go into the regeneration's own directory (:class:`~ceb.pipeline.regenerate.RegenerationDir`). The
@@ -243,7 +243,7 @@ def write_regeneration_report(result: RegenerationResult) -> RegenerationReport:
     Raises:
         OSError: A file cannot be written.
     """
-    plan, s, about = result.plan, result.summary, result.about
+    plan, s, about = summary.plan, summary, summary.about
     curves = regeneration_curves(plan, s.records)
     notes = (
         f"{len(plan.steps)} labelled steps in {len({k[0] for k in plan.steps})} trajectories; Random averaged "
@@ -253,11 +253,11 @@ def write_regeneration_report(result: RegenerationResult) -> RegenerationReport:
         f"Command: {about['command']}",
     )
     table = regeneration_table(curves, notes=notes)
-    result.out.write_table(regeneration_doc(plan, curves, about), to_markdown(table))
+    s.out.write_table(regeneration_doc(plan, curves, about), to_markdown(table))
     figure = plot_regeneration(
         curves,
         title="Offline confidence-gated regeneration",
         footer=f"{about['machine']} | actor: {about['backend']} | {about['command']}",
     )
-    save_figure(figure, result.out.figure.with_suffix(""))
-    return RegenerationReport(result, curves, table)
+    save_figure(figure, s.out.figure.with_suffix(""))
+    return RegenerationReport(summary, curves, table)

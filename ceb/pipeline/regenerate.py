@@ -34,7 +34,7 @@ import os
 import platform
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -47,7 +47,7 @@ import structlog
 from ceb.backends import open_backend
 from ceb.backends.base import ChatBackend
 from ceb.backends.cache import ReplyCache
-from ceb.config import BackendConfig, RunConfig
+from ceb.config import RunConfig
 from ceb.data import read_stream
 from ceb.data.references import StepReference, step_references
 from ceb.data.trajectory import Trajectory
@@ -70,7 +70,6 @@ __all__ = [
     "Regeneration",
     "RegenerationDir",
     "RegenerationPlan",
-    "RegenerationResult",
     "RegenerationSettings",
     "RegenerationSummary",
     "StepKey",
@@ -385,23 +384,29 @@ class RegenerationDir:
 
 @dataclass(frozen=True, slots=True)
 class RegenerationSummary:
-    """What :func:`regenerate_run` asked.
+    """What :func:`regenerate_run` did: what its report is drawn from.
 
     Attributes:
+        plan: The selections.
+        out: The output directory (held while the report is written).
         flagged: Distinct steps some selection flags.
         reused: Of those, steps answered by an earlier run (read from ``regenerations.jsonl``).
         asked: Steps asked in this run.
         failed: Steps without a new action after this run (endpoint failure or unreadable reply).
         stats: Requests, tokens and time of this run.
         records: Every step's regeneration, this run's and the earlier ones.
+        about: ``machine``, ``backend`` (the actor and its endpoint) and ``command``, for the table and figure.
     """
 
+    plan: RegenerationPlan
+    out: RegenerationDir
     flagged: int
     reused: int
     asked: int
     failed: int
     stats: CallStats = field(default_factory=CallStats)
     records: Mapping[StepKey, Regeneration] = field(default_factory=dict)
+    about: Mapping[str, str] = field(default_factory=dict)
 
 
 async def _regenerate_steps(
@@ -468,6 +473,8 @@ async def _regenerate_steps(
                 tg.start_soon(worker)
     failed = sum(1 for s in flagged if records[s].error is not None)
     return RegenerationSummary(
+        plan=plan,
+        out=out,
         flagged=len(flagged),
         reused=reused,
         asked=len(pending),
@@ -501,22 +508,9 @@ class RegenerationSettings:
     command: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class RegenerationResult:
-    """What :func:`regenerate_run` did, for its report.
-
-    ``about`` holds ``machine``, ``backend`` (the actor and its endpoint) and ``command``.
-    """
-
-    plan: RegenerationPlan
-    summary: RegenerationSummary
-    out: RegenerationDir
-    about: Mapping[str, str]
-
-
 def regenerate_run(
     settings: RegenerationSettings,
-    report: Callable[[RegenerationResult], R],
+    report: Callable[[RegenerationSummary], R],
     *,
     note: Callable[[str], None] | None = None,
 ) -> R:
@@ -581,15 +575,11 @@ def regenerate_run(
     with target.lock():
         recorded = target.read(actor, in_plan)  # another actor's or run's records: refused before asking
         summary = anyio.run(ask, recorded)
-        return report(RegenerationResult(plan, summary, target, _about(cfg.backend, settings.command)))
-
-
-def _about(backend: BackendConfig, command: str) -> dict[str, str]:
-    """The machine, the actor and the command, as the table's notes and the figure's footer name them."""
-    url = backend.base_url
-    shown_url = ",".join(url) if isinstance(url, tuple) else url or "-"
-    return {
-        "machine": f"{platform.node()}, {os.cpu_count()} CPUs, {platform.system()} {platform.machine()}",
-        "backend": f"{backend.name} {backend.model or '(default model)'} at {shown_url}",
-        "command": command,
-    }
+        url = cfg.backend.base_url
+        shown_url = ",".join(url) if isinstance(url, tuple) else url or "-"
+        about = {
+            "machine": f"{platform.node()}, {os.cpu_count()} CPUs, {platform.system()} {platform.machine()}",
+            "backend": f"{cfg.backend.name} {cfg.backend.model or '(default model)'} at {shown_url}",
+            "command": settings.command,
+        }
+        return report(replace(summary, about=about))

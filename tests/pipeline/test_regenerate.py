@@ -472,16 +472,16 @@ async def test_the_python_api_regenerates_and_reports_while_the_directory_is_hel
 ) -> None:
     # The command's whole driver is a library call: settings in, the report's return value out.
     from ceb.config import load_config
-    from ceb.pipeline.regenerate import RegenerationDir, RegenerationResult, RegenerationSettings, regenerate_run
+    from ceb.pipeline.regenerate import RegenerationDir, RegenerationSettings, RegenerationSummary, regenerate_run
 
     run = await scored_fixture(tmp_path)
     openai_server.responder = perfect
     config = load_config(
         None, {"backend": {"name": "openai", "base_url": openai_server.base_url, "model": openai_server.model}}
     )
-    seen: list[RegenerationResult] = []
+    seen: list[RegenerationSummary] = []
 
-    def report(result: RegenerationResult) -> str:
+    def report(result: RegenerationSummary) -> str:
         with pytest.raises(RunError, match="is in use by another ceb process"), RegenerationDir(result.out.path).lock():
             pass
         seen.append(result)
@@ -491,8 +491,7 @@ async def test_the_python_api_regenerates_and_reports_while_the_directory_is_hel
     assert await anyio.to_thread.run_sync(lambda: regenerate_run(settings, report)) == "reported"
     (result,) = seen
     assert result.out.path == run / "regeneration" and result.plan.budgets == (25.0,) and result.plan.seeds == (0, 1)
-    assert result.summary.asked == len(openai_server.requests) == result.summary.flagged > 0
-    assert result.about["command"] == "ceb regenerate x" and result.about["backend"].startswith(
-        f"openai {openai_server.model} at http"
-    )
+    assert result.asked == len(openai_server.requests) == result.flagged > 0
+    assert result.about["command"] == "ceb regenerate x"
+    assert result.about["backend"] == f"openai {openai_server.model} at {openai_server.base_url}"
     assert not (run / "regeneration" / "regeneration.md").exists()  # the table is the report's to write
