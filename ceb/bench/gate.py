@@ -28,7 +28,7 @@ import aiohttp
 import anyio
 
 from ceb.bank import RETRIEVERS, BankRecord
-from ceb.bench.bank import grow, load_sql_trajectories
+from ceb.bench.bank_scale import grow, load_sql_trajectories
 from ceb.bench.machine import machine_info
 from ceb.bench.options import bench_parser
 from ceb.bench.processes import sim_process

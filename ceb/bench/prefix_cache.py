@@ -33,8 +33,11 @@ import orjson
 from aiohttp import web
 
 from ceb.backends.openai import REQUEST_ID_HEADER
-from ceb.bench.options import add_server_options, bench_parser, check_server_options, run_and_save, tiny_vllm_servers
-from ceb.bench.pipeline import load_intercode_streams
+from ceb.bench.options import (
+    bench_parser,
+    load_intercode_streams,
+    run_and_save,
+)
 from ceb.bench.server_admin import reset_prefix_cache, server_metrics
 from ceb.config import RunConfig, load_config
 from ceb.data.trajectory import Trajectory
@@ -425,11 +428,12 @@ async def run_prefix_cache_bench(
 
 _HELP = """Prefix-cache hit rate on a REAL vLLM server against the whole-block bound our prompts allow.
 
-    # the local CPU build of vLLM with the tiny random-weight model of the tests (needs .venv-vllm):
-    ceb bench prefix-cache --tiny
     # any vLLM server you run (start it with --enable-prompt-tokens-details; VLLM_SERVER_DEV_MODE=1 lets the
     # benchmark empty its cache before each run):
     ceb bench prefix-cache --root http://127.0.0.1:8000 --model M
+    # from a checkout, the tests' CPU build with their tiny random-weight model (needs .venv-vllm):
+    python benchmarks/tiny_vllm.py --server-arg=--enable-prompt-tokens-details -- \
+        prefix-cache --root {root0} --model {model}
 
 Scores ``ceb`` and ``static`` on the first two InterCode-Bash streams (15 trajectories each), once with the
 hindsight votes as ``V`` requests and once as one request with ``n = V``, and prints per run: vLLM's own hit rate
@@ -479,41 +483,28 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     every = load_intercode_streams(args.intercode, work / "streams", datasets=("bash",))
     names = sorted(every)[: args.streams]
     streams = {name: every[name][: args.trajectories] for name in names}
-    with contextlib.ExitStack() as stack:
-        if args.tiny:
-            flags = [
-                "--enable-prompt-tokens-details",
-                *(["--block-size", str(args.block_size)] if args.block_size else []),
-            ]
-            (server,) = stack.enter_context(
-                tiny_vllm_servers(work, extra_args=flags, dev_mode=True, port=args.server_port or None)
-            )
-            root, model = server.base_url.removesuffix("/v1"), server.model
-        else:
-            root, model = args.root, args.model
-        runs = []
-        for sampling in args.sampling:
-            settings = PrefixCacheSettings(
-                sampling=sampling, votes=args.votes, max_concurrency=args.concurrency, proxy_port=args.proxy_port
-            )
-            run = await run_prefix_cache_bench(streams, root, model, settings, work / f"run-{sampling}")
-            _print(run)
-            runs.append(run)
-    return {"benchmark": "prefix-cache", "target": TARGET, "server": "tiny" if args.tiny else root, "runs": runs}
+    root, model = args.root.rstrip("/").removesuffix("/v1"), args.model
+    runs = []
+    for sampling in args.sampling:
+        settings = PrefixCacheSettings(
+            sampling=sampling, votes=args.votes, max_concurrency=args.concurrency, proxy_port=args.proxy_port
+        )
+        run = await run_prefix_cache_bench(streams, root, model, settings, work / f"run-{sampling}")
+        _print(run)
+        runs.append(run)
+    return {"benchmark": "prefix-cache", "target": TARGET, "server": root, "runs": runs}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``ceb bench prefix-cache``: :func:`run_prefix_cache_bench` per sampling and save the figures (``--help``)."""
     ap = bench_parser("prefix-cache", _HELP)
-    add_server_options(ap, "--root", "a running vLLM server's root URL, e.g. http://127.0.0.1:8000")
-    ap.add_argument("--block-size", type=int, help="--tiny: the server's KV block size (the CPU build's default: 128)")
+    ap.add_argument("--root", required=True, help="a running vLLM server's root URL, e.g. http://127.0.0.1:8000")
+    ap.add_argument("--model", required=True, help="the served model name")
     ap.add_argument("--streams", type=int, default=2, help="bash streams scored (first N by name)")
     ap.add_argument("--trajectories", type=int, default=15, help="trajectories kept per stream")
     ap.add_argument("--votes", type=int, default=5, help="V")
     ap.add_argument("--concurrency", type=int, default=32, help="requests in flight at most")
     ap.add_argument("--sampling", nargs="+", default=["requests", "n"], choices=["requests", "n"])
-    ap.add_argument("--server-port", type=int, default=0, help="--tiny: the vLLM server's port (0: a free one)")
     ap.add_argument("--proxy-port", type=int, default=0, help="the recording proxy's port (0: a free one)")
     args = ap.parse_args(argv)
-    check_server_options(ap, args, "--root")
     return run_and_save("prefix-cache", _bench, args)

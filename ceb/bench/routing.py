@@ -1,6 +1,6 @@
-"""Server-side priority and replica affinity, measured on real vLLM servers.
+"""Server-side priority, replica affinity and a router's policy, measured on real vLLM servers.
 
-Two measurements, each with both arms in one run (alternated, so the shared machine's noise hits both):
+Three measurements, each with both arms in one run (alternated, so the shared machine's noise hits both):
 
 * **priority**: one server started with ``--scheduling-policy priority`` and a small ``--max-num-seqs``, while
   ``ceb`` keeps many more requests in flight (``backend.max_concurrency``), so the queue that decides the order
@@ -11,14 +11,23 @@ Two measurements, each with both arms in one run (alternated, so the shared mach
   against ``least_outstanding``. Figures: makespan, and the prefix-cache hit rate per replica and overall from
   the ``/metrics`` counters' deltas (:mod:`ceb.backends.server_metrics`), each replica's cache emptied before each arm.
 
-The servers are any vLLM servers at the given roots; ``ceb bench routing --tiny`` starts the tests' CPU
-build with a tiny random-weight model, whose replies are noise but whose request timing and caching are real.
+* **router**: two or more replicas behind a router (vLLM's ``vllm-router``), one router per policy given with
+  ``--router POLICY=URL``: ``consistent_hash`` on ceb's ``X-Session-ID`` (its lane key, so a lane's requests meet
+  the prefix cache its earlier requests filled) against ``round_robin``. Several ``ceb score --shard i/N``
+  processes run at once with the router as their one endpoint, arms in ABBA order (a steady drift of the
+  machine's load weighs on both alike), each replica's cache emptied before each arm. Figures: the makespan (from
+  launching the shards until the last exits) and the hit rates as for affinity; the ratio is round_robin's mean
+  makespan over consistent_hash's.
+
+The servers are any vLLM servers at the given roots, started with ``VLLM_SERVER_DEV_MODE=1`` so their caches can
+be emptied. From a checkout, ``python benchmarks/tiny_vllm.py`` starts the tests' CPU build for them.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -26,17 +35,21 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import anyio
 
 from ceb.backends.server_metrics import ServerMetrics
 from ceb.bench.machine import machine_info
-from ceb.bench.options import bench_parser, require_checkout, run_and_save, tiny_vllm_servers
-from ceb.bench.pipeline import load_intercode_streams
+from ceb.bench.options import bench_parser, load_intercode_streams, run_and_save
 from ceb.bench.server_admin import reset_prefix_cache, server_metrics
 from ceb.config import RunConfig, load_config
+from ceb.data.intercode import convert_intercode
 from ceb.data.trajectory import Trajectory
 from ceb.pipeline import run_scoring
+from ceb.pipeline.rundir import RunDir
 
 __all__ = [
+    "ROUTER_ARMS",
+    "RouterBenchSettings",
     "RoutingBenchSettings",
     "affinity_workload",
     "cache_deltas",
@@ -44,6 +57,7 @@ __all__ = [
     "mixed_workload",
     "run_affinity_bench",
     "run_priority_bench",
+    "run_router_bench",
 ]
 
 
@@ -340,20 +354,144 @@ async def run_affinity_bench(
     }
 
 
+ROUTER_ARMS = ("round_robin", "consistent_hash")
+"""The router's policies compared, in the order even-numbered repeats run them (odd ones reverse it)."""
+
+_CLI = "from ceb.cli import main; main()"
+
+
+@dataclass(frozen=True, slots=True)
+class RouterBenchSettings:
+    """The knobs of one measurement.
+
+    Attributes:
+        methods: Methods scored (``static``: one critic request per step; ``ceb`` adds bank prompts and votes).
+        limit: Trajectories scored per stream (``ceb score --limit``).
+        shards: ``ceb score`` processes run at once (``--shard i/N``).
+        max_concurrency: ``backend.max_concurrency`` of each process (its requests in flight to the router).
+        repeats: Runs per arm, arms alternated (ABBA: odd-numbered repeats run ``consistent_hash`` first).
+    """
+
+    methods: tuple[str, ...] = ("static",)
+    limit: int = 3
+    shards: int = 2
+    max_concurrency: int = 8
+    repeats: int = 2
+
+
+def _shards(
+    streams: Sequence[Path], base_url: str, model: str, settings: RouterBenchSettings, work: Path
+) -> tuple[float, int, int]:
+    """Run the ``settings.shards`` shard processes at once; the makespan (s), steps scored and steps failed.
+
+    Raises:
+        RuntimeError: A shard exited non-zero (the message ends with its output's tail).
+    """
+    runs = [work / f"shard-{i}" for i in range(settings.shards)]
+    common = ["--backend", "openai", "--base-url", base_url, "--model", model, "--methods", ",".join(settings.methods)]
+    common += ["--limit", str(settings.limit), "--max-concurrency", str(settings.max_concurrency)]
+    logs = [work / f"shard-{i}.log" for i in range(settings.shards)]
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    procs = []
+    for i, (run, log) in enumerate(zip(runs, logs, strict=True)):
+        with log.open("wb") as out:
+            cmd = [sys.executable, "-c", _CLI, "--progress", "off", "score", *map(str, streams), "--out", str(run)]
+            procs.append(subprocess.Popen([*cmd, "--shard", f"{i}/{settings.shards}", *common], stdout=out, stderr=out))
+    codes = [p.wait() for p in procs]
+    wall = time.perf_counter() - started
+    for code, log in zip(codes, logs, strict=True):
+        if code != 0:
+            tail = log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"a ceb score shard exited with {code}:\n{tail}")
+    rows = [r for run in runs for r in RunDir(run).step_rows()]
+    return wall, sum(r.status == "scored" for r in rows), sum(r.status == "failed" for r in rows)
+
+
+async def run_router_bench(
+    streams: Sequence[Path],
+    routers: Mapping[str, str],
+    roots: Sequence[str],
+    model: str,
+    settings: RouterBenchSettings,
+    work: Path,
+) -> dict[str, Any]:
+    """Makespan and prefix-cache hit rates behind ``vllm-router`` under ``round_robin`` and ``consistent_hash``.
+
+    Args:
+        streams: Trajectory JSONL files, one stream each.
+        routers: Policy (:data:`ROUTER_ARMS`) -> the API root of a router running it in front of ``roots``.
+        roots: The replicas' root URLs (no ``/v1``), serving ``model``, started with ``VLLM_SERVER_DEV_MODE=1``.
+        model: The served model name.
+        settings: Methods, trajectories, shards, concurrency, repeats.
+        work: A fresh directory for the runs.
+
+    Returns:
+        Per run: arm, makespan (s), steps scored and failed, whether every cache was emptied, and per replica the
+        tokens looked up and hit with the hit rate, plus the overall rate; per arm the mean makespan and pooled
+        hit rate; ``makespan_ratio_rr_over_hash`` (above 1: consistent hashing finished sooner) and ``better``.
+
+    Raises:
+        RuntimeError: A replica cannot empty its prefix cache (not in dev mode), a shard failed, or a replica has no
+            prefix-cache counters.
+    """
+    roots = [r.rstrip("/").removesuffix("/v1") for r in roots]
+    work.mkdir(parents=True, exist_ok=True)
+    runs: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as session:
+        for i in range(settings.repeats):
+            # ABBA: the arms swap places every repeat, so a steady drift of the machine's load (shared, here)
+            # weighs on both alike; round_robin first every time would give consistent_hash the later slot in each.
+            for arm in ROUTER_ARMS if i % 2 == 0 else ROUTER_ARMS[::-1]:
+                reset = [await reset_prefix_cache(session, r) for r in roots]
+                if not all(reset):
+                    # Each consistent_hash run follows a round_robin run over the same prompts: from a cache not
+                    # emptied it would find them there, and the comparison would favour it.
+                    kept = ", ".join(r for r, ok in zip(roots, reset, strict=True) if not ok)
+                    raise RuntimeError(
+                        f"{kept}: POST /reset_prefix_cache did not empty the prefix cache; start the replicas with "
+                        f"VLLM_SERVER_DEV_MODE=1"
+                    )
+                before = [await server_metrics(session, r) for r in roots]
+                wall, scored, failed = await anyio.to_thread.run_sync(
+                    _shards, streams, routers[arm], model, settings, work / f"{arm}-{i}"
+                )
+                after = [await server_metrics(session, r) for r in roots]
+                runs.append(run_record(arm, i, wall, scored, failed, reset, cache_deltas(roots, before, after)))
+                print_run(runs[-1], 15)
+    arms = arm_means(runs, ROUTER_ARMS)
+    rr, ch = arms["round_robin"]["mean_makespan_s"], arms["consistent_hash"]["mean_makespan_s"]
+    return {
+        "settings": asdict(settings),
+        "streams": [p.stem for p in streams],
+        "replicas": roots,
+        "runs": runs,
+        "arms": arms,
+        "makespan_ratio_rr_over_hash": rr / ch,
+        "better": "consistent_hash" if ch <= rr else "round_robin",
+    }
+
+
 # --- command line: ceb bench routing ------------------------------------------------------------------------
 
-_HELP = """Server-side priority and replica affinity on REAL vLLM servers (see ``ceb/bench/routing.py``).
+_HELP = """Server-side priority, replica affinity and a router's policy on REAL vLLM servers (``ceb/bench/routing.py``).
 
-    # the local CPU build of vLLM with the tests' tiny random-weight model (needs .venv-vllm); it starts one
-    # server for the priority measurement, then two replicas for the affinity one:
-    ceb bench routing --tiny
-    # servers you run: --priority-root (started with --scheduling-policy priority and a small --max-num-seqs)
-    # and two or more --replica roots (started with VLLM_SERVER_DEV_MODE=1 so their caches can be emptied):
+    # --priority-root: a server started with --scheduling-policy priority and a small --max-num-seqs; --replica:
+    # two or more (VLLM_SERVER_DEV_MODE=1 so their caches can be emptied); --router: one router per policy in
+    # front of those replicas (vllm-router --policy round_robin / consistent_hash):
     ceb bench routing --priority-root http://127.0.0.1:8000 \\
-        --replica http://127.0.0.1:8001 --replica http://127.0.0.1:8002 --model M
+        --replica http://127.0.0.1:8001 --replica http://127.0.0.1:8002 --model M \\
+        --router round_robin=http://127.0.0.1:9001/v1 --router consistent_hash=http://127.0.0.1:9002/v1
+    # from a checkout, the tests' CPU build with their tiny random-weight model (needs .venv-vllm):
+    python benchmarks/tiny_vllm.py --server-arg=--scheduling-policy --server-arg=priority \\
+        --server-arg=--max-num-seqs --server-arg=2 -- routing --parts priority --priority-root {root0} --model {model}
+    python benchmarks/tiny_vllm.py --servers 2 --routers -- routing --parts affinity router \\
+        --replica {root0} --replica {root1} --model {model} \\
+        --router round_robin={router_round_robin} --router consistent_hash={router_consistent_hash}
 
-Prints the makespan with the priority forwarded and not, and the makespan and prefix-cache hit rates with
-affinity routing and least-outstanding; writes ``routing-<UTC>.json`` with the settings and the machine.
+Prints the makespan with the priority forwarded and not; the makespan and prefix-cache hit rates with affinity
+routing and least-outstanding, and behind the router per policy; writes ``routing-<UTC>.json`` with the settings
+and the machine.
 """
 
 
@@ -384,63 +522,61 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         priority_concurrency=args.priority_concurrency,
         affinity_concurrency=args.affinity_concurrency,
     )
-    doc: dict[str, Any] = {"benchmark": "routing", "server": "tiny" if args.tiny else "given"}
+    doc: dict[str, Any] = {"benchmark": "routing", "server": "given"}
     if "priority" in args.parts:
-        server_args = ["--scheduling-policy", "priority", "--max-num-seqs", str(args.max_num_seqs)]
         streams = mixed_workload(every, settings.long_steps, settings.short_lanes)
-        with contextlib.ExitStack() as stack:
-            if args.tiny:
-                (server,) = stack.enter_context(
-                    tiny_vllm_servers(work / "priority-logs", extra_args=server_args, dev_mode=True)
-                )
-                root, model = server.base_url.removesuffix("/v1"), server.model
-            else:
-                root, model = args.priority_root, args.model
-            part = await run_priority_bench(streams, root, model, settings, work / "priority")
-        doc["priority"] = part | {"server_args": server_args if args.tiny else "as given"}
+        part = await run_priority_bench(streams, args.priority_root, args.model, settings, work / "priority")
+        doc["priority"] = part | {"server_args": "as given"}
         _print_priority(doc["priority"])
     if "affinity" in args.parts:
         streams = affinity_workload(every, args.streams, args.trajectories)
-        with contextlib.ExitStack() as stack:
-            if args.tiny:
-                servers = stack.enter_context(
-                    tiny_vllm_servers(
-                        work / "affinity-logs", 2, extra_args=["--enable-prompt-tokens-details"], dev_mode=True
-                    )
-                )
-                roots, model = [s.base_url.removesuffix("/v1") for s in servers], servers[0].model
-            else:
-                roots, model = args.replica, args.model
-            doc["affinity"] = await run_affinity_bench(streams, roots, model, settings, work / "affinity")
+        doc["affinity"] = await run_affinity_bench(streams, args.replica, args.model, settings, work / "affinity")
         _print_affinity(doc["affinity"])
+    if "router" in args.parts:
+        converted = convert_intercode(args.intercode, work / "router-streams", datasets=("bash",))
+        paths = [c.path for c in converted][: args.router_streams]
+        router = RouterBenchSettings(
+            methods=tuple(args.router_methods.split(",")),
+            limit=args.router_limit,
+            shards=args.shards,
+            max_concurrency=args.shard_concurrency,
+            repeats=args.repeats,
+        )
+        routers = dict(r.split("=", 1) for r in args.router)
+        doc["router"] = await run_router_bench(paths, routers, args.replica, args.model, router, work / "router")
+        print_arms(doc["router"]["arms"], 15)
+        ratio, better = doc["router"]["makespan_ratio_rr_over_hash"], doc["router"]["better"]
+        print(f"  round_robin/consistent_hash makespan = {ratio:.3f}; better: {better}")
     return doc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``ceb bench routing``: the priority and affinity parts and save the figures (``--help`` lists options)."""
+    """``ceb bench routing``: the parts asked for, and save the figures (``--help`` lists options)."""
     ap = bench_parser("routing", _HELP)
-    ap.add_argument("--tiny", action="store_true", help="start the tests' CPU vLLM servers (needs .venv-vllm)")
-    ap.add_argument("--priority-root", help="a running server with --scheduling-policy priority (without --tiny)")
+    ap.add_argument("--priority-root", help="a running server with --scheduling-policy priority (priority)")
     ap.add_argument("--replica", action="append", default=[], help="a running replica's root URL (repeat it)")
-    ap.add_argument("--model", help="served model name (without --tiny)")
-    ap.add_argument("--parts", nargs="+", default=["priority", "affinity"], choices=["priority", "affinity"])
-    ap.add_argument("--max-num-seqs", type=int, default=2, help="--tiny: the priority server's --max-num-seqs")
+    ap.add_argument("--router", action="append", default=[], help="POLICY=URL: a router's API root (repeat it)")
+    ap.add_argument("--model", required=True, help="the served model name")
+    parts = ["priority", "affinity", "router"]
+    ap.add_argument("--parts", nargs="+", default=parts[:2], choices=parts, help="the measurements run")
     ap.add_argument("--priority-concurrency", type=int, default=64, help="ceb's max_concurrency for priority")
     ap.add_argument("--affinity-concurrency", type=int, default=8, help="ceb's max_concurrency per replica")
     ap.add_argument("--long-steps", type=int, default=48, help="steps of the long stream (priority)")
     ap.add_argument("--short-lanes", type=int, default=8, help="one-trajectory streams beside it (priority)")
     ap.add_argument("--streams", type=int, default=4, help="bash streams scored (affinity)")
     ap.add_argument("--trajectories", type=int, default=4, help="trajectories kept per stream (affinity)")
+    ap.add_argument("--router-methods", default="static", help="comma-separated methods scored (router)")
+    ap.add_argument("--router-streams", type=int, default=7, help="InterCode-Bash streams scored (router)")
+    ap.add_argument("--router-limit", type=int, default=3, help="trajectories per stream (router)")
+    ap.add_argument("--shards", type=int, default=2, help="ceb score processes at once (router)")
+    ap.add_argument("--shard-concurrency", type=int, default=8, help="each shard's requests in flight (router)")
     ap.add_argument("--repeats", type=int, default=2, help="runs per arm, arms alternated")
     args = ap.parse_args(argv)
-    if not args.tiny:
-        if not args.model:
-            ap.error("without --tiny, give --model")
-        if "priority" in args.parts and not args.priority_root:
-            ap.error("without --tiny, the priority part needs --priority-root")
-        if "affinity" in args.parts and len(args.replica) < 2:
-            ap.error("without --tiny, the affinity part needs two --replica roots or more")
-    else:
-        require_checkout()
+    if "priority" in args.parts and not args.priority_root:
+        ap.error("the priority part needs --priority-root")
+    if {"affinity", "router"} & set(args.parts) and len(args.replica) < 2:
+        ap.error("the affinity and router parts need two --replica roots or more")
+    if "router" in args.parts and {r.split("=", 1)[0] for r in args.router} != set(ROUTER_ARMS):
+        ap.error(f"the router part needs one --router POLICY=URL for each of {', '.join(ROUTER_ARMS)}")
     shared = {"shared": "the machine was shared with other jobs during the run"}
     return run_and_save("routing", _bench, args, machine=machine_info() | shared)

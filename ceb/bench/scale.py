@@ -40,8 +40,7 @@ import anyio
 from ceb.backends.base import AttemptRecord
 from ceb.backends.scheduling import EndpointLimits
 from ceb.bench.machine import machine_info
-from ceb.bench.options import bench_parser
-from ceb.bench.pipeline import load_intercode_streams
+from ceb.bench.options import bench_parser, load_intercode_streams
 from ceb.bench.processes import SimReplicas, sim_replicas, sim_stats
 from ceb.bench.result_files import save_results
 from ceb.bench.stats import summarize

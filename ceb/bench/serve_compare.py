@@ -38,21 +38,12 @@ import anyio
 import orjson
 
 from ceb.backends.base import ChatRequest
-from ceb.backends.openai import OpenAIBackend, OpenAISettings
+from ceb.backends.openai import OpenAIBackend
 from ceb.backends.scripted import ScriptedChat
-from ceb.bench.options import (
-    add_server_options,
-    bench_parser,
-    check_server_options,
-    checkout,
-    run_and_save,
-    tiny_model,
-    tiny_vllm_servers,
-)
-from ceb.bench.pipeline import load_intercode_streams
+from ceb.bench.options import add_server_options, bench_parser, load_intercode_streams, run_and_save
 from ceb.bench.server_admin import reset_prefix_cache
 from ceb.bench.stats import summarize
-from ceb.config import load_config
+from ceb.config import BackendConfig, load_config
 from ceb.data.trajectory import Trajectory
 from ceb.pipeline import run_scoring
 from ceb.stages.assembly import llm_stages
@@ -130,7 +121,7 @@ async def run_ceb_client(
 
     At most ``max_concurrency`` in flight (the backend's endpoint slots); all are released at once.
     """
-    settings = OpenAISettings(
+    settings = BackendConfig(
         base_url=base_url, model=model, max_concurrency=max_concurrency, structured_output="none", timeout_s=600
     )
     outcomes: list[RequestOutcome | None] = [None] * len(prompts)
@@ -260,8 +251,10 @@ def run_vllm_bench(
 
 _HELP = """``ceb``'s client against ``vllm bench serve``: same prompts, server, concurrency, tokens.
 
-    # the local CPU build of vLLM with the tiny random-weight model of the tests (needs .venv-vllm):
-    ceb bench vs-vllm --tiny
+    # a vLLM server you run (VLLM_SERVER_DEV_MODE=1 lets each arm start from an empty prefix cache):
+    ceb bench vs-vllm --base-url http://127.0.0.1:8000/v1 --model M --tokenizer PATH
+    # from a checkout, the tests' CPU build with their tiny random-weight model (needs .venv-vllm):
+    python benchmarks/tiny_vllm.py -- vs-vllm --base-url {url0} --model {model} --tokenizer {model_path}
 
 Dumps the critic prompts of a ``static`` run over the first ``--streams`` InterCode-Bash streams as vLLM's custom
 dataset, then runs ``vllm bench serve`` and ``ceb``'s streamed client (:class:`~ceb.backends.openai.OpenAIBackend`)
@@ -279,9 +272,9 @@ TARGET = "ceb request_throughput >= 0.95 x vllm bench serve's"
 
 
 def _vllm_python() -> Path:
-    """``$CEB_VLLM_VENV/bin/python``, by default the checkout's (or working directory's) ``.venv-vllm``."""
+    """``$CEB_VLLM_VENV/bin/python``, by default the working directory's ``.venv-vllm``."""
     venv = os.environ.get("CEB_VLLM_VENV")
-    return (Path(venv) if venv else (checkout() or Path.cwd()) / ".venv-vllm") / "bin" / "python"
+    return (Path(venv) if venv else Path.cwd() / ".venv-vllm") / "bin" / "python"
 
 
 def _bench_deps() -> Path | None:
@@ -290,7 +283,7 @@ def _bench_deps() -> Path | None:
     Made by ``.venv-vllm/bin/python -m pip install --target .cache/vllm-bench-deps --no-deps pandas==2.3.3
     pytz==2025.2 tzdata==2025.2``.
     """
-    path = (checkout() or Path.cwd()) / ".cache" / "vllm-bench-deps"
+    path = Path.cwd() / ".cache" / "vllm-bench-deps"
     return path if path.is_dir() else None
 
 
@@ -305,11 +298,7 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     naive: dict[str, Any] | None = None
     async with contextlib.AsyncExitStack() as stack:
-        if args.tiny:
-            (server,) = stack.enter_context(tiny_vllm_servers(work))
-            base_url, model, tokenizer = server.base_url, server.model, str(tiny_model())
-        else:
-            base_url, model, tokenizer = args.base_url, args.model, args.tokenizer or args.model
+        base_url, model, tokenizer = args.base_url, args.model, args.tokenizer or args.model
         root = base_url.removesuffix("/").removesuffix("/v1")
         session = await stack.enter_async_context(aiohttp.ClientSession())
         resets: list[bool] = []
@@ -383,7 +372,7 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "naive": naive,
         "prefix_cache_reset_before_each_arm": all(resets),
         "target": TARGET,
-        "server": "tiny" if args.tiny else base_url,
+        "server": base_url,
         "prompts": n,
         "concurrency": args.concurrency,
         "output_len": args.output_len,
@@ -400,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``ceb bench vs-vllm``: both clients over ``--rounds`` and save the figures (``--help`` lists options)."""
     ap = bench_parser("vs-vllm", _HELP)
     add_server_options(ap)
-    ap.add_argument("--tokenizer", help="tokenizer for vllm bench (with --base-url; default: the model name)")
+    ap.add_argument("--tokenizer", help="tokenizer for vllm bench (default: the model name)")
     ap.add_argument("--streams", type=int, default=2, help="bash streams whose critic prompts are dumped")
     ap.add_argument("--trajectories", type=int, default=10, help="trajectories kept per stream")
     ap.add_argument("--num-prompts", type=int, default=0, help="prompts sent (0: every dumped prompt)")
@@ -411,5 +400,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--naive-prompts", type=int, default=0, help="also send the first N prompts one at a time (the naive way)"
     )
     args = ap.parse_args(argv)
-    check_server_options(ap, args)
     return run_and_save("vs-vllm", _bench, args)
