@@ -1,8 +1,10 @@
-"""Bounded banks, quality: offline CEB's calibration under each bank setting (issue 15, part 2).
+"""Bounded banks, the grid and its quality: offline CEB's calibration under each bank setting (issue 15, part 2).
+
+A bank :class:`Setting` is a policy, a cap and compression; :func:`quality_settings` is the grid of them.
 
 Offline CEB (:mod:`ceb.stages.offline`: a retrieval-only critic and a rule-based hindsight labeler,
 *not* a language model) scores a stream through the real pipeline (:func:`ceb.pipeline.run_scoring`, method
-``ceb``) once per bank :class:`~ceb.bench.bank_settings.Setting`; the metrics are the project's main-table rows
+``ceb``) once per bank :class:`Setting`; the metrics are the project's main-table rows
 (:func:`ceb.eval.calibration.metric_rows`: ECE with 10 equal-width bins, Brier, AUROC, and 95% percentile
 bootstrap intervals resampling trajectories). Every saved bank is read back to check that the cap held, at the
 end and at every step (the rows' ``bank_size``). The figures are the offline stand-in's, not an LLM critic's.
@@ -11,16 +13,15 @@ end and at every step (the rows' ``bank_size``). The figures are the offline sta
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import orjson
 
-from ceb.bench.bank_settings import Setting
 from ceb.config import load_config
 from ceb.data import Trajectory, read_stream
 from ceb.eval.calibration import MetricRow, metric_rows
@@ -28,7 +29,122 @@ from ceb.eval.lanes import POOLED, lanes_from_rows
 from ceb.pipeline import read_step_rows, run_scoring
 from ceb.pipeline.rundir import RunDir
 
-__all__ = ["BankCheck", "QualityResult", "QualityRow", "quality_worker", "run_quality"]
+__all__ = [
+    "UNCAPPED_1M_GOALS",
+    "BankCheck",
+    "Policy",
+    "QualityResult",
+    "QualityRow",
+    "Setting",
+    "quality_settings",
+    "quality_worker",
+    "run_quality",
+]
+
+Policy = Literal["none", "window", "reservoir", "usefulness"]
+
+UNCAPPED_1M_GOALS = {"query_p50_ms": 10.0, "rss_mb": 2048.0}
+"""Issue 15's goals for an uncapped bank of 1M records: retrieve p50 and peak resident memory (MiB)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One bank configuration of the grid.
+
+    Attributes:
+        policy: :attr:`~ceb.config.BankConfig.policy`.
+        cap: Records the bank may hold: ``max_records`` for ``window`` and ``usefulness``; for ``reservoir``
+            the total over both classes, so ``max_per_class = cap // 2``; ``None`` for ``none``.
+        compress_threshold: :attr:`~ceb.config.BankConfig.compress_threshold` (``None``: off).
+    """
+
+    policy: Policy = "none"
+    cap: int | None = None
+    compress_threshold: float | None = None
+
+    @property
+    def label(self) -> str:
+        """A short name: ``unbounded``, ``window 5k``, ``reservoir 2x2.5k``, ``compress 0.95 + window 5k``."""
+        parts = [] if self.compress_threshold is None else [f"compress {self.compress_threshold:g}"]
+        if self.policy == "reservoir" and self.cap is not None:
+            parts.append(f"reservoir 2x{_short(self.cap // 2)}")
+        elif self.policy != "none" and self.cap is not None:
+            parts.append(f"{self.policy} {_short(self.cap)}")
+        return " + ".join(parts) or "unbounded"
+
+    def bank_settings(self, usefulness_k: int | None = None) -> dict[str, Any]:
+        """The ``[bank]`` section for this setting (``usefulness_k``: ``None`` derives it from the run's ``k``)."""
+        out: dict[str, Any] = {"policy": self.policy, "compress_threshold": self.compress_threshold}
+        if self.policy in ("window", "usefulness"):
+            out["max_records"] = self.cap
+        elif self.policy == "reservoir":
+            out["max_per_class"] = None if self.cap is None else self.cap // 2
+        if self.policy == "usefulness":
+            out["usefulness_k"] = usefulness_k
+        return out
+
+    def binds(self, most_records: int) -> bool:
+        """Whether the setting can change a bank that would otherwise reach ``most_records`` records.
+
+        A cap at or above that never evicts, so the run would repeat the unbounded one; compression may
+        always merge.
+        """
+        if self.compress_threshold is not None:
+            return True
+        if self.cap is None:
+            return self.policy == "none"
+        limit = self.cap // 2 if self.policy == "reservoir" else self.cap
+        return limit < most_records
+
+    def within(self, records: int, positives: int) -> bool:
+        """Whether a bank of ``records`` (``positives`` of them in ``B+``) respects the cap."""
+        if self.cap is None or self.policy == "none":
+            return True
+        if self.policy == "reservoir":
+            return max(positives, records - positives) <= self.cap // 2
+        return records <= self.cap
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Setting:
+        """Inverse of :func:`dataclasses.asdict`."""
+        return cls(doc["policy"], doc["cap"], doc["compress_threshold"])
+
+
+def _short(n: int) -> str:
+    return f"{n / 1000:g}k" if n >= 1000 else str(n)
+
+
+def quality_settings(
+    caps: Iterable[int],
+    policies: Iterable[Policy] = ("window", "reservoir", "usefulness"),
+    *,
+    compress: float | None = None,
+    compress_window: int | None = None,
+    most_records: int | None = None,
+) -> tuple[list[Setting], list[Setting]]:
+    """The grid of one stream set: unbounded, each policy at each cap, and compression.
+
+    Args:
+        caps: Caps in records (:attr:`Setting.cap`).
+        policies: Eviction policies.
+        compress: A compression threshold to run alone (unbounded otherwise), or ``None``.
+        compress_window: With ``compress``, also run compression under a ``window`` of this many records.
+        most_records: Steps of the set's longest stream: settings that cannot bind below it (:meth:`Setting.binds`)
+            are left out, since they would repeat the unbounded run. ``None``: keep all.
+
+    Returns:
+        ``(run, skipped)``.
+    """
+    grid = [Setting()]
+    grid += [Setting(p, c) for p in policies for c in sorted(caps)]
+    if compress is not None:
+        grid.append(Setting(compress_threshold=compress))
+        if compress_window is not None:
+            grid.append(Setting("window", compress_window, compress))
+    if most_records is None:
+        return grid, []
+    run = [s for s in grid if s.binds(most_records)]
+    return run, [s for s in grid if s not in run]
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +325,7 @@ def quality_worker(spec: Mapping[str, Any]) -> dict[str, Any]:
 
     Args:
         spec: ``stream_set``, ``streams`` (name -> stream file paths), ``setting`` (``asdict`` of a
-            :class:`~ceb.bench.bank_settings.Setting`), ``run_dir``, ``n_boot``, ``seed``, ``max_trajectories``.
+            :class:`~ceb.bench.bank_quality.Setting`), ``run_dir``, ``n_boot``, ``seed``, ``max_trajectories``.
 
     Returns:
         ``asdict`` of the :class:`QualityResult`.

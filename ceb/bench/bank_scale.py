@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ceb.bank import Bank, BankJournal, BankRecord, IncrementalTfidf, agreement_flag
-from ceb.bench.bank_settings import UNCAPPED_1M_GOALS, Setting
+from ceb.bench.bank_quality import UNCAPPED_1M_GOALS, Setting
 from ceb.bench.stats import summarize
 from ceb.config import BankConfig, PromptConfig
 from ceb.data import Trajectory, convert_intercode, read_stream
@@ -453,7 +453,7 @@ def scale_worker(spec: Mapping[str, Any]) -> dict[str, Any]:
 
     Args:
         spec: ``intercode`` (data root), ``size``, ``setting`` (``asdict`` of a
-            :class:`~ceb.bench.bank_settings.Setting`), ``queries``, ``seed``, ``k``, ``updates``, ``chunk``.
+            :class:`~ceb.bench.bank_quality.Setting`), ``queries``, ``seed``, ``k``, ``updates``, ``chunk``.
 
     Returns:
         ``asdict`` of the :class:`ScaleResult`.

@@ -7,10 +7,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from ceb.bench.bank_quality import run_quality
-from ceb.bench.bank_report import format_quality_table, format_scale_table
+from ceb.bench.bank_policies import format_quality_table, format_scale_table
+from ceb.bench.bank_quality import Setting, quality_settings, run_quality
 from ceb.bench.bank_scale import Latency, ScaleResult, grow, measure_scale, records_from_labels, replay, scale_checks
-from ceb.bench.bank_settings import Setting, quality_settings
 from ceb.bench.processes import run_fresh
 from ceb.data import Trajectory, write_stream
 from ceb.eval.lanes import POOLED
