@@ -35,7 +35,16 @@ from ceb.sim import SimConfig
 from ceb.stages.assembly import build_stages
 from ceb.stages.critic import CRITIC_SCHEMA
 
-__all__ = ["PipelineSettings", "client_main", "run_client_bench", "run_config", "timed_scoring"]
+__all__ = [
+    "ClientFigures",
+    "ClientResult",
+    "PerStep",
+    "PipelineSettings",
+    "client_main",
+    "run_client_bench",
+    "run_config",
+    "timed_scoring",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +182,40 @@ async def _blast_sdk(
         return time.perf_counter() - wall, time.process_time() - cpu
 
 
+@dataclass(frozen=True, slots=True)
+class ClientFigures:
+    """One client sending every request at once: requests/s, CPU ms per request (ceb's process) and wall (s)."""
+
+    requests_per_s: float
+    cpu_ms_per_request: float
+    wall_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class PerStep:
+    """A whole ``static`` run: steps, makespan (s), steps/s and client CPU ms per scored step."""
+
+    steps: int
+    makespan_s: float
+    steps_per_s: float
+    cpu_ms_per_step: float
+    method: str = "static"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientResult:
+    """``ceb bench client``'s record: ceb's client against the openai SDK's on the same requests, and per step."""
+
+    requests: int
+    concurrency: int
+    mean_prompt_chars: float
+    ceb_client: ClientFigures
+    sdk_client: ClientFigures
+    ratio_requests_per_s: float
+    per_step: PerStep
+    target: str = ">= 1,000 requests/s in one process and <= 1 ms client CPU per scored step"
+
+
 def run_client_bench(
     streams: Mapping[str, Sequence[Trajectory]],
     work: Path,
@@ -181,13 +224,13 @@ def run_client_bench(
     concurrency: int = 64,
     port: int | None = None,
     trajectories: int | None = None,
-) -> dict[str, Any]:
+) -> ClientResult:
     """Client requests/s and CPU per request and per scored step against a zero-latency simulator (on ``port``).
 
     ``trajectories``: those kept from the start of each stream for the per-step figure (``None``: every one).
 
     Returns:
-        ``{"requests", "ceb_client", "sdk_client", "ratio", "per_step"}`` (JSON-ready).
+        Both clients' figures and the per-step figures.
     """
     sim = SimConfig(max_num_seqs=1024, time_scale=0.0)
     settings = PipelineSettings(sim=sim, methods=("static",), port=port)
@@ -202,26 +245,18 @@ def run_client_bench(
         step_cpu = time.process_time() - step_cpu
     n = len(reqs)
     steps = summary.steps_scored + summary.steps_failed
-    return {
-        "requests": n,
-        "concurrency": concurrency,
-        "mean_prompt_chars": statistics.fmean(sum(len(m["content"]) for m in r.messages) for r in reqs),
-        "ceb_client": {"requests_per_s": n / wall, "cpu_ms_per_request": cpu / n * 1000, "wall_s": wall},
-        "sdk_client": {"requests_per_s": n / sdk_wall, "cpu_ms_per_request": sdk_cpu / n * 1000, "wall_s": sdk_wall},
-        "ratio_requests_per_s": (n / wall) / (n / sdk_wall),
-        "per_step": {
-            "method": "static",
-            "steps": steps,
-            "makespan_s": makespan,
-            "steps_per_s": steps / makespan,
-            "cpu_ms_per_step": step_cpu / steps * 1000,
-        },
-    }
+    return ClientResult(
+        requests=n,
+        concurrency=concurrency,
+        mean_prompt_chars=statistics.fmean(sum(len(m["content"]) for m in r.messages) for r in reqs),
+        ceb_client=ClientFigures(n / wall, cpu / n * 1000, wall),
+        sdk_client=ClientFigures(n / sdk_wall, sdk_cpu / n * 1000, sdk_wall),
+        ratio_requests_per_s=sdk_wall / wall,
+        per_step=PerStep(steps, makespan, steps / makespan, step_cpu / steps * 1000),
+    )
 
 
 # --- command line: ceb bench client ---------------------------------------------------------------------------
-
-CLIENT_TARGET = ">= 1,000 requests/s in one process and <= 1 ms client CPU per scored step"
 
 _CLIENT_HELP = """Requests/s and CPU per request and per step of ceb's client (and the openai SDK's), SIMULATED server.
 
@@ -246,16 +281,14 @@ def client_main(argv: Sequence[str] | None = None) -> int:
         result = run_client_bench(
             streams, work, requests=args.requests, port=args.port or None, trajectories=args.trajectories
         )
-    doc = {"benchmark": "client", "target": CLIENT_TARGET, **result, "machine": machine_info()}
-    ours, sdk, step = result["ceb_client"], result["sdk_client"], result["per_step"]
+    ours, sdk, step = result.ceb_client, result.sdk_client, result.per_step
     print(
-        f"ceb client: {ours['requests_per_s']:.0f} req/s, {ours['cpu_ms_per_request']:.3f} CPU ms/request; "
-        f"openai SDK: {sdk['requests_per_s']:.0f} req/s, {sdk['cpu_ms_per_request']:.3f} CPU ms/request; "
-        f"ratio {result['ratio_requests_per_s']:.1f}x"
+        f"ceb client: {ours.requests_per_s:.0f} req/s, {ours.cpu_ms_per_request:.3f} CPU ms/request; "
+        f"openai SDK: {sdk.requests_per_s:.0f} req/s, {sdk.cpu_ms_per_request:.3f} CPU ms/request; "
+        f"ratio {result.ratio_requests_per_s:.1f}x"
     )
     print(
-        f"static run: {step['steps']} steps, {step['steps_per_s']:.0f} steps/s, "
-        f"{step['cpu_ms_per_step']:.3f} client CPU ms/step"
+        f"static run: {step.steps} steps, {step.steps_per_s:.0f} steps/s, {step.cpu_ms_per_step:.3f} client CPU ms/step"
     )
-    print(f"saved {save_results(args.out, 'client', doc)}")
+    print(f"saved {save_results(args.out, 'client', result, machine_info())}")
     return 0

@@ -19,6 +19,7 @@ import argparse
 import os
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,16 @@ from ceb.data.trajectory import Trajectory
 from ceb.pipeline import run_scoring
 from ceb.stages.assembly import build_stages
 
-__all__ = ["children_cpu_s", "engine_config", "http_config", "main", "run_arm"]
+__all__ = [
+    "ArmFigures",
+    "EngineResult",
+    "EngineRound",
+    "children_cpu_s",
+    "engine_config",
+    "http_config",
+    "main",
+    "run_arm",
+]
 
 
 def _common(methods: Sequence[str], votes: int) -> dict[str, Any]:
@@ -103,9 +113,58 @@ def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float
     return {k: round(v - before.get(k, 0.0), 3) for k, v in sorted(after.items())}
 
 
+@dataclass(frozen=True, slots=True)
+class ArmFigures:
+    """One arm's scoring run: start-up (s: the engine's; over HTTP, the server's check), wall (s), steps, CPU.
+
+    ``client_cpu_*``: ceb's own process; ``children_cpu_*``: every process below it (by name in ``..._by_process``).
+    """
+
+    arm: str
+    start_s: float
+    wall_s: float
+    steps: int
+    steps_failed: int
+    requests: int
+    steps_per_s: float
+    requests_per_s: float
+    client_cpu_s: float
+    client_cpu_ms_per_request: float
+    children_cpu_s: float
+    children_cpu_ms_per_request: float
+    children_cpu_s_by_process: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRound:
+    """Both arms of one round, HTTP first."""
+
+    round: int
+    http: ArmFigures
+    engine: ArmFigures
+
+
+@dataclass(frozen=True, slots=True)
+class EngineResult:
+    """``ceb bench engine``'s record: the workload, the server and engine flags, every round, and the ratios."""
+
+    streams: tuple[str, ...]
+    trajectories_per_stream: int
+    methods: tuple[str, ...]
+    votes: int
+    max_concurrency: int
+    server: str
+    model: str
+    engine: dict[str, Any]
+    runs: tuple[EngineRound, ...]
+    steps_per_s_engine_over_http: tuple[float, ...]
+    client_cpu_per_request_engine_over_http: tuple[float, ...]
+    note: str = "Arms run one after the other in one process, HTTP first. Engine start is excluded from the timing."
+
+
 async def run_arm(
     arm: str, streams: Mapping[str, Sequence[Trajectory]], config: RunConfig, run_dir: Path
-) -> dict[str, Any]:
+) -> ArmFigures:
     """Start the arm's backend, then time one scoring run of ``streams`` on it.
 
     Args:
@@ -115,10 +174,7 @@ async def run_arm(
         run_dir: A new directory for the run's results.
 
     Returns:
-        JSON values: ``start_s`` (engine start, in-process only), ``wall_s``, ``steps``, ``requests``,
-        ``steps_per_s``, ``requests_per_s``, ``client_cpu_s``, ``client_cpu_ms_per_request``,
-        ``children_cpu_s``, ``children_cpu_ms_per_request``, ``children_cpu_s_by_process`` (process name ->
-        seconds), ``steps_failed``.
+        Its figures.
     """
     stages = build_stages(config)
     async with stages:
@@ -132,21 +188,21 @@ async def run_arm(
         cpu, by_name = time.process_time() - cpu0, _delta(children_cpu_s(), kids0)
     requests = max(summary.requests, 1)
     kids = sum(by_name.values())
-    return {
-        "arm": arm,
-        "start_s": round(start_s, 2),
-        "wall_s": round(wall, 3),
-        "steps": summary.steps_scored,
-        "steps_failed": summary.steps_failed,
-        "requests": summary.requests,
-        "steps_per_s": summary.steps_scored / wall,
-        "requests_per_s": summary.requests / wall,
-        "client_cpu_s": round(cpu, 3),
-        "client_cpu_ms_per_request": 1000 * cpu / requests,
-        "children_cpu_s": round(kids, 3),
-        "children_cpu_ms_per_request": 1000 * kids / requests,
-        "children_cpu_s_by_process": by_name,
-    }
+    return ArmFigures(
+        arm=arm,
+        start_s=round(start_s, 2),
+        wall_s=round(wall, 3),
+        steps=summary.steps_scored,
+        steps_failed=summary.steps_failed,
+        requests=summary.requests,
+        steps_per_s=summary.steps_scored / wall,
+        requests_per_s=summary.requests / wall,
+        client_cpu_s=round(cpu, 3),
+        client_cpu_ms_per_request=1000 * cpu / requests,
+        children_cpu_s=round(kids, 3),
+        children_cpu_ms_per_request=1000 * kids / requests,
+        children_cpu_s_by_process=by_name,
+    )
 
 
 # --- command line: ceb bench engine -------------------------------------------------------------------------
@@ -168,12 +224,12 @@ what each figure counts.
 """
 
 
-async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+async def _bench(args: argparse.Namespace, work: Path) -> EngineResult:
     every = load_intercode_streams(args.intercode, work / "streams", datasets=("bash",))
     names = sorted(every)[: args.streams]
     streams = {name: every[name][: args.trajectories] for name in names}
     engine_flags = orjson.loads(args.engine)
-    runs: list[dict[str, Any]] = []
+    runs = []
     for r in range(args.rounds):
         cfg = http_config(args.base_url, args.model, args.methods, args.votes, args.concurrency)
         http = await run_arm("http", streams, cfg, work / f"http-{r}")
@@ -181,32 +237,28 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         engine = await run_arm("engine", streams, cfg, work / f"engine-{r}")
         for arm in (http, engine):
             print(
-                f"round {r} {arm['arm']:6}: start {arm['start_s']:.0f} s, {arm['steps']} steps, {arm['requests']} "
-                f"requests in {arm['wall_s']:.1f} s = {arm['steps_per_s']:.2f} steps/s; CPU per request: ceb's "
-                f"process {arm['client_cpu_ms_per_request']:.1f} ms, processes below it "
-                f"{arm['children_cpu_ms_per_request']:.1f} ms ({arm['children_cpu_s_by_process']} s)"
+                f"round {r} {arm.arm:6}: start {arm.start_s:.0f} s, {arm.steps} steps, {arm.requests} requests in "
+                f"{arm.wall_s:.1f} s = {arm.steps_per_s:.2f} steps/s; CPU per request: ceb's process "
+                f"{arm.client_cpu_ms_per_request:.1f} ms, processes below it {arm.children_cpu_ms_per_request:.1f} ms "
+                f"({arm.children_cpu_s_by_process} s)"
             )
-        runs.append({"round": r, "http": http, "engine": engine})
-    ratios = {
-        "steps_per_s_engine_over_http": [x["engine"]["steps_per_s"] / x["http"]["steps_per_s"] for x in runs],
-        "client_cpu_per_request_engine_over_http": [
-            x["engine"]["client_cpu_ms_per_request"] / x["http"]["client_cpu_ms_per_request"] for x in runs
-        ],
-    }
-    print(f"engine / http: steps/s {ratios['steps_per_s_engine_over_http']}")
-    print(f"engine / http: ceb-process CPU per request {ratios['client_cpu_per_request_engine_over_http']}")
-    settings = {
-        "streams": names,
-        "trajectories_per_stream": args.trajectories,
-        "methods": args.methods,
-        "votes": args.votes,
-        "max_concurrency": args.concurrency,
-        "server": args.base_url,
-        "model": args.model,
-        "engine": engine_flags,
-    }
-    note = "Arms run one after the other in one process, HTTP first. Engine start is excluded from the timed part."
-    return {"benchmark": "engine", "settings": settings, "runs": runs, "ratios": ratios, "note": note}
+        runs.append(EngineRound(r, http, engine))
+    steps = tuple(x.engine.steps_per_s / x.http.steps_per_s for x in runs)
+    cpu = tuple(x.engine.client_cpu_ms_per_request / x.http.client_cpu_ms_per_request for x in runs)
+    print(f"engine / http: steps/s {steps}\nengine / http: ceb-process CPU per request {cpu}")
+    return EngineResult(
+        tuple(names),
+        args.trajectories,
+        tuple(args.methods),
+        args.votes,
+        args.concurrency,
+        args.base_url,
+        args.model,
+        engine_flags,
+        tuple(runs),
+        steps,
+        cpu,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -22,6 +22,9 @@ from ceb.bench.machine import machine_info
 from ceb.bench.result_files import save_results
 from ceb.data import Trajectory, convert_intercode, read_stream
 from ceb.logs import configure_logging
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = [
     "RESULTS",
@@ -85,16 +88,16 @@ def add_server_options(ap: argparse.ArgumentParser) -> None:
 
 def run_and_save(
     kind: str,
-    bench: Callable[[argparse.Namespace, Path], Awaitable[dict[str, Any]]],
+    bench: Callable[[argparse.Namespace, Path], Awaitable[DataclassInstance | Mapping[str, Any]]],
     args: argparse.Namespace,
     *,
-    machine: dict[str, Any] | None = None,
+    machine: Mapping[str, Any] | None = None,
 ) -> int:
     """Run ``bench(args, work)`` in a temporary ``work`` folder, add the machine, save it as ``<kind>-<UTC>.json``.
 
     Args:
         kind: The results file's prefix (:func:`ceb.bench.result_files.save_results`), e.g. ``early-score``.
-        bench: The async benchmark; returns the results document.
+        bench: The async benchmark; returns its result record (a frozen dataclass).
         args: The parsed command line (``args.out``: the results folder).
         machine: The ``machine`` entry; by default :func:`~ceb.bench.machine.machine_info`.
 
@@ -103,7 +106,6 @@ def run_and_save(
     """
     configure_logging("error")
     with tempfile.TemporaryDirectory() as tmp:
-        doc = anyio.run(bench, args, Path(tmp))
-    doc["machine"] = machine if machine is not None else machine_info()
-    print(f"\nwrote {save_results(args.out, kind, doc)}")
+        result = anyio.run(bench, args, Path(tmp))
+    print(f"\nwrote {save_results(args.out, kind, result, machine if machine is not None else machine_info())}")
     return 0

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +50,15 @@ from ceb.pipeline.rundir import RunDir
 __all__ = [
     "ROUTER_ARMS",
     "RouterBenchSettings",
+    "ArmMean",
+    "ArmRun",
+    "Comparison",
+    "ReplicaCache",
     "RoutingBenchSettings",
+    "RoutingResult",
     "affinity_workload",
     "cache_deltas",
+    "compare",
     "main",
     "mixed_workload",
     "run_affinity_bench",
@@ -158,92 +164,142 @@ def _share(part: float, whole: float) -> float | None:
     return part / whole if whole else None
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaCache:
+    """One replica's prefix-cache tokens looked up and hit during a run (``/metrics`` deltas), and the hit rate."""
+
+    root: str
+    queries: float
+    hits: float
+    hit_rate: float | None  # None: no tokens looked up
+
+
+@dataclass(frozen=True, slots=True)
+class ArmRun:
+    """One run of an arm: its makespan (s), steps, whether every cache was emptied first, and the caches' hits."""
+
+    arm: str
+    repeat: int
+    makespan_s: float
+    steps_scored: int
+    steps_failed: int
+    cache_reset: bool
+    replicas: tuple[ReplicaCache, ...] = ()
+
+    @property
+    def queries(self) -> float:
+        """Tokens looked up in every replica's prefix cache."""
+        return sum(r.queries for r in self.replicas)
+
+    @property
+    def hits(self) -> float:
+        """Tokens found there."""
+        return sum(r.hits for r in self.replicas)
+
+    @property
+    def hit_rate(self) -> float | None:
+        """Over all replicas (``None``: no tokens looked up)."""
+        return _share(self.hits, self.queries)
+
+
+@dataclass(frozen=True, slots=True)
+class ArmMean:
+    """An arm over its runs: the mean makespan (s), and the hit rate over all their tokens (``None``: none)."""
+
+    mean_makespan_s: float
+    hit_rate: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """One part's two arms, alternated over repeats.
+
+    Attributes:
+        settings: The part's knobs.
+        streams: Stream name -> steps scored (or the stream files' names, for the router part).
+        runs: Every run, in the order run.
+        arms: Arm -> its mean; the first arm first (``off``, ``least_outstanding``, ``round_robin``).
+        ratio: The first arm's mean makespan over the second's: above 1, the second finished sooner.
+        better: The arm with the shorter mean makespan.
+    """
+
+    settings: RoutingBenchSettings | RouterBenchSettings
+    streams: dict[str, int] | tuple[str, ...]
+    runs: tuple[ArmRun, ...]
+    arms: dict[str, ArmMean]
+    ratio: float
+    better: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingResult:
+    """``ceb bench routing``'s record: the parts run (``None``: not asked for) on the servers given."""
+
+    priority: Comparison | None
+    affinity: Comparison | None
+    router: Comparison | None
+
+
 def cache_deltas(
     roots: Sequence[str], before: Sequence[ServerMetrics], after: Sequence[ServerMetrics]
-) -> list[dict[str, Any]]:
-    """Per replica, the prefix-cache tokens looked up and hit between two ``/metrics`` readings, and the hit rate.
+) -> tuple[ReplicaCache, ...]:
+    """Per replica, the prefix-cache tokens looked up and hit between two ``/metrics`` readings.
 
     Args:
         roots: The replicas' root URLs, in the order of the readings.
         before: Each replica's reading before the run.
         after: Each one's reading after it.
 
-    Returns:
-        One ``{"root", "queries", "hits", "hit_rate"}`` per replica (tokens; ``hit_rate`` ``None`` without queries).
-
     Raises:
         RuntimeError: A replica's ``/metrics`` has no prefix-cache counters (prefix caching off, not vLLM).
     """
-    out: list[dict[str, Any]] = []
+    out = []
     for root, b, a in zip(roots, before, after, strict=True):
         if None in (b.prefix_cache_queries, b.prefix_cache_hits, a.prefix_cache_queries):
             raise RuntimeError(f"{root}/metrics has no prefix-cache counters: is prefix caching on?")
         queries = (a.prefix_cache_queries or 0.0) - (b.prefix_cache_queries or 0.0)
         hits = (a.prefix_cache_hits or 0.0) - (b.prefix_cache_hits or 0.0)
-        out.append({"root": root, "queries": queries, "hits": hits, "hit_rate": _share(hits, queries)})
-    return out
+        out.append(ReplicaCache(root, queries, hits, _share(hits, queries)))
+    return tuple(out)
 
 
-def run_record(
-    arm: str,
-    repeat: int,
-    makespan_s: float,
-    scored: int,
-    failed: int,
-    reset: Sequence[bool],
-    replicas: list[dict[str, Any]],
-) -> dict[str, Any]:
-    """One run of an arm as the benchmark files record it.
-
-    Its makespan (s), steps scored and failed, whether every replica's cache was emptied before it, and the
-    prefix-cache tokens looked up and hit per replica (``replicas``, from :func:`cache_deltas`) and over all.
-    """
-    queries, hits = sum(r["queries"] for r in replicas), sum(r["hits"] for r in replicas)
-    return {
-        "arm": arm,
-        "repeat": repeat,
-        "makespan_s": makespan_s,
-        "steps_scored": scored,
-        "steps_failed": failed,
-        "cache_reset": all(reset),
-        "replicas": replicas,
-        "queries": queries,
-        "hits": hits,
-        "hit_rate": _share(hits, queries),
-    }
-
-
-def arm_means(runs: Sequence[Mapping[str, Any]], arms: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Per arm, the mean makespan (s) over its runs and the hit rate over all their tokens (``None``: none)."""
-    out: dict[str, dict[str, Any]] = {}
+def compare(
+    settings: RoutingBenchSettings | RouterBenchSettings,
+    streams: dict[str, int] | tuple[str, ...],
+    runs: Sequence[ArmRun],
+    arms: Sequence[str],
+) -> Comparison:
+    """The :class:`Comparison` of ``runs`` between the two ``arms`` (each arm's hit rate pooled over its tokens)."""
+    means = {}
     for arm in arms:
-        mine = [r for r in runs if r["arm"] == arm]
-        out[arm] = {
-            "mean_makespan_s": sum(r["makespan_s"] for r in mine) / len(mine),
-            "hit_rate": _share(sum(r["hits"] for r in mine), sum(r["queries"] for r in mine)),
-        }
-    return out
+        mine = [r for r in runs if r.arm == arm]
+        rate = _share(sum(r.hits for r in mine), sum(r.queries for r in mine))
+        means[arm] = ArmMean(sum(r.makespan_s for r in mine) / len(mine), rate)
+    first, second = (means[a].mean_makespan_s for a in arms)
+    return Comparison(settings, streams, tuple(runs), means, first / second, arms[1] if second <= first else arms[0])
 
 
 def _rate(share: float | None) -> str:
     return "-" if share is None else f"{share:.1%}"
 
 
-def print_run(r: Mapping[str, Any], width: int) -> None:
-    """Print one :func:`run_record`: makespan, steps, and the hit rate overall and per replica (``-``: no tokens)."""
-    per = ", ".join(_rate(x["hit_rate"]) for x in r["replicas"])
+def print_run(r: ArmRun, width: int) -> None:
+    """Print one run: makespan, steps, and the hit rate overall and per replica (``-``: no tokens)."""
+    per = ", ".join(_rate(x.hit_rate) for x in r.replicas)
     print(
-        f"  {r['arm']:>{width}} #{r['repeat']}: makespan {r['makespan_s']:6.1f} s, {r['steps_scored']} steps "
-        f"({r['steps_failed']} failed), hit rate {_rate(r['hit_rate'])} (per replica {per}; "
-        f"{r['queries']:,.0f} tokens looked up)",
+        f"  {r.arm:>{width}} #{r.repeat}: makespan {r.makespan_s:6.1f} s, {r.steps_scored} steps "
+        f"({r.steps_failed} failed), hit rate {_rate(r.hit_rate)} (per replica {per}; "
+        f"{r.queries:,.0f} tokens looked up)",
         flush=True,
     )
 
 
-def print_arms(arms: Mapping[str, Mapping[str, Any]], width: int) -> None:
-    """Print :func:`arm_means`: each arm's mean makespan and pooled hit rate."""
-    for arm, a in arms.items():
-        print(f"  {arm:>{width}}: mean makespan {a['mean_makespan_s']:.1f} s, hit rate {_rate(a['hit_rate'])}")
+def print_comparison(name: str, c: Comparison, width: int) -> None:
+    """Print a part: each arm's mean makespan and pooled hit rate, and the ratio."""
+    print(f"\n{name}: streams {c.streams}")
+    for arm, a in c.arms.items():
+        print(f"  {arm:>{width}}: mean makespan {a.mean_makespan_s:.1f} s, hit rate {_rate(a.hit_rate)}")
+    print(f"  {'/'.join(c.arms)} makespan = {c.ratio:.3f}; better: {c.better}")
 
 
 async def run_priority_bench(
@@ -259,11 +315,10 @@ async def run_priority_bench(
         work: A fresh directory for the runs.
 
     Returns:
-        Per run: arm, makespan (s), steps scored and failed; per arm the mean makespan; and ``ratio``
-        (mean makespan off / on: above 1 means forwarding the priority shortened the run).
+        The runs and arms ``off`` / ``on`` (a ratio above 1: forwarding the priority shortened the run).
     """
     root = root.rstrip("/")
-    runs: list[dict[str, Any]] = []
+    runs: list[ArmRun] = []
     async with aiohttp.ClientSession() as session:
         for i in range(settings.repeats):
             for arm in ("off", "on"):
@@ -280,18 +335,9 @@ async def run_priority_bench(
                     settings.votes,
                 )
                 wall, scored, failed = await _score(streams, config, work / f"priority-{arm}-{i}")
-                runs.append(
-                    {"arm": arm, "repeat": i, "makespan_s": wall, "steps_scored": scored, "steps_failed": failed}
-                )
-                runs[-1]["cache_reset"] = reset
-    mean = {arm: sum(r["makespan_s"] for r in runs if r["arm"] == arm) / settings.repeats for arm in ("off", "on")}
-    return {
-        "settings": asdict(settings),
-        "streams": {name: sum(len(t.steps) for t in ts) for name, ts in streams.items()},
-        "runs": runs,
-        "mean_makespan_s": mean,
-        "ratio_off_over_on": mean["off"] / mean["on"],
-    }
+                runs.append(ArmRun(arm, i, wall, scored, failed, reset))
+    steps = {name: sum(len(t.steps) for t in ts) for name, ts in streams.items()}
+    return compare(settings, steps, runs, ("off", "on"))
 
 
 async def run_affinity_bench(
@@ -300,7 +346,7 @@ async def run_affinity_bench(
     model: str,
     settings: RoutingBenchSettings,
     work: Path,
-) -> dict[str, Any]:
+) -> Comparison:
     """Makespan and prefix-cache hit rates with ``backend.routing`` ``least_outstanding`` and ``affinity``.
 
     Each run empties every replica's prefix cache first and reads each one's ``/metrics`` counters before and
@@ -314,15 +360,13 @@ async def run_affinity_bench(
         work: A fresh directory for the runs.
 
     Returns:
-        Per run: arm, makespan (s), steps, and per replica the tokens looked up and hit with the hit rate, plus
-        the overall rate; per arm the mean makespan and the pooled hit rate; ``makespan_ratio`` (least
-        outstanding / affinity) and ``better`` (the arm with the shorter mean makespan).
+        The runs (each with its replicas' cache hits) and arms ``least_outstanding`` / ``affinity``.
 
     Raises:
         RuntimeError: A replica's ``/metrics`` has no prefix-cache counters (prefix caching off, not vLLM).
     """
     roots = [r.rstrip("/") for r in roots]
-    runs: list[dict[str, Any]] = []
+    runs: list[ArmRun] = []
     async with aiohttp.ClientSession() as session:
         for i in range(settings.repeats):
             for arm in ("least_outstanding", "affinity"):
@@ -341,17 +385,9 @@ async def run_affinity_bench(
                 )
                 wall, scored, failed = await _score(streams, config, work / f"affinity-{arm}-{i}")
                 after = [await server_metrics(session, r) for r in roots]
-                runs.append(run_record(arm, i, wall, scored, failed, reset, cache_deltas(roots, before, after)))
-    arms = arm_means(runs, ("least_outstanding", "affinity"))
-    lo, af = arms["least_outstanding"]["mean_makespan_s"], arms["affinity"]["mean_makespan_s"]
-    return {
-        "settings": asdict(settings),
-        "streams": {name: sum(len(t.steps) for t in ts) for name, ts in streams.items()},
-        "runs": runs,
-        "arms": arms,
-        "makespan_ratio_lo_over_affinity": lo / af,
-        "better": "affinity" if af <= lo else "least_outstanding",
-    }
+                runs.append(ArmRun(arm, i, wall, scored, failed, all(reset), cache_deltas(roots, before, after)))
+    steps = {name: sum(len(t.steps) for t in ts) for name, ts in streams.items()}
+    return compare(settings, steps, runs, ("least_outstanding", "affinity"))
 
 
 ROUTER_ARMS = ("round_robin", "consistent_hash")
@@ -415,7 +451,7 @@ async def run_router_bench(
     model: str,
     settings: RouterBenchSettings,
     work: Path,
-) -> dict[str, Any]:
+) -> Comparison:
     """Makespan and prefix-cache hit rates behind ``vllm-router`` under ``round_robin`` and ``consistent_hash``.
 
     Args:
@@ -427,9 +463,8 @@ async def run_router_bench(
         work: A fresh directory for the runs.
 
     Returns:
-        Per run: arm, makespan (s), steps scored and failed, whether every cache was emptied, and per replica the
-        tokens looked up and hit with the hit rate, plus the overall rate; per arm the mean makespan and pooled
-        hit rate; ``makespan_ratio_rr_over_hash`` (above 1: consistent hashing finished sooner) and ``better``.
+        The runs and arms ``round_robin`` / ``consistent_hash`` (a ratio above 1: consistent hashing finished
+        sooner).
 
     Raises:
         RuntimeError: A replica cannot empty its prefix cache (not in dev mode), a shard failed, or a replica has no
@@ -437,7 +472,7 @@ async def run_router_bench(
     """
     roots = [r.rstrip("/").removesuffix("/v1") for r in roots]
     work.mkdir(parents=True, exist_ok=True)
-    runs: list[dict[str, Any]] = []
+    runs: list[ArmRun] = []
     async with aiohttp.ClientSession() as session:
         for i in range(settings.repeats):
             # ABBA: the arms swap places every repeat, so a steady drift of the machine's load (shared, here)
@@ -457,19 +492,9 @@ async def run_router_bench(
                     _shards, streams, routers[arm], model, settings, work / f"{arm}-{i}"
                 )
                 after = [await server_metrics(session, r) for r in roots]
-                runs.append(run_record(arm, i, wall, scored, failed, reset, cache_deltas(roots, before, after)))
+                runs.append(ArmRun(arm, i, wall, scored, failed, all(reset), cache_deltas(roots, before, after)))
                 print_run(runs[-1], 15)
-    arms = arm_means(runs, ROUTER_ARMS)
-    rr, ch = arms["round_robin"]["mean_makespan_s"], arms["consistent_hash"]["mean_makespan_s"]
-    return {
-        "settings": asdict(settings),
-        "streams": [p.stem for p in streams],
-        "replicas": roots,
-        "runs": runs,
-        "arms": arms,
-        "makespan_ratio_rr_over_hash": rr / ch,
-        "better": "consistent_hash" if ch <= rr else "round_robin",
-    }
+    return compare(settings, tuple(p.stem for p in streams), runs, ROUTER_ARMS)
 
 
 # --- command line: ceb bench routing ------------------------------------------------------------------------
@@ -495,25 +520,7 @@ and the machine.
 """
 
 
-def _print_priority(doc: dict[str, Any]) -> None:
-    print(f"\npriority (server {doc['server_args']}): streams {doc['streams']}")
-    for r in doc["runs"]:
-        print(f"  {r['arm']:>3} #{r['repeat']}: makespan {r['makespan_s']:6.1f} s, {r['steps_scored']} steps")
-    m = doc["mean_makespan_s"]
-    print(f"  mean off {m['off']:.1f} s, on {m['on']:.1f} s; off/on = {doc['ratio_off_over_on']:.3f}")
-
-
-def _print_affinity(doc: dict[str, Any]) -> None:
-    print(f"\naffinity ({len(doc['runs'][0]['replicas'])} replicas): streams {doc['streams']}")
-    for r in doc["runs"]:
-        print_run(r, 17)
-    print_arms(doc["arms"], 17)
-    print(
-        f"  least_outstanding/affinity makespan = {doc['makespan_ratio_lo_over_affinity']:.3f}; better: {doc['better']}"
-    )
-
-
-async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+async def _bench(args: argparse.Namespace, work: Path) -> RoutingResult:
     every = load_intercode_streams(args.intercode, work / "streams", datasets=("bash",))
     settings = RoutingBenchSettings(
         repeats=args.repeats,
@@ -522,20 +529,19 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         priority_concurrency=args.priority_concurrency,
         affinity_concurrency=args.affinity_concurrency,
     )
-    doc: dict[str, Any] = {"benchmark": "routing", "server": "given"}
+    priority = affinity = router = None
     if "priority" in args.parts:
         streams = mixed_workload(every, settings.long_steps, settings.short_lanes)
-        part = await run_priority_bench(streams, args.priority_root, args.model, settings, work / "priority")
-        doc["priority"] = part | {"server_args": "as given"}
-        _print_priority(doc["priority"])
+        priority = await run_priority_bench(streams, args.priority_root, args.model, settings, work / "priority")
+        print_comparison("priority", priority, 3)
     if "affinity" in args.parts:
         streams = affinity_workload(every, args.streams, args.trajectories)
-        doc["affinity"] = await run_affinity_bench(streams, args.replica, args.model, settings, work / "affinity")
-        _print_affinity(doc["affinity"])
+        affinity = await run_affinity_bench(streams, args.replica, args.model, settings, work / "affinity")
+        print_comparison("affinity", affinity, 17)
     if "router" in args.parts:
         converted = convert_intercode(args.intercode, work / "router-streams", datasets=("bash",))
         paths = [c.path for c in converted][: args.router_streams]
-        router = RouterBenchSettings(
+        knobs = RouterBenchSettings(
             methods=tuple(args.router_methods.split(",")),
             limit=args.router_limit,
             shards=args.shards,
@@ -543,11 +549,9 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             repeats=args.repeats,
         )
         routers = dict(r.split("=", 1) for r in args.router)
-        doc["router"] = await run_router_bench(paths, routers, args.replica, args.model, router, work / "router")
-        print_arms(doc["router"]["arms"], 15)
-        ratio, better = doc["router"]["makespan_ratio_rr_over_hash"], doc["router"]["better"]
-        print(f"  round_robin/consistent_hash makespan = {ratio:.3f}; better: {better}")
-    return doc
+        router = await run_router_bench(paths, routers, args.replica, args.model, knobs, work / "router")
+        print_comparison("router", router, 15)
+    return RoutingResult(priority, affinity, router)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
