@@ -23,12 +23,11 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from ceb.bank import Bank, BankJournal, BankRecord, IncrementalTfidf, agreement_flag
-from ceb.bench.bank_quality import UNCAPPED_1M_GOALS, Setting
 from ceb.bench.stats import summarize
 from ceb.config import BankConfig, PromptConfig
 from ceb.data import Trajectory, convert_intercode, read_stream
@@ -36,8 +35,11 @@ from ceb.stages.templates import clip
 
 __all__ = [
     "REPLAY_RULE",
+    "UNCAPPED_1M_GOALS",
     "Latency",
+    "Policy",
     "ScaleResult",
+    "Setting",
     "grow",
     "load_sql_trajectories",
     "measure_scale",
@@ -47,6 +49,79 @@ __all__ = [
     "scale_checks",
     "scale_worker",
 ]
+
+Policy = Literal["none", "window", "reservoir", "usefulness"]
+
+UNCAPPED_1M_GOALS = {"query_p50_ms": 10.0, "rss_mb": 2048.0}
+"""Issue 15's goals for an uncapped bank of 1M records: retrieve p50 and peak resident memory (MiB)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One bank configuration of the grid.
+
+    Attributes:
+        policy: :attr:`~ceb.config.BankConfig.policy`.
+        cap: Records the bank may hold: ``max_records`` for ``window`` and ``usefulness``; for ``reservoir``
+            the total over both classes, so ``max_per_class = cap // 2``; ``None`` for ``none``.
+        compress_threshold: :attr:`~ceb.config.BankConfig.compress_threshold` (``None``: off).
+    """
+
+    policy: Policy = "none"
+    cap: int | None = None
+    compress_threshold: float | None = None
+
+    @property
+    def label(self) -> str:
+        """A short name: ``unbounded``, ``window 5k``, ``reservoir 2x2.5k``, ``compress 0.95 + window 5k``."""
+        parts = [] if self.compress_threshold is None else [f"compress {self.compress_threshold:g}"]
+        if self.policy == "reservoir" and self.cap is not None:
+            parts.append(f"reservoir 2x{_short(self.cap // 2)}")
+        elif self.policy != "none" and self.cap is not None:
+            parts.append(f"{self.policy} {_short(self.cap)}")
+        return " + ".join(parts) or "unbounded"
+
+    def bank_settings(self, usefulness_k: int | None = None) -> dict[str, Any]:
+        """The ``[bank]`` section for this setting (``usefulness_k``: ``None`` derives it from the run's ``k``)."""
+        out: dict[str, Any] = {"policy": self.policy, "compress_threshold": self.compress_threshold}
+        if self.policy in ("window", "usefulness"):
+            out["max_records"] = self.cap
+        elif self.policy == "reservoir":
+            out["max_per_class"] = None if self.cap is None else self.cap // 2
+        if self.policy == "usefulness":
+            out["usefulness_k"] = usefulness_k
+        return out
+
+    def binds(self, most_records: int) -> bool:
+        """Whether the setting can change a bank that would otherwise reach ``most_records`` records.
+
+        A cap at or above that never evicts, so the run would repeat the unbounded one; compression may
+        always merge.
+        """
+        if self.compress_threshold is not None:
+            return True
+        if self.cap is None:
+            return self.policy == "none"
+        limit = self.cap // 2 if self.policy == "reservoir" else self.cap
+        return limit < most_records
+
+    def within(self, records: int, positives: int) -> bool:
+        """Whether a bank of ``records`` (``positives`` of them in ``B+``) respects the cap."""
+        if self.cap is None or self.policy == "none":
+            return True
+        if self.policy == "reservoir":
+            return max(positives, records - positives) <= self.cap // 2
+        return records <= self.cap
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Setting:
+        """Inverse of :func:`dataclasses.asdict`."""
+        return cls(doc["policy"], doc["cap"], doc["compress_threshold"])
+
+
+def _short(n: int) -> str:
+    return f"{n / 1000:g}k" if n >= 1000 else str(n)
+
 
 BANK_STATE_CHARS = 400
 """The state budget of the pipeline's keys (``PromptConfig.bank_state_chars``)."""
@@ -453,7 +528,7 @@ def scale_worker(spec: Mapping[str, Any]) -> dict[str, Any]:
 
     Args:
         spec: ``intercode`` (data root), ``size``, ``setting`` (``asdict`` of a
-            :class:`~ceb.bench.bank_quality.Setting`), ``queries``, ``seed``, ``k``, ``updates``, ``chunk``.
+            :class:`Setting`), ``queries``, ``seed``, ``k``, ``updates``, ``chunk``.
 
     Returns:
         ``asdict`` of the :class:`ScaleResult`.

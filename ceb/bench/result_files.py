@@ -45,7 +45,7 @@ def save_results(
         OSError: The folder or file cannot be written.
         TypeError: A value orjson cannot encode.
     """
-    fields = dataclasses.asdict(result) if dataclasses.is_dataclass(result) else dict(result)  # type: ignore[arg-type]
+    fields = dataclasses.asdict(result) if dataclasses.is_dataclass(result) else dict(result)
     doc = {"benchmark": kind, **fields} | ({"machine": dict(machine)} if machine is not None else {})
     out.mkdir(parents=True, exist_ok=True)
     path = path or out / f"{kind}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"

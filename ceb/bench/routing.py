@@ -304,7 +304,7 @@ def print_comparison(name: str, c: Comparison, width: int) -> None:
 
 async def run_priority_bench(
     streams: Mapping[str, Sequence[Trajectory]], root: str, model: str, settings: RoutingBenchSettings, work: Path
-) -> dict[str, Any]:
+) -> Comparison:
     """Makespan of ``streams`` with ``backend.server_priority`` ``off`` and ``on``, alternated ``repeats`` times.
 
     Args:

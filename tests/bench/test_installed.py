@@ -35,8 +35,6 @@ SIM_MODEL = SimConfig().model
 SMALLEST: dict[str, list[list[str]]] = {
     "bank-policies": [
         [
-            "--parts",
-            "scale",
             "--sizes",
             "100",
             "--scale-settings",

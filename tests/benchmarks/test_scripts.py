@@ -27,6 +27,7 @@ SIM_MODEL = SimConfig().model
 
 SMALLEST: dict[str, tuple[str, list[list[str]]]] = {
     "bank": ("bank", [["--sizes", "100", "--queries", "2", "--updates", "1", "--reference-budget-s", "0.1"]]),
+    "bank_quality": ("bank-quality", [["--sets", "bash", "--caps", "250", "--max-trajectories", "1", "--n-boot", "5"]]),
     "pipeline": ("pipeline", [["--trajectories", "1", "--orders", "1"]]),
     "reuse": ("reuse", [["--trajectories", "1", "--grid", "{grid}"]]),
     "long_trajectory": ("long-trajectory", [["--sizes", "20", "--repeats", "1"]]),
