@@ -519,8 +519,9 @@ def _print(run: PrefixCacheRun) -> None:
         (stage, f.requests, f.queried_tokens, f.bound_rate, f.hit_rate, f.token_bound_rate, f.hit_source)
         for stage, f in run.by_stage.items()
     ]
-    for stage, requests, queried, b, h, t, source in rows:
-        print(f"  {stage:12} {requests:>8} {queried:>10,} {_pct(b):>7} {_pct(h):>7} {_pct(t):>16}  ({source or ''})")
+    for stage, requests, queried, bound_rate, hit_rate, token_rate, source in rows:
+        rates = f"{_pct(bound_rate):>7} {_pct(hit_rate):>7} {_pct(token_rate):>16}"
+        print(f"  {stage:12} {requests:>8} {queried:>10,} {rates}  ({source or ''})")
     h = run.hindsight_rounds
     if h.rounds:
         print(

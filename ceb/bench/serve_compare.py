@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,10 @@ from ceb.stages.assembly import llm_stages
 
 __all__ = [
     "METRICS",
+    "ClientRun",
     "RequestOutcome",
+    "ServingMetrics",
+    "VsVllmResult",
     "dump_critic_prompts",
     "joined_prompt",
     "main",
@@ -157,7 +161,65 @@ async def run_ceb_client(
     return [o for o in outcomes if o is not None], duration
 
 
-def metrics(outcomes: Sequence[RequestOutcome], duration_s: float) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class ServingMetrics:
+    """One client's run, in ``vllm bench serve``'s names: counts, throughputs (per s) and latencies (ms)."""
+
+    duration: float
+    completed: int
+    failed: int
+    total_input_tokens: int
+    total_output_tokens: int
+    request_throughput: float
+    output_throughput: float
+    total_token_throughput: float
+    mean_ttft_ms: float
+    median_ttft_ms: float
+    p99_ttft_ms: float
+    mean_tpot_ms: float
+    median_tpot_ms: float
+    p99_tpot_ms: float
+    mean_itl_ms: float
+    median_itl_ms: float
+    p99_itl_ms: float
+    mean_e2el_ms: float
+    median_e2el_ms: float
+    p99_e2el_ms: float
+
+    @classmethod
+    def from_vllm(cls, raw: Mapping[str, Any]) -> ServingMetrics:
+        """From ``vllm bench serve``'s results file (a figure it left out: ``nan``; ``failed``: 0)."""
+        return cls(**{f.name: raw.get(f.name, 0 if f.name == "failed" else math.nan) for f in fields(cls)})
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRun:
+    """One client's run in one round: ``ceb`` or ``vllm`` (``vllm bench serve``)."""
+
+    side: str
+    round: int
+    metrics: ServingMetrics
+
+
+@dataclass(frozen=True, slots=True)
+class VsVllmResult:
+    """``ceb bench vs-vllm``'s record: every run, the medians over rounds per side and the throughput ratio."""
+
+    server: str
+    prompts: int
+    concurrency: int
+    output_len: int
+    runs: tuple[ClientRun, ...]
+    median: dict[str, dict[str, float]]
+    request_throughput_ratio: float
+    request_throughput_ratio_per_round: tuple[float, ...]
+    naive: ServingMetrics | None
+    prefix_cache_reset_before_each_arm: bool
+    prompt_form: str = "critic system + blank line + user, sent as one user message by both clients"
+    target: str = "ceb request_throughput >= 0.95 x vllm bench serve's"
+
+
+def metrics(outcomes: Sequence[RequestOutcome], duration_s: float) -> ServingMetrics:
     """The serving metrics of ``outcomes`` over ``duration_s``, as vLLM's ``calculate_metrics`` computes them."""
     ok = [o for o in outcomes if o.success]
     out_tokens = sum(o.output_tokens for o in ok)
@@ -168,22 +230,21 @@ def metrics(outcomes: Sequence[RequestOutcome], duration_s: float) -> dict[str, 
         "itl": [x for o in ok for x in o.itl],
         "e2el": [o.latency for o in ok],
     }
-    doc: dict[str, Any] = {
-        "duration": duration_s,
-        "completed": len(ok),
-        "failed": len(outcomes) - len(ok),
-        "total_input_tokens": in_tokens,
-        "total_output_tokens": out_tokens,
-        "request_throughput": len(ok) / duration_s,
-        "output_throughput": out_tokens / duration_s,
-        "total_token_throughput": (in_tokens + out_tokens) / duration_s,
-    }
+    latencies: dict[str, float] = {}
     for name, xs in series.items():
         s = summarize(xs or [0.0], scale=1e3)  # vLLM's calculate_metrics counts an empty series as 0
-        doc[f"mean_{name}_ms"] = s.mean
-        doc[f"median_{name}_ms"] = s.p50
-        doc[f"p99_{name}_ms"] = s.p99
-    return doc
+        latencies |= {f"mean_{name}_ms": s.mean, f"median_{name}_ms": s.p50, f"p99_{name}_ms": s.p99}
+    return ServingMetrics(
+        duration=duration_s,
+        completed=len(ok),
+        failed=len(outcomes) - len(ok),
+        total_input_tokens=in_tokens,
+        total_output_tokens=out_tokens,
+        request_throughput=len(ok) / duration_s,
+        output_throughput=out_tokens / duration_s,
+        total_token_throughput=(in_tokens + out_tokens) / duration_s,
+        **latencies,
+    )
 
 
 _VLLM_BENCH_SERVE = (
@@ -268,7 +329,6 @@ KEYS = ["request_throughput", "output_throughput", "total_token_throughput"] + [
     f"{s}_{m}_ms" for m in METRICS for s in ("mean", "median", "p99")
 ]
 """The figures compared, as ``vllm bench serve`` names them."""
-TARGET = "ceb request_throughput >= 0.95 x vllm bench serve's"
 
 
 def _vllm_python() -> Path:
@@ -287,7 +347,7 @@ def _bench_deps() -> Path | None:
     return path if path.is_dir() else None
 
 
-async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+async def _bench(args: argparse.Namespace, work: Path) -> VsVllmResult:
     every = load_intercode_streams(args.intercode, work / "streams", datasets=("bash",))
     names = sorted(every)[: args.streams]
     streams = {name: every[name][: args.trajectories] for name in names}
@@ -295,8 +355,8 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     prompts = await dump_critic_prompts(streams, dataset, args.output_len, work)
     prompts = prompts[: args.num_prompts] if args.num_prompts else prompts
     n = len(prompts)
-    runs: list[dict[str, Any]] = []
-    naive: dict[str, Any] | None = None
+    runs: list[ClientRun] = []
+    naive: ServingMetrics | None = None
     async with contextlib.AsyncExitStack() as stack:
         base_url, model, tokenizer = args.base_url, args.model, args.tokenizer or args.model
         root = base_url.removesuffix("/").removesuffix("/v1")
@@ -319,13 +379,12 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                             extra_path=_bench_deps(),
                         )
                     )  # fmt: skip
-                    fig = {k: raw[k] for k in ("duration", "completed", "failed", "total_input_tokens",
-                                                "total_output_tokens", *KEYS) if k in raw}  # fmt: skip
-                runs.append({"side": side, "round": rnd, **fig})
+                    fig = ServingMetrics.from_vllm(raw)
+                runs.append(ClientRun(side, rnd, fig))
                 print(
-                    f"round {rnd} {side:4}: {fig['completed']} ok {fig.get('failed', 0)} failed, "
-                    f"{fig['request_throughput']:.2f} req/s, {fig['output_throughput']:.0f} out tok/s, "
-                    f"TTFT median {fig['median_ttft_ms']:.0f} ms, E2EL median {fig['median_e2el_ms']:.0f} ms"
+                    f"round {rnd} {side:4}: {fig.completed} ok {fig.failed} failed, "
+                    f"{fig.request_throughput:.2f} req/s, {fig.output_throughput:.0f} out tok/s, "
+                    f"TTFT median {fig.median_ttft_ms:.0f} ms, E2EL median {fig.median_e2el_ms:.0f} ms"
                 )
         if args.naive_prompts:
             # The naive way, in the same run: one request at a time (no concurrency) on the first prompts.
@@ -336,18 +395,18 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             )
             naive = metrics(outcomes, duration)
             print(
-                f"naive (one at a time): {naive['completed']} ok {naive['failed']} failed, "
-                f"{naive['request_throughput']:.2f} req/s, {naive['total_token_throughput']:.0f} tok/s"
+                f"naive (one at a time): {naive.completed} ok {naive.failed} failed, "
+                f"{naive.request_throughput:.2f} req/s, {naive.total_token_throughput:.0f} tok/s"
             )
     med = {  # medians over rounds
-        side: {k: summarize(r[k] for r in runs if r["side"] == side and k in r).p50 for k in KEYS}
+        side: {k: summarize(getattr(r.metrics, k) for r in runs if r.side == side).p50 for k in KEYS}
         for side in ("ceb", "vllm")
     }
-    per_round = [
-        next(r for r in runs if r["round"] == i and r["side"] == "ceb")["request_throughput"]
-        / next(r for r in runs if r["round"] == i and r["side"] == "vllm")["request_throughput"]
+    per_round = tuple(
+        next(r for r in runs if r.round == i and r.side == "ceb").metrics.request_throughput
+        / next(r for r in runs if r.round == i and r.side == "vllm").metrics.request_throughput
         for i in range(args.rounds)
-    ]
+    )
     ratio = med["ceb"]["request_throughput"] / med["vllm"]["request_throughput"]
     print(
         f"\n{n} critic prompts, concurrency {args.concurrency}, {args.output_len} tokens each (ignore_eos); "
@@ -364,25 +423,12 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     if naive is not None:
         print(
             f"request_throughput against the naive one-at-a-time client ({len(prompts[: args.naive_prompts])} "
-            f"prompts): ceb {med['ceb']['request_throughput'] / naive['request_throughput']:.2f}x, vllm bench "
-            f"{med['vllm']['request_throughput'] / naive['request_throughput']:.2f}x"
+            f"prompts): ceb {med['ceb']['request_throughput'] / naive.request_throughput:.2f}x, vllm bench "
+            f"{med['vllm']['request_throughput'] / naive.request_throughput:.2f}x"
         )
-    return {
-        "benchmark": "vs-vllm",
-        "naive": naive,
-        "prefix_cache_reset_before_each_arm": all(resets),
-        "target": TARGET,
-        "server": base_url,
-        "prompts": n,
-        "concurrency": args.concurrency,
-        "output_len": args.output_len,
-        "prompt_form": "critic system + blank line + user, sent as one user message by both clients",
-        "shared_machine": True,
-        "runs": runs,
-        "median": med,
-        "request_throughput_ratio": ratio,
-        "request_throughput_ratio_per_round": per_round,
-    }
+    return VsVllmResult(
+        base_url, n, args.concurrency, args.output_len, tuple(runs), med, ratio, per_round, naive, all(resets)
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
