@@ -33,8 +33,8 @@ def _benchmark(name: str, target: str, summary: str) -> None:
 _benchmark(
     "bank-policies",
     "ceb.bench.bank_policies:main",
-    "Bounded banks: offline CEB's ECE/Brier/AUROC against the cap per policy (the offline stand-in, NOT an LLM), "
-    "and query, update, memory and file size against records (10k-1M).",
+    "Bounded banks: query, update, memory and file size against the records streamed in (10k-1M), per policy "
+    "and cap.",
 )
 _benchmark(
     "client",
@@ -54,8 +54,8 @@ _benchmark(
 _benchmark(
     "engine",
     "ceb.bench.engine:main",
-    "The in-process vLLM engine against vLLM's HTTP server on the same workload: steps/s and client CPU per "
-    "request (run it with .venv-vllm's ceb).",
+    "The in-process vLLM engine against your vLLM server on the same workload: steps/s and client CPU per "
+    "request (run it with a ceb installed beside vllm).",
 )
 _benchmark(
     "prefix-cache",
