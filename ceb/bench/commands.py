@@ -33,8 +33,7 @@ def _benchmark(name: str, target: str, summary: str) -> None:
 _benchmark(
     "bank-policies",
     "ceb.bench.bank_policies:main",
-    "Bounded banks: query, update, memory and file size against the records streamed in (10k-1M), per policy "
-    "and cap.",
+    "Bounded banks: query, update, memory and file size against the records streamed in (10k-1M), per policy and cap.",
 )
 _benchmark(
     "client",
