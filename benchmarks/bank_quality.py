@@ -51,6 +51,8 @@ ROOT = Path(__file__).resolve().parents[1]
 __all__ = [
     "OFFLINE_NOTE",
     "BankCheck",
+    "binds",
+    "within_cap",
     "QualityResult",
     "QualityRow",
     "format_quality_table",
@@ -116,6 +118,27 @@ def format_stream_table(results: Sequence[QualityResult]) -> str:
     return "\n".join(lines)
 
 
+def binds(setting: Setting, most_records: int) -> bool:
+    """Whether ``setting`` can change a bank that would otherwise reach ``most_records`` records.
+
+    A cap at or above that never evicts, so the run would repeat the unbounded one; compression may always merge.
+    """
+    if setting.compress_threshold is not None:
+        return True
+    if setting.cap is None:
+        return setting.policy == "none"
+    return (setting.cap // 2 if setting.policy == "reservoir" else setting.cap) < most_records
+
+
+def within_cap(setting: Setting, records: int, positives: int) -> bool:
+    """Whether a bank of ``records`` (``positives`` of them in ``B+``) respects ``setting``'s cap."""
+    if setting.cap is None or setting.policy == "none":
+        return True
+    if setting.policy == "reservoir":
+        return max(positives, records - positives) <= setting.cap // 2
+    return records <= setting.cap
+
+
 def quality_settings(
     caps: Iterable[int],
     policies: Iterable[Policy] = ("window", "reservoir", "usefulness"),
@@ -131,7 +154,7 @@ def quality_settings(
         policies: Eviction policies.
         compress: A compression threshold to run alone (unbounded otherwise), or ``None``.
         compress_window: With ``compress``, also run compression under a ``window`` of this many records.
-        most_records: Steps of the set's longest stream: settings that cannot bind below it (:meth:`Setting.binds`)
+        most_records: Steps of the set's longest stream: settings that cannot bind below it (:func:`binds`)
             are left out, since they would repeat the unbounded run. ``None``: keep all.
 
     Returns:
@@ -145,7 +168,7 @@ def quality_settings(
             grid.append(Setting("window", compress_window, compress))
     if most_records is None:
         return grid, []
-    run = [s for s in grid if s.binds(most_records)]
+    run = [s for s in grid if binds(s, most_records)]
     return run, [s for s in grid if s not in run]
 
 
@@ -211,7 +234,7 @@ class BankCheck:
         positives: Of them in ``B+``.
         stands_for: Records they stand for (sum of the merge counts; ``records`` without compression).
         max_seen: The largest ``|B_t|`` any step of the lane was scored with.
-        within_cap: Both the saved bank and ``max_seen`` respect the cap (:meth:`Setting.within`; for
+        within_cap: Both the saved bank and ``max_seen`` respect the cap (:func:`within_cap`; for
             ``reservoir`` ``max_seen`` is checked against ``cap``, the per-step rows not splitting classes).
     """
 
@@ -307,7 +330,7 @@ def run_quality(
         doc = orjson.loads((run_dir / b.path).read_bytes())
         records = len(doc["records"])
         positives = sum(r["pseudo_label"] for r in doc["records"])
-        within = setting.within(records, positives) and (setting.cap is None or max_seen[b.stream] <= setting.cap)
+        within = within_cap(setting, records, positives) and (setting.cap is None or max_seen[b.stream] <= setting.cap)
         if not within:
             raise AssertionError(f"{setting.label}: the bank of {b.stream} broke its cap ({records} records)")
         stands_for = int(sum(doc.get("counts", [1] * records)))

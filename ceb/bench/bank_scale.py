@@ -92,27 +92,6 @@ class Setting:
             out["usefulness_k"] = usefulness_k
         return out
 
-    def binds(self, most_records: int) -> bool:
-        """Whether the setting can change a bank that would otherwise reach ``most_records`` records.
-
-        A cap at or above that never evicts, so the run would repeat the unbounded one; compression may
-        always merge.
-        """
-        if self.compress_threshold is not None:
-            return True
-        if self.cap is None:
-            return self.policy == "none"
-        limit = self.cap // 2 if self.policy == "reservoir" else self.cap
-        return limit < most_records
-
-    def within(self, records: int, positives: int) -> bool:
-        """Whether a bank of ``records`` (``positives`` of them in ``B+``) respects the cap."""
-        if self.cap is None or self.policy == "none":
-            return True
-        if self.policy == "reservoir":
-            return max(positives, records - positives) <= self.cap // 2
-        return records <= self.cap
-
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Setting:
         """Inverse of :func:`dataclasses.asdict`."""

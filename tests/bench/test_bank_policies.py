@@ -31,13 +31,6 @@ def _stream(prefix: str, n: int) -> list[Trajectory]:
     return out
 
 
-def test_a_reservoir_cap_is_per_class() -> None:
-    assert Setting("reservoir", 10).within(records=10, positives=5)
-    assert not Setting("reservoir", 10).within(records=7, positives=6)
-    assert Setting("window", 10).within(records=10, positives=9)
-    assert not Setting("window", 10).within(records=11, positives=0)
-
-
 def test_replay_makes_exactly_the_records_asked_for_by_copying_the_real_ones() -> None:
     real = records_from_labels(_stream("r", 4))  # 12 records
     trajectories, passes = grow(real, 30)

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from benchmarks.bank_quality import format_quality_table, quality_settings, run_quality
+from benchmarks.bank_quality import format_quality_table, quality_settings, run_quality, within_cap
 from ceb.bench.bank_scale import Setting
 from ceb.bench.processes import run_fresh
 from ceb.data import Trajectory, write_stream
@@ -79,3 +79,10 @@ def test_a_quality_worker_runs_in_its_own_process(tmp_path: Path, monkeypatch: p
 
     assert doc["setting"]["cap"] == 4 and doc["banks"][0]["records"] == 4
     assert doc["rows"][0]["n"] == 15
+
+
+def test_a_reservoir_cap_is_per_class() -> None:
+    assert within_cap(Setting("reservoir", 10), records=10, positives=5)
+    assert not within_cap(Setting("reservoir", 10), records=7, positives=6)
+    assert within_cap(Setting("window", 10), records=10, positives=9)
+    assert not within_cap(Setting("window", 10), records=11, positives=0)
