@@ -245,11 +245,11 @@ def test_bench_help_lists_every_benchmark_and_each_shows_its_own_options() -> No
     listing = runner.invoke(app, ["bench", "--help"], terminal_width=100).output
     for name in BENCHMARKS.names():  # every registered benchmark is listed
         assert f"  {name} " in listing, listing
-    own = runner.invoke(app, ["bench", "pipeline", "--help"])
-    assert own.exit_code == 0 and "--port PORT" in own.output and "--trajectories" in own.output
-    reuse = runner.invoke(app, ["bench", "reuse", "--help"])
-    assert reuse.exit_code == 0 and "--grid GRID" in reuse.output and "--skip" in reuse.output
+    own = runner.invoke(app, ["bench", "client", "--help"])
+    assert own.exit_code == 0 and "--port PORT" in own.output and "--requests" in own.output
+    routing = runner.invoke(app, ["bench", "routing", "--help"])
+    assert routing.exit_code == 0 and "--router ROUTER" in routing.output and "--priority-root" in routing.output
     prefix = runner.invoke(app, ["bench", "prefix-cache", "--help"])
-    assert prefix.exit_code == 0 and "--proxy-port" in prefix.output and "--server-port" in prefix.output
+    assert prefix.exit_code == 0 and "--proxy-port" in prefix.output and "--root ROOT" in prefix.output
     scale = runner.invoke(app, ["bench", "scale", "--help"])
     assert scale.exit_code == 0 and "--replicas" in scale.output and "--compare-gc" in scale.output

@@ -282,10 +282,6 @@ REPEATED_BASENAMES: dict[str, str] = {
     "the replies (backends/), the export and import runs (pipeline/), their commands (cli/)",
     "regenerate.py": "as relabel.py (the actor's request: stages/regenerate.py; the batch: pipeline/regenerate.py; "
     "its command: cli/regenerate.py)",
-    "bank.py": "a benchmark (bench/X.py) named after what it measures",
-    "faults.py": "as bank.py",
-    "readout.py": "as bank.py",
-    "reuse.py": "as bank.py",
     "offline.py": "the one offline backend: its registration (backends/) and its critic and labeler (stages/)",
     "prompts.py": "as relabel.py (the walk that renders a method's requests: pipeline/prompts.py; its command: "
     "cli/prompts.py)",

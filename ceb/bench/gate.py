@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ import aiohttp
 import anyio
 
 from ceb.bank import RETRIEVERS, BankRecord
-from ceb.bench.bank import grow, load_sql_trajectories
+from ceb.bench.bank_scale import grow, load_sql_trajectories
 from ceb.bench.machine import machine_info
 from ceb.bench.options import bench_parser
 from ceb.bench.processes import sim_process
@@ -42,7 +42,7 @@ from ceb.logs import configure_logging
 from ceb.sim import SimConfig
 from ceb.stages.methods import resolve_method
 
-__all__ = ["OverheadResult", "ThroughputResult", "main", "measure_overhead", "measure_throughput"]
+__all__ = ["GateResult", "OverheadResult", "ThroughputResult", "main", "measure_overhead", "measure_throughput"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +190,20 @@ figure measures.
 
 TARGETS = "overhead p50 <= 2 ms and p99 <= 10 ms at 10k records; >= 1,000 gate calls/s (offline backend)"
 
+
+@dataclass(frozen=True, slots=True)
+class GateResult:
+    """``ceb bench gate``'s record: the settings, the overhead per backend and bank size, and the throughput."""
+
+    sizes: tuple[int, ...]
+    calls: int
+    streams: int
+    seconds: float
+    overhead: tuple[OverheadResult, ...]
+    throughput: ThroughputResult
+    targets: str = TARGETS
+
+
 # The installed console script's entry point, run by this interpreter (no checkout's run.py needed).
 _SERVE = "import sys; from ceb.cli import main; sys.argv[0] = 'ceb'; main()"
 
@@ -268,13 +282,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Targets: {TARGETS}.",
     ]
     print("\n".join(lines))
-    doc = {
-        "benchmark": "gate",
-        "machine": machine_info(),
-        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "targets": TARGETS,
-        "overhead": [asdict(r) for r in overhead],
-        "throughput": asdict(tp),
-    }
-    print(f"wrote {save_results(args.out, 'gate', doc)}")
+    result = GateResult(tuple(args.sizes), args.calls, args.streams, args.seconds, tuple(overhead), tp)
+    print(f"wrote {save_results(args.out, 'gate', result, machine_info())}")
     return 0

@@ -24,7 +24,7 @@ import contextlib
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +33,11 @@ import orjson
 from aiohttp import web
 
 from ceb.backends.openai import REQUEST_ID_HEADER
-from ceb.bench.options import add_server_options, bench_parser, check_server_options, run_and_save, tiny_vllm_servers
-from ceb.bench.pipeline import load_intercode_streams
+from ceb.bench.options import (
+    bench_parser,
+    load_intercode_streams,
+    run_and_save,
+)
 from ceb.bench.server_admin import reset_prefix_cache, server_metrics
 from ceb.config import RunConfig, load_config
 from ceb.data.trajectory import Trajectory
@@ -43,7 +46,13 @@ from ceb.pipeline.runner import progress_callbacks
 from ceb.progress import Progress
 
 __all__ = [
+    "CacheFigures",
+    "HindsightRounds",
+    "HitFigures",
+    "PrefixCacheResult",
+    "PrefixCacheRun",
     "PrefixCacheSettings",
+    "StageFigures",
     "WireRecord",
     "hindsight_rounds",
     "hit_figures",
@@ -280,7 +289,98 @@ def _share(part: float, whole: float) -> float | None:
     return part / whole if whole else None
 
 
-def hit_figures(records: Sequence[WireRecord], block_size: int, metrics_hits: float | None = None) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class HitFigures:
+    """Requests, prompt tokens, those that read the cache, the tokens vLLM looked up, and the bounds on its hits.
+
+    ``bound_tokens``/``bound_rate``: :func:`whole_block_bound`; ``token_bound_rate``: :func:`token_bound`.
+    """
+
+    requests: int
+    prompt_tokens: int
+    reading_requests: int
+    queried_tokens: int
+    bound_tokens: int
+    bound_rate: float | None
+    token_bound_rate: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class StageFigures(HitFigures):
+    """One stage's figures and its measured hits (``None``: not known), with where they came from."""
+
+    hit_tokens: int | None
+    hit_rate: float | None
+    hit_source: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class HindsightRounds:
+    """Per hindsight round: requests, prompt tokens, tokens looked up and tokens computed (looked up minus hits)."""
+
+    rounds: int
+    requests_per_round: float | None
+    prompt_tokens_per_round: float | None
+    queried_tokens_per_round: float | None
+    computed_prompt_tokens_per_round: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CacheFigures(HitFigures):
+    """Over all requests, then per stage and per hindsight round."""
+
+    by_stage: dict[str, StageFigures]
+    hindsight_rounds: HindsightRounds
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixCacheRun(CacheFigures):
+    """One scoring run through the recording proxy: its settings, ``/metrics`` deltas, the measured rate and ratio."""
+
+    settings: PrefixCacheSettings
+    streams: dict[str, int]
+    cache_reset_before_run: bool
+    block_size: int
+    wall_s: float
+    steps_scored: int
+    steps_failed: int
+    metrics_queries: float
+    metrics_hits: float
+    measured_rate: float | None
+    ratio_to_bound: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixCacheResult:
+    """``ceb bench prefix-cache``'s record: one run per hindsight sampling, on the server at ``server``."""
+
+    server: str
+    runs: tuple[PrefixCacheRun, ...]
+    target: str = "measured hit rate >= 0.9 of the whole-block bound"
+
+
+def _figures(part: Sequence[tuple[WireRecord, int, int]]) -> HitFigures:
+    queried = sum(r.queried_tokens for r, _, _ in part)
+    bound = sum(b for _, b, _ in part)
+    return HitFigures(
+        requests=len(part),
+        prompt_tokens=sum(r.prompt_tokens for r, _, _ in part),
+        reading_requests=sum(1 for r, _, _ in part if r.reads_cache),
+        queried_tokens=queried,
+        bound_tokens=bound,
+        bound_rate=_share(bound, queried),
+        token_bound_rate=_share(sum(t for _, _, t in part), queried),
+    )
+
+
+def _exact(part: Sequence[tuple[WireRecord, int, int]]) -> int | None:
+    reading = [r for r, _, _ in part if r.reads_cache]
+    if any(r.n > 1 or r.cached_tokens is None for r in reading):
+        return None
+    return sum(r.cached_tokens or 0 for r in reading)
+
+
+def hit_figures(records: Sequence[WireRecord], block_size: int, metrics_hits: float | None = None) -> CacheFigures:
     """Bound and measured hits, over all requests and per stage, plus the hindsight rounds.
 
     Per-request hits come from vLLM's ``cached_tokens``, which holds for ``n = 1`` only; a stage with ``n > 1``
@@ -291,66 +391,35 @@ def hit_figures(records: Sequence[WireRecord], block_size: int, metrics_hits: fl
         records: What the proxy recorded.
         block_size: The server's KV block size, in tokens.
         metrics_hits: Hits ``/metrics`` counted over the run, in tokens.
-
-    Returns:
-        ``requests``, ``prompt_tokens``, ``reading_requests``, ``queried_tokens`` (what vLLM looks up),
-        ``bound_tokens``/``bound_rate``, ``token_bound_rate`` (:func:`token_bound`), and ``by_stage`` with the
-        same plus ``hit_tokens``/``hit_rate`` and their source; ``hindsight_rounds`` with the prompt tokens
-        computed per round (queried minus hits).
     """
     ordered = sorted(records, key=lambda r: r.index)
     triples = list(zip(ordered, whole_block_bound(ordered, block_size), token_bound(ordered), strict=True))
     by_stage: dict[str, list[tuple[WireRecord, int, int]]] = defaultdict(list)
     for t in triples:
         by_stage[t[0].stage or "?"].append(t)
-
-    def figures(part: Sequence[tuple[WireRecord, int, int]]) -> dict[str, Any]:
-        queried = sum(r.queried_tokens for r, _, _ in part)
-        bound = sum(b for _, b, _ in part)
-        by_token = sum(t for _, _, t in part)
-        return {
-            "requests": len(part),
-            "prompt_tokens": sum(r.prompt_tokens for r, _, _ in part),
-            "reading_requests": sum(1 for r, _, _ in part if r.reads_cache),
-            "queried_tokens": queried,
-            "bound_tokens": bound,
-            "bound_rate": _share(bound, queried),
-            "token_bound_rate": _share(by_token, queried),
-        }
-
-    def exact(part: Sequence[tuple[WireRecord, int, int]]) -> int | None:
-        reading = [r for r, _, _ in part if r.reads_cache]
-        if any(r.n > 1 or r.cached_tokens is None for r in reading):
-            return None
-        return sum(r.cached_tokens or 0 for r in reading)
-
-    stages: dict[str, dict[str, Any]] = {}
+    stages: dict[str, StageFigures] = {}
     for stage, pairs in sorted(by_stage.items()):
-        hits, source = exact(pairs), "usage.cached_tokens"
+        hits, source = _exact(pairs), "usage.cached_tokens"
         if hits is None and metrics_hits is not None:
-            others = [exact(p) for st, p in by_stage.items() if st != stage]
+            others = [_exact(p) for st, p in by_stage.items() if st != stage]
             if all(o is not None for o in others):
                 hits, source = round(metrics_hits - sum(o or 0 for o in others)), "/metrics minus other stages"
-        f = figures(pairs)
-        stages[stage] = f | {
-            "hit_tokens": hits,
-            "hit_rate": _share(hits, f["queried_tokens"]) if hits is not None else None,
-            "hit_source": source if hits is not None else None,
-        }
+        f = _figures(pairs)
+        rate = _share(hits, f.queried_tokens) if hits is not None else None
+        stages[stage] = StageFigures(
+            **asdict(f), hit_tokens=hits, hit_rate=rate, hit_source=source if hits is not None else None
+        )
     rounds = hindsight_rounds(ordered)
-    hind = stages.get("hindsight", {})
-    computed = hind["queried_tokens"] - hind["hit_tokens"] if hind.get("hit_tokens") is not None else None
-    return {
-        **figures(triples),
-        "by_stage": stages,
-        "hindsight_rounds": {
-            "rounds": len(rounds),
-            "requests_per_round": _share(sum(len(rnd) for rnd in rounds), len(rounds)),
-            "prompt_tokens_per_round": _share(sum(rnd[0].prompt_tokens for rnd in rounds), len(rounds)),
-            "queried_tokens_per_round": _share(hind.get("queried_tokens", 0), len(rounds)),
-            "computed_prompt_tokens_per_round": _share(computed, len(rounds)) if computed is not None else None,
-        },
-    }
+    hind = stages.get("hindsight")
+    computed = hind.queried_tokens - hind.hit_tokens if hind is not None and hind.hit_tokens is not None else None
+    per_round = HindsightRounds(
+        len(rounds),
+        _share(sum(len(rnd) for rnd in rounds), len(rounds)),
+        _share(sum(rnd[0].prompt_tokens for rnd in rounds), len(rounds)),
+        _share(hind.queried_tokens if hind is not None else 0, len(rounds)),
+        _share(computed, len(rounds)) if computed is not None else None,
+    )
+    return CacheFigures(**asdict(_figures(triples)), by_stage=stages, hindsight_rounds=per_round)
 
 
 async def run_prefix_cache_bench(
@@ -359,7 +428,7 @@ async def run_prefix_cache_bench(
     model: str,
     settings: PrefixCacheSettings,
     work: Path,
-) -> dict[str, Any]:
+) -> PrefixCacheRun:
     """Score ``streams`` against the vLLM server at ``root`` through the recording proxy; compare hit rates.
 
     The measured prefix-cache hit rate (``/metrics``) is set against :func:`whole_block_bound`.
@@ -370,10 +439,6 @@ async def run_prefix_cache_bench(
         model: The served model name.
         settings: Methods, hindsight sampling, votes, concurrency.
         work: A fresh directory for the run.
-
-    Returns:
-        The settings, the server's counters before and after, the measured rate, :func:`hit_figures`'s figures and
-        ``ratio`` (measured rate / bound rate).
 
     Raises:
         RuntimeError: ``/metrics`` has no prefix-cache counters or no block size (prefix caching off, not vLLM).
@@ -397,39 +462,33 @@ async def run_prefix_cache_bench(
     queries = after.prefix_cache_queries - before.prefix_cache_queries
     hits = after.prefix_cache_hits - (before.prefix_cache_hits or 0.0)
     figures = hit_figures(records, before.block_size, hits)
-    measured = _share(hits, queries)
-    bound = figures["bound_rate"]
-    return {
-        "settings": {
-            "methods": list(settings.methods),
-            "sampling": settings.sampling,
-            "votes": settings.votes,
-            "max_concurrency": settings.max_concurrency,
-            "structured_output": settings.structured_output,
-            "streams": {name: len(ts) for name, ts in streams.items()},
-        },
-        "cache_reset_before_run": reset,
-        "block_size": before.block_size,
-        "wall_s": wall_s,
-        "steps_scored": summary.steps_scored,
-        "steps_failed": summary.steps_failed,
-        "metrics_queries": queries,
-        "metrics_hits": hits,
-        "measured_rate": measured,
-        "ratio_to_bound": measured / bound if measured is not None and bound else None,
-        **figures,
-    }
+    measured, bound = _share(hits, queries), figures.bound_rate
+    return PrefixCacheRun(
+        **{f.name: getattr(figures, f.name) for f in fields(CacheFigures)},
+        settings=settings,
+        streams={name: len(ts) for name, ts in streams.items()},
+        cache_reset_before_run=reset,
+        block_size=before.block_size,
+        wall_s=wall_s,
+        steps_scored=summary.steps_scored,
+        steps_failed=summary.steps_failed,
+        metrics_queries=queries,
+        metrics_hits=hits,
+        measured_rate=measured,
+        ratio_to_bound=measured / bound if measured is not None and bound else None,
+    )
 
 
 # --- command line: ceb bench prefix-cache -------------------------------------------------------------------
 
 _HELP = """Prefix-cache hit rate on a REAL vLLM server against the whole-block bound our prompts allow.
 
-    # the local CPU build of vLLM with the tiny random-weight model of the tests (needs .venv-vllm):
-    ceb bench prefix-cache --tiny
     # any vLLM server you run (start it with --enable-prompt-tokens-details; VLLM_SERVER_DEV_MODE=1 lets the
     # benchmark empty its cache before each run):
     ceb bench prefix-cache --root http://127.0.0.1:8000 --model M
+    # from a checkout, the tests' CPU build with their tiny random-weight model (needs .venv-vllm):
+    python benchmarks/tiny_vllm.py --server-arg=--enable-prompt-tokens-details -- \
+        prefix-cache --root {root0} --model {model}
 
 Scores ``ceb`` and ``static`` on the first two InterCode-Bash streams (15 trajectories each), once with the
 hindsight votes as ``V`` requests and once as one request with ``n = V``, and prints per run: vLLM's own hit rate
@@ -438,82 +497,71 @@ prompt tokens computed per hindsight round. Writes ``prefix-cache-<UTC>.json`` w
 See ``ceb/bench/prefix_cache.py`` for what the bound is.
 """
 
-TARGET = "measured hit rate >= 0.9 of the whole-block bound"
 
-
-def _print(run: dict[str, Any]) -> None:
-    s = run["settings"]
-    rate, bound, ratio = run["measured_rate"], run["bound_rate"], run["ratio_to_bound"]
+def _print(run: PrefixCacheRun) -> None:
+    s = run.settings
+    rate, bound, ratio = run.measured_rate, run.bound_rate, run.ratio_to_bound
     print(
-        f"\nsampling={s['sampling']} V={s['votes']} methods={','.join(s['methods'])} streams={s['streams']} "
-        f"block={run['block_size']} cache reset={run['cache_reset_before_run']} wall {run['wall_s']:.0f} s"
+        f"\nsampling={s.sampling} V={s.votes} methods={','.join(s.methods)} streams={run.streams} "
+        f"block={run.block_size} cache reset={run.cache_reset_before_run} wall {run.wall_s:.0f} s"
     )
     print(
-        f"  {run['requests']} requests, {run['prompt_tokens']:,} prompt tokens; vLLM looked up "
-        f"{run['queried_tokens']:,} tokens ({run['reading_requests']} requests read the cache)"
+        f"  {run.requests} requests, {run.prompt_tokens:,} prompt tokens; vLLM looked up "
+        f"{run.queried_tokens:,} tokens ({run.reading_requests} requests read the cache)"
     )
     print(
-        f"  vLLM /metrics: {run['metrics_hits']:,.0f} of {run['metrics_queries']:,.0f} tokens hit = {rate:.1%}; "
-        f"bound {bound:.1%}; ratio {ratio:.3f}"
+        f"  vLLM /metrics: {run.metrics_hits:,.0f} of {run.metrics_queries:,.0f} tokens hit = {_pct(rate)}; "
+        f"bound {_pct(bound)}; ratio {ratio if ratio is None else round(ratio, 3)}"
     )
     print("  stage        requests  looked up   bound     hit  per-token bound  (hits from)")
-    every = run | {"hit_rate": rate, "hit_source": "/metrics"}
-    for stage, f in [("all", every), *run["by_stage"].items()]:
-        rates = (f["bound_rate"], f["hit_rate"], f["token_bound_rate"])
-        b, h, t = (f"{x:.1%}" if x is not None else "-" for x in rates)
-        source = f"({f['hit_source']})" if f["hit_source"] else ""
-        print(f"  {stage:12} {f['requests']:>8} {f['queried_tokens']:>10,} {b:>7} {h:>7} {t:>16}  {source}")
-    h = run["hindsight_rounds"]
-    if h["rounds"]:
-        computed = h["computed_prompt_tokens_per_round"]
+    every = (run.requests, run.queried_tokens, run.bound_rate, rate, run.token_bound_rate, "/metrics")
+    rows = [("all", *every)] + [
+        (stage, f.requests, f.queried_tokens, f.bound_rate, f.hit_rate, f.token_bound_rate, f.hit_source)
+        for stage, f in run.by_stage.items()
+    ]
+    for stage, requests, queried, bound_rate, hit_rate, token_rate, source in rows:
+        rates = f"{_pct(bound_rate):>7} {_pct(hit_rate):>7} {_pct(token_rate):>16}"
+        print(f"  {stage:12} {requests:>8} {queried:>10,} {rates}  ({source or ''})")
+    h = run.hindsight_rounds
+    if h.rounds:
         print(
-            f"  hindsight: {h['rounds']} rounds of {h['requests_per_round']:.1f} requests, "
-            f"{h['prompt_tokens_per_round']:,.0f}-token prompt; per round {h['queried_tokens_per_round']:,.0f} "
-            f"tokens looked up, {computed:,.0f} computed"
-            if computed is not None
+            f"  hindsight: {h.rounds} rounds of {h.requests_per_round or 0:.1f} requests, "
+            f"{h.prompt_tokens_per_round or 0:,.0f}-token prompt; per round {h.queried_tokens_per_round or 0:,.0f} "
+            f"tokens looked up, {h.computed_prompt_tokens_per_round or 0:,.0f} computed"
+            if h.computed_prompt_tokens_per_round is not None
             else "  hindsight: computed tokens unknown (no per-request cache counts)"
         )
 
 
-async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+async def _bench(args: argparse.Namespace, work: Path) -> PrefixCacheResult:
     every = load_intercode_streams(args.intercode, work / "streams", datasets=("bash",))
     names = sorted(every)[: args.streams]
     streams = {name: every[name][: args.trajectories] for name in names}
-    with contextlib.ExitStack() as stack:
-        if args.tiny:
-            flags = [
-                "--enable-prompt-tokens-details",
-                *(["--block-size", str(args.block_size)] if args.block_size else []),
-            ]
-            (server,) = stack.enter_context(
-                tiny_vllm_servers(work, extra_args=flags, dev_mode=True, port=args.server_port or None)
-            )
-            root, model = server.base_url.removesuffix("/v1"), server.model
-        else:
-            root, model = args.root, args.model
-        runs = []
-        for sampling in args.sampling:
-            settings = PrefixCacheSettings(
-                sampling=sampling, votes=args.votes, max_concurrency=args.concurrency, proxy_port=args.proxy_port
-            )
-            run = await run_prefix_cache_bench(streams, root, model, settings, work / f"run-{sampling}")
-            _print(run)
-            runs.append(run)
-    return {"benchmark": "prefix-cache", "target": TARGET, "server": "tiny" if args.tiny else root, "runs": runs}
+    root, model = args.root.rstrip("/").removesuffix("/v1"), args.model
+    runs = []
+    for sampling in args.sampling:
+        settings = PrefixCacheSettings(
+            sampling=sampling, votes=args.votes, max_concurrency=args.concurrency, proxy_port=args.proxy_port
+        )
+        runs.append(await run_prefix_cache_bench(streams, root, model, settings, work / f"run-{sampling}"))
+        _print(runs[-1])
+    return PrefixCacheResult(root, tuple(runs))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``ceb bench prefix-cache``: :func:`run_prefix_cache_bench` per sampling and save the figures (``--help``)."""
     ap = bench_parser("prefix-cache", _HELP)
-    add_server_options(ap, "--root", "a running vLLM server's root URL, e.g. http://127.0.0.1:8000")
-    ap.add_argument("--block-size", type=int, help="--tiny: the server's KV block size (the CPU build's default: 128)")
+    ap.add_argument("--root", required=True, help="a running vLLM server's root URL, e.g. http://127.0.0.1:8000")
+    ap.add_argument("--model", required=True, help="the served model name")
     ap.add_argument("--streams", type=int, default=2, help="bash streams scored (first N by name)")
     ap.add_argument("--trajectories", type=int, default=15, help="trajectories kept per stream")
     ap.add_argument("--votes", type=int, default=5, help="V")
     ap.add_argument("--concurrency", type=int, default=32, help="requests in flight at most")
     ap.add_argument("--sampling", nargs="+", default=["requests", "n"], choices=["requests", "n"])
-    ap.add_argument("--server-port", type=int, default=0, help="--tiny: the vLLM server's port (0: a free one)")
     ap.add_argument("--proxy-port", type=int, default=0, help="the recording proxy's port (0: a free one)")
     args = ap.parse_args(argv)
-    check_server_options(ap, args, "--root")
     return run_and_save("prefix-cache", _bench, args)

@@ -1,23 +1,42 @@
-"""Where a benchmark's figures go: one JSON file per run, named by the benchmark and the UTC time it was written."""
+"""Where a benchmark's figures go: one JSON file per run, named by the benchmark and the UTC time it was written.
+
+A tool's result is a frozen dataclass (its rows and parts dataclasses too); :func:`save_results` is the one writer
+that turns it into the file, with the benchmark's name first and the machine last.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = ["save_results"]
 
 
-def save_results(out: Path, kind: str, doc: dict[str, Any]) -> Path:
-    """Write ``doc`` as ``<out>/<kind>-<UTC stamp>.json`` (indented; numpy arrays and scalars allowed).
+def save_results(
+    out: Path,
+    kind: str,
+    result: DataclassInstance | Mapping[str, Any],
+    machine: Mapping[str, Any] | None = None,
+    *,
+    path: Path | None = None,
+) -> Path:
+    """Write ``result`` as ``<out>/<kind>-<UTC stamp>.json``: ``{"benchmark": kind, ...its fields, "machine"}``.
 
     Args:
         out: The results folder; created when missing.
         kind: The benchmark's name, e.g. ``scale``.
-        doc: The figures, settings and ``machine_info()`` of the run.
+        result: Its figures and settings: a dataclass (nested dataclasses, tuples and numpy values allowed), or a
+            mapping (the checkout's scripts).
+        machine: :func:`ceb.bench.machine.machine_info` of the run, if not in ``result`` already.
+        path: Write this file instead of a new one (a benchmark that saves as it goes rewrites one file).
 
     Returns:
         The path written.
@@ -26,7 +45,9 @@ def save_results(out: Path, kind: str, doc: dict[str, Any]) -> Path:
         OSError: The folder or file cannot be written.
         TypeError: A value orjson cannot encode.
     """
+    fields = dataclasses.asdict(result) if dataclasses.is_dataclass(result) else dict(result)
+    doc = {"benchmark": kind, **fields} | ({"machine": dict(machine)} if machine is not None else {})
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{kind}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+    path = path or out / f"{kind}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
     return path

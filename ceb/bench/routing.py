@@ -1,6 +1,6 @@
-"""Server-side priority and replica affinity, measured on real vLLM servers.
+"""Server-side priority, replica affinity and a router's policy, measured on real vLLM servers.
 
-Two measurements, each with both arms in one run (alternated, so the shared machine's noise hits both):
+Three measurements, each with both arms in one run (alternated, so the shared machine's noise hits both):
 
 * **priority**: one server started with ``--scheduling-policy priority`` and a small ``--max-num-seqs``, while
   ``ceb`` keeps many more requests in flight (``backend.max_concurrency``), so the queue that decides the order
@@ -11,39 +11,59 @@ Two measurements, each with both arms in one run (alternated, so the shared mach
   against ``least_outstanding``. Figures: makespan, and the prefix-cache hit rate per replica and overall from
   the ``/metrics`` counters' deltas (:mod:`ceb.backends.server_metrics`), each replica's cache emptied before each arm.
 
-The servers are any vLLM servers at the given roots; ``ceb bench routing --tiny`` starts the tests' CPU
-build with a tiny random-weight model, whose replies are noise but whose request timing and caching are real.
+* **router**: two or more replicas behind a router (vLLM's ``vllm-router``), one router per policy given with
+  ``--router POLICY=URL``: ``consistent_hash`` on ceb's ``X-Session-ID`` (its lane key, so a lane's requests meet
+  the prefix cache its earlier requests filled) against ``round_robin``. Several ``ceb score --shard i/N``
+  processes run at once with the router as their one endpoint, arms in ABBA order (a steady drift of the
+  machine's load weighs on both alike), each replica's cache emptied before each arm. Figures: the makespan (from
+  launching the shards until the last exits) and the hit rates as for affinity; the ratio is round_robin's mean
+  makespan over consistent_hash's.
+
+The servers are any vLLM servers at the given roots, started with ``VLLM_SERVER_DEV_MODE=1`` so their caches can
+be emptied. From a checkout, ``python benchmarks/tiny_vllm.py`` starts the tests' CPU build for them.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
+import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import anyio
 
 from ceb.backends.server_metrics import ServerMetrics
 from ceb.bench.machine import machine_info
-from ceb.bench.options import bench_parser, require_checkout, run_and_save, tiny_vllm_servers
-from ceb.bench.pipeline import load_intercode_streams
+from ceb.bench.options import bench_parser, load_intercode_streams, run_and_save
 from ceb.bench.server_admin import reset_prefix_cache, server_metrics
 from ceb.config import RunConfig, load_config
+from ceb.data.intercode import convert_intercode
 from ceb.data.trajectory import Trajectory
 from ceb.pipeline import run_scoring
+from ceb.pipeline.rundir import RunDir
 
 __all__ = [
+    "ROUTER_ARMS",
+    "RouterBenchSettings",
+    "ArmMean",
+    "ArmRun",
+    "Comparison",
+    "ReplicaCache",
     "RoutingBenchSettings",
+    "RoutingResult",
     "affinity_workload",
     "cache_deltas",
+    "compare",
     "main",
     "mixed_workload",
     "run_affinity_bench",
     "run_priority_bench",
+    "run_router_bench",
 ]
 
 
@@ -144,97 +164,147 @@ def _share(part: float, whole: float) -> float | None:
     return part / whole if whole else None
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaCache:
+    """One replica's prefix-cache tokens looked up and hit during a run (``/metrics`` deltas), and the hit rate."""
+
+    root: str
+    queries: float
+    hits: float
+    hit_rate: float | None  # None: no tokens looked up
+
+
+@dataclass(frozen=True, slots=True)
+class ArmRun:
+    """One run of an arm: its makespan (s), steps, whether every cache was emptied first, and the caches' hits."""
+
+    arm: str
+    repeat: int
+    makespan_s: float
+    steps_scored: int
+    steps_failed: int
+    cache_reset: bool
+    replicas: tuple[ReplicaCache, ...] = ()
+
+    @property
+    def queries(self) -> float:
+        """Tokens looked up in every replica's prefix cache."""
+        return sum(r.queries for r in self.replicas)
+
+    @property
+    def hits(self) -> float:
+        """Tokens found there."""
+        return sum(r.hits for r in self.replicas)
+
+    @property
+    def hit_rate(self) -> float | None:
+        """Over all replicas (``None``: no tokens looked up)."""
+        return _share(self.hits, self.queries)
+
+
+@dataclass(frozen=True, slots=True)
+class ArmMean:
+    """An arm over its runs: the mean makespan (s), and the hit rate over all their tokens (``None``: none)."""
+
+    mean_makespan_s: float
+    hit_rate: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """One part's two arms, alternated over repeats.
+
+    Attributes:
+        settings: The part's knobs.
+        streams: Stream name -> steps scored (or the stream files' names, for the router part).
+        runs: Every run, in the order run.
+        arms: Arm -> its mean; the first arm first (``off``, ``least_outstanding``, ``round_robin``).
+        ratio: The first arm's mean makespan over the second's: above 1, the second finished sooner.
+        better: The arm with the shorter mean makespan.
+    """
+
+    settings: RoutingBenchSettings | RouterBenchSettings
+    streams: dict[str, int] | tuple[str, ...]
+    runs: tuple[ArmRun, ...]
+    arms: dict[str, ArmMean]
+    ratio: float
+    better: str
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingResult:
+    """``ceb bench routing``'s record: the parts run (``None``: not asked for) on the servers given."""
+
+    priority: Comparison | None
+    affinity: Comparison | None
+    router: Comparison | None
+
+
 def cache_deltas(
     roots: Sequence[str], before: Sequence[ServerMetrics], after: Sequence[ServerMetrics]
-) -> list[dict[str, Any]]:
-    """Per replica, the prefix-cache tokens looked up and hit between two ``/metrics`` readings, and the hit rate.
+) -> tuple[ReplicaCache, ...]:
+    """Per replica, the prefix-cache tokens looked up and hit between two ``/metrics`` readings.
 
     Args:
         roots: The replicas' root URLs, in the order of the readings.
         before: Each replica's reading before the run.
         after: Each one's reading after it.
 
-    Returns:
-        One ``{"root", "queries", "hits", "hit_rate"}`` per replica (tokens; ``hit_rate`` ``None`` without queries).
-
     Raises:
         RuntimeError: A replica's ``/metrics`` has no prefix-cache counters (prefix caching off, not vLLM).
     """
-    out: list[dict[str, Any]] = []
+    out = []
     for root, b, a in zip(roots, before, after, strict=True):
         if None in (b.prefix_cache_queries, b.prefix_cache_hits, a.prefix_cache_queries):
             raise RuntimeError(f"{root}/metrics has no prefix-cache counters: is prefix caching on?")
         queries = (a.prefix_cache_queries or 0.0) - (b.prefix_cache_queries or 0.0)
         hits = (a.prefix_cache_hits or 0.0) - (b.prefix_cache_hits or 0.0)
-        out.append({"root": root, "queries": queries, "hits": hits, "hit_rate": _share(hits, queries)})
-    return out
+        out.append(ReplicaCache(root, queries, hits, _share(hits, queries)))
+    return tuple(out)
 
 
-def run_record(
-    arm: str,
-    repeat: int,
-    makespan_s: float,
-    scored: int,
-    failed: int,
-    reset: Sequence[bool],
-    replicas: list[dict[str, Any]],
-) -> dict[str, Any]:
-    """One run of an arm as the benchmark files record it.
-
-    Its makespan (s), steps scored and failed, whether every replica's cache was emptied before it, and the
-    prefix-cache tokens looked up and hit per replica (``replicas``, from :func:`cache_deltas`) and over all.
-    """
-    queries, hits = sum(r["queries"] for r in replicas), sum(r["hits"] for r in replicas)
-    return {
-        "arm": arm,
-        "repeat": repeat,
-        "makespan_s": makespan_s,
-        "steps_scored": scored,
-        "steps_failed": failed,
-        "cache_reset": all(reset),
-        "replicas": replicas,
-        "queries": queries,
-        "hits": hits,
-        "hit_rate": _share(hits, queries),
-    }
-
-
-def arm_means(runs: Sequence[Mapping[str, Any]], arms: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Per arm, the mean makespan (s) over its runs and the hit rate over all their tokens (``None``: none)."""
-    out: dict[str, dict[str, Any]] = {}
+def compare(
+    settings: RoutingBenchSettings | RouterBenchSettings,
+    streams: dict[str, int] | tuple[str, ...],
+    runs: Sequence[ArmRun],
+    arms: Sequence[str],
+) -> Comparison:
+    """The :class:`Comparison` of ``runs`` between the two ``arms`` (each arm's hit rate pooled over its tokens)."""
+    means = {}
     for arm in arms:
-        mine = [r for r in runs if r["arm"] == arm]
-        out[arm] = {
-            "mean_makespan_s": sum(r["makespan_s"] for r in mine) / len(mine),
-            "hit_rate": _share(sum(r["hits"] for r in mine), sum(r["queries"] for r in mine)),
-        }
-    return out
+        mine = [r for r in runs if r.arm == arm]
+        rate = _share(sum(r.hits for r in mine), sum(r.queries for r in mine))
+        means[arm] = ArmMean(sum(r.makespan_s for r in mine) / len(mine), rate)
+    first, second = (means[a].mean_makespan_s for a in arms)
+    return Comparison(settings, streams, tuple(runs), means, first / second, arms[1] if second <= first else arms[0])
 
 
 def _rate(share: float | None) -> str:
     return "-" if share is None else f"{share:.1%}"
 
 
-def print_run(r: Mapping[str, Any], width: int) -> None:
-    """Print one :func:`run_record`: makespan, steps, and the hit rate overall and per replica (``-``: no tokens)."""
-    per = ", ".join(_rate(x["hit_rate"]) for x in r["replicas"])
+def print_run(r: ArmRun, width: int) -> None:
+    """Print one run: makespan, steps, and the hit rate overall and per replica (``-``: no tokens)."""
+    per = ", ".join(_rate(x.hit_rate) for x in r.replicas)
     print(
-        f"  {r['arm']:>{width}} #{r['repeat']}: makespan {r['makespan_s']:6.1f} s, {r['steps_scored']} steps "
-        f"({r['steps_failed']} failed), hit rate {_rate(r['hit_rate'])} (per replica {per}; "
-        f"{r['queries']:,.0f} tokens looked up)",
+        f"  {r.arm:>{width}} #{r.repeat}: makespan {r.makespan_s:6.1f} s, {r.steps_scored} steps "
+        f"({r.steps_failed} failed), hit rate {_rate(r.hit_rate)} (per replica {per}; "
+        f"{r.queries:,.0f} tokens looked up)",
         flush=True,
     )
 
 
-def print_arms(arms: Mapping[str, Mapping[str, Any]], width: int) -> None:
-    """Print :func:`arm_means`: each arm's mean makespan and pooled hit rate."""
-    for arm, a in arms.items():
-        print(f"  {arm:>{width}}: mean makespan {a['mean_makespan_s']:.1f} s, hit rate {_rate(a['hit_rate'])}")
+def print_comparison(name: str, c: Comparison, width: int) -> None:
+    """Print a part: each arm's mean makespan and pooled hit rate, and the ratio."""
+    print(f"\n{name}: streams {c.streams}")
+    for arm, a in c.arms.items():
+        print(f"  {arm:>{width}}: mean makespan {a.mean_makespan_s:.1f} s, hit rate {_rate(a.hit_rate)}")
+    print(f"  {'/'.join(c.arms)} makespan = {c.ratio:.3f}; better: {c.better}")
 
 
 async def run_priority_bench(
     streams: Mapping[str, Sequence[Trajectory]], root: str, model: str, settings: RoutingBenchSettings, work: Path
-) -> dict[str, Any]:
+) -> Comparison:
     """Makespan of ``streams`` with ``backend.server_priority`` ``off`` and ``on``, alternated ``repeats`` times.
 
     Args:
@@ -245,11 +315,10 @@ async def run_priority_bench(
         work: A fresh directory for the runs.
 
     Returns:
-        Per run: arm, makespan (s), steps scored and failed; per arm the mean makespan; and ``ratio``
-        (mean makespan off / on: above 1 means forwarding the priority shortened the run).
+        The runs and arms ``off`` / ``on`` (a ratio above 1: forwarding the priority shortened the run).
     """
     root = root.rstrip("/")
-    runs: list[dict[str, Any]] = []
+    runs: list[ArmRun] = []
     async with aiohttp.ClientSession() as session:
         for i in range(settings.repeats):
             for arm in ("off", "on"):
@@ -266,18 +335,9 @@ async def run_priority_bench(
                     settings.votes,
                 )
                 wall, scored, failed = await _score(streams, config, work / f"priority-{arm}-{i}")
-                runs.append(
-                    {"arm": arm, "repeat": i, "makespan_s": wall, "steps_scored": scored, "steps_failed": failed}
-                )
-                runs[-1]["cache_reset"] = reset
-    mean = {arm: sum(r["makespan_s"] for r in runs if r["arm"] == arm) / settings.repeats for arm in ("off", "on")}
-    return {
-        "settings": asdict(settings),
-        "streams": {name: sum(len(t.steps) for t in ts) for name, ts in streams.items()},
-        "runs": runs,
-        "mean_makespan_s": mean,
-        "ratio_off_over_on": mean["off"] / mean["on"],
-    }
+                runs.append(ArmRun(arm, i, wall, scored, failed, reset))
+    steps = {name: sum(len(t.steps) for t in ts) for name, ts in streams.items()}
+    return compare(settings, steps, runs, ("off", "on"))
 
 
 async def run_affinity_bench(
@@ -286,7 +346,7 @@ async def run_affinity_bench(
     model: str,
     settings: RoutingBenchSettings,
     work: Path,
-) -> dict[str, Any]:
+) -> Comparison:
     """Makespan and prefix-cache hit rates with ``backend.routing`` ``least_outstanding`` and ``affinity``.
 
     Each run empties every replica's prefix cache first and reads each one's ``/metrics`` counters before and
@@ -300,15 +360,13 @@ async def run_affinity_bench(
         work: A fresh directory for the runs.
 
     Returns:
-        Per run: arm, makespan (s), steps, and per replica the tokens looked up and hit with the hit rate, plus
-        the overall rate; per arm the mean makespan and the pooled hit rate; ``makespan_ratio`` (least
-        outstanding / affinity) and ``better`` (the arm with the shorter mean makespan).
+        The runs (each with its replicas' cache hits) and arms ``least_outstanding`` / ``affinity``.
 
     Raises:
         RuntimeError: A replica's ``/metrics`` has no prefix-cache counters (prefix caching off, not vLLM).
     """
     roots = [r.rstrip("/") for r in roots]
-    runs: list[dict[str, Any]] = []
+    runs: list[ArmRun] = []
     async with aiohttp.ClientSession() as session:
         for i in range(settings.repeats):
             for arm in ("least_outstanding", "affinity"):
@@ -327,55 +385,142 @@ async def run_affinity_bench(
                 )
                 wall, scored, failed = await _score(streams, config, work / f"affinity-{arm}-{i}")
                 after = [await server_metrics(session, r) for r in roots]
-                runs.append(run_record(arm, i, wall, scored, failed, reset, cache_deltas(roots, before, after)))
-    arms = arm_means(runs, ("least_outstanding", "affinity"))
-    lo, af = arms["least_outstanding"]["mean_makespan_s"], arms["affinity"]["mean_makespan_s"]
-    return {
-        "settings": asdict(settings),
-        "streams": {name: sum(len(t.steps) for t in ts) for name, ts in streams.items()},
-        "runs": runs,
-        "arms": arms,
-        "makespan_ratio_lo_over_affinity": lo / af,
-        "better": "affinity" if af <= lo else "least_outstanding",
-    }
+                runs.append(ArmRun(arm, i, wall, scored, failed, all(reset), cache_deltas(roots, before, after)))
+    steps = {name: sum(len(t.steps) for t in ts) for name, ts in streams.items()}
+    return compare(settings, steps, runs, ("least_outstanding", "affinity"))
+
+
+ROUTER_ARMS = ("round_robin", "consistent_hash")
+"""The router's policies compared, in the order even-numbered repeats run them (odd ones reverse it)."""
+
+_CLI = "from ceb.cli import main; main()"
+
+
+@dataclass(frozen=True, slots=True)
+class RouterBenchSettings:
+    """The knobs of one measurement.
+
+    Attributes:
+        methods: Methods scored (``static``: one critic request per step; ``ceb`` adds bank prompts and votes).
+        limit: Trajectories scored per stream (``ceb score --limit``).
+        shards: ``ceb score`` processes run at once (``--shard i/N``).
+        max_concurrency: ``backend.max_concurrency`` of each process (its requests in flight to the router).
+        repeats: Runs per arm, arms alternated (ABBA: odd-numbered repeats run ``consistent_hash`` first).
+    """
+
+    methods: tuple[str, ...] = ("static",)
+    limit: int = 3
+    shards: int = 2
+    max_concurrency: int = 8
+    repeats: int = 2
+
+
+def _shards(
+    streams: Sequence[Path], base_url: str, model: str, settings: RouterBenchSettings, work: Path
+) -> tuple[float, int, int]:
+    """Run the ``settings.shards`` shard processes at once; the makespan (s), steps scored and steps failed.
+
+    Raises:
+        RuntimeError: A shard exited non-zero (the message ends with its output's tail).
+    """
+    runs = [work / f"shard-{i}" for i in range(settings.shards)]
+    common = ["--backend", "openai", "--base-url", base_url, "--model", model, "--methods", ",".join(settings.methods)]
+    common += ["--limit", str(settings.limit), "--max-concurrency", str(settings.max_concurrency)]
+    logs = [work / f"shard-{i}.log" for i in range(settings.shards)]
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    procs = []
+    for i, (run, log) in enumerate(zip(runs, logs, strict=True)):
+        with log.open("wb") as out:
+            cmd = [sys.executable, "-c", _CLI, "--progress", "off", "score", *map(str, streams), "--out", str(run)]
+            procs.append(subprocess.Popen([*cmd, "--shard", f"{i}/{settings.shards}", *common], stdout=out, stderr=out))
+    codes = [p.wait() for p in procs]
+    wall = time.perf_counter() - started
+    for code, log in zip(codes, logs, strict=True):
+        if code != 0:
+            tail = log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"a ceb score shard exited with {code}:\n{tail}")
+    rows = [r for run in runs for r in RunDir(run).step_rows()]
+    return wall, sum(r.status == "scored" for r in rows), sum(r.status == "failed" for r in rows)
+
+
+async def run_router_bench(
+    streams: Sequence[Path],
+    routers: Mapping[str, str],
+    roots: Sequence[str],
+    model: str,
+    settings: RouterBenchSettings,
+    work: Path,
+) -> Comparison:
+    """Makespan and prefix-cache hit rates behind ``vllm-router`` under ``round_robin`` and ``consistent_hash``.
+
+    Args:
+        streams: Trajectory JSONL files, one stream each.
+        routers: Policy (:data:`ROUTER_ARMS`) -> the API root of a router running it in front of ``roots``.
+        roots: The replicas' root URLs (no ``/v1``), serving ``model``, started with ``VLLM_SERVER_DEV_MODE=1``.
+        model: The served model name.
+        settings: Methods, trajectories, shards, concurrency, repeats.
+        work: A fresh directory for the runs.
+
+    Returns:
+        The runs and arms ``round_robin`` / ``consistent_hash`` (a ratio above 1: consistent hashing finished
+        sooner).
+
+    Raises:
+        RuntimeError: A replica cannot empty its prefix cache (not in dev mode), a shard failed, or a replica has no
+            prefix-cache counters.
+    """
+    roots = [r.rstrip("/").removesuffix("/v1") for r in roots]
+    work.mkdir(parents=True, exist_ok=True)
+    runs: list[ArmRun] = []
+    async with aiohttp.ClientSession() as session:
+        for i in range(settings.repeats):
+            # ABBA: the arms swap places every repeat, so a steady drift of the machine's load (shared, here)
+            # weighs on both alike; round_robin first every time would give consistent_hash the later slot in each.
+            for arm in ROUTER_ARMS if i % 2 == 0 else ROUTER_ARMS[::-1]:
+                reset = [await reset_prefix_cache(session, r) for r in roots]
+                if not all(reset):
+                    # Each consistent_hash run follows a round_robin run over the same prompts: from a cache not
+                    # emptied it would find them there, and the comparison would favour it.
+                    kept = ", ".join(r for r, ok in zip(roots, reset, strict=True) if not ok)
+                    raise RuntimeError(
+                        f"{kept}: POST /reset_prefix_cache did not empty the prefix cache; start the replicas with "
+                        f"VLLM_SERVER_DEV_MODE=1"
+                    )
+                before = [await server_metrics(session, r) for r in roots]
+                wall, scored, failed = await anyio.to_thread.run_sync(
+                    _shards, streams, routers[arm], model, settings, work / f"{arm}-{i}"
+                )
+                after = [await server_metrics(session, r) for r in roots]
+                runs.append(ArmRun(arm, i, wall, scored, failed, all(reset), cache_deltas(roots, before, after)))
+                print_run(runs[-1], 15)
+    return compare(settings, tuple(p.stem for p in streams), runs, ROUTER_ARMS)
 
 
 # --- command line: ceb bench routing ------------------------------------------------------------------------
 
-_HELP = """Server-side priority and replica affinity on REAL vLLM servers (see ``ceb/bench/routing.py``).
+_HELP = """Server-side priority, replica affinity and a router's policy on REAL vLLM servers (``ceb/bench/routing.py``).
 
-    # the local CPU build of vLLM with the tests' tiny random-weight model (needs .venv-vllm); it starts one
-    # server for the priority measurement, then two replicas for the affinity one:
-    ceb bench routing --tiny
-    # servers you run: --priority-root (started with --scheduling-policy priority and a small --max-num-seqs)
-    # and two or more --replica roots (started with VLLM_SERVER_DEV_MODE=1 so their caches can be emptied):
+    # --priority-root: a server started with --scheduling-policy priority and a small --max-num-seqs; --replica:
+    # two or more (VLLM_SERVER_DEV_MODE=1 so their caches can be emptied); --router: one router per policy in
+    # front of those replicas (vllm-router --policy round_robin / consistent_hash):
     ceb bench routing --priority-root http://127.0.0.1:8000 \\
-        --replica http://127.0.0.1:8001 --replica http://127.0.0.1:8002 --model M
+        --replica http://127.0.0.1:8001 --replica http://127.0.0.1:8002 --model M \\
+        --router round_robin=http://127.0.0.1:9001/v1 --router consistent_hash=http://127.0.0.1:9002/v1
+    # from a checkout, the tests' CPU build with their tiny random-weight model (needs .venv-vllm):
+    python benchmarks/tiny_vllm.py --server-arg=--scheduling-policy --server-arg=priority \\
+        --server-arg=--max-num-seqs --server-arg=2 -- routing --parts priority --priority-root {root0} --model {model}
+    python benchmarks/tiny_vllm.py --servers 2 --routers -- routing --parts affinity router \\
+        --replica {root0} --replica {root1} --model {model} \\
+        --router round_robin={router_round_robin} --router consistent_hash={router_consistent_hash}
 
-Prints the makespan with the priority forwarded and not, and the makespan and prefix-cache hit rates with
-affinity routing and least-outstanding; writes ``routing-<UTC>.json`` with the settings and the machine.
+Prints the makespan with the priority forwarded and not; the makespan and prefix-cache hit rates with affinity
+routing and least-outstanding, and behind the router per policy; writes ``routing-<UTC>.json`` with the settings
+and the machine.
 """
 
 
-def _print_priority(doc: dict[str, Any]) -> None:
-    print(f"\npriority (server {doc['server_args']}): streams {doc['streams']}")
-    for r in doc["runs"]:
-        print(f"  {r['arm']:>3} #{r['repeat']}: makespan {r['makespan_s']:6.1f} s, {r['steps_scored']} steps")
-    m = doc["mean_makespan_s"]
-    print(f"  mean off {m['off']:.1f} s, on {m['on']:.1f} s; off/on = {doc['ratio_off_over_on']:.3f}")
-
-
-def _print_affinity(doc: dict[str, Any]) -> None:
-    print(f"\naffinity ({len(doc['runs'][0]['replicas'])} replicas): streams {doc['streams']}")
-    for r in doc["runs"]:
-        print_run(r, 17)
-    print_arms(doc["arms"], 17)
-    print(
-        f"  least_outstanding/affinity makespan = {doc['makespan_ratio_lo_over_affinity']:.3f}; better: {doc['better']}"
-    )
-
-
-async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+async def _bench(args: argparse.Namespace, work: Path) -> RoutingResult:
     every = load_intercode_streams(args.intercode, work / "streams", datasets=("bash",))
     settings = RoutingBenchSettings(
         repeats=args.repeats,
@@ -384,63 +529,58 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         priority_concurrency=args.priority_concurrency,
         affinity_concurrency=args.affinity_concurrency,
     )
-    doc: dict[str, Any] = {"benchmark": "routing", "server": "tiny" if args.tiny else "given"}
+    priority = affinity = router = None
     if "priority" in args.parts:
-        server_args = ["--scheduling-policy", "priority", "--max-num-seqs", str(args.max_num_seqs)]
         streams = mixed_workload(every, settings.long_steps, settings.short_lanes)
-        with contextlib.ExitStack() as stack:
-            if args.tiny:
-                (server,) = stack.enter_context(
-                    tiny_vllm_servers(work / "priority-logs", extra_args=server_args, dev_mode=True)
-                )
-                root, model = server.base_url.removesuffix("/v1"), server.model
-            else:
-                root, model = args.priority_root, args.model
-            part = await run_priority_bench(streams, root, model, settings, work / "priority")
-        doc["priority"] = part | {"server_args": server_args if args.tiny else "as given"}
-        _print_priority(doc["priority"])
+        priority = await run_priority_bench(streams, args.priority_root, args.model, settings, work / "priority")
+        print_comparison("priority", priority, 3)
     if "affinity" in args.parts:
         streams = affinity_workload(every, args.streams, args.trajectories)
-        with contextlib.ExitStack() as stack:
-            if args.tiny:
-                servers = stack.enter_context(
-                    tiny_vllm_servers(
-                        work / "affinity-logs", 2, extra_args=["--enable-prompt-tokens-details"], dev_mode=True
-                    )
-                )
-                roots, model = [s.base_url.removesuffix("/v1") for s in servers], servers[0].model
-            else:
-                roots, model = args.replica, args.model
-            doc["affinity"] = await run_affinity_bench(streams, roots, model, settings, work / "affinity")
-        _print_affinity(doc["affinity"])
-    return doc
+        affinity = await run_affinity_bench(streams, args.replica, args.model, settings, work / "affinity")
+        print_comparison("affinity", affinity, 17)
+    if "router" in args.parts:
+        converted = convert_intercode(args.intercode, work / "router-streams", datasets=("bash",))
+        paths = [c.path for c in converted][: args.router_streams]
+        knobs = RouterBenchSettings(
+            methods=tuple(args.router_methods.split(",")),
+            limit=args.router_limit,
+            shards=args.shards,
+            max_concurrency=args.shard_concurrency,
+            repeats=args.repeats,
+        )
+        routers = dict(r.split("=", 1) for r in args.router)
+        router = await run_router_bench(paths, routers, args.replica, args.model, knobs, work / "router")
+        print_comparison("router", router, 15)
+    return RoutingResult(priority, affinity, router)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``ceb bench routing``: the priority and affinity parts and save the figures (``--help`` lists options)."""
+    """``ceb bench routing``: the parts asked for, and save the figures (``--help`` lists options)."""
     ap = bench_parser("routing", _HELP)
-    ap.add_argument("--tiny", action="store_true", help="start the tests' CPU vLLM servers (needs .venv-vllm)")
-    ap.add_argument("--priority-root", help="a running server with --scheduling-policy priority (without --tiny)")
+    ap.add_argument("--priority-root", help="a running server with --scheduling-policy priority (priority)")
     ap.add_argument("--replica", action="append", default=[], help="a running replica's root URL (repeat it)")
-    ap.add_argument("--model", help="served model name (without --tiny)")
-    ap.add_argument("--parts", nargs="+", default=["priority", "affinity"], choices=["priority", "affinity"])
-    ap.add_argument("--max-num-seqs", type=int, default=2, help="--tiny: the priority server's --max-num-seqs")
+    ap.add_argument("--router", action="append", default=[], help="POLICY=URL: a router's API root (repeat it)")
+    ap.add_argument("--model", required=True, help="the served model name")
+    parts = ["priority", "affinity", "router"]
+    ap.add_argument("--parts", nargs="+", default=parts[:2], choices=parts, help="the measurements run")
     ap.add_argument("--priority-concurrency", type=int, default=64, help="ceb's max_concurrency for priority")
     ap.add_argument("--affinity-concurrency", type=int, default=8, help="ceb's max_concurrency per replica")
     ap.add_argument("--long-steps", type=int, default=48, help="steps of the long stream (priority)")
     ap.add_argument("--short-lanes", type=int, default=8, help="one-trajectory streams beside it (priority)")
     ap.add_argument("--streams", type=int, default=4, help="bash streams scored (affinity)")
     ap.add_argument("--trajectories", type=int, default=4, help="trajectories kept per stream (affinity)")
+    ap.add_argument("--router-methods", default="static", help="comma-separated methods scored (router)")
+    ap.add_argument("--router-streams", type=int, default=7, help="InterCode-Bash streams scored (router)")
+    ap.add_argument("--router-limit", type=int, default=3, help="trajectories per stream (router)")
+    ap.add_argument("--shards", type=int, default=2, help="ceb score processes at once (router)")
+    ap.add_argument("--shard-concurrency", type=int, default=8, help="each shard's requests in flight (router)")
     ap.add_argument("--repeats", type=int, default=2, help="runs per arm, arms alternated")
     args = ap.parse_args(argv)
-    if not args.tiny:
-        if not args.model:
-            ap.error("without --tiny, give --model")
-        if "priority" in args.parts and not args.priority_root:
-            ap.error("without --tiny, the priority part needs --priority-root")
-        if "affinity" in args.parts and len(args.replica) < 2:
-            ap.error("without --tiny, the affinity part needs two --replica roots or more")
-    else:
-        require_checkout()
+    if "priority" in args.parts and not args.priority_root:
+        ap.error("the priority part needs --priority-root")
+    if {"affinity", "router"} & set(args.parts) and len(args.replica) < 2:
+        ap.error("the affinity and router parts need two --replica roots or more")
+    if "router" in args.parts and {r.split("=", 1)[0] for r in args.router} != set(ROUTER_ARMS):
+        ap.error(f"the router part needs one --router POLICY=URL for each of {', '.join(ROUTER_ARMS)}")
     shared = {"shared": "the machine was shared with other jobs during the run"}
     return run_and_save("routing", _bench, args, machine=machine_info() | shared)

@@ -31,7 +31,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +40,7 @@ import anyio
 from ceb.backends.base import AttemptRecord
 from ceb.backends.scheduling import EndpointLimits
 from ceb.bench.machine import machine_info
-from ceb.bench.options import bench_parser
-from ceb.bench.pipeline import load_intercode_streams
+from ceb.bench.options import bench_parser, load_intercode_streams
 from ceb.bench.processes import SimReplicas, sim_replicas, sim_stats
 from ceb.bench.result_files import save_results
 from ceb.bench.stats import summarize
@@ -53,7 +52,20 @@ from ceb.pipeline import run_scoring
 from ceb.sim import SimConfig
 from ceb.stages.assembly import build_stages
 
-__all__ = ["ScaleSettings", "main", "process_cpu_s", "run_scale_bench", "run_scale_point"]
+__all__ = [
+    "Extrapolation",
+    "GcPauses",
+    "GcRatio",
+    "Knee",
+    "LoopLag",
+    "ScalePlan",
+    "ScalePoint",
+    "ScaleSettings",
+    "main",
+    "process_cpu_s",
+    "run_scale_bench",
+    "run_scale_point",
+]
 
 _LAG_TICK_S = 0.05
 
@@ -91,6 +103,110 @@ class ScaleSettings:
     sim_processes: int = 1
     pin: bool = True
     gc_modes: tuple[str, ...] = ("quiet",)
+
+
+@dataclass(frozen=True, slots=True)
+class LoopLag:
+    """The event loop's lag behind its ticks during the window (ms)."""
+
+    mean: float
+    p99: float
+    max: float
+
+
+@dataclass(frozen=True, slots=True)
+class GcPauses:
+    """The collector's pauses during the window: how many, full ones, their total (s) and the longest (ms)."""
+
+    count: int
+    full: int
+    total_s: float
+    max_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class ScalePoint:
+    """One replica count ``R`` measured over the window (``nan`` where the simulators served nothing).
+
+    Rates are per second of the window; ``saturation`` is the calls achieved over the replicas' capacity
+    (``R x slots / mean service time``); ``ceb_*`` is this process, ``sim_*`` the simulators' (``None`` when not
+    read); ``pinned``: the CPUs each side was kept on (``None``: not pinned).
+    """
+
+    replicas: int
+    gc: str
+    lanes: int
+    orders: int
+    slots: int
+    window_s: float
+    ended_inside_window: bool
+    calls: int
+    calls_by_stage: dict[str, int]
+    failed_attempts: int
+    achieved_calls_per_s: float
+    mean_service_s: float
+    mean_prompt_tokens: float
+    mean_completion_tokens: float
+    capacity_calls_per_s: float
+    saturation: float
+    mean_client_queue_ms: float
+    mean_latency_ms: float
+    ceb_cpu_utilisation: float
+    ceb_cpu_user_s: float
+    ceb_cpu_system_s: float
+    ceb_cpu_ms_per_call: float
+    ceb_core_busy: float | None
+    sim_cpu_utilisation: float | None
+    sim_cpu_ms_per_call: float | None
+    loop_lag_ms: LoopLag
+    gc_pauses: GcPauses
+    pinned: dict[str, list[int]] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Knee:
+    """Where one process stops keeping the replicas busy (see :func:`run_scale_bench`)."""
+
+    saturation_threshold: float
+    largest_saturated_replicas: int | None
+    knee_cpu: float
+    first_unsaturated_replicas: int | None
+    unsaturated_not_ceb_bound: tuple[int, ...]
+    max_achieved_calls_per_s: float
+    ceb_cpu_utilisation_at_max: float
+
+
+@dataclass(frozen=True, slots=True)
+class Extrapolation:
+    """To a core of ceb's own: CPU ms per call, calls/s and replicas it serves, calls/s per core at the busiest."""
+
+    ceb_cpu_ms_per_call: float
+    calls_per_s_one_core: float
+    replicas_one_core: float
+    calls_per_s_per_core_at_max: float
+
+
+@dataclass(frozen=True, slots=True)
+class GcRatio:
+    """At one ``R``: the quiet collector's calls/s and CPU per call over the default's."""
+
+    replicas: int
+    calls_per_s_quiet_over_default: float
+    cpu_ms_per_call_quiet_over_default: float
+
+
+@dataclass(frozen=True, slots=True)
+class ScalePlan:
+    """``ceb bench scale``'s record: every point measured, the knee and the extrapolation (on ``gc_mode_of_knee``)."""
+
+    settings: ScaleSettings
+    per_replica_calls_s: float
+    gc_mode_of_knee: str
+    points: tuple[ScalePoint, ...]
+    gc_comparison: tuple[GcRatio, ...]
+    knee: Knee
+    extrapolation: Extrapolation
+    simulator: str = "ceb-simulator (not a model)"
 
 
 @dataclass
@@ -249,8 +365,8 @@ def run_scale_point(
     work: Path,
     *,
     gc_mode: str = "quiet",
-) -> dict[str, Any]:
-    """Measure one replica count ``R`` (see the module docstring); return its figures (JSON-ready).
+) -> ScalePoint:
+    """Measure one replica count ``R`` (see the module docstring); return its figures.
 
     Args:
         streams: Stream name -> trajectories.
@@ -311,45 +427,41 @@ def run_scale_point(
     if a.core is not None and b.core is not None and b.core[1] > a.core[1]:
         core_busy = (b.core[0] - a.core[0]) / (b.core[1] - a.core[1]) * (len(own) if own else os.cpu_count() or 1)
     pauses = [(s, g) for end, s, g in collections.pauses if a.wall <= end <= b.wall]
-    return {
-        "replicas": replicas,
-        "gc": gc_mode,
-        "lanes": len(streams) * orders * len(settings.methods),
-        "orders": orders,
-        "slots": replicas * slots,
-        "window_s": wall,
-        "ended_inside_window": ended_at is not None and ended_at < b.wall,
-        "calls": calls,
-        "calls_by_stage": {k: v - a.counts.by_stage.get(k, 0) for k, v in b.counts.by_stage.items()},
-        "failed_attempts": b.counts.failed - a.counts.failed,
-        "achieved_calls_per_s": calls / wall,
-        "mean_service_s": mean_service,
-        "mean_prompt_tokens": (b.sim_prompt_tokens - a.sim_prompt_tokens) / served if served else math.nan,
-        "mean_completion_tokens": (b.sim_completion_tokens - a.sim_completion_tokens) / served if served else math.nan,
-        "capacity_calls_per_s": capacity,
-        "saturation": (calls / wall) / capacity if served else math.nan,
-        "mean_client_queue_ms": (b.counts.queue_s - a.counts.queue_s) / calls * 1000 if calls else math.nan,
-        "mean_latency_ms": (b.counts.latency_s - a.counts.latency_s) / calls * 1000 if calls else math.nan,
-        "ceb_cpu_utilisation": cpu / wall,
-        "ceb_cpu_user_s": b.cpu_user - a.cpu_user,
-        "ceb_cpu_system_s": b.cpu_system - a.cpu_system,
-        "ceb_cpu_ms_per_call": cpu / calls * 1000 if calls else math.nan,
-        "ceb_core_busy": core_busy,
-        "sim_cpu_utilisation": None if sim_cpu is None else sim_cpu / wall,
-        "sim_cpu_ms_per_call": None if sim_cpu is None or not served else sim_cpu / served * 1000,
-        "loop_lag_ms": {
-            "mean": lag.mean,
-            "p99": lag.p99,
-            "max": lag.max,
-        },
-        "gc_pauses": {
-            "count": len(pauses),
-            "full": sum(1 for _, g in pauses if g == 2),
-            "total_s": sum(s for s, _ in pauses),
-            "max_ms": max((s for s, _ in pauses), default=0.0) * 1000,
-        },
-        "pinned": {"ceb": sorted(own), "sim": sorted(sim_cpus or ())} if own is not None else None,
-    }
+    return ScalePoint(
+        replicas=replicas,
+        gc=gc_mode,
+        lanes=len(streams) * orders * len(settings.methods),
+        orders=orders,
+        slots=replicas * slots,
+        window_s=wall,
+        ended_inside_window=ended_at is not None and ended_at < b.wall,
+        calls=calls,
+        calls_by_stage={k: v - a.counts.by_stage.get(k, 0) for k, v in b.counts.by_stage.items()},
+        failed_attempts=b.counts.failed - a.counts.failed,
+        achieved_calls_per_s=calls / wall,
+        mean_service_s=mean_service,
+        mean_prompt_tokens=(b.sim_prompt_tokens - a.sim_prompt_tokens) / served if served else math.nan,
+        mean_completion_tokens=(b.sim_completion_tokens - a.sim_completion_tokens) / served if served else math.nan,
+        capacity_calls_per_s=capacity,
+        saturation=(calls / wall) / capacity if served else math.nan,
+        mean_client_queue_ms=(b.counts.queue_s - a.counts.queue_s) / calls * 1000 if calls else math.nan,
+        mean_latency_ms=(b.counts.latency_s - a.counts.latency_s) / calls * 1000 if calls else math.nan,
+        ceb_cpu_utilisation=cpu / wall,
+        ceb_cpu_user_s=b.cpu_user - a.cpu_user,
+        ceb_cpu_system_s=b.cpu_system - a.cpu_system,
+        ceb_cpu_ms_per_call=cpu / calls * 1000 if calls else math.nan,
+        ceb_core_busy=core_busy,
+        sim_cpu_utilisation=None if sim_cpu is None else sim_cpu / wall,
+        sim_cpu_ms_per_call=None if sim_cpu is None or not served else sim_cpu / served * 1000,
+        loop_lag_ms=LoopLag(lag.mean, lag.p99, lag.max),
+        gc_pauses=GcPauses(
+            len(pauses),
+            sum(1 for _, g in pauses if g == 2),
+            sum(s for s, _ in pauses),
+            max((s for s, _ in pauses), default=0.0) * 1000,
+        ),
+        pinned={"ceb": sorted(own), "sim": sorted(sim_cpus or ())} if own is not None else None,
+    )
 
 
 def run_scale_bench(
@@ -361,7 +473,7 @@ def run_scale_bench(
     knee_saturation: float = 0.9,
     knee_cpu: float = 0.5,
     on_point: Any = None,
-) -> dict[str, Any]:
+) -> ScalePlan:
     """Measure every replica count of ``settings``; find the knee and extrapolate to a core of `ceb`'s own.
 
     Args:
@@ -376,8 +488,7 @@ def run_scale_bench(
         on_point: Called with each point's figures as it is measured (to print them).
 
     Returns:
-        ``{"settings", "gc_mode_of_knee", "points", "gc_comparison", "knee", "extrapolation"}`` (JSON-ready);
-        the knee and the extrapolation use the ``"quiet"`` points when they were measured.
+        Every point; the knee and the extrapolation use the ``"quiet"`` points when they were measured.
     """
     all_points = []
     for r in settings.replicas:
@@ -387,47 +498,40 @@ def run_scale_bench(
             if on_point is not None:
                 on_point(point)
     main = "quiet" if "quiet" in settings.gc_modes else settings.gc_modes[0]
-    points = [p for p in all_points if p["gc"] == main]
-    below = [p for p in points if p["saturation"] < knee_saturation]
-    ceb_bound = [p for p in below if p["ceb_cpu_utilisation"] >= knee_cpu]
-    saturated = [p for p in points if p["saturation"] >= knee_saturation]
+    points = [p for p in all_points if p.gc == main]
+    below = [p for p in points if p.saturation < knee_saturation]
+    ceb_bound = [p for p in below if p.ceb_cpu_utilisation >= knee_cpu]
+    saturated = [p for p in points if p.saturation >= knee_saturation]
     # CPU per call measured where neither side ran out of CPU is what a core of ceb's own would pay per call.
-    unhurried = [p["ceb_cpu_ms_per_call"] for p in saturated] or [p["ceb_cpu_ms_per_call"] for p in points]
+    unhurried = [p.ceb_cpu_ms_per_call for p in saturated] or [p.ceb_cpu_ms_per_call for p in points]
     cpu_ms = statistics.median(unhurried)
-    busiest = max(points, key=lambda p: p["achieved_calls_per_s"])
-    by_r = {(p["replicas"], p["gc"]): p for p in all_points}
-    gc_ratio = [
-        {
-            "replicas": r,
-            "calls_per_s_quiet_over_default": by_r[r, "quiet"]["achieved_calls_per_s"]
-            / by_r[r, "default"]["achieved_calls_per_s"],
-            "cpu_ms_per_call_quiet_over_default": by_r[r, "quiet"]["ceb_cpu_ms_per_call"]
-            / by_r[r, "default"]["ceb_cpu_ms_per_call"],
-        }
+    busiest = max(points, key=lambda p: p.achieved_calls_per_s)
+    by_r = {(p.replicas, p.gc): p for p in all_points}
+    gc_ratio = tuple(
+        GcRatio(
+            r,
+            by_r[r, "quiet"].achieved_calls_per_s / by_r[r, "default"].achieved_calls_per_s,
+            by_r[r, "quiet"].ceb_cpu_ms_per_call / by_r[r, "default"].ceb_cpu_ms_per_call,
+        )
         for r in settings.replicas
         if (r, "quiet") in by_r and (r, "default") in by_r
-    ]
-    return {
-        "settings": {**asdict(settings), "per_replica_calls_s": per_replica_calls_s},
-        "gc_mode_of_knee": main,
-        "points": all_points,
-        "gc_comparison": gc_ratio,
-        "knee": {
-            "saturation_threshold": knee_saturation,
-            "largest_saturated_replicas": max((p["replicas"] for p in saturated), default=None),
-            "knee_cpu": knee_cpu,
-            "first_unsaturated_replicas": ceb_bound[0]["replicas"] if ceb_bound else None,
-            "unsaturated_not_ceb_bound": [p["replicas"] for p in below if p not in ceb_bound],
-            "max_achieved_calls_per_s": busiest["achieved_calls_per_s"],
-            "ceb_cpu_utilisation_at_max": busiest["ceb_cpu_utilisation"],
-        },
-        "extrapolation": {
-            "ceb_cpu_ms_per_call": cpu_ms,
-            "calls_per_s_one_core": 1000 / cpu_ms,
-            "replicas_one_core": 1000 / (cpu_ms * per_replica_calls_s),
-            "calls_per_s_per_core_at_max": busiest["achieved_calls_per_s"] / busiest["ceb_cpu_utilisation"],
-        },
-    }
+    )
+    knee = Knee(
+        knee_saturation,
+        max((p.replicas for p in saturated), default=None),
+        knee_cpu,
+        ceb_bound[0].replicas if ceb_bound else None,
+        tuple(p.replicas for p in below if p not in ceb_bound),
+        busiest.achieved_calls_per_s,
+        busiest.ceb_cpu_utilisation,
+    )
+    extrapolation = Extrapolation(
+        cpu_ms,
+        1000 / cpu_ms,
+        1000 / (cpu_ms * per_replica_calls_s),
+        busiest.achieved_calls_per_s / busiest.ceb_cpu_utilisation,
+    )
+    return ScalePlan(settings, per_replica_calls_s, main, tuple(all_points), gc_ratio, knee, extrapolation)
 
 
 # --- command line: ceb bench scale --------------------------------------------------------------------------
@@ -448,17 +552,15 @@ def _share(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}"
 
 
-def _print_point(p: dict[str, Any]) -> None:
-    sim = p["sim_cpu_utilisation"]
+def _print_point(p: ScalePoint) -> None:
     print(
-        f"R={p['replicas']:>3} lanes={p['lanes']:>4} gc={p['gc']:<7}: {p['achieved_calls_per_s']:7.1f} calls/s of "
-        f"{p['capacity_calls_per_s']:7.1f} capacity (saturation {p['saturation']:.3f}); ceb CPU "
-        f"{p['ceb_cpu_utilisation']:.2f} cores (its core busy {_share(p['ceb_core_busy'])}), "
-        f"{p['ceb_cpu_ms_per_call']:.2f} ms/call; sim CPU "
-        f"{_share(sim)} cores; loop lag mean {p['loop_lag_ms']['mean']:.1f} ms, "
-        f"p99 {p['loop_lag_ms']['p99']:.1f} ms; GC {p['gc_pauses']['total_s']:.2f} s, {p['gc_pauses']['full']} full, "
-        f"max {p['gc_pauses']['max_ms']:.0f} ms; failed {p['failed_attempts']}"
-        + (" (the run ENDED inside the window: raise --max-trajectories)" if p["ended_inside_window"] else ""),
+        f"R={p.replicas:>3} lanes={p.lanes:>4} gc={p.gc:<7}: {p.achieved_calls_per_s:7.1f} calls/s of "
+        f"{p.capacity_calls_per_s:7.1f} capacity (saturation {p.saturation:.3f}); ceb CPU "
+        f"{p.ceb_cpu_utilisation:.2f} cores (its core busy {_share(p.ceb_core_busy)}), "
+        f"{p.ceb_cpu_ms_per_call:.2f} ms/call; sim CPU {_share(p.sim_cpu_utilisation)} cores; loop lag mean "
+        f"{p.loop_lag_ms.mean:.1f} ms, p99 {p.loop_lag_ms.p99:.1f} ms; GC {p.gc_pauses.total_s:.2f} s, "
+        f"{p.gc_pauses.full} full, max {p.gc_pauses.max_ms:.0f} ms; failed {p.failed_attempts}"
+        + (" (the run ENDED inside the window: raise --max-trajectories)" if p.ended_inside_window else ""),
         flush=True,
     )
 
@@ -496,24 +598,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = run_scale_bench(
             streams, settings, work, per_replica_calls_s=args.per_replica_calls_s, on_point=_print_point
         )
-    knee, ext = result["knee"], result["extrapolation"]
+    knee, ext = result.knee, result.extrapolation
     print(
-        f"knee: saturated up to R={knee['largest_saturated_replicas']}, first below "
-        f"{knee['saturation_threshold']} at R={knee['first_unsaturated_replicas']}; max "
-        f"{knee['max_achieved_calls_per_s']:.0f} calls/s"
+        f"knee: saturated up to R={knee.largest_saturated_replicas}, first below {knee.saturation_threshold} at "
+        f"R={knee.first_unsaturated_replicas}; max {knee.max_achieved_calls_per_s:.0f} calls/s"
     )
     print(
-        f"extrapolated to a core of ceb's own: {ext['ceb_cpu_ms_per_call']:.2f} CPU ms/call -> "
-        f"{ext['calls_per_s_one_core']:.0f} calls/s -> {ext['replicas_one_core']:.1f} replicas at "
+        f"extrapolated to a core of ceb's own: {ext.ceb_cpu_ms_per_call:.2f} CPU ms/call -> "
+        f"{ext.calls_per_s_one_core:.0f} calls/s -> {ext.replicas_one_core:.1f} replicas at "
         f"{args.per_replica_calls_s:g} calls/s; at the busiest point "
-        f"{ext['calls_per_s_per_core_at_max']:.0f} calls/s per core of ceb CPU"
+        f"{ext.calls_per_s_per_core_at_max:.0f} calls/s per core of ceb CPU"
     )
-    doc = {"benchmark": "scale", "simulator": "ceb-simulator (not a model)", **result, "machine": machine_info()}
-    path = save_results(args.out, "scale", doc)
-    for c in result["gc_comparison"]:
+    path = save_results(args.out, "scale", result, machine_info())
+    for c in result.gc_comparison:
         print(
-            f"R={c['replicas']}: quiet GC / default GC: calls/s x{c['calls_per_s_quiet_over_default']:.3f}, "
-            f"CPU ms/call x{c['cpu_ms_per_call_quiet_over_default']:.3f}"
+            f"R={c.replicas}: quiet GC / default GC: calls/s x{c.calls_per_s_quiet_over_default:.3f}, "
+            f"CPU ms/call x{c.cpu_ms_per_call_quiet_over_default:.3f}"
         )
     print(f"saved {path}")
     return 0

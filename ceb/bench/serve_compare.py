@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -38,28 +39,22 @@ import anyio
 import orjson
 
 from ceb.backends.base import ChatRequest
-from ceb.backends.openai import OpenAIBackend, OpenAISettings
+from ceb.backends.openai import OpenAIBackend
 from ceb.backends.scripted import ScriptedChat
-from ceb.bench.options import (
-    add_server_options,
-    bench_parser,
-    check_server_options,
-    checkout,
-    run_and_save,
-    tiny_model,
-    tiny_vllm_servers,
-)
-from ceb.bench.pipeline import load_intercode_streams
+from ceb.bench.options import add_server_options, bench_parser, load_intercode_streams, run_and_save
 from ceb.bench.server_admin import reset_prefix_cache
 from ceb.bench.stats import summarize
-from ceb.config import load_config
+from ceb.config import BackendConfig, load_config
 from ceb.data.trajectory import Trajectory
 from ceb.pipeline import run_scoring
 from ceb.stages.assembly import llm_stages
 
 __all__ = [
     "METRICS",
+    "ClientRun",
     "RequestOutcome",
+    "ServingMetrics",
+    "VsVllmResult",
     "dump_critic_prompts",
     "joined_prompt",
     "main",
@@ -130,7 +125,7 @@ async def run_ceb_client(
 
     At most ``max_concurrency`` in flight (the backend's endpoint slots); all are released at once.
     """
-    settings = OpenAISettings(
+    settings = BackendConfig(
         base_url=base_url, model=model, max_concurrency=max_concurrency, structured_output="none", timeout_s=600
     )
     outcomes: list[RequestOutcome | None] = [None] * len(prompts)
@@ -166,7 +161,65 @@ async def run_ceb_client(
     return [o for o in outcomes if o is not None], duration
 
 
-def metrics(outcomes: Sequence[RequestOutcome], duration_s: float) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class ServingMetrics:
+    """One client's run, in ``vllm bench serve``'s names: counts, throughputs (per s) and latencies (ms)."""
+
+    duration: float
+    completed: int
+    failed: int
+    total_input_tokens: int
+    total_output_tokens: int
+    request_throughput: float
+    output_throughput: float
+    total_token_throughput: float
+    mean_ttft_ms: float
+    median_ttft_ms: float
+    p99_ttft_ms: float
+    mean_tpot_ms: float
+    median_tpot_ms: float
+    p99_tpot_ms: float
+    mean_itl_ms: float
+    median_itl_ms: float
+    p99_itl_ms: float
+    mean_e2el_ms: float
+    median_e2el_ms: float
+    p99_e2el_ms: float
+
+    @classmethod
+    def from_vllm(cls, raw: Mapping[str, Any]) -> ServingMetrics:
+        """From ``vllm bench serve``'s results file (a figure it left out: ``nan``; ``failed``: 0)."""
+        return cls(**{f.name: raw.get(f.name, 0 if f.name == "failed" else math.nan) for f in fields(cls)})
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRun:
+    """One client's run in one round: ``ceb`` or ``vllm`` (``vllm bench serve``)."""
+
+    side: str
+    round: int
+    metrics: ServingMetrics
+
+
+@dataclass(frozen=True, slots=True)
+class VsVllmResult:
+    """``ceb bench vs-vllm``'s record: every run, the medians over rounds per side and the throughput ratio."""
+
+    server: str
+    prompts: int
+    concurrency: int
+    output_len: int
+    runs: tuple[ClientRun, ...]
+    median: dict[str, dict[str, float]]
+    request_throughput_ratio: float
+    request_throughput_ratio_per_round: tuple[float, ...]
+    naive: ServingMetrics | None
+    prefix_cache_reset_before_each_arm: bool
+    prompt_form: str = "critic system + blank line + user, sent as one user message by both clients"
+    target: str = "ceb request_throughput >= 0.95 x vllm bench serve's"
+
+
+def metrics(outcomes: Sequence[RequestOutcome], duration_s: float) -> ServingMetrics:
     """The serving metrics of ``outcomes`` over ``duration_s``, as vLLM's ``calculate_metrics`` computes them."""
     ok = [o for o in outcomes if o.success]
     out_tokens = sum(o.output_tokens for o in ok)
@@ -177,22 +230,21 @@ def metrics(outcomes: Sequence[RequestOutcome], duration_s: float) -> dict[str, 
         "itl": [x for o in ok for x in o.itl],
         "e2el": [o.latency for o in ok],
     }
-    doc: dict[str, Any] = {
-        "duration": duration_s,
-        "completed": len(ok),
-        "failed": len(outcomes) - len(ok),
-        "total_input_tokens": in_tokens,
-        "total_output_tokens": out_tokens,
-        "request_throughput": len(ok) / duration_s,
-        "output_throughput": out_tokens / duration_s,
-        "total_token_throughput": (in_tokens + out_tokens) / duration_s,
-    }
+    latencies: dict[str, float] = {}
     for name, xs in series.items():
         s = summarize(xs or [0.0], scale=1e3)  # vLLM's calculate_metrics counts an empty series as 0
-        doc[f"mean_{name}_ms"] = s.mean
-        doc[f"median_{name}_ms"] = s.p50
-        doc[f"p99_{name}_ms"] = s.p99
-    return doc
+        latencies |= {f"mean_{name}_ms": s.mean, f"median_{name}_ms": s.p50, f"p99_{name}_ms": s.p99}
+    return ServingMetrics(
+        duration=duration_s,
+        completed=len(ok),
+        failed=len(outcomes) - len(ok),
+        total_input_tokens=in_tokens,
+        total_output_tokens=out_tokens,
+        request_throughput=len(ok) / duration_s,
+        output_throughput=out_tokens / duration_s,
+        total_token_throughput=(in_tokens + out_tokens) / duration_s,
+        **latencies,
+    )
 
 
 _VLLM_BENCH_SERVE = (
@@ -260,8 +312,10 @@ def run_vllm_bench(
 
 _HELP = """``ceb``'s client against ``vllm bench serve``: same prompts, server, concurrency, tokens.
 
-    # the local CPU build of vLLM with the tiny random-weight model of the tests (needs .venv-vllm):
-    ceb bench vs-vllm --tiny
+    # a vLLM server you run (VLLM_SERVER_DEV_MODE=1 lets each arm start from an empty prefix cache):
+    ceb bench vs-vllm --base-url http://127.0.0.1:8000/v1 --model M --tokenizer PATH
+    # from a checkout, the tests' CPU build with their tiny random-weight model (needs .venv-vllm):
+    python benchmarks/tiny_vllm.py -- vs-vllm --base-url {url0} --model {model} --tokenizer {model_path}
 
 Dumps the critic prompts of a ``static`` run over the first ``--streams`` InterCode-Bash streams as vLLM's custom
 dataset, then runs ``vllm bench serve`` and ``ceb``'s streamed client (:class:`~ceb.backends.openai.OpenAIBackend`)
@@ -275,13 +329,12 @@ KEYS = ["request_throughput", "output_throughput", "total_token_throughput"] + [
     f"{s}_{m}_ms" for m in METRICS for s in ("mean", "median", "p99")
 ]
 """The figures compared, as ``vllm bench serve`` names them."""
-TARGET = "ceb request_throughput >= 0.95 x vllm bench serve's"
 
 
 def _vllm_python() -> Path:
-    """``$CEB_VLLM_VENV/bin/python``, by default the checkout's (or working directory's) ``.venv-vllm``."""
+    """``$CEB_VLLM_VENV/bin/python``, by default the working directory's ``.venv-vllm``."""
     venv = os.environ.get("CEB_VLLM_VENV")
-    return (Path(venv) if venv else (checkout() or Path.cwd()) / ".venv-vllm") / "bin" / "python"
+    return (Path(venv) if venv else Path.cwd() / ".venv-vllm") / "bin" / "python"
 
 
 def _bench_deps() -> Path | None:
@@ -290,11 +343,11 @@ def _bench_deps() -> Path | None:
     Made by ``.venv-vllm/bin/python -m pip install --target .cache/vllm-bench-deps --no-deps pandas==2.3.3
     pytz==2025.2 tzdata==2025.2``.
     """
-    path = (checkout() or Path.cwd()) / ".cache" / "vllm-bench-deps"
+    path = Path.cwd() / ".cache" / "vllm-bench-deps"
     return path if path.is_dir() else None
 
 
-async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+async def _bench(args: argparse.Namespace, work: Path) -> VsVllmResult:
     every = load_intercode_streams(args.intercode, work / "streams", datasets=("bash",))
     names = sorted(every)[: args.streams]
     streams = {name: every[name][: args.trajectories] for name in names}
@@ -302,14 +355,10 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     prompts = await dump_critic_prompts(streams, dataset, args.output_len, work)
     prompts = prompts[: args.num_prompts] if args.num_prompts else prompts
     n = len(prompts)
-    runs: list[dict[str, Any]] = []
-    naive: dict[str, Any] | None = None
+    runs: list[ClientRun] = []
+    naive: ServingMetrics | None = None
     async with contextlib.AsyncExitStack() as stack:
-        if args.tiny:
-            (server,) = stack.enter_context(tiny_vllm_servers(work))
-            base_url, model, tokenizer = server.base_url, server.model, str(tiny_model())
-        else:
-            base_url, model, tokenizer = args.base_url, args.model, args.tokenizer or args.model
+        base_url, model, tokenizer = args.base_url, args.model, args.tokenizer or args.model
         root = base_url.removesuffix("/").removesuffix("/v1")
         session = await stack.enter_async_context(aiohttp.ClientSession())
         resets: list[bool] = []
@@ -330,13 +379,12 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                             extra_path=_bench_deps(),
                         )
                     )  # fmt: skip
-                    fig = {k: raw[k] for k in ("duration", "completed", "failed", "total_input_tokens",
-                                                "total_output_tokens", *KEYS) if k in raw}  # fmt: skip
-                runs.append({"side": side, "round": rnd, **fig})
+                    fig = ServingMetrics.from_vllm(raw)
+                runs.append(ClientRun(side, rnd, fig))
                 print(
-                    f"round {rnd} {side:4}: {fig['completed']} ok {fig.get('failed', 0)} failed, "
-                    f"{fig['request_throughput']:.2f} req/s, {fig['output_throughput']:.0f} out tok/s, "
-                    f"TTFT median {fig['median_ttft_ms']:.0f} ms, E2EL median {fig['median_e2el_ms']:.0f} ms"
+                    f"round {rnd} {side:4}: {fig.completed} ok {fig.failed} failed, "
+                    f"{fig.request_throughput:.2f} req/s, {fig.output_throughput:.0f} out tok/s, "
+                    f"TTFT median {fig.median_ttft_ms:.0f} ms, E2EL median {fig.median_e2el_ms:.0f} ms"
                 )
         if args.naive_prompts:
             # The naive way, in the same run: one request at a time (no concurrency) on the first prompts.
@@ -347,18 +395,18 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             )
             naive = metrics(outcomes, duration)
             print(
-                f"naive (one at a time): {naive['completed']} ok {naive['failed']} failed, "
-                f"{naive['request_throughput']:.2f} req/s, {naive['total_token_throughput']:.0f} tok/s"
+                f"naive (one at a time): {naive.completed} ok {naive.failed} failed, "
+                f"{naive.request_throughput:.2f} req/s, {naive.total_token_throughput:.0f} tok/s"
             )
     med = {  # medians over rounds
-        side: {k: summarize(r[k] for r in runs if r["side"] == side and k in r).p50 for k in KEYS}
+        side: {k: summarize(getattr(r.metrics, k) for r in runs if r.side == side).p50 for k in KEYS}
         for side in ("ceb", "vllm")
     }
-    per_round = [
-        next(r for r in runs if r["round"] == i and r["side"] == "ceb")["request_throughput"]
-        / next(r for r in runs if r["round"] == i and r["side"] == "vllm")["request_throughput"]
+    per_round = tuple(
+        next(r for r in runs if r.round == i and r.side == "ceb").metrics.request_throughput
+        / next(r for r in runs if r.round == i and r.side == "vllm").metrics.request_throughput
         for i in range(args.rounds)
-    ]
+    )
     ratio = med["ceb"]["request_throughput"] / med["vllm"]["request_throughput"]
     print(
         f"\n{n} critic prompts, concurrency {args.concurrency}, {args.output_len} tokens each (ignore_eos); "
@@ -375,32 +423,19 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     if naive is not None:
         print(
             f"request_throughput against the naive one-at-a-time client ({len(prompts[: args.naive_prompts])} "
-            f"prompts): ceb {med['ceb']['request_throughput'] / naive['request_throughput']:.2f}x, vllm bench "
-            f"{med['vllm']['request_throughput'] / naive['request_throughput']:.2f}x"
+            f"prompts): ceb {med['ceb']['request_throughput'] / naive.request_throughput:.2f}x, vllm bench "
+            f"{med['vllm']['request_throughput'] / naive.request_throughput:.2f}x"
         )
-    return {
-        "benchmark": "vs-vllm",
-        "naive": naive,
-        "prefix_cache_reset_before_each_arm": all(resets),
-        "target": TARGET,
-        "server": "tiny" if args.tiny else base_url,
-        "prompts": n,
-        "concurrency": args.concurrency,
-        "output_len": args.output_len,
-        "prompt_form": "critic system + blank line + user, sent as one user message by both clients",
-        "shared_machine": True,
-        "runs": runs,
-        "median": med,
-        "request_throughput_ratio": ratio,
-        "request_throughput_ratio_per_round": per_round,
-    }
+    return VsVllmResult(
+        base_url, n, args.concurrency, args.output_len, tuple(runs), med, ratio, per_round, naive, all(resets)
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``ceb bench vs-vllm``: both clients over ``--rounds`` and save the figures (``--help`` lists options)."""
     ap = bench_parser("vs-vllm", _HELP)
     add_server_options(ap)
-    ap.add_argument("--tokenizer", help="tokenizer for vllm bench (with --base-url; default: the model name)")
+    ap.add_argument("--tokenizer", help="tokenizer for vllm bench (default: the model name)")
     ap.add_argument("--streams", type=int, default=2, help="bash streams whose critic prompts are dumped")
     ap.add_argument("--trajectories", type=int, default=10, help="trajectories kept per stream")
     ap.add_argument("--num-prompts", type=int, default=0, help="prompts sent (0: every dumped prompt)")
@@ -411,5 +446,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--naive-prompts", type=int, default=0, help="also send the first N prompts one at a time (the naive way)"
     )
     args = ap.parse_args(argv)
-    check_server_options(ap, args)
     return run_and_save("vs-vllm", _bench, args)

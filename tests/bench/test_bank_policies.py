@@ -1,20 +1,23 @@
-"""The bounded-bank benchmark: its grid, the quality runs' caps and metrics, the scale measurement's fields."""
+"""``ceb bench bank-policies``: the replay of real records, the scale measurement's fields and its checks."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
 import pytest
 
-from ceb.bench.bank import Latency, grow, records_from_labels, replay
-from ceb.bench.bank_quality import run_quality
-from ceb.bench.bank_report import format_quality_table, format_scale_table
-from ceb.bench.bank_scale import ScaleResult, measure_scale, scale_checks
-from ceb.bench.bank_settings import Setting, quality_settings
-from ceb.bench.processes import run_fresh
-from ceb.data import Trajectory, write_stream
-from ceb.eval.lanes import POOLED
+from ceb.bench.bank_policies import format_scale_table
+from ceb.bench.bank_scale import (
+    Latency,
+    ScaleResult,
+    Setting,
+    grow,
+    measure_scale,
+    records_from_labels,
+    replay,
+    scale_checks,
+)
+from ceb.data import Trajectory
 from tests.support.builders import step, trajectory
 
 
@@ -26,48 +29,6 @@ def _stream(prefix: str, n: int) -> list[Trajectory]:
         bad = step(f"cat /nope/{prefix}{i % 3}", observation="cat: /nope: No such file or directory", label=0)
         out.append(trajectory(f"{prefix}{i}", ok, bad, step(f"wc -l file{i}.txt", observation=f"{i} lines", label=1)))
     return out
-
-
-def test_the_grid_skips_caps_that_cannot_bind_and_gives_the_reservoir_half_the_cap_per_class() -> None:
-    run, skipped = quality_settings([10, 100, 1000], compress=0.9, compress_window=10, most_records=150)
-
-    labels = [s.label for s in run]
-    assert labels[0] == "unbounded"
-    assert "window 10" in labels and "window 100" in labels and "compress 0.9 + window 10" in labels
-    assert "reservoir 2x50" in labels
-    # 500 records per class is more than the longest stream's 150 steps: the same run as unbounded.
-    assert {s.label for s in skipped} == {"window 1k", "reservoir 2x500", "usefulness 1k"}
-    assert Setting("reservoir", 1000).bank_settings() == {
-        "policy": "reservoir",
-        "compress_threshold": None,
-        "max_per_class": 500,
-    }
-    assert Setting("usefulness", 50).bank_settings(usefulness_k=3)["usefulness_k"] == 3
-
-
-def test_quality_runs_the_pipeline_once_per_setting_and_the_cap_holds_at_every_step(tmp_path: Path) -> None:
-    streams = {"a": _stream("a", 8), "b": _stream("b", 6)}
-    capped = run_quality(streams, Setting("window", 5), tmp_path / "w", stream_set="toy", n_boot=20)
-    free = run_quality(streams, Setting(), tmp_path / "u", stream_set="toy", n_boot=20)
-
-    assert [r.stream for r in capped.rows] == ["a", "b", POOLED]
-    pooled = capped.headline
-    assert pooled.stream == POOLED and pooled.n == 3 * 14 and pooled.n_trajectories == 14
-    assert pooled.ece_low is not None and pooled.ece_high is not None and pooled.ece_low <= pooled.ece_high
-    for bank in capped.banks:
-        assert bank.records == 5 and bank.max_seen == 5 and bank.within_cap
-        saved = orjson.loads((tmp_path / "w" / "banks" / f"{bank.stream}__ceb.json").read_bytes())
-        assert len(saved["records"]) == 5
-    # Unbounded, each lane banks every labelled step; the cap is what made the difference.
-    assert sorted(b.records for b in free.banks) == [18, 24]
-    assert "window 5" in format_quality_table([capped, free])
-
-
-def test_a_reservoir_cap_is_per_class() -> None:
-    assert Setting("reservoir", 10).within(records=10, positives=5)
-    assert not Setting("reservoir", 10).within(records=7, positives=6)
-    assert Setting("window", 10).within(records=10, positives=9)
-    assert not Setting("window", 10).within(records=11, positives=0)
 
 
 def test_replay_makes_exactly_the_records_asked_for_by_copying_the_real_ones() -> None:
@@ -116,21 +77,3 @@ def test_scale_checks_compare_each_capped_size_with_the_uncapped_bank() -> None:
     assert checks["flat"]["window 5"]["rss_above_base_ratio"] == 1.0
     assert checks["uncapped_1m"]["rss_ok"] is False
     assert "1,000,000" in format_scale_table(results)
-
-
-def test_a_quality_worker_runs_in_its_own_process(tmp_path: Path) -> None:
-    path = write_stream(tmp_path / "toy.jsonl", _stream("t", 5))
-    spec = {
-        "stream_set": "toy",
-        "streams": {"toy": [str(path)]},
-        "setting": {"policy": "window", "cap": 4, "compress_threshold": None},
-        "run_dir": str(tmp_path / "run"),
-        "n_boot": 10,
-        "seed": 0,
-        "max_trajectories": None,
-    }
-
-    doc = run_fresh("ceb.bench.bank_quality:quality_worker", spec, timeout_s=120)
-
-    assert doc["setting"]["cap"] == 4 and doc["banks"][0]["records"] == 4
-    assert doc["rows"][0]["n"] == 15

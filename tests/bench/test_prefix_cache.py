@@ -77,9 +77,9 @@ def test_rounds_group_the_hindsight_votes_by_prompt_and_summary_splits_stages() 
     assert [len(r) for r in hindsight_rounds(records)] == [2, 1]
 
     s = hit_figures(records, 4)
-    hind = s["by_stage"]["hindsight"]
-    assert (hind["queried_tokens"], hind["bound_tokens"], hind["hit_tokens"]) == (23, 12, 12)
-    assert s["hindsight_rounds"]["computed_prompt_tokens_per_round"] == (23 - 12) / 2
+    hind = s.by_stage["hindsight"]
+    assert (hind.queried_tokens, hind.bound_tokens, hind.hit_tokens) == (23, 12, 12)
+    assert s.hindsight_rounds.computed_prompt_tokens_per_round == (23 - 12) / 2
 
 
 def test_hits_of_a_stage_with_n_choices_come_from_metrics_minus_the_other_stages() -> None:
@@ -89,9 +89,9 @@ def test_hits_of_a_stage_with_n_choices_come_from_metrics_minus_the_other_stages
     ]
     s = hit_figures(records, 4, metrics_hits=16)
 
-    assert s["by_stage"]["hindsight"]["hit_tokens"] == 16
-    assert s["by_stage"]["hindsight"]["hit_source"] == "/metrics minus other stages"
-    assert s["by_stage"]["critic"]["hit_source"] == "usage.cached_tokens"
+    assert s.by_stage["hindsight"].hit_tokens == 16
+    assert s.by_stage["hindsight"].hit_source == "/metrics minus other stages"
+    assert s.by_stage["critic"].hit_source == "usage.cached_tokens"
 
 
 @asynccontextmanager

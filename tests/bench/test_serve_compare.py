@@ -18,14 +18,14 @@ def test_metrics_follow_vllms_definitions() -> None:
     b = RequestOutcome(True, ttft=0.3, itl=(0.05,), latency=0.35, prompt_len=20, output_tokens=2)
     failed = RequestOutcome(False, 0.0, (), 0.0, 0, 0, "boom")
     m = metrics([a, b, failed], duration_s=2.0)
-    assert (m["completed"], m["failed"]) == (2, 1)
-    assert m["request_throughput"] == pytest.approx(1.0)
-    assert m["output_throughput"] == pytest.approx(2.5)
-    assert m["total_token_throughput"] == pytest.approx(17.5)
-    assert m["mean_ttft_ms"] == pytest.approx(200) and m["median_e2el_ms"] == pytest.approx(250)
+    assert (m.completed, m.failed) == (2, 1)
+    assert m.request_throughput == pytest.approx(1.0)
+    assert m.output_throughput == pytest.approx(2.5)
+    assert m.total_token_throughput == pytest.approx(17.5)
+    assert m.mean_ttft_ms == pytest.approx(200) and m.median_e2el_ms == pytest.approx(250)
     # TPOT = (e2el - ttft) / (output_tokens - 1): 25 ms and 50 ms
-    assert m["mean_tpot_ms"] == pytest.approx(37.5)
-    assert m["mean_itl_ms"] == pytest.approx(100 / 3)
+    assert m.mean_tpot_ms == pytest.approx(37.5)
+    assert m.mean_itl_ms == pytest.approx(100 / 3)
 
 
 async def test_the_dataset_holds_each_critic_prompt_as_one_string(tmp_path: Path) -> None:

@@ -10,10 +10,14 @@ asked (``reuse_bank_free = false``, the behaviour before), then bank-free method
 copied to the other orders (the default). It reports the requests of each run in total and per method (from the
 rows' ``requests``; the client's attempt count beside them), the ratio, the wall times, and whether every row's
 score and every metric came out the same.
+
+Measured: ``benchmarks/results/reuse-20261123T145826Z.json`` at commit ``a888108``, as docs/methods.md cites it.
+It proved ``reuse_bank_free`` once, so it lives in the checkout.
 """
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -23,10 +27,12 @@ from typing import Any
 
 import anyio
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ceb, not another install's
+
 from ceb.backends.base import AttemptRecord
 from ceb.backends.scheduling import EndpointLimits
 from ceb.bench.machine import machine_info
-from ceb.bench.options import bench_parser, checkout
+from ceb.bench.options import bench_parser
 from ceb.bench.processes import sim_process
 from ceb.bench.result_files import save_results
 from ceb.config import RunConfig
@@ -171,25 +177,25 @@ def run_reuse_bench(
     }
 
 
-# --- command line: ceb bench reuse --------------------------------------------------------------------------
+# --- command line: python benchmarks/reuse.py -------------------------------------------------------------------------
 
 _HELP = """Requests of the paper's grid (3 orders, every method) on the SIMULATED server, with the bank-free methods
 asked in every order, then scored once and copied.
 
-    ceb bench reuse --trajectories 4
+    python benchmarks/reuse.py --trajectories 4
 
 Prints both runs' requests and whether scores and metrics are identical; writes ``reuse-<UTC>.json`` with the
-settings and the machine (see ``ceb/bench/reuse.py``).
+settings and the machine (see ``benchmarks/reuse.py``).
 """
 
 
 def _default_grid() -> Path:
-    return (checkout() or Path.cwd()) / "configs" / "grid-intercode-bash.toml"
+    return Path(__file__).resolve().parents[1] / "configs" / "grid-intercode-bash.toml"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``ceb bench reuse``: :func:`run_reuse_bench` on the paper's grid (``--help`` lists options)."""
-    ap = bench_parser("reuse", _HELP, sim_port=True)
+    """``python benchmarks/reuse.py``: :func:`run_reuse_bench` on the paper's grid (``--help`` lists options)."""
+    ap = bench_parser("reuse", _HELP, prog="python benchmarks/reuse.py", sim_port=True)
     ap.add_argument("--trajectories", type=int, default=30, help="trajectories kept per stream")
     ap.add_argument(
         "--grid",
@@ -225,3 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(f"saved {save_results(args.out, 'reuse', doc)}")
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

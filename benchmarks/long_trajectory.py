@@ -12,6 +12,9 @@ subtracted, so the figure is ``(T(N) - T(10)) / (N - 10)`` seconds per step, eac
 
 ``--before CHECKOUT`` times the same files with another checkout's ``ceb`` in the same run (its commit is
 recorded), e.g. ``/work/main`` before the fix.
+
+Measured: ``benchmarks/results/long-trajectory-20261127T142712Z.json`` and ``long-trajectory-20261127T140430Z.json``
+at commit ``c1121a9``, as docs/performance.md cites them. It proved the fix once, so it lives in the checkout.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ceb, not another install's
+
 from ceb.bench.machine import machine_info
 from ceb.bench.options import bench_parser
 from ceb.bench.result_files import save_results
@@ -33,7 +38,7 @@ __all__ = ["main", "time_sizes", "write_trajectory"]
 
 _HELP = """Seconds per step of one N-step trajectory through `ceb score` (offline backend), and the ratio to N=100.
 
-    ceb bench long-trajectory --sizes 100 1000 10000 20000 --before /work/main
+    python benchmarks/long_trajectory.py --sizes 100 1000 10000 20000 --before /work/main
 
 Prints a Markdown table and writes ``long-trajectory-<UTC timestamp>.json``.
 """
@@ -110,7 +115,7 @@ def time_sizes(
         if not path.exists():
             write_trajectory(path, n)
         # The child imports ceb from `root` alone: run from `work`, since `python -c` puts its working folder first.
-        root = checkout if checkout is not None else Path(__file__).resolve().parents[2]  # holds ceb/
+        root = checkout if checkout is not None else Path(__file__).resolve().parents[1]  # holds ceb/
         env = dict(os.environ, PYTHONPATH=str(root))
         runs_of_n = repeats or repeats_for(n)
         proc = subprocess.run(
@@ -141,8 +146,8 @@ def _commit(checkout: Path) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``ceb bench long-trajectory``: seconds per step by trajectory length, now and (``--before``) before."""
-    ap = bench_parser("long-trajectory", _HELP)
+    """The command line: seconds per step by trajectory length, now and (``--before``) before."""
+    ap = bench_parser("long-trajectory", _HELP, prog="python benchmarks/long_trajectory.py")
     ap.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000, 20000], help="trajectory lengths")
     ap.add_argument("--before", type=Path, help="another checkout to time on the same files (e.g. /work/main)")
     ap.add_argument("--before-sizes", type=int, nargs="+", help="lengths for --before (default: --sizes)")
@@ -185,3 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
     print(f"wrote {save_results(args.out, 'long-trajectory', doc)}")
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

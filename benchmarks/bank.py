@@ -14,6 +14,10 @@ For each bank size ``N`` the benchmark builds two banks from the same records, o
 Keys are the pipeline's real retrieval keys from the InterCode-SQL streams (paper section 3.3: ``composite_key(
 task, clip(state, 400), action)``), pseudo-labelled with the streams' step labels. Where ``N`` exceeds the real
 records (58,185 SQL steps), the streams are replayed: see :func:`grow`.
+
+Measured: ``benchmarks/results/bank-20261123T185919Z.json`` at commit ``07b2f06`` (and the first run,
+``bank-20261121T042851Z.json``, at ``2ac65ab``), as docs/performance.md cites them. It proved the kernel against
+the refit once; the replay helpers it shares with ``ceb bench bank-policies`` stay in :mod:`ceb.bench.bank_scale`.
 """
 
 from __future__ import annotations
@@ -21,74 +25,23 @@ from __future__ import annotations
 import gc
 import itertools
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ceb.bank import Bank, BankRecord, IncrementalTfidf, TfidfReference, agreement_flag, class_split_topk
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ceb, not another install's
+
+from ceb.bank import Bank, BankRecord, IncrementalTfidf, TfidfReference, class_split_topk
+from ceb.bench.bank_scale import REPLAY_RULE, Latency, grow, load_sql_trajectories
 from ceb.bench.machine import machine_info
 from ceb.bench.options import bench_parser
 from ceb.bench.result_files import save_results
-from ceb.bench.stats import summarize
-from ceb.data import Trajectory, convert_intercode, read_stream
 from ceb.logs import configure_logging
-from ceb.stages.templates import clip
 
-__all__ = [
-    "records_from_labels",
-    "BANK_STATE_CHARS",
-    "REPLAY_RULE",
-    "Agreement",
-    "Latency",
-    "SideResult",
-    "SizeResult",
-    "format_table",
-    "grow",
-    "load_sql_trajectories",
-    "main",
-    "replay",
-    "run_size",
-]
-
-BANK_STATE_CHARS = 400
-"""The state budget of the pipeline's keys (``PromptConfig.bank_state_chars``)."""
-
-REPLAY_RULE = (
-    "records are the InterCode-SQL streams' steps, streams in name order, trajectories in stream order; "
-    "pass 0 is the real data; when a bank needs more records, pass r >= 1 replays every trajectory in the "
-    "same order with ' #copy<r>' appended to each action (so each key gains the unigram 'copy<r>' and one "
-    "bigram) and '#copy<r>' appended to the trajectory id; the last trajectory is cut to reach N exactly"
-)
-"""How :func:`grow` makes banks larger than the real data, in words, for the results file."""
-
-
-@dataclass(frozen=True, slots=True)
-class Latency:
-    """Summary of repeated timings, in milliseconds.
-
-    Attributes:
-        n: Timings taken.
-        p50_ms: Median.
-        p99_ms: 99th percentile (numpy's linear interpolation; close to the maximum when ``n`` is small).
-        mean_ms: Mean.
-        max_ms: Maximum.
-    """
-
-    n: int
-    p50_ms: float
-    p99_ms: float
-    mean_ms: float
-    max_ms: float
-
-    @classmethod
-    def of(cls, seconds: Sequence[float]) -> Latency:
-        """Summarise timings given in seconds."""
-        s = summarize(seconds, scale=1e3)
-        return cls(s.n, s.p50, s.p99, s.mean, s.max)
+__all__ = ["Agreement", "SideResult", "SizeResult", "format_table", "main", "run_size"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,122 +115,6 @@ class SizeResult:
     retrieve_speedup: float
     update_speedup: float
     agreement: Agreement
-
-
-def records_from_labels(
-    trajectories: Sequence[Trajectory], *, observation_chars: int | None = None
-) -> list[list[BankRecord]]:
-    """Bank records per trajectory whose pseudo-labels are the stream's ground-truth labels.
-
-    For exercising retrieval only (benchmarks, kernel tests): keys are built exactly as the pipeline builds them
-    (state clipped to the bank budget).
-
-    Args:
-        trajectories: The stream.
-        observation_chars: ``None``: the observation is left empty, as retrieval never reads it. A budget (the
-            pipeline's ``PromptConfig.bank_observation_chars``): the record carries the step's clipped
-            observation and a placeholder score of 0.5 with its agreement flag, so that it is as large as a
-            pipeline record, for memory and file-size figures.
-    """
-    full = observation_chars is not None
-    return [
-        [
-            BankRecord(
-                task=t.task,
-                state=clip(s.state, BANK_STATE_CHARS),
-                action=s.action,
-                observation=clip(s.observation, observation_chars) if observation_chars is not None else "",
-                pseudo_label=int(s.label or 0),
-                soft_vote=float(s.label or 0),
-                score=0.5 if full else None,
-                agreement=agreement_flag(0.5, int(s.label or 0)) if full else None,
-                trajectory_id=t.id,
-                step=i,
-            )
-            for i, s in enumerate(t.steps)
-        ]
-        for t in trajectories
-    ]
-
-
-def load_sql_trajectories(
-    intercode_root: str | Path, *, observation_chars: int | None = None
-) -> list[list[BankRecord]]:
-    """Convert the InterCode-SQL streams and turn every step into a bank record, grouped by trajectory.
-
-    Args:
-        intercode_root: An InterCode checkout or the shared copy (``../shared/data/intercode``).
-        observation_chars: Passed to :func:`records_from_labels` (``None``: empty observations).
-
-    Returns:
-        One list of records per trajectory: streams in name order, trajectories in stream order. Each record
-        has the pipeline's key fields (state clipped to :data:`BANK_STATE_CHARS`) and the step's ground-truth
-        label as its pseudo-label; the observation is left empty (it is not part of the key) unless
-        ``observation_chars`` is given.
-
-    Raises:
-        DataError: The InterCode data is missing or malformed (from :func:`~ceb.data.convert_intercode`).
-    """
-    with tempfile.TemporaryDirectory(prefix="ceb-bench-") as tmp:
-        streams = convert_intercode(intercode_root, tmp, datasets=("sql",))
-        out: list[list[BankRecord]] = []
-        for stream in streams:
-            out.extend(records_from_labels(read_stream([stream.path]), observation_chars=observation_chars))
-    return out
-
-
-def _copy(record: BankRecord, r: int) -> BankRecord:
-    return BankRecord(
-        task=record.task,
-        state=record.state,
-        action=f"{record.action} #copy{r}",
-        observation=record.observation,
-        pseudo_label=record.pseudo_label,
-        soft_vote=record.soft_vote,
-        score=record.score,
-        agreement=record.agreement,
-        trajectory_id=f"{record.trajectory_id}#copy{r}",
-        step=record.step,
-    )
-
-
-def replay(real: Sequence[Sequence[BankRecord]], size: int) -> Iterator[list[BankRecord]]:
-    """The trajectories of :func:`grow`, one at a time, without holding them all (for streams past memory).
-
-    Raises:
-        ValueError: ``size < 1`` or ``real`` holds no record (on the first ``next``).
-    """
-    if size < 1 or not any(real):
-        raise ValueError(f"need size >= 1 and some real records, got size={size}")
-    have = 0
-    for r in itertools.count():
-        for traj in real:
-            if not traj:
-                continue
-            take = list(traj[: size - have]) if r == 0 else [_copy(x, r) for x in traj[: size - have]]
-            yield take
-            have += len(take)
-            if have == size:
-                return
-
-
-def grow(real: Sequence[Sequence[BankRecord]], size: int) -> tuple[list[list[BankRecord]], int]:
-    """Exactly ``size`` records, by trajectory, replaying the real ones as :data:`REPLAY_RULE` says.
-
-    Args:
-        real: Real trajectories (from :func:`load_sql_trajectories`).
-        size: Records wanted, ``>= 1``.
-
-    Returns:
-        ``(trajectories, passes)``: the trajectories (the last one possibly cut) and how many passes over
-        ``real`` they took.
-
-    Raises:
-        ValueError: ``size < 1`` or ``real`` holds no record.
-    """
-    out = list(replay(real, size))
-    per_pass = sum(len(t) for t in real)
-    return out, -(-size // per_pass)
 
 
 def _time_each(fn: Callable[[str], object], queries: Sequence[str]) -> tuple[list[float], list[object]]:
@@ -421,22 +258,22 @@ def format_table(results: Sequence[SizeResult]) -> str:
     return "\n".join(lines)
 
 
-# --- command line: ceb bench bank ---------------------------------------------------------------------------
+# --- command line: python benchmarks/bank.py --------------------------------------------------------------------------
 
 _HELP = """Bank benchmark: incremental TF-IDF kernel vs the scikit-learn refit reference on real InterCode-SQL keys.
 
-    ceb bench bank --sizes 1000 10000 100000 --queries 200
+    python benchmarks/bank.py --sizes 1000 10000 100000 --queries 200
 
 Prints a Markdown table and writes ``bank-<UTC timestamp>.json`` (figures, settings, how keys were made, and the
-machine) into ``--out``. See ``ceb/bench/bank.py`` for what each figure measures.
+machine) into ``--out``. See ``benchmarks/bank.py`` for what each figure measures.
 """
 
 TARGETS = "query p50 <= 1 ms at 10k and <= 10 ms at 100k; update >= 50x faster than refit-per-trajectory at 10k"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``ceb bench bank``: run :func:`run_size` per ``--sizes`` and save the figures (``--help`` lists options)."""
-    ap = bench_parser("bank", _HELP)
+    """The command line: run :func:`run_size` per ``--sizes`` and save the figures (``--help`` lists options)."""
+    ap = bench_parser("bank", _HELP, prog="python benchmarks/bank.py")
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000], help="bank sizes (records)")
     ap.add_argument("--queries", type=int, default=200, help="query keys timed per size (same for both retrievers)")
     ap.add_argument("--k", type=int, default=2, help="records per class for retrieve (paper: 2)")
@@ -500,3 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     print(f"targets: {TARGETS}\nwrote {path} ({doc['wall_s']} s)")
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""The two scale-cliff benchmarks (issue 24 item 8) run end to end at tiny sizes and record what they measured."""
+"""The two scale-cliff proofs (issue 24 item 8, ``benchmarks/``) run end to end at tiny sizes and record figures."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from ceb.bench.commands import run
+from benchmarks import gate_restart, long_trajectory
 
 
 def _result(folder: Path, kind: str) -> dict:
@@ -18,7 +18,7 @@ def _result(folder: Path, kind: str) -> dict:
 def test_long_trajectory_times_each_size_and_another_checkout(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     checkout = Path(__file__).resolve().parents[2]
     argv = ["--sizes", "13", "30", "--repeats", "1", "--before", str(checkout), "--out", str(tmp_path)]
-    assert run("long-trajectory", argv) == 0
+    assert long_trajectory.main(argv) == 0
     doc = _result(tmp_path, "long-trajectory")
     assert set(doc["seconds_per_step"]) == {"13", "30"} and doc["ratio_to_shortest"]["13"] == 1.0
     assert doc["before"]["checkout"] == str(checkout) and len(doc["before"]["commit"]) in (40, 7)
@@ -28,7 +28,7 @@ def test_long_trajectory_times_each_size_and_another_checkout(tmp_path: Path, ca
 def test_gate_restart_restores_the_same_bank_from_a_snapshot_and_by_replay(tmp_path: Path):
     checkout = Path(__file__).resolve().parents[2]
     argv = ["--sizes", "5", "20", "--before", str(checkout), "--before-sizes", "20", "--snapshot-every", "8"]
-    assert run("gate-restart", [*argv, "--out", str(tmp_path)]) == 0
+    assert gate_restart.main([*argv, "--out", str(tmp_path)]) == 0
     doc = _result(tmp_path, "gate-restart")
     rows = {(r["files"], r["code"].split(" ")[0], r["trajectories"]): r for r in doc["restarts"]}
     assert set(rows) == {

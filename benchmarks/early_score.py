@@ -14,21 +14,27 @@ Arms, run back to back on the same streams against the same server (``critic.ear
 
 Per arm: the makespan (wall seconds of the run), the critic latency per step (seconds from sending to the
 score, slot wait included; p50/p99), requests, and whether every step's score equals the ``whole`` arm's.
+
+Measured: ``benchmarks/results/early-score-20261123T152635Z.json`` at commit ``6c434d3`` (docs/vllm.md), on the
+tests' CPU vLLM server: ``python benchmarks/early_score.py --tiny`` starts it from ``tests/support``. A study of
+one feature (``critic.early_score``) answered once, so it lives in the checkout.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ceb and tests.support
+
 from ceb.backends.base import EndpointLimits
-from ceb.bench.options import add_server_options, bench_parser, check_server_options, run_and_save, tiny_vllm_servers
-from ceb.bench.pipeline import load_intercode_streams
+from ceb.bench.options import bench_parser, load_intercode_streams, run_and_save
 from ceb.bench.stats import summarize
 from ceb.config import RunConfig, load_config
 from ceb.data.trajectory import Trajectory
@@ -36,6 +42,7 @@ from ceb.pipeline import run_scoring
 from ceb.pipeline.results import read_rows
 from ceb.pipeline.rundir import RunDir
 from ceb.stages.assembly import build_stages
+from tests.support import tiny_model, vllm_server
 
 __all__ = ["ARMS", "EarlyScoreSettings", "main", "run_early_score_bench"]
 
@@ -147,19 +154,19 @@ async def run_early_score_bench(
     return {"settings": asdict(settings), "runs": runs, "arms": arms}
 
 
-# --- command line: ceb bench early-score --------------------------------------------------------------------
+# --- command line: python benchmarks/early_score.py -------------------------------------------------------------------
 
 _HELP = """Early critic scores on a REAL vLLM server: critic latency and chain-bound makespan.
 
     # the local CPU build of vLLM with the tiny random-weight model of the tests (needs .venv-vllm):
-    ceb bench early-score --tiny
+    python benchmarks/early_score.py --tiny
     # any vLLM server you run:
-    ceb bench early-score --base-url http://127.0.0.1:8000/v1 --model M
+    python benchmarks/early_score.py --base-url http://127.0.0.1:8000/v1 --model M
 
 Scores the first ``--streams`` InterCode-Bash streams (``--trajectories`` each) with the bank-free ``static``
 critic, once per arm (whole reply, cut at the score, finished in the background), interleaved over ``--rounds``,
 and prints the makespan, critic latency p50/p99 and whether every score equals the whole-reply run's. Writes
-``early-score-<UTC>.json`` with the settings and the machine. See ``ceb/bench/early_score.py``.
+``early-score-<UTC>.json`` with the settings and the machine. See ``benchmarks/early_score.py``.
 """
 
 
@@ -172,7 +179,7 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     )
     with contextlib.ExitStack() as stack:
         if args.tiny:
-            (server,) = stack.enter_context(tiny_vllm_servers(work))
+            server = stack.enter_context(vllm_server.serve_vllm(tiny_model.tiny_model_dir(), work / "vllm.log"))
             base_url, model = server.base_url, server.model
         else:
             base_url, model = args.base_url, args.model
@@ -204,9 +211,12 @@ async def _bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``ceb bench early-score``: :func:`run_early_score_bench` and save the figures (``--help`` lists options)."""
-    ap = bench_parser("early-score", _HELP)
-    add_server_options(ap)
+    """The command line: :func:`run_early_score_bench` and save the figures (``--help`` lists options)."""
+    ap = bench_parser("early-score", _HELP, prog="python benchmarks/early_score.py")
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--tiny", action="store_true", help="start the tests' CPU vLLM server (needs .venv-vllm)")
+    where.add_argument("--base-url", help="a running server's API root, e.g. http://127.0.0.1:8000/v1")
+    ap.add_argument("--model", help="served model name (with --base-url)")
     ap.add_argument("--streams", type=int, default=2, help="bash streams scored (first N by name)")
     ap.add_argument("--trajectories", type=int, default=4, help="trajectories kept per stream")
     ap.add_argument("--rounds", type=int, default=1, help="times the arms are run, interleaved")
@@ -214,5 +224,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=32, help="requests in flight at most")
     ap.add_argument("--max-tokens", type=int, default=160, help="the critic's output budget")
     args = ap.parse_args(argv)
-    check_server_options(ap, args)
+    if args.base_url and not args.model:
+        ap.error("--base-url needs --model")
     return run_and_save("early-score", _bench, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -18,8 +18,11 @@ intervals over trajectories (:func:`ceb.eval.bootstrap.bootstrap_metrics`, ``B``
 completion tokens per step (every request of the step: re-asks and retries included), and the hindsight
 labeller's votes per stream and method (valid 1 / 0, failed, pseudo-labels 1 / 0).
 
-``ceb bench readout table RUN_DIR...``, ``ceb bench readout results RUN_DIR...`` or ``ceb bench readout hindsight
-STREAM ...``; it prints, and writes no results file.
+``python benchmarks/readout.py table RUN_DIR...``, ``python benchmarks/readout.py results RUN_DIR...`` or
+``python benchmarks/readout.py hindsight STREAM ...``; it prints, and writes no results file.
+
+Measured: the tables in docs/readout.md and docs/real-model.md (commits ``ffef07b`` and ``ff6d8de``), read from run
+directories; it writes no results file. A one-question study of the readouts, so it lives in the checkout.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,8 +38,11 @@ from typing import Any
 
 import anyio
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ceb, not another install's
+
 from ceb.backends.base import ChatRequest
-from ceb.backends.openai import OpenAIBackend, OpenAISettings
+from ceb.backends.openai import OpenAIBackend
+from ceb.config import BackendConfig
 from ceb.data.reader import read_stream
 from ceb.eval.bootstrap import Interval, bootstrap_metrics
 from ceb.eval.metrics import auroc, summarize
@@ -151,7 +158,7 @@ async def _hindsight(stream: Path, base_url: str, model: str, limit: int, top: i
     greedy: list[int] = []
     positions: list[int] = []
     failed = 0
-    settings = OpenAISettings(base_url=base_url, model=model, timeout_s=600)
+    settings = BackendConfig(base_url=base_url, model=model, timeout_s=600)
     async with OpenAIBackend(settings) as chat:
         for traj in trajectories:
             n = len(traj.steps)
@@ -229,8 +236,8 @@ def _votes(run: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``ceb bench readout``: the ``table`` or ``hindsight`` command (module docstring)."""
-    parser = argparse.ArgumentParser(prog="ceb bench readout", description=(__doc__ or "").splitlines()[0])
+    """``python benchmarks/readout.py``: the ``table`` or ``hindsight`` command (module docstring)."""
+    parser = argparse.ArgumentParser(prog="python benchmarks/readout.py", description=(__doc__ or "").splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("table")
     t.add_argument("runs", nargs="+", type=Path)
@@ -254,3 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _votes(run)
         anyio.run(_hindsight, args.stream, args.base_url, args.model, args.limit, args.top_logprobs)
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""``ceb bench readout results``: the real-model results table (issue 23 item 4) read back from a run directory."""
+"""``python benchmarks/readout.py results``: the real-model results table (issue 23 item 4) read from a run."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from benchmarks.readout import results
 from ceb.backends.base import ChatRequest
 from ceb.backends.scripted import ScriptedChat
-from ceb.bench.readout import results
 from ceb.config import load_config
 from ceb.pipeline import run_scoring
 from ceb.stages import assembly
