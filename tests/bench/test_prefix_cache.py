@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 
 from ceb.backends.base import ChatRequest, RetryPolicy, TransientError
-from ceb.backends.openai import OpenAIBackend, OpenAISettings
+from ceb.backends.openai import OpenAIBackend
 from ceb.bench.prefix_cache import (
     WireRecord,
     hindsight_rounds,
@@ -20,6 +20,7 @@ from ceb.bench.prefix_cache import (
     token_bound,
     whole_block_bound,
 )
+from ceb.config import BackendConfig
 
 
 def _rec(index: int, ids: list[int], *, stage: str = "critic", n: int = 1, reads: bool = True) -> WireRecord:
@@ -138,7 +139,7 @@ async def _upstream() -> AsyncIterator[str]:
 @pytest.mark.anyio
 async def test_the_proxy_records_what_the_server_tokenized_and_hands_back_the_reply_unchanged() -> None:
     async with _upstream() as root, recording_proxy(root) as (url, records):
-        async with OpenAIBackend(OpenAISettings(base_url=url, model="m"), retry=RetryPolicy(max_attempts=1)) as backend:
+        async with OpenAIBackend(BackendConfig(base_url=url, model="m"), retry=RetryPolicy(max_attempts=1)) as backend:
             a = await backend.complete(ChatRequest(messages=({"role": "user", "content": "abc"},), stage="critic"))
             await backend.complete(
                 ChatRequest(
