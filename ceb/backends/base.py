@@ -1,14 +1,7 @@
-"""The chat backend: the one client that owns the policy around any provider's transport.
+"""The chat backend: :class:`ChatBackend`, the one client that owns the policy around any provider's transport.
 
-A :class:`~ceb.backends.transport.Transport` (one per provider: :mod:`ceb.backends.openai`,
-:mod:`ceb.backends.vllm_engine`, ...) sends one attempt of a :class:`ChatRequest` and returns a :class:`Completion`.
-:class:`ChatBackend`, the client every stage calls, owns what every provider needs the same way, as steps around the
-transport: the reply cache (:mod:`ceb.backends.cache`), declared retries (tenacity: jittered exponential backoff that
-honours ``Retry-After``), routing among replicas, the per-endpoint slots at the caller's priority, and the time split
-between waiting for a slot (``queue_s``) and the server (``latency_s``), reported to observers. Pattern after httpx's
-``BaseTransport`` under ``Client`` and inspect_ai's ``ModelAPI`` under ``Model``. :func:`open_backend` builds one from
-a run's ``backend`` section. The request and reply types are :mod:`ceb.backends.transport`'s, named here as well for
-the client's callers.
+:func:`open_backend` builds one from a run's ``backend`` section over the transport its registered factory builds
+(:data:`BACKENDS`). The request and reply types are :mod:`ceb.backends.transport`'s, named here too for its callers.
 """
 
 from __future__ import annotations
@@ -217,9 +210,10 @@ class ChatBackend:
     :meth:`complete` goes through, in order: the reply cache (when the run has one: a hit sends nothing), the
     declared retries (tenacity: jittered exponential backoff that honours ``Retry-After``, per
     :class:`TransientError`), the endpoint :attr:`routing` picks for each attempt, a slot there at the caller's
-    :func:`~ceb.backends.scheduling.priority` (its wait measured apart from the server's time), the transport's
-    :meth:`~Transport.send`, and the :attr:`observers`. :meth:`stream` takes the same steps but the cache.
-    Built by :func:`open_backend` from a run's ``backend`` section; tests build one over their own transport.
+    :func:`~ceb.backends.scheduling.priority` (its wait, ``queue_s``, measured apart from the server's time,
+    ``latency_s``), the transport's :meth:`~Transport.send`, and the :attr:`observers`. :meth:`stream` takes the same
+    steps but the cache. Pattern after httpx's ``Client`` over a ``BaseTransport`` and inspect_ai's ``Model`` over a
+    ``ModelAPI``.
 
     Args:
         transport: The provider.
@@ -253,16 +247,12 @@ class ChatBackend:
         """What the transport sends differently from its settings (:attr:`Transport.adaptations`), as it learns it."""
         self.max_concurrency = max_concurrency
         self.retry: RetrySettings = retry or RetryPolicy()
-        self._limits = limits or EndpointLimits()
+        self.limits = limits or EndpointLimits()
+        """The endpoint slots this backend takes its requests' slots from (the run's, when it was given them)."""
         self.routing: Routing = routing
         self.cache = cache
         self.observers: list[Callable[[AttemptRecord], None]] = []
         """Called with an :class:`AttemptRecord` after every attempt (benchmarks and fault accounting)."""
-
-    @property
-    def limits(self) -> EndpointLimits:
-        """The endpoint slots this backend takes its requests' slots from (the run's, when it was given them)."""
-        return self._limits
 
     async def preflight(self) -> None:
         """The transport's check that every endpoint answers (:meth:`Transport.preflight`), before a run starts.
@@ -321,7 +311,7 @@ class ChatBackend:
                     attempts += 1
                     asked = time.perf_counter()
                     endpoint = self._pick()
-                    async with self._limits.slot(endpoint, self.max_concurrency):
+                    async with self.limits.slot(endpoint, self.max_concurrency):
                         started = time.perf_counter()
                         queue_s += started - asked
                         try:
@@ -369,7 +359,7 @@ class ChatBackend:
                         asked = time.perf_counter()
                         endpoint = self._pick()
                         inner = AsyncExitStack()
-                        await inner.enter_async_context(self._limits.slot(endpoint, self.max_concurrency))
+                        await inner.enter_async_context(self.limits.slot(endpoint, self.max_concurrency))
                         started = time.perf_counter()
                         queue_s += started - asked
                         try:
@@ -391,18 +381,8 @@ class ChatBackend:
                 raise
             finally:
                 await reply.aclose()
-            self._observe(
-                request,
-                endpoint,
-                started - asked,
-                reply.latency_s,
-                Completion(
-                    texts=(reply.text,),
-                    prompt_tokens=reply.prompt_tokens,
-                    completion_tokens=reply.completion_tokens,
-                    model="",
-                ),
-            )
+            whole = Completion((reply.text,), reply.prompt_tokens, reply.completion_tokens)
+            self._observe(request, endpoint, started - asked, reply.latency_s, whole)
 
     def _observe(
         self, request: ChatRequest, endpoint: str, queue_s: float, latency_s: float, outcome: Completion | Exception
@@ -454,7 +434,7 @@ class ChatBackend:
 
     def _pick(self) -> str:
         """The endpoint for the next attempt: the caller's lane's home replica, or the least loaded one."""
-        return self._limits.pick(self.endpoints, self.max_concurrency, key=current_lane(), routing=self.routing)
+        return self.limits.pick(self.endpoints, self.max_concurrency, key=current_lane(), routing=self.routing)
 
     def _wait(self, state: RetryCallState) -> float:
         """Jittered exponential backoff, or longer when the server asked (``Retry-After``)."""

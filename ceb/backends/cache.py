@@ -132,14 +132,8 @@ class CacheCounts:
         if not every:
             return None
         out = cls(mode=every[0].mode, path=every[0].path)
-        for c in every:
-            out.hits += c.hits
-            out.misses += c.misses
-            out.uncacheable += c.uncacheable
-            out.stored += c.stored
-            out.sent += c.sent
-            out.failed_reads += c.failed_reads
-            out.failed_writes += c.failed_writes
+        for f in fields(cls)[2:]:  # the counts, after mode and path
+            setattr(out, f.name, sum(getattr(c, f.name) for c in every))
         return out
 
 

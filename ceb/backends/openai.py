@@ -701,15 +701,11 @@ class OpenAITransport(Transport):
 
 
 class OpenAIBackend(ChatBackend):
-    """The client over an :class:`OpenAITransport` with the policy of the same section, for code that holds one.
-
-    What :func:`~ceb.backends.base.open_backend` builds for backend ``openai`` (less the run's cache), typed so that
-    a benchmark or a test reaches the transport's members (:attr:`transport`).
+    """The client :func:`~ceb.backends.base.open_backend` builds for ``openai`` (no cache), for code holding one.
 
     Args:
-        settings: The ``backend`` section (:class:`OpenAITransport`; ``max_concurrency`` and ``routing`` here).
-        retry: Retry policy for timeouts, dropped connections, 429 and 5xx; ``None``: the retry fields of
-            ``settings``.
+        settings: The ``backend`` section (:class:`OpenAITransport`'s, and ``max_concurrency`` and ``routing``).
+        retry: Retry policy for timeouts, dropped connections, 429 and 5xx; ``None``: the retry fields of ``settings``.
         limits: The run's shared per-endpoint limits.
 
     Raises:

@@ -107,13 +107,7 @@ class ScriptedChat(ChatBackend):
             retry=retry or RetryPolicy(max_attempts=3, backoff_s=0.0, max_backoff_s=0.0),
             limits=limits,
         )
-
-    @property
-    def requests(self) -> list[ChatRequest]:
+        self.requests = self.transport.requests
         """Every request the transport received, in arrival order."""
-        return self.transport.requests
-
-    @property
-    def streamed(self) -> list[int]:
+        self.streamed = self.transport.streamed
         """Per streamed request, how many pieces the reader took."""
-        return self.transport.streamed

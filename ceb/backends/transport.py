@@ -1,10 +1,7 @@
-"""What a provider implements and returns: the request and reply types and the :class:`Transport` contract.
+"""What a provider implements and returns: the :class:`Transport` contract and the request and reply types.
 
-A transport (one per provider: :mod:`ceb.backends.openai`, :mod:`ceb.backends.vllm_engine`,
-:mod:`ceb.backends.batch`, :mod:`ceb.backends.scripted`) sends one attempt of a :class:`ChatRequest` to one endpoint
-and returns a :class:`Completion`, raising :class:`TransientError` for what another attempt may fix. Everything around
-that call (retries, slots, routing, priority, observers, the reply cache) is the client's,
-:class:`~ceb.backends.base.ChatBackend`.
+One transport per provider: :mod:`ceb.backends.openai`, :mod:`ceb.backends.vllm_engine`, :mod:`ceb.backends.batch`,
+:mod:`ceb.backends.scripted`. The policy around it is the client's, :class:`~ceb.backends.base.ChatBackend`.
 """
 
 from __future__ import annotations
@@ -242,13 +239,11 @@ class TransientError(Exception):
 class Transport(ABC):
     """How one provider reaches its model: one attempt of one request. A new backend writes this, nothing else.
 
-    The client around it (:class:`~ceb.backends.base.ChatBackend`) owns what is the same for every provider:
-    retries, endpoint slots, routing among replicas, priority, observers and the reply cache. A transport only turns
-    a :class:`ChatRequest` into its wire form, sends it to the endpoint it is handed and maps the reply onto a
-    :class:`Completion` and the outcome onto the error classes: :class:`TransientError` (with ``retry_after``, the
-    server's ``Retry-After`` in seconds) for a failure another attempt may fix, :class:`~ceb.errors.BackendError`
-    for a refused request, :class:`~ceb.errors.FatalBackendError` for an endpoint that cannot serve the run. The
-    shape is httpx's ``BaseTransport`` under ``Client`` and inspect_ai's ``ModelAPI`` under ``Model``.
+    It turns a :class:`ChatRequest` into its wire form, sends it to the endpoint it is handed and maps the reply onto
+    a :class:`Completion` and a failure onto the error classes: :class:`TransientError` (with ``retry_after``, the
+    server's ``Retry-After`` in seconds) where another attempt may help, :class:`~ceb.errors.BackendError` for a
+    refused request, :class:`~ceb.errors.FatalBackendError` for an endpoint that cannot serve the run. Retries,
+    slots, routing, priority, observers and the cache are the client's (:class:`~ceb.backends.base.ChatBackend`).
 
     Only :meth:`send` is abstract. The other members are facts about the provider with safe defaults, each here
     because the client or a run needs it and only the provider knows it: :attr:`name` and :attr:`endpoints`
