@@ -34,8 +34,6 @@ from ceb.backends.transport import (
     TokenLogprob,
     TransientError,
     Transport,
-    public_url,
-    weights_digest,
 )
 from ceb.config import BackendConfig
 from ceb.errors import BackendError
@@ -55,18 +53,14 @@ __all__ = [
     "ChatResponse",
     "Completion",
     "EndpointLimits",
-    "ModelIdentity",
     "RetryPolicy",
     "RetrySettings",
-    "StreamChunk",
     "StreamReply",
     "TokenLogprob",
     "TransientError",
     "Transport",
     "open_backend",
-    "public_url",
     "register_backend",
-    "weights_digest",
 ]
 
 

@@ -31,9 +31,10 @@ from typing import Any, Literal
 
 import orjson
 
-from ceb.backends.base import ChatBackend, ChatRequest, Completion, ModelIdentity, TransientError, open_backend
+from ceb.backends.base import ChatBackend, open_backend
 from ceb.backends.openai import OpenAITransport
 from ceb.backends.server_metrics import parse_metrics
+from ceb.backends.transport import ChatRequest, Completion, ModelIdentity, TransientError
 from ceb.backends.vllm_engine import VLLMEngineTransport
 from ceb.config import BackendConfig
 from ceb.errors import BackendError, CEBError, ConfigError

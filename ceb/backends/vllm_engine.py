@@ -15,7 +15,7 @@ vLLM's server runs, minus the HTTP:
 
 So the chat template (and ``continue_final_message`` / ``add_generation_prompt``), structured outputs, ``n``,
 ``logprobs`` / ``top_logprobs``, ``prompt_logprobs`` and seeds behave exactly as over HTTP, and a request returns
-the same :class:`~ceb.backends.base.Completion` either way. What differs is transport only: no JSON encoding
+the same :class:`~ceb.backends.transport.Completion` either way. What differs is transport only: no JSON encoding
 on our side or the server's, no sockets, and no second process for the API server.
 
 Priority: ceb's :func:`~ceb.backends.scheduling.current_priority` is higher-first; vLLM's request ``priority`` is
@@ -144,7 +144,7 @@ class VLLMEngineTransport(Transport):
     Args:
         settings: The ``backend`` section, read directly: ``model`` (the model directory or hub name), the
             ``engine`` flags (:func:`engine_argv`) and ``structured_output``. An engine-side generation error is
-            a :class:`~ceb.backends.base.TransientError`, retried by the client with the section's retry fields.
+            a :class:`~ceb.backends.transport.TransientError`, retried by the client with the section's retry fields.
 
     Raises:
         ConfigError: ``settings.model`` is not set.

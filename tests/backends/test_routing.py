@@ -10,18 +10,11 @@ from typing import Any
 import anyio
 import pytest
 
-from ceb.backends.base import (
-    ChatBackend,
-    ChatRequest,
-    Completion,
-    RetryPolicy,
-    StreamChunk,
-    TransientError,
-    Transport,
-)
+from ceb.backends.base import ChatBackend, ChatRequest, Completion, RetryPolicy, TransientError, Transport
 from ceb.backends.openai import SESSION_HEADER, OpenAIBackend, OpenAITransport
 from ceb.backends.scheduling import EndpointLimits, home_endpoint, lane, priority, server_priority
 from ceb.backends.scripted import ScriptedChat
+from ceb.backends.transport import StreamChunk
 from ceb.config import BackendConfig, load_config
 from ceb.pipeline.runner import run_scoring
 from ceb.stages.assembly import Stages
