@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import orjson
 
-from ceb.backends.base import ChatRequest, Completion, StreamChunk, TokenLogprob
+from ceb.backends.transport import ChatRequest, Completion, StreamChunk, TokenLogprob
 
 __all__ = [
     "OPENAI_STRICT_UNSUPPORTED",
@@ -150,7 +150,7 @@ def chat_body(
 
 
 def parse_completion(body: Any, *, default_model: str, asked_prompt_logprobs: Any = None) -> Completion:
-    """Turn a decoded ``chat.completion`` object into a :class:`~ceb.backends.base.Completion`.
+    """Turn a decoded ``chat.completion`` object into a :class:`~ceb.backends.transport.Completion`.
 
     Args:
         body: The decoded JSON body of an HTTP 200 reply.

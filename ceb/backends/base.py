@@ -1,40 +1,46 @@
-"""The chat backend contract: one abstract async call, with limits, retries and accounting shared.
+"""The chat backend: :class:`ChatBackend`, the one client that owns the policy around any provider's transport.
 
-A subclass only turns a :class:`ChatRequest` into its wire payload and the reply into a
-:class:`Completion` (:meth:`ChatBackend._complete`). This base class owns what every backend needs the same
-way: the per-endpoint concurrency limit, declared retries (tenacity: jittered exponential backoff that honours
-``Retry-After``), and the time split between waiting for a slot (``queue_s``) and the server (``latency_s``).
-Pattern after inspect_ai's ``ModelAPI`` and lm-eval's ``TemplateAPI``.
+:func:`open_backend` builds one from a run's ``backend`` section over the transport its registered factory builds
+(:data:`BACKENDS`). The request and reply types are :mod:`ceb.backends.transport`'s, named here too for its callers.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
-from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol, Self
-from urllib.parse import urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 import structlog
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
-    retry_if_exception,
+    retry_if_exception_type,
     stop_after_attempt,
     wait_random_exponential,
 )
 from tenacity.stop import stop_base
 
 from ceb.backends.scheduling import EndpointLimits, Routing, current_lane, current_priority
+from ceb.backends.transport import (
+    ChatRequest,
+    ChatResponse,
+    Completion,
+    ModelIdentity,
+    StreamChunk,
+    TokenLogprob,
+    TransientError,
+    Transport,
+)
 from ceb.config import BackendConfig
 from ceb.errors import BackendError
 from ceb.registry import Registry
+
+if TYPE_CHECKING:  # types only: the client calls the cache step open_backend hands it
+    from ceb.backends.cache import CacheStep, ReplyCache
 
 log = structlog.get_logger(__name__)
 
@@ -42,147 +48,20 @@ __all__ = [
     "BACKENDS",
     "AttemptRecord",
     "BackendFactory",
-    "BackendWrapper",
     "ChatBackend",
     "ChatRequest",
     "ChatResponse",
     "Completion",
     "EndpointLimits",
-    "ModelIdentity",
     "RetryPolicy",
     "RetrySettings",
-    "StreamChunk",
     "StreamReply",
     "TokenLogprob",
     "TransientError",
+    "Transport",
     "open_backend",
-    "public_url",
     "register_backend",
-    "weights_digest",
 ]
-
-Message = Mapping[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class ChatRequest:
-    """One chat-completions request, independent of the wire format.
-
-    Attributes:
-        messages: ``({"role": ..., "content": ...}, ...)`` in order; system first.
-        temperature: Sampling temperature (the critic uses 0, hindsight its ``hindsight.temperature``, tau).
-        max_tokens: Upper bound on generated tokens per choice.
-        n: Number of choices to sample from one prompt.
-        json_schema: JSON Schema the reply must follow, when the server supports structured output.
-        schema_name: Name sent with the schema (OpenAI's ``json_schema.name``).
-        seed: Sampling seed, when the server honours one.
-        stage: Which stage asks (``critic``, ``hindsight``); for logs and accounting only.
-        logprobs: Ask for the log-probability of every generated token (OpenAI's ``logprobs``).
-        top_logprobs: Also ask for this many most likely alternatives per generated token (OpenAI's
-            ``top_logprobs``, at most 20 there); needs ``logprobs``.
-        extra: Server-specific body fields sent as they are, e.g. vLLM's ``prompt_logprobs``,
-            ``continue_final_message``, ``add_generation_prompt`` or ``echo``. They must not repeat a field the
-            request sets otherwise. Like ``messages`` and ``json_schema`` it is a mapping, so a request is
-            compared by value but not hashed; the default is a fresh empty dict per request.
-    """
-
-    messages: tuple[Message, ...]
-    temperature: float = 0.0
-    max_tokens: int = 256
-    n: int = 1
-    json_schema: Mapping[str, Any] | None = None
-    schema_name: str = "response"
-    seed: int | None = None
-    stage: str = ""
-    logprobs: bool = False
-    top_logprobs: int | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class TokenLogprob:
-    """One token position with its log-probability, as a server reported it.
-
-    Attributes:
-        token: The token's text (vLLM's ``decoded_token`` for prompt positions; ``""`` when the server gave
-            no text).
-        logprob: Natural-log probability of this token at its position, ``<= 0``.
-        top: The most likely tokens at this position as ``(token, logprob)`` pairs, most likely first. It holds
-            the token itself when it ranks among them. For a generated token these are OpenAI's
-            ``top_logprobs`` (empty when none were asked for); for a prompt position, the top ``K`` of vLLM's
-            ``prompt_logprobs=K``.
-        rank: The token's rank in the whole vocabulary (1 = most likely), when the server said (vLLM does for
-            prompt positions).
-    """
-
-    token: str
-    logprob: float
-    top: tuple[tuple[str, float], ...] = ()
-    rank: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Completion:
-    """What a subclass returns from one successful attempt.
-
-    Attributes:
-        texts: One reply text per choice, shape ``(n,)``.
-        prompt_tokens: Input tokens the server counted, if it said.
-        completion_tokens: Output tokens the server counted (all choices), if it said.
-        model: Model name the server answered with.
-        logprobs: Per choice (shape ``(n,)``), the generated tokens with their log-probabilities, or ``None``
-            for a choice the server gave none for; ``None`` altogether when no choice had any.
-        prompt_logprobs: vLLM's per-prompt-token log-probabilities (asked for with
-            ``extra={"prompt_logprobs": K}``), one entry per prompt token after the chat template; the first
-            entry, which has no context to be predicted from, is ``None``. ``None`` when the server sent none.
-    """
-
-    texts: tuple[str, ...]
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    model: str = ""
-    logprobs: tuple[tuple[TokenLogprob, ...] | None, ...] | None = None
-    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ChatResponse:
-    """A finished call: the completion plus where the time went.
-
-    Attributes:
-        completion: The server's reply.
-        latency_s: Seconds spent in the server for the successful attempt.
-        queue_s: Seconds spent waiting for an endpoint slot, summed over attempts.
-        attempts: Attempts made (1 when the first one succeeded).
-        retry_reason: Why the last failed attempt failed (``"<ExceptionType>: <message>"``), when any did.
-    """
-
-    completion: Completion
-    latency_s: float
-    queue_s: float
-    attempts: int
-    retry_reason: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class StreamChunk:
-    """One event of a streamed reply, as a subclass's :meth:`ChatBackend._stream` yields it.
-
-    Attributes:
-        text: The text added to choice 0 by this event (OpenAI's ``choices[0].delta.content``; ``""`` for the
-            role-only first event and the usage event).
-        has_choice: The event carried a choice (a token or the role); ``False`` for the trailing usage event.
-            vLLM's benchmark counts time to first token at the first event with a choice, and so do we.
-        prompt_tokens: ``usage.prompt_tokens`` when this event carries usage.
-        completion_tokens: ``usage.completion_tokens`` when this event carries usage.
-        finish_reason: ``choices[0].finish_reason`` when this event ends the choice.
-    """
-
-    text: str = ""
-    has_choice: bool = True
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    finish_reason: str | None = None
 
 
 class StreamReply:
@@ -264,113 +143,6 @@ class StreamReply:
 
 
 @dataclass(frozen=True, slots=True)
-class ModelIdentity:
-    """What identifies the model behind an endpoint, as its server reports it (asked once per run).
-
-    Two servers under one name and URL are the same model only when these agree: the reply cache keys its entries
-    on them (:mod:`ceb.backends.cache`) and a run records them (``summary.json``'s ``provenance``).
-
-    Attributes:
-        model: The served model's id (vLLM's ``--served-model-name``, else its model path).
-        root: The weights the server loaded, where it says (vLLM's ``root`` in ``GET /v1/models``: the model
-            directory or hub name); ``None`` where it does not (OpenAI).
-        server_version: The server's version, where it reports one (vLLM's ``GET /version``).
-        max_model_len: The context length in tokens the server reports (vLLM's ``max_model_len``), if any.
-        weights_digest: :func:`weights_digest` of ``root`` when it is a directory on this machine, else ``None``.
-    """
-
-    model: str
-    root: str | None = None
-    server_version: str | None = None
-    max_model_len: int | None = None
-    weights_digest: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON values."""
-        return asdict(self)
-
-
-_WEIGHT_FILES = 100_000
-"""Files of a weights directory :func:`weights_digest` reads at most (a model has tens; a larger tree is not one)."""
-
-
-def weights_digest(root: str | None) -> str | None:
-    """SHA-256 of the file list under ``root`` when it is a directory on this machine; ``None`` otherwise.
-
-    Each file counts by its relative name, size in bytes and modification time in ns; a hub name, a path on
-    another machine or too large a tree (:data:`_WEIGHT_FILES`) gives ``None``. It tells weights written anew
-    under the same path (a checkpoint saved over the old one) from the old ones without reading gigabytes: any
-    rewrite changes a file's modification time.
-    """
-    if not root:
-        return None
-    path = Path(root).expanduser()
-    try:
-        if not path.is_dir():
-            return None
-        files = []
-        for i, f in enumerate(sorted(path.rglob("*"))):
-            if i >= _WEIGHT_FILES:
-                return None
-            if f.is_file():
-                stat = f.stat()
-                files.append(f"{f.relative_to(path).as_posix()}\t{stat.st_size}\t{stat.st_mtime_ns}")
-    except OSError:
-        return None
-    return hashlib.sha256("\n".join(files).encode()).hexdigest()
-
-
-def public_url(url: str) -> str:
-    """``url`` without credentials (``user:password@``), as a record may show it."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-class TransientError(Exception):
-    """A failure worth retrying (timeouts, 429, 5xx, dropped connections).
-
-    A timeout is a :class:`TransientError` raised from a :class:`TimeoutError` (``raise ... from exc``).
-
-    Attributes:
-        retry_after: Seconds the server asked us to wait (``Retry-After``), if it did.
-        attempts: Attempts made before giving up (set by :meth:`ChatBackend.complete`).
-    """
-
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-        self.attempts = 1
-
-
-class RetrySettings(Protocol):
-    """What the retries read: :class:`~ceb.config.BackendConfig` itself, or a :class:`RetryPolicy` (tests)."""
-
-    @property
-    def max_attempts(self) -> int:
-        """Attempts per request, the first included."""
-        ...
-
-    @property
-    def backoff_s(self) -> float:
-        """Multiplier of the jittered exponential backoff, in seconds."""
-        ...
-
-    @property
-    def max_backoff_s(self) -> float:
-        """Cap on one wait, in seconds."""
-        ...
-
-    @property
-    def timeout_attempts(self) -> int:
-        """Attempts per request when the last one timed out."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """How transient failures are retried (tenacity), where no :class:`~ceb.config.BackendConfig` gives it.
 
@@ -391,6 +163,10 @@ class RetryPolicy:
     backoff_s: float = 0.5
     max_backoff_s: float = 30.0
     timeout_attempts: int = 2
+
+
+RetrySettings = RetryPolicy | BackendConfig
+"""What the retries read: a :class:`RetryPolicy` (tests), or the ``backend`` section's same four fields."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,90 +198,128 @@ class AttemptRecord:
     priority: float
 
 
-class ChatBackend(ABC):
-    """Base class of every LLM backend.
+class ChatBackend:
+    """What the stages call: one :class:`Transport` with the policy every provider shares, as steps around it.
+
+    :meth:`complete` goes through, in order: the reply cache (when the run has one: a hit sends nothing), the
+    declared retries (tenacity: jittered exponential backoff that honours ``Retry-After``, per
+    :class:`TransientError`), the endpoint :attr:`routing` picks for each attempt, a slot there at the caller's
+    :func:`~ceb.backends.scheduling.priority` (its wait, ``queue_s``, measured apart from the server's time,
+    ``latency_s``), the transport's :meth:`~Transport.send`, and the :attr:`observers`. :meth:`stream` takes the same
+    steps but the cache. Pattern after httpx's ``Client`` over a ``BaseTransport`` and inspect_ai's ``Model`` over a
+    ``ModelAPI``.
 
     Args:
-        endpoint: Where requests go (base URL, or an in-process engine name); keys the concurrency limit.
-            Several endpoints (replicas of one model) are chosen per attempt by ``routing``.
+        transport: The provider.
         max_concurrency: Requests in flight to each endpoint at most.
-        retry: Retry policy for :class:`TransientError`.
+        retry: Retry policy for :class:`TransientError`; the default :class:`RetryPolicy` when ``None``.
         limits: Shared per-endpoint limits of the run; a private one when ``None``.
         routing: How an attempt picks among several endpoints: ``affinity`` (the caller's lane,
             :func:`~ceb.backends.scheduling.lane`, goes to its home replica unless that one is overloaded) or
             ``least_outstanding`` (:meth:`~ceb.backends.scheduling.EndpointLimits.pick`).
-
-    Raises:
-        ValueError: No endpoint given.
+        cache: The run's reply cache as this backend consults it (:meth:`~ceb.backends.cache.ReplyCache.step`).
     """
-
-    name: str = "chat"
 
     def __init__(
         self,
+        transport: Transport,
         *,
-        endpoint: str | Sequence[str],
         max_concurrency: int = 64,
         retry: RetrySettings | None = None,
         limits: EndpointLimits | None = None,
         routing: Routing = "affinity",
+        cache: CacheStep | None = None,
     ) -> None:
-        self.endpoints: tuple[str, ...] = (endpoint,) if isinstance(endpoint, str) else tuple(endpoint)
-        if not self.endpoints:
-            raise ValueError("a backend needs at least one endpoint")
-        self.endpoint = self.endpoints[0] if len(self.endpoints) == 1 else ",".join(self.endpoints)
+        self.transport = transport
+        self.name = transport.name
+        self.endpoints = transport.endpoints
+        self.endpoint = ",".join(transport.endpoints)
+        """The endpoint, or the endpoints joined with ``,``."""
+        self.label = transport.label
+        """``name@endpoint``, as shown in errors and logs."""
+        self.adaptations = transport.adaptations
+        """What the transport sends differently from its settings (:attr:`Transport.adaptations`), as it learns it."""
         self.max_concurrency = max_concurrency
         self.retry: RetrySettings = retry or RetryPolicy()
-        self._limits = limits or EndpointLimits()
+        self.limits = limits or EndpointLimits()
+        """The endpoint slots this backend takes its requests' slots from (the run's, when it was given them)."""
         self.routing: Routing = routing
+        self.cache = cache
         self.observers: list[Callable[[AttemptRecord], None]] = []
         """Called with an :class:`AttemptRecord` after every attempt (benchmarks and fault accounting)."""
-        self.adaptations: dict[str, str] = {}
-        """What this backend sends differently from its settings, learnt from the server's replies, one line each
-        (the HTTP backend, :mod:`ceb.backends.openai`, fills it; ``ceb doctor`` and the run's provenance show it)."""
 
-    @property
-    def limits(self) -> EndpointLimits:
-        """The endpoint slots this backend takes its requests' slots from (the run's, when it was given them)."""
-        return self._limits
+    async def preflight(self) -> None:
+        """The transport's check that every endpoint answers (:meth:`Transport.preflight`), before a run starts.
 
-    @property
-    def label(self) -> str:
-        """``name@endpoint``, as shown in errors and logs."""
-        return f"{self.name}@{self.endpoint}"
-
-    @abstractmethod
-    async def _complete(self, request: ChatRequest, endpoint: str) -> Completion:
-        """Send one attempt of ``request`` to ``endpoint`` (one of :attr:`endpoints`).
-
-        Raise :class:`TransientError` for failures worth retrying.
+        A run answered wholly from the cache still needs its endpoint for the rest, so it is not skipped.
         """
+        await self.transport.preflight()
 
-    def _stream(self, request: ChatRequest, endpoint: str) -> AbstractAsyncContextManager[AsyncIterator[StreamChunk]]:
-        """Open one attempt of ``request`` as a stream; entering sends it and checks the status.
+    async def identify(self) -> ModelIdentity | None:
+        """What identifies the model behind this backend (:meth:`Transport.identify`)."""
+        return await self.transport.identify()
 
-        The default has no streaming transport: it completes the request at once and yields its text as one
-        event (so every backend can serve :meth:`stream`, without early results). Leaving the context before
-        the iterator ends closes the connection, which makes a vLLM server abort the request.
+    def describe(self) -> dict[str, Any]:
+        """What a run records of this backend (:meth:`Transport.describe`)."""
+        return self.transport.describe()
 
-        Raise :class:`TransientError` on entering for failures worth retrying; errors while iterating are
-        not retried.
+    async def aclose(self) -> None:
+        """Close the transport (the reply cache's store belongs to whoever opened it)."""
+        await self.transport.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        """The reply to ``request``: from the cache, or sent under its endpoint's limit with transient failures retried.
+
+        Each attempt goes to the endpoint :attr:`routing` picks (the caller's lane's home replica, or the one with
+        the fewest outstanding requests) and waits there for a slot at the caller's
+        :func:`~ceb.backends.scheduling.priority`; a retry may land on another replica.
+
+        Returns:
+            The completion with its server latency (seconds), slot wait (seconds) and attempt count.
+
+        Raises:
+            TransientError: The last attempt's failure once the retry budget is spent.
+            Exception: Whatever :meth:`Transport.send` raised that is not a :class:`TransientError`.
         """
-        return self._whole_as_stream(request, endpoint)
+        if self.cache is None:
+            return await self._send(request)
+        return await self.cache.complete(request, self._send, self.transport.identify)
 
-    @asynccontextmanager
-    async def _whole_as_stream(self, request: ChatRequest, endpoint: str) -> AsyncIterator[AsyncIterator[StreamChunk]]:
-        completion = await self._complete(request, endpoint)
-
-        async def events() -> AsyncIterator[StreamChunk]:
-            yield StreamChunk(text=completion.texts[0] if completion.texts else "")
-            yield StreamChunk(
-                has_choice=False,
-                prompt_tokens=completion.prompt_tokens,
-                completion_tokens=completion.completion_tokens,
-            )
-
-        yield events()
+    async def _send(self, request: ChatRequest) -> ChatResponse:
+        """``request`` sent through the retries, the routing, the slots and the observers."""
+        queue_s = 0.0
+        attempts = 0
+        failure: str | None = None
+        retrying = self._retrying(request)
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    attempts += 1
+                    asked = time.perf_counter()
+                    endpoint = self._pick()
+                    async with self.limits.slot(endpoint, self.max_concurrency):
+                        started = time.perf_counter()
+                        queue_s += started - asked
+                        try:
+                            completion = await self.transport.send(request, endpoint)
+                        except Exception as exc:
+                            self._observe(request, endpoint, started - asked, time.perf_counter() - started, exc)
+                            failure = _reason(exc)
+                            raise
+                        latency_s = time.perf_counter() - started
+                        self._observe(request, endpoint, started - asked, latency_s, completion)
+        except (TransientError, BackendError) as exc:
+            exc.attempts = attempts  # so a failed step still reports the requests it cost
+            raise
+        return ChatResponse(completion, latency_s, queue_s, attempts, failure)
 
     @asynccontextmanager
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamReply]:
@@ -516,7 +330,7 @@ class ChatBackend(ABC):
         retried (part of the reply was already seen). The endpoint slot is held until the context is left;
         leaving it early cuts the reply (the server aborts the request). Observers get one
         :class:`AttemptRecord` per attempt; the successful one when the context is left, its ``latency_s``
-        being the time to the last event read.
+        being the time to the last event read. Streams bypass the reply cache: a cut stream is not a whole reply.
 
         Yields:
             The :class:`StreamReply`.
@@ -524,7 +338,7 @@ class ChatBackend(ABC):
         Raises:
             ValueError: ``request.n`` is not 1.
             TransientError: The last attempt's failure to open once the retry budget is spent.
-            Exception: Whatever :meth:`_stream` raised that :meth:`should_retry` declined.
+            Exception: Whatever :meth:`Transport.open_stream` raised that is not a :class:`TransientError`.
         """
         if request.n != 1:
             raise ValueError(f"a streamed request has one choice, not n={request.n}")
@@ -539,11 +353,11 @@ class ChatBackend(ABC):
                         asked = time.perf_counter()
                         endpoint = self._pick()
                         inner = AsyncExitStack()
-                        await inner.enter_async_context(self._limits.slot(endpoint, self.max_concurrency))
+                        await inner.enter_async_context(self.limits.slot(endpoint, self.max_concurrency))
                         started = time.perf_counter()
                         queue_s += started - asked
                         try:
-                            events = await inner.enter_async_context(self._stream(request, endpoint))
+                            events = await inner.enter_async_context(self.transport.open_stream(request, endpoint))
                         except BaseException as exc:
                             await inner.aclose()
                             if isinstance(exc, Exception):
@@ -561,70 +375,8 @@ class ChatBackend(ABC):
                 raise
             finally:
                 await reply.aclose()
-            self._observe(
-                request,
-                endpoint,
-                started - asked,
-                reply.latency_s,
-                Completion(
-                    texts=(reply.text,),
-                    prompt_tokens=reply.prompt_tokens,
-                    completion_tokens=reply.completion_tokens,
-                    model="",
-                ),
-            )
-
-    def should_retry(self, exc: BaseException) -> bool:
-        """Decide per error class whether another attempt may succeed; default: :class:`TransientError`."""
-        return isinstance(exc, TransientError)
-
-    def retry_after(self, exc: BaseException) -> float | None:
-        """Seconds the server asked to wait before the next attempt, if any."""
-        return exc.retry_after if isinstance(exc, TransientError) else None
-
-    async def preflight(self) -> None:  # noqa: B027 - a hook with a safe default, not abstract on purpose
-        """Check, before a run starts, that every endpoint answers; the default has nothing to check.
-
-        Raises:
-            FatalBackendError: An endpoint cannot serve the run (down, wrong address, key or model).
-        """
-
-    async def aclose(self) -> None:  # noqa: B027 - a hook with a safe default, not abstract on purpose
-        """Release connections; the default holds none."""
-
-    async def identify(self) -> ModelIdentity | None:
-        """What identifies the model behind this backend, asked of its server once and then remembered.
-
-        The default knows nothing beyond the backend's settings: ``None``.
-
-        Raises:
-            TransientError: The server could not be asked now (nothing is remembered; a later call asks again).
-        """
-        return None
-
-    def describe(self) -> dict[str, Any]:
-        """What a run records of this backend (``summary.json``'s ``provenance``).
-
-        Its name, its endpoint(s) without credentials, the model its requests name, the structured-output mode and
-        token field it sends now, and what it changed to be answered there (:attr:`adaptations`). Subclasses add
-        what they know.
-        """
-        return {
-            "backend": self.name,
-            "endpoint": [public_url(e) for e in self.endpoints],
-            "model": None,
-            "structured_output": None,
-            "token_limit_field": None,
-            "adaptations": dict(self.adaptations),
-        }
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
+            whole = Completion((reply.text,), reply.prompt_tokens, reply.completion_tokens)
+            self._observe(request, endpoint, started - asked, reply.latency_s, whole)
 
     def _observe(
         self, request: ChatRequest, endpoint: str, queue_s: float, latency_s: float, outcome: Completion | Exception
@@ -650,8 +402,8 @@ class ChatBackend(ABC):
     def _retrying(self, request: ChatRequest) -> AsyncRetrying:
         """The declared retry loop of one request.
 
-        :meth:`should_retry` decides per error and :meth:`_wait` between attempts; after a timeout at most
-        ``timeout_attempts`` are made; each retry is logged as a warning (stage, attempt, reason, wait).
+        A :class:`TransientError` is retried, waiting :meth:`_wait`; after a timeout at most ``timeout_attempts``
+        are made; each retry is logged as a warning (stage, attempt, reason, wait).
         """
 
         def announce(state: RetryCallState) -> None:
@@ -666,7 +418,7 @@ class ChatBackend(ABC):
             )
 
         return AsyncRetrying(
-            retry=retry_if_exception(self.should_retry),
+            retry=retry_if_exception_type(TransientError),
             stop=stop_after_attempt(self.retry.max_attempts) | _StopAfterTimeouts(self.retry.timeout_attempts),
             wait=self._wait,
             sleep=anyio.sleep,
@@ -676,54 +428,15 @@ class ChatBackend(ABC):
 
     def _pick(self) -> str:
         """The endpoint for the next attempt: the caller's lane's home replica, or the least loaded one."""
-        return self._limits.pick(self.endpoints, self.max_concurrency, key=current_lane(), routing=self.routing)
+        return self.limits.pick(self.endpoints, self.max_concurrency, key=current_lane(), routing=self.routing)
 
     def _wait(self, state: RetryCallState) -> float:
+        """Jittered exponential backoff, or longer when the server asked (``Retry-After``)."""
         jittered = wait_random_exponential(multiplier=self.retry.backoff_s, max=self.retry.max_backoff_s)
         backoff = jittered(state)
         exc = state.outcome.exception() if state.outcome else None
-        asked = self.retry_after(exc) if exc is not None else None
+        asked = exc.retry_after if isinstance(exc, TransientError) else None
         return max(backoff, asked or 0.0)
-
-    async def complete(self, request: ChatRequest) -> ChatResponse:
-        """Send ``request`` under its endpoint's limit, retrying transient failures.
-
-        Each attempt goes to the endpoint :attr:`routing` picks (the caller's lane's home replica, or the one with
-        the fewest outstanding requests) and waits there for a slot at the caller's
-        :func:`~ceb.backends.scheduling.priority`; a retry may land on another replica.
-
-        Returns:
-            The completion with its server latency (seconds), slot wait (seconds) and attempt count.
-
-        Raises:
-            TransientError: The last attempt's failure once the retry budget is spent.
-            Exception: Whatever :meth:`_complete` raised that :meth:`should_retry` declined.
-        """
-        queue_s = 0.0
-        attempts = 0
-        failure: str | None = None
-        retrying = self._retrying(request)
-        try:
-            async for attempt in retrying:
-                with attempt:
-                    attempts += 1
-                    asked = time.perf_counter()
-                    endpoint = self._pick()
-                    async with self._limits.slot(endpoint, self.max_concurrency):
-                        started = time.perf_counter()
-                        queue_s += started - asked
-                        try:
-                            completion = await self._complete(request, endpoint)
-                        except Exception as exc:
-                            self._observe(request, endpoint, started - asked, time.perf_counter() - started, exc)
-                            failure = _reason(exc)
-                            raise
-                        latency_s = time.perf_counter() - started
-                        self._observe(request, endpoint, started - asked, latency_s, completion)
-        except (TransientError, BackendError) as exc:
-            exc.attempts = attempts  # so a failed step still reports the requests it cost
-            raise
-        return ChatResponse(completion, latency_s, queue_s, attempts, failure)
 
 
 def timed_out(exc: BaseException | None) -> bool:
@@ -746,17 +459,9 @@ class _StopAfterTimeouts(stop_base):
         return state.attempt_number >= self.attempts and timed_out(exc)
 
 
-class BackendWrapper(Protocol):
-    """What :func:`open_backend` wraps every backend it opens in: the reply cache (:mod:`ceb.backends.cache`)."""
-
-    def wrap(self, backend: ChatBackend, settings: BackendConfig) -> ChatBackend:
-        """``backend``, opened from ``settings``, behind the wrapper."""
-        ...
-
-
-BackendFactory = Callable[[BackendConfig, EndpointLimits], ChatBackend | None]
-"""``(settings, limits) -> backend``: a registered backend, built from the run's ``backend`` section with the
-run's endpoint slots; ``None`` for a backend with no language model (``offline``)."""
+BackendFactory = Callable[[BackendConfig], Transport | None]
+"""``settings -> transport``: a registered backend's provider, built from the run's ``backend`` section; ``None`` for
+a backend with no language model (``offline``)."""
 
 BACKENDS: Registry[BackendFactory] = Registry("backend", plugins=("ceb.backends",))
 """Every backend by name. Each module of :mod:`ceb.backends` registers its own with :func:`register_backend`
@@ -774,16 +479,18 @@ def register_backend(name: str, *, extra: str | None = None) -> Callable[[Backen
 
 
 def open_backend(
-    settings: BackendConfig, limits: EndpointLimits | None = None, cache: BackendWrapper | None = None
+    settings: BackendConfig, limits: EndpointLimits | None = None, cache: ReplyCache | None = None
 ) -> ChatBackend | None:
     """The backend ``settings.name`` built from ``settings``: the one way every backend is opened.
 
-    The caller owns the result and closes it (:meth:`ChatBackend.aclose`).
+    The registered factory builds the transport; it is wrapped once in the :class:`ChatBackend` with the section's
+    policy (``max_concurrency``, the retry fields, ``routing``), the run's slots and the run's cache. The caller owns
+    the result and closes it (:meth:`ChatBackend.aclose`).
 
     Args:
         settings: The ``backend`` section.
         limits: The run's endpoint slots, shared by every backend the run opens; private ones when ``None``.
-        cache: The run's reply cache (:mod:`ceb.backends.cache`): the backend is wrapped in it, whichever it is.
+        cache: The run's reply cache (:mod:`ceb.backends.cache`): every backend consults it, whichever it is.
 
     Returns:
         The backend, or ``None`` for a backend without a language model (``offline``).
@@ -791,5 +498,14 @@ def open_backend(
     Raises:
         ConfigError: Unknown backend, or a setting it needs is missing or refused.
     """
-    backend = BACKENDS.get(settings.name)(settings, limits or EndpointLimits())
-    return backend if backend is None or cache is None else cache.wrap(backend, settings)
+    transport = BACKENDS.get(settings.name)(settings)
+    if transport is None:
+        return None
+    return ChatBackend(
+        transport,
+        max_concurrency=settings.max_concurrency,
+        retry=settings,
+        limits=limits,
+        routing=settings.routing,
+        cache=None if cache is None else cache.step(settings),
+    )

@@ -5,7 +5,7 @@ batch deployments and vLLM's ``vllm run-batch`` read as well. One input line per
 
     {"custom_id": "<id>", "method": "POST", "url": "/v1/chat/completions", "body": {...}}
 
-where ``body`` is what :meth:`~ceb.backends.openai.OpenAIBackend.payload` would send online (one payload builder,
+where ``body`` is what :meth:`~ceb.backends.openai.OpenAITransport.payload` would send online (one payload builder,
 :func:`~ceb.backends._wire.chat_body`), and one output line per answered request::
 
     {"id": "...", "custom_id": "<id>", "response": {"status_code": 200, "request_id": "...", "body": {...}},
@@ -18,7 +18,7 @@ read: each count an integer from 0 to :data:`MAX_USAGE_TOKENS`, and the completi
 budget for all its choices (``n`` times ``max_completion_tokens`` or ``max_tokens``); the rows' token counts come
 from it.
 
-:class:`BatchBackend` is a :class:`~ceb.backends.base.ChatBackend` that sends nothing: the pipeline runs over it
+:class:`BatchTransport` is a :class:`~ceb.backends.base.Transport` that sends nothing: the pipeline runs over it
 as over a live endpoint, each request is looked up among the replies it was given, and a request with no reply
 yet is recorded as a line for the next Batch file and fails its step. Export is a run with no replies (every
 request is recorded); import is the same run with the replies, so the baselines read their replies with the code
@@ -43,16 +43,17 @@ from typing import Any
 import orjson
 
 from ceb.backends._wire import error_message, parse_completion
-from ceb.backends.base import ChatBackend, ChatRequest, Completion
-from ceb.backends.openai import OpenAIBackend
+from ceb.backends.openai import OpenAITransport
 from ceb.backends.scheduling import current_lane, current_step
+from ceb.backends.transport import ChatRequest, Completion, Transport
 from ceb.config import BackendConfig
 from ceb.errors import BackendError, DataError, Problem
 
 __all__ = [
     "BATCH_URL",
     "MAX_USAGE_TOKENS",
-    "BatchBackend",
+    "BATCH_CONCURRENCY",
+    "BatchTransport",
     "BatchReply",
     "BatchRequest",
     "body_key",
@@ -68,6 +69,9 @@ BATCH_URL = "/v1/chat/completions"
 MAX_USAGE_TOKENS = 10**8
 """The most tokens a count of a reply's ``usage`` may hold: far more than any model's context window (the longest
 served today are about 10M tokens), so a larger count is a damaged or forged line, not a reply."""
+
+BATCH_CONCURRENCY = 1 << 16
+"""Requests in flight over a Batch transport at most: no limit in effect (nothing is sent; a Batch has no queue)."""
 
 _USAGE_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
 """The counts of OpenAI's and vLLM's ``usage`` object."""
@@ -263,17 +267,17 @@ def _error_text(error: Any, body: Any) -> str:
 
 @dataclass(slots=True)
 class _Step:
-    """The requests one step asked during a run over :class:`BatchBackend`, numbered in the order asked."""
+    """The requests one step asked during a run over :class:`BatchTransport`, numbered in the order asked."""
 
     asked: dict[bytes, int] = field(default_factory=dict)
 
 
-class BatchBackend(ChatBackend):
-    """A backend that answers from Batch replies and records every request it has no reply for.
+class BatchTransport(Transport):
+    """A transport that answers from Batch replies and records every request it has no reply for.
 
     Args:
         settings: The run's ``backend`` section; its ``model``, ``structured_output`` and ``token_limit_field``
-            shape the bodies as :class:`~ceb.backends.openai.OpenAIBackend` shapes them online. ``priority`` is
+            shape the bodies as :class:`~ceb.backends.openai.OpenAITransport` shapes them online. ``priority`` is
             never sent: a batch has no queue to order, and OpenAI refuses the field.
         tag: The export's tag, the first part of every ``custom_id``.
         requests: The requests of earlier Batch files of this export (their ids and bodies).
@@ -301,8 +305,8 @@ class BatchBackend(ChatBackend):
         waiting: Collection[str] = (),
     ) -> None:
         wire = settings.model_copy(update={"name": "openai", "base_url": _WIRE_URL, "server_priority": "off"})
-        self.wire = OpenAIBackend(wire)
-        super().__init__(endpoint="batch", max_concurrency=1 << 16, retry=settings)
+        self.wire = OpenAITransport(wire)
+        super().__init__("batch")
         self.tag = tag
         self.model = self.wire.model
         self._known: dict[tuple[str, bytes], str] = {}
@@ -330,7 +334,7 @@ class BatchBackend(ChatBackend):
         trajectory, t = where
         return f"{self.tag}/{lane}/{trajectory}/{t}"
 
-    async def _complete(self, request: ChatRequest, endpoint: str) -> Completion:
+    async def send(self, request: ChatRequest, endpoint: str) -> Completion:
         """The reply to ``request`` from the Batch output, or record it for the next Batch file.
 
         Raises:

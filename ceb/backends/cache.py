@@ -1,10 +1,11 @@
-"""A persistent cache of model replies: a wrapper :class:`ChatBackend` over any backend, and its SQLite store.
+"""A persistent cache of model replies: a step of every backend's client, and its SQLite store.
 
-:func:`~ceb.backends.base.open_backend`, the one place backends are opened, wraps a backend in
-:class:`CachedBackend` when the run's ``[cache]`` section (:class:`~ceb.config.CacheConfig`) is not ``off``, so
-every backend (``openai``, ``vllm``, a plugin's) is cached the same way and none knows of it.
+:func:`~ceb.backends.base.open_backend`, the one place backends are opened, hands the client
+(:class:`~ceb.backends.base.ChatBackend`) a :class:`CacheStep` when the run's ``[cache]`` section
+(:class:`~ceb.config.CacheConfig`) is not ``off``, so every backend (``openai``, ``vllm``, a plugin's transport) is
+cached the same way and no transport knows of it.
 
-What is a key. The SHA-256 of the whole request (:class:`~ceb.backends.base.ChatRequest`: messages, temperature,
+What is a key. The SHA-256 of the whole request (:class:`~ceb.backends.transport.ChatRequest`: messages, temperature,
 budget, ``n``, schema, seed, log-prob options, extra body fields; not ``stage``, which is never sent) and of the
 endpoint that answers it (backend name, model name, base URL(s), structured-output mode, which changes what is
 sent) and of the model it serves, as the server reports it once per run (:func:`endpoint_identity`): the served
@@ -30,7 +31,7 @@ IS cached: it is what the model answers to that request, and the re-ask that fol
 run replays the same re-asks and writes the same rows. Streamed requests (``critic.early_score``) pass through
 uncached: a cut stream is not a whole reply.
 
-What a hit returns. The stored :class:`~ceb.backends.base.Completion` (texts, token counts, log-probs) with the
+What a hit returns. The stored :class:`~ceb.backends.transport.Completion` (texts, token counts, log-probs) with the
 attempts and retry reason recorded when it was first asked, so a row answered from the cache is byte-identical
 to the first run's except for its timing: ``latency_s`` is the look-up's (about 0) and ``queue_s`` 0. Its
 ``requests`` and token counts are the answer's recorded cost; :class:`CacheCounts` says how many answers came from
@@ -48,8 +49,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -57,24 +57,22 @@ import anyio
 import orjson
 import structlog
 
-from ceb.backends.base import (
-    ChatBackend,
+from ceb.backends.scheduling import current_lane
+from ceb.backends.transport import (
     ChatRequest,
     ChatResponse,
     Completion,
     ModelIdentity,
-    StreamReply,
     TokenLogprob,
     TransientError,
 )
-from ceb.backends.scheduling import current_lane
 from ceb.config import BackendConfig, CacheConfig
 from ceb.errors import ConfigError
 
 __all__ = [
     "CACHE_FORMAT",
     "CacheCounts",
-    "CachedBackend",
+    "CacheStep",
     "ReplyCache",
     "cacheable",
     "deterministic",
@@ -86,6 +84,12 @@ log = structlog.get_logger(__name__)
 
 CACHE_FORMAT = 1
 """Layout of a stored reply (part of every key: a new layout starts an empty cache, never misreads an old one)."""
+
+Send = Callable[[ChatRequest], Awaitable[ChatResponse]]
+"""The client's steps after the cache: retries, slots and the transport."""
+
+Identify = Callable[[], Awaitable[ModelIdentity | None]]
+"""The transport's look-up of the model it serves."""
 
 BUSY_TIMEOUT_MS = 30_000
 """How long a write waits for another process's write to end before it gives up, in milliseconds."""
@@ -128,14 +132,8 @@ class CacheCounts:
         if not every:
             return None
         out = cls(mode=every[0].mode, path=every[0].path)
-        for c in every:
-            out.hits += c.hits
-            out.misses += c.misses
-            out.uncacheable += c.uncacheable
-            out.stored += c.stored
-            out.sent += c.sent
-            out.failed_reads += c.failed_reads
-            out.failed_writes += c.failed_writes
+        for f in fields(cls)[2:]:  # the counts, after mode and path
+            setattr(out, f.name, sum(getattr(c, f.name) for c in every))
         return out
 
 
@@ -243,9 +241,9 @@ class ReplyCache:
                 )
             return cur.rowcount == 1  # read under the lock: another thread's statement would reset it
 
-    def wrap(self, backend: ChatBackend, settings: BackendConfig) -> ChatBackend:
-        """``backend``, opened from ``settings``, with its replies cached here (called by ``open_backend``)."""
-        return CachedBackend(backend, self, settings)
+    def step(self, settings: BackendConfig) -> CacheStep:
+        """This store as the backend opened from ``settings`` consults it (called by ``open_backend``)."""
+        return CacheStep(self, settings)
 
     def __len__(self) -> int:
         with self._lock:
@@ -270,7 +268,7 @@ def cacheable(request: ChatRequest, settings: CacheConfig) -> bool:
 def endpoint_identity(settings: BackendConfig, served: ModelIdentity | None = None) -> dict[str, Any]:
     """What decides an endpoint's replies: backend, model name, base URL(s), structured output, and the model served.
 
-    ``served`` is what the server reports of its model (:meth:`~ceb.backends.base.ChatBackend.identify`): its id,
+    ``served`` is what the server reports of its model (:meth:`~ceb.backends.transport.Transport.identify`): its id,
     the weights it loaded (vLLM's ``root``), the server's version and, where the weights are a directory on this
     machine, their digest. Another model served under the same name and URL so gets other keys; where the server
     reports none of them (OpenAI) only the name and URL remain, as before.
@@ -347,40 +345,29 @@ def _decode(blob: bytes) -> ChatResponse:
     return ChatResponse(completion, 0.0, 0.0, d["attempts"], d["retry_reason"])
 
 
-class CachedBackend(ChatBackend):
-    """``inner`` with its replies cached in ``store``: a hit is answered without a slot, a retry or a request.
+class CacheStep:
+    """The reply cache as one backend consults it: the first step of :meth:`~ceb.backends.base.ChatBackend.complete`.
 
-    Everything but :meth:`complete` is ``inner``'s: streaming, preflight, the endpoint slots, the observers.
+    A hit is answered without a slot, a retry or a request; a miss is sent and stored. It holds what is per backend:
+    the endpoint's identity (asked of the transport once) and the ranks of identical sampled requests.
 
     Args:
-        inner: The backend that sends what the cache cannot answer (it is closed with this one).
         store: The run's store, shared by every backend it opens; not closed here.
-        settings: The backend section ``inner`` was built from (its identity is part of every key).
+        settings: The backend section the backend was built from (its identity is part of every key).
     """
 
-    def __init__(self, inner: ChatBackend, store: ReplyCache, settings: BackendConfig) -> None:
-        super().__init__(
-            endpoint=inner.endpoints,
-            max_concurrency=inner.max_concurrency,
-            retry=inner.retry,
-            limits=inner.limits,
-            routing=inner.routing,
-        )
-        self.inner = inner
-        self.name = inner.name
-        self.observers = inner.observers
+    def __init__(self, store: ReplyCache, settings: BackendConfig) -> None:
         self.store = store
-        self.adaptations = inner.adaptations
         self._settings = settings
         self._identity: dict[str, Any] | None = None
         self._endpoint = f"{settings.name}:{settings.served_model}@{','.join(settings.base_urls)}"
         self._sampled: Counter[tuple[str | None, str]] = Counter()  # identical sampled requests asked, per lane
 
-    async def _endpoint_identity(self) -> dict[str, Any] | None:
-        """:func:`endpoint_identity` with the served model's (asked of ``inner`` once); ``None`` while unknown."""
+    async def _endpoint_identity(self, identify: Identify) -> dict[str, Any] | None:
+        """:func:`endpoint_identity` with the served model's (asked once); ``None`` while unknown."""
         if self._identity is None:
             try:
-                served = await self.inner.identify()
+                served = await identify()
             except TransientError as exc:
                 self.store.warn_once("look-up of the served model", exc)
                 return None
@@ -397,32 +384,25 @@ class CachedBackend(ChatBackend):
         self._sampled[slot] += 1  # before any await: concurrent identical requests take ranks in the order asked
         return hashlib.sha256(orjson.dumps([key, slot[0], rank])).hexdigest()
 
-    async def _complete(self, request: ChatRequest, endpoint: str) -> Completion:
-        raise AssertionError("CachedBackend.complete delegates to its inner backend")  # pragma: no cover
+    async def complete(self, request: ChatRequest, send: Send, identify: Identify) -> ChatResponse:
+        """The stored reply of ``request``, or ``send``'s (stored when cacheable, successful and ``read-write``).
 
-    def _stream(self, request: ChatRequest, endpoint: str) -> AbstractAsyncContextManager[AsyncIterator[Any]]:
-        raise AssertionError("CachedBackend.stream delegates to its inner backend")  # pragma: no cover
-
-    @asynccontextmanager
-    async def stream(self, request: ChatRequest) -> AsyncIterator[StreamReply]:
-        """``inner``'s stream, uncached (a stream may be cut before the reply ends)."""
-        async with self.inner.stream(request) as reply:
-            yield reply
-
-    async def complete(self, request: ChatRequest) -> ChatResponse:
-        """The stored reply of ``request``, or ``inner``'s (stored when cacheable, successful and ``read-write``).
+        Args:
+            request: The request.
+            send: The client's next steps (retries, slots, the transport).
+            identify: The transport's :meth:`~ceb.backends.transport.Transport.identify`.
 
         Raises:
-            Exception: Whatever ``inner.complete`` raises; nothing is stored then.
+            Exception: Whatever ``send`` raises; nothing is stored then.
         """
         counts = self.store.counts
         if not cacheable(request, self.store.settings):
             counts.uncacheable += 1
-            return await self._send(request)
-        endpoint = await self._endpoint_identity()
+            return await self._send(request, send)
+        endpoint = await self._endpoint_identity(identify)
         if endpoint is None:  # the model behind the endpoint is unknown: neither answered nor stored
             counts.uncacheable += 1
-            return await self._send(request)
+            return await self._send(request, send)
         key = self._key(request, endpoint)
         began = time.perf_counter()
         try:
@@ -435,7 +415,7 @@ class CachedBackend(ChatBackend):
             counts.hits += 1
             return ChatResponse(hit.completion, time.perf_counter() - began, 0.0, hit.attempts, hit.retry_reason)
         counts.misses += 1
-        response = await self._send(request)
+        response = await self._send(request, send)
         if self.store.writes:
             try:
                 stored = await anyio.to_thread.run_sync(self.store.put, key, self._endpoint, response)
@@ -445,31 +425,11 @@ class CachedBackend(ChatBackend):
                 self.store.warn_once("write", exc)
         return response
 
-    async def _send(self, request: ChatRequest) -> ChatResponse:
+    async def _send(self, request: ChatRequest, send: Send) -> ChatResponse:
         try:
-            response = await self.inner.complete(request)
+            response = await send(request)
         except Exception as exc:
             self.store.counts.sent += getattr(exc, "attempts", 1)
             raise
         self.store.counts.sent += response.attempts
         return response
-
-    def should_retry(self, exc: BaseException) -> bool:
-        """``inner``'s decision."""
-        return self.inner.should_retry(exc)
-
-    async def preflight(self) -> None:
-        """``inner``'s preflight: a run answered wholly from the cache still needs its endpoint for the rest."""
-        await self.inner.preflight()
-
-    async def identify(self) -> ModelIdentity | None:
-        """``inner``'s model identity."""
-        return await self.inner.identify()
-
-    def describe(self) -> dict[str, Any]:
-        """``inner``'s record."""
-        return self.inner.describe()
-
-    async def aclose(self) -> None:
-        """Close ``inner`` (the store belongs to whoever opened it)."""
-        await self.inner.aclose()

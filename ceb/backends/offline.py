@@ -7,8 +7,8 @@ or a model (:class:`~ceb.config.BackendConfig`).
 
 from __future__ import annotations
 
-from ceb.backends.base import ChatBackend, register_backend
-from ceb.backends.scheduling import EndpointLimits
+from ceb.backends.base import register_backend
+from ceb.backends.transport import Transport
 from ceb.config import BackendConfig
 from ceb.errors import ConfigError
 
@@ -16,7 +16,7 @@ __all__ = ["open_offline"]
 
 
 @register_backend("offline")
-def open_offline(settings: BackendConfig, limits: EndpointLimits) -> ChatBackend | None:
+def open_offline(settings: BackendConfig) -> Transport | None:
     """No transport: ``None`` (the stages fall back to the offline stand-ins).
 
     Raises:

@@ -8,13 +8,13 @@ given their base URL.
 Requests go out through one :class:`aiohttp.ClientSession` per endpoint with bodies encoded and decoded by
 orjson, not through the ``openai`` SDK: measured against the zero-latency simulator (:mod:`ceb.sim`), the SDK
 spent about 2.4 ms of client CPU per request and topped out near 370 requests/s in one process, while a plain
-session spends about 0.2 ms and passes 1,200 requests/s. Retries, limits and accounting belong to
-:class:`~ceb.backends.base.ChatBackend`; this module only builds the body, sends one attempt and maps the
-outcome onto the error classes there. Sessions need a running asyncio event loop (aiohttp does not run on
+session spends about 0.2 ms and passes 1,200 requests/s. Retries, limits and accounting belong to the client,
+:class:`~ceb.backends.base.ChatBackend`; :class:`OpenAITransport` only builds the body, sends one attempt and maps
+the outcome onto the error classes there. Sessions need a running asyncio event loop (aiohttp does not run on
 trio) and are created in it on first use, so a backend can be built before the loop starts.
 
 Servers that speak the API with differences are met where they stand, each difference learnt from an answer and
-logged once (:attr:`OpenAIBackend.adaptations`): llama-cpp-python's server refuses request ids that are not UUIDs and
+logged once (:attr:`OpenAITransport.adaptations`): llama-cpp-python's server refuses request ids that are not UUIDs and
 ``response_format`` ``json_schema``, and ignores ``max_completion_tokens``, ``n`` and vLLM's fields; ceb then sends
 UUIDs, ``json_object`` with the schema and ``max_tokens``, asks for each choice in a request of its own, and refuses
 to send ``continue_final_message`` there (``docs/llama-cpp.md``). A vLLM server never triggers any of this.
@@ -51,24 +51,29 @@ from ceb.backends._wire import (
     parse_stream_event,
     retry_after,
 )
-from ceb.backends.base import (
-    ChatBackend,
+from ceb.backends.base import ChatBackend, EndpointLimits, RetrySettings, register_backend
+from ceb.backends.scheduling import current_lane, current_priority, lane_tag, server_priority
+from ceb.backends.transport import (
     ChatRequest,
     Completion,
-    EndpointLimits,
     ModelIdentity,
-    RetrySettings,
     StreamChunk,
     TokenLogprob,
     TransientError,
-    register_backend,
+    Transport,
     weights_digest,
 )
-from ceb.backends.scheduling import current_lane, current_priority, lane_tag, server_priority
 from ceb.config import BackendConfig
 from ceb.errors import BackendError, ConfigError, FatalBackendError, UnsupportedFeatureError
 
-__all__ = ["SESSION_HEADER", "OpenAIBackend", "ServerPriority", "StructuredOutput", "open_openai"]
+__all__ = [
+    "SESSION_HEADER",
+    "OpenAIBackend",
+    "OpenAITransport",
+    "ServerPriority",
+    "StructuredOutput",
+    "open_openai",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -101,7 +106,7 @@ then dropped for that backend and the refused attempt retried without it."""
 
 
 PREFLIGHT_MESSAGES: tuple[dict[str, str], ...] = ({"role": "user", "content": "Reply with one word."},)
-"""The messages of the preflight's one-token request (:meth:`OpenAIBackend.preflight`)."""
+"""The messages of the preflight's one-token request (:meth:`OpenAITransport.preflight`)."""
 
 _PERMANENT = (aiohttp.ClientSSLError, aiohttp.ClientConnectorDNSError)
 """Connection failures that no retry fixes: TLS failures (certificate, or https:// to an http server) and names
@@ -197,18 +202,15 @@ _VALIDATION_ERROR = re.compile(r"\b\d+ validation errors?\b")
 """Pydantic's "1 validation error" / "2 validation errors for ...": a request the server's model refused."""
 
 
-class OpenAIBackend(ChatBackend):
+class OpenAITransport(Transport):
     """Chat completions over HTTP with aiohttp, one connection pool per endpoint.
 
     Args:
         settings: The ``backend`` section, read directly: ``base_url`` (several roots: replicas of one model),
             ``model``, ``api_key_env`` (vLLM without ``--api-key`` accepts any key, so an unset variable falls
             back to ``"EMPTY"`` for loopback and private URLs only), ``timeout_s`` (one attempt: connect, send and
-            read the whole reply), ``structured_output``, ``max_concurrency``, ``token_limit_field``,
-            ``server_priority``, ``routing``, ``session_header`` and the retry fields.
-        retry: Retry policy for timeouts, dropped connections, 429 and 5xx; ``None``: the retry fields of
-            ``settings``.
-        limits: The run's shared per-endpoint limits.
+            read the whole reply), ``structured_output``, ``token_limit_field``, ``server_priority`` and
+            ``session_header``. (``max_concurrency``, ``routing`` and the retry fields are the client's.)
 
     Raises:
         ConfigError: No ``base_url`` or ``model``, a base URL that is not ``http(s)://host...``, or no key in
@@ -217,22 +219,10 @@ class OpenAIBackend(ChatBackend):
 
     name = "openai"
 
-    def __init__(
-        self,
-        settings: BackendConfig,
-        *,
-        retry: RetrySettings | None = None,
-        limits: EndpointLimits | None = None,
-    ) -> None:
+    def __init__(self, settings: BackendConfig) -> None:
         if not settings.base_urls or not settings.model:
             raise ConfigError("the openai backend needs backend.base_url and backend.model (--base-url, --model)")
-        super().__init__(
-            endpoint=settings.base_urls,
-            max_concurrency=settings.max_concurrency,
-            retry=retry or settings,
-            limits=limits,
-            routing=settings.routing,
-        )
+        super().__init__(settings.base_urls)
         self.settings = settings
         self.model: str = settings.model
         """The model name every request carries."""
@@ -324,7 +314,7 @@ class OpenAIBackend(ChatBackend):
         """The session of ``endpoint``, created in the running event loop on first use."""
         session = self._sessions.get(endpoint)
         if session is None:
-            # No connector limit (0): the endpoint's slots in `ChatBackend.complete` are the one bound on
+            # No connector limit (0): the endpoint's slots in the client (`ChatBackend`) are the one bound on
             # requests in flight, and their wait is measured as queue time; a second, hidden queue in the
             # connector would be counted as server latency.
             connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=_KEEPALIVE_S)
@@ -336,7 +326,7 @@ class OpenAIBackend(ChatBackend):
             self._sessions[endpoint] = session
         return session
 
-    async def _complete(self, request: ChatRequest, endpoint: str) -> Completion:
+    async def send(self, request: ChatRequest, endpoint: str) -> Completion:
         """Send one attempt of ``request`` to ``endpoint`` and read the reply.
 
         A server that sends fewer choices than ``n`` (it ignores the field) gets the missing ones asked for one
@@ -360,7 +350,7 @@ class OpenAIBackend(ChatBackend):
             )
         if request.n > 1 and self.n_ignored:
             return await self._choice_by_choice(request, endpoint, [])
-        completion = await self._send(request, endpoint)
+        completion = await self._post(request, endpoint)
         if request.n > 1 and len(completion.texts) < request.n:
             self.n_ignored = True
             self._adapt(
@@ -376,10 +366,10 @@ class OpenAIBackend(ChatBackend):
         have = sum(len(c.texts) for c in got)
         for i in range(have, request.n):
             seed = None if request.seed is None else request.seed + i
-            got.append(await self._send(replace(request, n=1, seed=seed), endpoint))
+            got.append(await self._post(replace(request, n=1, seed=seed), endpoint))
         return _merge(got, request.n)
 
-    async def _send(self, request: ChatRequest, endpoint: str) -> Completion:
+    async def _post(self, request: ChatRequest, endpoint: str) -> Completion:
         """One request on the wire, sent again at once when the server refused a form it has an alternative for."""
         for _ in range(3):  # each adaptation changes what is sent, once: a refusal cannot come back for it
             body = self.payload(request)
@@ -452,7 +442,7 @@ class OpenAIBackend(ChatBackend):
         """Record (and log once) what ceb does differently at this server."""
         if name not in self.adaptations:
             self.adaptations[name] = note
-            log.warning("adapting to the server", endpoint=endpoint or self.endpoint, change=note)
+            log.warning("adapting to the server", endpoint=endpoint or ",".join(self.endpoints), change=note)
 
     def note_budget(self, request: ChatRequest, completion: Completion) -> bool:
         """Send ``max_tokens`` from now on where ``completion`` ran past a budget sent as ``max_completion_tokens``.
@@ -472,7 +462,7 @@ class OpenAIBackend(ChatBackend):
         return True
 
     @asynccontextmanager
-    async def _stream(self, request: ChatRequest, endpoint: str) -> AsyncIterator[AsyncIterator[StreamChunk]]:
+    async def open_stream(self, request: ChatRequest, endpoint: str) -> AsyncIterator[AsyncIterator[StreamChunk]]:
         """Send one attempt of ``request`` with ``stream: true`` and yield its events as they arrive.
 
         The body is :meth:`payload` plus ``stream: true`` and ``stream_options: {"include_usage": true}``.
@@ -481,7 +471,7 @@ class OpenAIBackend(ChatBackend):
         ``AsyncLLM.generate``: "If the request is disconnected by the client ... we abort the request").
 
         Raises:
-            TransientError, FatalBackendError, BackendError: On entering, as :meth:`_complete` for the status;
+            TransientError, FatalBackendError, BackendError: On entering, as :meth:`send` for the status;
                 while iterating, :class:`TransientError` for a timeout, a dropped connection or an unreadable
                 event.
         """
@@ -595,11 +585,11 @@ class OpenAIBackend(ChatBackend):
             try:
                 sending = self.send_priority
                 try:
-                    pong = await self._complete(ping, endpoint)
+                    pong = await self.send(ping, endpoint)
                 except TransientError:
                     if not sending or self.send_priority:
                         raise
-                    pong = await self._complete(ping, endpoint)  # `auto` just dropped the refused priority field
+                    pong = await self.send(ping, endpoint)  # `auto` just dropped the refused priority field
                 if self.note_budget(ping, pong):
                     # A server that ran past a budget it did not know ignores unknown body fields; vLLM's
                     # continue_final_message would be ignored as silently, and the reply read as a continuation.
@@ -704,14 +694,40 @@ class OpenAIBackend(ChatBackend):
             await session.close()
 
 
+class OpenAIBackend(ChatBackend):
+    """The client :func:`~ceb.backends.base.open_backend` builds for ``openai`` (no cache), for code holding one.
+
+    Args:
+        settings: The ``backend`` section (:class:`OpenAITransport`'s, and ``max_concurrency`` and ``routing``).
+        retry: Retry policy for timeouts, dropped connections, 429 and 5xx; ``None``: the retry fields of ``settings``.
+        limits: The run's shared per-endpoint limits.
+
+    Raises:
+        ConfigError: As :class:`OpenAITransport`.
+    """
+
+    transport: OpenAITransport
+
+    def __init__(
+        self, settings: BackendConfig, *, retry: RetrySettings | None = None, limits: EndpointLimits | None = None
+    ) -> None:
+        super().__init__(
+            OpenAITransport(settings),
+            max_concurrency=settings.max_concurrency,
+            retry=retry or settings,
+            limits=limits,
+            routing=settings.routing,
+        )
+
+
 @register_backend("openai")
-def open_openai(settings: BackendConfig, limits: EndpointLimits) -> OpenAIBackend:
+def open_openai(settings: BackendConfig) -> OpenAITransport:
     """The ``openai`` backend: any OpenAI-compatible endpoint (vLLM's server, OpenAI, Azure).
 
     Raises:
-        ConfigError: As :class:`OpenAIBackend`.
+        ConfigError: As :class:`OpenAITransport`.
     """
-    return OpenAIBackend(settings, limits=limits)
+    return OpenAITransport(settings)
 
 
 def _merge(parts: list[Completion], n: int) -> Completion:

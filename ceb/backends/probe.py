@@ -8,7 +8,7 @@ reply: the bounds ceb's schemas send, in every mode that sends a schema), ``n``,
 token count, which a server that ignores the field does not shorten), the ``priority`` field, and the prefix cache's
 counters on ``/metrics`` where the server exposes them. What the HTTP backend changes on the way to get answers
 (UUID request ids, ``max_tokens``, ``json_object`` with the schema, ``n`` as separate requests: see
-:class:`~ceb.backends.openai.OpenAIBackend`) is named in each check's detail and in
+:class:`~ceb.backends.openai.OpenAITransport`) is named in each check's detail and in
 :attr:`EndpointReport.adaptations`. Each check is one
 request with no retries, so a dead endpoint is reported in about one timeout, not after a backoff schedule.
 The capability names are those of :data:`ceb.stages.methods.CAPABILITIES`; which methods can run follows from
@@ -31,10 +31,11 @@ from typing import Any, Literal
 
 import orjson
 
-from ceb.backends.base import ChatBackend, ChatRequest, Completion, ModelIdentity, TransientError, open_backend
-from ceb.backends.openai import OpenAIBackend
+from ceb.backends.base import ChatBackend, open_backend
+from ceb.backends.openai import OpenAITransport
 from ceb.backends.server_metrics import parse_metrics
-from ceb.backends.vllm_engine import VLLMEngineBackend
+from ceb.backends.transport import ChatRequest, Completion, ModelIdentity, TransientError
+from ceb.backends.vllm_engine import VLLMEngineTransport
 from ceb.config import BackendConfig
 from ceb.errors import BackendError, CEBError, ConfigError
 
@@ -87,7 +88,7 @@ class EndpointReport:
     model: str
     checks: list[Check] = field(default_factory=list)
     adaptations: dict[str, str] = field(default_factory=dict)
-    """What ceb does differently at this endpoint to be answered (:attr:`OpenAIBackend.adaptations`)."""
+    """What ceb does differently at this endpoint to be answered (:attr:`~ceb.backends.base.Transport.adaptations`)."""
     served: ModelIdentity | None = None
     """What the server reports of its model (vLLM's ``root``, ``/version``; :meth:`ChatBackend.identify`)."""
 
@@ -143,9 +144,9 @@ async def probe(settings: BackendConfig) -> EndpointReport:
     backend = open_backend(probing)
     if backend is None:
         raise ConfigError(f"backend {settings.name!r} has no language model to probe")
-    if isinstance(backend, OpenAIBackend):
-        return await _probe_http(backend)
-    if isinstance(backend, VLLMEngineBackend):
+    if isinstance(backend.transport, OpenAITransport):
+        return await _probe_http(backend, backend.transport)
+    if isinstance(backend.transport, VLLMEngineTransport):
         return await probe_engine(backend)
     report = EndpointReport(base_url=backend.endpoint, model=settings.served_model)
     try:
@@ -172,10 +173,10 @@ async def probe_endpoint(settings: BackendConfig) -> EndpointReport:
     return await probe(settings.model_copy(update={"name": "openai"}))
 
 
-async def _probe_http(backend: OpenAIBackend) -> EndpointReport:
-    report = EndpointReport(base_url=backend.endpoints[0], model=backend.model)
+async def _probe_http(backend: ChatBackend, http: OpenAITransport) -> EndpointReport:
+    report = EndpointReport(base_url=backend.endpoints[0], model=http.model)
     try:
-        report.checks.append(await _timed("models", lambda: _models(backend, backend.model)))
+        report.checks.append(await _timed("models", lambda: _models(http, http.model)))
         with contextlib.suppress(TransientError):  # no answer: the models check already says so
             report.served = await backend.identify()
         chat = await _timed("chat", lambda: _chat(backend, ChatRequest(messages=_USER, max_tokens=4), _any_text))
@@ -183,7 +184,7 @@ async def _probe_http(backend: OpenAIBackend) -> EndpointReport:
         report.checks += await _feature_checks(backend, chat)
         if chat.outcome != "ok":
             return report
-        report.checks.append(await _timed("prefix_cache", lambda: _prefix_cache(backend)))
+        report.checks.append(await _timed("prefix_cache", lambda: _prefix_cache(http)))
     finally:
         report.adaptations = dict(backend.adaptations)
         await backend.aclose()
@@ -199,32 +200,35 @@ async def _feature_checks(backend: ChatBackend, chat: Check) -> list[Check]:
         return [Check(name, "failed", "skipped: no chat reply") for name, _ in _feature_requests()]
     checks = []
     for name, run in _feature_requests():
-        before = set(_adaptations(backend))
+        before = set(backend.adaptations)
         check = await _timed(name, partial(run, backend))
-        learnt = [note for key, note in _adaptations(backend).items() if key not in before]
+        learnt = [note for key, note in backend.adaptations.items() if key not in before]
         if learnt:
             check = Check(check.name, check.outcome, f"{check.detail}; {'; '.join(learnt)}", check.seconds)
         checks.append(check)
     return checks
 
 
-def _adaptations(backend: ChatBackend) -> dict[str, str]:
-    return dict(backend.adaptations) if isinstance(backend, OpenAIBackend) else {}
-
-
-async def probe_engine(backend: VLLMEngineBackend) -> EndpointReport:
+async def probe_engine(backend: ChatBackend) -> EndpointReport:
     """Probe an in-process vLLM engine: start it, then the chat and feature checks of :func:`probe_endpoint`.
 
     Args:
-        backend: The engine backend (not started yet, or started); it is stopped before this returns.
+        backend: A client over the engine (a :class:`~ceb.backends.vllm_engine.VLLMEngineTransport`, not started
+            yet, or started); it is stopped before this returns.
+
+    Raises:
+        TypeError: ``backend`` is not over an engine.
 
     Returns:
         The report (``base_url`` is the engine's label, ``vllm-engine:<model>``); the checks after a failed
         start or chat request are reported as ``failed``.
     """
-    report = EndpointReport(base_url=backend.endpoint, model=backend.settings.served_model)
+    engine = backend.transport
+    if not isinstance(engine, VLLMEngineTransport):
+        raise TypeError(f"{backend.label} is not an in-process vLLM engine")
+    report = EndpointReport(base_url=backend.endpoint, model=engine.settings.served_model)
     try:
-        start = await _timed("start", lambda: _start(backend))
+        start = await _timed("start", lambda: _start(engine))
         report.checks.append(start)
         chat = Check("chat", "failed", "skipped: the engine did not start")
         if start.outcome == "ok":
@@ -233,7 +237,7 @@ async def probe_engine(backend: VLLMEngineBackend) -> EndpointReport:
         report.checks += await _feature_checks(backend, chat)
         if chat.outcome != "ok":
             return report
-        on = bool(backend.engine.vllm_config.cache_config.enable_prefix_caching)
+        on = bool(engine.engine.vllm_config.cache_config.enable_prefix_caching)
         report.checks.append(
             Check("prefix_cache", "ok" if on else "missing", f"prefix caching {'on' if on else 'off'} in the engine")
         )
@@ -242,7 +246,7 @@ async def probe_engine(backend: VLLMEngineBackend) -> EndpointReport:
     return report
 
 
-async def _start(backend: VLLMEngineBackend) -> tuple[Outcome, str]:
+async def _start(backend: VLLMEngineTransport) -> tuple[Outcome, str]:
     try:
         await backend.start()
     except CEBError as exc:
@@ -281,14 +285,15 @@ async def _budget(backend: ChatBackend) -> tuple[Outcome, str]:
     request = ChatRequest(messages=_USER, max_tokens=1)
     try:
         reply = (await backend.complete(request)).completion
-        if isinstance(backend, OpenAIBackend) and backend.note_budget(request, reply):
+        http = backend.transport
+        if isinstance(http, OpenAITransport) and http.note_budget(request, reply):
             reply = (await backend.complete(request)).completion
     except TransientError as exc:
         return "failed", str(exc)[:200]
     except BackendError as exc:
         return "missing", str(exc)[:200]
     used = reply.completion_tokens
-    field = backend.token_limit_field if isinstance(backend, OpenAIBackend) else "max_tokens"
+    field = backend.transport.token_limit_field if isinstance(backend.transport, OpenAITransport) else "max_tokens"
     if used is None:
         return "ok", "the server counts no completion tokens: the budget is not checked"
     if used > 1:
@@ -328,7 +333,7 @@ async def _timed(name: str, run: Callable[[], Awaitable[tuple[Outcome, str]]]) -
     return Check(name, outcome, detail, time.perf_counter() - started)
 
 
-async def _models(backend: OpenAIBackend, model: str) -> tuple[Outcome, str]:
+async def _models(backend: OpenAITransport, model: str) -> tuple[Outcome, str]:
     try:
         status, body = await backend.get("models")
     except TransientError as exc:
@@ -406,7 +411,7 @@ def _has_prompt_lps(c: Completion) -> tuple[bool, str]:
     return True, f"{len(c.prompt_logprobs)} prompt positions"
 
 
-async def _prefix_cache(backend: OpenAIBackend) -> tuple[Outcome, str]:
+async def _prefix_cache(backend: OpenAITransport) -> tuple[Outcome, str]:
     try:
         status, body = await backend.get("metrics", root=True)
     except TransientError as exc:

@@ -1,7 +1,7 @@
-"""An in-process chat backend that answers from a Python function: the first test tier, and dry runs.
+"""An in-process transport that answers from a Python function: the first test tier, and dry runs.
 
-It goes through the same :class:`~ceb.backends.base.ChatBackend` machinery (limits, retries, accounting)
-as a real endpoint and records every request, so tests can check exactly what a prompt contained.
+It goes through the same :class:`~ceb.backends.base.ChatBackend` client (limits, retries, accounting) as a real
+endpoint and records every request, so tests can check exactly what a prompt contained.
 """
 
 from __future__ import annotations
@@ -11,22 +11,20 @@ from contextlib import asynccontextmanager
 
 import anyio
 
-from ceb.backends.base import ChatBackend, ChatRequest, Completion, EndpointLimits, RetryPolicy, StreamChunk
+from ceb.backends.base import ChatBackend, EndpointLimits, RetryPolicy
+from ceb.backends.transport import ChatRequest, Completion, StreamChunk, Transport
 
-__all__ = ["Responder", "ScriptedChat"]
+__all__ = ["Responder", "ScriptedChat", "ScriptedTransport"]
 
 Responder = Callable[[ChatRequest], str | Sequence[str]]
 """Maps a request to one reply text, or one per choice (``n``). May raise to simulate failures."""
 
 
-class ScriptedChat(ChatBackend):
+class ScriptedTransport(Transport):
     """Answers each request with ``responder(request)``.
 
     Args:
         responder: The reply function.
-        max_concurrency: Requests in flight at most.
-        retry: Retry policy (tests use zero waits).
-        limits: Shared per-endpoint limits.
         chunk_chars: A streamed reply (:meth:`~ceb.backends.base.ChatBackend.stream`) comes in pieces of this
             many characters, one per "token".
         chunk_delay_s: Seconds before each piece of a streamed reply, standing in for decode time.
@@ -38,29 +36,16 @@ class ScriptedChat(ChatBackend):
 
     name = "scripted"
 
-    def __init__(
-        self,
-        responder: Responder,
-        *,
-        max_concurrency: int = 64,
-        retry: RetryPolicy | None = None,
-        limits: EndpointLimits | None = None,
-        chunk_chars: int = 1,
-        chunk_delay_s: float = 0.0,
-    ) -> None:
-        super().__init__(
-            endpoint="scripted://local",
-            max_concurrency=max_concurrency,
-            retry=retry or RetryPolicy(max_attempts=3, backoff_s=0.0, max_backoff_s=0.0),
-            limits=limits,
-        )
+    def __init__(self, responder: Responder, *, chunk_chars: int = 1, chunk_delay_s: float = 0.0) -> None:
+        super().__init__("scripted://local")
         self.responder = responder
         self.requests: list[ChatRequest] = []
         self.chunk_chars = chunk_chars
         self.chunk_delay_s = chunk_delay_s
         self.streamed: list[int] = []
 
-    async def _complete(self, request: ChatRequest, endpoint: str) -> Completion:
+    async def send(self, request: ChatRequest, endpoint: str) -> Completion:
+        """The responder's reply, with words counted as tokens."""
         self.requests.append(request)
         reply = self.responder(request)
         texts = (reply,) * request.n if isinstance(reply, str) else tuple(reply)
@@ -73,7 +58,8 @@ class ScriptedChat(ChatBackend):
         )
 
     @asynccontextmanager
-    async def _stream(self, request: ChatRequest, endpoint: str) -> AsyncIterator[AsyncIterator[StreamChunk]]:
+    async def open_stream(self, request: ChatRequest, endpoint: str) -> AsyncIterator[AsyncIterator[StreamChunk]]:
+        """The responder's first reply in pieces of :attr:`chunk_chars`, after a role-only event."""
         self.requests.append(request)
         reply = self.responder(request)
         text = reply if isinstance(reply, str) else reply[0]
@@ -89,3 +75,39 @@ class ScriptedChat(ChatBackend):
             yield StreamChunk(has_choice=False, completion_tokens=self.streamed[index])
 
         yield events()
+
+
+class ScriptedChat(ChatBackend):
+    """The client over a :class:`ScriptedTransport`, as tests and dry runs hold it (with its transport's records).
+
+    Args:
+        responder: The reply function.
+        max_concurrency: Requests in flight at most.
+        retry: Retry policy; zero waits and 3 attempts when ``None``.
+        limits: Shared per-endpoint limits.
+        chunk_chars: As :class:`ScriptedTransport`.
+        chunk_delay_s: As :class:`ScriptedTransport`.
+    """
+
+    transport: ScriptedTransport
+
+    def __init__(
+        self,
+        responder: Responder,
+        *,
+        max_concurrency: int = 64,
+        retry: RetryPolicy | None = None,
+        limits: EndpointLimits | None = None,
+        chunk_chars: int = 1,
+        chunk_delay_s: float = 0.0,
+    ) -> None:
+        super().__init__(
+            ScriptedTransport(responder, chunk_chars=chunk_chars, chunk_delay_s=chunk_delay_s),
+            max_concurrency=max_concurrency,
+            retry=retry or RetryPolicy(max_attempts=3, backoff_s=0.0, max_backoff_s=0.0),
+            limits=limits,
+        )
+        self.requests = self.transport.requests
+        """Every request the transport received, in arrival order."""
+        self.streamed = self.transport.streamed
+        """Per streamed request, how many pieces the reader took."""

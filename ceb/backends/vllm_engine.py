@@ -15,7 +15,7 @@ vLLM's server runs, minus the HTTP:
 
 So the chat template (and ``continue_final_message`` / ``add_generation_prompt``), structured outputs, ``n``,
 ``logprobs`` / ``top_logprobs``, ``prompt_logprobs`` and seeds behave exactly as over HTTP, and a request returns
-the same :class:`~ceb.backends.base.Completion` either way. What differs is transport only: no JSON encoding
+the same :class:`~ceb.backends.transport.Completion` either way. What differs is transport only: no JSON encoding
 on our side or the server's, no sockets, and no second process for the API server.
 
 Priority: ceb's :func:`~ceb.backends.scheduling.current_priority` is higher-first; vLLM's request ``priority`` is
@@ -42,23 +42,14 @@ from typing import Any
 import anyio
 
 from ceb.backends._wire import chat_body, parse_completion
-from ceb.backends.base import (
-    ChatBackend,
-    ChatRequest,
-    Completion,
-    EndpointLimits,
-    ModelIdentity,
-    RetrySettings,
-    TransientError,
-    register_backend,
-    weights_digest,
-)
+from ceb.backends.base import register_backend
 from ceb.backends.openai import request_id
 from ceb.backends.scheduling import current_lane, current_priority, server_priority
+from ceb.backends.transport import ChatRequest, Completion, ModelIdentity, TransientError, Transport, weights_digest
 from ceb.config import BackendConfig
 from ceb.errors import BackendError, ConfigError, FatalBackendError
 
-__all__ = ["VLLMEngineBackend", "engine_argv", "open_engine", "require_vllm", "settings_args", "vllm_priority"]
+__all__ = ["VLLMEngineTransport", "engine_argv", "open_engine", "require_vllm", "settings_args", "vllm_priority"]
 
 INSTALL_HINT = (
     "install ceb into vLLM's environment: <vllm-venv>/bin/pip install --no-deps -e <ceb checkout>, then the ceb "
@@ -144,7 +135,7 @@ class _Engine:
     """Exceptions that mean the engine is gone."""
 
 
-class VLLMEngineBackend(ChatBackend):
+class VLLMEngineTransport(Transport):
     """Chat completions from a vLLM engine in this process (see the module docstring).
 
     The engine starts on first use (:meth:`start`, or the run's preflight) inside the running asyncio loop,
@@ -152,11 +143,8 @@ class VLLMEngineBackend(ChatBackend):
 
     Args:
         settings: The ``backend`` section, read directly: ``model`` (the model directory or hub name), the
-            ``engine`` flags (:func:`engine_argv`), ``structured_output``, ``max_concurrency`` and the retry
-            fields.
-        retry: Retry policy for transient failures (an engine-side generation error); ``None``: the retry fields
-            of ``settings``.
-        limits: The run's shared per-endpoint limits.
+            ``engine`` flags (:func:`engine_argv`) and ``structured_output``. An engine-side generation error is
+            a :class:`~ceb.backends.transport.TransientError`, retried by the client with the section's retry fields.
 
     Raises:
         ConfigError: ``settings.model`` is not set.
@@ -164,21 +152,10 @@ class VLLMEngineBackend(ChatBackend):
 
     name = "vllm"
 
-    def __init__(
-        self,
-        settings: BackendConfig,
-        *,
-        retry: RetrySettings | None = None,
-        limits: EndpointLimits | None = None,
-    ) -> None:
+    def __init__(self, settings: BackendConfig) -> None:
         if not settings.model:
             raise ConfigError("the vllm backend needs backend.model, the model directory or hub name (--model)")
-        super().__init__(
-            endpoint=f"vllm-engine:{settings.served_model}",
-            max_concurrency=settings.max_concurrency,
-            retry=retry or settings,
-            limits=limits,
-        )
+        super().__init__(f"vllm-engine:{settings.served_model}")
         self.settings = settings
         self._engine: _Engine | None = None
         self._starting = anyio.Lock()
@@ -275,7 +252,7 @@ class VLLMEngineBackend(ChatBackend):
         body.setdefault("request_id", request_id(request.stage, current_lane()))
         return body
 
-    async def _complete(self, request: ChatRequest, endpoint: str) -> Completion:
+    async def send(self, request: ChatRequest, endpoint: str) -> Completion:
         """Run one attempt of ``request`` through the engine.
 
         Raises:
@@ -348,7 +325,7 @@ class VLLMEngineBackend(ChatBackend):
 
 
 def _already_shut_down(timeout: float | None = None) -> None:
-    """Stands in for ``AsyncLLM.shutdown`` once the engine is stopped (see :meth:`VLLMEngineBackend.aclose`)."""
+    """Stands in for ``AsyncLLM.shutdown`` once the engine is stopped (see :meth:`VLLMEngineTransport.aclose`)."""
 
 
 def settings_args(raw: Sequence[str] | Mapping[str, Any] | None) -> tuple[str, ...]:
@@ -376,7 +353,7 @@ def settings_args(raw: Sequence[str] | Mapping[str, Any] | None) -> tuple[str, .
 
 
 @register_backend("vllm")
-def open_engine(settings: BackendConfig, limits: EndpointLimits) -> VLLMEngineBackend:
+def open_engine(settings: BackendConfig) -> VLLMEngineTransport:
     """The ``vllm`` backend: a vLLM engine in this process, started on first use.
 
     Raises:
@@ -385,4 +362,4 @@ def open_engine(settings: BackendConfig, limits: EndpointLimits) -> VLLMEngineBa
     if not settings.model:
         raise ConfigError("the vllm backend needs backend.model, the model directory or hub name (--model)")
     require_vllm()
-    return VLLMEngineBackend(settings, limits=limits)
+    return VLLMEngineTransport(settings)

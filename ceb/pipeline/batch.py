@@ -3,7 +3,7 @@
 A step of a bank-free baseline (``ppl``, ``me``, ``ptrue``, ``cot``, ``verbalized``, ``pro``) asks for nothing
 that depends on another step's reply, so all its steps can go to OpenAI's or Azure's Batch API (half the online
 price) or to ``vllm run-batch`` in one file. Both directions are a run of the ordinary pipeline
-(:func:`~ceb.pipeline.runner.run_scoring`) over a :class:`~ceb.backends.batch.BatchBackend`, which answers from the
+(:func:`~ceb.pipeline.runner.run_scoring`) over a :class:`~ceb.backends.batch.BatchTransport`, which answers from the
 Batch replies it has and records each request it has none for:
 
 * export: a run with no replies, in a scratch directory; every request the steps ask goes into ``round-1.jsonl``;
@@ -39,10 +39,12 @@ from typing import Any
 
 import orjson
 
+from ceb.backends.base import ChatBackend
 from ceb.backends.batch import (
-    BatchBackend,
+    BATCH_CONCURRENCY,
     BatchReply,
     BatchRequest,
+    BatchTransport,
     export_tag,
     read_output,
     read_requests,
@@ -304,13 +306,13 @@ def batchable(name: str) -> bool:
 async def _replay(
     streams: Mapping[str, Sequence[Trajectory]],
     config: RunConfig,
-    backend: BatchBackend,
+    backend: BatchTransport,
     run_dir: Path,
     *,
     overwrite: bool,
     on_row: Callable[[Row], None] | None = None,
 ) -> RunSummary:
-    stages = llm_stages(config, backend)
+    stages = llm_stages(config, ChatBackend(backend, max_concurrency=BATCH_CONCURRENCY, retry=config.backend))
     return await run_scoring(streams, config, run_dir, stages=stages, overwrite=overwrite, on_row=on_row)
 
 
@@ -343,7 +345,7 @@ async def export_batch(
         "digests": digests,
     }
     tag = export_tag(record)
-    backend = BatchBackend(config.backend, tag)
+    backend = BatchTransport(config.backend, tag)
     with tempfile.TemporaryDirectory(prefix="ceb-batch-") as scratch, muted(*_WAITING_EVENTS):
         await _replay(streams, config, backend, Path(scratch), overwrite=False)
     out.path.mkdir(parents=True, exist_ok=True)
@@ -407,7 +409,7 @@ async def import_batch(
     replies = src.replies(requests)
     waiting = {cid for cid, j in rounds.items() if not src.imported(j)}
     config = RunConfig.model_validate(doc["config"])
-    backend = BatchBackend(config.backend, str(doc["tag"]), requests, replies, waiting)
+    backend = BatchTransport(config.backend, str(doc["tag"]), requests, replies, waiting)
     summary = await _replay(streams, config, backend, Path(run_dir), overwrite=overwrite, on_row=on_row)
     unanswered = len(set(backend.unanswered))
     if backend.pending:

@@ -7,7 +7,7 @@ offline stand-ins of :mod:`ceb.stages.offline` giving the scores and the hindsig
 the history and the bank as an offline run would have them at that point. At a chosen step the method's own critic
 (the LLM critic, or a baseline's) is asked over a recording backend, and for a chosen trajectory the LLM hindsight
 labeller too (for a method with a bank); every request they make is kept with its body as
-:meth:`~ceb.backends.openai.OpenAIBackend.payload` would send it. The recording backend answers each request with
+:meth:`~ceb.backends.openai.OpenAITransport.payload` would send it. The recording backend answers each request with
 one fixed reply every stage can read (:data:`STAND_IN_REPLY`), so no re-ask is triggered; what that reply says
 does not matter, since the offline stand-ins decide the numbers the walk goes on with.
 
@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from ceb.backends.base import ChatRequest, RetryPolicy
-from ceb.backends.openai import OpenAIBackend
+from ceb.backends.openai import OpenAITransport
 from ceb.backends.scripted import ScriptedChat
 from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
@@ -109,7 +109,7 @@ async def render_prompts(
         raise ConfigError(f"no trajectory {missing[0]!r} in the stream (its first is {known[0]!r})")
     last = max(known.index(i) for i in wanted)
 
-    wire = OpenAIBackend(
+    wire = OpenAITransport(
         config.backend.model_copy(
             update={
                 "name": "openai",

@@ -8,7 +8,7 @@ configuration's digest (``config.json``'s ``fingerprints.config_sha256``,
 
 ``role`` (``critic``, ``hindsight``, ``actor``), ``critic`` (its label, ``""`` for one), ``backend``,
 ``endpoint`` (base URLs without credentials), ``model`` (the name requests carried), what the server reported of
-its model (:class:`~ceb.backends.base.ModelIdentity`: ``root``, ``server_version``, ``max_model_len``,
+its model (:class:`~ceb.backends.transport.ModelIdentity`: ``root``, ``server_version``, ``max_model_len``,
 ``weights_digest``; ``identity_error`` when it could not be asked), ``structured_output`` and
 ``token_limit_field`` as sent at the end, and ``adaptations``: what ceb changed to be answered there (request ids,
 schema form, token field, ``n`` asked choice by choice), one line each. An offline run has one entry, backend
@@ -33,7 +33,7 @@ __all__ = ["IDENTITY_FIELDS", "OFFLINE_NOTE", "identify", "merge_provenance", "p
 log = structlog.get_logger(__name__)
 
 IDENTITY_FIELDS = ("root", "server_version", "max_model_len", "weights_digest")
-"""What a server reports of its model, recorded per backend (:class:`~ceb.backends.base.ModelIdentity`)."""
+"""What a server reports of its model, recorded per backend (:class:`~ceb.backends.transport.ModelIdentity`)."""
 
 OFFLINE_NOTE = "no language model: the model-free stand-ins of ceb.stages.offline scored every step"
 

@@ -46,7 +46,7 @@ def build_stages(config: RunConfig, limits: EndpointLimits | None = None) -> Sta
 
     The labeller asks its own endpoint when ``hindsight`` names one (:meth:`RunConfig.hindsight_backend`), opened
     the same way; else the critic's, as in the paper. With ``cache.mode`` not ``off`` the stages own the reply
-    cache (:mod:`ceb.backends.cache`), and every backend they open is wrapped in it.
+    cache (:mod:`ceb.backends.cache`), and every backend they open consults it first.
 
     Args:
         config: The run's configuration.

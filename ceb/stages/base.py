@@ -287,7 +287,7 @@ class Stages:
             :meth:`open_chat`; ``chat``'s own slots when not given.
         hindsight_chat: The labeller's endpoint when it has its own (``hindsight.base_url`` / ``model``,
             opened through :meth:`open_chat`); ``None`` when it asks :attr:`chat`.
-        cache: The reply cache every backend of these stages is wrapped in (:mod:`ceb.backends.cache`), or
+        cache: The reply cache every backend of these stages consults first (:mod:`ceb.backends.cache`), or
             ``None``; owned by the stages.
         statistics: Model statistics the methods over these stages share, each fetched once per step
             (:mod:`ceb.stages.statistics`): the teacher-forced log-probs PPL, ME and PRO read.

@@ -11,8 +11,16 @@ from pathlib import Path
 import pytest
 import structlog
 
-from ceb.backends.base import ChatBackend, ChatRequest, Completion, RetryPolicy, TokenLogprob, TransientError
-from ceb.backends.cache import CachedBackend, ReplyCache, request_key
+from ceb.backends.base import (
+    ChatBackend,
+    ChatRequest,
+    Completion,
+    RetryPolicy,
+    TokenLogprob,
+    TransientError,
+    Transport,
+)
+from ceb.backends.cache import ReplyCache, request_key
 from ceb.backends.openai import OpenAIBackend
 from ceb.backends.scheduling import lane
 from ceb.backends.scripted import ScriptedChat
@@ -30,6 +38,18 @@ def ask(text: str, **kw: object) -> ChatRequest:
     return ChatRequest(messages=({"role": "user", "content": text},), **kw)  # type: ignore[arg-type]
 
 
+def cached(inner: ChatBackend, cache: ReplyCache, settings: BackendConfig) -> ChatBackend:
+    """A client over ``inner``'s transport with ``inner``'s policy, consulting ``cache`` first (as ``open_backend``)."""
+    return ChatBackend(
+        inner.transport,
+        max_concurrency=inner.max_concurrency,
+        retry=inner.retry,
+        limits=inner.limits,
+        routing=inner.routing,
+        cache=cache.step(settings),
+    )
+
+
 def store(tmp_path: Path, mode: str = "read-write", **kw: object) -> ReplyCache:
     cache = ReplyCache.open(CacheConfig(mode=mode, path=tmp_path / "c.sqlite", **kw))  # type: ignore[arg-type]
     assert cache is not None
@@ -39,7 +59,7 @@ def store(tmp_path: Path, mode: str = "read-write", **kw: object) -> ReplyCache:
 async def test_a_deterministic_request_is_answered_from_the_cache_without_a_request(tmp_path):
     inner = ScriptedChat(lambda r: f"reply to {r.messages[0]['content']}")
     cache = store(tmp_path)
-    chat = CachedBackend(inner, cache, SETTINGS)
+    chat = cached(inner, cache, SETTINGS)
     first = await chat.complete(ask("a"))
     again = await chat.complete(ask("a"))
     assert len(inner.requests) == 1
@@ -57,7 +77,7 @@ async def test_a_deterministic_request_is_answered_from_the_cache_without_a_requ
 async def test_sampled_requests_are_cached_only_when_opted_in(tmp_path):
     inner = ScriptedChat(lambda r: "x")
     cache = store(tmp_path)
-    chat = CachedBackend(inner, cache, SETTINGS)
+    chat = cached(inner, cache, SETTINGS)
     for _ in range(2):
         await chat.complete(ask("a", temperature=0.7))
     assert len(inner.requests) == 2 and cache.counts.uncacheable == 2 and len(cache) == 0
@@ -73,7 +93,7 @@ async def test_identical_sampled_requests_replay_their_own_samples_in_order(tmp_
 
     async def run(lanes: tuple[str, ...]) -> list[str]:
         cache = store(tmp_path, nondeterministic=True)
-        chat = CachedBackend(inner, cache, SETTINGS)  # a new backend: a new process's run
+        chat = cached(inner, cache, SETTINGS)  # a new backend: a new process's run
         texts = []
         for key in lanes:
             with lane(key):
@@ -91,7 +111,7 @@ async def test_identical_sampled_requests_replay_their_own_samples_in_order(tmp_
 
 async def chat_once(tmp_path: Path, inner: ChatBackend) -> str:
     cache = store(tmp_path, nondeterministic=True)
-    chat = CachedBackend(inner, cache, SETTINGS)
+    chat = cached(inner, cache, SETTINGS)
     with lane("stream|0|ceb|"):
         for _ in range(3):
             await chat.complete(ask("vote", temperature=0.7))
@@ -103,10 +123,10 @@ async def chat_once(tmp_path: Path, inner: ChatBackend) -> str:
 async def test_read_mode_uses_entries_and_writes_none(tmp_path):
     inner = ScriptedChat(lambda r: "x")
     writer = store(tmp_path)
-    await CachedBackend(inner, writer, SETTINGS).complete(ask("a"))
+    await cached(inner, writer, SETTINGS).complete(ask("a"))
     writer.close()
     reader = store(tmp_path, mode="read")
-    chat = CachedBackend(inner, reader, SETTINGS)
+    chat = cached(inner, reader, SETTINGS)
     await chat.complete(ask("a"))
     await chat.complete(ask("b"))
     await chat.complete(ask("b"))
@@ -126,7 +146,7 @@ async def test_a_failed_request_is_never_cached(tmp_path):
 
     inner = ScriptedChat(flaky, retry=RetryPolicy(max_attempts=2, backoff_s=0, max_backoff_s=0))
     cache = store(tmp_path)
-    chat = CachedBackend(inner, cache, SETTINGS)
+    chat = cached(inner, cache, SETTINGS)
     with pytest.raises(TransientError):
         await chat.complete(ask("a"))
     assert len(cache) == 0 and cache.counts.sent == 2
@@ -155,19 +175,19 @@ async def test_the_key_is_the_whole_request_and_the_endpoints_model_and_url(tmp_
     inner = ScriptedChat(lambda r: "x")
     cache = store(tmp_path)
     for settings in (SETTINGS, other_model, other_url, SETTINGS):
-        await CachedBackend(inner, cache, settings).complete(request)
+        await cached(inner, cache, settings).complete(request)
     assert len(inner.requests) == 3
     cache.close()
 
 
-class LogprobChat(ChatBackend):
+class LogprobTransport(Transport):
     """Answers with log-probs of both kinds, to check that a stored reply comes back equal."""
 
     def __init__(self) -> None:
-        super().__init__(endpoint="lp://", retry=RetryPolicy(backoff_s=0, max_backoff_s=0))
+        super().__init__("lp://")
         self.calls = 0
 
-    async def _complete(self, request: ChatRequest, endpoint: str) -> Completion:
+    async def send(self, request: ChatRequest, endpoint: str) -> Completion:
         self.calls += 1
         token = TokenLogprob("0", -0.1053605156578263, (("0", -0.1053605156578263), ("1", -2.3)), None)
         return Completion(
@@ -181,13 +201,14 @@ class LogprobChat(ChatBackend):
 
 
 async def test_log_probabilities_come_back_from_the_cache_exactly(tmp_path):
-    inner = LogprobChat()
+    lp = LogprobTransport()
+    inner = ChatBackend(lp, retry=RetryPolicy(backoff_s=0, max_backoff_s=0))
     cache = store(tmp_path)
-    first = await CachedBackend(inner, cache, SETTINGS).complete(ask("a", n=2, logprobs=True))
+    first = await cached(inner, cache, SETTINGS).complete(ask("a", n=2, logprobs=True))
     cache.close()
     reopened = store(tmp_path)
-    again = await CachedBackend(inner, reopened, SETTINGS).complete(ask("a", n=2, logprobs=True))
-    assert inner.calls == 1 and again.completion == first.completion
+    again = await cached(inner, reopened, SETTINGS).complete(ask("a", n=2, logprobs=True))
+    assert lp.calls == 1 and again.completion == first.completion
     reopened.close()
 
 
@@ -198,7 +219,7 @@ def _writer(path: str, worker: int, n: int) -> None:
     async def main() -> None:
         cache = ReplyCache.open(CacheConfig(mode="read-write", path=Path(path)))
         assert cache is not None
-        chat = CachedBackend(ScriptedChat(lambda r: r.messages[0]["content"]), cache, SETTINGS)
+        chat = cached(ScriptedChat(lambda r: r.messages[0]["content"]), cache, SETTINGS)
         for i in range(n):
             shared = i % 2 == 0
             await chat.complete(ask(f"shared {i}" if shared else f"worker {worker} item {i}"))
@@ -239,7 +260,7 @@ async def test_an_unreadable_reply_is_cached_and_its_re_ask_is_its_own_entry(tmp
 
     inner = ScriptedChat(reply)
     cache = store(tmp_path)
-    chat = CachedBackend(inner, cache, SETTINGS)
+    chat = cached(inner, cache, SETTINGS)
     first = await ask_until_readable(chat, ask("score it"), parse, format_retries=2)
     again = await ask_until_readable(chat, ask("score it"), parse, format_retries=2)
     assert first.value == again.value == 0.7 and first.stats.requests == again.stats.requests == 2
@@ -274,7 +295,7 @@ async def test_read_mode_opens_a_cache_on_a_read_only_file_system(tmp_path):
     inner = ScriptedChat(lambda r: "x")
     writer = ReplyCache.open(CacheConfig(mode="read-write", path=folder / "c.sqlite"))
     assert writer is not None
-    await CachedBackend(inner, writer, SETTINGS).complete(ask("a"))
+    await cached(inner, writer, SETTINGS).complete(ask("a"))
     writer.close()
     assert sorted(p.name for p in folder.iterdir()) == ["c.sqlite"]  # closed cleanly: no -wal, no -shm
     with read_only(folder):
@@ -282,7 +303,7 @@ async def test_read_mode_opens_a_cache_on_a_read_only_file_system(tmp_path):
             (folder / "probe").write_bytes(b"")  # the folder really is read-only
         reader = ReplyCache.open(CacheConfig(mode="read", path=folder / "c.sqlite"))
         assert reader is not None
-        chat = CachedBackend(inner, reader, SETTINGS)
+        chat = cached(inner, reader, SETTINGS)
         await chat.complete(ask("a"))
         reader.close()
     assert len(inner.requests) == 1 and reader.counts.hits == 1
@@ -304,7 +325,7 @@ async def test_a_full_disk_warns_once_and_counts_the_replies_not_stored(tmp_path
     # Issue 33 item 5: a disk filling mid-run printed one warning per reply (1,277 of 1,280 output lines).
     inner = ScriptedChat(lambda r: "reply " * 2000)
     cache = store(tmp_path)
-    chat = CachedBackend(inner, cache, SETTINGS)
+    chat = cached(inner, cache, SETTINGS)
     await chat.complete(ask("first"))
     pages = cache._db.execute("PRAGMA page_count").fetchone()[0]
     cache._db.execute(f"PRAGMA max_page_count = {pages}")  # the file may not grow: SQLite's "disk is full"
@@ -329,7 +350,7 @@ async def test_another_model_under_the_same_name_and_url_is_not_answered_from_th
     async def run(root: str, version: str | None) -> str:
         openai_server.root, openai_server.version = root, version
         cache = store(tmp_path)
-        async with CachedBackend(OpenAIBackend(settings), cache, settings) as chat:
+        async with cached(OpenAIBackend(settings), cache, settings) as chat:
             texts = [(await chat.complete(ask("a"))).completion.texts[0] for _ in range(3)]
         cache.close()
         assert len(set(texts)) == 1

@@ -84,14 +84,14 @@ async def test_a_refused_json_schema_is_sent_again_as_json_object_carrying_the_w
     assert server.refused[1][1]["response_format"]["type"] == "json_schema"
     # The whole schema, string length included: llama.cpp's grammar enforces maxLength, unlike OpenAI's strict mode.
     assert [b["response_format"] for b in server.requests] == [{"type": "json_object", "schema": SCHEMA}] * 2
-    assert backend.structured_output == "json_object_schema"
+    assert backend.transport.structured_output == "json_object_schema"
 
 
 async def test_the_json_object_schema_mode_sends_it_up_front_and_nothing_else_changes() -> None:
     async with serve_openai(lambda body, i: Reply('{"labels": [1, 0]}'), profile="llama.cpp") as server:
         settings = _settings(server, structured_output="json_object_schema", token_limit_field="max_tokens")
         async with OpenAIBackend(settings, retry=ONCE) as backend:
-            backend.uuid_request_ids = True
+            backend.transport.uuid_request_ids = True
             await backend.complete(ChatRequest(messages=MESSAGES, json_schema=labels_schema(2), max_tokens=64))
 
     assert server.refused == []
@@ -119,7 +119,7 @@ async def test_the_preflight_sees_max_completion_tokens_ignored_and_sends_max_to
     body = server.requests[0]
     assert body["max_tokens"] == 3 and "max_completion_tokens" not in body
     assert reply.completion.texts == ("one two three",)
-    assert backend.token_limit_field == "max_tokens" and "max_tokens" in backend.adaptations
+    assert backend.transport.token_limit_field == "max_tokens" and "max_tokens" in backend.adaptations
 
 
 async def test_a_vllm_style_server_keeps_max_completion_tokens_and_stage_named_ids(

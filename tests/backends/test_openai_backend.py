@@ -24,6 +24,7 @@ from ceb.backends.base import (
     RetryPolicy,
     TokenLogprob,
     TransientError,
+    Transport,
 )
 from ceb.backends.openai import OpenAIBackend, StructuredOutput
 from ceb.backends.scheduling import lane, lane_tag
@@ -145,7 +146,7 @@ async def test_structured_output_mode_shapes_the_body(
 
 def test_payload_is_the_wire_body_with_server_fields_at_the_top_level() -> None:
     backend = OpenAIBackend(BackendConfig(base_url="http://127.0.0.1:9/v1", model=MODEL, structured_output="vllm"))
-    body = backend.payload(ChatRequest(messages=MESSAGES, json_schema=SCHEMA, extra={"prompt_logprobs": 1}))
+    body = backend.transport.payload(ChatRequest(messages=MESSAGES, json_schema=SCHEMA, extra={"prompt_logprobs": 1}))
 
     assert body["structured_outputs"] == {"json": SCHEMA}
     assert body["prompt_logprobs"] == 1
@@ -468,8 +469,8 @@ async def test_a_connection_dropped_before_the_reply_is_transient() -> None:
     assert accepted == NO_WAIT.max_attempts
 
 
-class _Unused(ChatBackend):
-    async def _complete(self, request: ChatRequest, endpoint: str) -> Completion:
+class _Unused(Transport):
+    async def send(self, request: ChatRequest, endpoint: str) -> Completion:
         raise AssertionError("not called")
 
 
@@ -481,14 +482,14 @@ def _failed_attempt(exc: BaseException, attempt_number: int) -> RetryCallState:
 
 
 def test_wait_honours_retry_after_beyond_the_backoff_cap() -> None:
-    backend = _Unused(endpoint="x", retry=RetryPolicy(backoff_s=0.5, max_backoff_s=1.0))
+    backend = ChatBackend(_Unused("x"), retry=RetryPolicy(backoff_s=0.5, max_backoff_s=1.0))
 
     for attempt in (1, 2, 5):
         assert backend._wait(_failed_attempt(TransientError("429", retry_after=7), attempt)) >= 7
 
 
 def test_wait_without_retry_after_is_capped_jittered_backoff() -> None:
-    backend = _Unused(endpoint="x", retry=RetryPolicy(backoff_s=0.5, max_backoff_s=1.0))
+    backend = ChatBackend(_Unused("x"), retry=RetryPolicy(backoff_s=0.5, max_backoff_s=1.0))
     waits = [backend._wait(_failed_attempt(TransientError("503"), 10)) for _ in range(20)]
 
     assert all(0 <= w <= 1.0 for w in waits)
@@ -496,7 +497,7 @@ def test_wait_without_retry_after_is_capped_jittered_backoff() -> None:
 
 
 def test_wait_is_zero_with_a_zero_policy() -> None:
-    backend = _Unused(endpoint="x", retry=RetryPolicy(backoff_s=0, max_backoff_s=0))
+    backend = ChatBackend(_Unused("x"), retry=RetryPolicy(backoff_s=0, max_backoff_s=0))
 
     assert backend._wait(_failed_attempt(TransientError("503"), 3)) == 0
 
@@ -548,7 +549,7 @@ async def test_two_endpoints_each_get_their_own_session_and_aclose_closes_both(
         settings = BackendConfig(base_url=(openai_server.base_url, second.base_url), model=MODEL, api_key_env=KEY_ENV)
         backend = OpenAIBackend(settings)
         await _complete_all([backend], requests_each=4)  # least-outstanding balancing: two on each
-        sessions = dict(backend._sessions)
+        sessions = dict(backend.transport._sessions)
 
         assert len(openai_server.requests) == len(second.requests) == 2
         assert set(sessions) == {openai_server.base_url, second.base_url}
@@ -558,7 +559,7 @@ async def test_two_endpoints_each_get_their_own_session_and_aclose_closes_both(
         await backend.aclose()
 
     assert all(s.closed for s in sessions.values())
-    assert backend._sessions == {}
+    assert backend.transport._sessions == {}
 
 
 @pytest.mark.anyio
@@ -672,7 +673,9 @@ async def test_key_never_appears_in_repr_or_str(
 ) -> None:
     monkeypatch.setenv(KEY_ENV, SECRET)
     async with OpenAIBackend(_settings(openai_server)) as backend:
-        shown = [repr(backend), str(backend), repr(backend.settings), str(backend.settings), backend.label]
+        http = backend.transport
+        shown = [repr(backend), str(backend), repr(http), str(http), repr(http.settings), str(http.settings)]
+        shown.append(backend.label)
 
     assert all(SECRET not in text for text in shown)
 

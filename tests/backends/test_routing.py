@@ -10,10 +10,11 @@ from typing import Any
 import anyio
 import pytest
 
-from ceb.backends.base import ChatBackend, ChatRequest, Completion, RetryPolicy, StreamChunk, TransientError
-from ceb.backends.openai import SESSION_HEADER, OpenAIBackend
+from ceb.backends.base import ChatBackend, ChatRequest, Completion, RetryPolicy, TransientError, Transport
+from ceb.backends.openai import SESSION_HEADER, OpenAIBackend, OpenAITransport
 from ceb.backends.scheduling import EndpointLimits, home_endpoint, lane, priority, server_priority
 from ceb.backends.scripted import ScriptedChat
+from ceb.backends.transport import StreamChunk
 from ceb.config import BackendConfig, load_config
 from ceb.pipeline.runner import run_scoring
 from ceb.stages.assembly import Stages
@@ -156,7 +157,7 @@ async def test_lanes_carry_their_key_through_every_stage(tmp_path):
 
 def _body(settings: BackendConfig, prio: float, **extra: Any) -> dict[str, Any]:
     with priority(prio):
-        return OpenAIBackend(settings).payload(ChatRequest(messages=MESSAGES, extra=extra))
+        return OpenAITransport(settings).payload(ChatRequest(messages=MESSAGES, extra=extra))
 
 
 @pytest.mark.parametrize(("mode", "sent"), [("auto", True), ("on", True), ("off", False)])
@@ -196,19 +197,19 @@ async def test_on_keeps_priority_and_a_refusal_is_an_error():
         assert len(server.requests) == 1
 
 
-class _Replicas(ChatBackend):
+class _Replicas(Transport):
     """Three fake replicas that record which endpoint each attempt, plain or streamed, was sent to."""
 
     def __init__(self) -> None:
-        super().__init__(endpoint=EPS, max_concurrency=4)
+        super().__init__(EPS)
         self.sent: list[tuple[str, str]] = []
 
-    async def _complete(self, request: ChatRequest, endpoint: str) -> Completion:
+    async def send(self, request: ChatRequest, endpoint: str) -> Completion:
         self.sent.append(("complete", endpoint))
         return Completion(texts=('{"score": 0.5}',))
 
     @asynccontextmanager
-    async def _stream(self, request: ChatRequest, endpoint: str) -> AsyncIterator[AsyncIterator[StreamChunk]]:
+    async def open_stream(self, request: ChatRequest, endpoint: str) -> AsyncIterator[AsyncIterator[StreamChunk]]:
         self.sent.append(("stream", endpoint))
 
         async def events() -> AsyncIterator[StreamChunk]:
@@ -218,14 +219,15 @@ class _Replicas(ChatBackend):
 
 
 async def test_streamed_requests_go_to_the_lanes_home_like_plain_ones():
-    backend = _Replicas()
+    replicas = _Replicas()
+    backend = ChatBackend(replicas, max_concurrency=4)
     for key in (f"stream-{i}" for i in range(6)):
-        backend.sent.clear()
+        replicas.sent.clear()
         with lane(key):
             await backend.complete(ChatRequest(messages=MESSAGES))
             async with backend.stream(ChatRequest(messages=MESSAGES)) as reply:
                 assert "".join([delta async for delta in reply]) == '{"score": 0.5}'
-        assert backend.sent == [("complete", home_endpoint(key, EPS)), ("stream", home_endpoint(key, EPS))]
+        assert replicas.sent == [("complete", home_endpoint(key, EPS)), ("stream", home_endpoint(key, EPS))]
 
 
 async def test_streamed_requests_carry_the_lane_as_session_header():

@@ -5,10 +5,10 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from ceb.backends.base import ChatRequest, RetryPolicy
+from ceb.backends.base import ChatBackend, ChatRequest, RetryPolicy
 from ceb.backends.openai import OpenAIBackend
 from ceb.backends.scheduling import EndpointLimits, PrioritySlots, current_priority, priority
-from ceb.backends.scripted import ScriptedChat
+from ceb.backends.scripted import ScriptedChat, ScriptedTransport
 from ceb.config import BackendConfig, load_config
 from ceb.pipeline.runner import run_scoring
 from ceb.stages.assembly import Stages
@@ -110,13 +110,13 @@ async def test_a_contended_endpoint_serves_requests_in_priority_order():
         order.append(request.messages[0]["content"])
         return "ok"
 
-    class Gated(ScriptedChat):
-        async def _complete(self, request, endpoint):
+    class Gated(ScriptedTransport):
+        async def send(self, request, endpoint):
             if request.messages[0]["content"] == "first":
                 await gate.wait()
-            return await super()._complete(request, endpoint)
+            return await super().send(request, endpoint)
 
-    chat = Gated(responder, max_concurrency=1)
+    chat = ChatBackend(Gated(responder), max_concurrency=1)
 
     async def send(name: str, p: float) -> None:
         with priority(p):

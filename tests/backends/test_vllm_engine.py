@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from ceb.backends.base import ChatRequest, RetryPolicy
-from ceb.backends.openai import OpenAIBackend
+from ceb.backends.base import ChatBackend, ChatRequest, RetryPolicy
+from ceb.backends.openai import OpenAITransport
 from ceb.backends.scheduling import priority
 from ceb.backends.vllm_engine import (
-    VLLMEngineBackend,
+    VLLMEngineTransport,
     _Engine,
     engine_argv,
     settings_args,
@@ -73,8 +73,8 @@ def test_body_is_the_http_backends_body_plus_id_and_priority() -> None:
         extra={"prompt_logprobs": 2, "continue_final_message": False},
     )
     for mode in ("json_schema", "vllm"):
-        engine = VLLMEngineBackend(BackendConfig(name="vllm", model="m", structured_output=mode))  # type: ignore[arg-type]
-        http = OpenAIBackend(BackendConfig(base_url="http://127.0.0.1:1/v1", model="m", structured_output=mode))  # type: ignore[arg-type]
+        engine = VLLMEngineTransport(BackendConfig(name="vllm", model="m", structured_output=mode))  # type: ignore[arg-type]
+        http = OpenAITransport(BackendConfig(base_url="http://127.0.0.1:1/v1", model="m", structured_output=mode))  # type: ignore[arg-type]
         with priority(12):
             body = engine.body(request, "priority")
         assert body.pop("priority") == -12
@@ -128,13 +128,11 @@ class _Dead(Exception):
     pass
 
 
-def _backend(outcome: Any, policy: str = "fcfs") -> tuple[VLLMEngineBackend, _Handler]:
-    backend = VLLMEngineBackend(
-        BackendConfig(name="vllm", model="tiny"), retry=RetryPolicy(max_attempts=2, backoff_s=0, max_backoff_s=0)
-    )
+def _backend(outcome: Any, policy: str = "fcfs") -> tuple[ChatBackend, _Handler]:
+    engine = VLLMEngineTransport(BackendConfig(name="vllm", model="tiny"))
     handler = _Handler(outcome)
-    backend._engine = _Engine(None, handler, _Request, _ErrorResponse, policy, 0.0, dead=(_Dead,))  # type: ignore[arg-type]
-    return backend, handler
+    engine._engine = _Engine(None, handler, _Request, _ErrorResponse, policy, 0.0, dead=(_Dead,))  # type: ignore[arg-type]
+    return ChatBackend(engine, retry=RetryPolicy(max_attempts=2, backoff_s=0, max_backoff_s=0)), handler
 
 
 REPLY = {
@@ -213,8 +211,8 @@ def test_engine_settings_come_from_the_config_section(monkeypatch: pytest.Monkey
         }
     )
     stages = build_stages(config)
-    assert isinstance(stages.chat, VLLMEngineBackend)
-    argv = engine_argv(stages.chat.settings)
+    assert stages.chat is not None and isinstance(stages.chat.transport, VLLMEngineTransport)
+    argv = engine_argv(stages.chat.transport.settings)
     assert argv[-5:] == ["--max-num-seqs", "32", "--enable-prefix-caching", "--max-logprobs", "20"]
     assert stages.chat.max_concurrency == 32
 
@@ -265,16 +263,16 @@ class _Echo:
 async def test_probe_engine_reports_what_the_engine_answers() -> None:
     from ceb.backends.probe import probe_engine
 
-    backend = VLLMEngineBackend(BackendConfig(name="vllm", model="tiny", structured_output="vllm"))
+    engine = VLLMEngineTransport(BackendConfig(name="vllm", model="tiny", structured_output="vllm"))
     started: list[bool] = []
 
     async def start() -> None:
         started.append(True)
-        backend._engine = _Engine(None, _Echo(), _Request, _ErrorResponse, "fcfs", 1.5)  # type: ignore[arg-type]
+        engine._engine = _Engine(None, _Echo(), _Request, _ErrorResponse, "fcfs", 1.5)  # type: ignore[arg-type]
 
-    backend.start = start  # type: ignore[method-assign]
-    backend.aclose = _noop  # type: ignore[method-assign]
-    report = await probe_engine(backend)
+    engine.start = start  # type: ignore[method-assign]
+    engine.aclose = _noop  # type: ignore[method-assign]
+    report = await probe_engine(ChatBackend(engine))
     outcome = {c.name: c.outcome for c in report.checks}
     assert started == [True] and report.usable and report.base_url == "vllm-engine:tiny"
     for name in ("start", "chat", "structured_output", "n", "logprobs", "prompt_logprobs", "prefix_cache"):

@@ -11,8 +11,8 @@ import anyio
 import orjson
 import pytest
 
-from ceb.backends.base import ChatRequest, Completion
-from ceb.backends.scripted import ScriptedChat
+from ceb.backends.base import ChatBackend, ChatRequest, Completion
+from ceb.backends.scripted import ScriptedChat, ScriptedTransport
 from ceb.bank import Bank
 from ceb.config import load_config
 from ceb.errors import RunError
@@ -28,16 +28,16 @@ def _stream(n: int = 3) -> list:
     return [trajectory(f"t{i}", step(f"ls {i}", "a", label=1), step("cat a", "x", label=0)) for i in range(n)]
 
 
-class GatedChat(ScriptedChat):
+class GatedTransport(ScriptedTransport):
     """Scripted replies, each after ``gate(request)`` returns: a test holds requests back with it."""
 
     def __init__(self, gate: Callable[[ChatRequest], Awaitable[None]]) -> None:
         super().__init__(default_reply)
         self.gate = gate
 
-    async def _complete(self, request: ChatRequest, endpoint: str) -> Completion:
+    async def send(self, request: ChatRequest, endpoint: str) -> Completion:
         await self.gate(request)
-        return await super()._complete(request, endpoint)
+        return await super().send(request, endpoint)
 
 
 def _summary(run: Path) -> dict:
@@ -53,7 +53,7 @@ async def test_a_second_process_on_the_same_run_directory_is_refused_with_the_ho
         entered.set()
         await release.wait()
 
-    chat = GatedChat(slow)
+    chat = ChatBackend(GatedTransport(slow))
     async with anyio.create_task_group() as tg:
         stages = assembly.llm_stages(config, chat)
         tg.start_soon(partial(run_scoring, {"s": _stream()}, config, tmp_path, stages=stages))
@@ -123,7 +123,7 @@ async def test_summary_of_an_interrupted_run_says_interrupted_and_keeps_its_coun
         if calls["n"] > 2:
             await anyio.sleep_forever()
 
-    stages = assembly.llm_stages(config, GatedChat(stall_after_two))
+    stages = assembly.llm_stages(config, ChatBackend(GatedTransport(stall_after_two)))
     with anyio.move_on_after(1.0):
         await run_scoring({"s": _stream()}, config, tmp_path, stages=stages)
 

@@ -15,7 +15,7 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from ceb.backends.base import public_url
+from ceb.backends.transport import public_url
 from ceb.cli import app
 from ceb.cli._common import EXIT_ERROR
 from ceb.config import RunConfig, load_config

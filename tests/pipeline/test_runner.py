@@ -4,8 +4,8 @@ import anyio
 import orjson
 import pytest
 
-from ceb.backends.base import ChatRequest
-from ceb.backends.scripted import ScriptedChat
+from ceb.backends.base import ChatBackend, ChatRequest
+from ceb.backends.scripted import ScriptedChat, ScriptedTransport
 from ceb.bank import Bank
 from ceb.config import load_config
 from ceb.errors import ConfigError, FatalBackendError, RunError
@@ -116,12 +116,12 @@ async def test_a_fatal_endpoint_error_stops_the_run_as_itself(tmp_path):
 
 
 async def test_cancellation_keeps_finished_rows_and_saves_banks(tmp_path):
-    class Slow(ScriptedChat):
-        async def _complete(self, request, endpoint):
+    class Slow(ScriptedTransport):
+        async def send(self, request, endpoint):
             await anyio.sleep(0.002)
-            return await super()._complete(request, endpoint)
+            return await super().send(request, endpoint)
 
-    chat = Slow(default_reply)
+    chat = ChatBackend(Slow(default_reply))
     prompts = PromptSet()
     stages = Stages(critic=LLMCritic(chat, prompts), hindsight=LLMHindsight(chat, prompts))
     with anyio.move_on_after(0.3):

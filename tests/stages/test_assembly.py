@@ -12,10 +12,9 @@ from typing import Any
 
 import pytest
 
-from ceb.backends.base import BACKENDS, ChatBackend, open_backend, register_backend
-from ceb.backends.openai import OpenAIBackend
-from ceb.backends.scheduling import EndpointLimits
-from ceb.backends.scripted import ScriptedChat
+from ceb.backends.base import BACKENDS, open_backend, register_backend
+from ceb.backends.openai import OpenAITransport
+from ceb.backends.scripted import ScriptedTransport
 from ceb.config import BackendConfig, load_config
 from ceb.errors import ConfigError
 from ceb.pipeline import read_step_rows, run_scoring
@@ -28,8 +27,8 @@ pytestmark = pytest.mark.anyio
 KEY_ENV = "CEB_TEST_ASSEMBLY_KEY"
 
 
-class _Tracked(OpenAIBackend):
-    """The openai backend, remembering whether it was closed."""
+class _Tracked(OpenAITransport):
+    """The openai transport, remembering whether it was closed."""
 
     closed = False
 
@@ -40,12 +39,12 @@ class _Tracked(OpenAIBackend):
 
 @pytest.fixture
 def opened(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[_Tracked]]:
-    """Every ``openai`` backend opened through the registry during the test."""
+    """Every ``openai`` transport opened through the registry during the test."""
     monkeypatch.delenv(KEY_ENV, raising=False)
     built: list[_Tracked] = []
 
-    def factory(settings: BackendConfig, limits: EndpointLimits) -> _Tracked:
-        built.append(_Tracked(settings, limits=limits))
+    def factory(settings: BackendConfig) -> _Tracked:
+        built.append(_Tracked(settings))
         return built[-1]
 
     real = BACKENDS.get("openai")
@@ -88,7 +87,6 @@ async def test_the_actor_endpoint_shares_the_runs_slots_and_is_closed_with_the_r
     # One critic backend and one actor backend...
     assert [b.model for b in opened] == [openai_server.model, "actor-model"]
     # ...drawing on the same slots: one request in flight at a time over two concurrent lanes.
-    assert opened[0].limits is opened[1].limits
     assert openai_server.max_in_flight == 1
     # ...and both closed when the run ended.
     assert all(b.closed for b in opened)
@@ -106,7 +104,8 @@ async def test_the_actor_endpoint_is_opened_once_per_stages_and_closed_with_them
     async with build_stages(config) as stages:
         actor = actor_chat(config, stages)
         assert actor is actor_chat(config, stages) and actor is not stages.chat
-        assert isinstance(actor, _Tracked) and actor.endpoint == openai_server.base_url  # the critic's URL
+        assert isinstance(actor.transport, _Tracked) and actor.endpoint == openai_server.base_url  # the critic's URL
+        assert stages.chat is not None and actor.limits is stages.chat.limits  # the run's slots, shared
     assert all(b.closed for b in opened) and len(opened) == 2
 
 
@@ -122,13 +121,13 @@ def test_without_an_actor_setting_the_actor_is_the_critics_endpoint(openai_serve
 
 
 @pytest.fixture
-def toy_backend() -> Iterator[list[ChatBackend]]:
+def toy_backend() -> Iterator[list[ScriptedTransport]]:
     """A backend added in this test: one function registered under ``toy``, built from the ``backend`` section."""
-    built: list[ChatBackend] = []
+    built: list[ScriptedTransport] = []
 
     @register_backend("toy")
-    def open_toy(settings: BackendConfig, limits: EndpointLimits) -> ChatBackend:
-        built.append(ScriptedChat(default_reply, max_concurrency=settings.max_concurrency, limits=limits))
+    def open_toy(settings: BackendConfig) -> ScriptedTransport:
+        built.append(ScriptedTransport(default_reply))
         return built[-1]
 
     yield built
@@ -136,7 +135,7 @@ def toy_backend() -> Iterator[list[ChatBackend]]:
 
 
 async def test_a_new_backend_is_one_registration_and_scores_a_run(
-    toy_backend: list[ChatBackend], tmp_path: Path
+    toy_backend: list[ScriptedTransport], tmp_path: Path
 ) -> None:
     config = load_config(overrides={"backend": {"name": "toy", "max_concurrency": 3}, "methods": ["ceb"]})
     stream = [trajectory(f"t{i}", step("ls", "a", label=1), step("pwd", "b", label=0)) for i in range(2)]
@@ -146,10 +145,11 @@ async def test_a_new_backend_is_one_registration_and_scores_a_run(
     rows = list(read_step_rows(tmp_path / "scores.jsonl"))
     assert summary.steps_failed == 0 and len(rows) == 4
     assert [r.score for r in rows] == pytest.approx([0.6] * 4)  # default_reply's critic score
-    [chat] = toy_backend
-    assert isinstance(chat, ScriptedChat) and chat.max_concurrency == 3
-    assert {r.stage for r in chat.requests} == {"critic", "hindsight"}
+    [transport] = toy_backend
+    assert {r.stage for r in transport.requests} == {"critic", "hindsight"}
     assert "toy" in BACKENDS.names()
+    chat = open_backend(config.backend)  # the client around the transport reads its policy from the same section
+    assert chat is not None and isinstance(chat.transport, ScriptedTransport) and chat.max_concurrency == 3
 
 
 def test_an_unknown_backend_names_the_registered_ones() -> None:

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from ceb.backends.base import AttemptRecord
-from ceb.backends.openai import OpenAIBackend
+from ceb.backends.base import AttemptRecord, ChatBackend
+from ceb.backends.openai import OpenAITransport
 from ceb.config import load_config
 from ceb.data import convert_intercode, read_stream
 from ceb.data.trajectory import Trajectory
@@ -66,16 +66,16 @@ def streams(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Trajecto
 def reasks(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
     """Counts, per asking stage and reason, the requests that re-ask after an unreadable reply (on the wire)."""
     counts: Counter[str] = Counter()
-    payload = OpenAIBackend.payload
+    payload = OpenAITransport.payload
 
-    def counting(self: OpenAIBackend, request: Any) -> dict[str, Any]:
+    def counting(self: OpenAITransport, request: Any) -> dict[str, Any]:
         last = request.messages[-1] if request.messages else {}
         content = str(last.get("content", ""))
         if last.get("role") == "user" and content.startswith(REASK_PREFIX):
             counts[f"{request.stage or '?'}: {content.removeprefix(REASK_PREFIX)[:80]}"] += 1
         return payload(self, request)
 
-    monkeypatch.setattr(OpenAIBackend, "payload", counting)
+    monkeypatch.setattr(OpenAITransport, "payload", counting)
     yield counts
 
 
@@ -83,13 +83,13 @@ def reasks(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
 def failed_attempts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[AttemptRecord]]:
     """Every attempt that failed on the wire (timeout, dropped connection, 5xx), through the backend's observers."""
     failed: list[AttemptRecord] = []
-    init = OpenAIBackend.__init__
+    init = ChatBackend.__init__
 
-    def observed(self: OpenAIBackend, *args: Any, **kwargs: Any) -> None:
+    def observed(self: ChatBackend, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
         self.observers.append(lambda record: None if record.ok else failed.append(record))
 
-    monkeypatch.setattr(OpenAIBackend, "__init__", observed)
+    monkeypatch.setattr(ChatBackend, "__init__", observed)
     yield failed
     for f in failed:  # shown in the warnings summary even when the test passes
         warnings.warn(

@@ -17,9 +17,10 @@ async def test_an_fcfs_server_accepts_the_priority_field_so_auto_keeps_sending_i
     # vLLM 0.32 validates the field's range only; under FCFS it ignores it rather than refusing it.
     settings = BackendConfig(base_url=vllm_server.base_url, model=vllm_server.model, timeout_s=300)
     async with OpenAIBackend(settings, retry=RetryPolicy(max_attempts=1)) as backend:
-        body = backend.payload(ChatRequest(messages=({"role": "user", "content": "hi"},), max_tokens=1))
+        body = backend.transport.payload(ChatRequest(messages=({"role": "user", "content": "hi"},), max_tokens=1))
         with priority(41), lane("stream|0|ceb|"):
-            assert backend.payload(ChatRequest(messages=({"role": "user", "content": "hi"},)))["priority"] == -41
+            hi = ChatRequest(messages=({"role": "user", "content": "hi"},))
+            assert backend.transport.payload(hi)["priority"] == -41
             reply = await backend.complete(ChatRequest(messages=({"role": "user", "content": "hi"},), max_tokens=1))
         assert "priority" not in body
         assert reply.attempts == 1 and backend.send_priority
