@@ -232,7 +232,7 @@ async def test_ppl_when_the_template_changed_the_action_is_not_available(
 async def test_ppl_on_a_server_known_to_ignore_continuation_is_not_available_and_sends_nothing(
     openai_server: OpenAITestServer, backend: OpenAIBackend
 ) -> None:
-    backend.unsupported["continue_final_message"] = why = "llama-cpp-python answers afresh"
+    backend.transport.unsupported["continue_final_message"] = why = "llama-cpp-python answers afresh"
 
     result = await PerplexityCritic(backend, PromptSet()).score(_input())
 
