@@ -2,7 +2,8 @@
 
 What a command imports is checked, not how long it takes (the timings are ``benchmarks/cli_latency.py``'s): each
 command runs in a fresh interpreter, which then reports its exit code and the top-level packages in ``sys.modules``.
-The packages that re-export their public API lazily (PEP 562) still give every name of their ``__all__``.
+The packages that re-export their public API lazily (PEP 562) still give every name of their ``__all__``, and
+importing one light submodule does not load what its package's other modules need.
 """
 
 from __future__ import annotations
@@ -83,8 +84,29 @@ def test_a_missing_input_is_refused_before_the_heavy_libraries_load(
     assert not (tmp_path / "run").exists()  # refused before anything was written
 
 
-@pytest.mark.parametrize("package", ["ceb", "ceb.data", "ceb.eval", "ceb.pipeline", "ceb.serve", "ceb.sim"])
+@pytest.mark.parametrize(
+    "package",
+    ["ceb", "ceb.bank", "ceb.data", "ceb.eval", "ceb.gate", "ceb.pipeline", "ceb.serve", "ceb.sim", "ceb.stages"],
+)
 def test_a_lazy_package_gives_every_name_it_exports(package: str) -> None:
     module = importlib.import_module(package)
     for name in module.__all__:
         exec(f"from {package} import {name}", {})  # raises ImportError for a name it cannot give
+
+
+@pytest.mark.parametrize(
+    ("module", "heavy"),
+    [
+        ("ceb.sim.settings", {"aiohttp"}),  # sim-server's options
+        ("ceb.bank.record", {"sklearn", "scipy"}),
+        ("ceb.stages.templates", {"sklearn", "aiohttp"}),
+        ("ceb.pipeline.rundir", {"sklearn", "jinja2"}),  # what ceb report and ceb metrics check a run with
+    ],
+)
+def test_a_light_submodule_does_not_load_its_package_s_heavy_ones(module: str, heavy: set[str], tmp_path: Path) -> None:
+    probe = f"import json, sys, {module}; print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    env = os.environ | {"PYTHONPATH": str(CHECKOUT)}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, env=env, check=True
+    )
+    assert set(json.loads(out.stdout)) & heavy == set()
