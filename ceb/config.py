@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ceb.errors import ConfigError
@@ -35,9 +34,6 @@ __all__ = [
     "merge_settings",
     "read_settings_file",
 ]
-
-
-log = structlog.get_logger(__name__)
 
 _MAX_TOKENS = 1_048_576
 """Upper bound of every output budget in tokens: more than any model's context, so a larger value is a typo."""
@@ -63,7 +59,11 @@ class _Section(BaseModel):
 
 def _deprecated(old: str, new: str) -> None:
     """The one-line note for a setting read under its old key."""
-    log.warning("config.deprecated_key", key=old, use=new, note=f"{old} is read as {new}; rename it")
+    import structlog  # here: importing structlog (and the rich it loads) costs ``ceb --help`` about 0.1 s
+
+    structlog.get_logger(__name__).warning(
+        "config.deprecated_key", key=old, use=new, note=f"{old} is read as {new}; rename it"
+    )
 
 
 class EngineConfig(_Section):

@@ -67,8 +67,6 @@ def export(
     from ceb.config import load_config
     from ceb.data import read_stream
     from ceb.data.streams import parse_stream_specs
-    from ceb.pipeline.batch import batchable, export_batch
-    from ceb.pipeline.grid import load_grid
 
     overrides = {
         "backend": {"model": model},
@@ -78,6 +76,9 @@ def export(
     if grid is not None:
         if streams or config is not None:
             raise typer.BadParameter("--grid names the streams and the settings: give no STREAMS and no --config")
+        from ceb.pipeline.batch import batchable
+        from ceb.pipeline.grid import load_grid
+
         spec = load_grid(grid, {k: v for k, v in overrides.items() if v is not None})
         left = [m for m in spec.config.methods if not batchable(m)]
         kept = tuple(m for m in spec.config.methods if batchable(m))
@@ -97,6 +98,8 @@ def export(
         cfg = load_config(config, overrides, base={"methods": BATCH_METHODS})
         specs = dict(parse_stream_specs(streams))
     data = {name: read_stream(paths) for name, paths in specs.items()}
+    from ceb.pipeline.batch import export_batch  # the stages, the bank, aiohttp: once the input reads
+
     done = anyio.run(lambda: export_batch(data, specs, cfg, out_dir))
     out.print(
         f"{done.requests} requests of {', '.join(cfg.methods)} in {done.path}; submit it to a Batch API "

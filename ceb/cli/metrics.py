@@ -143,13 +143,14 @@ def metrics(
     a run that is not complete (killed before its summary.json, or rows lost or doubled since) is refused, naming
     what is missing and how to continue it.
     """
-    from ceb.eval import run_metrics, write_metrics
     from ceb.pipeline.rundir import RunDir
 
     run = RunDir(run_dir)
-    note = run.require_readable()
+    note = run.require_readable()  # before the metrics' imports (scikit-learn): a missing run is refused at once
     if note is not None:
         err.print(f"note: {note}", soft_wrap=True)
+    from ceb.eval import run_metrics, write_metrics
+
     if bins is None:
         bins = run.recorded_or_default()[0].ece_bins
     m = run_metrics(run_dir, n_bins=bins)

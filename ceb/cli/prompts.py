@@ -45,10 +45,11 @@ def prompts(
 
     from ceb.config import load_config
     from ceb.data import read_stream
-    from ceb.pipeline.prompts import render_prompts
 
     cfg = load_config(config, {"prompts": {"prompt_dir": prompt_dir}})
     trajectories = read_stream([stream])
+    from ceb.pipeline.prompts import render_prompts  # the stages and the bank: once the input reads
+
     rendered = anyio.run(
         lambda: render_prompts(
             trajectories,

@@ -67,11 +67,8 @@ def relabel(
     """
     import re
 
-    from ceb.backends import open_backend
     from ceb.data import read_stream
     from ceb.logs import register_secret_env
-    from ceb.pipeline.relabel import JudgmentLog, RelabelSummary, relabel_stream, require_references
-    from ceb.stages.assembly import prompt_set
 
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise typer.BadParameter(f"{name!r}: use letters, digits, '_', '-' and '.'", param_hint="--name")
@@ -92,6 +89,11 @@ def relabel(
     if out_file.exists() and not overwrite:
         raise fail(f"{out_file} exists; give --overwrite to replace it")
     trajectories = read_stream([stream])
+    # The judge's modules (the stages, the bank, aiohttp) load once the input reads: a missing file is said at once.
+    from ceb.backends import open_backend
+    from ceb.pipeline.relabel import JudgmentLog, RelabelSummary, relabel_stream, require_references
+    from ceb.stages.assembly import prompt_set
+
     require_references(trajectories)  # before the endpoint is opened: a refused stream costs no request
     prompts = prompt_set(cfg)
     register_secret_env(cfg.backend.api_key_env)

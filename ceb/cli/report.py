@@ -59,21 +59,21 @@ def report(
     tables the run's methods allow: component ablation, GT-oracle gap, V and k sweeps, token cost and retrieval
     mechanism. Writes RUN_DIR/report/report.md linking everything.
     """
+    from ceb.pipeline.rundir import RunDir
+
     formats = _figure_formats(figure_format or ["png"])
     if bins is None:
-        bins = _run_bins(run_dir)
+        bins = RunDir(run_dir).recorded_or_default()[0].ece_bins  # the run's ece_bins, else 10
     try:
-        from ceb.eval.report import build_report
-        from ceb.pipeline.rundir import RunDir
-
-        if RunDir(run_dir).has_scores and (note := RunDir(run_dir).require_readable()) is not None:
+        RunDir(run_dir).require_scores()  # before the report's imports (scikit-learn, matplotlib): refused at once
+        if (note := RunDir(run_dir).require_readable()) is not None:
             err.print(f"note: {note}", soft_wrap=True)
+        from ceb.eval.report import build_report
+
         path = build_report(run_dir, out, n_bins=bins, n_boot=boot, seed=seed, figure_formats=formats)
     except CEBError as exc:
         raise fail(exc) from exc
     except OSError as exc:  # --out names a file, or a directory that cannot be written (a full disk, say)
-        from ceb.pipeline.rundir import RunDir
-
         where = exc.filename or out or RunDir(run_dir).report_dir
         raise fail(exc, doing=f"cannot write the report to {where}") from exc
     typer.echo(f"report written to {path}")
@@ -88,10 +88,3 @@ def _figure_formats(values: list[str]) -> list[FigureFormat]:
         shown = ", ".join(repr(f) for f in unknown) or "nothing"
         raise typer.BadParameter(f"{shown}: choose png, pdf or svg", param_hint="'--figure-format'")
     return cast(list[FigureFormat], formats)
-
-
-def _run_bins(run_dir: Path) -> int:
-    """The run's configured ECE bins (``config.json``), or 10 when the run has no readable config."""
-    from ceb.pipeline.rundir import RunDir
-
-    return RunDir(run_dir).recorded_or_default()[0].ece_bins

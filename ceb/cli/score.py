@@ -133,7 +133,6 @@ def score(
     from ceb.config import load_config
     from ceb.data import read_stream
     from ceb.data.streams import parse_stream_specs
-    from ceb.pipeline.rundir import RunDir
 
     overrides = {
         "backend": {
@@ -170,6 +169,8 @@ def score(
     if out_dir is None:
         raise typer.BadParameter("give --out DIR for a new run, or --resume DIR to continue one")
     if resume is not None:
+        from ceb.pipeline.rundir import RunDir  # here: it loads the bank and scikit-learn, a missing file need not
+
         RunDir(resume).require_run()  # before reading the streams: a directory with no run is refused at once
     if resume is not None and config is None:
         # The run's own effective config is the base of its resume; flags still override it.

@@ -5,14 +5,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ceb.cli._common import PORT_HELP, fail
 from ceb.errors import leaf_error
-from ceb.sim.server import SimServer, run_sim_server
 from ceb.sim.settings import SimConfig
+
+if TYPE_CHECKING:
+    from ceb.sim.server import SimServer
 
 __all__ = ["banner", "sim_server"]
 
@@ -113,6 +115,8 @@ def sim_server(
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    from ceb.sim.server import run_sim_server  # aiohttp: only when the server starts
+
     try:
         run_sim_server(config, host, port, on_started=lambda server: typer.echo(banner(server)))
     except (OSError, BaseExceptionGroup) as exc:  # the port is taken, or the address is not this machine's

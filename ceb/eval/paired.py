@@ -149,10 +149,11 @@ def _aligned(
             return None  # pooling fewer streams would compare other steps
         a, b = lanes[method], lanes[against]
         index_b = {k: i for i, k in enumerate(zip(b.trajectory.tolist(), b.step.tolist(), strict=True))}
+        usable_a, usable_b = a.usable.tolist(), b.usable.tolist()  # once: the property builds the whole mask
         ia, ib = [], []
         for i, key in enumerate(zip(a.trajectory.tolist(), a.step.tolist(), strict=True)):
             j = index_b.get(key)
-            if j is not None and a.usable[i] and b.usable[j]:
+            if j is not None and usable_a[i] and usable_b[j]:
                 ia.append(i)
                 ib.append(j)
         rows_a, rows_b = np.array(ia, dtype=np.intp), np.array(ib, dtype=np.intp)

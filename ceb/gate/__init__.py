@@ -11,9 +11,14 @@ with the same two functions of :mod:`ceb.stages.step`. By concern:
 - :mod:`~ceb.gate.health`: whether the critic answers (:class:`CriticHealth`, ``ceb serve``'s ``/health``).
 """
 
-from ceb.gate.api import Gate, SyncGate
-from ceb.gate.health import CriticHealth
-from ceb.gate.types import Banked, Confidence, Decision, Receipt, StepContext, check_stream_name
+from typing import TYPE_CHECKING
+
+from ceb.registry import lazy_exports
+
+if TYPE_CHECKING:
+    from ceb.gate.api import Gate, SyncGate
+    from ceb.gate.health import CriticHealth
+    from ceb.gate.types import Banked, Confidence, Decision, Receipt, StepContext, check_stream_name
 
 __all__ = [
     "Banked",
@@ -26,3 +31,16 @@ __all__ = [
     "SyncGate",
     "check_stream_name",
 ]
+
+# Loaded on first use (PEP 562): importing one gate module need not load the gate's API and all it runs on.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        **dict.fromkeys(("Gate", "SyncGate"), "ceb.gate.api"),
+        "CriticHealth": "ceb.gate.health",
+        **dict.fromkeys(
+            ("Banked", "Confidence", "Decision", "Receipt", "StepContext", "check_stream_name"), "ceb.gate.types"
+        ),
+    },
+    __all__,
+)

@@ -8,18 +8,23 @@ and :mod:`~ceb.pipeline.ray_launch` runs the parts as Ray tasks. :mod:`~ceb.pipe
 batch (an LLM judge's labels into a new stream). The live gate is :mod:`ceb.gate`.
 """
 
-from ceb.pipeline.lane import Lane
-from ceb.pipeline.results import (
-    HindsightRow,
-    ResultWriter,
-    StepRow,
-    read_hindsight_rows,
-    read_rows,
-    read_step_rows,
-)
-from ceb.pipeline.rundir import RunDir
-from ceb.pipeline.runner import check_prompts, run_scoring
-from ceb.pipeline.summary import RunSummary
+from typing import TYPE_CHECKING
+
+from ceb.registry import lazy_exports
+
+if TYPE_CHECKING:
+    from ceb.pipeline.lane import Lane
+    from ceb.pipeline.results import (
+        HindsightRow,
+        ResultWriter,
+        StepRow,
+        read_hindsight_rows,
+        read_rows,
+        read_step_rows,
+    )
+    from ceb.pipeline.rundir import RunDir
+    from ceb.pipeline.runner import check_prompts, run_scoring
+    from ceb.pipeline.summary import RunSummary
 
 __all__ = [
     "HindsightRow",
@@ -34,3 +39,20 @@ __all__ = [
     "read_step_rows",
     "run_scoring",
 ]
+
+# Loaded on first use (PEP 562): a submodule such as ceb.pipeline.rundir must not pay for the lanes, the bank and
+# scikit-learn (``ceb score`` on a missing file, ``ceb report``).
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "Lane": "ceb.pipeline.lane",
+        **dict.fromkeys(
+            ("HindsightRow", "ResultWriter", "StepRow", "read_hindsight_rows", "read_rows", "read_step_rows"),
+            "ceb.pipeline.results",
+        ),
+        "RunDir": "ceb.pipeline.rundir",
+        **dict.fromkeys(("check_prompts", "run_scoring"), "ceb.pipeline.runner"),
+        "RunSummary": "ceb.pipeline.summary",
+    },
+    __all__,
+)

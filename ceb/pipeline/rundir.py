@@ -35,7 +35,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import structlog
@@ -45,8 +45,12 @@ from ceb.config import RunConfig, read_settings_file
 from ceb.data.trajectory import Trajectory
 from ceb.dirlock import dir_lock, lock_holder
 from ceb.errors import CEBError, ConfigError, RunError, with_path
-from ceb.pipeline.results import ResultWriter, StepRow, count_rows, read_step_rows
 from ceb.version import __version__
+
+if TYPE_CHECKING:
+    # The row types load the stages, the bank and scikit-learn: imported where rows are read or written, so that
+    # finding a directory's files (``ceb report`` refusing a missing run) stays light.
+    from ceb.pipeline.results import ResultWriter, StepRow
 
 __all__ = ["LIMIT_SETTING", "STEP_COUNTS", "LaneKey", "RunDir", "lane_name", "write_atomic"]
 
@@ -240,6 +244,8 @@ class RunDir:
 
     def writer(self) -> ResultWriter:
         """A :class:`~ceb.pipeline.results.ResultWriter` appending to ``scores.jsonl`` and ``hindsight.jsonl``."""
+        from ceb.pipeline.results import ResultWriter
+
         return ResultWriter(self.scores, self.hindsight)
 
     def step_rows(self) -> Iterator[StepRow]:
@@ -249,6 +255,8 @@ class RunDir:
             RunError: The file is missing (the message says what a run directory is), or a line before its last
                 is not a row (names file and line).
         """
+        from ceb.pipeline.results import read_step_rows
+
         self.require_scores()
         return read_step_rows(self.scores)
 
@@ -272,6 +280,8 @@ class RunDir:
 
         A file that cannot be read counts as holding results: it is never replaced without ``overwrite``.
         """
+        from ceb.pipeline.results import read_step_rows
+
         try:
             return any(row.score is not None for row in read_step_rows(self.scores))
         except RunError:
@@ -558,6 +568,8 @@ class RunDir:
         The rows of ``scores.jsonl`` and ``hindsight.jsonl`` against the counts (:data:`STEP_COUNTS`,
         ``trajectories_voted``), and the bank files it lists.
         """
+        from ceb.pipeline.results import count_rows
+
         problems = []
         try:
             steps = sum(int(summary.get(name) or 0) for name in STEP_COUNTS)

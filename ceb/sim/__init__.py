@@ -14,11 +14,16 @@ Usage::
         print(server.stats.to_dict())
 """
 
-from ceb.sim.faults import FAULT_KINDS, Fault, FaultKind, FaultSchedule
-from ceb.sim.replies import Replier, ReplyKind, ReplyPlan, classify, default_replier
-from ceb.sim.server import SIMULATOR_HEADER, SimServer, SimStats, run_sim_server, serve_sim
-from ceb.sim.settings import SIMULATOR_ID, SimConfig
-from ceb.sim.tokenizer import chat_tokens, count_tokens, render_chat, tokenize
+from typing import TYPE_CHECKING
+
+from ceb.registry import lazy_exports
+
+if TYPE_CHECKING:
+    from ceb.sim.faults import FAULT_KINDS, Fault, FaultKind, FaultSchedule
+    from ceb.sim.replies import Replier, ReplyKind, ReplyPlan, classify, default_replier
+    from ceb.sim.server import SIMULATOR_HEADER, SimServer, SimStats, run_sim_server, serve_sim
+    from ceb.sim.settings import SIMULATOR_ID, SimConfig
+    from ceb.sim.tokenizer import chat_tokens, count_tokens, render_chat, tokenize
 
 __all__ = [
     "FAULT_KINDS",
@@ -42,3 +47,16 @@ __all__ = [
     "serve_sim",
     "tokenize",
 ]
+
+# Loaded on first use (PEP 562): `ceb sim-server --help` reads SimConfig without paying for aiohttp.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        **dict.fromkeys(("FAULT_KINDS", "Fault", "FaultKind", "FaultSchedule"), "ceb.sim.faults"),
+        **dict.fromkeys(("Replier", "ReplyKind", "ReplyPlan", "classify", "default_replier"), "ceb.sim.replies"),
+        **dict.fromkeys(("SIMULATOR_HEADER", "SimServer", "SimStats", "run_sim_server", "serve_sim"), "ceb.sim.server"),
+        **dict.fromkeys(("SIMULATOR_ID", "SimConfig"), "ceb.sim.settings"),
+        **dict.fromkeys(("chat_tokens", "count_tokens", "render_chat", "tokenize"), "ceb.sim.tokenizer"),
+    },
+    __all__,
+)

@@ -178,7 +178,7 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr("ceb.serve.app.run_server", no_server)
     monkeypatch.setattr("ceb.gate.Gate", NoGate)
-    monkeypatch.setattr("ceb.cli.sim_server.run_sim_server", nothing)
+    monkeypatch.setattr("ceb.sim.server.run_sim_server", nothing)
     monkeypatch.setattr("ceb.cli.score.score_and_report", nothing)
     monkeypatch.setattr("ceb.cli.grid.score_and_report", nothing)
     monkeypatch.setattr("ceb.eval.report.build_report", lambda *a, **k: Path("report"))

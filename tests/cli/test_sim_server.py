@@ -12,7 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-import ceb.cli.sim_server
+import ceb.sim.server
 from ceb.cli.sim_server import sim_server
 from ceb.sim import SimConfig, SimServer, serve_sim
 
@@ -45,7 +45,7 @@ def test_options_reach_the_server_and_the_banner_says_simulator(monkeypatch: pyt
         started.append((config, host, port))
         anyio.run(main)
 
-    monkeypatch.setattr(ceb.cli.sim_server, "run_sim_server", run_briefly)
+    monkeypatch.setattr(ceb.sim.server, "run_sim_server", run_briefly)  # the command imports it when it runs
     args = ["sim-server", "--port", "9123", "--max-num-seqs", "4", "--time-scale", "0", "--rate-429", "0.1"]
     result = CliRunner().invoke(_app(), [*args, "--seed", "5", "--model", "ceb-simulator-x"])
 
