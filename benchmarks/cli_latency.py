@@ -83,7 +83,9 @@ def _differing(a: Path, b: Path) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="python benchmarks/cli_latency.py", description=__doc__.splitlines()[0] if __doc__ else None
+    )
     parser.add_argument("--before", type=Path, required=True, help="the other checkout (the old code)")
     parser.add_argument("--intercode", type=Path, default=HERE.parent / "shared/data/intercode", help="InterCode")
     parser.add_argument("--repeats", type=int, default=7, help="repetitions of --help and of the missing input")

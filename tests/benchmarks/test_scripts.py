@@ -43,8 +43,8 @@ SMALLEST: dict[str, tuple[str, list[list[str]]]] = {
 }
 """Script -> its results file's prefix ("": prints only) and the argument lists of its smallest run."""
 
-HELP_ONLY = {"tiny_vllm", "early_score", "repetition_flag"}
-"""Scripts that need vLLM (or the whole data set) and only show their help here."""
+HELP_ONLY = {"tiny_vllm", "early_score", "repetition_flag", "cli_latency"}
+"""Scripts that need vLLM, the whole data set or a second checkout (`cli_latency`), and only show their help here."""
 
 
 @pytest.fixture(scope="module")
