@@ -13,7 +13,6 @@ import importlib
 import json
 import os
 import select
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,15 +28,7 @@ import orjson
 
 from ceb.sim import SimConfig
 
-__all__ = ["SimReplicas", "free_port", "run_fresh", "run_fresh_many", "sim_process", "sim_replicas", "sim_stats"]
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+__all__ = ["SimReplicas", "run_fresh", "run_fresh_many", "sim_process", "sim_replicas", "sim_stats"]
 
 
 @contextmanager

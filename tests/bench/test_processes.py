@@ -7,8 +7,9 @@ import urllib.request
 import orjson
 import pytest
 
-from ceb.bench.processes import free_port, run_fresh, run_fresh_many, sim_process, sim_replicas
+from ceb.bench.processes import run_fresh, run_fresh_many, sim_process, sim_replicas
 from ceb.sim import SimConfig
+from tests.support.vllm_server import _free_port as free_port
 
 
 def test_the_simulator_listens_on_the_port_it_is_given() -> None:
