@@ -193,17 +193,14 @@ def records_from_labels(
 def load_sql_trajectories(
     intercode_root: str | Path, *, observation_chars: int | None = None
 ) -> list[list[BankRecord]]:
-    """Convert the InterCode-SQL streams and turn every step into a bank record, grouped by trajectory.
+    """The InterCode-SQL streams' steps as bank records (:func:`records_from_labels`), grouped by trajectory.
 
     Args:
         intercode_root: An InterCode checkout or the shared copy (``../shared/data/intercode``).
         observation_chars: Passed to :func:`records_from_labels` (``None``: empty observations).
 
     Returns:
-        One list of records per trajectory: streams in name order, trajectories in stream order. Each record
-        has the pipeline's key fields (state clipped to :data:`BANK_STATE_CHARS`) and the step's ground-truth
-        label as its pseudo-label; the observation is left empty (it is not part of the key) unless
-        ``observation_chars`` is given.
+        One list of records per trajectory: streams in name order, trajectories in stream order.
 
     Raises:
         DataError: The InterCode data is missing or malformed (from :func:`~ceb.data.convert_intercode`).

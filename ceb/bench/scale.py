@@ -1,27 +1,8 @@
 """Client and scale benchmarks against SIMULATED servers (:mod:`ceb.sim`, not a model): `ceb bench client` and `scale`.
 
-``client``: one simulator at ``time_scale = 0`` (no service time), so what is measured is the client: requests/s
-that one process sustains through :meth:`ChatBackend.complete` with real critic prompts, and CPU ms per request,
-next to the same requests sent with the `openai` SDK client (the naive way); then client CPU ms per scored step of
-a whole `static` run (no retrieval, no bank: everything outside retrieval).
-
-``scale``: this process runs the real pipeline (the InterCode streams in many orders, CEB and static) against ``R``
-simulated replicas in child processes (:func:`~ceb.bench.processes.sim_replicas`), optionally pinned to other cores
-than this one, for each ``R`` of ``settings.replicas``. Lanes grow with ``R`` (``lanes_per_slot`` per replica
-slot), so a saturation under 1 means a CPU ran out (`ceb`'s or the simulators', both reported), not work. Per
-``R``, after a warm-up, over a measured window (docs/serving.md, "Scale plan"):
-
-    achieved      = critic and hindsight calls completed by `ceb` / window seconds
-    capacity      = R * max_num_seqs / mean service time (the simulator's own busy seconds per completed call)
-    saturation    = achieved / capacity   (equal to the replicas' slot utilisation)
-    ceb CPU       = this process's CPU seconds / window seconds (1.0 = one core; asyncio uses one)
-    CPU per call  = this process's CPU milliseconds / completed calls
-    loop lag      = how late a 50 ms sleep in `ceb`'s event loop wakes up (mean, p99, max)
-    core busy     = share of `ceb`'s pinned core busy with any process; busy minus `ceb` CPU is what other
-                    processes on a shared machine took from it
-
-Extrapolated to a core of its own, one process sustains ``1000 / cpu_ms_per_call`` calls/s, i.e. that over
-``per-replica calls/s`` replicas.
+Both run ceb's real client and pipeline through the ``openai`` backend against simulators in child processes
+(:mod:`ceb.bench.processes`). What each measures and how its figures are defined is its ``--help``
+(:data:`_CLIENT_HELP`, :data:`_HELP`); docs/performance.md and docs/serving.md ("Scale plan") quote the results.
 """
 
 from __future__ import annotations
@@ -553,7 +534,7 @@ def run_scale_point(
     *,
     gc_mode: str = "quiet",
 ) -> ScalePoint:
-    """Measure one replica count ``R`` (see the module docstring); return its figures.
+    """Measure one replica count ``R`` (its figures are defined in :data:`_HELP`).
 
     Args:
         streams: Stream name -> trajectories.
@@ -721,7 +702,10 @@ _CLIENT_HELP = """Requests/s and CPU per request and per step of ceb's client (a
 
     ceb bench client --requests 3000
 
-Writes ``client-<UTC>.json`` with the settings and the machine (see ``ceb/bench/scale.py``).
+The simulator runs at time_scale 0 (no service time), so what is measured is the client: the requests/s one process
+sustains through ceb's backend with real critic prompts, and CPU ms per request, next to the same requests sent
+with the openai SDK's client (the naive way); then client CPU ms per scored step of a whole `static` run (no
+retrieval, no bank: everything outside retrieval). Writes ``client-<UTC>.json`` with the settings and the machine.
 """
 
 
@@ -757,11 +741,23 @@ _HELP = """Scale plan: how many SIMULATED replicas one `ceb` process keeps satur
 
     ceb bench scale --replicas 1 2 4 8 16 32
 
-One `ceb` process runs the real InterCode pipeline (CEB and static, many orders) against R simulated replicas in a
-separate process, each with 15 slots and about 0.5 s per critic call (about 30 calls/s); per R it prints the calls/s
-achieved against the replicas' capacity, `ceb`'s CPU use and CPU ms per call, and the event-loop lag, and writes
-``scale-<UTC>.json`` with the settings and the machine. The simulator is not a model: it stands for a vLLM
-replica's queueing and service times (see ``ceb/bench/scale.py``).
+One `ceb` process (this one) runs the real InterCode pipeline (CEB and static, many orders) against R simulated
+replicas in child processes, pinned to other cores than this one when there are two or more, each with 15 slots
+and about 0.5 s per critic call (about 30 calls/s). The simulator is not a model: it stands for a vLLM replica's
+queueing and service times. Lanes grow with R (1.5 per replica slot), so a saturation under 1 means a CPU ran out
+(`ceb`'s or the simulators', both reported), not work. Per R, after a warm-up, over a measured window:
+
+    achieved      = critic and hindsight calls completed by `ceb` / window seconds
+    capacity      = R * max_num_seqs / mean service time (the simulator's own busy seconds per completed call)
+    saturation    = achieved / capacity   (equal to the replicas' slot utilisation)
+    ceb CPU       = this process's CPU seconds / window seconds (1.0 = one core; asyncio uses one)
+    CPU per call  = this process's CPU milliseconds / completed calls
+    loop lag      = how late a 50 ms sleep in `ceb`'s event loop wakes up (mean, p99, max)
+    core busy     = share of `ceb`'s pinned core busy with any process; busy minus `ceb` CPU is what other
+                    processes on a shared machine took from it
+
+Extrapolated to a core of its own, one process sustains 1000 / (CPU ms per call) calls/s, i.e. that over
+--per-replica-calls-s replicas. Writes ``scale-<UTC>.json`` with the settings and the machine.
 """
 
 
