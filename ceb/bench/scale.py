@@ -13,7 +13,7 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -141,7 +141,7 @@ def _critic_requests(streams: Mapping[str, Sequence[Trajectory]], config: RunCon
 
 
 async def _send_all(
-    send: Callable[[ChatRequest], Awaitable[object]], requests: Sequence[ChatRequest]
+    send: Callable[[ChatRequest], Coroutine[Any, Any, object]], requests: Sequence[ChatRequest]
 ) -> tuple[float, float]:
     """Send 50 requests one by one (to warm the connection pool), then all at once: (wall s, CPU s) of the latter."""
     for r in requests[:50]:
