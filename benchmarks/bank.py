@@ -17,7 +17,7 @@ records (58,185 SQL steps), the streams are replayed: see :func:`grow`.
 
 Measured: ``benchmarks/results/bank-20261123T185919Z.json`` at commit ``07b2f06`` (and the first run,
 ``bank-20261121T042851Z.json``, at ``2ac65ab``), as docs/performance.md cites them. It proved the kernel against
-the refit once; the replay helpers it shares with ``ceb bench bank-policies`` stay in :mod:`ceb.bench.bank_scale`.
+the refit once; the replay helpers it shares with ``ceb bench bank-policies`` stay in :mod:`ceb.bench.bank_policies`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ceb, not another install's
 
 from ceb.bank import Bank, BankRecord, IncrementalTfidf, TfidfReference, class_split_topk
-from ceb.bench.bank_scale import REPLAY_RULE, Latency, grow, load_sql_trajectories
+from ceb.bench.bank_policies import REPLAY_RULE, Latency, grow, load_sql_trajectories
 from ceb.bench.machine import machine_info
 from ceb.bench.options import bench_parser
 from ceb.bench.result_files import save_results

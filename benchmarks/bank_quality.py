@@ -1,6 +1,6 @@
 """Bounded banks, quality: offline CEB's calibration under each bank setting (issue 15, part 2).
 
-A bank :class:`~ceb.bench.bank_scale.Setting` is a policy, a cap and compression; :func:`quality_settings` is the
+A bank :class:`~ceb.bench.bank_policies.Setting` is a policy, a cap and compression; :func:`quality_settings` is the
 grid of them.
 
 Offline CEB (:mod:`ceb.stages.offline`: a retrieval-only critic and a rule-based hindsight labeler,
@@ -33,7 +33,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ceb, not another install's
 
-from ceb.bench.bank_scale import Policy, Setting
+from ceb.bench.bank_policies import Policy, Setting
 from ceb.bench.machine import machine_info
 from ceb.bench.options import bench_parser
 from ceb.bench.processes import run_fresh_many

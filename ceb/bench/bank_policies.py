@@ -1,32 +1,537 @@
 """Bounded banks: query, update, memory and file size against the records streamed in, per policy and cap.
 
-``ceb bench bank-policies`` sizes a bank: a bank fed 10k, 100k and 1M real or replayed InterCode-SQL records,
-uncapped and capped, each measurement in a fresh process (:mod:`ceb.bench.bank_scale`,
-:func:`ceb.bench.processes.run_fresh_many`); the table and the figure are here. What a cap does to calibration
-(offline CEB's ECE, Brier and AUROC against the cap) was a study of issue 15, answered once in the checkout:
-``python benchmarks/bank_quality.py``.
+``ceb bench bank-policies`` sizes a bank: real InterCode-SQL records (pseudo-label = the step's label, observation
+clipped as the pipeline clips it) are streamed into one bank, 10k, 100k and 1M of them, past the real 58k by the
+replay rule here (:data:`REPLAY_RULE`, :func:`grow`), uncapped and capped; each measurement runs in a fresh process
+(:func:`scale_worker` through :func:`ceb.bench.processes.run_fresh_many`) so that its peak resident memory is its
+own. The stream enters in chunks of records (each chunk one :meth:`~ceb.bank.bank.Bank.add_trajectory`), except its
+last trajectories, which are added one at a time and timed. For ``none``, ``window`` and ``reservoir`` without
+compression the chunking changes nothing: the held records, their order and the kernel's term ids are those of
+per-trajectory updates (``window`` keeps the last ``max_records``; ``reservoir`` draws per record, in order,
+whatever the update boundaries). ``usefulness`` and compression depend on the update boundaries, so
+:func:`measure_scale` refuses them. What a cap does to calibration (offline CEB's ECE, Brier and AUROC against the
+cap) was a study of issue 15, answered once in the checkout: ``python benchmarks/bank_quality.py``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import itertools
+import os
+import resource
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import numpy as np
 import orjson
 
-from ceb.bench.bank_scale import REPLAY_RULE, UNCAPPED_1M_GOALS, ScaleResult, Setting, scale_checks
+from ceb.bank import Bank, BankJournal, BankRecord, IncrementalTfidf, agreement_flag
 from ceb.bench.machine import machine_info
 from ceb.bench.options import bench_parser
 from ceb.bench.processes import run_fresh_many
 from ceb.bench.result_files import save_results
+from ceb.bench.stats import summarize
+from ceb.config import BankConfig, PromptConfig
+from ceb.data import Trajectory, convert_intercode, read_stream
 from ceb.logs import configure_logging
+from ceb.stages.templates import clip
 
-__all__ = ["GOALS", "BankPoliciesResult", "format_scale_table", "main", "plot"]
+__all__ = [
+    "GOALS",
+    "REPLAY_RULE",
+    "UNCAPPED_1M_GOALS",
+    "BankPoliciesResult",
+    "Latency",
+    "Policy",
+    "ScaleResult",
+    "Setting",
+    "format_scale_table",
+    "grow",
+    "load_sql_trajectories",
+    "main",
+    "measure_scale",
+    "plot",
+    "records_from_labels",
+    "replay",
+    "rss_mb",
+    "scale_checks",
+    "scale_worker",
+]
+
+Policy = Literal["none", "window", "reservoir", "usefulness"]
+
+UNCAPPED_1M_GOALS = {"query_p50_ms": 10.0, "rss_mb": 2048.0}
+"""Issue 15's goals for an uncapped bank of 1M records: retrieve p50 and peak resident memory (MiB)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One bank configuration of the grid.
+
+    Attributes:
+        policy: :attr:`~ceb.config.BankConfig.policy`.
+        cap: Records the bank may hold: ``max_records`` for ``window`` and ``usefulness``; for ``reservoir``
+            the total over both classes, so ``max_per_class = cap // 2``; ``None`` for ``none``.
+        compress_threshold: :attr:`~ceb.config.BankConfig.compress_threshold` (``None``: off).
+    """
+
+    policy: Policy = "none"
+    cap: int | None = None
+    compress_threshold: float | None = None
+
+    @property
+    def label(self) -> str:
+        """A short name: ``unbounded``, ``window 5k``, ``reservoir 2x2.5k``, ``compress 0.95 + window 5k``."""
+        parts = [] if self.compress_threshold is None else [f"compress {self.compress_threshold:g}"]
+        if self.policy == "reservoir" and self.cap is not None:
+            parts.append(f"reservoir 2x{_short(self.cap // 2)}")
+        elif self.policy != "none" and self.cap is not None:
+            parts.append(f"{self.policy} {_short(self.cap)}")
+        return " + ".join(parts) or "unbounded"
+
+    def bank_settings(self, usefulness_k: int | None = None) -> dict[str, Any]:
+        """The ``[bank]`` section for this setting (``usefulness_k``: ``None`` derives it from the run's ``k``)."""
+        out: dict[str, Any] = {"policy": self.policy, "compress_threshold": self.compress_threshold}
+        if self.policy in ("window", "usefulness"):
+            out["max_records"] = self.cap
+        elif self.policy == "reservoir":
+            out["max_per_class"] = None if self.cap is None else self.cap // 2
+        if self.policy == "usefulness":
+            out["usefulness_k"] = usefulness_k
+        return out
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Setting:
+        """Inverse of :func:`dataclasses.asdict`."""
+        return cls(doc["policy"], doc["cap"], doc["compress_threshold"])
+
+
+def _short(n: int) -> str:
+    return f"{n / 1000:g}k" if n >= 1000 else str(n)
+
+
+BANK_STATE_CHARS = 400
+"""The state budget of the pipeline's keys (``PromptConfig.bank_state_chars``)."""
+
+REPLAY_RULE = (
+    "records are the InterCode-SQL streams' steps, streams in name order, trajectories in stream order; "
+    "pass 0 is the real data; when a bank needs more records, pass r >= 1 replays every trajectory in the "
+    "same order with ' #copy<r>' appended to each action (so each key gains the unigram 'copy<r>' and one "
+    "bigram) and '#copy<r>' appended to the trajectory id; the last trajectory is cut to reach N exactly"
+)
+"""How :func:`grow` makes banks larger than the real data, in words, for the results file."""
+
+
+@dataclass(frozen=True, slots=True)
+class Latency:
+    """Summary of repeated timings, in milliseconds.
+
+    Attributes:
+        n: Timings taken.
+        p50_ms: Median.
+        p99_ms: 99th percentile (numpy's linear interpolation; close to the maximum when ``n`` is small).
+        mean_ms: Mean.
+        max_ms: Maximum.
+    """
+
+    n: int
+    p50_ms: float
+    p99_ms: float
+    mean_ms: float
+    max_ms: float
+
+    @classmethod
+    def of(cls, seconds: Sequence[float]) -> Latency:
+        """Summarise timings given in seconds."""
+        s = summarize(seconds, scale=1e3)
+        return cls(s.n, s.p50, s.p99, s.mean, s.max)
+
+
+def records_from_labels(
+    trajectories: Sequence[Trajectory], *, observation_chars: int | None = None
+) -> list[list[BankRecord]]:
+    """Bank records per trajectory whose pseudo-labels are the stream's ground-truth labels.
+
+    For exercising retrieval only (benchmarks, kernel tests): keys are built exactly as the pipeline builds them
+    (state clipped to the bank budget).
+
+    Args:
+        trajectories: The stream.
+        observation_chars: ``None``: the observation is left empty, as retrieval never reads it. A budget (the
+            pipeline's ``PromptConfig.bank_observation_chars``): the record carries the step's clipped
+            observation and a placeholder score of 0.5 with its agreement flag, so that it is as large as a
+            pipeline record, for memory and file-size figures.
+    """
+    full = observation_chars is not None
+    return [
+        [
+            BankRecord(
+                task=t.task,
+                state=clip(s.state, BANK_STATE_CHARS),
+                action=s.action,
+                observation=clip(s.observation, observation_chars) if observation_chars is not None else "",
+                pseudo_label=int(s.label or 0),
+                soft_vote=float(s.label or 0),
+                score=0.5 if full else None,
+                agreement=agreement_flag(0.5, int(s.label or 0)) if full else None,
+                trajectory_id=t.id,
+                step=i,
+            )
+            for i, s in enumerate(t.steps)
+        ]
+        for t in trajectories
+    ]
+
+
+def load_sql_trajectories(
+    intercode_root: str | Path, *, observation_chars: int | None = None
+) -> list[list[BankRecord]]:
+    """The InterCode-SQL streams' steps as bank records (:func:`records_from_labels`), grouped by trajectory.
+
+    Args:
+        intercode_root: An InterCode checkout or the shared copy (``../shared/data/intercode``).
+        observation_chars: Passed to :func:`records_from_labels` (``None``: empty observations).
+
+    Returns:
+        One list of records per trajectory: streams in name order, trajectories in stream order.
+
+    Raises:
+        DataError: The InterCode data is missing or malformed (from :func:`~ceb.data.convert_intercode`).
+    """
+    with tempfile.TemporaryDirectory(prefix="ceb-bench-") as tmp:
+        streams = convert_intercode(intercode_root, tmp, datasets=("sql",))
+        out: list[list[BankRecord]] = []
+        for stream in streams:
+            out.extend(records_from_labels(read_stream([stream.path]), observation_chars=observation_chars))
+    return out
+
+
+def replay(real: Sequence[Sequence[BankRecord]], size: int) -> Iterator[list[BankRecord]]:
+    """The trajectories of :func:`grow`, one at a time, without holding them all (for streams past memory).
+
+    Raises:
+        ValueError: ``size < 1`` or ``real`` holds no record (on the first ``next``).
+    """
+    if size < 1 or not any(real):
+        raise ValueError(f"need size >= 1 and some real records, got size={size}")
+    have = 0
+    for r in itertools.count():
+        for traj in real:
+            if not traj:
+                continue
+            take = list(traj[: size - have])
+            if r:  # a replay pass, marked as REPLAY_RULE says
+                take = [
+                    replace(x, action=f"{x.action} #copy{r}", trajectory_id=f"{x.trajectory_id}#copy{r}") for x in take
+                ]
+            yield take
+            have += len(take)
+            if have == size:
+                return
+
+
+def grow(real: Sequence[Sequence[BankRecord]], size: int) -> tuple[list[list[BankRecord]], int]:
+    """Exactly ``size`` records, by trajectory, replaying the real ones as :data:`REPLAY_RULE` says.
+
+    Args:
+        real: Real trajectories (from :func:`load_sql_trajectories`).
+        size: Records wanted, ``>= 1``.
+
+    Returns:
+        ``(trajectories, passes)``: the trajectories (the last one possibly cut) and how many passes over
+        ``real`` they took.
+
+    Raises:
+        ValueError: ``size < 1`` or ``real`` holds no record.
+    """
+    out = list(replay(real, size))
+    per_pass = sum(len(t) for t in real)
+    return out, -(-size // per_pass)
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleResult:
+    """One bank after a stream of ``size`` records.
+
+    Attributes:
+        size: Records streamed into the bank.
+        setting: The bank setting.
+        held: Records the bank holds at the end.
+        trajectories: Trajectories streamed.
+        replay_passes: Passes over the real records (1: no replay).
+        vocabulary: Terms of the TF-IDF kernel.
+        nnz: Stored (key, term) counts.
+        k: Records per class retrieved.
+        chunk_records: Records per bulk update while streaming in.
+        stream_in_s: Seconds to stream everything but the timed trajectories (not a per-trajectory figure).
+        query: ``Bank.retrieve(query, k)`` latency (real keys as queries).
+        update: ``Bank.add_trajectory`` per trajectory, for the stream's last trajectories.
+        rss_base_mb: Resident memory of the process before the bank (interpreter, libraries, the real records
+            the stream replays), MiB.
+        rss_mb: Resident memory after streaming, updates and queries, MiB.
+        peak_rss_mb: Peak resident memory (``ru_maxrss``) before saving, MiB.
+        save_bytes: Size of :meth:`~ceb.bank.bank.Bank.save`'s file.
+        save_s: Seconds to write it.
+        journal_bytes: Size of a :class:`~ceb.bank.journal.BankJournal` of the bank right after compaction.
+        journal_s: Seconds of the compaction.
+        peak_rss_saved_mb: Peak resident memory after both writes, MiB (serialising builds the document).
+    """
+
+    size: int
+    setting: Setting
+    held: int
+    trajectories: int
+    replay_passes: int
+    vocabulary: int
+    nnz: int
+    k: int
+    chunk_records: int
+    stream_in_s: float
+    query: Latency
+    update: Latency
+    rss_base_mb: float
+    rss_mb: float
+    peak_rss_mb: float
+    save_bytes: int
+    save_s: float
+    journal_bytes: int
+    journal_s: float
+    peak_rss_saved_mb: float
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ScaleResult:
+        """Inverse of :func:`dataclasses.asdict`."""
+        return cls(
+            **(
+                dict(doc)
+                | {
+                    "setting": Setting.from_json(doc["setting"]),
+                    "query": Latency(**doc["query"]),
+                    "update": Latency(**doc["update"]),
+                }
+            )
+        )
+
+
+def rss_mb() -> tuple[float, float]:
+    """``(current, peak)`` resident memory of this process in MiB (``/proc/self/statm``, ``ru_maxrss``; Linux).
+
+    The peak is at least the current figure.
+    """
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    now = pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    # The kernel updates the high-water mark lazily, so it can trail the current figure by a little.
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return now, max(now, peak)
+
+
+def _fresh(text: str) -> str:
+    """An equal string that is a new object: a replayed record must cost the memory a real one would."""
+    return (text + ".")[:-1]
+
+
+def _distinct(trajectories: Iterator[list[BankRecord]]) -> Iterator[list[BankRecord]]:
+    """Replayed trajectories whose task, state and observation are their own strings, as a real stream's are.
+
+    :func:`grow` shares them with the record it copies, which is right for retrieval but would
+    understate the memory and save nothing on disk; the text is unchanged.
+    """
+    for traj in trajectories:
+        if not traj or "#copy" not in traj[0].trajectory_id:
+            yield traj
+            continue
+        task = _fresh(traj[0].task)
+        yield [replace(r, task=task, state=_fresh(r.state), observation=_fresh(r.observation)) for r in traj]
+
+
+def measure_scale(
+    real: Sequence[Sequence[BankRecord]],
+    size: int,
+    setting: Setting,
+    queries: Sequence[str],
+    workdir: str | Path,
+    *,
+    k: int = 2,
+    update_trajectories: int = 50,
+    chunk_records: int = 10_000,
+    log: Callable[[str], None] = lambda _: None,
+) -> ScaleResult:
+    """Stream ``size`` records into a bank under ``setting`` and measure it (see the module docstring).
+
+    Run it in a fresh process (:func:`scale_worker` through :func:`ceb.bench.processes.run_fresh`) for a peak
+    memory of its own.
+
+    Args:
+        real: Real trajectories (:func:`load_sql_trajectories`).
+        size: Records to stream in, ``>= 1``.
+        setting: ``none``, ``window`` or ``reservoir``, without compression.
+        queries: Query keys, timed with ``Bank.retrieve``.
+        workdir: Where the bank file and journal are written (and removed).
+        k: Records per class retrieved (paper: 2).
+        update_trajectories: Trajectories at the end of the stream added one at a time, timed.
+        chunk_records: Records per bulk update before them.
+        log: Receives a line of progress now and then.
+
+    Raises:
+        ValueError: ``usefulness`` or compression (their banks depend on the update boundaries).
+    """
+    if setting.policy == "usefulness" or setting.compress_threshold is not None:
+        raise ValueError(
+            f"{setting.label}: streaming in chunks would change this bank; scale measures none/window/reservoir"
+        )
+    kernel = IncrementalTfidf()
+    bank = Bank(kernel, BankConfig(**setting.bank_settings(k)))
+    base_mb, _ = rss_mb()
+    pending: deque[list[BankRecord]] = deque()
+    chunk: list[BankRecord] = []
+    trajectories = 0
+    started = time.perf_counter()
+    for traj in _distinct(replay(real, size)):
+        trajectories += 1
+        pending.append(traj)
+        if len(pending) > update_trajectories:
+            chunk.extend(pending.popleft())
+            if len(chunk) >= chunk_records:
+                bank.add_trajectory(chunk)
+                chunk = []
+                if trajectories % 20 == 0:
+                    log(f"{setting.label}: {trajectories:,} trajectories in, {len(bank):,} held")
+    if chunk:
+        bank.add_trajectory(chunk)
+    del chunk
+    stream_in = time.perf_counter() - started
+    gc.collect()
+    updates = []
+    for traj in pending:
+        t0 = time.perf_counter()
+        bank.add_trajectory(traj)
+        updates.append(time.perf_counter() - t0)
+    pending.clear()
+    for q in queries[:5]:  # lazily built state and caches outside the timings
+        bank.retrieve(q, k)
+    gc.collect()
+    times = []
+    for q in queries:
+        t0 = time.perf_counter()
+        bank.retrieve(q, k)
+        times.append(time.perf_counter() - t0)
+    now_mb, peak_mb = rss_mb()
+    log(f"{setting.label} at {size:,}: streamed in {stream_in:.1f} s, {len(bank):,} held, RSS {now_mb:.0f} MiB")
+    workdir = Path(workdir)
+    bank_path, journal_path = workdir / "bank.json", workdir / "bank.journal"
+    t0 = time.perf_counter()
+    bank.save(bank_path)
+    save_s = time.perf_counter() - t0
+    save_bytes = bank_path.stat().st_size
+    bank_path.unlink()
+    t0 = time.perf_counter()
+    with BankJournal(
+        journal_path, bank, journal_path.open("ab"), 0, compact_ratio=2.0, compact_min=1024, fsync=False
+    ) as j:
+        j.compact()
+    journal_s = time.perf_counter() - t0
+    journal_bytes = journal_path.stat().st_size
+    journal_path.unlink()
+    return ScaleResult(
+        size=size,
+        setting=setting,
+        held=len(bank),
+        trajectories=trajectories,
+        replay_passes=-(-size // max(1, sum(len(t) for t in real))),
+        vocabulary=kernel.vocabulary_size,
+        nnz=kernel.nnz,
+        k=k,
+        chunk_records=chunk_records,
+        stream_in_s=round(stream_in, 2),
+        query=Latency.of(times),
+        update=Latency.of(updates),
+        rss_base_mb=round(base_mb, 1),
+        rss_mb=round(now_mb, 1),
+        peak_rss_mb=round(peak_mb, 1),
+        save_bytes=save_bytes,
+        save_s=round(save_s, 2),
+        journal_bytes=journal_bytes,
+        journal_s=round(journal_s, 2),
+        peak_rss_saved_mb=round(rss_mb()[1], 1),
+    )
+
+
+def scale_checks(results: Sequence[ScaleResult]) -> dict[str, Any]:
+    """The issue's goals, checked on the figures.
+
+    Returns:
+        ``flat`` per capped setting: largest over smallest streamed size of query p50, update mean and RSS
+        above the base (1.0 = flat); ``naive`` per capped setting and size: the uncapped bank's mean update
+        time over this one's, at the same stream length; ``uncapped_1m``: query p50 <= 10 ms and RSS <= 2 GB
+        at 1M records, when measured.
+    """
+    by: dict[str, dict[int, ScaleResult]] = {}
+    for r in results:
+        by.setdefault(r.setting.label, {})[r.size] = r
+    unbounded = by.get(Setting().label, {})
+    out: dict[str, Any] = {"flat": {}, "naive": {}}
+    for label, sizes in by.items():
+        if label == Setting().label or len(sizes) < 2:
+            continue
+        lo, hi = sizes[min(sizes)], sizes[max(sizes)]
+        out["flat"][label] = {
+            "sizes": [lo.size, hi.size],
+            "query_p50_ratio": hi.query.p50_ms / lo.query.p50_ms,
+            "update_mean_ratio": hi.update.mean_ms / lo.update.mean_ms,
+            "rss_above_base_ratio": (hi.rss_mb - hi.rss_base_mb) / max(1e-9, lo.rss_mb - lo.rss_base_mb),
+            "file_ratio": hi.save_bytes / lo.save_bytes,
+        }
+        out["naive"][label] = {
+            str(n): unbounded[n].update.mean_ms / r.update.mean_ms for n, r in sorted(sizes.items()) if n in unbounded
+        }
+    big = unbounded.get(1_000_000)
+    if big is not None:
+        out["uncapped_1m"] = {
+            "query_p50_ms": big.query.p50_ms,
+            "query_p50_ok": big.query.p50_ms <= UNCAPPED_1M_GOALS["query_p50_ms"],
+            "rss_mb": big.rss_mb,
+            "peak_rss_mb": big.peak_rss_mb,
+            "rss_ok": big.peak_rss_mb <= UNCAPPED_1M_GOALS["rss_mb"],
+        }
+    return out
+
+
+def scale_worker(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`measure_scale` of one JSON spec, for a fresh process (:func:`ceb.bench.processes.run_fresh`).
+
+    Args:
+        spec: ``intercode`` (data root), ``size``, ``setting`` (``asdict`` of a
+            :class:`Setting`), ``queries``, ``seed``, ``k``, ``updates``, ``chunk``.
+
+    Returns:
+        ``asdict`` of the :class:`ScaleResult`.
+    """
+    real = load_sql_trajectories(spec["intercode"], observation_chars=PromptConfig().bank_observation_chars)
+    keys = [r.key for traj in real for r in traj]
+    rng = np.random.default_rng(spec["seed"])
+    queries = [keys[i] for i in rng.choice(len(keys), size=min(spec["queries"], len(keys)), replace=False)]
+    del keys
+    gc.collect()
+    with tempfile.TemporaryDirectory(prefix="ceb-bench-") as tmp:
+        result = measure_scale(
+            real,
+            spec["size"],
+            Setting.from_json(spec["setting"]),
+            queries,
+            tmp,
+            k=spec["k"],
+            update_trajectories=spec["updates"],
+            chunk_records=spec["chunk"],
+        )
+    return asdict(result)
+
 
 GOALS = "under a cap: flat query latency, update time and memory; uncapped at 1M: query p50 <= 10 ms, RSS <= 2 GB"
 
@@ -54,7 +559,7 @@ class BankPoliciesResult:
         seed: The query sampling seed.
         results: One per (size, setting) that finished.
         failures: ``{"error", "spec"}`` of those whose process failed.
-        checks: :func:`~ceb.bench.bank_scale.scale_checks`.
+        checks: :func:`scale_checks`.
         table: :func:`format_scale_table`.
         plot: The figure's file name (beside the results file).
         wall_s: Seconds for the whole run.
@@ -141,7 +646,7 @@ _HELP = """Bounded banks: query, update, memory and file size against the record
 
 A bank fed real or replayed InterCode-SQL records (10k, 100k, 1M), uncapped and under each cap, each measurement
 in a fresh process so its peak memory is its own. Prints a Markdown table and the goals checked, and writes
-``bank-policies-<UTC timestamp>.json`` and a PNG of the same name into ``--out``. See ``ceb/bench/bank_scale.py``
+``bank-policies-<UTC timestamp>.json`` and a PNG of the same name into ``--out``. See ``ceb/bench/bank_policies.py``
 for what each figure measures; what a cap does to calibration is ``python benchmarks/bank_quality.py`` (checkout).
 """
 
@@ -179,7 +684,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     print(f"{len(specs)} measurements, one at a time, each in a fresh process", file=sys.stderr, flush=True)
     docs = run_fresh_many(
-        "ceb.bench.bank_scale:scale_worker",
+        "ceb.bench.bank_policies:scale_worker",
         specs,
         timeout_s=args.scale_timeout_s,
         describe=lambda s: f"scale {s['size']} {Setting.from_json(s['setting']).label}",

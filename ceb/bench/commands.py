@@ -25,8 +25,8 @@ SUMMARIES: dict[str, str] = {}
 """Benchmark name -> what it measures, one line (``ceb bench --help``), readable without importing it."""
 
 
-def _benchmark(name: str, target: str, summary: str) -> None:
-    BENCHMARKS.register(name, target)
+def _benchmark(name: str, target: str, summary: str, *, requires: tuple[str, ...] = ()) -> None:
+    BENCHMARKS.register(name, target, extra="bench" if requires else None, requires=requires)
     SUMMARIES[name] = summary
 
 
@@ -37,8 +37,9 @@ _benchmark(
 )
 _benchmark(
     "client",
-    "ceb.bench.client:client_main",
+    "ceb.bench.scale:client_main",
     "Requests/s and CPU per request and per step of the client (and the openai SDK).",
+    requires=("openai", "psutil"),
 )
 _benchmark(
     "gate",
@@ -49,6 +50,7 @@ _benchmark(
     "scale",
     "ceb.bench.scale:main",
     "How many SIMULATED replicas (about 30 calls/s each) one ceb process keeps saturated, and its CPU per call.",
+    requires=("psutil",),
 )
 _benchmark(
     "engine",

@@ -4,7 +4,7 @@ Overhead: for each proposed action, :attr:`~ceb.gate.Confidence.overhead_s` = se
 :meth:`Gate.score` minus seconds in the critic call: the stream lookup, the state summary, the composite key,
 retrieval from a bank of ``N`` records (worker thread and lock included), the repetition flag and the bookkeeping.
 The critic call itself (for an LLM critic: rendering the prompt, the request, parsing the reply) is not counted.
-The bank is real InterCode-SQL records grown to ``N`` (:func:`ceb.bench.bank.grow`); queries are steps of the
+The bank is real InterCode-SQL records grown to ``N`` (:func:`ceb.bench.bank_policies.grow`); queries are steps of the
 same stream, scored one at a time.
 
 Throughput: ``streams`` clients, each its own stream, post score requests back to back to one ``ceb serve``
@@ -28,7 +28,7 @@ import aiohttp
 import anyio
 
 from ceb.bank import RETRIEVERS, BankRecord
-from ceb.bench.bank_scale import grow, load_sql_trajectories
+from ceb.bench.bank_policies import grow, load_sql_trajectories
 from ceb.bench.machine import machine_info
 from ceb.bench.options import bench_parser
 from ceb.bench.processes import sim_process
@@ -105,7 +105,7 @@ async def measure_overhead(
     """Score ``calls`` steps against a bank of ``size`` records; the overhead percentiles.
 
     Args:
-        real: Real records grouped by trajectory (:func:`ceb.bench.bank.load_sql_trajectories`).
+        real: Real records grouped by trajectory (:func:`ceb.bench.bank_policies.load_sql_trajectories`).
         size: Bank records.
         state_dir: An empty folder for the gate's state (the bank is written there first).
         config: The gate's configuration (its backend: ``offline``, or ``openai`` at the simulator).

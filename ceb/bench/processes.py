@@ -13,12 +13,10 @@ import importlib
 import json
 import os
 import select
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -30,66 +28,24 @@ import orjson
 
 from ceb.sim import SimConfig
 
-__all__ = ["SimReplicas", "free_port", "run_fresh", "run_fresh_many", "sim_process", "sim_replicas", "sim_stats"]
-
-_SCRIPT = (
-    "import sys, orjson\n"
-    "from ceb.sim import SimConfig, run_sim_server\n"
-    "run_sim_server(SimConfig(**orjson.loads(sys.argv[1])), host='127.0.0.1', port=int(sys.argv[2]))\n"
-)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+__all__ = ["SimReplicas", "run_fresh", "run_fresh_many", "sim_process", "sim_replicas", "sim_stats"]
 
 
 @contextmanager
 def sim_process(config: SimConfig, *, port: int | None = None, start_timeout_s: float = 30.0) -> Iterator[str]:
-    """Start the simulator on 127.0.0.1 in a child process; yield its base URL; stop it on exit.
+    """One simulator on 127.0.0.1 in a child process (:func:`sim_replicas` of one); yield its base URL.
 
     Args:
         config: The simulator's load model and faults.
         port: TCP port to listen on; ``None`` or 0 takes a free one.
-        start_timeout_s: Seconds to wait for ``/health``.
+        start_timeout_s: Seconds to wait for it to listen.
 
     Raises:
-        RuntimeError: It did not answer ``/health`` within ``start_timeout_s`` (its stderr is included, e.g. a
-            port already in use).
+        RuntimeError: It did not start within ``start_timeout_s`` (its stderr is included, e.g. a port already in
+            use).
     """
-    port = port or free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _SCRIPT, orjson.dumps(asdict(config)).decode(), str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    root = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + start_timeout_s
-        while True:
-            try:
-                with urllib.request.urlopen(f"{root}/health", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                err = proc.stderr.read().decode() if proc.stderr and proc.poll() is not None else ""
-                raise RuntimeError(f"the simulator did not start on {root}: {err[-2000:]}")
-            time.sleep(0.05)
-        yield f"{root}/v1"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+    with sim_replicas(config, 1, port=port or 0, start_timeout_s=start_timeout_s) as reps:
+        yield reps.base_urls[0]
 
 
 def sim_stats(base_url: str, *, reset: bool = False) -> dict[str, Any]:
@@ -105,18 +61,19 @@ def sim_stats(base_url: str, *, reset: bool = False) -> dict[str, Any]:
     return stats
 
 
-# Each replica binds port 0 and the child prints the ports it got on one line: ports chosen by the parent
-# beforehand could be taken meanwhile by the client's own outgoing connections (same ephemeral range).
+# Each replica binds port 0 (unless one is asked for) and the child prints the ports it got on one line, once every
+# replica listens: ports chosen by the parent beforehand could be taken meanwhile by the client's own outgoing
+# connections (same ephemeral range).
 _REPLICAS_SCRIPT = (
     "import sys, orjson, anyio\n"
     "from contextlib import AsyncExitStack\n"
     "from ceb.sim import SimConfig, serve_sim\n"
-    "async def main(config, n):\n"
+    "async def main(config, n, port):\n"
     "    async with AsyncExitStack() as stack:\n"
-    "        servers = [await stack.enter_async_context(serve_sim(config, '127.0.0.1', 0)) for _ in range(n)]\n"
+    "        servers = [await stack.enter_async_context(serve_sim(config, '127.0.0.1', port)) for _ in range(n)]\n"
     "        print('CEB_SIM_PORTS', orjson.dumps([s.port for s in servers]).decode(), flush=True)\n"
     "        await anyio.sleep_forever()\n"
-    "anyio.run(main, SimConfig(**orjson.loads(sys.argv[1])), int(sys.argv[2]))\n"
+    "anyio.run(main, SimConfig(**orjson.loads(sys.argv[1])), int(sys.argv[2]), int(sys.argv[3]))\n"
 )
 
 
@@ -140,6 +97,7 @@ def sim_replicas(
     *,
     processes: int = 1,
     cpus: set[int] | None = None,
+    port: int = 0,
     start_timeout_s: float = 30.0,
 ) -> Iterator[SimReplicas]:
     """Start ``replicas`` independent simulators (each its own port and ``max_num_seqs`` slots) in child processes.
@@ -152,18 +110,22 @@ def sim_replicas(
         replicas: How many replicas (>= 1).
         processes: Child processes (at most ``replicas``).
         cpus: CPU ids the children may run on (``os.sched_setaffinity``); ``None`` leaves them free.
+        port: The one replica's TCP port; 0 takes a free port for each replica.
         start_timeout_s: Seconds to wait for every child to be listening.
 
     Raises:
-        ValueError: ``replicas`` or ``processes`` below 1.
-        RuntimeError: A child did not report its replicas' ports in time (its stderr is included).
+        ValueError: ``replicas`` or ``processes`` below 1, or a ``port`` for more than one replica.
+        RuntimeError: A child did not report its replicas' ports in time (its stderr is included, e.g. a port
+            already in use).
     """
     if replicas < 1 or processes < 1:
         raise ValueError(f"replicas and processes must be >= 1, got {replicas} and {processes}")
+    if port and replicas > 1:
+        raise ValueError(f"port {port} serves one replica, not {replicas}")
     counts = [len(range(i, replicas, processes)) for i in range(min(processes, replicas))]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _REPLICAS_SCRIPT, orjson.dumps(asdict(config)).decode(), str(n)],
+            [sys.executable, "-c", _REPLICAS_SCRIPT, orjson.dumps(asdict(config)).decode(), str(n), str(port)],
             bufsize=0,  # unbuffered: a line read must not pull the next one out of select()'s sight
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

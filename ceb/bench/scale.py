@@ -1,24 +1,8 @@
-"""Scale benchmark: how many SIMULATED replicas one `ceb` process keeps busy (the simulator is not a model).
+"""Client and scale benchmarks against SIMULATED servers (:mod:`ceb.sim`, not a model): `ceb bench client` and `scale`.
 
-One `ceb` process (this one) runs the real pipeline, the InterCode streams in many orders with CEB and the
-static baseline, through the `openai` backend against ``R`` simulated replicas (:mod:`ceb.sim`), each its own
-endpoint with ``max_num_seqs`` slots, for ``R`` in ``settings.replicas``. The replicas run in child processes
-(:func:`~ceb.bench.processes.sim_replicas`), optionally pinned to other cores than this process, so their CPU and
-event loops are not `ceb`'s. Per ``R`` the run is cut after a warm-up and a measured window; in the window:
-
-    achieved      = critic and hindsight calls completed by `ceb` / window seconds
-    capacity      = R * max_num_seqs / mean service time (the simulator's own busy seconds per completed call)
-    saturation    = achieved / capacity   (equal to the replicas' slot utilisation)
-    ceb CPU       = this process's CPU seconds / window seconds (1.0 = one core; asyncio uses one)
-    CPU per call  = this process's CPU milliseconds / completed calls
-    loop lag      = how late a 50 ms sleep in `ceb`'s event loop wakes up (mean, p99, max)
-    core busy     = share of `ceb`'s pinned core busy with any process; busy minus `ceb` CPU is what other
-                    processes on a shared machine took from it
-
-The lanes grow with ``R`` (``lanes_per_slot`` lanes per replica slot, as stream x order x method), so there is
-always more sequential work than slots; a saturation under 1 then means a CPU ran out (`ceb`'s or the
-simulators': both are reported), not that work was missing. Extrapolated to a core of its own, one process
-sustains ``1000 / cpu_ms_per_call`` calls/s, i.e. that over ``per-replica calls/s`` replicas.
+Both run ceb's real client and pipeline through the ``openai`` backend against simulators in child processes
+(:mod:`ceb.bench.processes`). What each measures and how its figures are defined is its ``--help``
+(:data:`_CLIENT_HELP`, :data:`_HELP`); docs/performance.md and docs/serving.md ("Scale plan") quote the results.
 """
 
 from __future__ import annotations
@@ -29,19 +13,20 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import anyio
+import psutil
 
-from ceb.backends.base import AttemptRecord
+from ceb.backends.base import AttemptRecord, ChatRequest
 from ceb.backends.scheduling import EndpointLimits
 from ceb.bench.machine import machine_info
 from ceb.bench.options import bench_parser, load_intercode_streams
-from ceb.bench.processes import SimReplicas, sim_replicas, sim_stats
+from ceb.bench.processes import SimReplicas, sim_process, sim_replicas, sim_stats
 from ceb.bench.result_files import save_results
 from ceb.bench.stats import summarize
 from ceb.config import RunConfig, load_config
@@ -49,25 +34,231 @@ from ceb.data import Trajectory
 from ceb.gc_tuning import quiet_gc
 from ceb.logs import configure_logging
 from ceb.pipeline import run_scoring
+from ceb.pipeline.runner import progress_callbacks
+from ceb.progress import Progress
 from ceb.sim import SimConfig
 from ceb.stages.assembly import build_stages
+from ceb.stages.critic import CRITIC_SCHEMA
 
 __all__ = [
+    "ClientFigures",
+    "ClientResult",
     "Extrapolation",
     "GcPauses",
     "GcRatio",
     "Knee",
     "LoopLag",
+    "PerStep",
     "ScalePlan",
     "ScalePoint",
     "ScaleSettings",
+    "client_main",
     "main",
-    "process_cpu_s",
+    "run_client_bench",
+    "run_config",
     "run_scale_bench",
     "run_scale_point",
+    "timed_scoring",
 ]
 
 _LAG_TICK_S = 0.05
+
+
+def run_config(
+    base_url: str | Sequence[str],
+    sim: SimConfig,
+    methods: Sequence[str],
+    *,
+    concurrency: int,
+    lanes: int,
+    orders: int,
+    votes: int = 5,
+    **more: Any,
+) -> RunConfig:
+    """A run of ``methods`` through backend ``openai`` at ``base_url`` (one per replica), serving ``sim.model``.
+
+    Args:
+        base_url: The simulators' API roots.
+        sim: Their load model (for the model name).
+        methods: Methods run on every stream.
+        concurrency: Requests in flight per endpoint.
+        lanes: ``max_active_lanes``.
+        orders: Stream orders per stream.
+        votes: CEB's hindsight votes ``V``.
+        more: Further top-level settings (e.g. ``max_trajectories``).
+    """
+    backend = {"name": "openai", "base_url": base_url, "model": sim.model, "max_concurrency": concurrency}
+    return load_config(
+        overrides={
+            "backend": backend | {"timeout_s": 600},
+            "methods": list(methods),
+            "ceb": {"votes": votes},
+            "max_active_lanes": lanes,
+            "orders": orders,
+            **more,
+        }
+    )
+
+
+async def timed_scoring(
+    streams: Mapping[str, Sequence[Trajectory]], config: RunConfig, run_dir: Path
+) -> tuple[float, list[AttemptRecord], Any]:
+    """Score ``streams`` into ``run_dir``: wall seconds, every attempt the backend made, the run's summary."""
+    stages = build_stages(config, EndpointLimits())
+    attempts: list[AttemptRecord] = []
+    if stages.chat is not None:
+        stages.chat.observers.append(attempts.append)
+    started = time.perf_counter()
+    with Progress(f"bench {run_dir.name}", None) as progress:
+        on_row, on_start = progress_callbacks(progress)
+        async with stages:
+            summary = await run_scoring(
+                streams, config, run_dir, stages=stages, overwrite=True, on_row=on_row, on_start=on_start
+            )
+    return time.perf_counter() - started, attempts, summary
+
+
+def _critic_requests(streams: Mapping[str, Sequence[Trajectory]], config: RunConfig, n: int) -> list[ChatRequest]:
+    """``n`` real critic requests (the static method's prompts of the first steps of the streams)."""
+    from ceb.bank import Retrieval
+    from ceb.stages.assembly import prompt_set
+    from ceb.stages.base import CriticInput
+    from ceb.stages.critic import critic_context
+
+    prompts = prompt_set(config)
+    out: list[ChatRequest] = []
+    for trajs in streams.values():
+        for t in trajs:
+            for i, s in enumerate(t.steps):
+                inp = CriticInput(
+                    domain=t.domain, task=t.task, step=i, state=s.state, action=s.action, retrieval=Retrieval()
+                )
+                messages = tuple(prompts.messages(t.domain, "critic", critic_context(inp)))
+                out.append(ChatRequest(messages=messages, json_schema=CRITIC_SCHEMA, schema_name="critic_score"))
+                if len(out) >= n:
+                    return out
+    return out
+
+
+async def _send_all(
+    send: Callable[[ChatRequest], Coroutine[Any, Any, object]], requests: Sequence[ChatRequest]
+) -> tuple[float, float]:
+    """Send 50 requests one by one (to warm the connection pool), then all at once: (wall s, CPU s) of the latter."""
+    for r in requests[:50]:
+        await send(r)
+    wall, cpu = time.perf_counter(), time.process_time()
+    async with anyio.create_task_group() as tg:
+        for r in requests:
+            tg.start_soon(send, r)
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+async def _blast(config: RunConfig, requests: Sequence[ChatRequest]) -> tuple[float, float]:
+    stages = build_stages(config, EndpointLimits())
+    assert stages.chat is not None
+    async with stages:
+        return await _send_all(stages.chat.complete, requests)
+
+
+async def _blast_sdk(
+    base_url: str, model: str, requests: Sequence[ChatRequest], concurrency: int
+) -> tuple[float, float]:
+    from openai import AsyncOpenAI  # extra `bench` (ceb.bench.commands checks it is installed)
+
+    limit = anyio.Semaphore(concurrency)
+    client = AsyncOpenAI(base_url=base_url, api_key="EMPTY", max_retries=0)
+
+    async def one(r: ChatRequest) -> None:
+        kwargs: dict[str, Any] = {
+            "model": model,
+            "messages": [dict(m) for m in r.messages],
+            "temperature": 0.0,
+            "max_completion_tokens": r.max_tokens,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": r.schema_name, "schema": dict(r.json_schema or {}), "strict": True},
+            },
+        }
+        async with limit:
+            await client.chat.completions.create(**kwargs)
+
+    async with client:
+        return await _send_all(one, requests)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientFigures:
+    """One client sending every request at once: requests/s, CPU ms per request (ceb's process) and wall (s)."""
+
+    requests_per_s: float
+    cpu_ms_per_request: float
+    wall_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class PerStep:
+    """A whole ``static`` run: steps, makespan (s), steps/s and client CPU ms per scored step."""
+
+    steps: int
+    makespan_s: float
+    steps_per_s: float
+    cpu_ms_per_step: float
+    method: str = "static"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientResult:
+    """``ceb bench client``'s record: ceb's client against the openai SDK's on the same requests, and per step."""
+
+    requests: int
+    concurrency: int
+    mean_prompt_chars: float
+    ceb_client: ClientFigures
+    sdk_client: ClientFigures
+    ratio_requests_per_s: float
+    per_step: PerStep
+    target: str = ">= 1,000 requests/s in one process and <= 1 ms client CPU per scored step"
+
+
+def run_client_bench(
+    streams: Mapping[str, Sequence[Trajectory]],
+    work: Path,
+    *,
+    requests: int = 3000,
+    concurrency: int = 64,
+    port: int | None = None,
+    trajectories: int | None = None,
+) -> ClientResult:
+    """Client requests/s and CPU per request and per scored step against a zero-latency simulator (on ``port``).
+
+    ``trajectories``: those kept from the start of each stream for the per-step figure (``None``: every one).
+
+    Returns:
+        Both clients' figures and the per-step figures.
+    """
+    sim = SimConfig(max_num_seqs=1024, time_scale=0.0)
+    with sim_process(sim, port=port) as url:
+        # Every order asked (no copying of static's rows between orders, ceb.pipeline.reuse), as in the figures
+        # recorded before such copies existed.
+        config = run_config(url, sim, ("static",), concurrency=concurrency, lanes=256, orders=2, reuse_bank_free=False)
+        reqs = _critic_requests(streams, config, requests)
+        wall, cpu = anyio.run(_blast, config, reqs)
+        sdk_wall, sdk_cpu = anyio.run(_blast_sdk, url, sim.model, reqs, concurrency)
+        cut = {name: list(trajs)[:trajectories] for name, trajs in streams.items()}
+        step_cpu = time.process_time()
+        makespan, _, summary = anyio.run(timed_scoring, cut, config, work / "client-static")
+        step_cpu = time.process_time() - step_cpu
+    n = len(reqs)
+    steps = summary.steps_scored + summary.steps_failed
+    return ClientResult(
+        requests=n,
+        concurrency=concurrency,
+        mean_prompt_chars=statistics.fmean(sum(len(m["content"]) for m in r.messages) for r in reqs),
+        ceb_client=ClientFigures(n / wall, cpu / n * 1000, wall),
+        sdk_client=ClientFigures(n / sdk_wall, sdk_cpu / n * 1000, sdk_wall),
+        ratio_requests_per_s=sdk_wall / wall,
+        per_step=PerStep(steps, makespan, steps / makespan, step_cpu / steps * 1000),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +320,8 @@ class ScalePoint:
     """One replica count ``R`` measured over the window (``nan`` where the simulators served nothing).
 
     Rates are per second of the window; ``saturation`` is the calls achieved over the replicas' capacity
-    (``R x slots / mean service time``); ``ceb_*`` is this process, ``sim_*`` the simulators' (``None`` when not
-    read); ``pinned``: the CPUs each side was kept on (``None``: not pinned).
+    (``R x slots / mean service time``); ``ceb_*`` is this process, ``sim_*`` the simulators' (CPU per call ``None``
+    when they served nothing); ``pinned``: the CPUs each side was kept on (``None``: not pinned).
     """
 
     replicas: int
@@ -156,7 +347,7 @@ class ScalePoint:
     ceb_cpu_system_s: float
     ceb_cpu_ms_per_call: float
     ceb_core_busy: float | None
-    sim_cpu_utilisation: float | None
+    sim_cpu_utilisation: float
     sim_cpu_ms_per_call: float | None
     loop_lag_ms: LoopLag
     gc_pauses: GcPauses
@@ -230,35 +421,18 @@ class _Counts:
         return _Counts(self.ok, self.failed, dict(self.by_stage), self.queue_s, self.latency_s)
 
 
-def process_cpu_s(pid: int) -> float | None:
-    """CPU seconds (user + system) another process has used so far, from ``/proc/<pid>/stat``; None off Linux."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
-
-
-def cpu_ticks(cpus: set[int] | None) -> tuple[int, int] | None:
-    """(busy, total) clock ticks of ``cpus`` since boot from ``/proc/stat`` (every CPU when ``None``); None off Linux.
+def _busy_s(cpus: set[int] | None) -> tuple[float, float]:
+    """(busy, total) CPU seconds of ``cpus`` since boot (every CPU when ``None``).
 
     Busy is everything but idle and iowait, whichever process ran: with this process pinned to a core, the core's
     busy share minus this process's CPU share is what other processes took from it.
     """
-    try:
-        with open("/proc/stat", "rb") as f:
-            lines = f.read().decode().splitlines()
-    except OSError:
-        return None
-    busy = total = 0
-    for line in lines:
-        name, *values = line.split()
-        if not name.startswith("cpu") or name == "cpu" or (cpus is not None and int(name[3:]) not in cpus):
-            continue
-        ticks = [int(v) for v in values[:8]]  # user nice system idle iowait irq softirq steal
-        total += sum(ticks)
-        busy += sum(ticks) - ticks[3] - ticks[4]
+    busy = total = 0.0
+    for i, t in enumerate(psutil.cpu_times(percpu=True)):
+        if cpus is None or i in cpus:
+            ticks = sum(t[:8])  # user nice system idle iowait irq softirq steal (Linux; guest is inside user)
+            total += ticks
+            busy += ticks - t.idle - getattr(t, "iowait", 0.0)
     return busy, total
 
 
@@ -269,12 +443,12 @@ class _Snapshot:
     cpu_user: float
     cpu_system: float
     counts: _Counts
-    sim_cpu: float | None
+    sim_cpu: float
     sim_busy_s: float
     sim_done: int
     sim_prompt_tokens: int
     sim_completion_tokens: int
-    core: tuple[int, int] | None
+    core: tuple[float, float]
 
 
 async def _snapshot(counts: _Counts, replicas: SimReplicas, own: set[int] | None) -> _Snapshot:
@@ -288,9 +462,8 @@ async def _snapshot(counts: _Counts, replicas: SimReplicas, own: set[int] | None
             ctok += s["completion_tokens"]
         return busy, done, ptok, ctok
 
-    wall, t, c, core = time.perf_counter(), os.times(), counts.copy(), cpu_ticks(own)
-    cpus = [process_cpu_s(p) for p in replicas.pids]
-    sim_cpu = None if any(x is None for x in cpus) else sum(x for x in cpus if x is not None)
+    wall, t, c, core = time.perf_counter(), os.times(), counts.copy(), _busy_s(own)
+    sim_cpu = sum(sum(psutil.Process(p).cpu_times()[:2]) for p in replicas.pids)  # user + system
     busy, done, ptok, ctok = await anyio.to_thread.run_sync(read_sims)
     return _Snapshot(wall, t.user + t.system, t.user, t.system, c, sim_cpu, busy, done, ptok, ctok, core)
 
@@ -348,11 +521,6 @@ async def _drive(
     return start, end, lags, ended_at[0] if ended_at else None
 
 
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
-
-
 def _orders(settings: ScaleSettings, streams: int, replicas: int) -> int:
     lanes = settings.lanes_per_slot * replicas * settings.sim.max_num_seqs
     return max(1, math.ceil(lanes / (streams * len(settings.methods))))
@@ -366,7 +534,7 @@ def run_scale_point(
     *,
     gc_mode: str = "quiet",
 ) -> ScalePoint:
-    """Measure one replica count ``R`` (see the module docstring); return its figures.
+    """Measure one replica count ``R`` (its figures are defined in :data:`_HELP`).
 
     Args:
         streams: Stream name -> trajectories.
@@ -387,21 +555,15 @@ def run_scale_point(
     orders = _orders(settings, len(streams), replicas)
     slots = settings.sim.max_num_seqs
     with sim_replicas(settings.sim, replicas, processes=settings.sim_processes, cpus=sim_cpus) as reps:
-        config = load_config(
-            overrides={
-                "backend": {
-                    "name": "openai",
-                    "base_url": list(reps.base_urls),
-                    "model": settings.sim.model,
-                    "max_concurrency": slots,
-                    "timeout_s": 600,
-                },
-                "methods": list(settings.methods),
-                "ceb": {"votes": settings.votes},
-                "orders": orders,
-                "max_active_lanes": len(streams) * orders * len(settings.methods),
-                "max_trajectories": settings.max_trajectories,
-            }
+        config = run_config(
+            list(reps.base_urls),
+            settings.sim,
+            settings.methods,
+            concurrency=slots,
+            lanes=len(streams) * orders * len(settings.methods),
+            orders=orders,
+            votes=settings.votes,
+            max_trajectories=settings.max_trajectories,
         )
         before = os.sched_getaffinity(0) if pin else None
         collections = _GcPauses()
@@ -409,7 +571,7 @@ def run_scale_point(
         try:
             if own is not None:
                 os.sched_setaffinity(0, own)
-            with quiet_gc() if gc_mode == "quiet" else _nothing():
+            with quiet_gc() if gc_mode == "quiet" else nullcontext():
                 a, b, lags, ended_at = anyio.run(_drive, streams, config, work / f"r{replicas}", settings, reps, own)
         finally:
             gc.callbacks.remove(collections)
@@ -421,10 +583,10 @@ def run_scale_point(
     mean_service = (b.sim_busy_s - a.sim_busy_s) / served if served else math.nan
     capacity = replicas * slots / mean_service if served else math.nan
     cpu = b.cpu - a.cpu
-    sim_cpu = None if a.sim_cpu is None or b.sim_cpu is None else b.sim_cpu - a.sim_cpu
+    sim_cpu = b.sim_cpu - a.sim_cpu
     lag = summarize(lags, scale=1e3)
     core_busy = None
-    if a.core is not None and b.core is not None and b.core[1] > a.core[1]:
+    if b.core[1] > a.core[1]:
         core_busy = (b.core[0] - a.core[0]) / (b.core[1] - a.core[1]) * (len(own) if own else os.cpu_count() or 1)
     pauses = [(s, g) for end, s, g in collections.pauses if a.wall <= end <= b.wall]
     return ScalePoint(
@@ -451,8 +613,8 @@ def run_scale_point(
         ceb_cpu_system_s=b.cpu_system - a.cpu_system,
         ceb_cpu_ms_per_call=cpu / calls * 1000 if calls else math.nan,
         ceb_core_busy=core_busy,
-        sim_cpu_utilisation=None if sim_cpu is None else sim_cpu / wall,
-        sim_cpu_ms_per_call=None if sim_cpu is None or not served else sim_cpu / served * 1000,
+        sim_cpu_utilisation=sim_cpu / wall,
+        sim_cpu_ms_per_call=sim_cpu / served * 1000 if served else None,
         loop_lag_ms=LoopLag(lag.mean, lag.p99, lag.max),
         gc_pauses=GcPauses(
             len(pauses),
@@ -534,17 +696,68 @@ def run_scale_bench(
     return ScalePlan(settings, per_replica_calls_s, main, tuple(all_points), gc_ratio, knee, extrapolation)
 
 
-# --- command line: ceb bench scale --------------------------------------------------------------------------
+# --- command lines: ceb bench client, ceb bench scale ----------------------------------------------------------
+
+_CLIENT_HELP = """Requests/s and CPU per request and per step of ceb's client (and the openai SDK's), SIMULATED server.
+
+    ceb bench client --requests 3000
+
+The simulator runs at time_scale 0 (no service time), so what is measured is the client: the requests/s one process
+sustains through ceb's backend with real critic prompts, and CPU ms per request, next to the same requests sent
+with the openai SDK's client (the naive way); then client CPU ms per scored step of a whole `static` run (no
+retrieval, no bank: everything outside retrieval). Writes ``client-<UTC>.json`` with the settings and the machine.
+"""
+
+
+def client_main(argv: Sequence[str] | None = None) -> int:
+    """``ceb bench client``: :func:`run_client_bench` on the InterCode streams (``--help`` lists options)."""
+    ap = bench_parser("client", _CLIENT_HELP, sim_port=True)
+    ap.add_argument("--requests", type=int, default=3000, help="requests sent at once")
+    ap.add_argument(
+        "--trajectories", type=int, help="trajectories kept per stream for the per-step figure (default: every one)"
+    )
+    args = ap.parse_args(argv)
+    configure_logging("error")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        streams = load_intercode_streams(args.intercode, work / "streams")
+        result = run_client_bench(
+            streams, work, requests=args.requests, port=args.port or None, trajectories=args.trajectories
+        )
+    ours, sdk, step = result.ceb_client, result.sdk_client, result.per_step
+    print(
+        f"ceb client: {ours.requests_per_s:.0f} req/s, {ours.cpu_ms_per_request:.3f} CPU ms/request; "
+        f"openai SDK: {sdk.requests_per_s:.0f} req/s, {sdk.cpu_ms_per_request:.3f} CPU ms/request; "
+        f"ratio {result.ratio_requests_per_s:.1f}x"
+    )
+    print(
+        f"static run: {step.steps} steps, {step.steps_per_s:.0f} steps/s, {step.cpu_ms_per_step:.3f} client CPU ms/step"
+    )
+    print(f"saved {save_results(args.out, 'client', result, machine_info())}")
+    return 0
+
 
 _HELP = """Scale plan: how many SIMULATED replicas one `ceb` process keeps saturated, and where its CPU runs out.
 
     ceb bench scale --replicas 1 2 4 8 16 32
 
-One `ceb` process runs the real InterCode pipeline (CEB and static, many orders) against R simulated replicas in a
-separate process, each with 15 slots and about 0.5 s per critic call (about 30 calls/s); per R it prints the calls/s
-achieved against the replicas' capacity, `ceb`'s CPU use and CPU ms per call, and the event-loop lag, and writes
-``scale-<UTC>.json`` with the settings and the machine. The simulator is not a model: it stands for a vLLM
-replica's queueing and service times (see ``ceb/bench/scale.py``).
+One `ceb` process (this one) runs the real InterCode pipeline (CEB and static, many orders) against R simulated
+replicas in child processes, pinned to other cores than this one when there are two or more, each with 15 slots
+and about 0.5 s per critic call (about 30 calls/s). The simulator is not a model: it stands for a vLLM replica's
+queueing and service times. Lanes grow with R (1.5 per replica slot), so a saturation under 1 means a CPU ran out
+(`ceb`'s or the simulators', both reported), not work. Per R, after a warm-up, over a measured window:
+
+    achieved      = critic and hindsight calls completed by `ceb` / window seconds
+    capacity      = R * max_num_seqs / mean service time (the simulator's own busy seconds per completed call)
+    saturation    = achieved / capacity   (equal to the replicas' slot utilisation)
+    ceb CPU       = this process's CPU seconds / window seconds (1.0 = one core; asyncio uses one)
+    CPU per call  = this process's CPU milliseconds / completed calls
+    loop lag      = how late a 50 ms sleep in `ceb`'s event loop wakes up (mean, p99, max)
+    core busy     = share of `ceb`'s pinned core busy with any process; busy minus `ceb` CPU is what other
+                    processes on a shared machine took from it
+
+Extrapolated to a core of its own, one process sustains 1000 / (CPU ms per call) calls/s, i.e. that over
+--per-replica-calls-s replicas. Writes ``scale-<UTC>.json`` with the settings and the machine.
 """
 
 

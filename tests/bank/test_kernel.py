@@ -24,7 +24,7 @@ from ceb.bank import (
     class_split_topk,
     composite_key,
 )
-from ceb.bench.bank_scale import records_from_labels
+from ceb.bench.bank_policies import records_from_labels
 from ceb.data import ConvertedStream, convert_intercode, read_stream
 from ceb.errors import BankError
 from tests.support.paths import INTERCODE

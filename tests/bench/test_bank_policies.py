@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from ceb.bench.bank_policies import format_scale_table
-from ceb.bench.bank_scale import (
+from ceb.bench.bank_policies import (
     Latency,
     ScaleResult,
     Setting,
+    format_scale_table,
     grow,
     measure_scale,
     records_from_labels,

@@ -7,8 +7,9 @@ import urllib.request
 import orjson
 import pytest
 
-from ceb.bench.processes import free_port, run_fresh, run_fresh_many, sim_process
+from ceb.bench.processes import run_fresh, run_fresh_many, sim_process, sim_replicas
 from ceb.sim import SimConfig
+from tests.support.vllm_server import _free_port as free_port
 
 
 def test_the_simulator_listens_on_the_port_it_is_given() -> None:
@@ -31,3 +32,8 @@ def test_a_failed_child_is_an_error_with_its_stderr_and_many_keep_the_order() ->
     assert docs == [{"i": 0}, {"i": 1}, {"i": 2}]
     failed = run_fresh_many("builtins:no_such_function", [{"i": 0}], describe=lambda s: f"spec {s['i']}")
     assert failed[0]["spec"] == {"i": 0} and "AttributeError" in failed[0]["error"]
+
+
+def test_a_fixed_port_serves_one_replica_only() -> None:
+    with pytest.raises(ValueError, match="serves one replica"), sim_replicas(SimConfig(), 2, port=free_port()):
+        pass

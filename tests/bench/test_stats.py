@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from ceb.bench.bank_scale import Latency
+from ceb.bench.bank_policies import Latency
 from ceb.bench.stats import summarize
 
 

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from benchmarks.bank_quality import format_quality_table, quality_settings, run_quality, within_cap
-from ceb.bench.bank_scale import Setting
+from ceb.bench.bank_policies import Setting
 from ceb.bench.processes import run_fresh
 from ceb.data import Trajectory, write_stream
 from ceb.eval.lanes import POOLED
