@@ -23,4 +23,4 @@ async def test_an_fcfs_server_accepts_the_priority_field_so_auto_keeps_sending_i
             assert backend.transport.payload(hi)["priority"] == -41
             reply = await backend.complete(ChatRequest(messages=({"role": "user", "content": "hi"},), max_tokens=1))
         assert "priority" not in body
-        assert reply.attempts == 1 and backend.send_priority
+        assert reply.attempts == 1 and backend.transport.send_priority
