@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import filecmp
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -121,6 +122,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 times[c.label].setdefault("ceb report (that run)", []).append(report)
                 times[c.label].setdefault("report / score", []).append(report / score)
         differing = _differing(work / "before" / RUN / "report", work / "here" / RUN / "report")
+        if differing:  # kept for a look: the temporary folder goes
+            kept = args.out / f"cli-latency-reports-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+            for c in checkouts:
+                shutil.copytree(work / c.label / RUN / "report", kept / c.label)
+            print(f"the differing report files are kept in {kept}")
         report_files = len(list((work / "here" / RUN / "report").iterdir()))
     load_after = os.getloadavg()
 
