@@ -530,7 +530,7 @@ class GateConfig(_Section):
     the last snapshot and replays only the journal after it: an append-only bank in one update, a bounded bank one
     update at a time (fewer than this many). A snapshot rewrites the stream's bank journal (temporary file,
     ``fsync``, rename) while its bank lock is held, so scoring on that stream waits for it: 0.6 s at 10,000
-    records, 2.9 s at 100,000 on the shared benchmark machine (``ceb bench gate-restart``)."""
+    records, 2.9 s at 100,000 on the shared benchmark machine (``python benchmarks/gate_restart.py``)."""
     max_open_trajectories: int = Field(10_000, ge=1, le=100_000_000)
     """Trajectories per stream whose scores the gate keeps between ``score`` and ``finish``; beyond it the
     oldest is forgotten (its steps are then banked without a pre-execution score). At most 10^8: each is held in

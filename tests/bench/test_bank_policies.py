@@ -17,22 +17,11 @@ from ceb.bench.bank_policies import (
     replay,
     scale_checks,
 )
-from ceb.data import Trajectory
-from tests.support.builders import step, trajectory
-
-
-def _stream(prefix: str, n: int) -> list[Trajectory]:
-    """Shell trajectories the offline labeler can read: failing commands are 0, the others 1."""
-    out = []
-    for i in range(n):
-        ok = step(f"ls /data/{prefix}{i % 4}", observation=f"file{i}.txt", label=1)
-        bad = step(f"cat /nope/{prefix}{i % 3}", observation="cat: /nope: No such file or directory", label=0)
-        out.append(trajectory(f"{prefix}{i}", ok, bad, step(f"wc -l file{i}.txt", observation=f"{i} lines", label=1)))
-    return out
+from tests.support.builders import shell_stream
 
 
 def test_replay_makes_exactly_the_records_asked_for_by_copying_the_real_ones() -> None:
-    real = records_from_labels(_stream("r", 4))  # 12 records
+    real = records_from_labels(shell_stream("r", 4))  # 12 records
     trajectories, passes = grow(real, 30)
 
     assert sum(map(len, trajectories)) == 30 and passes == 3
@@ -43,7 +32,7 @@ def test_replay_makes_exactly_the_records_asked_for_by_copying_the_real_ones() -
 
 
 def test_scale_measures_a_capped_bank_past_its_cap_and_writes_its_files(tmp_path: Path) -> None:
-    real = records_from_labels(_stream("s", 10), observation_chars=300)
+    real = records_from_labels(shell_stream("s", 10), observation_chars=300)
     queries = [r.key for traj in real[:3] for r in traj]
 
     result = measure_scale(real, 100, Setting("window", 40), queries, tmp_path, update_trajectories=5, chunk_records=20)

@@ -11,19 +11,9 @@ import pytest
 from benchmarks.bank_quality import format_quality_table, quality_settings, run_quality, within_cap
 from ceb.bench.bank_policies import Setting
 from ceb.bench.processes import run_fresh
-from ceb.data import Trajectory, write_stream
+from ceb.data import write_stream
 from ceb.eval.lanes import POOLED
-from tests.support.builders import step, trajectory
-
-
-def _stream(prefix: str, n: int) -> list[Trajectory]:
-    """Shell trajectories the offline labeler can read: failing commands are 0, the others 1."""
-    out = []
-    for i in range(n):
-        ok = step(f"ls /data/{prefix}{i % 4}", observation=f"file{i}.txt", label=1)
-        bad = step(f"cat /nope/{prefix}{i % 3}", observation="cat: /nope: No such file or directory", label=0)
-        out.append(trajectory(f"{prefix}{i}", ok, bad, step(f"wc -l file{i}.txt", observation=f"{i} lines", label=1)))
-    return out
+from tests.support.builders import shell_stream
 
 
 def test_the_grid_skips_caps_that_cannot_bind_and_gives_the_reservoir_half_the_cap_per_class() -> None:
@@ -44,7 +34,7 @@ def test_the_grid_skips_caps_that_cannot_bind_and_gives_the_reservoir_half_the_c
 
 
 def test_quality_runs_the_pipeline_once_per_setting_and_the_cap_holds_at_every_step(tmp_path: Path) -> None:
-    streams = {"a": _stream("a", 8), "b": _stream("b", 6)}
+    streams = {"a": shell_stream("a", 8), "b": shell_stream("b", 6)}
     capped = run_quality(streams, Setting("window", 5), tmp_path / "w", stream_set="toy", n_boot=20)
     free = run_quality(streams, Setting(), tmp_path / "u", stream_set="toy", n_boot=20)
 
@@ -62,7 +52,7 @@ def test_quality_runs_the_pipeline_once_per_setting_and_the_cap_holds_at_every_s
 
 
 def test_a_quality_worker_runs_in_its_own_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = write_stream(tmp_path / "toy.jsonl", _stream("t", 5))
+    path = write_stream(tmp_path / "toy.jsonl", shell_stream("t", 5))
     spec = {
         "stream_set": "toy",
         "streams": {"toy": [str(path)]},

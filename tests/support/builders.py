@@ -22,6 +22,16 @@ def trajectory(tid: str, *steps: Step, task: str = "list the files", domain: str
     return Trajectory(id=tid, task=task, domain=domain, steps=tuple(steps), **kw)  # type: ignore[arg-type]
 
 
+def shell_stream(prefix: str, n: int) -> list[Trajectory]:
+    """``n`` shell trajectories the offline labeller can read: failing commands are 0, the others 1."""
+    out = []
+    for i in range(n):
+        ok = step(f"ls /data/{prefix}{i % 4}", observation=f"file{i}.txt", label=1)
+        bad = step(f"cat /nope/{prefix}{i % 3}", observation="cat: /nope: No such file or directory", label=0)
+        out.append(trajectory(f"{prefix}{i}", ok, bad, step(f"wc -l file{i}.txt", observation=f"{i} lines", label=1)))
+    return out
+
+
 _N_STEPS = re.compile(r"The whole trajectory \((\d+) steps\)")
 
 
