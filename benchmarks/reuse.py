@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,23 +28,19 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ceb, not another install's
 
-from ceb.backends.base import AttemptRecord
-from ceb.backends.scheduling import EndpointLimits
 from ceb.bench.machine import machine_info
 from ceb.bench.options import bench_parser
 from ceb.bench.processes import sim_process
 from ceb.bench.result_files import save_results
+from ceb.bench.scale import timed_scoring
 from ceb.config import RunConfig
 from ceb.data import Trajectory, convert_intercode, read_stream, write_stream
 from ceb.eval import run_metrics
 from ceb.logs import configure_logging
-from ceb.pipeline import read_rows, run_scoring
+from ceb.pipeline import read_rows
 from ceb.pipeline.grid import load_grid
 from ceb.pipeline.rundir import RunDir
-from ceb.pipeline.runner import progress_callbacks
-from ceb.progress import Progress
 from ceb.sim import SimConfig
-from ceb.stages.assembly import build_stages
 from ceb.stages.methods import resolve_method
 
 __all__ = ["main", "run_reuse_bench"]
@@ -84,20 +79,10 @@ def _grid_workload(
 async def _run(
     streams: Mapping[str, Sequence[Trajectory]], config: RunConfig, out: Path
 ) -> tuple[float, int, dict[str, Any]]:
-    stages = build_stages(config, EndpointLimits())
-    attempts: list[AttemptRecord] = []
-    if stages.chat is not None:
-        stages.chat.observers.append(attempts.append)
-    started = time.perf_counter()
-    with Progress(f"bench {out.name}", None) as progress:
-        on_row, on_start = progress_callbacks(progress)
-        async with stages:
-            summary = await run_scoring(
-                streams, config, out, stages=stages, overwrite=True, on_row=on_row, on_start=on_start
-            )
+    wall_s, attempts, summary = await timed_scoring(streams, config, out)
     counts = {"requests": summary.requests, "steps_scored": summary.steps_scored, "steps_reused": summary.steps_reused}
     counts |= {"steps_failed": summary.steps_failed, "steps_unavailable": summary.steps_unavailable}
-    return time.perf_counter() - started, len(attempts), counts
+    return wall_s, len(attempts), counts
 
 
 def _requests_by_method(run_dir: Path) -> dict[str, int]:
