@@ -71,6 +71,9 @@ def test_readme_is_short_and_opens_with_the_two_commands() -> None:
     blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
     assert "ceb convert intercode" in blocks[0] and "ceb score" in blocks[0]
     assert "-m pytest" in blocks[1]
+    # CI runs exactly the README's test command (the fast tier), as a line of its own.
+    test_command = blocks[1].strip().rsplit(" && ", 1)[1]
+    assert test_command in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
 
 
 # The words after `pip install` up to the end of the command: a backtick, a comment, a shell operator, or a comma

@@ -7,15 +7,18 @@ import sys
 from pathlib import Path
 
 import anyio
-import pandas as pd
 import pytest
 
-import ceb
-from ceb.data.reader import write_stream
-from ceb.data.trajectory import Step, Trajectory
-from ceb.errors import ConfigError, DataError, RunError
-from ceb.notebook import trajectories_from_frame
-from ceb.pipeline.results import StepRow
+pd = pytest.importorskip(
+    "pandas", reason="the notebook API needs pandas: pip install 'critic-experience-bank[notebook]'"
+)
+
+import ceb  # noqa: E402
+from ceb.data.reader import write_stream  # noqa: E402
+from ceb.data.trajectory import Step, Trajectory  # noqa: E402
+from ceb.errors import ConfigError, DataError, RunError  # noqa: E402
+from ceb.notebook import trajectories_from_frame  # noqa: E402
+from ceb.pipeline.results import StepRow  # noqa: E402
 
 
 def _trajectories() -> list[Trajectory]:

@@ -228,6 +228,7 @@ def _writer(path: str, worker: int, n: int) -> None:
     anyio.run(main)
 
 
+@pytest.mark.slow  # four spawned processes, each importing ceb
 def test_several_processes_write_one_cache_at_once_and_every_entry_reads_back(tmp_path):
     path = tmp_path / "shared.sqlite"
     workers, n = 4, 40

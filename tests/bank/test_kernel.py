@@ -246,8 +246,8 @@ class CountRefit:
 @pytest.mark.parametrize(
     "name",
     [
-        *(
-            f"intercode-bash-{m}"
+        *(  # each whole bash stream: 1-2 minutes apiece on a loaded machine
+            pytest.param(f"intercode-bash-{m}", marks=pytest.mark.slow)
             for m in ("chat-bison-001", "gpt-3.5", "gpt-4", "starchat", "text-bison-001", "text-davinci-003", "vicuna")
         ),
         *SQL_STREAMS,

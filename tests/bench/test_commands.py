@@ -51,15 +51,19 @@ def test_bad_arguments_exit_2_and_an_unknown_benchmark_names_the_known_ones() ->
         run("gates")
 
 
-def test_help_and_a_small_gate_run_from_an_installed_package_outside_the_checkout(
-    installed: dict[str, str], tmp_path: Path
-) -> None:
+def test_help_from_an_installed_package_outside_the_checkout(installed: dict[str, str], tmp_path: Path) -> None:
     listed = _ceb(["bench", "--help"], tmp_path, installed)
     assert listed.returncode == 0, listed.stderr
     assert all(name in listed.stdout for name in SUMMARIES)
     helped = _ceb(["bench", "gate", "--help"], tmp_path, installed)
     assert helped.returncode == 0, helped.stderr
     assert "usage: ceb bench gate" in helped.stdout and "--sizes" in helped.stdout
+
+
+@pytest.mark.slow  # a gate run on the real data in a child process: minutes on a loaded machine
+def test_a_small_gate_run_from_an_installed_package_outside_the_checkout(
+    installed: dict[str, str], tmp_path: Path
+) -> None:
     if not INTERCODE.is_dir():
         pytest.skip(f"the shared InterCode data is missing at {INTERCODE}; set CEB_SHARED")
 

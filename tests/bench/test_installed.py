@@ -98,6 +98,7 @@ def test_every_installed_benchmark_has_a_smallest_run_or_a_reason_it_cannot_run_
     assert len(NEEDS_VLLM) <= 5  # a short list: a new benchmark runs here unless it truly needs vLLM
 
 
+@pytest.mark.slow  # a child process per benchmark, each a full small run: 1-2 minutes apiece on a loaded machine
 @pytest.mark.parametrize("name", BENCHMARKS.names())
 def test_each_installed_benchmark_runs_at_its_smallest_size(name: str, tmp_path: Path) -> None:
     if name in NEEDS_VLLM:
