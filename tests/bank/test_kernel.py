@@ -243,11 +243,12 @@ class CountRefit:
         return np.asarray((self.matrix @ q.T).toarray()).ravel()
 
 
+@pytest.mark.slow  # each whole bash stream (and 150 trajectories of each sql one): 1-2 minutes apiece, loaded
 @pytest.mark.parametrize(
     "name",
     [
-        *(  # each whole bash stream: 1-2 minutes apiece on a loaded machine
-            pytest.param(f"intercode-bash-{m}", marks=pytest.mark.slow)
+        *(
+            f"intercode-bash-{m}"
             for m in ("chat-bison-001", "gpt-3.5", "gpt-4", "starchat", "text-bison-001", "text-davinci-003", "vicuna")
         ),
         *SQL_STREAMS,

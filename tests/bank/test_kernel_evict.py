@@ -58,6 +58,7 @@ def run(ops: list[tuple[str, list]]) -> tuple[IncrementalTfidf, list[str]]:
     return ker, kept
 
 
+@pytest.mark.slow  # 120 examples, each a scikit-learn refit per operation: a minute and a half on a loaded machine
 @settings(max_examples=120, deadline=None)
 @given(st.lists(op_st, min_size=1, max_size=12))
 def test_random_add_evict_sequences_match_a_scikit_learn_fit_on_the_kept_keys(ops):

@@ -15,6 +15,7 @@ def _result(folder: Path, kind: str) -> dict:
     return orjson.loads(path.read_bytes())
 
 
+@pytest.mark.slow  # times both sizes here and in another checkout: minutes on a loaded machine
 def test_long_trajectory_times_each_size_and_another_checkout(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     checkout = Path(__file__).resolve().parents[2]
     argv = ["--sizes", "13", "30", "--repeats", "1", "--before", str(checkout), "--out", str(tmp_path)]
@@ -25,6 +26,7 @@ def test_long_trajectory_times_each_size_and_another_checkout(tmp_path: Path, ca
     assert "| 30 |" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # restarts a gate five times, once from another checkout
 def test_gate_restart_restores_the_same_bank_from_a_snapshot_and_by_replay(tmp_path: Path):
     checkout = Path(__file__).resolve().parents[2]
     argv = ["--sizes", "5", "20", "--before", str(checkout), "--before-sizes", "20", "--snapshot-every", "8"]
