@@ -24,6 +24,9 @@ from ceb.pipeline import read_rows
 from tests.support.builders import step, trajectory
 from tests.support.faults import full_disk_open
 
+# Each case scores a run twice, most in a child process: half a minute apiece on a loaded machine.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 NO_SPACE = os.strerror(errno.ENOSPC)
 runner = CliRunner()
