@@ -70,6 +70,7 @@ def test_random_add_evict_sequences_match_a_scikit_learn_fit_on_the_kept_keys(op
         assert np.array_equal(restored.similarities(q), ker.similarities(q))
 
 
+@pytest.mark.slow  # 40 examples, a refit per operation: 45 s on a loaded machine
 @settings(max_examples=40, deadline=None)
 @given(st.lists(op_st, min_size=4, max_size=16))
 def test_pruning_dead_terms_changes_no_score(ops):

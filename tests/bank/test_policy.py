@@ -65,6 +65,7 @@ def sims_of(bank: Bank, query: str) -> np.ndarray:
     return bank._retriever.similarities(query)  # white-box: the retriever's vector over the held records
 
 
+@pytest.mark.slow  # 40 examples per policy, a scikit-learn refit per query: half a minute a policy, loaded
 @pytest.mark.parametrize("name", list(POLICIES))
 @settings(max_examples=40, deadline=None)
 @given(stream=stream_st)

@@ -81,6 +81,7 @@ def test_a_script_needing_vllm_shows_its_help(name: str, tmp_path: Path) -> None
     assert done.stdout.startswith(f"usage: python benchmarks/{name}.py") or name == "repetition_flag", done.stdout
 
 
+@pytest.mark.slow  # a child process per script, each a full small run: up to 2 minutes apiece on a loaded machine
 @pytest.mark.skipif(not INTERCODE.is_dir(), reason=f"the shared InterCode data is missing at {INTERCODE}")
 @pytest.mark.parametrize("name", sorted(SMALLEST))
 def test_each_script_runs_at_its_smallest_size(name: str, place: dict[str, str], tmp_path: Path) -> None:

@@ -193,6 +193,7 @@ def test_every_command_is_fuzzed_but_bench() -> None:
     assert all(not command.params for path, command in COMMANDS.items() if path[0] == "bench")
 
 
+@pytest.mark.slow  # every option of every command, several values each: up to 1.5 minutes a command, loaded
 @pytest.mark.parametrize("path", sorted(FUZZED), ids=" ".join)
 def test_absurd_values_of_every_option_give_no_traceback(
     path: tuple[str, ...], place: dict[str, Path], tmp_path: Path, quick: None, monkeypatch: pytest.MonkeyPatch
