@@ -25,23 +25,23 @@ be emptied. From a checkout, ``python benchmarks/tiny_vllm.py`` starts the tests
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import anyio
+from pydantic import Field, model_validator
 
 from ceb.backends.server_metrics import ServerMetrics
 from ceb.bench.machine import machine_info
-from ceb.bench.options import bench_parser, load_intercode_streams, run_and_save
+from ceb.bench.options import BenchSettings, bench_config, load_intercode_streams, run_and_save
 from ceb.bench.server_admin import reset_prefix_cache, server_metrics
-from ceb.config import RunConfig, load_config
+from ceb.config import RunConfig
 from ceb.data.intercode import convert_intercode
 from ceb.data.trajectory import Trajectory
 from ceb.pipeline import run_scoring
@@ -54,6 +54,7 @@ __all__ = [
     "ArmRun",
     "Comparison",
     "ReplicaCache",
+    "RoutingBench",
     "RoutingBenchSettings",
     "RoutingResult",
     "affinity_workload",
@@ -135,21 +136,7 @@ def affinity_workload(
 def _config(
     base_urls: Sequence[str], model: str, backend: Mapping[str, Any], methods: Sequence[str], votes: int
 ) -> RunConfig:
-    return load_config(
-        overrides={
-            "methods": list(methods),
-            "orders": 1,
-            "ceb": {"votes": votes},
-            "max_active_lanes": 256,
-            "backend": {
-                "name": "openai",
-                "base_url": list(base_urls),
-                "model": model,
-                "timeout_s": 900,
-                **backend,
-            },
-        }
-    )
+    return bench_config(base_urls, model, methods, votes=votes, timeout_s=900, backend=backend, max_active_lanes=256)
 
 
 async def _score(
@@ -499,28 +486,76 @@ async def run_router_bench(
 
 # --- command line: ceb bench routing ------------------------------------------------------------------------
 
-_HELP = """Server-side priority, replica affinity and a router's policy on REAL vLLM servers (``ceb/bench/routing.py``).
 
-    # --priority-root: a server started with --scheduling-policy priority and a small --max-num-seqs; --replica:
-    # two or more (VLLM_SERVER_DEV_MODE=1 so their caches can be emptied); --router: one router per policy in
-    # front of those replicas (vllm-router --policy round_robin / consistent_hash):
-    ceb bench routing --priority-root http://127.0.0.1:8000 \\
-        --replica http://127.0.0.1:8001 --replica http://127.0.0.1:8002 --model M \\
-        --router round_robin=http://127.0.0.1:9001/v1 --router consistent_hash=http://127.0.0.1:9002/v1
-    # from a checkout, the tests' CPU build with their tiny random-weight model (needs .venv-vllm):
-    python benchmarks/tiny_vllm.py --server-arg=--scheduling-policy --server-arg=priority \\
-        --server-arg=--max-num-seqs --server-arg=2 -- routing --parts priority --priority-root {root0} --model {model}
-    python benchmarks/tiny_vllm.py --servers 2 --routers -- routing --parts affinity router \\
-        --replica {root0} --replica {root1} --model {model} \\
-        --router round_robin={router_round_robin} --router consistent_hash={router_consistent_hash}
+class RoutingBench(BenchSettings):
+    r"""Server-side priority, replica affinity and a router's policy on REAL vLLM servers (``ceb/bench/routing.py``).
 
-Prints the makespan with the priority forwarded and not; the makespan and prefix-cache hit rates with affinity
-routing and least-outstanding, and behind the router per policy; writes ``routing-<UTC>.json`` with the settings
-and the machine.
-"""
+        # --priority-root: a server started with --scheduling-policy priority and a small --max-num-seqs; --replica:
+        # two or more (VLLM_SERVER_DEV_MODE=1 so their caches can be emptied); --router: one router per policy in
+        # front of those replicas (vllm-router --policy round_robin / consistent_hash):
+        ceb bench routing --priority-root http://127.0.0.1:8000 \
+            --replica http://127.0.0.1:8001,http://127.0.0.1:8002 --model M \
+            --router round_robin=http://127.0.0.1:9001/v1,consistent_hash=http://127.0.0.1:9002/v1
+        # from a checkout, the tests' CPU build with their tiny random-weight model (needs .venv-vllm):
+        python benchmarks/tiny_vllm.py --server-arg=--scheduling-policy --server-arg=priority \
+            --server-arg=--max-num-seqs --server-arg=2 -- \
+            routing --parts priority --priority-root {root0} --model {model}
+        python benchmarks/tiny_vllm.py --servers 2 --routers -- routing --parts affinity,router \
+            --replica {root0},{root1} --model {model} \
+            --router round_robin={router_round_robin},consistent_hash={router_consistent_hash}
+
+    Prints the makespan with the priority forwarded and not; the makespan and prefix-cache hit rates with affinity
+    routing and least-outstanding, and behind the router per policy; writes ``routing-<UTC>.json`` with the settings
+    and the machine.
+    """
+
+    model: str
+    """The served model name."""
+    parts: tuple[Literal["priority", "affinity", "router"], ...] = ("priority", "affinity")
+    """The measurements run."""
+    priority_root: str | None = None
+    """A running server with --scheduling-policy priority (priority)."""
+    replica: tuple[str, ...] = ()
+    """Running replicas' root URLs (affinity, router)."""
+    router: tuple[str, ...] = ()
+    """POLICY=URL: each router's API root (router)."""
+    priority_concurrency: int = Field(64, ge=1)
+    """ceb's max_concurrency for priority."""
+    affinity_concurrency: int = Field(8, ge=1)
+    """ceb's max_concurrency per replica."""
+    long_steps: int = Field(48, ge=1)
+    """Steps of the long stream (priority)."""
+    short_lanes: int = Field(8, ge=0)
+    """One-trajectory streams beside it (priority)."""
+    streams: int = Field(4, ge=1)
+    """Bash streams scored (affinity)."""
+    trajectories: int = Field(4, ge=1)
+    """Trajectories kept per stream (affinity)."""
+    router_methods: tuple[str, ...] = ("static",)
+    """Methods scored (router)."""
+    router_streams: int = Field(7, ge=1)
+    """InterCode-Bash streams scored (router)."""
+    router_limit: int = Field(3, ge=1)
+    """Trajectories per stream (router)."""
+    shards: int = Field(2, ge=1)
+    """ceb score processes at once (router)."""
+    shard_concurrency: int = Field(8, ge=1)
+    """Each shard's requests in flight (router)."""
+    repeats: int = Field(2, ge=1)
+    """Runs per arm, arms alternated."""
+
+    @model_validator(mode="after")
+    def _parts_have_their_servers(self) -> RoutingBench:
+        if "priority" in self.parts and not self.priority_root:
+            raise ValueError("the priority part needs --priority-root")
+        if {"affinity", "router"} & set(self.parts) and len(self.replica) < 2:
+            raise ValueError("the affinity and router parts need two --replica roots or more")
+        if "router" in self.parts and {r.split("=", 1)[0] for r in self.router} != set(ROUTER_ARMS):
+            raise ValueError(f"the router part needs one --router POLICY=URL for each of {', '.join(ROUTER_ARMS)}")
+        return self
 
 
-async def _bench(args: argparse.Namespace, work: Path) -> RoutingResult:
+async def _bench(args: RoutingBench, work: Path) -> RoutingResult:
     every = load_intercode_streams(args.intercode, work / "streams", datasets=("bash",))
     settings = RoutingBenchSettings(
         repeats=args.repeats,
@@ -532,6 +567,7 @@ async def _bench(args: argparse.Namespace, work: Path) -> RoutingResult:
     priority = affinity = router = None
     if "priority" in args.parts:
         streams = mixed_workload(every, settings.long_steps, settings.short_lanes)
+        assert args.priority_root is not None  # RoutingBench checks it
         priority = await run_priority_bench(streams, args.priority_root, args.model, settings, work / "priority")
         print_comparison("priority", priority, 3)
     if "affinity" in args.parts:
@@ -542,7 +578,7 @@ async def _bench(args: argparse.Namespace, work: Path) -> RoutingResult:
         converted = convert_intercode(args.intercode, work / "router-streams", datasets=("bash",))
         paths = [c.path for c in converted][: args.router_streams]
         knobs = RouterBenchSettings(
-            methods=tuple(args.router_methods.split(",")),
+            methods=args.router_methods,
             limit=args.router_limit,
             shards=args.shards,
             max_concurrency=args.shard_concurrency,
@@ -554,33 +590,7 @@ async def _bench(args: argparse.Namespace, work: Path) -> RoutingResult:
     return RoutingResult(priority, affinity, router)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``ceb bench routing``: the parts asked for, and save the figures (``--help`` lists options)."""
-    ap = bench_parser("routing", _HELP)
-    ap.add_argument("--priority-root", help="a running server with --scheduling-policy priority (priority)")
-    ap.add_argument("--replica", action="append", default=[], help="a running replica's root URL (repeat it)")
-    ap.add_argument("--router", action="append", default=[], help="POLICY=URL: a router's API root (repeat it)")
-    ap.add_argument("--model", required=True, help="the served model name")
-    parts = ["priority", "affinity", "router"]
-    ap.add_argument("--parts", nargs="+", default=parts[:2], choices=parts, help="the measurements run")
-    ap.add_argument("--priority-concurrency", type=int, default=64, help="ceb's max_concurrency for priority")
-    ap.add_argument("--affinity-concurrency", type=int, default=8, help="ceb's max_concurrency per replica")
-    ap.add_argument("--long-steps", type=int, default=48, help="steps of the long stream (priority)")
-    ap.add_argument("--short-lanes", type=int, default=8, help="one-trajectory streams beside it (priority)")
-    ap.add_argument("--streams", type=int, default=4, help="bash streams scored (affinity)")
-    ap.add_argument("--trajectories", type=int, default=4, help="trajectories kept per stream (affinity)")
-    ap.add_argument("--router-methods", default="static", help="comma-separated methods scored (router)")
-    ap.add_argument("--router-streams", type=int, default=7, help="InterCode-Bash streams scored (router)")
-    ap.add_argument("--router-limit", type=int, default=3, help="trajectories per stream (router)")
-    ap.add_argument("--shards", type=int, default=2, help="ceb score processes at once (router)")
-    ap.add_argument("--shard-concurrency", type=int, default=8, help="each shard's requests in flight (router)")
-    ap.add_argument("--repeats", type=int, default=2, help="runs per arm, arms alternated")
-    args = ap.parse_args(argv)
-    if "priority" in args.parts and not args.priority_root:
-        ap.error("the priority part needs --priority-root")
-    if {"affinity", "router"} & set(args.parts) and len(args.replica) < 2:
-        ap.error("the affinity and router parts need two --replica roots or more")
-    if "router" in args.parts and {r.split("=", 1)[0] for r in args.router} != set(ROUTER_ARMS):
-        ap.error(f"the router part needs one --router POLICY=URL for each of {', '.join(ROUTER_ARMS)}")
+def main(args: RoutingBench) -> int:
+    """``ceb bench routing``: the parts asked for, and save the figures."""
     shared = {"shared": "the machine was shared with other jobs during the run"}
     return run_and_save("routing", _bench, args, machine=machine_info() | shared)
