@@ -223,14 +223,14 @@ async def _bench(args: EngineBench, work: Path) -> EngineResult:
             backend={"structured_output": "vllm", "preflight": True},
         )
         http = await run_arm("http", streams, cfg, work / f"http-{r}")
-        engine = {"name": "vllm", "structured_output": "vllm", "engine": engine_flags}
+        in_process = {"name": "vllm", "structured_output": "vllm", "engine": engine_flags}
         cfg = bench_config(
             None,
             args.model_path or args.model,
             args.methods,
             votes=args.votes,
             concurrency=args.concurrency,
-            backend=engine,
+            backend=in_process,
         )
         engine = await run_arm("engine", streams, cfg, work / f"engine-{r}")
         for arm in (http, engine):

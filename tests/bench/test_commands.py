@@ -11,10 +11,9 @@ from pathlib import Path
 
 import orjson
 import pytest
-
-import ceb
 from typer.testing import CliRunner
 
+import ceb
 from ceb.bench.commands import BENCHMARKS, SUMMARIES
 from ceb.cli import app
 from tests.support.paths import INTERCODE
