@@ -79,7 +79,8 @@ def _option(name: str, field: FieldInfo) -> inspect.Parameter:
         default = orjson.dumps(default).decode()
     flag = "--" + name.replace("_", "-")
     decls = (f"{flag}/--no-{flag[2:]}",) if annotation is bool else (flag,)
-    option = typer.Option(*decls, help=help_text, show_default=True, **bounds)
+    computed = field.default_factory is not None  # e.g. a path found at run time: its help says what it is
+    option = typer.Option(*decls, help=help_text, show_default=not computed, **bounds)
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[shown, option])
 
 
