@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import aiohttp
 import anyio
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from ceb.backends.server_metrics import ServerMetrics
 from ceb.bench.machine import machine_info
@@ -44,18 +44,17 @@ from ceb.bench.server_admin import reset_prefix_cache, server_metrics
 from ceb.config import RunConfig
 from ceb.data.intercode import convert_intercode
 from ceb.data.trajectory import Trajectory
+from ceb.errors import ConfigError
 from ceb.pipeline import run_scoring
 from ceb.pipeline.rundir import RunDir
 
 __all__ = [
     "ROUTER_ARMS",
-    "RouterBenchSettings",
     "ArmMean",
     "ArmRun",
     "Comparison",
     "ReplicaCache",
     "RoutingBench",
-    "RoutingBenchSettings",
     "RoutingResult",
     "affinity_workload",
     "cache_deltas",
@@ -66,34 +65,6 @@ __all__ = [
     "run_priority_bench",
     "run_router_bench",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class RoutingBenchSettings:
-    """The knobs of both measurements.
-
-    Attributes:
-        repeats: Runs per arm (arms alternate: off, on, off, on, ...).
-        priority_methods: Methods of the priority measurement (``static``: one critic request per step, so a
-            lane is exactly a chain of requests).
-        priority_concurrency: ``backend.max_concurrency`` there; keep it well above the server's ``max_num_seqs``.
-        long_steps: Steps of the long stream (its trajectories taken in order until this many).
-        short_lanes: Short streams (one trajectory each) beside it.
-        affinity_methods: Methods of the affinity measurement.
-        affinity_concurrency: ``backend.max_concurrency`` per replica there.
-        votes: ``V`` for bank methods.
-        structured_output: The backend's structured-output mode.
-    """
-
-    repeats: int = 2
-    priority_methods: tuple[str, ...] = ("static",)
-    priority_concurrency: int = 64
-    long_steps: int = 48
-    short_lanes: int = 8
-    affinity_methods: tuple[str, ...] = ("ceb", "static")
-    affinity_concurrency: int = 8
-    votes: int = 3
-    structured_output: str = "vllm"
 
 
 def mixed_workload(
@@ -210,7 +181,7 @@ class Comparison:
         better: The arm with the shorter mean makespan.
     """
 
-    settings: RoutingBenchSettings | RouterBenchSettings
+    settings: RoutingBench
     streams: dict[str, int] | tuple[str, ...]
     runs: tuple[ArmRun, ...]
     arms: dict[str, ArmMean]
@@ -251,7 +222,7 @@ def cache_deltas(
 
 
 def compare(
-    settings: RoutingBenchSettings | RouterBenchSettings,
+    settings: RoutingBench,
     streams: dict[str, int] | tuple[str, ...],
     runs: Sequence[ArmRun],
     arms: Sequence[str],
@@ -290,7 +261,7 @@ def print_comparison(name: str, c: Comparison, width: int) -> None:
 
 
 async def run_priority_bench(
-    streams: Mapping[str, Sequence[Trajectory]], root: str, model: str, settings: RoutingBenchSettings, work: Path
+    streams: Mapping[str, Sequence[Trajectory]], root: str, model: str, settings: RoutingBench, work: Path
 ) -> Comparison:
     """Makespan of ``streams`` with ``backend.server_priority`` ``off`` and ``on``, alternated ``repeats`` times.
 
@@ -331,7 +302,7 @@ async def run_affinity_bench(
     streams: Mapping[str, Sequence[Trajectory]],
     roots: Sequence[str],
     model: str,
-    settings: RoutingBenchSettings,
+    settings: RoutingBench,
     work: Path,
 ) -> Comparison:
     """Makespan and prefix-cache hit rates with ``backend.routing`` ``least_outstanding`` and ``affinity``.
@@ -383,27 +354,8 @@ ROUTER_ARMS = ("round_robin", "consistent_hash")
 _CLI = "from ceb.cli import main; main()"
 
 
-@dataclass(frozen=True, slots=True)
-class RouterBenchSettings:
-    """The knobs of one measurement.
-
-    Attributes:
-        methods: Methods scored (``static``: one critic request per step; ``ceb`` adds bank prompts and votes).
-        limit: Trajectories scored per stream (``ceb score --limit``).
-        shards: ``ceb score`` processes run at once (``--shard i/N``).
-        max_concurrency: ``backend.max_concurrency`` of each process (its requests in flight to the router).
-        repeats: Runs per arm, arms alternated (ABBA: odd-numbered repeats run ``consistent_hash`` first).
-    """
-
-    methods: tuple[str, ...] = ("static",)
-    limit: int = 3
-    shards: int = 2
-    max_concurrency: int = 8
-    repeats: int = 2
-
-
 def _shards(
-    streams: Sequence[Path], base_url: str, model: str, settings: RouterBenchSettings, work: Path
+    streams: Sequence[Path], base_url: str, model: str, settings: RoutingBench, work: Path
 ) -> tuple[float, int, int]:
     """Run the ``settings.shards`` shard processes at once; the makespan (s), steps scored and steps failed.
 
@@ -411,8 +363,9 @@ def _shards(
         RuntimeError: A shard exited non-zero (the message ends with its output's tail).
     """
     runs = [work / f"shard-{i}" for i in range(settings.shards)]
-    common = ["--backend", "openai", "--base-url", base_url, "--model", model, "--methods", ",".join(settings.methods)]
-    common += ["--limit", str(settings.limit), "--max-concurrency", str(settings.max_concurrency)]
+    common = ["--backend", "openai", "--base-url", base_url, "--model", model]
+    common += ["--methods", ",".join(settings.router_methods), "--limit", str(settings.router_limit)]
+    common += ["--max-concurrency", str(settings.shard_concurrency)]
     logs = [work / f"shard-{i}.log" for i in range(settings.shards)]
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -436,7 +389,7 @@ async def run_router_bench(
     routers: Mapping[str, str],
     roots: Sequence[str],
     model: str,
-    settings: RouterBenchSettings,
+    settings: RoutingBench,
     work: Path,
 ) -> Comparison:
     """Makespan and prefix-cache hit rates behind ``vllm-router`` under ``round_robin`` and ``consistent_hash``.
@@ -542,55 +495,54 @@ class RoutingBench(BenchSettings):
     shard_concurrency: int = Field(8, ge=1)
     """Each shard's requests in flight (router)."""
     repeats: int = Field(2, ge=1)
-    """Runs per arm, arms alternated."""
+    """Runs per arm, arms alternated (the router's in ABBA order: odd repeats run consistent_hash first)."""
+    priority_methods: tuple[str, ...] = ("static",)
+    """Methods of the priority part (static: one critic request per step, so a lane is a chain of requests)."""
+    affinity_methods: tuple[str, ...] = ("ceb", "static")
+    """Methods of the affinity part."""
+    votes: int = Field(3, ge=1)
+    """Hindsight votes V of the bank methods."""
+    structured_output: str = "vllm"
+    """The backend's structured-output mode."""
 
-    @model_validator(mode="after")
-    def _parts_have_their_servers(self) -> RoutingBench:
-        if "priority" in self.parts and not self.priority_root:
-            raise ValueError("the priority part needs --priority-root")
-        if {"affinity", "router"} & set(self.parts) and len(self.replica) < 2:
-            raise ValueError("the affinity and router parts need two --replica roots or more")
-        if "router" in self.parts and {r.split("=", 1)[0] for r in self.router} != set(ROUTER_ARMS):
-            raise ValueError(f"the router part needs one --router POLICY=URL for each of {', '.join(ROUTER_ARMS)}")
-        return self
+
+def _check_parts(args: RoutingBench) -> None:
+    """Refuse a part without the servers it measures."""
+    if "priority" in args.parts and not args.priority_root:
+        raise ConfigError("the priority part needs --priority-root")
+    if {"affinity", "router"} & set(args.parts) and len(args.replica) < 2:
+        raise ConfigError("the affinity and router parts need two --replica roots or more")
+    if "router" in args.parts and {r.split("=", 1)[0] for r in args.router} != set(ROUTER_ARMS):
+        raise ConfigError(f"the router part needs one --router POLICY=URL for each of {', '.join(ROUTER_ARMS)}")
 
 
 async def _bench(args: RoutingBench, work: Path) -> RoutingResult:
     every = load_intercode_streams(args.intercode, work / "streams", datasets=("bash",))
-    settings = RoutingBenchSettings(
-        repeats=args.repeats,
-        long_steps=args.long_steps,
-        short_lanes=args.short_lanes,
-        priority_concurrency=args.priority_concurrency,
-        affinity_concurrency=args.affinity_concurrency,
-    )
     priority = affinity = router = None
     if "priority" in args.parts:
-        streams = mixed_workload(every, settings.long_steps, settings.short_lanes)
-        assert args.priority_root is not None  # RoutingBench checks it
-        priority = await run_priority_bench(streams, args.priority_root, args.model, settings, work / "priority")
+        streams = mixed_workload(every, args.long_steps, args.short_lanes)
+        assert args.priority_root is not None  # _check_parts
+        priority = await run_priority_bench(streams, args.priority_root, args.model, args, work / "priority")
         print_comparison("priority", priority, 3)
     if "affinity" in args.parts:
         streams = affinity_workload(every, args.streams, args.trajectories)
-        affinity = await run_affinity_bench(streams, args.replica, args.model, settings, work / "affinity")
+        affinity = await run_affinity_bench(streams, args.replica, args.model, args, work / "affinity")
         print_comparison("affinity", affinity, 17)
     if "router" in args.parts:
         converted = convert_intercode(args.intercode, work / "router-streams", datasets=("bash",))
         paths = [c.path for c in converted][: args.router_streams]
-        knobs = RouterBenchSettings(
-            methods=args.router_methods,
-            limit=args.router_limit,
-            shards=args.shards,
-            max_concurrency=args.shard_concurrency,
-            repeats=args.repeats,
-        )
         routers = dict(r.split("=", 1) for r in args.router)
-        router = await run_router_bench(paths, routers, args.replica, args.model, knobs, work / "router")
+        router = await run_router_bench(paths, routers, args.replica, args.model, args, work / "router")
         print_comparison("router", router, 15)
     return RoutingResult(priority, affinity, router)
 
 
 def main(args: RoutingBench) -> int:
-    """``ceb bench routing``: the parts asked for, and save the figures."""
+    """``ceb bench routing``: the parts asked for, and save the figures.
+
+    Raises:
+        ConfigError: A part without its servers.
+    """
+    _check_parts(args)
     shared = {"shared": "the machine was shared with other jobs during the run"}
     return run_and_save("routing", _bench, args, machine=machine_info() | shared)
