@@ -34,10 +34,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ceb, not another install's
 
+from benchmarks._cli import bench_parser
 from ceb.bank import Bank, BankRecord, IncrementalTfidf, TfidfReference, class_split_topk
 from ceb.bench.bank_policies import REPLAY_RULE, Latency, grow, load_sql_trajectories
 from ceb.bench.machine import machine_info
-from ceb.bench.options import bench_parser
 from ceb.bench.result_files import save_results
 from ceb.logs import configure_logging
 

@@ -33,9 +33,9 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ceb, not another install's
 
+from benchmarks._cli import bench_parser
 from ceb.bench.bank_policies import Policy, Setting
 from ceb.bench.machine import machine_info
-from ceb.bench.options import bench_parser
 from ceb.bench.processes import run_fresh_many
 from ceb.bench.result_files import save_results
 from ceb.config import load_config

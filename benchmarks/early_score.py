@@ -33,8 +33,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ceb and tests.support
 
+from benchmarks._cli import bench_parser
 from ceb.backends.base import EndpointLimits
-from ceb.bench.options import bench_parser, load_intercode_streams, run_and_save
+from ceb.bench.options import load_intercode_streams, run_and_save
 from ceb.bench.stats import summarize
 from ceb.config import RunConfig, load_config
 from ceb.data.trajectory import Trajectory

@@ -40,10 +40,10 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ceb, not another install's
 
+from benchmarks._cli import bench_parser
 from ceb.bank import BankJournal, BankRecord
 from ceb.bank.random_retriever import RandomRetriever
 from ceb.bench.machine import machine_info
-from ceb.bench.options import bench_parser
 from ceb.bench.result_files import save_results
 from ceb.config import RunConfig, load_config
 from ceb.data.trajectory import Step, Trajectory

@@ -30,8 +30,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ceb, not another install's
 
+from benchmarks._cli import bench_parser
 from ceb.bench.machine import machine_info
-from ceb.bench.options import bench_parser
 from ceb.bench.result_files import save_results
 
 __all__ = ["main", "time_sizes", "write_trajectory"]

@@ -40,12 +40,13 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ceb, not another install's
 
+from benchmarks._cli import bench_parser
 from ceb.backends.base import AttemptRecord
 from ceb.bench.machine import machine_info
-from ceb.bench.options import bench_parser, load_intercode_streams
+from ceb.bench.options import bench_config, load_intercode_streams
 from ceb.bench.processes import sim_process, sim_stats
 from ceb.bench.result_files import save_results
-from ceb.bench.scale import run_config, timed_scoring
+from ceb.bench.scale import timed_scoring
 from ceb.bench.stats import summarize
 from ceb.config import RunConfig
 from ceb.data import Trajectory
@@ -84,12 +85,12 @@ class PipelineSettings:
 def _config(url: str, settings: PipelineSettings, *, concurrency: int, lanes: int, orders: int) -> RunConfig:
     # Every order asked, as in the figures recorded before static's rows were copied between orders
     # (ceb.pipeline.reuse): the workload stays 28 ordered streams each with CEB and static.
-    return run_config(
+    return bench_config(
         url,
-        settings.sim,
+        settings.sim.model,
         settings.methods,
         concurrency=concurrency,
-        lanes=lanes,
+        max_active_lanes=lanes,
         orders=orders,
         votes=settings.votes,
         reuse_bank_free=False,
@@ -238,7 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         work = Path(tmp)
         streams = load_intercode_streams(args.intercode, work / "streams")
         base = PipelineSettings(trajectories=args.trajectories, orders=args.orders, port=args.port or None)
-        settings = replace(base, sim=replace(base.sim, max_num_seqs=args.max_num_seqs, time_scale=args.time_scale))
+        sim = base.sim.model_copy(update={"max_num_seqs": args.max_num_seqs, "time_scale": args.time_scale})
+        settings = replace(base, sim=sim)
         result = run_pipeline_bench(streams, settings, work)
     doc = {"benchmark": "pipeline", "target": PIPELINE_TARGET, **result, "machine": machine_info()}
     c, lb, naive = result["concurrent"], result["lower_bound"], result["naive"]

@@ -28,8 +28,8 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ceb, not another install's
 
+from benchmarks._cli import bench_parser
 from ceb.bench.machine import machine_info
-from ceb.bench.options import bench_parser
 from ceb.bench.processes import sim_process
 from ceb.bench.result_files import save_results
 from ceb.bench.scale import timed_scoring

@@ -35,7 +35,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ceb and tests.support
 
-from ceb.bench.commands import run
+from ceb.cli import app
 from tests.support import real_model, tiny_model, vllm_router, vllm_server
 
 TINY_ENGINE: dict[str, Any] = {
@@ -95,7 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             log = args.logs / f"router-{policy}.log"
             router = stack.enter_context(vllm_router.serve_router(roots, log, policy=policy))
             place[f"router_{policy}"] = router.base_url
-        return run(bench[0], [a.format(**place) for a in bench[1:]])
+        try:
+            app(["bench", bench[0], *(a.format(**place) for a in bench[1:])], prog_name="ceb")
+        except SystemExit as exc:  # click ends every run with one
+            return int(exc.code or 0)
+        return 0
 
 
 if __name__ == "__main__":

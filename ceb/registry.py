@@ -193,8 +193,13 @@ class Registry(Generic[T]):
         entry = self._entries.get(name)
         return [] if entry is None else [m for m in entry.requires if importlib.util.find_spec(m) is None]
 
-    def get(self, name: str) -> T:
+    def get(self, name: str, *, check: bool = True) -> T:
         """Resolve ``name``.
+
+        Args:
+            name: A registered name.
+            check: Refuse when a module of ``requires`` is missing; ``False`` imports the target anyway (a command
+                whose module defers its extra's imports shows its help without the extra).
 
         Raises:
             ConfigError: Unknown name (lists the known ones), or its optional dependency is not installed
@@ -204,13 +209,13 @@ class Registry(Generic[T]):
         entry = self._entries.get(name)
         if entry is None:
             self._unknown(name)
-        if not isinstance(entry.target, str):
-            return entry.target
-        lacking = self.missing(name)
+        lacking = self.missing(name) if check else []
         if lacking:
             raise ConfigError(
                 f"{self.kind} {name!r} needs {', '.join(lacking)}, which is not installed{_install_hint(entry.extra)}"
             )
+        if not isinstance(entry.target, str):
+            return entry.target
         obj: T = import_path(entry.target, what=f"{self.kind} {name!r}", extra=entry.extra)
         entry.target = obj
         return obj

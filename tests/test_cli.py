@@ -246,10 +246,10 @@ def test_bench_help_lists_every_benchmark_and_each_shows_its_own_options() -> No
     for name in BENCHMARKS.names():  # every registered benchmark is listed
         assert f"  {name} " in listing, listing
     own = runner.invoke(app, ["bench", "client", "--help"])
-    assert own.exit_code == 0 and "--port PORT" in own.output and "--requests" in own.output
+    assert own.exit_code == 0 and "--port" in own.output and "--requests" in own.output
     routing = runner.invoke(app, ["bench", "routing", "--help"])
-    assert routing.exit_code == 0 and "--router ROUTER" in routing.output and "--priority-root" in routing.output
+    assert routing.exit_code == 0 and "--router" in routing.output and "--priority-root" in routing.output
     prefix = runner.invoke(app, ["bench", "prefix-cache", "--help"])
-    assert prefix.exit_code == 0 and "--proxy-port" in prefix.output and "--root ROOT" in prefix.output
+    assert prefix.exit_code == 0 and "--proxy-port" in prefix.output and "--root" in prefix.output
     scale = runner.invoke(app, ["bench", "scale", "--help"])
     assert scale.exit_code == 0 and "--replicas" in scale.output and "--compare-gc" in scale.output

@@ -15,7 +15,6 @@ cap) was a study of issue 15, answered once in the checkout: ``python benchmarks
 
 from __future__ import annotations
 
-import argparse
 import gc
 import itertools
 import os
@@ -31,12 +30,12 @@ from typing import Any, Literal
 
 import numpy as np
 import orjson
+from pydantic import Field, field_validator
 
 from ceb.bank import Bank, BankJournal, BankRecord, IncrementalTfidf, agreement_flag
 from ceb.bench.machine import machine_info
-from ceb.bench.options import bench_parser
+from ceb.bench.options import BenchSettings, finish
 from ceb.bench.processes import run_fresh_many
-from ceb.bench.result_files import save_results
 from ceb.bench.stats import summarize
 from ceb.config import BankConfig, PromptConfig
 from ceb.data import Trajectory, convert_intercode, read_stream
@@ -44,6 +43,7 @@ from ceb.logs import configure_logging
 from ceb.stages.templates import clip
 
 __all__ = [
+    "BankPoliciesBench",
     "GOALS",
     "REPLAY_RULE",
     "UNCAPPED_1M_GOALS",
@@ -640,40 +640,53 @@ def plot(scale: Sequence[ScaleResult], stem: str | Path) -> Path:
     return save_figure(fig, Path(stem))[0]
 
 
-_HELP = """Bounded banks: query, update, memory and file size against the records streamed in, per policy and cap.
-
-    ceb bench bank-policies --sizes 10000 100000 1000000 --scale-settings none window:20000 reservoir:20000
-
-A bank fed real or replayed InterCode-SQL records (10k, 100k, 1M), uncapped and under each cap, each measurement
-in a fresh process so its peak memory is its own. Prints a Markdown table and the goals checked, and writes
-``bank-policies-<UTC timestamp>.json`` and a PNG of the same name into ``--out``. See ``ceb/bench/bank_policies.py``
-for what each figure measures; what a cap does to calibration is ``python benchmarks/bank_quality.py`` (checkout).
-"""
-
-
 def _scale_setting(text: str) -> Setting:
     """``none``, ``window:20000`` or ``reservoir:20000`` (the cap over both classes: 10k per class)."""
     policy, _, cap = text.partition(":")
-    if policy not in ("none", "window", "reservoir"):
-        raise argparse.ArgumentTypeError(f"settings are none, window:<cap> or reservoir:<cap>, not {text!r}")
+    if policy not in ("none", "window", "reservoir") or not (cap.isdigit() or (not cap and policy == "none")):
+        raise ValueError(f"settings are none, window:<cap> or reservoir:<cap>, not {text!r}")
     return Setting(policy, int(cap) if cap else None)  # type: ignore[arg-type]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``ceb bench bank-policies``: every (size, setting), each measurement in a fresh process (``--help``)."""
-    ap = bench_parser("bank-policies", _HELP)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000], help="records streamed")
-    ap.add_argument(
-        "--scale-settings", type=_scale_setting, nargs="+", default=["none", "window:20000", "reservoir:20000"]
-    )
-    ap.add_argument("--queries", type=int, default=200, help="query keys timed")
-    ap.add_argument("--k", type=int, default=2, help="records per class retrieved (paper: 2)")
-    ap.add_argument("--updates", type=int, default=50, help="trajectories added one at a time, timed")
-    ap.add_argument("--chunk", type=int, default=10_000, help="records per bulk update while streaming in")
-    ap.add_argument("--seed", type=int, default=0, help="query sampling seed")
-    ap.add_argument("--scale-timeout-s", type=float, default=1800.0, help="kill one measurement after this")
-    args = ap.parse_args(argv)
-    settings = [s if isinstance(s, Setting) else _scale_setting(s) for s in args.scale_settings]
+class BankPoliciesBench(BenchSettings):
+    """Bounded banks: query, update, memory and file size against the records streamed in, per policy and cap.
+
+        ceb bench bank-policies --sizes 10000,100000,1000000 --scale-settings none,window:20000,reservoir:20000
+
+    A bank fed real or replayed InterCode-SQL records (10k, 100k, 1M), uncapped and under each cap, each measurement
+    in a fresh process so its peak memory is its own. Prints a Markdown table and the goals checked, and writes
+    ``bank-policies-<UTC timestamp>.json`` and a PNG of the same name into ``--out``. See ``ceb/bench/bank_policies.py``
+    for what each figure measures; what a cap does to calibration is ``python benchmarks/bank_quality.py`` (checkout).
+    """
+
+    sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000)
+    """Records streamed in."""
+    scale_settings: tuple[str, ...] = ("none", "window:20000", "reservoir:20000")
+    """Bank policies: none, window:<cap> or reservoir:<cap>."""
+    queries: int = Field(200, ge=1)
+    """Query keys timed."""
+    k: int = Field(2, ge=1)
+    """Records per class retrieved (paper: 2)."""
+    updates: int = Field(50, ge=0)
+    """Trajectories added one at a time, timed."""
+    chunk: int = Field(10_000, ge=1)
+    """Records per bulk update while streaming in."""
+    seed: int = 0
+    """Query sampling seed."""
+    scale_timeout_s: float = Field(1800.0, gt=0)
+    """Kill one measurement after this many seconds."""
+
+    @field_validator("scale_settings")
+    @classmethod
+    def _known_settings(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for text in value:
+            _scale_setting(text)
+        return value
+
+
+def main(args: BankPoliciesBench) -> int:
+    """``ceb bench bank-policies``: every (size, setting), each measurement in a fresh process."""
+    settings = [_scale_setting(s) for s in args.scale_settings]
     configure_logging("warning")
     started = time.perf_counter()
     specs = [
@@ -713,9 +726,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         round(time.perf_counter() - started, 1),
         DATA,
     )
-    save_results(args.out, "bank-policies", result, machine, path=path)
-    print(f"{result.table}\n\nkeys: {REPLAY_RULE}\nchecks: {orjson.dumps(result.checks).decode()}")
-    for failure in failures:
-        print(f"FAILED: {failure['spec']['size']} {failure['spec']['setting']}: {failure['error'][-300:]}")
-    print(f"goals: {GOALS}\nwrote {path} and {png} ({result.wall_s} s)")
-    return 0
+    lines = [
+        f"{result.table}\n\nkeys: {REPLAY_RULE}\nchecks: {orjson.dumps(result.checks).decode()}",
+        *(f"FAILED: {f['spec']['size']} {f['spec']['setting']}: {f['error'][-300:]}" for f in failures),
+        f"goals: {GOALS}\nfigure {png} ({result.wall_s} s)",
+    ]
+    return finish(args, "bank-policies", result, lines, machine=machine, path=path)

@@ -1,22 +1,23 @@
-"""Every installed benchmark by name (``ceb bench NAME``): its command line's ``main(argv)`` and what it measures.
+"""Every installed benchmark by name (``ceb bench NAME``): its ``main(settings)`` and what it measures.
 
 These are tools a user runs against their own deployment or data; proofs of past fixes and one-off studies live in
-the checkout's ``benchmarks/`` (``python benchmarks/NAME.py``). Each module owns its arguments (``ceb bench NAME
---help``) and writes its results under ``./benchmarks/results`` unless given ``--out``; none needs a checkout.
-Adding a benchmark is its module's ``main`` plus one :func:`_benchmark` line here.
+the checkout's ``benchmarks/`` (``python benchmarks/NAME.py``). A benchmark's settings are a pydantic model
+(:class:`~ceb.bench.options.BenchSettings` and its fields); ``ceb bench NAME`` has one option per field
+(:mod:`ceb.cli.bench`), and the results go under ``./benchmarks/results`` unless given ``--out``; none needs a
+checkout. Adding a benchmark is its module's settings and ``main`` plus one :func:`_benchmark` line here.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from typing import Any
 
 from ceb.registry import Registry
 
-__all__ = ["BENCHMARKS", "SUMMARIES", "run"]
+__all__ = ["BENCHMARKS", "SUMMARIES"]
 
-BenchMain = Callable[[Sequence[str] | None], int]
-"""A benchmark's command line: ``main(argv)`` -> exit status (argparse exits 0 on ``--help``, 2 on bad input)."""
+BenchMain = Callable[[Any], int]
+"""A benchmark: ``main(settings)`` -> exit status; ``settings`` annotated with its :class:`BenchSettings` model."""
 
 BENCHMARKS: Registry[BenchMain] = Registry("benchmark")
 """Benchmark name -> its ``main``, imported when chosen."""
@@ -76,27 +77,3 @@ _benchmark(
     "ceb's streamed client against `vllm bench serve` on the critic prompts of a static run: vLLM's metrics and "
     "the request-throughput ratio.",
 )
-
-
-def run(name: str, argv: Sequence[str] = ()) -> int:
-    """Run benchmark ``name`` with its command-line arguments ``argv``; return its exit status.
-
-    Args:
-        name: A registered name (:data:`BENCHMARKS`).
-        argv: Its arguments, e.g. ``["--help"]`` or ``["--sizes", "1000"]``.
-
-    Returns:
-        0 on success (and for ``--help``); argparse's 2 for bad arguments; 1 when the benchmark exits with a
-        message, which goes to stderr.
-
-    Raises:
-        ConfigError: Unknown name, or its module cannot be imported.
-    """
-    main = BENCHMARKS.get(name)
-    try:
-        return main(list(argv))
-    except SystemExit as exc:  # argparse's --help and usage errors, and a benchmark's own SystemExit("message")
-        if exc.code is None or isinstance(exc.code, int):
-            return exc.code or 0
-        print(exc.code, file=sys.stderr)
-        return 1

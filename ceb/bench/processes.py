@@ -20,7 +20,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +125,7 @@ def sim_replicas(
     counts = [len(range(i, replicas, processes)) for i in range(min(processes, replicas))]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _REPLICAS_SCRIPT, orjson.dumps(asdict(config)).decode(), str(n), str(port)],
+            [sys.executable, "-c", _REPLICAS_SCRIPT, config.model_dump_json(), str(n), str(port)],
             bufsize=0,  # unbuffered: a line read must not pull the next one out of select()'s sight
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

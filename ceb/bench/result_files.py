@@ -13,11 +13,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from pydantic import BaseModel
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 __all__ = ["save_results"]
+
+
+def _settings(value: Any) -> Any:
+    """A pydantic settings model inside a result (e.g. :class:`~ceb.sim.SimConfig`), as its fields."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    raise TypeError(f"cannot encode {type(value).__name__}")
 
 
 def save_results(
@@ -49,5 +57,5 @@ def save_results(
     doc = {"benchmark": kind, **fields} | ({"machine": dict(machine)} if machine is not None else {})
     out.mkdir(parents=True, exist_ok=True)
     path = path or out / f"{kind}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    path.write_bytes(orjson.dumps(doc, default=_settings, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
     return path

@@ -25,36 +25,36 @@ be emptied. From a checkout, ``python benchmarks/tiny_vllm.py`` starts the tests
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import anyio
+from pydantic import Field
 
 from ceb.backends.server_metrics import ServerMetrics
 from ceb.bench.machine import machine_info
-from ceb.bench.options import bench_parser, load_intercode_streams, run_and_save
+from ceb.bench.options import BenchSettings, bench_config, load_intercode_streams, run_and_save
 from ceb.bench.server_admin import reset_prefix_cache, server_metrics
-from ceb.config import RunConfig, load_config
+from ceb.config import RunConfig
 from ceb.data.intercode import convert_intercode
 from ceb.data.trajectory import Trajectory
+from ceb.errors import ConfigError
 from ceb.pipeline import run_scoring
 from ceb.pipeline.rundir import RunDir
 
 __all__ = [
     "ROUTER_ARMS",
-    "RouterBenchSettings",
     "ArmMean",
     "ArmRun",
     "Comparison",
     "ReplicaCache",
-    "RoutingBenchSettings",
+    "RoutingBench",
     "RoutingResult",
     "affinity_workload",
     "cache_deltas",
@@ -65,34 +65,6 @@ __all__ = [
     "run_priority_bench",
     "run_router_bench",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class RoutingBenchSettings:
-    """The knobs of both measurements.
-
-    Attributes:
-        repeats: Runs per arm (arms alternate: off, on, off, on, ...).
-        priority_methods: Methods of the priority measurement (``static``: one critic request per step, so a
-            lane is exactly a chain of requests).
-        priority_concurrency: ``backend.max_concurrency`` there; keep it well above the server's ``max_num_seqs``.
-        long_steps: Steps of the long stream (its trajectories taken in order until this many).
-        short_lanes: Short streams (one trajectory each) beside it.
-        affinity_methods: Methods of the affinity measurement.
-        affinity_concurrency: ``backend.max_concurrency`` per replica there.
-        votes: ``V`` for bank methods.
-        structured_output: The backend's structured-output mode.
-    """
-
-    repeats: int = 2
-    priority_methods: tuple[str, ...] = ("static",)
-    priority_concurrency: int = 64
-    long_steps: int = 48
-    short_lanes: int = 8
-    affinity_methods: tuple[str, ...] = ("ceb", "static")
-    affinity_concurrency: int = 8
-    votes: int = 3
-    structured_output: str = "vllm"
 
 
 def mixed_workload(
@@ -135,21 +107,7 @@ def affinity_workload(
 def _config(
     base_urls: Sequence[str], model: str, backend: Mapping[str, Any], methods: Sequence[str], votes: int
 ) -> RunConfig:
-    return load_config(
-        overrides={
-            "methods": list(methods),
-            "orders": 1,
-            "ceb": {"votes": votes},
-            "max_active_lanes": 256,
-            "backend": {
-                "name": "openai",
-                "base_url": list(base_urls),
-                "model": model,
-                "timeout_s": 900,
-                **backend,
-            },
-        }
-    )
+    return bench_config(base_urls, model, methods, votes=votes, timeout_s=900, backend=backend, max_active_lanes=256)
 
 
 async def _score(
@@ -223,7 +181,7 @@ class Comparison:
         better: The arm with the shorter mean makespan.
     """
 
-    settings: RoutingBenchSettings | RouterBenchSettings
+    settings: RoutingBench
     streams: dict[str, int] | tuple[str, ...]
     runs: tuple[ArmRun, ...]
     arms: dict[str, ArmMean]
@@ -264,7 +222,7 @@ def cache_deltas(
 
 
 def compare(
-    settings: RoutingBenchSettings | RouterBenchSettings,
+    settings: RoutingBench,
     streams: dict[str, int] | tuple[str, ...],
     runs: Sequence[ArmRun],
     arms: Sequence[str],
@@ -303,7 +261,7 @@ def print_comparison(name: str, c: Comparison, width: int) -> None:
 
 
 async def run_priority_bench(
-    streams: Mapping[str, Sequence[Trajectory]], root: str, model: str, settings: RoutingBenchSettings, work: Path
+    streams: Mapping[str, Sequence[Trajectory]], root: str, model: str, settings: RoutingBench, work: Path
 ) -> Comparison:
     """Makespan of ``streams`` with ``backend.server_priority`` ``off`` and ``on``, alternated ``repeats`` times.
 
@@ -344,7 +302,7 @@ async def run_affinity_bench(
     streams: Mapping[str, Sequence[Trajectory]],
     roots: Sequence[str],
     model: str,
-    settings: RoutingBenchSettings,
+    settings: RoutingBench,
     work: Path,
 ) -> Comparison:
     """Makespan and prefix-cache hit rates with ``backend.routing`` ``least_outstanding`` and ``affinity``.
@@ -396,27 +354,8 @@ ROUTER_ARMS = ("round_robin", "consistent_hash")
 _CLI = "from ceb.cli import main; main()"
 
 
-@dataclass(frozen=True, slots=True)
-class RouterBenchSettings:
-    """The knobs of one measurement.
-
-    Attributes:
-        methods: Methods scored (``static``: one critic request per step; ``ceb`` adds bank prompts and votes).
-        limit: Trajectories scored per stream (``ceb score --limit``).
-        shards: ``ceb score`` processes run at once (``--shard i/N``).
-        max_concurrency: ``backend.max_concurrency`` of each process (its requests in flight to the router).
-        repeats: Runs per arm, arms alternated (ABBA: odd-numbered repeats run ``consistent_hash`` first).
-    """
-
-    methods: tuple[str, ...] = ("static",)
-    limit: int = 3
-    shards: int = 2
-    max_concurrency: int = 8
-    repeats: int = 2
-
-
 def _shards(
-    streams: Sequence[Path], base_url: str, model: str, settings: RouterBenchSettings, work: Path
+    streams: Sequence[Path], base_url: str, model: str, settings: RoutingBench, work: Path
 ) -> tuple[float, int, int]:
     """Run the ``settings.shards`` shard processes at once; the makespan (s), steps scored and steps failed.
 
@@ -424,8 +363,9 @@ def _shards(
         RuntimeError: A shard exited non-zero (the message ends with its output's tail).
     """
     runs = [work / f"shard-{i}" for i in range(settings.shards)]
-    common = ["--backend", "openai", "--base-url", base_url, "--model", model, "--methods", ",".join(settings.methods)]
-    common += ["--limit", str(settings.limit), "--max-concurrency", str(settings.max_concurrency)]
+    common = ["--backend", "openai", "--base-url", base_url, "--model", model]
+    common += ["--methods", ",".join(settings.router_methods), "--limit", str(settings.router_limit)]
+    common += ["--max-concurrency", str(settings.shard_concurrency)]
     logs = [work / f"shard-{i}.log" for i in range(settings.shards)]
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -449,7 +389,7 @@ async def run_router_bench(
     routers: Mapping[str, str],
     roots: Sequence[str],
     model: str,
-    settings: RouterBenchSettings,
+    settings: RoutingBench,
     work: Path,
 ) -> Comparison:
     """Makespan and prefix-cache hit rates behind ``vllm-router`` under ``round_robin`` and ``consistent_hash``.
@@ -499,88 +439,110 @@ async def run_router_bench(
 
 # --- command line: ceb bench routing ------------------------------------------------------------------------
 
-_HELP = """Server-side priority, replica affinity and a router's policy on REAL vLLM servers (``ceb/bench/routing.py``).
 
-    # --priority-root: a server started with --scheduling-policy priority and a small --max-num-seqs; --replica:
-    # two or more (VLLM_SERVER_DEV_MODE=1 so their caches can be emptied); --router: one router per policy in
-    # front of those replicas (vllm-router --policy round_robin / consistent_hash):
-    ceb bench routing --priority-root http://127.0.0.1:8000 \\
-        --replica http://127.0.0.1:8001 --replica http://127.0.0.1:8002 --model M \\
-        --router round_robin=http://127.0.0.1:9001/v1 --router consistent_hash=http://127.0.0.1:9002/v1
-    # from a checkout, the tests' CPU build with their tiny random-weight model (needs .venv-vllm):
-    python benchmarks/tiny_vllm.py --server-arg=--scheduling-policy --server-arg=priority \\
-        --server-arg=--max-num-seqs --server-arg=2 -- routing --parts priority --priority-root {root0} --model {model}
-    python benchmarks/tiny_vllm.py --servers 2 --routers -- routing --parts affinity router \\
-        --replica {root0} --replica {root1} --model {model} \\
-        --router round_robin={router_round_robin} --router consistent_hash={router_consistent_hash}
+class RoutingBench(BenchSettings):
+    r"""Server-side priority, replica affinity and a router's policy on REAL vLLM servers (``ceb/bench/routing.py``).
 
-Prints the makespan with the priority forwarded and not; the makespan and prefix-cache hit rates with affinity
-routing and least-outstanding, and behind the router per policy; writes ``routing-<UTC>.json`` with the settings
-and the machine.
-"""
+        # --priority-root: a server started with --scheduling-policy priority and a small --max-num-seqs; --replica:
+        # two or more (VLLM_SERVER_DEV_MODE=1 so their caches can be emptied); --router: one router per policy in
+        # front of those replicas (vllm-router --policy round_robin / consistent_hash):
+        ceb bench routing --priority-root http://127.0.0.1:8000 \
+            --replica http://127.0.0.1:8001,http://127.0.0.1:8002 --model M \
+            --router round_robin=http://127.0.0.1:9001/v1,consistent_hash=http://127.0.0.1:9002/v1
+        # from a checkout, the tests' CPU build with their tiny random-weight model (needs .venv-vllm):
+        python benchmarks/tiny_vllm.py --server-arg=--scheduling-policy --server-arg=priority \
+            --server-arg=--max-num-seqs --server-arg=2 -- \
+            routing --parts priority --priority-root {root0} --model {model}
+        python benchmarks/tiny_vllm.py --servers 2 --routers -- routing --parts affinity,router \
+            --replica {root0},{root1} --model {model} \
+            --router round_robin={router_round_robin},consistent_hash={router_consistent_hash}
+
+    Prints the makespan with the priority forwarded and not; the makespan and prefix-cache hit rates with affinity
+    routing and least-outstanding, and behind the router per policy; writes ``routing-<UTC>.json`` with the settings
+    and the machine.
+    """
+
+    model: str
+    """The served model name."""
+    parts: tuple[Literal["priority", "affinity", "router"], ...] = ("priority", "affinity")
+    """The measurements run."""
+    priority_root: str | None = None
+    """A running server with --scheduling-policy priority (priority)."""
+    replica: tuple[str, ...] = ()
+    """Running replicas' root URLs (affinity, router)."""
+    router: tuple[str, ...] = ()
+    """POLICY=URL: each router's API root (router)."""
+    priority_concurrency: int = Field(64, ge=1)
+    """ceb's max_concurrency for priority."""
+    affinity_concurrency: int = Field(8, ge=1)
+    """ceb's max_concurrency per replica."""
+    long_steps: int = Field(48, ge=1)
+    """Steps of the long stream (priority)."""
+    short_lanes: int = Field(8, ge=0)
+    """One-trajectory streams beside it (priority)."""
+    streams: int = Field(4, ge=1)
+    """Bash streams scored (affinity)."""
+    trajectories: int = Field(4, ge=1)
+    """Trajectories kept per stream (affinity)."""
+    router_methods: tuple[str, ...] = ("static",)
+    """Methods scored (router)."""
+    router_streams: int = Field(7, ge=1)
+    """InterCode-Bash streams scored (router)."""
+    router_limit: int = Field(3, ge=1)
+    """Trajectories per stream (router)."""
+    shards: int = Field(2, ge=1)
+    """ceb score processes at once (router)."""
+    shard_concurrency: int = Field(8, ge=1)
+    """Each shard's requests in flight (router)."""
+    repeats: int = Field(2, ge=1)
+    """Runs per arm, arms alternated (the router's in ABBA order: odd repeats run consistent_hash first)."""
+    priority_methods: tuple[str, ...] = ("static",)
+    """Methods of the priority part (static: one critic request per step, so a lane is a chain of requests)."""
+    affinity_methods: tuple[str, ...] = ("ceb", "static")
+    """Methods of the affinity part."""
+    votes: int = Field(3, ge=1)
+    """Hindsight votes V of the bank methods."""
+    structured_output: str = "vllm"
+    """The backend's structured-output mode."""
 
 
-async def _bench(args: argparse.Namespace, work: Path) -> RoutingResult:
+def _check_parts(args: RoutingBench) -> None:
+    """Refuse a part without the servers it measures."""
+    if "priority" in args.parts and not args.priority_root:
+        raise ConfigError("the priority part needs --priority-root")
+    if {"affinity", "router"} & set(args.parts) and len(args.replica) < 2:
+        raise ConfigError("the affinity and router parts need two --replica roots or more")
+    if "router" in args.parts and {r.split("=", 1)[0] for r in args.router} != set(ROUTER_ARMS):
+        raise ConfigError(f"the router part needs one --router POLICY=URL for each of {', '.join(ROUTER_ARMS)}")
+
+
+async def _bench(args: RoutingBench, work: Path) -> RoutingResult:
     every = load_intercode_streams(args.intercode, work / "streams", datasets=("bash",))
-    settings = RoutingBenchSettings(
-        repeats=args.repeats,
-        long_steps=args.long_steps,
-        short_lanes=args.short_lanes,
-        priority_concurrency=args.priority_concurrency,
-        affinity_concurrency=args.affinity_concurrency,
-    )
     priority = affinity = router = None
     if "priority" in args.parts:
-        streams = mixed_workload(every, settings.long_steps, settings.short_lanes)
-        priority = await run_priority_bench(streams, args.priority_root, args.model, settings, work / "priority")
+        streams = mixed_workload(every, args.long_steps, args.short_lanes)
+        assert args.priority_root is not None  # _check_parts
+        priority = await run_priority_bench(streams, args.priority_root, args.model, args, work / "priority")
         print_comparison("priority", priority, 3)
     if "affinity" in args.parts:
         streams = affinity_workload(every, args.streams, args.trajectories)
-        affinity = await run_affinity_bench(streams, args.replica, args.model, settings, work / "affinity")
+        affinity = await run_affinity_bench(streams, args.replica, args.model, args, work / "affinity")
         print_comparison("affinity", affinity, 17)
     if "router" in args.parts:
         converted = convert_intercode(args.intercode, work / "router-streams", datasets=("bash",))
         paths = [c.path for c in converted][: args.router_streams]
-        knobs = RouterBenchSettings(
-            methods=tuple(args.router_methods.split(",")),
-            limit=args.router_limit,
-            shards=args.shards,
-            max_concurrency=args.shard_concurrency,
-            repeats=args.repeats,
-        )
         routers = dict(r.split("=", 1) for r in args.router)
-        router = await run_router_bench(paths, routers, args.replica, args.model, knobs, work / "router")
+        router = await run_router_bench(paths, routers, args.replica, args.model, args, work / "router")
         print_comparison("router", router, 15)
     return RoutingResult(priority, affinity, router)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``ceb bench routing``: the parts asked for, and save the figures (``--help`` lists options)."""
-    ap = bench_parser("routing", _HELP)
-    ap.add_argument("--priority-root", help="a running server with --scheduling-policy priority (priority)")
-    ap.add_argument("--replica", action="append", default=[], help="a running replica's root URL (repeat it)")
-    ap.add_argument("--router", action="append", default=[], help="POLICY=URL: a router's API root (repeat it)")
-    ap.add_argument("--model", required=True, help="the served model name")
-    parts = ["priority", "affinity", "router"]
-    ap.add_argument("--parts", nargs="+", default=parts[:2], choices=parts, help="the measurements run")
-    ap.add_argument("--priority-concurrency", type=int, default=64, help="ceb's max_concurrency for priority")
-    ap.add_argument("--affinity-concurrency", type=int, default=8, help="ceb's max_concurrency per replica")
-    ap.add_argument("--long-steps", type=int, default=48, help="steps of the long stream (priority)")
-    ap.add_argument("--short-lanes", type=int, default=8, help="one-trajectory streams beside it (priority)")
-    ap.add_argument("--streams", type=int, default=4, help="bash streams scored (affinity)")
-    ap.add_argument("--trajectories", type=int, default=4, help="trajectories kept per stream (affinity)")
-    ap.add_argument("--router-methods", default="static", help="comma-separated methods scored (router)")
-    ap.add_argument("--router-streams", type=int, default=7, help="InterCode-Bash streams scored (router)")
-    ap.add_argument("--router-limit", type=int, default=3, help="trajectories per stream (router)")
-    ap.add_argument("--shards", type=int, default=2, help="ceb score processes at once (router)")
-    ap.add_argument("--shard-concurrency", type=int, default=8, help="each shard's requests in flight (router)")
-    ap.add_argument("--repeats", type=int, default=2, help="runs per arm, arms alternated")
-    args = ap.parse_args(argv)
-    if "priority" in args.parts and not args.priority_root:
-        ap.error("the priority part needs --priority-root")
-    if {"affinity", "router"} & set(args.parts) and len(args.replica) < 2:
-        ap.error("the affinity and router parts need two --replica roots or more")
-    if "router" in args.parts and {r.split("=", 1)[0] for r in args.router} != set(ROUTER_ARMS):
-        ap.error(f"the router part needs one --router POLICY=URL for each of {', '.join(ROUTER_ARMS)}")
+def main(args: RoutingBench) -> int:
+    """``ceb bench routing``: the parts asked for, and save the figures.
+
+    Raises:
+        ConfigError: A part without its servers.
+    """
+    _check_parts(args)
     shared = {"shared": "the machine was shared with other jobs during the run"}
     return run_and_save("routing", _bench, args, machine=machine_info() | shared)

@@ -20,16 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import psutil
+from pydantic import Field
 
 from ceb.backends.base import AttemptRecord, ChatRequest
 from ceb.backends.scheduling import EndpointLimits
-from ceb.bench.machine import machine_info
-from ceb.bench.options import bench_parser, load_intercode_streams
+from ceb.bench.options import BenchSettings, bench_config, finish, load_intercode_streams
 from ceb.bench.processes import SimReplicas, sim_process, sim_replicas, sim_stats
-from ceb.bench.result_files import save_results
 from ceb.bench.stats import summarize
-from ceb.config import RunConfig, load_config
+from ceb.config import RunConfig
 from ceb.data import Trajectory
 from ceb.gc_tuning import quiet_gc
 from ceb.logs import configure_logging
@@ -41,6 +39,7 @@ from ceb.stages.assembly import build_stages
 from ceb.stages.critic import CRITIC_SCHEMA
 
 __all__ = [
+    "ClientBench",
     "ClientFigures",
     "ClientResult",
     "Extrapolation",
@@ -49,55 +48,19 @@ __all__ = [
     "Knee",
     "LoopLag",
     "PerStep",
+    "ScaleBench",
     "ScalePlan",
     "ScalePoint",
     "ScaleSettings",
     "client_main",
     "main",
     "run_client_bench",
-    "run_config",
     "run_scale_bench",
     "run_scale_point",
     "timed_scoring",
 ]
 
 _LAG_TICK_S = 0.05
-
-
-def run_config(
-    base_url: str | Sequence[str],
-    sim: SimConfig,
-    methods: Sequence[str],
-    *,
-    concurrency: int,
-    lanes: int,
-    orders: int,
-    votes: int = 5,
-    **more: Any,
-) -> RunConfig:
-    """A run of ``methods`` through backend ``openai`` at ``base_url`` (one per replica), serving ``sim.model``.
-
-    Args:
-        base_url: The simulators' API roots.
-        sim: Their load model (for the model name).
-        methods: Methods run on every stream.
-        concurrency: Requests in flight per endpoint.
-        lanes: ``max_active_lanes``.
-        orders: Stream orders per stream.
-        votes: CEB's hindsight votes ``V``.
-        more: Further top-level settings (e.g. ``max_trajectories``).
-    """
-    backend = {"name": "openai", "base_url": base_url, "model": sim.model, "max_concurrency": concurrency}
-    return load_config(
-        overrides={
-            "backend": backend | {"timeout_s": 600},
-            "methods": list(methods),
-            "ceb": {"votes": votes},
-            "max_active_lanes": lanes,
-            "orders": orders,
-            **more,
-        }
-    )
 
 
 async def timed_scoring(
@@ -240,7 +203,9 @@ def run_client_bench(
     with sim_process(sim, port=port) as url:
         # Every order asked (no copying of static's rows between orders, ceb.pipeline.reuse), as in the figures
         # recorded before such copies existed.
-        config = run_config(url, sim, ("static",), concurrency=concurrency, lanes=256, orders=2, reuse_bank_free=False)
+        config = bench_config(
+            url, sim.model, ("static",), concurrency=concurrency, max_active_lanes=256, orders=2, reuse_bank_free=False
+        )
         reqs = _critic_requests(streams, config, requests)
         wall, cpu = anyio.run(_blast, config, reqs)
         sdk_wall, sdk_cpu = anyio.run(_blast_sdk, url, sim.model, reqs, concurrency)
@@ -427,6 +392,8 @@ def _busy_s(cpus: set[int] | None) -> tuple[float, float]:
     Busy is everything but idle and iowait, whichever process ran: with this process pinned to a core, the core's
     busy share minus this process's CPU share is what other processes took from it.
     """
+    import psutil  # extra `bench`, checked by ceb.bench.commands before a run
+
     busy = total = 0.0
     for i, t in enumerate(psutil.cpu_times(percpu=True)):
         if cpus is None or i in cpus:
@@ -461,6 +428,8 @@ async def _snapshot(counts: _Counts, replicas: SimReplicas, own: set[int] | None
             ptok += s["prompt_tokens"]
             ctok += s["completion_tokens"]
         return busy, done, ptok, ctok
+
+    import psutil  # extra `bench`
 
     wall, t, c, core = time.perf_counter(), os.times(), counts.copy(), _busy_s(own)
     sim_cpu = sum(sum(psutil.Process(p).cpu_times()[:2]) for p in replicas.pids)  # user + system
@@ -555,12 +524,12 @@ def run_scale_point(
     orders = _orders(settings, len(streams), replicas)
     slots = settings.sim.max_num_seqs
     with sim_replicas(settings.sim, replicas, processes=settings.sim_processes, cpus=sim_cpus) as reps:
-        config = run_config(
-            list(reps.base_urls),
-            settings.sim,
+        config = bench_config(
+            reps.base_urls,
+            settings.sim.model,
             settings.methods,
             concurrency=slots,
-            lanes=len(streams) * orders * len(settings.methods),
+            max_active_lanes=len(streams) * orders * len(settings.methods),
             orders=orders,
             votes=settings.votes,
             max_trajectories=settings.max_trajectories,
@@ -698,25 +667,28 @@ def run_scale_bench(
 
 # --- command lines: ceb bench client, ceb bench scale ----------------------------------------------------------
 
-_CLIENT_HELP = """Requests/s and CPU per request and per step of ceb's client (and the openai SDK's), SIMULATED server.
 
-    ceb bench client --requests 3000
+class ClientBench(BenchSettings):
+    """Requests/s and CPU per request and per step of ceb's client (and the openai SDK's), SIMULATED server.
 
-The simulator runs at time_scale 0 (no service time), so what is measured is the client: the requests/s one process
-sustains through ceb's backend with real critic prompts, and CPU ms per request, next to the same requests sent
-with the openai SDK's client (the naive way); then client CPU ms per scored step of a whole `static` run (no
-retrieval, no bank: everything outside retrieval). Writes ``client-<UTC>.json`` with the settings and the machine.
-"""
+        ceb bench client --requests 3000
+
+    The simulator runs at time_scale 0 (no service time), so what is measured is the client: the requests/s one process
+    sustains through ceb's backend with real critic prompts, and CPU ms per request, next to the same requests sent
+    with the openai SDK's client (the naive way); then client CPU ms per scored step of a whole `static` run (no
+    retrieval, no bank: everything outside retrieval). Writes ``client-<UTC>.json`` with the settings and the machine.
+    """
+
+    port: int = Field(0, ge=0, le=65535)
+    """The simulator's port on 127.0.0.1 (0: a free one)."""
+    requests: int = Field(3000, ge=1)
+    """Requests sent at once."""
+    trajectories: int | None = Field(None, ge=1)
+    """Trajectories kept per stream for the per-step figure (default: every one)."""
 
 
-def client_main(argv: Sequence[str] | None = None) -> int:
-    """``ceb bench client``: :func:`run_client_bench` on the InterCode streams (``--help`` lists options)."""
-    ap = bench_parser("client", _CLIENT_HELP, sim_port=True)
-    ap.add_argument("--requests", type=int, default=3000, help="requests sent at once")
-    ap.add_argument(
-        "--trajectories", type=int, help="trajectories kept per stream for the per-step figure (default: every one)"
-    )
-    args = ap.parse_args(argv)
+def client_main(args: ClientBench) -> int:
+    """``ceb bench client``: :func:`run_client_bench` on the InterCode streams."""
     configure_logging("error")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -725,40 +697,14 @@ def client_main(argv: Sequence[str] | None = None) -> int:
             streams, work, requests=args.requests, port=args.port or None, trajectories=args.trajectories
         )
     ours, sdk, step = result.ceb_client, result.sdk_client, result.per_step
-    print(
+    lines = [
         f"ceb client: {ours.requests_per_s:.0f} req/s, {ours.cpu_ms_per_request:.3f} CPU ms/request; "
         f"openai SDK: {sdk.requests_per_s:.0f} req/s, {sdk.cpu_ms_per_request:.3f} CPU ms/request; "
-        f"ratio {result.ratio_requests_per_s:.1f}x"
-    )
-    print(
-        f"static run: {step.steps} steps, {step.steps_per_s:.0f} steps/s, {step.cpu_ms_per_step:.3f} client CPU ms/step"
-    )
-    print(f"saved {save_results(args.out, 'client', result, machine_info())}")
-    return 0
-
-
-_HELP = """Scale plan: how many SIMULATED replicas one `ceb` process keeps saturated, and where its CPU runs out.
-
-    ceb bench scale --replicas 1 2 4 8 16 32
-
-One `ceb` process (this one) runs the real InterCode pipeline (CEB and static, many orders) against R simulated
-replicas in child processes, pinned to other cores than this one when there are two or more, each with 15 slots
-and about 0.5 s per critic call (about 30 calls/s). The simulator is not a model: it stands for a vLLM replica's
-queueing and service times. Lanes grow with R (1.5 per replica slot), so a saturation under 1 means a CPU ran out
-(`ceb`'s or the simulators', both reported), not work. Per R, after a warm-up, over a measured window:
-
-    achieved      = critic and hindsight calls completed by `ceb` / window seconds
-    capacity      = R * max_num_seqs / mean service time (the simulator's own busy seconds per completed call)
-    saturation    = achieved / capacity   (equal to the replicas' slot utilisation)
-    ceb CPU       = this process's CPU seconds / window seconds (1.0 = one core; asyncio uses one)
-    CPU per call  = this process's CPU milliseconds / completed calls
-    loop lag      = how late a 50 ms sleep in `ceb`'s event loop wakes up (mean, p99, max)
-    core busy     = share of `ceb`'s pinned core busy with any process; busy minus `ceb` CPU is what other
-                    processes on a shared machine took from it
-
-Extrapolated to a core of its own, one process sustains 1000 / (CPU ms per call) calls/s, i.e. that over
---per-replica-calls-s replicas. Writes ``scale-<UTC>.json`` with the settings and the machine.
-"""
+        f"ratio {result.ratio_requests_per_s:.1f}x",
+        f"static run: {step.steps} steps, {step.steps_per_s:.0f} steps/s, "
+        f"{step.cpu_ms_per_step:.3f} client CPU ms/step",
+    ]
+    return finish(args, "client", result, lines)
 
 
 def _share(x: float | None) -> str:
@@ -778,31 +724,67 @@ def _print_point(p: ScalePoint) -> None:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``ceb bench scale``: :func:`run_scale_bench` over ``--replicas`` and save the figures (``--help``)."""
-    d = ScaleSettings()
-    ap = bench_parser("scale", _HELP)
-    ap.add_argument("--replicas", type=int, nargs="+", default=list(d.replicas), help="replica counts R")
-    ap.add_argument("--max-num-seqs", type=int, default=d.sim.max_num_seqs, help="slots per replica")
-    ap.add_argument("--time-scale", type=float, default=d.sim.time_scale, help="multiplies every service time")
-    ap.add_argument("--per-replica-calls-s", type=float, default=30.0, help="rate the extrapolation divides by")
-    ap.add_argument("--warmup-s", type=float, default=d.warmup_s, help="seconds before the window")
-    ap.add_argument("--window-s", type=float, default=d.window_s, help="seconds measured per R")
-    ap.add_argument("--max-trajectories", type=int, default=d.max_trajectories, help="per stream and order")
-    ap.add_argument("--sim-processes", type=int, default=d.sim_processes, help="child processes for the replicas")
-    ap.add_argument("--compare-gc", action="store_true", help="also run each R with CPython's default GC, back to back")
-    ap.add_argument("--no-pin", action="store_true", help="do not pin ceb and the simulators to separate cores")
-    args = ap.parse_args(argv)
+_D = ScaleSettings()
+
+
+class ScaleBench(BenchSettings):
+    """Scale plan: how many SIMULATED replicas one `ceb` process keeps saturated, and where its CPU runs out.
+
+        ceb bench scale --replicas 1,2,4,8,16,32
+
+    One `ceb` process (this one) runs the real InterCode pipeline (CEB and static, many orders) against R simulated
+    replicas in child processes, pinned to other cores than this one when there are two or more, each with 15 slots
+    and about 0.5 s per critic call (about 30 calls/s). The simulator is not a model: it stands for a vLLM replica's
+    queueing and service times. Lanes grow with R (1.5 per replica slot), so a saturation under 1 means a CPU ran out
+    (`ceb`'s or the simulators', both reported), not work. Per R, after a warm-up, over a measured window:
+
+        achieved      = critic and hindsight calls completed by `ceb` / window seconds
+        capacity      = R * max_num_seqs / mean service time (the simulator's own busy seconds per completed call)
+        saturation    = achieved / capacity   (equal to the replicas' slot utilisation)
+        ceb CPU       = this process's CPU seconds / window seconds (1.0 = one core; asyncio uses one)
+        CPU per call  = this process's CPU milliseconds / completed calls
+        loop lag      = how late a 50 ms sleep in `ceb`'s event loop wakes up (mean, p99, max)
+        core busy     = share of `ceb`'s pinned core busy with any process; busy minus `ceb` CPU is what other
+                        processes on a shared machine took from it
+
+    Extrapolated to a core of its own, one process sustains 1000 / (CPU ms per call) calls/s, i.e. that over
+    --per-replica-calls-s replicas. Writes ``scale-<UTC>.json`` with the settings and the machine.
+    """
+
+    replicas: tuple[int, ...] = _D.replicas
+    """Replica counts R."""
+    max_num_seqs: int = Field(_D.sim.max_num_seqs, ge=1)
+    """Slots per replica."""
+    time_scale: float = Field(_D.sim.time_scale, ge=0)
+    """Multiplies every service time."""
+    per_replica_calls_s: float = Field(30.0, gt=0)
+    """Rate the extrapolation divides by (calls/s)."""
+    warmup_s: float = Field(_D.warmup_s, ge=0)
+    """Seconds before the window."""
+    window_s: float = Field(_D.window_s, gt=0)
+    """Seconds measured per R."""
+    max_trajectories: int = Field(_D.max_trajectories, ge=1)
+    """Trajectories per stream and order."""
+    sim_processes: int = Field(_D.sim_processes, ge=1)
+    """Child processes for the replicas."""
+    compare_gc: bool = False
+    """Also run each R with CPython's default GC, back to back."""
+    pin: bool = _D.pin
+    """Pin ceb and the simulators to separate cores."""
+
+
+def main(args: ScaleBench) -> int:
+    """``ceb bench scale``: :func:`run_scale_bench` over ``--replicas`` and save the figures."""
     configure_logging("error")
     settings = replace(
-        d,
-        replicas=tuple(args.replicas),
-        sim=replace(d.sim, max_num_seqs=args.max_num_seqs, time_scale=args.time_scale),
+        _D,
+        replicas=args.replicas,
+        sim=_D.sim.model_copy(update={"max_num_seqs": args.max_num_seqs, "time_scale": args.time_scale}),
         warmup_s=args.warmup_s,
         window_s=args.window_s,
         max_trajectories=args.max_trajectories,
         sim_processes=args.sim_processes,
-        pin=not args.no_pin,
+        pin=args.pin,
         gc_modes=("default", "quiet") if args.compare_gc else ("quiet",),
     )
     with tempfile.TemporaryDirectory() as tmp:
@@ -812,21 +794,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             streams, settings, work, per_replica_calls_s=args.per_replica_calls_s, on_point=_print_point
         )
     knee, ext = result.knee, result.extrapolation
-    print(
+    lines = [
         f"knee: saturated up to R={knee.largest_saturated_replicas}, first below {knee.saturation_threshold} at "
-        f"R={knee.first_unsaturated_replicas}; max {knee.max_achieved_calls_per_s:.0f} calls/s"
-    )
-    print(
+        f"R={knee.first_unsaturated_replicas}; max {knee.max_achieved_calls_per_s:.0f} calls/s",
         f"extrapolated to a core of ceb's own: {ext.ceb_cpu_ms_per_call:.2f} CPU ms/call -> "
         f"{ext.calls_per_s_one_core:.0f} calls/s -> {ext.replicas_one_core:.1f} replicas at "
         f"{args.per_replica_calls_s:g} calls/s; at the busiest point "
-        f"{ext.calls_per_s_per_core_at_max:.0f} calls/s per core of ceb CPU"
-    )
-    path = save_results(args.out, "scale", result, machine_info())
-    for c in result.gc_comparison:
-        print(
+        f"{ext.calls_per_s_per_core_at_max:.0f} calls/s per core of ceb CPU",
+        *(
             f"R={c.replicas}: quiet GC / default GC: calls/s x{c.calls_per_s_quiet_over_default:.3f}, "
             f"CPU ms/call x{c.cpu_ms_per_call_quiet_over_default:.3f}"
-        )
-    print(f"saved {path}")
-    return 0
+            for c in result.gc_comparison
+        ),
+    ]
+    return finish(args, "scale", result, lines)

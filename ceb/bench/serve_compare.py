@@ -23,7 +23,6 @@ choice) and E2EL, in milliseconds.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import math
 import os
@@ -37,11 +36,12 @@ from typing import Any
 import aiohttp
 import anyio
 import orjson
+from pydantic import Field
 
 from ceb.backends.base import ChatRequest
 from ceb.backends.openai import OpenAIBackend
 from ceb.backends.scripted import ScriptedChat
-from ceb.bench.options import add_server_options, bench_parser, load_intercode_streams, run_and_save
+from ceb.bench.options import ServerBench, load_intercode_streams, run_and_save
 from ceb.bench.server_admin import reset_prefix_cache
 from ceb.bench.stats import summarize
 from ceb.config import BackendConfig, load_config
@@ -54,6 +54,7 @@ __all__ = [
     "ClientRun",
     "RequestOutcome",
     "ServingMetrics",
+    "VsVllmBench",
     "VsVllmResult",
     "dump_critic_prompts",
     "joined_prompt",
@@ -310,20 +311,40 @@ def run_vllm_bench(
 
 # --- command line: ceb bench vs-vllm ------------------------------------------------------------------------
 
-_HELP = """``ceb``'s client against ``vllm bench serve``: same prompts, server, concurrency, tokens.
 
-    # a vLLM server you run (VLLM_SERVER_DEV_MODE=1 lets each arm start from an empty prefix cache):
-    ceb bench vs-vllm --base-url http://127.0.0.1:8000/v1 --model M --tokenizer PATH
-    # from a checkout, the tests' CPU build with their tiny random-weight model (needs .venv-vllm):
-    python benchmarks/tiny_vllm.py -- vs-vllm --base-url {url0} --model {model} --tokenizer {model_path}
+class VsVllmBench(ServerBench):
+    """``ceb``'s client against ``vllm bench serve``: same prompts, server, concurrency, tokens.
 
-Dumps the critic prompts of a ``static`` run over the first ``--streams`` InterCode-Bash streams as vLLM's custom
-dataset, then runs ``vllm bench serve`` and ``ceb``'s streamed client (:class:`~ceb.backends.openai.OpenAIBackend`)
-on them, alternately over ``--rounds``, at the same ``--concurrency`` with ``ignore_eos`` and ``--output-len``
-tokens per request. Prints vLLM's metrics for both and the ratio of request throughput (goal >= 0.95); with
-``--naive-prompts N`` also the first ``N`` prompts sent one at a time, and both clients' ratio to it. Writes
-``vs-vllm-<UTC>.json``. See ``ceb/bench/serve_compare.py`` for what each side sends.
-"""
+        # a vLLM server you run (VLLM_SERVER_DEV_MODE=1 lets each arm start from an empty prefix cache):
+        ceb bench vs-vllm --base-url http://127.0.0.1:8000/v1 --model M --tokenizer PATH
+        # from a checkout, the tests' CPU build with their tiny random-weight model (needs .venv-vllm):
+        python benchmarks/tiny_vllm.py -- vs-vllm --base-url {url0} --model {model} --tokenizer {model_path}
+
+    Dumps the critic prompts of a ``static`` run over the first ``--streams`` InterCode-Bash streams as vLLM's custom
+    dataset, then runs ``vllm bench serve`` and ``ceb``'s streamed client (:class:`~ceb.backends.openai.OpenAIBackend`)
+    on them, alternately over ``--rounds``, at the same ``--concurrency`` with ``ignore_eos`` and ``--output-len``
+    tokens per request. Prints vLLM's metrics for both and the ratio of request throughput (goal >= 0.95); with
+    ``--naive-prompts N`` also the first ``N`` prompts sent one at a time, and both clients' ratio to it. Writes
+    ``vs-vllm-<UTC>.json``. See ``ceb/bench/serve_compare.py`` for what each side sends.
+    """
+
+    tokenizer: str | None = None
+    """Tokenizer for vllm bench (default: the model name)."""
+    streams: int = Field(2, ge=1)
+    """Bash streams whose critic prompts are dumped."""
+    trajectories: int = Field(10, ge=1)
+    """Trajectories kept per stream."""
+    num_prompts: int = Field(0, ge=0)
+    """Prompts sent (0: every dumped prompt)."""
+    concurrency: int = Field(16, ge=1)
+    """Max concurrency of both clients."""
+    output_len: int = Field(32, ge=1)
+    """Tokens generated per request (ignore_eos)."""
+    rounds: int = Field(2, ge=1)
+    """Alternating rounds of both clients."""
+    naive_prompts: int = Field(0, ge=0)
+    """Also send the first N prompts one at a time (the naive way)."""
+
 
 KEYS = ["request_throughput", "output_throughput", "total_token_throughput"] + [
     f"{s}_{m}_ms" for m in METRICS for s in ("mean", "median", "p99")
@@ -347,7 +368,7 @@ def _bench_deps() -> Path | None:
     return path if path.is_dir() else None
 
 
-async def _bench(args: argparse.Namespace, work: Path) -> VsVllmResult:
+async def _bench(args: VsVllmBench, work: Path) -> VsVllmResult:
     every = load_intercode_streams(args.intercode, work / "streams", datasets=("bash",))
     names = sorted(every)[: args.streams]
     streams = {name: every[name][: args.trajectories] for name in names}
@@ -431,19 +452,6 @@ async def _bench(args: argparse.Namespace, work: Path) -> VsVllmResult:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``ceb bench vs-vllm``: both clients over ``--rounds`` and save the figures (``--help`` lists options)."""
-    ap = bench_parser("vs-vllm", _HELP)
-    add_server_options(ap)
-    ap.add_argument("--tokenizer", help="tokenizer for vllm bench (default: the model name)")
-    ap.add_argument("--streams", type=int, default=2, help="bash streams whose critic prompts are dumped")
-    ap.add_argument("--trajectories", type=int, default=10, help="trajectories kept per stream")
-    ap.add_argument("--num-prompts", type=int, default=0, help="prompts sent (0: every dumped prompt)")
-    ap.add_argument("--concurrency", type=int, default=16, help="max concurrency of both clients")
-    ap.add_argument("--output-len", type=int, default=32, help="tokens generated per request (ignore_eos)")
-    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of both clients")
-    ap.add_argument(
-        "--naive-prompts", type=int, default=0, help="also send the first N prompts one at a time (the naive way)"
-    )
-    args = ap.parse_args(argv)
+def main(args: VsVllmBench) -> int:
+    """``ceb bench vs-vllm``: both clients over ``--rounds`` and save the figures."""
     return run_and_save("vs-vllm", _bench, args)

@@ -70,6 +70,7 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,  # help texts are plain: "[grid]" stays "[grid]"
     no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="Critic Experience Bank: calibrated step-level confidence for LLM agents.\n\n"
     "Typical use: `ceb convert intercode --root ../shared/data/intercode` writes the real InterCode streams to "
     "./streams, then `ceb score streams/intercode-bash-*.jsonl --out runs/intercode-bash` scores them and prints "

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import orjson
 import pytest
+from typer.testing import CliRunner
 
 import ceb
-from ceb.bench.commands import BENCHMARKS, SUMMARIES, run
-from ceb.errors import ConfigError
+from ceb.bench.commands import BENCHMARKS, SUMMARIES
+from ceb.cli import app
 from tests.support.paths import INTERCODE
 
 # The package alone, as pip would install it: no pyproject.toml, tests/ or benchmarks/ beside it.
@@ -36,19 +37,21 @@ def _ceb(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Complete
     )
 
 
-def test_every_benchmark_is_listed_and_parses_its_own_help(capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_benchmark_is_listed_and_parses_its_own_help() -> None:
     assert BENCHMARKS.names() == list(SUMMARIES)  # declaration order, as `ceb bench --help` lists them
     for name in BENCHMARKS.names():
-        assert run(name, ["--help"]) == 0, name
-        out = capsys.readouterr().out
-        assert out.startswith(f"usage: ceb bench {name}"), out[:200]
-        assert "--out" in out
+        for flag in ("--help", "-h"):
+            done = CliRunner().invoke(app, ["bench", name, flag], prog_name="ceb")
+            assert done.exit_code == 0, (name, done.output)
+            assert done.output.startswith(f"Usage: ceb bench {name}"), done.output[:200]
+            assert "--out" in done.output
 
 
 def test_bad_arguments_exit_2_and_an_unknown_benchmark_names_the_known_ones() -> None:
-    assert run("gate", ["--sizes", "many"]) == 2
-    with pytest.raises(ConfigError, match="did you mean 'gate'"):
-        run("gates")
+    bad = CliRunner().invoke(app, ["bench", "gate", "--sizes", "many"])
+    assert bad.exit_code == 2 and "--sizes" in bad.output
+    unknown = CliRunner().invoke(app, ["bench", "gates"])
+    assert unknown.exit_code == 2 and "did you mean 'gate'" in unknown.output
 
 
 def test_help_from_an_installed_package_outside_the_checkout(installed: dict[str, str], tmp_path: Path) -> None:
@@ -57,7 +60,7 @@ def test_help_from_an_installed_package_outside_the_checkout(installed: dict[str
     assert all(name in listed.stdout for name in SUMMARIES)
     helped = _ceb(["bench", "gate", "--help"], tmp_path, installed)
     assert helped.returncode == 0, helped.stderr
-    assert "usage: ceb bench gate" in helped.stdout and "--sizes" in helped.stdout
+    assert "Usage: ceb bench gate" in helped.stdout and "--sizes" in helped.stdout
 
 
 @pytest.mark.slow  # a gate run on the real data in a child process: minutes on a loaded machine
