@@ -90,9 +90,9 @@ def regenerate(
     judged (their references are read again from the converter's input: --tasks, --elements); a stream without
     reference actions is refused. Exits 1 when no flagged step got a regenerated action.
     """
-    from ceb.eval.regeneration import write_regeneration_report
+    from ceb.eval.regeneration import regenerate_run
     from ceb.eval.tables import to_markdown
-    from ceb.pipeline.regenerate import DEFAULT_BUDGETS, RegenerationSettings, regenerate_run
+    from ceb.pipeline.regenerate import DEFAULT_BUDGETS, RegenerationSettings
 
     cfg = model_config(
         "regenerate",
@@ -115,9 +115,7 @@ def regenerate(
         elements=elements,
     )
     settings = replace(settings, command=_command(settings, config, prompt_dir))
-    done = regenerate_run(
-        settings, write_regeneration_report, note=lambda text: err.print(f"note: {text}", soft_wrap=True)
-    )
+    done = regenerate_run(settings, note=lambda text: err.print(f"note: {text}", soft_wrap=True))
     s, target, methods = done.summary, done.summary.out, done.summary.plan.methods
     out.print(
         f"{s.flagged} distinct steps flagged over {len(methods)} methods, {len(settings.budgets)} budgets and "

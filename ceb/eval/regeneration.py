@@ -10,13 +10,14 @@ selection and budget:
 - mean per-task step accuracy: the mean label within each trajectory, averaged over trajectories.
 
 Random is the mean over its seeds (``std`` the seeds' standard deviation); budget 0 is the baseline, the logged
-actions' rates. :func:`write_regeneration_report` writes the table and the figure of a regeneration into its
-directory (the report :func:`ceb.pipeline.regenerate.regenerate_run` is given).
+actions' rates. :func:`regenerate_run` is all of ``ceb regenerate``: the regeneration
+(:func:`ceb.pipeline.regenerate.regeneration`), then :func:`write_regeneration_report`, its table and figure in its
+directory, while that directory is still held.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -26,12 +27,22 @@ from matplotlib.figure import Figure
 from ceb.eval.plots import method_colors, save_figure
 from ceb.eval.tables.model import Block, Cell, Column, Row, Table, method_label, method_sort_key
 from ceb.eval.tables.render import to_markdown
-from ceb.pipeline.regenerate import ORACLE, RANDOM, Regeneration, RegenerationPlan, RegenerationSummary, StepKey
+from ceb.pipeline.regenerate import (
+    ORACLE,
+    RANDOM,
+    Regeneration,
+    RegenerationPlan,
+    RegenerationSettings,
+    RegenerationSummary,
+    StepKey,
+    regeneration,
+)
 
 __all__ = [
     "RegenerationCurve",
     "RegenerationReport",
     "plot_regeneration",
+    "regenerate_run",
     "regeneration_curves",
     "regeneration_doc",
     "regeneration_table",
@@ -261,3 +272,14 @@ def write_regeneration_report(summary: RegenerationSummary) -> RegenerationRepor
     )
     save_figure(figure, s.out.figure.with_suffix(""))
     return RegenerationReport(summary, curves, table)
+
+
+def regenerate_run(settings: RegenerationSettings, *, note: Callable[[str], None] | None = None) -> RegenerationReport:
+    """All of ``ceb regenerate``: :func:`~ceb.pipeline.regenerate.regeneration`, then its report, the dir still held.
+
+    Raises:
+        RunError, DataError, ConfigError, FatalBackendError, OSError: As
+            :func:`~ceb.pipeline.regenerate.regeneration` raises them; nothing is asked on a refusal.
+    """
+    with regeneration(settings, note=note) as summary:
+        return write_regeneration_report(summary)

@@ -22,9 +22,9 @@ directory as soon as it arrives, so an interrupted run asks only for what is mis
 whose request failed (endpoint error, unreadable reply) is asked again on the next run; until then the step
 keeps its original action and label.
 
-:func:`regenerate_run` is the whole of ``ceb regenerate``: it reads the scored run, plans, opens the actor, asks,
-and hands the outcome to the report (the table and figure of :mod:`ceb.eval.regeneration`, a layer above this
-one) while the output directory is still held.
+:func:`regeneration` is all of ``ceb regenerate`` but its report: it reads the scored run, plans, opens the actor,
+asks, and yields the outcome while the output directory is still held; :func:`ceb.eval.regeneration.regenerate_run`,
+a layer above, writes the table and figure inside it.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ import math
 import os
 import platform
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
 import anyio
 import numpy as np
@@ -75,12 +75,11 @@ __all__ = [
     "StepKey",
     "budget_count",
     "plan_regeneration",
-    "regenerate_run",
+    "regeneration",
 ]
 
 log = structlog.get_logger(__name__)
 
-R = TypeVar("R")
 
 StepKey = tuple[str, int]
 """A step: ``(trajectory id, 0-based step)``."""
@@ -384,7 +383,7 @@ class RegenerationDir:
 
 @dataclass(frozen=True, slots=True)
 class RegenerationSummary:
-    """What :func:`regenerate_run` did: what its report is drawn from.
+    """What :func:`regeneration` did: what its report is drawn from.
 
     Attributes:
         plan: The selections.
@@ -508,18 +507,16 @@ class RegenerationSettings:
     command: str = ""
 
 
-def regenerate_run(
-    settings: RegenerationSettings,
-    report: Callable[[RegenerationSummary], R],
-    *,
-    note: Callable[[str], None] | None = None,
-) -> R:
-    """All of ``ceb regenerate``: read the run again, plan, ask the actor for each flagged step, and report.
+@contextmanager
+def regeneration(
+    settings: RegenerationSettings, *, note: Callable[[str], None] | None = None
+) -> Iterator[RegenerationSummary]:
+    """Read the run again, plan, ask the actor for each flagged step; yield the outcome with the output dir held.
 
-    The actor is ``settings.config.backend``, with the reply cache; each distinct step is asked once. ``report``
-    (:func:`ceb.eval.regeneration.write_regeneration_report`: the table and figure belong to :mod:`ceb.eval`, a
-    layer above) runs while the output directory is still held, and its return is this function's. ``note`` is
-    told what is wrong with a run whose rows are still usable (one killed mid-way); it is logged without one.
+    The actor is ``settings.config.backend``, with the reply cache; each distinct step is asked once. The body of
+    the ``with`` (the report: :func:`ceb.eval.regeneration.regenerate_run`) runs while the output directory is still
+    locked. ``note`` is told what is wrong with a run whose rows are still usable (one killed mid-way); it is
+    logged without one.
 
     Raises:
         RunError: The run, or its stream files, cannot be read; no stream, labelled step or such method; the
@@ -582,4 +579,4 @@ def regenerate_run(
             "backend": f"{cfg.backend.name} {cfg.backend.model or '(default model)'} at {shown_url}",
             "command": settings.command,
         }
-        return report(replace(summary, about=about))
+        yield replace(summary, about=about)

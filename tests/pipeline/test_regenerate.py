@@ -470,9 +470,9 @@ async def test_a_second_regeneration_into_a_directory_in_use_is_refused_before_a
 async def test_the_python_api_regenerates_and_reports_while_the_directory_is_held(
     tmp_path: Path, openai_server: OpenAITestServer
 ) -> None:
-    # The command's whole driver is a library call: settings in, the report's return value out.
+    # The command's whole driver is a library call: settings in, the outcome out while the directory is held.
     from ceb.config import load_config
-    from ceb.pipeline.regenerate import RegenerationDir, RegenerationSettings, RegenerationSummary, regenerate_run
+    from ceb.pipeline.regenerate import RegenerationDir, RegenerationSettings, RegenerationSummary, regeneration
 
     run = await scored_fixture(tmp_path)
     openai_server.responder = perfect
@@ -481,14 +481,18 @@ async def test_the_python_api_regenerates_and_reports_while_the_directory_is_hel
     )
     seen: list[RegenerationSummary] = []
 
-    def report(result: RegenerationSummary) -> str:
-        with pytest.raises(RunError, match="is in use by another ceb process"), RegenerationDir(result.out.path).lock():
-            pass
-        seen.append(result)
-        return "reported"
+    def report() -> str:
+        with regeneration(settings) as result:
+            with (
+                pytest.raises(RunError, match="is in use by another ceb process"),
+                RegenerationDir(result.out.path).lock(),
+            ):
+                pass
+            seen.append(result)
+            return "reported"
 
     settings = RegenerationSettings(run_dir=run, config=config, budgets=(25.0,), seeds=2, command="ceb regenerate x")
-    assert await anyio.to_thread.run_sync(lambda: regenerate_run(settings, report)) == "reported"
+    assert await anyio.to_thread.run_sync(report) == "reported"
     (result,) = seen
     assert result.out.path == run / "regeneration" and result.plan.budgets == (25.0,) and result.plan.seeds == (0, 1)
     assert result.asked == len(openai_server.requests) == result.flagged > 0
