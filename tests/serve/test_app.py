@@ -14,7 +14,7 @@ import anyio
 import pytest
 from aiohttp.test_utils import TestServer
 
-from ceb.config import GateConfig, RunConfig
+from ceb.config import GateConfig, RunConfig, ServeConfig
 from ceb.errors import ConfigError
 from ceb.gate import Gate
 from ceb.serve.app import check_bind, make_app
@@ -51,7 +51,7 @@ async def _client(tmp_path: Path, *, max_streams: int = 1024, **app_kw: Any) -> 
 
 @pytest.fixture
 async def client(tmp_path: Path) -> AsyncIterator[Client]:
-    async for c in _client(tmp_path, max_body_bytes=64 * 1024):
+    async for c in _client(tmp_path, settings=ServeConfig(max_body_bytes=64 * 1024)):
         yield c
 
 
