@@ -548,7 +548,11 @@ class GateConfig(_Section):
     degraded_after: int = Field(3, ge=1, le=1_000_000)
     """Consecutive critic failures (steps that came back without a score) after which the gate is degraded:
     ``ceb serve``'s ``GET /health`` answers 503 with ``"status": "degraded"``, the reason, the endpoint and the
-    last error (:mod:`ceb.gate.health`); one scored step makes it ``ok`` again."""
+    last error (:mod:`ceb.gate.health`), and the critic is not asked until a check passes (``probe_every_s``)."""
+    probe_every_s: float = Field(5.0, gt=0, le=3600)
+    """Seconds between checks of the critic endpoint while the gate is degraded (each as the start-up check, within
+    ``check_timeout_s``). Meanwhile the critic is not asked: each score is ``on_failure`` at once, with the reason;
+    the first check that passes makes the gate ``ok`` and the critic is asked again."""
     check_timeout_s: float = Field(5.0, gt=0, le=600)
     """Seconds the start-up check of the critic endpoint may take (``ceb serve``: the model list and a one-token
     request, one attempt each); past it, or when the endpoint cannot be reached, the gate warns naming the
