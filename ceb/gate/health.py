@@ -85,7 +85,7 @@ class CriticHealth:
         where = f"critic endpoint {self.endpoint}" if self.endpoint else "the critic"
         if self.consecutive_failures >= self.degraded_after:
             return f"{where}: the last {self.consecutive_failures} scores failed (last_error says why)"
-        return f"{where}: unreachable when last checked, and no step scored since (last_error says why)"
+        return f"{where}: failed its last check, and no step scored since (last_error says why)"
 
     def to_json(self) -> dict[str, Any]:
         """The ``critic`` object of ``GET /health`` (fields documented in ``docs/gate.md``)."""

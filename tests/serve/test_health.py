@@ -107,7 +107,7 @@ async def test_the_start_up_check_names_an_unreachable_endpoint_and_the_gate_sta
         assert problem is not None and url in problem and "connection refused" in problem
         assert gate.critic_health.degraded and gate.critic_health.consecutive_failures == 0
         assert gate.critic_health.reason() == (
-            f"critic endpoint {url}: unreachable when last checked, and no step scored since (last_error says why)"
+            f"critic endpoint {url}: failed its last check, and no step scored since (last_error says why)"
         )
         assert gate.critic_health.last_error == problem
 
@@ -181,7 +181,7 @@ async def test_a_stalled_critic_costs_a_score_nothing_while_degraded_and_is_aske
                         status, c = await _get(session, server, "/v1/score", SCORE)
                         assert status == 200 and c["score"] is None and c["decision"] == "review", c
                         assert c["status"] == "failed" and c["error"].startswith("critic not asked while degraded")
-                        assert "unreachable when last checked" in c["error"] and "did not answer within" in c["error"]
+                        assert "failed its last check" in c["error"] and "did not answer within" in c["error"]
                 up["now"] = True
                 with anyio.fail_after(30):
                     while gate.critic_health.degraded:
