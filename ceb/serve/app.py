@@ -13,13 +13,10 @@ Endpoints (the OpenAPI document at ``GET /openapi.json`` gives every field, :mod
 ``GET /openapi.json``      the OpenAPI 3.1 document
 =========================  ======================================================================================
 
-Who may call it (``[serve]``, :class:`~ceb.config.ServeConfig`; ``docs/gate.md``, "What is protected"): a ``Host``
-that names neither the bound address nor an allowed name gets 421 (DNS rebinding), a browser ``Origin`` not
-allowed 403 (none is by default; an allowed one also gets CORS headers and its preflight answered), a body that is
-not ``application/json`` 415, and a missing or wrong bearer token, when one is set, 401 (on loopback too). A
-client that takes longer than ``serve.header_timeout_s`` to send its headers is disconnected, one that takes longer
-than ``serve.body_timeout_s`` to send its body gets 408, and a request on a connection beyond
-``serve.max_connections`` gets 503, each closing its connection.
+Who may call it and for how long (``[serve]``, :class:`~ceb.config.ServeConfig`; ``docs/gate.md``, "What is
+protected"): a foreign ``Host`` gets 421, a browser ``Origin`` not allowed 403, a body that is not
+``application/json`` 415, a missing or wrong bearer token (when one is set, on loopback too) 401, a body slower
+than ``serve.body_timeout_s`` 408, a request beyond ``serve.max_connections`` 503.
 
 Hostile input gets a clear 4xx and never a 500 with a traceback: a body that is not JSON (400), a field that is
 missing, unknown or malformed (422, ``{"error", "field", "problems": [{"field", "message"}]}``), a body over the
