@@ -30,6 +30,7 @@ __all__ = [
     "PromptConfig",
     "RepetitionReading",
     "RunConfig",
+    "ServeConfig",
     "load_config",
     "merge_settings",
     "read_settings_file",
@@ -547,7 +548,11 @@ class GateConfig(_Section):
     degraded_after: int = Field(3, ge=1, le=1_000_000)
     """Consecutive critic failures (steps that came back without a score) after which the gate is degraded:
     ``ceb serve``'s ``GET /health`` answers 503 with ``"status": "degraded"``, the reason, the endpoint and the
-    last error (:mod:`ceb.gate.health`); one scored step makes it ``ok`` again."""
+    last error (:mod:`ceb.gate.health`), and the critic is not asked until a check passes (``probe_every_s``)."""
+    probe_every_s: float = Field(5.0, gt=0, le=3600)
+    """Seconds between checks of the critic endpoint while the gate is degraded (each as the start-up check, within
+    ``check_timeout_s``). Meanwhile the critic is not asked: each score is ``on_failure`` at once, with the reason;
+    the first check that passes makes the gate ``ok`` and the critic is asked again."""
     check_timeout_s: float = Field(5.0, gt=0, le=600)
     """Seconds the start-up check of the critic endpoint may take (``ceb serve``: the model list and a one-token
     request, one attempt each); past it, or when the endpoint cannot be reached, the gate warns naming the
@@ -558,6 +563,31 @@ class GateConfig(_Section):
         if self.block > self.allow:
             raise ValueError(f"block ({self.block}) must not exceed allow ({self.allow})")
         return self
+
+
+class ServeConfig(_Section):
+    """``ceb serve``'s HTTP front (:mod:`ceb.serve.app`): who may call it, and how long a client may hold it.
+
+    What each setting protects against: ``docs/gate.md``, "What is protected".
+    """
+
+    allowed_hosts: tuple[str, ...] = ()
+    """Names a request's ``Host`` header may carry besides the address the gate is bound to (and ``localhost`` on
+    loopback): ``gate.example.com`` (any port) or ``gate.example.com:8377``. Any other ``Host`` gets 421, so a
+    web page whose name was rebound to this machine (DNS rebinding) cannot reach the gate."""
+    allowed_origins: tuple[str, ...] = ()
+    """Web origins (``https://app.example.com``) whose pages may call the gate; a request carrying any other
+    ``Origin`` header gets 403. Empty: no web page may (clients outside a browser send no ``Origin``)."""
+    header_timeout_s: float = Field(5.0, gt=0, le=3600)
+    """Seconds a connection may take to send a request's headers, counted from its opening or from its previous
+    answer; past it the connection is closed (an idle keep-alive connection too)."""
+    body_timeout_s: float = Field(10.0, gt=0, le=3600)
+    """Seconds a request may take to send its body; past it the request gets 408 and its connection is closed."""
+    max_connections: int = Field(512, ge=1, le=1_000_000)
+    """Open connections at most; a request on a connection beyond gets 503 saying so, and that connection is
+    closed. Keep it below the open-file limit (``ulimit -n``) less the critic's connections."""
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    """Largest request body, in bytes (a long trajectory with page states fits); 413 beyond."""
 
 
 _MOVED: dict[tuple[str, str], tuple[str, str]] = {
@@ -586,6 +616,8 @@ class RunConfig(_Section):
     """The baselines' settings and the actor endpoint."""
     gate: GateConfig = GateConfig()
     """The live gate's method and decision thresholds (``ceb serve``; not read by ``ceb score``)."""
+    serve: ServeConfig = ServeConfig()
+    """``ceb serve``'s HTTP limits: allowed hosts and origins, timeouts, connections, body size."""
     cache: CacheConfig = CacheConfig()
     """The persistent cache of model replies (default: off)."""
     methods: tuple[str, ...] = Field(("ceb", "static"), min_length=1)

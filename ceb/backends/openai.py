@@ -61,6 +61,7 @@ from ceb.backends.transport import (
     TokenLogprob,
     TransientError,
     Transport,
+    public_url,
     weights_digest,
 )
 from ceb.config import BackendConfig
@@ -245,9 +246,18 @@ class OpenAITransport(Transport):
         self._identity: ModelIdentity | None = None
         self._identifying = anyio.Lock()
         for url in self.endpoints:
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ConfigError(f"base_url {url!r} is not an http(s) URL like http://127.0.0.1:8000/v1")
+            try:
+                parts = urlsplit(url)
+                _ = parts.port  # raises on a port that is not a number in 0..65535
+            except ValueError:
+                parts = None
+            if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ConfigError(f"base_url {public_url(url)!r} is not an http(s) URL like http://127.0.0.1:8000/v1")
+            if "@" in parts.netloc:  # aiohttp would refuse them at the first request, with a traceback
+                raise ConfigError(
+                    f"base_url {public_url(url)!r} carries credentials (user:password@, not shown): remove them and "
+                    f"put the key in the environment variable {settings.api_key_env}"
+                )
         key = os.environ.get(settings.api_key_env)
         if not key:
             remote = [url for url in self.endpoints if not _is_local(url)]

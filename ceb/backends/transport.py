@@ -7,13 +7,13 @@ One transport per provider: :mod:`ceb.backends.openai`, :mod:`ceb.backends.vllm_
 from __future__ import annotations
 
 import hashlib
+import re
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 __all__ = [
     "ChatRequest",
@@ -211,13 +211,8 @@ def weights_digest(root: str | None) -> str | None:
 
 
 def public_url(url: str) -> str:
-    """``url`` without credentials (``user:password@``), as a record may show it."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    """``url`` without credentials (``user:password@``), as a record or an error message may show it."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@", r"\1", url)
 
 
 class TransientError(Exception):

@@ -45,10 +45,29 @@ def serve(
             "gate.max_streams", "--max-streams", min=1, help="Streams the gate holds at most; a new one beyond gets 409"
         ),
     ] = None,
-    max_body_bytes: Annotated[int, typer.Option(min=1024, help="Largest request body, in bytes.")] = 4 * 1024 * 1024,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option("--allowed-host", help="A Host name it answers besides its address; repeatable (default: none)."),
+    ] = None,
+    allowed_origin: Annotated[
+        list[str] | None,
+        typer.Option("--allowed-origin", help="A web origin whose pages may call it; repeatable (default: none)."),
+    ] = None,
+    header_timeout: Annotated[
+        float | None,
+        config_option("serve.header_timeout_s", "--header-timeout", help="Seconds a client may take to send headers"),
+    ] = None,
+    body_timeout: Annotated[
+        float | None,
+        config_option("serve.body_timeout_s", "--body-timeout", help="Seconds a client may take to send a body"),
+    ] = None,
+    max_connections: Annotated[int | None, config_option("serve.max_connections", "--max-connections", min=1)] = None,
+    max_body_bytes: Annotated[int | None, config_option("serve.max_body_bytes", "--max-body-bytes", min=1024)] = None,
 ) -> None:
     """Serve the gate over HTTP: POST /v1/score before an action, POST /v1/trajectories after a run.
 
+    Only requests whose Host names its address (or --allowed-host) and that come from no web page (or an
+    --allowed-origin) are answered, with JSON bodies; a slow client is cut off (--header-timeout, --body-timeout).
     One bank per stream, resumed from --state-dir; a finished trajectory is acknowledged (202) once it is
     fsync'd, and its hindsight votes and bank update follow in order. One gate per --state-dir: one held by
     another process, or one it cannot write, stops it at start (exit 2). GET /openapi.json documents every field;
@@ -67,6 +86,14 @@ def serve(
     overrides = {
         "backend": {"name": backend, "base_url": base_url, "model": model},
         "gate": {"method": method, "allow": allow, "block": block, "max_streams": max_streams},
+        "serve": {
+            "allowed_hosts": allowed_host or None,
+            "allowed_origins": allowed_origin or None,
+            "header_timeout_s": header_timeout,
+            "body_timeout_s": body_timeout,
+            "max_connections": max_connections,
+            "max_body_bytes": max_body_bytes,
+        },
     }
     token = os.environ.get(token_env) or None
     served: list[str] = []  # the URL once listening: an OSError after it is not about the address
@@ -84,7 +111,7 @@ def serve(
 
         async def main() -> None:
             async with Gate(cfg, state_dir=None if in_memory else state_dir) as gate:
-                await run_server(gate, host, port, token=token, max_body_bytes=max_body_bytes, ready=ready)
+                await run_server(gate, host, port, token=token, ready=ready)
 
         # Fewer full collections: each walks every bank record alive and stalls every request meanwhile (0.37-0.9 s
         # pauses measured on long scoring runs, docs/serving.md), as ceb score and ceb grid do.

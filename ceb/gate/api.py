@@ -49,8 +49,10 @@ across restarts.
 Health. A critic that fails is not an exception: the step gets ``score=None`` and ``gate.on_failure``. The gate
 counts consecutive failed steps in :attr:`Gate.critic_health` (:class:`~ceb.gate.health.CriticHealth`) and is
 degraded after ``gate.degraded_after`` of them, or from the start when :meth:`Gate.check_critic` (``ceb serve``
-runs it once at start) cannot reach the endpoint; one scored step ends it. ``ceb serve``'s ``/health`` answers
-503 meanwhile.
+runs it once at start) cannot reach the endpoint. While degraded, a gate with a critic endpoint does not ask it:
+each score is ``gate.on_failure`` at once, its ``error`` saying why, and the endpoint is checked in the background
+every ``gate.probe_every_s``; the first check that passes ends it. ``ceb serve``'s ``/health`` answers 503
+meanwhile.
 
 Limits. ``gate.max_pending`` trajectories waiting per stream (:class:`~ceb.errors.OverloadedError`, HTTP 503:
 retry later) and ``gate.max_streams`` streams per gate (:class:`~ceb.errors.StreamLimitError`, HTTP 409).
@@ -133,6 +135,16 @@ class _LiveCritic:
             return CriticResult(score=None, raw="", error=f"endpoint refused the request: {exc}")
 
 
+@dataclass(frozen=True, slots=True)
+class _NotAsked:
+    """The critic while the gate is degraded: not asked, so that the agent gets ``gate.on_failure`` at once."""
+
+    reason: str
+
+    async def score(self, inp: CriticInput) -> CriticResult:
+        return CriticResult(score=None, raw="", error=f"critic not asked while degraded: {self.reason}")
+
+
 class Gate:
     """Per-stream banks for live agents: :meth:`score` before an action, :meth:`finish` after a trajectory.
 
@@ -166,6 +178,7 @@ class Gate:
         self._streams: dict[str, GateStream] = {}
         self._opening = anyio.Lock()
         self._tg: TaskGroup | None = None
+        self._probing: anyio.CancelScope | None = None
         self._exit: AsyncExitStack | None = None
         self.started = time.time()
         self.critic_health = CriticHealth(None, self.config.gate.degraded_after)
@@ -193,6 +206,9 @@ class Gate:
             stack.push_async_callback(self._close_files)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             stack.push_async_callback(self._stop_workers)
+            if self._stages.chat is not None:
+                self._probing = anyio.CancelScope()
+                self._tg.start_soon(self._probe, self._probing)
             self._exit = stack.pop_all()
         try:
             await self._restore()
@@ -241,7 +257,18 @@ class Gate:
             return
         raise problem  # outside the except block: no "during handling" chain onto the group it came in
 
+    async def _probe(self, scope: anyio.CancelScope) -> None:
+        """While degraded, check the critic endpoint every ``gate.probe_every_s``; the first pass ends it."""
+        with scope:
+            while True:
+                await anyio.sleep(self.config.gate.probe_every_s)
+                if self.critic_health.degraded and await self.check_critic() is None:
+                    log.info("the critic answers again", endpoint=self.critic_health.endpoint)
+                    self.critic_health.scored()
+
     async def _stop_workers(self) -> None:
+        if self._probing is not None:
+            self._probing.cancel()
         if self.state_dir is None:
             # In memory only: what was accepted must reach its bank before the gate goes away.
             for st in self._streams.values():
@@ -315,6 +342,7 @@ class Gate:
             The confidence, the decision and how it was reached. A critic failure is a confidence with
             ``score=None`` and ``decision = gate.on_failure``, not an exception: an endpoint that is down, and
             one that refuses the request (a wrong key or model name) too; :attr:`critic_health` counts both.
+            While it is degraded, a critic endpoint is not asked: the same answer at once, ``error`` saying why.
 
         Raises:
             DataError: ``stream`` is not a valid name, or ``context`` breaks the rules ``ceb serve`` and the stream
@@ -332,6 +360,8 @@ class Gate:
             HistoryItem(action=s.action, observation=s.observation, score=remembered.get(i))
             for i, s in enumerate(context.history)
         ]
+        health = self.critic_health
+        asked = self._probing is None or not health.degraded  # else the probe, not the agent, waits for it
         done = await score_step(
             step=replace(context.proposal, label=None, reward=None),
             t=t,
@@ -341,22 +371,22 @@ class Gate:
             bank=st.bank,
             method=self.method,
             config=self.config,
-            critic=self.critic,
+            critic=self.critic if asked else _NotAsked(f"{health.reason()}; last error: {health.last_error}"),
             actor_prompt=context.actor_prompt,
             bank_lock=st.bank_lock,
             bank_version=lambda: st.applied,
         )
         res = done.result
-        if res.status == "failed":
+        if asked and res.status == "failed":
             log.warning("critic step failed", stream=stream, trajectory=context.trajectory_id, step=t, error=res.error)
-            was = self.critic_health.degraded
-            self.critic_health.failed(res.error)
-            if not was and self.critic_health.degraded:
-                log.error("the critic keeps failing; /health says degraded", reason=self.critic_health.reason())
-        elif res.status == "scored":
-            if self.critic_health.degraded:
-                log.info("the critic answers again", endpoint=self.critic_health.endpoint)
-            self.critic_health.scored()
+            was = health.degraded
+            health.failed(res.error)
+            if not was and health.degraded:
+                log.error("the critic keeps failing; /health says degraded", reason=health.reason())
+        elif asked and res.status == "scored":
+            if health.degraded:
+                log.info("the critic answers again", endpoint=health.endpoint)
+            health.scored()
         st.remember(context.trajectory_id, t, res.score, self.config.gate.max_open_trajectories)
         st.scored += 1
         return Confidence(

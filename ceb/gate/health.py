@@ -5,8 +5,10 @@ A gate whose critic endpoint is gone still answers every score, with ``score = N
 like a string of uncertain steps, not like an outage. :class:`CriticHealth` tells the two apart: it counts the
 critic's consecutive failed steps (:meth:`Gate.score <ceb.gate.Gate.score>` reports each outcome), and the gate is
 *degraded* once ``gate.degraded_after`` steps in a row failed, or when the start-up check
-(:meth:`Gate.check_critic <ceb.gate.Gate.check_critic>`) could not reach the endpoint. One scored step makes it
-healthy again. Steps the critic does not score by design (``not_available``) count neither way.
+(:meth:`Gate.check_critic <ceb.gate.Gate.check_critic>`) could not reach the endpoint. While degraded the gate
+does not ask its critic endpoint (each score is ``gate.on_failure`` at once) and checks it in the background every
+``gate.probe_every_s``: a check that passes, or a scored step, makes it healthy again. Steps the critic does not
+score by design (``not_available``) count neither way.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ class CriticHealth:
         consecutive_failures: Failed steps since the last scored one.
         last_error: The last failure's error (a step's or the start-up check's), ``None`` after a success.
         since: Wall-clock time (Unix seconds) of the first failure in the current run of failures.
-        probe_error: Why the start-up check failed, until a step is scored; ``None`` when it passed or never ran.
+        probe_error: Why the last check of the endpoint (at start-up or while degraded) failed, until one passes or
+            a step is scored; ``None`` when it passed or never ran.
     """
 
     endpoint: str | None
@@ -49,7 +52,7 @@ class CriticHealth:
 
     @property
     def degraded(self) -> bool:
-        """The start-up check failed, or ``degraded_after`` steps in a row failed, with no scored step since."""
+        """A check of the endpoint failed, or ``degraded_after`` steps in a row did, with nothing passing since."""
         return self.probe_error is not None or self.consecutive_failures >= self.degraded_after
 
     @property
@@ -65,13 +68,13 @@ class CriticHealth:
         self.last_error = error or "no score"
 
     def probe_failed(self, error: str) -> None:
-        """The start-up check could not reach the critic: degraded at once, before any step fails."""
+        """A check of the endpoint could not reach the critic: degraded at once, before any step fails."""
         if self.since is None:
             self.since = time.time()
         self.probe_error = self.last_error = error
 
     def scored(self) -> None:
-        """A step was scored: the critic answers, whatever failed before."""
+        """A step was scored, or a background check passed: the critic answers, whatever failed before."""
         self.consecutive_failures = 0
         self.last_error = self.since = self.probe_error = None
 
@@ -82,7 +85,7 @@ class CriticHealth:
         where = f"critic endpoint {self.endpoint}" if self.endpoint else "the critic"
         if self.consecutive_failures >= self.degraded_after:
             return f"{where}: the last {self.consecutive_failures} scores failed (last_error says why)"
-        return f"{where}: unreachable at start-up, and no step scored since (last_error says why)"
+        return f"{where}: failed its last check, and no step scored since (last_error says why)"
 
     def to_json(self) -> dict[str, Any]:
         """The ``critic`` object of ``GET /health`` (fields documented in ``docs/gate.md``)."""

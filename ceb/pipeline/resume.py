@@ -86,7 +86,7 @@ NEW_SECTIONS: tuple[str, ...] = ("bank.", "hindsight.model")
 """Settings (dotted-path prefixes) added after runs were first recorded: left out of the fingerprint while they
 hold their defaults, so that a run started before they existed still resumes (its defaults were the behaviour)."""
 
-SERVING_SECTIONS: tuple[str, ...] = ("gate.",)
+SERVING_SECTIONS: tuple[str, ...] = ("gate.", "serve.")
 """Settings (dotted-path prefixes) that only the live gate reads (``ceb serve``): they change no result of a
 scoring run, so they are left out of its fingerprint."""
 

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from ceb.registry import lazy_exports
 
 if TYPE_CHECKING:
-    from ceb.serve.app import DEFAULT_MAX_BODY_BYTES, check_bind, make_app, run_server
+    from ceb.serve.app import check_bind, make_app, run_server
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "check_bind", "make_app", "run_server"]
+__all__ = ["check_bind", "make_app", "run_server"]
 
 
 __getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(__all__, "ceb.serve.app"), __all__)

@@ -13,9 +13,14 @@ Endpoints (the OpenAPI document at ``GET /openapi.json`` gives every field, :mod
 ``GET /openapi.json``      the OpenAPI 3.1 document
 =========================  ======================================================================================
 
+Who may call it and for how long (``[serve]``, :class:`~ceb.config.ServeConfig`; ``docs/gate.md``, "What is
+protected"): a foreign ``Host`` gets 421, a browser ``Origin`` not allowed 403, a body that is not
+``application/json`` 415, a missing or wrong bearer token (when one is set, on loopback too) 401, a body slower
+than ``serve.body_timeout_s`` 408, a request beyond ``serve.max_connections`` 503.
+
 Hostile input gets a clear 4xx and never a 500 with a traceback: a body that is not JSON (400), a field that is
 missing, unknown or malformed (422, ``{"error", "field", "problems": [{"field", "message"}]}``), a body over the
-size limit (413), a missing or wrong bearer token (401), a stream with ``gate.max_pending`` trajectories waiting
+size limit (413), a stream with ``gate.max_pending`` trajectories waiting
 (503 with ``Retry-After``: it clears as hindsight catches up). A new stream beyond ``gate.max_streams``, and a
 trajectory id the stream accepted before with other content, get a 409 (:class:`~ceb.errors.ConflictError`):
 streams are never closed and an id stays taken, so retrying the same request cannot succeed, and 409 is not
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import errno
 import hmac
+import ipaddress
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -40,37 +46,38 @@ from typing import Any
 import anyio
 import orjson
 import structlog
-from aiohttp import web
+from aiohttp import hdrs, web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from ceb.config import ServeConfig
 from ceb.errors import ConfigError, ConflictError, DataError, OverloadedError, StreamValidationError
 from ceb.gate import Gate
 from ceb.serve.openapi import openapi_document
 from ceb.serve.payloads import parse_score_request, parse_trajectory_request
 from ceb.version import __version__
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "DRAIN_S", "GATE", "LOOPBACK", "check_bind", "make_app", "run_server"]
+__all__ = ["DRAIN_S", "GATE", "LOOPBACK", "check_bind", "make_app", "run_server"]
 
 log = structlog.get_logger(__name__)
-
-DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
-"""Largest request body accepted, in bytes (a long trajectory with page states fits; 413 beyond)."""
 
 DRAIN_S = 60.0
 """Seconds a stopping server (SIGINT, SIGTERM) waits for the requests in flight to be answered; past it they are
 cancelled (a trajectory cancelled before its 202 was not acknowledged, so its client's retry is safe)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Settings:
+@dataclass(slots=True)
+class _Front:
+    """Who may call and how long they may take; ``server`` is set once served, to count its connections."""
+
     token: str | None
-    max_body_bytes: int
+    settings: ServeConfig
+    server: web.Server | None = None
 
 
 GATE = web.AppKey("gate", Gate)
 _METRICS = web.AppKey("metrics", dict)
-_SETTINGS = web.AppKey("settings", _Settings)
+_FRONT = web.AppKey("front", _Front)
 _OPEN_PATHS = frozenset({"/health"})
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -126,23 +133,78 @@ def _metrics() -> dict[str, Any]:
     }
 
 
+def _foreign_host(request: web.Request, allowed: tuple[str, ...]) -> bool:
+    """``Host`` names neither the address it came in on (or ``localhost`` there) nor an allowed name (any port)."""
+    given = request.headers.get(hdrs.HOST)
+    sock = request.transport.get_extra_info("sockname") if request.transport is not None else None
+    if given is None or not sock:
+        return False
+    host = given.lower()
+    name, _, port = host.rpartition(":") if ":" in host.rpartition("]")[2] else (host, "", "")
+    if {host, name} & {a.lower() for a in allowed}:
+        return False
+    ip, bound_port = sock[0], str(sock[1])
+    names = {f"[{ip}]" if ":" in ip else ip} | ({"localhost"} if ipaddress.ip_address(ip).is_loopback else set())
+    return not (name in names and (port or "80") == bound_port)
+
+
+def _refusal(request: web.Request, front: _Front) -> web.Response | None:
+    """The answer to a request the gate does not take from this caller (host, origin, connections, token, type)."""
+    settings = front.settings
+    if _foreign_host(request, settings.allowed_hosts):
+        return _error(421, "Host names neither this gate's address nor serve.allowed_hosts", "Host")
+    origin = request.headers.get(hdrs.ORIGIN)
+    if origin is not None and origin not in settings.allowed_origins:
+        return _error(403, "requests from web pages are refused: this Origin is not in serve.allowed_origins", "Origin")
+    open_now = len(front.server.connections) if front.server is not None else 0
+    if open_now > settings.max_connections:
+        response = _error(503, f"{open_now} connections open, over serve.max_connections ({settings.max_connections})")
+        response.headers["Retry-After"] = "1"
+        response.force_close()
+        return response
+    if front.token is not None and request.path not in _OPEN_PATHS and request.method != hdrs.METH_OPTIONS:
+        given = request.headers.get(hdrs.AUTHORIZATION, "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {front.token}".encode()):
+            return _error(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
+    if request.method == hdrs.METH_POST and request.content_type != "application/json":
+        return _error(415, "the body must be JSON sent as Content-Type: application/json", "Content-Type")
+    return None
+
+
+def _cors(response: web.StreamResponse, origin: str | None) -> web.StreamResponse:
+    """An allowed web origin's page may read the answer (the request was refused before here otherwise)."""
+    if origin is not None:
+        response.headers[hdrs.ACCESS_CONTROL_ALLOW_ORIGIN] = origin
+        response.headers[hdrs.VARY] = hdrs.ORIGIN
+    return response
+
+
 @web.middleware
 async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Bearer token, error mapping (never a traceback to the client) and request counting."""
-    token = request.app[_SETTINGS].token
+    """Who may call (:func:`_refusal`), error mapping (never a traceback to the client) and request counting."""
+    front = request.app[_FRONT]
     route = request.match_info.route.resource.canonical if request.match_info.route.resource else "unmatched"
     counter = request.app[_METRICS]["requests"]
-    if token is not None and request.path not in _OPEN_PATHS:
-        given = request.headers.get("Authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            counter.labels(route, "401").inc()
-            return _error(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
+    origin = request.headers.get(hdrs.ORIGIN)
+    refused = _refusal(request, front)
+    if refused is not None:
+        counter.labels(route, str(refused.status)).inc()
+        return refused
+    if request.method == hdrs.METH_OPTIONS and origin is not None:  # an allowed origin's CORS preflight
+        preflight = web.Response(status=204)
+        preflight.headers[hdrs.ACCESS_CONTROL_ALLOW_METHODS] = "GET, POST"
+        preflight.headers[hdrs.ACCESS_CONTROL_ALLOW_HEADERS] = "Authorization, Content-Type"
+        preflight.headers[hdrs.ACCESS_CONTROL_MAX_AGE] = "600"
+        return _cors(preflight, origin)
     try:
         response = await handler(request)
     except _BadJSON as exc:
         response = _error(400, exc.reason, "<body>")
     except web.HTTPRequestEntityTooLarge:
-        response = _error(413, f"request body over {request.app[_SETTINGS].max_body_bytes} bytes", "<body>")
+        response = _error(413, f"request body over {front.settings.max_body_bytes} bytes", "<body>")
+    except _BodyTimeout:  # what did arrive is discarded with the connection
+        response = _error(408, f"the body took longer than serve.body_timeout_s ({front.settings.body_timeout_s:g} s)")
+        response.force_close()
     except web.HTTPException as exc:
         response = _error(exc.status, exc.reason)
     except StreamValidationError as exc:
@@ -171,15 +233,22 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         log.exception("request failed", path=request.path)
         response = _error(500, "internal error (logged by the server)")
     counter.labels(route, str(response.status)).inc()
-    return response
+    return _cors(response, origin)
 
 
 async def _body(request: web.Request) -> Any:
-    raw = await request.read()  # raises HTTPRequestEntityTooLarge past client_max_size
+    with anyio.move_on_after(request.app[_FRONT].settings.body_timeout_s) as waited:
+        raw = await request.read()  # raises HTTPRequestEntityTooLarge past client_max_size
+    if waited.cancelled_caught:
+        raise _BodyTimeout
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise _BadJSON(f"not valid JSON: {exc.msg} (column {exc.colno})") from None
+
+
+class _BodyTimeout(Exception):
+    """The body did not arrive within ``serve.body_timeout_s``."""
 
 
 class _BadJSON(web.HTTPBadRequest):
@@ -265,19 +334,21 @@ async def openapi(request: web.Request) -> web.Response:
     return _json(openapi_document())
 
 
-def make_app(gate: Gate, *, token: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> web.Application:
+def make_app(gate: Gate, *, token: str | None = None, settings: ServeConfig | None = None) -> web.Application:
     """The aiohttp application serving ``gate`` (entered by the caller, who also closes it).
 
     Args:
         gate: An entered :class:`Gate`.
         token: Bearer token every request but ``/health`` must carry; ``None``: none needed (loopback only,
             which :func:`ceb.cli.serve.serve` enforces).
-        max_body_bytes: Largest request body, in bytes; larger ones get 413.
+        settings: Allowed hosts and origins, the body timeout and size (``gate.config.serve`` when ``None``); the
+            header timeout and the connection cap are the server's, set by :func:`run_server`.
     """
-    app = web.Application(middlewares=[_guard], client_max_size=max_body_bytes)
+    settings = settings if settings is not None else gate.config.serve
+    app = web.Application(middlewares=[_guard], client_max_size=settings.max_body_bytes)
     app[GATE] = gate
     app[_METRICS] = _metrics()
-    app[_SETTINGS] = _Settings(token, max_body_bytes)
+    app[_FRONT] = _Front(token, settings)
     app.router.add_post("/v1/score", score)
     app.router.add_post("/v1/trajectories", trajectories)
     app.router.add_get("/v1/streams", streams)
@@ -311,7 +382,6 @@ async def run_server(
     port: int = 8377,
     *,
     token: str | None = None,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve ``gate`` (entered by the caller) until SIGINT or SIGTERM.
@@ -320,14 +390,16 @@ async def run_server(
     one that cannot be reached is a warning naming it, and the gate serves degraded (the endpoint may come up after
     the gate). On SIGINT or SIGTERM it stops accepting connections, lets the requests in flight finish (their
     answers are sent, for up to :data:`DRAIN_S` seconds; a trajectory acknowledged is in the state directory
-    already) and returns.
+    already) and returns. The HTTP limits are ``gate.config.serve`` (:class:`~ceb.config.ServeConfig`): the header
+    timeout is aiohttp's keep-alive timeout, which runs from a connection's opening and from each answer until the
+    next request's headers are in, and a request left unread gets as long again to arrive before its connection is
+    closed (aiohttp's lingering time).
 
     Args:
         gate: An entered gate.
         host: Interface to bind.
         port: Port; 0 picks a free one.
         token: Bearer token (required beyond loopback, :func:`check_bind`).
-        max_body_bytes: Largest request body, in bytes.
         ready: Called with the base URL (``http://127.0.0.1:8377``) once the socket listens.
 
     Raises:
@@ -342,9 +414,17 @@ async def run_server(
             endpoint=gate.critic_health.endpoint,
             error=problem,
         )
-    app = make_app(gate, token=token, max_body_bytes=max_body_bytes)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=DRAIN_S)
+    settings = gate.config.serve
+    app = make_app(gate, token=token)
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        shutdown_timeout=DRAIN_S,
+        keepalive_timeout=settings.header_timeout_s,
+        lingering_time=settings.body_timeout_s,
+    )
     await runner.setup()
+    app[_FRONT].server = runner.server
     try:
         site = web.TCPSite(runner, host, port)
         await site.start()

@@ -68,12 +68,16 @@ def _errors(*codes: int) -> dict[str, Any]:
     text = {
         400: "The body is not JSON.",
         401: "Missing or wrong bearer token.",
+        403: "Sent from a web page whose Origin is not in serve.allowed_origins.",
+        408: "The body did not arrive within serve.body_timeout_s; the connection is closed.",
         413: "The body is over the size limit.",
+        415: "The body is not sent as Content-Type: application/json.",
+        421: "The Host header names neither the gate's address nor serve.allowed_hosts (DNS rebinding).",
         409: "Refused, and retrying unchanged will not help: a new stream beyond gate.max_streams (`field`: stream),"
         " or a trajectory id the stream accepted before with other content (`field`: trajectory.id).",
         422: "A field is missing, unknown or malformed (`field` names it).",
-        503: "The stream has too many trajectories waiting (retry after Retry-After seconds), or the state directory"
-        " cannot be written (read-only, permissions); nothing was accepted.",
+        503: "The stream has too many trajectories waiting, or serve.max_connections are open (retry after Retry-After"
+        " seconds), or the state directory cannot be written (read-only, permissions); nothing was accepted.",
         507: "The state directory's disk is full; nothing was accepted: the same request succeeds once there is room.",
     }
     error = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
@@ -182,7 +186,7 @@ def openapi_document() -> dict[str, Any]:
                     "requestBody": body("ScoreRequest"),
                     "responses": {
                         "200": ok("The confidence.", {"$ref": "#/components/schemas/Confidence"}),
-                        **_errors(400, 401, 409, 413, 422),
+                        **_errors(400, 401, 403, 408, 409, 413, 415, 421, 422, 503),
                     },
                 }
             },
@@ -196,7 +200,7 @@ def openapi_document() -> dict[str, Any]:
                             "and content sent again gets the same answer (header Idempotent-Replayed: true) and is "
                             "banked once."
                         ),
-                        **_errors(400, 401, 409, 413, 422, 503, 507),
+                        **_errors(400, 401, 403, 408, 409, 413, 415, 421, 422, 503, 507),
                     },
                 }
             },

@@ -14,7 +14,7 @@ import anyio
 import pytest
 from aiohttp.test_utils import TestServer
 
-from ceb.config import GateConfig, RunConfig
+from ceb.config import GateConfig, RunConfig, ServeConfig
 from ceb.errors import ConfigError
 from ceb.gate import Gate
 from ceb.serve.app import check_bind, make_app
@@ -51,7 +51,7 @@ async def _client(tmp_path: Path, *, max_streams: int = 1024, **app_kw: Any) -> 
 
 @pytest.fixture
 async def client(tmp_path: Path) -> AsyncIterator[Client]:
-    async for c in _client(tmp_path, max_body_bytes=64 * 1024):
+    async for c in _client(tmp_path, settings=ServeConfig(max_body_bytes=64 * 1024)):
         yield c
 
 
@@ -309,3 +309,22 @@ async def test_health_says_when_the_state_cannot_be_written(tmp_path: Path, monk
         status, health = await c.get("/health")
         assert status == 503 and health["state"].endswith("Not a directory"), health
         state.unlink()
+
+
+@pytest.mark.parametrize("where", ["flag", "config file"])
+def test_credentials_in_the_critic_url_are_refused_in_one_line_that_does_not_show_them(
+    tmp_path: Path, where: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from ceb.cli import app
+
+    url = "http://u:pw-s3cret@127.0.0.1:9/v1"
+    config = tmp_path / "ceb.toml"
+    config.write_text(f'[backend]\nbase_url = "{url}"\nmodel = "m"\n')
+    given = ["--base-url", url, "--model", "m"] if where == "flag" else ["--config", str(config)]
+    result = CliRunner().invoke(app, ["serve", "--in-memory", "--port", "0", *given])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().count("\n") == 0 and "Traceback" not in result.output
+    assert "carries credentials" in result.output and "127.0.0.1:9/v1" in result.output
+    assert "pw-s3cret" not in result.output and "u:" not in result.output

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import anyio
 import pytest
 from aiohttp.test_utils import TestServer
 
@@ -41,12 +42,14 @@ async def _get(session: aiohttp.ClientSession, server: TestServer, path: str, bo
         return r.status, await r.json()
 
 
-async def test_consecutive_critic_failures_make_health_degraded_and_one_score_makes_it_ok(
+async def test_consecutive_critic_failures_make_health_degraded_and_a_passing_check_makes_it_ok(
     tmp_path: Path, openai_server: OpenAITestServer
 ) -> None:
     up = {"now": False}
+    openai_server.answer_preflight = False  # the background check asks the responder too
     openai_server.responder = lambda body, i: Reply('{"score": 0.7, "reason": "ok"}') if up["now"] else Reply.error(500)
-    async with Gate(_config(openai_server.base_url, openai_server.model), state_dir=tmp_path / "state") as gate:
+    config = _config(openai_server.base_url, openai_server.model, probe_every_s=0.05)
+    async with Gate(config, state_dir=tmp_path / "state") as gate:
         server = TestServer(make_app(gate), host="127.0.0.1")
         await server.start_server()
         try:
@@ -68,11 +71,22 @@ async def test_consecutive_critic_failures_make_health_degraded_and_one_score_ma
                 assert "500" in critic["last_error"] and critic["since"].endswith("Z")
                 assert critic["reason"].startswith(f"critic endpoint {openai_server.base_url}: the last 2 scores")
 
-                up["now"] = True
+                asked = len(openai_server.requests)
                 status, c = await _get(session, server, "/v1/score", SCORE)
-                assert c["status"] == "scored" and c["score"] == pytest.approx(0.7)
+                assert status == 200 and c["status"] == "failed" and c["decision"] == "review"
+                not_asked = f"critic not asked while degraded: critic endpoint {openai_server.base_url}"
+                assert c["error"].startswith(not_asked)
+                assert "last error: " in c["error"] and "500" in c["error"]
+                assert len(openai_server.requests) - asked <= 2  # the background checks only, never the step
+
+                up["now"] = True
+                with anyio.fail_after(30):  # the background check notices
+                    while gate.critic_health.degraded:
+                        await anyio.sleep(0.02)
                 status, health = await _get(session, server, "/health")
                 assert status == 200 and health["status"] == "ok"
+                status, c = await _get(session, server, "/v1/score", SCORE)
+                assert c["status"] == "scored" and c["score"] == pytest.approx(0.7)
                 assert health["critic"] | {"endpoint": None} == {
                     "status": "ok",
                     "reason": None,
@@ -93,7 +107,7 @@ async def test_the_start_up_check_names_an_unreachable_endpoint_and_the_gate_sta
         assert problem is not None and url in problem and "connection refused" in problem
         assert gate.critic_health.degraded and gate.critic_health.consecutive_failures == 0
         assert gate.critic_health.reason() == (
-            f"critic endpoint {url}: unreachable at start-up, and no step scored since (last_error says why)"
+            f"critic endpoint {url}: failed its last check, and no step scored since (last_error says why)"
         )
         assert gate.critic_health.last_error == problem
 
@@ -142,3 +156,39 @@ async def test_an_endpoint_that_refuses_the_model_fails_the_step_and_counts_neve
         finally:
             await server.close()
     assert status == 503 and health["critic"]["consecutive_failures"] == 2
+
+
+async def test_a_stalled_critic_costs_a_score_nothing_while_degraded_and_is_asked_again_once_it_answers(
+    tmp_path: Path, openai_server: OpenAITestServer
+) -> None:
+    up = {"now": False}
+    openai_server.answer_preflight = False
+    stalled, answer = Reply(delay_s=3600), Reply('{"score": 0.7, "reason": "ok"}')
+    openai_server.responder = lambda body, i: answer if up["now"] else stalled
+    backend = BackendConfig(
+        name="openai", base_url=openai_server.base_url, model=openai_server.model, max_attempts=2, timeout_s=60
+    )
+    config = RunConfig(backend=backend, gate=GateConfig(check_timeout_s=0.5, probe_every_s=0.1))
+    async with Gate(config, state_dir=tmp_path / "state") as gate:
+        problem = await gate.check_critic()  # as ceb serve does at start
+        assert problem is not None and "did not answer within 0.5 s" in problem
+        server = TestServer(make_app(gate), host="127.0.0.1")
+        await server.start_server()
+        try:
+            async with aiohttp.ClientSession() as session:
+                with anyio.fail_after(30):  # asking the critic would hold each score 2 x 60 s
+                    for _ in range(3):
+                        status, c = await _get(session, server, "/v1/score", SCORE)
+                        assert status == 200 and c["score"] is None and c["decision"] == "review", c
+                        assert c["status"] == "failed" and c["error"].startswith("critic not asked while degraded")
+                        assert "failed its last check" in c["error"] and "did not answer within" in c["error"]
+                up["now"] = True
+                with anyio.fail_after(30):
+                    while gate.critic_health.degraded:
+                        await anyio.sleep(0.02)
+                status, c = await _get(session, server, "/v1/score", SCORE)
+                assert c["status"] == "scored" and c["score"] == pytest.approx(0.7)
+                status, health = await _get(session, server, "/health")
+                assert status == 200 and health["critic"]["status"] == "ok"
+        finally:
+            await server.close()
