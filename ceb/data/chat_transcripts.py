@@ -145,6 +145,14 @@ def transcript_files(root: Path) -> list[Path]:
 
 
 def _records(path: Path) -> Iterator[tuple[int, Any]]:
+    """:func:`_read_records`, a file that fails mid-read (``/proc/self/mem``) named as one that cannot be opened."""
+    try:
+        yield from _read_records(path)
+    except OSError as exc:
+        raise DataError(Problem(str(path), 0, "<file>", f"cannot read the file: {exc.strerror or exc}")) from None
+
+
+def _read_records(path: Path) -> Iterator[tuple[int, Any]]:
     """``(line, decoded transcript)``: one per line of JSON Lines, or the whole file when it holds one value.
 
     A file whose first non-blank line is not a JSON value by itself is read whole: a transcript written as

@@ -122,8 +122,7 @@ def parse_stream_specs(
                 key = f"{name}.{files[0].stem}"
             if not explicit and not STREAM_NAME.fullmatch(key):
                 raise ConfigError(
-                    f"{what} {spec!r}: its files name it {key!r}, but a stream name is {_RULE}; name it "
-                    f"with NAME=path"
+                    f"{what} {spec!r}: its files name it {key!r}, but a stream name is {_RULE}; name it with NAME=path"
                 )
             shown = "+".join(str(f) for f in files)
             if key in streams:
