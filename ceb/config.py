@@ -745,7 +745,7 @@ def _refuse_stand_in(config: RunConfig) -> None:
         ConfigError: ``backend.name = "offline"`` with a ``base_url``; a critic of ``critics`` whose backend is
             ``offline`` with a ``base_url``; a labeller or actor endpoint beside an ``offline`` critic.
     """
-    fix = "choose backend 'openai' (--backend openai) for an endpoint, or leave the URL out"
+    fix = "choose backend 'openai' for an endpoint, or leave the URL out"
     b = config.backend
     if b.name == "offline" and b.base_urls:
         raise ConfigError(
@@ -767,7 +767,7 @@ def _refuse_stand_in(config: RunConfig) -> None:
                 raise ConfigError(
                     f"bad configuration: {where} {url!r} names an endpoint, but the critic's backend is 'offline' "
                     "(no model), so the run would score with the offline stand-in: give the critic's endpoint too "
-                    "(backend.base_url, --base-url), or leave it out"
+                    "(backend.base_url), or leave it out"
                 )
 
 

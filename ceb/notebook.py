@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ceb.config import RunConfig, load_config
 from ceb.data.reader import parse_trajectory, read_stream
-from ceb.data.streams import parse_stream_specs
+from ceb.data.streams import check_streams, parse_stream_specs
 from ceb.data.trajectory import Trajectory
-from ceb.errors import ConfigError, DataError, Problem
+from ceb.errors import ConfigError, DataError, Problem, RunError
 from ceb.pipeline.results import read_hindsight_rows, read_step_rows
 from ceb.pipeline.rundir import RunDir
 from ceb.version import install_command
@@ -80,7 +80,7 @@ def score(
     data: Data,
     *,
     methods: Sequence[str] | None = None,
-    config: RunConfig | str | Path | None = None,
+    config: RunConfig | Mapping[str, Any] | str | Path | None = None,
     run_dir: str | Path | None = None,
     overwrite: bool = False,
 ) -> pd.DataFrame:
@@ -93,7 +93,8 @@ def score(
             or a pandas DataFrame with one row per step (:data:`FRAME_COLUMNS`, :func:`trajectories_from_frame`).
         methods: Methods to run (``["ceb", "static"]``); ``None`` keeps the configuration's (default ``ceb`` and
             ``static``).
-        config: A :class:`~ceb.config.RunConfig`, or a ``.toml`` / ``.json`` settings file; ``None`` for the
+        config: A :class:`~ceb.config.RunConfig`, its settings as a mapping (``{"ceb": {"k": 3}}``), or a
+            ``.toml`` / ``.json`` settings file; ``None`` for the
             defaults (the ``offline`` backend: not a language model; name an endpoint in ``[backend]`` to score
             with one).
         run_dir: Where the run is written; ``None`` for a new temporary directory (kept after the call: its
@@ -105,8 +106,11 @@ def score(
         content of ``metrics.json``: ECE, Brier and AUROC per stream and method where the steps carry labels).
 
     Raises:
-        ConfigError: pandas is missing (names the extra), an unknown method or setting, a bad settings file.
-        DataError: A stream file or a DataFrame row breaks the stream format (names the file or row and field).
+        ConfigError: pandas is missing (names the extra), ``data``, ``config`` or ``run_dir`` of another kind (or
+            ``run_dir`` empty), an unknown method or setting, a bad settings file, a stream name that cannot name a
+            stream (:func:`~ceb.data.streams.check_streams`).
+        DataError: A stream file or a DataFrame row breaks the stream format (names the file or row and field), or
+            a trajectory id repeats within a stream.
         RunError: ``run_dir`` already holds a run (and not ``overwrite``), or the run failed.
     """
     _pandas()
@@ -123,7 +127,7 @@ async def ascore(
     data: Data,
     *,
     methods: Sequence[str] | None = None,
-    config: RunConfig | str | Path | None = None,
+    config: RunConfig | Mapping[str, Any] | str | Path | None = None,
     run_dir: str | Path | None = None,
     overwrite: bool = False,
 ) -> pd.DataFrame:
@@ -136,6 +140,10 @@ async def ascore(
     streams, cfg, out = _prepare(data, methods, config, run_dir)
     from ceb.pipeline import run_scoring
 
+    run = RunDir(out)
+    if not overwrite and run.has_scores and run.scored_anything():  # the pipeline's refusal names CLI flags
+        raise RunError(f"{out} already holds results ({run.SCORES}); choose another run_dir, or pass overwrite=True")
+
     await run_scoring(streams, cfg, out, overwrite=overwrite)
     return _finish(out, cfg)
 
@@ -143,7 +151,7 @@ async def ascore(
 def _run_here(
     data: Data,
     methods: Sequence[str] | None,
-    config: RunConfig | str | Path | None,
+    config: RunConfig | Mapping[str, Any] | str | Path | None,
     run_dir: str | Path | None,
     overwrite: bool,
 ) -> pd.DataFrame:
@@ -158,35 +166,67 @@ def _run_here(
 def _prepare(
     data: Data,
     methods: Sequence[str] | None,
-    config: RunConfig | str | Path | None,
+    config: RunConfig | Mapping[str, Any] | str | Path | None,
     run_dir: str | Path | None,
 ) -> tuple[dict[str, list[Trajectory]], RunConfig, Path]:
-    if isinstance(methods, str):
-        raise ConfigError(f"methods must be a list of method names, e.g. [{methods!r}], not a string")
+    if isinstance(methods, str) or not isinstance(methods, Sequence | None):
+        raise ConfigError(f"methods must be a list of method names, e.g. ['ceb'], not {methods!r}")
     overrides = {"methods": tuple(methods)} if methods is not None else None
     if isinstance(config, RunConfig):
         cfg = load_config(overrides=overrides, base=config.model_dump(mode="json"))
-    else:
+    elif isinstance(config, Mapping):
+        cfg = load_config(overrides=overrides, base=config)
+    elif isinstance(config, str | Path | None):
         cfg = load_config(config, overrides)
-    out = Path(run_dir) if run_dir is not None else Path(tempfile.mkdtemp(prefix="ceb-run-"))
-    return _streams(data), cfg, out
+    else:
+        raise ConfigError(f"config must be a RunConfig, a mapping of settings or a settings file, not {_kind(config)}")
+    out = (
+        _run_dir(run_dir, "None for a new temporary one")
+        if run_dir is not None
+        else Path(tempfile.mkdtemp(prefix="ceb-run-"))
+    )
+    streams = _streams(data)
+    check_streams(streams)
+    return streams, cfg, out
+
+
+def _run_dir(value: object, other: str) -> Path:
+    """``value`` as a run directory; an empty string is refused, not read as the current directory."""
+    if not isinstance(value, str | Path) or value == "":
+        raise ConfigError(f"run_dir must name a directory ({other}), not {value!r}")
+    return Path(value)
+
+
+def _kind(value: Any) -> str:
+    return "None" if value is None else f"a value of type {type(value).__name__}"
+
+
+_DATA = "data must be trajectories, a mapping of stream name to trajectories, stream file paths or a DataFrame"
 
 
 def _streams(data: Data) -> dict[str, list[Trajectory]]:
     if isinstance(data, str | Path):
         data = [data]
     if isinstance(data, Mapping):
-        return {str(name): list(trajectories) for name, trajectories in data.items()}
+        out = {}
+        for name, trajectories in data.items():
+            listed = isinstance(trajectories, Sequence) and not isinstance(trajectories, str)
+            bad = [t for t in trajectories if not isinstance(t, Trajectory)] if listed else [trajectories]
+            if bad:
+                raise ConfigError(f"data[{name!r}] must be a list of Trajectory; got {_kind(bad[0])}")
+            out[name] = list(trajectories)
+        return out
     if _is_frame(data):
         return trajectories_from_frame(data)
+    if not isinstance(data, Sequence):
+        raise ConfigError(f"{_DATA}, not {_kind(data)}")
     items = list(data)
     if items and all(isinstance(t, Trajectory) for t in items):
         return {"stream": items}
     if items and all(isinstance(t, str | Path) for t in items):
         return {name: read_stream(paths) for name, paths in parse_stream_specs([str(p) for p in items]).items()}
     raise ConfigError(
-        "data must be trajectories, a mapping of stream name to trajectories, stream file paths or a DataFrame"
-        + ("; got an empty sequence" if not items else "")
+        f"{_DATA}; got an empty sequence" if not items else f"{_DATA}; got a list holding {_kind(items[0])}"
     )
 
 
@@ -227,7 +267,7 @@ def read_run(run_dir: str | Path, *, table: Literal["scores", "hindsight"] = "sc
     pandas = _pandas()
     from ceb.pipeline.results import HindsightRow, StepRow
 
-    run = RunDir(run_dir)
+    run = RunDir(_run_dir(run_dir, "a run directory"))
     note = run.require_readable()
     if table == "scores":
         rows: list[Any] = list(read_step_rows(run.scores))
@@ -252,18 +292,23 @@ def trajectories_from_frame(frame: pd.DataFrame) -> dict[str, list[Trajectory]]:
     column are left out, and an empty ``label`` is an unlabelled step.
 
     Raises:
+        ConfigError: ``frame`` is not a DataFrame.
         DataError: A required column is missing, or a row breaks the stream format (names the row and field).
     """
+    if not _is_frame(frame):
+        raise ConfigError(f"frame must be a pandas DataFrame, not {_kind(frame)}")
     missing = [c for c, required in FRAME_COLUMNS.items() if required and c not in frame.columns]
     if missing:
         raise DataError(Problem("<DataFrame>", 0, missing[0], f"missing column; required: {_required()}"))
     records = frame.to_dict(orient="records")
     grouped: dict[str, dict[str, list[tuple[int, dict[str, Any]]]]] = {}
     for i, record in enumerate(records):
-        stream = _present(record.get("stream"))
-        grouped.setdefault(str(stream) if stream is not None else "frame", {}).setdefault(
-            str(record["trajectory"]), []
-        ).append((i, record))
+        stream, tid = _present(record.get("stream")), _present(record["trajectory"])
+        if tid is None:  # str() would make it "nan"
+            raise DataError(Problem(f"<DataFrame row {i}>", 0, "trajectory", "missing trajectory id"))
+        grouped.setdefault(str(stream) if stream is not None else "frame", {}).setdefault(str(tid), []).append(
+            (i, record)
+        )
     out: dict[str, list[Trajectory]] = {}
     for stream, trajectories in grouped.items():
         out[stream] = [_trajectory(tid, rows) for tid, rows in trajectories.items()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
 from pathlib import Path
 
@@ -139,3 +140,97 @@ def test_without_pandas_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(ConfigError, match=r"critic-experience-bank\[notebook\]"):
         ceb.score(_trajectories(), run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_stream_name_cannot_write_outside_the_run_directory(tmp_path: Path) -> None:
+    victim = tmp_path / "victim__ceb.json"
+    victim.write_text("mine")
+    run_dir = tmp_path / "runs" / "i"
+    with pytest.raises(ConfigError, match=r"name '\.\./\.\./victim' cannot name a stream"):
+        ceb.score({"../../victim": _trajectories()}, run_dir=run_dir)
+    frame = _frame(_trajectories())
+    frame["stream"] = "../../victim"
+    with pytest.raises(ConfigError, match="cannot name a stream"):
+        ceb.score(frame, run_dir=run_dir)
+    with pytest.raises(ConfigError, match="cannot name a stream"):
+        ceb.score({"x\n": _trajectories()}, run_dir=run_dir)
+    assert victim.read_text() == "mine" and not run_dir.exists()
+
+
+def test_a_trajectory_twice_in_a_stream_is_refused(tmp_path: Path) -> None:
+    t = _trajectories()[0]
+    with pytest.raises(DataError, match=r"duplicate id 't0' in stream 'stream'"):
+        ceb.score([t, t], run_dir=tmp_path / "run")
+    with pytest.raises(DataError, match=r"duplicate id 't0' in stream 's'"):
+        ceb.score({"s": [t, *_trajectories()[1:], t]}, run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "wrong"),
+    [
+        ({"data": 5}, r"data must be trajectories.*, not a value of type int"),
+        ({"data": None}, r"data must be trajectories.*, not None"),
+        ({"data": [{"id": "t"}]}, r"data must be trajectories.*; got a list holding a value of type dict"),
+        ({"data": {"s": {"id": "t"}}}, r"data\['s'\] must be a list of Trajectory; got a value of type dict"),
+        ({"data": {"s": [{"id": "t"}]}}, r"data\['s'\] must be a list of Trajectory; got a value of type dict"),
+        ({"config": 5}, r"config must be a RunConfig, a mapping of settings or a settings file, not a value of"),
+        ({"config": {"ceb": {"nope": 1}}}, r"bad configuration: ceb\.nope"),
+        ({"run_dir": ""}, r"run_dir must name a directory \(None for a new temporary one\), not ''"),
+        ({"methods": 3}, r"methods must be a list of method names"),
+    ],
+)
+def test_arguments_of_another_kind_are_refused_as_ceb_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, object], wrong: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    args: dict[str, object] = {"data": _trajectories(), "run_dir": tmp_path / "run"} | kwargs
+    with pytest.raises(ConfigError, match=wrong) as refused:
+        ceb.score(args.pop("data"), **args)  # type: ignore[arg-type]
+    assert "--" not in str(refused.value)  # no CLI flag named to a notebook user
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_settings_mapping_is_a_config(tmp_path: Path) -> None:
+    frame = ceb.score(_trajectories(), config={"methods": ["static"]}, run_dir=tmp_path / "run")
+    assert set(frame["method"]) == {"static"}
+
+
+def test_notebook_refusals_name_arguments_not_cli_flags(tmp_path: Path) -> None:
+    ceb.score(_trajectories(), methods=["static"], run_dir=tmp_path / "run")
+    with pytest.raises(RunError, match="pass overwrite=True") as refused:
+        ceb.score(_trajectories(), methods=["static"], run_dir=tmp_path / "run")
+    assert "--" not in str(refused.value)
+    with pytest.raises(ConfigError, match="needs an LLM endpoint") as refused:
+        ceb.score(_trajectories(), methods=["ptrue"], run_dir=tmp_path / "b")
+    assert "--" not in str(refused.value)
+
+
+def test_a_frame_row_without_a_trajectory_id_is_refused_not_named_nan() -> None:
+    frame = _frame(_trajectories()[:1])
+    frame.loc[1, "trajectory"] = float("nan")
+    with pytest.raises(DataError, match=r"<DataFrame row 1>:0: field trajectory: missing trajectory id"):
+        trajectories_from_frame(frame)
+
+
+ABSURD: list[object] = [5, None, "", "../../x", "x\n", {"a": 1}, [None], [{"id": "t"}], float("nan"), b"x", object()]
+
+
+@pytest.mark.parametrize("function", ["score", "read_run", "trajectories_from_frame"])
+def test_absurd_values_of_every_argument_give_a_ceb_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, function: str
+) -> None:
+    """Each argument of the notebook API, given a value of the wrong kind, ends in a ``CEBError`` naming no flag."""
+    import inspect
+
+    monkeypatch.chdir(tmp_path)
+    call = getattr(ceb.notebook, function)
+    valid = {"data": _trajectories(), "run_dir": tmp_path / "run", "frame": _frame(_trajectories())}
+    for name in inspect.signature(call).parameters:
+        for value in ABSURD:
+            args = {n: valid[n] for n in inspect.signature(call).parameters if n in valid} | {name: value}
+            try:
+                call(**args)
+            except ceb.errors.CEBError as exc:
+                assert "--" not in str(exc), (name, value, exc)
+            shutil.rmtree(tmp_path / "run", ignore_errors=True)

@@ -445,12 +445,19 @@ class Bank:
 
         The whole bank is rewritten; to save after every update at the cost of that update only, keep the bank
         in a :class:`~ceb.bank.journal.BankJournal`.
+
+        Raises:
+            OSError: The file cannot be written (a full disk); the old file is left as it was, and no ``.tmp``.
         """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(orjson.dumps(self.to_document(), option=orjson.OPT_INDENT_2))
-        tmp.replace(path)
+        try:
+            tmp.write_bytes(orjson.dumps(self.to_document(), option=orjson.OPT_INDENT_2))
+            tmp.replace(path)
+        except OSError:  # a full disk, say: leave the old bank and no empty .tmp beside it
+            tmp.unlink(missing_ok=True)
+            raise
 
     @classmethod
     def load(cls, path: str | Path, retriever: Retriever | None = None) -> Bank:

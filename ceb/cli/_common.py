@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import errno
 import inspect
+import os
 import re
 import shlex
 import sys
@@ -86,10 +87,18 @@ _FIXES: dict[int, str] = {
 }
 """The errors of the machine rather than of the command (exit :data:`EXIT_IO`), each with what fixes it."""
 
+
 # Tables are wide; when stdout is a file or pipe (CI logs, `| tee`) they keep their natural width (a log has no
 # edge), so no stream name is cut to "intercode-bash-…" as a fixed 160 columns did.
 # markup=False: paths, stream names and error messages may hold brackets ("[grid]"), which rich would eat.
-out = Console(width=None if sys.stdout.isatty() else 10_000, markup=False)
+class _Stdout(Console):
+    def on_broken_pipe(self) -> None:
+        """The reader left (``ceb prompts ... | head``): what it read was all it wanted, so exit 0 quietly."""
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush fails no more
+        raise SystemExit(0)  # rich's own exits 1
+
+
+out = _Stdout(width=None if sys.stdout.isatty() else 10_000, markup=False)
 err = Console(stderr=True, markup=False)
 
 

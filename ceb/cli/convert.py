@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args, get_origin
 
@@ -25,7 +26,8 @@ def _print_converted(converted: list[ConvertedStream], out_dir: Path, columns: t
     table = Table(*titles, title=f"streams in {out_dir}")
     for c in converted:
         extra = (column.value(c) for column in columns)
-        table.add_row(c.path.name, str(c.trajectories), str(c.steps), f"{c.positive_rate:.3f}", *extra)
+        rate = "— (no labelled step)" if math.isnan(c.positive_rate) else f"{c.positive_rate:.3f}"
+        table.add_row(c.path.name, str(c.trajectories), str(c.steps), rate, *extra)
     out.print(table)
 
 

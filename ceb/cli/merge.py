@@ -26,8 +26,9 @@ def merge(
     finished. OUT gets config.json (without the shard plan), scores.jsonl and hindsight.jsonl (rows grouped by
     lane), banks/, summary.json (counts summed) and metrics.json computed from the merged rows. Parts that
     disagree, overlap, leave a shard out or did not finish are refused, naming the part and what differs; so is a
-    damaged part (rows lost or doubled, hindsight rows or banks missing), naming its lane and the --resume that
-    repairs it. OUT is built beside it (.OUT.building) and published whole: a merge killed mid-way is run again.
+    damaged part (rows lost or doubled, hindsight rows or banks missing or damaged), naming its lane and the
+    --resume that repairs it, and a part a live ceb holds, as in use. OUT is built beside it (.OUT.building) and
+    published whole: a merge killed mid-way is run again.
     """
     from ceb.pipeline.merge import merge_runs
 

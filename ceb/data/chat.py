@@ -8,8 +8,9 @@ completion" request body, https://platform.openai.com/docs/api-reference/chat/cr
   it, ``name {arguments as canonical JSON}``; the message's text is the step's ``reasoning``;
 - an assistant message with text and **no tool call** (the agent's answer) is one step whose action is the text;
   an assistant message with neither is not a step;
-- a **tool** message is the observation of the call it answers (``tool_call_id``; without one, of the latest
-  step); two answers to one call are joined in order;
+- a **tool** message is the observation of the call it answers (``tool_call_id``, a string; without one, of the
+  latest step); two answers to one call are joined in order. Two calls with one id, and an id that is not a
+  string, are refused: the answer's call would be a guess;
 - a step's **state** is the observation of the last step of the previous assistant message (empty for the
   first): what the agent had just seen when it chose the action. Parallel calls of one message share it;
 - the **first user message** is the task; later user messages are turns of the conversation, not steps;
@@ -115,8 +116,9 @@ def chat_steps(messages: Any, *, path: str = "<request>", line: int = 0, field: 
     Raises:
         DataError: ``messages`` is not a list, a message is not an object or has an unknown role, content
             that is neither a string, null nor a list of parts, ``tool_calls`` that is not a list, a bad tool
-            call (:func:`tool_action`), or a tool message that answers no earlier call. The problem names the
-            field: ``messages[4].tool_call_id``.
+            call (:func:`tool_action`), a call id that is not a string or is an earlier call's, or a tool message
+            whose ``tool_call_id`` is not a string or answers no earlier call. The problem names the field:
+            ``messages[4].tool_call_id``.
     """
     if not isinstance(messages, list):
         raise _fail(path, line, field, f"must be a list of chat messages, got {kind(messages)}")
@@ -151,11 +153,20 @@ def chat_steps(messages: Any, *, path: str = "<request>", line: int = 0, field: 
                 action = tool_action(call, f"{at}.tool_calls[{j}]", path, line)
                 steps.append(Step(state="", action=action, observation="", reasoning=content or None))
                 turns.append(i)
-                if isinstance(call, dict) and isinstance(call.get("id"), str):
-                    by_call[call["id"]] = len(steps) - 1
+                call_id = call.get("id") if isinstance(call, dict) else None
+                if call_id is None:
+                    continue
+                if not isinstance(call_id, str):
+                    raise _fail(path, line, f"{at}.tool_calls[{j}].id", f"must be a string, got {kind(call_id)}")
+                if call_id in by_call:  # a tool message could not say which of the two it answers
+                    first = f"{field}[{turns[by_call[call_id]]}]"
+                    raise _fail(path, line, f"{at}.tool_calls[{j}].id", f"{call_id!r} is also a call's id in {first}")
+                by_call[call_id] = len(steps) - 1
         elif role == "tool":
             call_id = m.get("tool_call_id")
-            target = by_call.get(call_id) if isinstance(call_id, str) else (len(steps) - 1 if steps else None)
+            if call_id is not None and not isinstance(call_id, str):  # never the latest call's by default
+                raise _fail(path, line, f"{at}.tool_call_id", f"must be a string (a call's id), got {kind(call_id)}")
+            target = by_call.get(call_id) if call_id is not None else (len(steps) - 1 if steps else None)
             if target is None:
                 raise _fail(path, line, f"{at}.tool_call_id", "answers no earlier assistant tool call")
             step = steps[target]

@@ -145,17 +145,21 @@ def transcript_files(root: Path) -> list[Path]:
 
 
 def _records(path: Path) -> Iterator[tuple[int, Any]]:
+    """:func:`_read_records`, a file that fails mid-read (``/proc/self/mem``) named as one that cannot be opened."""
+    try:
+        yield from _read_records(path)
+    except OSError as exc:
+        raise DataError(Problem(str(path), 0, "<file>", f"cannot read the file: {exc.strerror or exc}")) from None
+
+
+def _read_records(path: Path) -> Iterator[tuple[int, Any]]:
     """``(line, decoded transcript)``: one per line of JSON Lines, or the whole file when it holds one value.
 
     A file whose first non-blank line is not a JSON value by itself is read whole: a transcript written as
     indented JSON (an object, or a bare ``messages`` array), reported at the line it starts on.
     """
-    try:
-        handle = path.open("rb")
-    except OSError as exc:
-        raise DataError(Problem(str(path), 0, "<file>", f"cannot read the file: {exc.strerror or exc}")) from exc
     first = 0
-    with handle:
+    with path.open("rb") as handle:  # its failure to open or read: _records
         for n, raw in enumerate(handle, 1):
             if not raw.strip():
                 continue

@@ -24,10 +24,17 @@ One stream per log file, ``inspect-<log file stem>.jsonl`` (a log is one task ru
 
 A sample with no assistant action is skipped and counted. A log whose samples are not all there (a run that
 was stopped) converts the samples it holds.
+
+Bounds: a log whose entries inflate past ``--max-log-mb`` (default :data:`~ceb.data.writer.MAX_LOG_MB`; the
+sizes a ``.eval`` zip declares, which its reader holds each entry to, or a ``.json`` log's size) is refused before
+inspect_ai reads it, and a text field past ``--max-field-mb`` (:data:`~ceb.data.writer.MAX_FIELD_MB`) when it is
+written: a small compressed log cannot fill the disk or the memory.
 """
 
 from __future__ import annotations
 
+import math
+import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -39,7 +46,15 @@ from ceb.data.chat_transcripts import DEFAULT_DOMAIN
 from ceb.data.converters import OUT_DIR, Converter, ConverterOption, SummaryColumn
 from ceb.data.reader import DOMAIN
 from ceb.data.trajectory import Trajectory
-from ceb.data.writer import ConvertedStream, SkippedTrajectory, StagedStreams, stream_file_names
+from ceb.data.writer import (
+    MAX_FIELD_MB,
+    MAX_LOG_MB,
+    ConvertedStream,
+    SkippedTrajectory,
+    StagedStreams,
+    check_log_size,
+    stream_file_names,
+)
 from ceb.errors import ConfigError, DataError, Problem
 from ceb.version import install_command
 
@@ -72,6 +87,8 @@ def convert_inspect(
     out_dir: str | Path,
     scorer: str | None = None,
     domain: str = DEFAULT_DOMAIN,
+    max_log_mb: float = MAX_LOG_MB,
+    max_field_mb: float = MAX_FIELD_MB,
 ) -> list[ConvertedStream]:
     """Convert inspect_ai eval logs into one trajectory stream per log (the module docstring's mapping).
 
@@ -82,6 +99,8 @@ def convert_inspect(
         out_dir: Directory for the ``inspect-<stem>.jsonl`` streams; created if missing, existing ones replaced.
         scorer: The scorer whose score is the outcome; ``None``: each sample's first scorer.
         domain: The trajectories' domain (prompt family).
+        max_log_mb: The most a log may inflate to, in MB (10^6 bytes).
+        max_field_mb: The most one text field written may hold, in MB.
 
     Returns:
         One summary per log, in file-name order.
@@ -90,18 +109,24 @@ def convert_inspect(
         ConfigError: inspect_ai is not installed (the message names the extra).
         DataError: No log at ``logs``; a log inspect_ai cannot read; a sample whose messages break the chat
             mapping (names the file, the sample and the message field); ``scorer`` names no score of a scored
-            sample; or a log with no sample that has an action.
+            sample; a log with no sample that has an action; or a log or a field past its bound (names the file,
+            the field and the limit).
     """
     reader = _inspect_log()
     root = Path(logs)
     if not DOMAIN.fullmatch(domain):
         raise DataError(Problem(str(root), 0, "--domain", f"must be a lower-case word, got {domain!r}"))
+    for flag, mb in (("--max-log-mb", max_log_mb), ("--max-field-mb", max_field_mb)):
+        if not 0 < mb < math.inf:
+            raise DataError(Problem(str(root), 0, flag, f"must be a positive number of MB, got {mb!r}"))
     files = _log_files(reader, root)
-    names = stream_file_names("inspect", [f.stem for f in files], root)
+    for f in files:
+        check_log_size(f, _inflated_size(f), max_log_mb)
+    names = stream_file_names("inspect", [f.stem for f in files], root, what="log")
     headers = {f: _read(f, lambda f=f: reader.read_eval_log(str(f), header_only=True)) for f in files}
     actors = {f.stem: str(headers[f].eval.model) for f in files}
     skipped: dict[str, list[SkippedTrajectory]] = {f.stem: [] for f in files}
-    with StagedStreams(out_dir, names) as staged:
+    with StagedStreams(out_dir, names, max_field_mb) as staged:
         for f in files:
             written = 0
             samples: Iterable[Any] = _read(
@@ -134,6 +159,17 @@ def _log_files(reader: Any, root: Path) -> list[Path]:
     if not files:
         raise DataError(Problem(str(root), 0, "<file>", "no inspect_ai log (.eval or .json) in this folder"))
     return files
+
+
+def _inflated_size(path: Path) -> int:
+    """The bytes ``path`` inflates to: the sum of a zip's declared entry sizes, else the file's size."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return sum(info.file_size for info in archive.infolist())
+    except zipfile.BadZipFile:
+        return path.stat().st_size
+    except OSError as exc:
+        raise _unreadable(path, exc) from exc
 
 
 def _read(path: Path, read: Any) -> Any:
@@ -215,6 +251,15 @@ outcome, kept in meta.label. Fields: ceb/data/inspect_logs.py.""",
             "scorer", str | None, "Scorer whose score is the outcome; default: each sample's first.", default=None
         ),
         ConverterOption("domain", str, "Domain of the trajectories (prompt family).", default=DEFAULT_DOMAIN),
+        ConverterOption(
+            "max_log_mb", float, "Refuse a log that inflates past this many MB (10^6 bytes).", default=MAX_LOG_MB
+        ),
+        ConverterOption(
+            "max_field_mb",
+            float,
+            "Refuse a text field (task, action, observation...) past this many MB.",
+            default=MAX_FIELD_MB,
+        ),
     ),
     columns=(SummaryColumn("skipped (no action)", lambda c: str(len(c.skipped))),),
 )

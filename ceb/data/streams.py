@@ -2,7 +2,7 @@
 
 The rule, in order, for each spec:
 
-1. ``NAME=FILES`` names the stream ``NAME`` (letters, digits, ``_ . -``) unless the whole spec is a file;
+1. ``NAME=FILES`` names the stream ``NAME`` (:data:`STREAM_NAME`) unless the whole spec is a file;
 2. ``FILES`` that is one existing file is that file, even when its name holds ``+`` or ``=``;
 3. else ``a.jsonl+b.jsonl`` joins files into one stream, when every part is a file;
 4. else (grids only) a glob: one stream per matching file;
@@ -10,21 +10,65 @@ The rule, in order, for each spec:
 
 Two specs that give one name (``a/x.jsonl b/x.jsonl``) are refused with both files named: tell them apart with
 ``NAME=``, e.g. ``a-x=a/x.jsonl b-x=b/x.jsonl``.
+
+:func:`check_streams` is the one check of the streams a run scores, whatever built them (``ceb score``, a grid,
+the notebook API): each name a :data:`STREAM_NAME`, and no trajectory id twice in a stream.
 """
 
 from __future__ import annotations
 
 import glob
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ceb.errors import ConfigError
+from ceb.data.trajectory import Trajectory
+from ceb.errors import ConfigError, DataError, Problem
 
-__all__ = ["STREAM_NAME", "parse_stream_specs"]
+__all__ = ["STREAM_NAME", "check_stream_name", "check_streams", "parse_stream_specs"]
 
-STREAM_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
-"""What ``NAME=`` may be: it becomes part of file names (banks) and a column of every result row."""
+STREAM_NAME = re.compile(r"(?!\.\.?\Z)[\w.+=-]{1,128}")
+"""A stream name, matched whole: 1 to 128 letters, digits, ``_ . + = -`` (not ``.`` or ``..``). It becomes part of
+file names (banks) and a column of every result row, so it holds no path separator, space or control character."""
+
+_RULE = "1 to 128 letters, digits, '_', '.', '+', '=', '-'"
+
+
+def check_stream_name(name: object, what: str = "stream") -> str:
+    """Return ``name`` when it is a :data:`STREAM_NAME` (``what`` says what named it, for the message).
+
+    Raises:
+        ConfigError: It is not (names it, and what it may hold).
+    """
+    if not isinstance(name, str) or not STREAM_NAME.fullmatch(name):
+        raise ConfigError(f"{what} name {name!r} cannot name a stream: a stream name is {_RULE}")
+    return name
+
+
+def check_streams(streams: Mapping[str, Sequence[Trajectory]]) -> None:
+    """Refuse streams a run cannot score: a name that is not a :data:`STREAM_NAME`, or an id twice in a stream.
+
+    Raises:
+        ConfigError: A bad name.
+        DataError: A trajectory id repeats within a stream (names the stream, the id and both places).
+    """
+    for name, trajectories in streams.items():
+        check_stream_name(name)
+        seen: dict[str, int] = {}
+        for i, traj in enumerate(trajectories):
+            first = seen.setdefault(traj.id, i)
+            if first != i:
+                there = trajectories[first].source or f"trajectory {first}"
+                where, _, line = (traj.source or f"<stream {name}>:{i + 1}").rpartition(":")
+                raise DataError(
+                    Problem(
+                        where,
+                        int(line) if line.isdigit() else 0,
+                        "id",
+                        f"duplicate id {traj.id!r} in stream {name!r}: first at {there}",
+                        traj.id,
+                    )
+                )
 
 
 def _files(spec: str, base: Path, *, globs: bool, what: str) -> list[list[Path]]:
@@ -69,13 +113,17 @@ def parse_stream_specs(
             raise ConfigError(f"{what} {spec!r} is not a file name (give paths as strings)")
         name, eq, rest = spec.partition("=")
         explicit = bool(eq) and not (root / spec).is_file()
-        if explicit and not STREAM_NAME.match(name):
-            raise ConfigError(f"{what} {spec!r}: the name before '=' may hold only letters, digits, '_', '.', '-'")
+        if explicit:
+            check_stream_name(name, f"{what} {spec!r}: the")
         groups = _files(rest if explicit else spec, root, globs=globs, what=what)
         for files in groups:
             key = name if explicit else "+".join(f.stem for f in files)
             if explicit and len(groups) > 1:
                 key = f"{name}.{files[0].stem}"
+            if not explicit and not STREAM_NAME.fullmatch(key):
+                raise ConfigError(
+                    f"{what} {spec!r}: its files name it {key!r}, but a stream name is {_RULE}; name it with NAME=path"
+                )
             shown = "+".join(str(f) for f in files)
             if key in streams:
                 raise ConfigError(

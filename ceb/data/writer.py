@@ -25,9 +25,37 @@ from ceb.data.reader import encode_trajectory, write_stream
 from ceb.data.trajectory import Trajectory
 from ceb.errors import DataError, Problem, StreamValidationError, with_path
 
-__all__ = ["ConvertedStream", "SkippedTrajectory", "StagedStreams", "stream_file_names", "write_converted"]
+__all__ = [
+    "MAX_FIELD_MB",
+    "MAX_LOG_MB",
+    "ConvertedStream",
+    "SkippedTrajectory",
+    "StagedStreams",
+    "check_log_size",
+    "stream_file_names",
+    "write_converted",
+]
 
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+MB = 1_000_000
+MAX_LOG_MB = 256
+"""The default bound, in MB (10^6 bytes), of what one source log may inflate to (an inspect log's uncompressed
+entries, a chat transcript file): ``--max-log-mb``. A compressed log is refused past it before it is read."""
+MAX_FIELD_MB = 8
+"""The default bound, in MB, of one text field a converter writes (a task, state, action, observation or
+reasoning, UTF-8): ``--max-field-mb``."""
+
+
+def check_log_size(path: Path, size: int, max_mb: float) -> None:
+    """Refuse a source log of ``size`` bytes (as it inflates) over ``max_mb`` MB.
+
+    Raises:
+        DataError: Names the file, its size and the limit.
+    """
+    if size > max_mb * MB:
+        message = f"inflates to {size / MB:,.1f} MB, over the limit of {max_mb:g} MB a log (--max-log-mb)"
+        raise DataError(Problem(str(path), 0, "<file>", message))
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,13 +149,14 @@ def write_converted(
     )
 
 
-def stream_file_names(prefix: str, actors: Iterable[str], where: Path) -> dict[str, str]:
+def stream_file_names(prefix: str, actors: Iterable[str], where: Path, what: str = "actor") -> dict[str, str]:
     """``actor -> <prefix>-<actor>.jsonl``, each run of characters unsafe in a file name replaced by ``_``.
 
     Args:
         prefix: The dataset's file prefix (``mind2web``).
         actors: The actors, each given a file.
         where: The file the actor names came from, for the error.
+        what: What the names are, for the error (``"log"`` for inspect's log stems).
 
     Returns:
         The file name (no directory) of each actor.
@@ -141,11 +170,19 @@ def stream_file_names(prefix: str, actors: Iterable[str], where: Path) -> dict[s
         file = f"{prefix}-{_UNSAFE_NAME.sub('_', name)}.jsonl"
         if file in taken:
             raise DataError(
-                Problem(str(where), 0, "actor", f"actors {taken[file]!r} and {name!r} would both write {file}")
+                Problem(str(where), 0, what, f"{what}s {taken[file]!r} and {name!r} would both write {file}")
             )
         taken[file] = name
         files[name] = file
     return files
+
+
+def _origin(trajectory: Trajectory, out: Path, line: int) -> tuple[str, int]:
+    """Where a problem of ``trajectory`` is: its source (``path:line``, ``path:sample``), else ``out`` at ``line``."""
+    if not trajectory.source:
+        return str(out), line
+    path, _, at = trajectory.source.rpartition(":")
+    return (path, int(at)) if path and at.isdigit() else (trajectory.source, 0)
 
 
 @dataclass
@@ -172,10 +209,12 @@ class StagedStreams:
         out_dir: Where the streams go; created by :meth:`commit`. The staging folder is a hidden temporary
             folder beside it (same file system, so each file is moved into place by one rename).
         names: ``key -> file name`` of each stream (:func:`stream_file_names`).
+        max_field_mb: The bound of each text field written (:data:`MAX_FIELD_MB`).
     """
 
-    def __init__(self, out_dir: str | Path, names: dict[str, str]) -> None:
+    def __init__(self, out_dir: str | Path, names: dict[str, str], max_field_mb: float = MAX_FIELD_MB) -> None:
         self.out_dir = Path(out_dir)
+        self._max_field = max_field_mb * MB
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
         self._stage = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.", dir=self.out_dir.parent))
         self._streams = {key: _Staged(name, (self._stage / name).open("wb")) for key, name in names.items()}
@@ -193,19 +232,22 @@ class StagedStreams:
         """Append ``trajectory`` to the stream ``key``.
 
         Raises:
-            DataError: The trajectory breaks the stream contract or repeats an id of its stream (names the
-                stream's file and the line it would have taken).
+            DataError: The trajectory breaks the stream contract, repeats an id of its stream, or has a text
+                field over the bound (names its source, :attr:`~ceb.data.trajectory.Trajectory.source`, when it
+                has one, else the stream's file and the line it would have taken).
             OSError: The staged file cannot be written (a full disk, say), naming the stream's file.
         """
         stream = self._streams[key]
         line = stream.trajectories + 1
-        where = self.out_dir / stream.name
+        path, at = _origin(trajectory, self.out_dir / stream.name, line)
         if trajectory.id in stream.ids:
-            raise DataError(Problem(str(where), line, "id", f"duplicate id {trajectory.id!r}", trajectory.id))
+            raise DataError(Problem(path, at, "id", f"duplicate id {trajectory.id!r}", trajectory.id))
+        self._check_fields(trajectory, path, at)
         try:
-            encoded = encode_trajectory(trajectory, where, line)
+            encoded = encode_trajectory(trajectory, Path(path), at)
         except StreamValidationError as exc:
             raise DataError(exc.problems[0]) from exc
+        where = self.out_dir / stream.name
         try:
             stream.file.write(encoded + b"\n")
         except OSError as exc:  # a full disk, say: name the stream (the system names no file)
@@ -217,6 +259,18 @@ class StagedStreams:
             if step.label is not None:
                 stream.labelled += 1
                 stream.positive += step.label
+
+    def _check_fields(self, trajectory: Trajectory, path: str, line: int) -> None:
+        """Refuse a text field over ``max_field_mb`` (its UTF-8 bytes), naming it and the limit."""
+        fields = [("task", trajectory.task, None)] + [
+            (f"steps[{t}].{name}", getattr(step, name) or "", t)
+            for t, step in enumerate(trajectory.steps)
+            for name in ("state", "action", "observation", "reasoning")
+        ]
+        for name, text, t in fields:
+            if len(text) * 4 > self._max_field and len(text.encode()) > self._max_field:
+                message = f"is {len(text.encode()) / MB:,.1f} MB, over the limit of {self._max_field / MB:g} MB a field"
+                raise DataError(Problem(path, line, name, f"{message} (--max-field-mb)", trajectory.id, t))
 
     def commit(
         self,

@@ -8,9 +8,11 @@ what differs, before anything is written.
 
 Each part must also be whole, as its own plan and summary say (:func:`_check_part`): no row twice, every lane
 with a row for each step of each of its trajectories (``min(trajectories, max_trajectories)`` of its stream, each
-trajectory with the same steps in every lane), a hindsight row per trajectory of a bank lane, its banks there, and
-the rows its ``summary.json`` counts. A damaged part is refused naming the part, the lane and what is wrong, with
-the ``--resume`` of that part that repairs it.
+trajectory with the same steps in every lane), a hindsight row per trajectory of a bank lane, each bank file the
+bank its hindsight rows and summary describe (:func:`_check_bank`: records counted, and digested), and the rows its
+``summary.json`` counts. A damaged part is refused naming the part, the lane and what is wrong, with the
+``--resume`` of that part that repairs it. Each part is read and merged under its lock: a part a live ``ceb`` is
+writing (a resume) is refused as in use.
 
 The merged run is built aside and published whole (:meth:`~ceb.pipeline.rundir.RunDir.built_aside`): a merge
 killed at any point leaves no run in ``out``, only the staging directory, which the next merge into ``out`` clears.
@@ -28,6 +30,8 @@ rows by the caller (``ceb merge``), as after ``ceb score``: the evaluation layer
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -35,9 +39,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 import structlog
 
 from ceb.backends.cache import CacheCounts
+from ceb.bank import BANK_FORMAT
 from ceb.config import RunConfig
 from ceb.errors import CEBError, RunError
 from ceb.pipeline.planning import lane_keys
@@ -101,10 +107,15 @@ class _Part:
         )
 
 
-def _read_part(path: str | Path) -> _Part:
+def _read_part(path: str | Path, locks: contextlib.ExitStack) -> _Part:
+    """Read the part at ``path`` under its lock, held in ``locks`` (a part a live ``ceb`` writes is refused)."""
     run = RunDir(path)
     if not run.path.is_dir():
         raise RunError(f"part {run}: no such directory")
+    try:
+        locks.enter_context(run.lock())
+    except RunError as exc:
+        raise RunError(f"part {exc}") from None
     if not run.started:
         raise RunError(f"part {run}: no {run.CONFIG}; is it a run directory written by `ceb score --shard`?")
     record = run.record()
@@ -183,7 +194,13 @@ def merge_runs(parts: Sequence[str | Path], out: str | Path) -> MergeResult:
     for p in parts:
         if Path(p).resolve() == target.path.resolve():
             raise RunError(f"--out {target} is one of the parts; merge into a new directory")
-    read = sorted((_read_part(p) for p in parts), key=lambda part: part.shard.index)
+    with contextlib.ExitStack() as locks:
+        read = sorted((_read_part(p, locks) for p in parts), key=lambda part: part.shard.index)
+        return _merge(read, target)
+
+
+def _merge(read: Sequence[_Part], target: RunDir) -> MergeResult:
+    """Merge the parts read (under their locks) into ``target``: :func:`merge_runs` after reading the parts."""
     _check_parts(read)
     first = read[0]
     config = RunConfig.model_validate(first.record["config"])
@@ -211,8 +228,8 @@ def merge_runs(parts: Sequence[str | Path], out: str | Path) -> MergeResult:
         _check_part(part, plan, steps_of)
     _check_every_lane(read, plan.keys, owner, first.record)
     for key, part in owner.items():
-        if plan.by_key[key].use_bank and not (part.run.path / part.run.bank_file(key)).is_file():
-            raise RunError(f"{part}, lane {lane_name(key)}: no bank file {part.run.bank_file(key)}; {part.repair}")
+        if plan.by_key[key].use_bank:
+            _check_bank(part, key)
     for part in read:  # what no lane could be named for: rows its summary counts and the rows held differ
         problems = part.run.summary_mismatch(part.summary)
         if problems:
@@ -336,6 +353,55 @@ def _check_part(part: _Part, plan: _Plan, steps_of: dict[tuple[str, str], tuple[
                     f"{where}: hindsight rows of {len(have & set(trajs))} of its {len(trajs)} trajectories in "
                     f"{part.run.HINDSIGHT} (a bank lane has one per trajectory); {part.repair}"
                 )
+
+
+def _records_digest(records: Sequence[Any]) -> str:
+    """A digest of bank records (``BankRecord`` fields as JSON objects), the same for the same records in order."""
+    return hashlib.blake2b(orjson.dumps(list(records), option=orjson.OPT_SORT_KEYS), digest_size=16).hexdigest()
+
+
+def _check_bank(part: _Part, key: LaneKey) -> None:
+    """Refuse ``part`` unless lane ``key``'s bank file is the bank its hindsight rows and summary describe.
+
+    The file must be a bank document holding the records ``summary.json`` counts for it; an append-only bank
+    (``ceb-bank/1``) holds the records of the lane's hindsight rows in their order (count and digest), a bounded one
+    (``ceb-bank/2``) only records of those rows.
+
+    Raises:
+        RunError: The file is missing, unreadable, not a bank, or holds other records (the part, the lane, what is
+            wrong and the repair).
+    """
+    name = part.run.bank_file(key)
+    where = f"{part}, lane {lane_name(key)}: bank file {name}"
+    try:
+        doc = orjson.loads((part.run.path / name).read_bytes())
+    except FileNotFoundError:
+        raise RunError(f"{part}, lane {lane_name(key)}: no bank file {name}; {part.repair}") from None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise RunError(f"{where} cannot be read ({exc}); {part.repair}") from None
+    records = doc.get("records") if isinstance(doc, dict) else None
+    if not isinstance(records, list):
+        raise RunError(f"{where} is not a bank (no list of records); {part.repair}")
+    counted = [
+        b.get("records") for b in part.summary.get("banks") or [] if isinstance(b, dict) and b.get("path") == name
+    ]
+    if counted and counted[0] != len(records):
+        raise RunError(
+            f"{where} holds {len(records)} records, where {part.run.SUMMARY} counts {counted[0]}; {part.repair}"
+        )
+    rows = [r for hrow in part.hinds if _own(hrow) == key for r in hrow.records]
+    if doc.get("format") == BANK_FORMAT:
+        if len(rows) != len(records):
+            raise RunError(
+                f"{where} holds {len(records)} records, where its {part.run.HINDSIGHT} rows added {len(rows)}; "
+                f"{part.repair}"
+            )
+        if _records_digest(records) != _records_digest(rows):
+            raise RunError(f"{where} holds other records than its {part.run.HINDSIGHT} rows added; {part.repair}")
+    else:
+        added = {_records_digest([r]) for r in rows}
+        if any(_records_digest([r]) not in added for r in records):
+            raise RunError(f"{where} holds records its {part.run.HINDSIGHT} rows never added; {part.repair}")
 
 
 def _check_target(target: RunDir, doc: Mapping[str, Any]) -> None:

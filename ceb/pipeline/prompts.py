@@ -97,7 +97,8 @@ async def render_prompts(
         none.
 
     Raises:
-        ConfigError: ``method`` is not registered, a trajectory id is not in the stream, or the stream is empty.
+        ConfigError: ``method`` is not registered, a trajectory id is not in the stream, a step is past every
+            chosen trajectory, or the stream is empty.
     """
     spec: MethodSpec = METHODS.get(method)
     if not trajectories:
@@ -108,6 +109,13 @@ async def render_prompts(
     if missing:
         raise ConfigError(f"no trajectory {missing[0]!r} in the stream (its first is {known[0]!r})")
     last = max(known.index(i) for i in wanted)
+    longest = max(len(t.steps) for t in trajectories if t.id in wanted)
+    past = sorted(s for s in steps or () if s >= longest)
+    if past:
+        raise ConfigError(
+            f"no step {past[0]} in the chosen trajector{'y' if len(wanted) == 1 else 'ies'}: the longest has "
+            f"{longest} steps (0 to {longest - 1})"
+        )
 
     wire = OpenAITransport(
         config.backend.model_copy(

@@ -215,8 +215,8 @@ class RunDir:
         cannot check them (:func:`ceb.pipeline.resume.check_resumable`); it is refused rather than guessed.
 
         Raises:
-            RunError: The directory is missing, or has no ``config.json`` (the message names the directory, what
-                is missing and what it does hold).
+            RunError: The directory is missing, has no ``config.json`` (the message names the directory, what
+                is missing and what it does hold), or a live process holds it before writing one (in use).
         """
         where = f"cannot resume {self.path}"
         if not self.path.exists():
@@ -225,6 +225,12 @@ class RunDir:
             raise RunError(f"{where}: not a directory")
         if self.started:
             return
+        holder = lock_holder(self.path, self.LOCK)
+        if holder is not None:  # a run starting there has not written config.json yet
+            raise RunError(
+                f"{where}: it is in use by another ceb process (pid {holder}), which is starting a run there; wait "
+                f"for it to end"
+            )
         results = (self.SCORES, self.HINDSIGHT, self.BANKS, self.METRICS, self.SUMMARY)
         held = [name for name in results if (self.path / name).exists()]
         if not held:

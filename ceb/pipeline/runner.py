@@ -21,6 +21,7 @@ from anyio.abc import ObjectSendStream
 from ceb.backends.scheduling import EndpointLimits
 from ceb.bank import RETRIEVERS
 from ceb.config import RunConfig
+from ceb.data.streams import check_streams
 from ceb.data.trajectory import Trajectory
 from ceb.errors import ConfigError, RunError, reported_error
 from ceb.pipeline.lane import Lane
@@ -95,9 +96,12 @@ async def run_scoring(
         RunError: Another process is using ``run_dir`` (its lock, :mod:`ceb.dirlock`); ``run_dir`` already
             holds scored steps (and neither ``overwrite`` nor ``resume``), or a resume
             finds changed input or settings (names each change).
-        ConfigError: Unknown method or backend, or a broken prompt template.
+        ConfigError: Unknown method or backend, a broken prompt template, or a stream name that cannot name a
+            stream (:func:`~ceb.data.streams.check_streams`).
+        DataError: A trajectory id twice in a stream.
         RunError: ``resume`` of a directory that is missing or has no ``config.json``.
     """
+    check_streams(streams)
     run = RunDir(run_dir)
     if resume:
         run.require_run()  # before the lock, which would create a missing directory
@@ -301,7 +305,7 @@ def _refuse_unavailable(
             backend = critic_configs[label].backend.name
             raise ConfigError(
                 f"{', '.join(lacking)} need{'s' if len(lacking) == 1 else ''} an LLM endpoint, and backend "
-                f"{backend!r} has none: every step would be 'not available'. Use --backend openai, drop "
+                f"{backend!r} has none: every step would be 'not available'. Choose backend 'openai', drop "
                 f"{'it' if len(lacking) == 1 else 'them'} from methods, or set allow_unavailable = true to keep "
                 f"the rows"
             )

@@ -140,6 +140,27 @@ def test_save_and_load_round_trip_keeps_records_and_retrieval(tmp_path):
     assert loaded.retrieve(q, 2) == bank.retrieve(q, 2)
 
 
+def test_a_save_on_a_full_disk_leaves_the_old_bank_and_no_tmp_file(tmp_path, monkeypatch):
+    import errno
+    from pathlib import Path
+
+    bank = Bank()
+    bank.add_trajectory([rec("ls -la", 1, tid="a")])
+    path = tmp_path / "banks" / "s__ceb.json"
+    bank.save(path)
+    before = path.read_bytes()
+    bank.add_trajectory([rec("rm x", 0, tid="b")])
+
+    def full_disk(self, data):
+        self.touch()  # the file is created, then the write fails, as on a full disk
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_bytes", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        bank.save(path)
+    assert path.read_bytes() == before and sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
 def test_load_names_the_file_and_the_bad_record(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "ceb-bank/1", "records": [{"task": "x"}]}')

@@ -158,3 +158,34 @@ def test_off_a_terminal_the_table_keeps_whole_stream_names(tmp_path: Path) -> No
     result = runner.invoke(app, [*args, "--orders", "3", "--out", str(tmp_path / "run")])
     assert result.exit_code == 0, result.output
     assert all(name in result.output for name in names), result.output
+
+
+def test_prompts_of_a_step_past_the_trajectory_is_refused_not_silent(stream: Path) -> None:
+    line = one_line_error(["prompts", str(stream), "--step", "9"])
+    assert "no step 9 in the chosen trajectory: the longest has 2 steps (0 to 1)" in line
+
+
+def test_prompts_into_a_reader_that_leaves_early_exits_0_quietly(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    big = tmp_path / "big.jsonl"  # more than a pipe holds, so the writer meets the closed pipe
+    write_stream(big, [trajectory("t", *[step(f"ls {j}", "x" * 20_000, label=1) for j in range(10)])])
+    repo = Path(__file__).resolve().parents[2]
+    with subprocess.Popen(
+        [sys.executable, str(repo / "run.py"), "prompts", str(big)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=repo,
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline().startswith(b"=== ceb critic request")
+        proc.stdout.close()  # `| head -1`
+        assert proc.wait(timeout=120) == 0
+        assert proc.stderr.read() == b""
+
+
+def test_an_unreadable_transcript_file_is_named_not_a_disk_fault(tmp_path: Path) -> None:
+    line = one_line_error(["convert", "chat", "--transcripts", "/proc/self/mem", "--out", str(tmp_path / "o")])
+    assert "/proc/self/mem:0: field <file>: cannot read the file: Input/output error" in line
+    assert "check the disk" not in line

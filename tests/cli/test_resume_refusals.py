@@ -6,6 +6,7 @@ scored with; re-scoring everything and appending doubled ``scores.jsonl`` and co
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from typer.testing import CliRunner
 from ceb.cli import app
 from ceb.cli._common import EXIT_ERROR
 from ceb.data import write_stream
+from ceb.pipeline.rundir import RunDir
 from tests.support.builders import step, trajectory
 
 runner = CliRunner()
@@ -77,3 +79,11 @@ def test_grid_resume_of_a_directory_without_a_run_is_refused(stream: Path, tmp_p
     (tmp_path / "runs" / "g" / "config.json").unlink()
     line = refused(["grid", str(tmp_path / "grid.toml"), "--resume"])
     assert "config.json" in line
+
+
+def test_resume_of_a_run_another_process_is_starting_is_refused_as_in_use(stream: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    with RunDir(run).lock():  # a `ceb score --out run` that has not written config.json yet
+        line = refused(["score", str(stream), "--resume", str(run)])
+    assert f"cannot resume {run}: it is in use by another ceb process (pid {os.getpid()})" in line, line
+    assert "leave out --resume" not in line

@@ -21,7 +21,7 @@ runner = CliRunner()
 FIXTURE = REPO / "tests" / "fixtures" / "chat"
 
 
-def _call(call_id: str, command: str) -> dict[str, Any]:
+def _call(call_id: Any, command: str) -> dict[str, Any]:
     arguments = orjson.dumps({"command": command}).decode()
     return {"id": call_id, "type": "function", "function": {"name": "bash", "arguments": arguments}}
 
@@ -159,6 +159,35 @@ GOOD = {"messages": [{"role": "user", "content": "t"}, {"role": "assistant", "to
             "non-empty string",
         ),
         ({"messages": [{"role": "robot"}]}, "messages[0].role", "must be system"),
+        (  # two calls sharing an id: both once got the second result
+            {
+                "messages": [
+                    {"role": "user", "content": "t"},
+                    {"role": "assistant", "tool_calls": [_call("a", "ls")]},
+                    {"role": "tool", "tool_call_id": "a", "content": "x"},
+                    {"role": "assistant", "tool_calls": [_call("a", "pwd")]},
+                    {"role": "tool", "tool_call_id": "a", "content": "y"},
+                ]
+            },
+            "messages[3].tool_calls[0].id",
+            "'a' is also a call's id in messages[1]",
+        ),
+        (  # a numeric id once attached to the latest call
+            {
+                "messages": [
+                    {"role": "user", "content": "t"},
+                    {"role": "assistant", "tool_calls": [_call("a", "ls"), _call("b", "pwd")]},
+                    {"role": "tool", "tool_call_id": 1, "content": "x"},
+                ]
+            },
+            "messages[2].tool_call_id",
+            "must be a string (a call's id), got",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "t"}, {"role": "assistant", "tool_calls": [_call(7, "ls")]}]},
+            "messages[1].tool_calls[0].id",
+            "must be a string",
+        ),
     ],
 )
 def test_a_bad_transcript_is_refused_naming_file_line_and_field(
@@ -207,3 +236,23 @@ def test_the_manuals_example_line_converts_as_the_manual_says(tmp_path: Path) ->
     assert trajectory.id == "shell-1" and trajectory.actor == "gpt-4.1-mini" and trajectory.labels == (1, 1)
     assert [s.action for s in trajectory.steps] == ['bash {"command":"ls /srv/app"}', "There are 2 .py files."]
     assert trajectory.steps[1].state == "main.py\nutil.py\n" and trajectory.meta["label"] == 1
+
+
+def test_an_over_deep_meta_is_named_at_its_input_line_not_the_unwritten_stream(tmp_path: Path) -> None:
+    from ceb.data.reader import _META_MAX_DEPTH
+
+    deep: Any = {}
+    for _ in range(_META_MAX_DEPTH + 1):
+        deep = {"a": deep}
+    error = _convert_line(tmp_path, GOOD, {**GOOD, "meta": deep})
+    assert str(error).startswith(f"{tmp_path / 'bad.jsonl'}:2 ") and error.problem.field == "meta", str(error)
+    assert "nests deeper than" in str(error)
+
+
+def test_a_field_past_the_bound_is_refused_naming_the_line_and_the_limit(tmp_path: Path) -> None:
+    from ceb.data.writer import MAX_FIELD_MB
+
+    huge = {**GOOD, "task": "t" * (MAX_FIELD_MB * 1_000_000 + 1)}
+    error = _convert_line(tmp_path, GOOD, huge)
+    assert str(error).startswith(f"{tmp_path / 'bad.jsonl'}:2 ") and error.problem.field == "task"
+    assert f"over the limit of {MAX_FIELD_MB} MB a field (--max-field-mb)" in str(error)

@@ -118,3 +118,64 @@ def test_without_the_extra_the_command_names_it_and_its_help_still_shows(
     assert done.exit_code == 2 and "critic-experience-bank[inspect]" in done.output
     assert helped.exit_code == 0 and "--logs" in helped.output and "--scorer" in helped.output
     assert "inspect_ai's own log reader" in helped.output
+
+
+def _bomb(tmp_path: Path, observation_mb: float) -> Path:
+    """The fixture ``.eval`` with sample add-1's tool result a run of ``observation_mb`` MB of one letter."""
+    import zipfile
+
+    import orjson
+
+    bomb = tmp_path / "bomb.eval"
+    with zipfile.ZipFile(FIXTURE / "tool-task.eval") as src, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename == "samples/add-1_epoch_1.json":
+                sample = orjson.loads(data)
+                for message in sample["messages"]:
+                    if message["role"] == "tool":
+                        message["content"] = "a" * int(observation_mb * 1_000_000)
+                data = orjson.dumps(sample)
+            dst.writestr(info.filename, data)
+    return bomb
+
+
+@needs_inspect
+def test_a_compressed_bomb_is_refused_before_it_inflates_naming_the_file_and_the_limit(tmp_path: Path) -> None:
+    bomb = _bomb(tmp_path, 3)
+    assert bomb.stat().st_size < 100_000
+    with pytest.raises(
+        DataError, match=r"bomb\.eval:0: field <file>: inflates to 3\.\d MB, over the limit of 2 MB a log"
+    ):
+        convert_inspect(bomb, tmp_path / "out", max_log_mb=2)
+    with pytest.raises(DataError, match=r"field steps\[0\]\.observation: is 3\.0 MB, over the limit of 1 MB a field"):
+        convert_inspect(bomb, tmp_path / "out", max_field_mb=1)
+    assert not (tmp_path / "out").exists()
+    result = runner.invoke(
+        app, ["convert", "inspect", "--logs", str(bomb), "--out", str(tmp_path / "out"), "--max-log-mb", "2"]
+    )
+    assert result.exit_code == 2 and "over the limit of 2 MB a log (--max-log-mb)" in result.output, result.output
+    [stream] = convert_inspect(bomb, tmp_path / "out")  # within the defaults
+    assert stream.trajectories == 2
+
+
+@needs_inspect
+@pytest.mark.parametrize("bad", ["0", "-1", "nan", "inf"])
+def test_a_bound_that_bounds_nothing_is_refused(tmp_path: Path, bad: str) -> None:
+    result = runner.invoke(
+        app, ["convert", "inspect", "--logs", str(FIXTURE), "--out", str(tmp_path), "--max-field-mb", bad]
+    )
+    assert result.exit_code == 2 and "--max-field-mb" in result.output and "positive number" in result.output
+
+
+@needs_inspect
+def test_the_summary_says_no_labelled_step_and_two_logs_of_one_stem_are_logs(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app, ["convert", "inspect", "--logs", str(FIXTURE / "tool-task.eval"), "--out", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 0 and "no labelled step" in result.output and "nan" not in result.output
+    for sub in ("a", "b"):
+        (tmp_path / "logs" / sub).mkdir(parents=True)
+        shutil.copy(FIXTURE / "tool-task.eval", tmp_path / "logs" / sub / "x.eval")
+    with pytest.raises(DataError, match=r"field log: logs 'x' and 'x' would both write inspect-x\.jsonl"):
+        convert_inspect(tmp_path / "logs", tmp_path / "o2")

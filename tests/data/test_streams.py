@@ -59,3 +59,17 @@ def test_grid_globs_expand_one_stream_per_file(files: Path) -> None:
     assert list(parse_stream_specs(["*.jsonl"], base=files, globs=True)) == ["n=1", "p+q", "p", "q"]  # in path order
     with pytest.raises(ConfigError, match="matches no file"):
         parse_stream_specs(["zz*.jsonl"], base=files, globs=True)
+
+
+@pytest.mark.parametrize("name", ["x\n", "../v", "a\\b", "..", "", "x" * 129])
+def test_a_name_that_cannot_name_a_file_is_refused(files: Path, name: str) -> None:
+    with pytest.raises(ConfigError, match="cannot name a stream: a stream name is 1 to 128 letters, digits"):
+        parse_stream_specs([f"{name}=a/x.jsonl"])
+
+
+def test_a_stem_that_cannot_name_a_stream_asks_for_name_equals(tmp_path: Path) -> None:
+    odd = tmp_path / "x\n.jsonl"
+    odd.write_text("{}\n")
+    with pytest.raises(ConfigError, match=r"its files name it 'x\\n', but a stream name .* name it with NAME=path"):
+        parse_stream_specs([str(odd)])
+    assert list(parse_stream_specs([f"x={odd}"])) == ["x"]

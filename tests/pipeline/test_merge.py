@@ -86,6 +86,9 @@ def _first_lane(path: Path) -> tuple[str, int, str]:
         ("row-twice", r"lane \S+: the row of trajectory \S+ step \d is in scores\.jsonl twice"),
         ("hindsight-emptied", r"lane \S+__ceb\S*: hindsight rows of 0 of its 5 trajectories"),
         ("summary-differs", r"summary\.json counts {n} rows of scores\.jsonl, which holds {held}"),
+        ("bank-halved", r"lane \S+__ceb\S*: bank file banks/\S+\.json holds \d+ records, where summary\.json counts"),
+        ("bank-junk", r"lane \S+__ceb\S*: bank file banks/\S+\.json cannot be read"),
+        ("bank-other-records", r"lane \S+__ceb\S*: bank file banks/\S+\.json holds other records than its hindsight"),
     ],
 )
 def test_a_damaged_part_is_refused_naming_part_lane_and_repair(
@@ -107,6 +110,18 @@ def test_a_damaged_part_is_refused_naming_part_lane_and_repair(
         part.summary_file.write_bytes(orjson.dumps(summary))
         held = len(_lines(part.scores))
         wrong = wrong.format(n=held + 1, held=held)
+    elif damage.startswith("bank"):
+        bank = sorted((part.path / "banks").glob("*__ceb*.json"))[0]
+        doc = orjson.loads(bank.read_bytes())
+        assert len(doc["records"]) >= 2
+        if damage == "bank-halved":
+            doc["records"] = doc["records"][: len(doc["records"]) // 2]
+            bank.write_bytes(orjson.dumps(doc))
+        elif damage == "bank-junk":
+            bank.write_bytes(b"junk")
+        else:  # as many records, one of them changed
+            doc["records"][0]["pseudo_label"] = 1 - doc["records"][0]["pseudo_label"]
+            bank.write_bytes(orjson.dumps(doc))
     out = tmp_path / "merged"
     with pytest.raises(RunError) as refused:
         merge_runs(parts, out)
@@ -116,6 +131,29 @@ def test_a_damaged_part_is_refused_naming_part_lane_and_repair(
     assert re.search(wrong, message), message
     assert f"--resume {part.path} --shard 1/{N}" in message
     assert not out.exists() and not RunDir(out).building.path.exists()
+
+
+def test_a_part_a_live_process_holds_is_refused_as_in_use(runs: dict[str, object], tmp_path: Path) -> None:
+    parts = _copies(runs, tmp_path)
+    in_use = rf"^part {parts[1]} is in use by another ceb process \(pid \d+\)"
+    with RunDir(parts[1]).lock(), pytest.raises(RunError, match=in_use):  # as a `--resume` of that part holds it
+        merge_runs(parts, tmp_path / "m")
+    assert not (tmp_path / "m").exists()
+    assert merge_runs(parts, tmp_path / "m").parts == N
+
+
+def test_a_repaired_bank_merges(runs: dict[str, object], tmp_path: Path) -> None:
+    parts = _copies(runs, tmp_path)
+    part = RunDir(parts[1])
+    bank = sorted((part.path / "banks").glob("*__ceb*.json"))[0]
+    bank.write_bytes(b"junk")
+    with pytest.raises(RunError, match=rf"--resume {part.path} --shard 1/{N}"):
+        merge_runs(parts, tmp_path / "m")
+    _score(*runs["streams"], "--resume", str(part.path), "--shard", f"1/{N}")  # type: ignore[misc]
+    merged = merge_runs(parts, tmp_path / "m")
+    assert (merged.out / "banks" / bank.name).read_bytes() == (
+        RunDir(runs["whole"]).path / "banks" / bank.name
+    ).read_bytes()  # type: ignore[arg-type]
 
 
 def test_the_repair_the_refusal_names_makes_the_part_whole(runs: dict[str, object], tmp_path: Path) -> None:
