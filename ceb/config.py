@@ -221,7 +221,7 @@ class CEBConfig(_Section):
     """Valid votes a trajectory needs to enter the bank; ``None`` means a majority of ``votes``: ceil(V / 2)."""
     retriever: str = "tfidf"
     """Retrieval backend: ``tfidf`` (exact incremental kernel), ``tfidf-reference`` (scikit-learn refit), ``random``
-    (seeded draws) or ``dense`` (sentence embeddings + faiss; ``pip install 'critic-experience-bank[dense]'``)."""
+    (seeded draws) or ``dense`` (sentence embeddings + faiss; ``pip install -e '.[dense]'``)."""
     repetition_window: int = Field(3, ge=0, le=100_000)
     """How many previous actions the repetition flag compares with."""
     repetition_reading: RepetitionReading = "prefix"

@@ -473,7 +473,7 @@ def register_backend(name: str, *, extra: str | None = None) -> Callable[[Backen
 
     Args:
         name: The backend's name.
-        extra: The ``pip install 'critic-experience-bank[extra]'`` that brings its dependencies, if any.
+        extra: The ``pip install -e '.[extra]'`` that brings its dependencies, if any.
     """
     return BACKENDS.add(name, extra=extra)
 

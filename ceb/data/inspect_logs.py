@@ -3,7 +3,7 @@
 The logs are read by inspect_ai's own reader (``inspect_ai.log.read_eval_log`` for the header,
 ``read_eval_log_samples`` one sample at a time), so both of its formats, ``.eval`` (a zip) and ``.json``, and
 every log version it reads are read here. inspect_ai is an optional extra
-(``pip install 'critic-experience-bank[inspect]'``), imported only when a conversion runs.
+(``pip install -e '.[inspect]'``), imported only when a conversion runs.
 
 One stream per log file, ``inspect-<log file stem>.jsonl`` (a log is one task run by one model). Each sample
 (each epoch of it) is one trajectory:
@@ -46,7 +46,7 @@ from ceb.version import install_command
 __all__ = ["CONVERTER", "INSPECT_EXTRA", "convert_inspect"]
 
 INSPECT_EXTRA = "inspect"
-"""The extra that brings inspect_ai: ``pip install 'critic-experience-bank[inspect]'``."""
+"""The extra that brings inspect_ai: ``pip install -e '.[inspect]'``."""
 
 log = structlog.get_logger(__name__)
 

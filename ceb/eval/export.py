@@ -33,6 +33,7 @@ from ceb.bank import BankRecord
 from ceb.errors import ConfigError, RunError, with_path
 from ceb.pipeline.results import ROW_SCHEMA, HindsightRow, StepRow, read_hindsight_rows, read_step_rows
 from ceb.pipeline.rundir import RunDir
+from ceb.version import install_command
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -46,7 +47,7 @@ FORMATS: tuple[ExportFormat, ...] = get_args(ExportFormat)
 TABLES: tuple[ExportTable, ...] = get_args(ExportTable)
 """The tables of a run directory: ``scores`` (``scores.jsonl``) and ``hindsight`` (``hindsight.jsonl``)."""
 
-PARQUET_HINT = "pip install -e '.[parquet]'"
+PARQUET_HINT = install_command("parquet")
 """How to get pyarrow, named in the error when it is missing."""
 
 _BATCH_ROWS = 50_000  # rows per Parquet row group: bounded memory on a grid's millions of rows

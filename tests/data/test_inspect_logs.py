@@ -110,7 +110,7 @@ def test_without_the_extra_the_command_names_it_and_its_help_still_shows(
     monkeypatch.setitem(sys.modules, "inspect_ai", None)  # import inspect_ai now raises ImportError
     monkeypatch.setitem(sys.modules, "inspect_ai.log", None)
 
-    with pytest.raises(ConfigError, match=r"install it with: pip install 'critic-experience-bank\[inspect\]'"):
+    with pytest.raises(ConfigError, match=r"install it with: pip install -e '\.\[inspect\]' in ceb's checkout"):
         convert_inspect(FIXTURE / "tool-task.eval", tmp_path)
     done = runner.invoke(app, ["convert", "inspect", "--logs", str(FIXTURE / "tool-task.eval"), "--out", str(tmp_path)])
     helped = runner.invoke(app, ["convert", "inspect", "--help"])

@@ -161,7 +161,7 @@ def test_parquet_without_pyarrow_is_one_line_naming_the_extra(
     result = runner.invoke(app, ["export", str(run), "--out", str(tmp_path / "s.parquet")])
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
-        "error: Parquet export needs pyarrow, which is not installed: pip install -e '.[parquet]'"
+        "error: Parquet export needs pyarrow, which is not installed: pip install -e '.[parquet]' in ceb's checkout"
     ]
     assert list(tmp_path.iterdir()) == []  # nothing half-written
     # CSV needs nothing beyond the standard library.
