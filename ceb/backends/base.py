@@ -14,7 +14,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
-import structlog
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -37,12 +36,13 @@ from ceb.backends.transport import (
 )
 from ceb.config import BackendConfig
 from ceb.errors import BackendError
+from ceb.logs import get_logger
 from ceb.registry import Registry
 
 if TYPE_CHECKING:  # types only: the client calls the cache step open_backend hands it
     from ceb.backends.cache import CacheStep, ReplyCache
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 __all__ = [
     "BACKENDS",

@@ -40,7 +40,6 @@ from urllib.parse import urlsplit
 import aiohttp
 import anyio
 import orjson
-import structlog
 from yarl import URL
 
 from ceb.backends._wire import (
@@ -65,6 +64,7 @@ from ceb.backends.transport import (
 )
 from ceb.config import BackendConfig
 from ceb.errors import BackendError, ConfigError, FatalBackendError, UnsupportedFeatureError
+from ceb.logs import get_logger
 
 __all__ = [
     "SESSION_HEADER",
@@ -75,7 +75,7 @@ __all__ = [
     "open_openai",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 _PLACEHOLDER_KEY = "EMPTY"

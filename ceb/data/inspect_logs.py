@@ -32,8 +32,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from ceb.data.chat import chat_steps, outcome_label
 from ceb.data.chat_transcripts import DEFAULT_DOMAIN
 from ceb.data.converters import OUT_DIR, Converter, ConverterOption, SummaryColumn
@@ -41,6 +39,7 @@ from ceb.data.reader import DOMAIN
 from ceb.data.trajectory import Trajectory
 from ceb.data.writer import ConvertedStream, SkippedTrajectory, StagedStreams, stream_file_names
 from ceb.errors import ConfigError, DataError, Problem
+from ceb.logs import get_logger
 from ceb.version import install_command
 
 __all__ = ["CONVERTER", "INSPECT_EXTRA", "convert_inspect"]
@@ -48,7 +47,7 @@ __all__ = ["CONVERTER", "INSPECT_EXTRA", "convert_inspect"]
 INSPECT_EXTRA = "inspect"
 """The extra that brings inspect_ai: ``pip install -e '.[inspect]'``."""
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def _inspect_log() -> Any:

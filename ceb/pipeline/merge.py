@@ -35,11 +35,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from ceb.backends.cache import CacheCounts
 from ceb.config import RunConfig
 from ceb.errors import CEBError, RunError
+from ceb.logs import get_logger
 from ceb.pipeline.planning import lane_keys
 from ceb.pipeline.provenance import merge_provenance
 from ceb.pipeline.results import HindsightRow, StepRow, read_hindsight_rows
@@ -52,7 +51,7 @@ from ceb.stages.methods import resolve_method
 
 __all__ = ["MergeResult", "merge_runs"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import structlog
 
 from ceb.config import RunConfig
 from ceb.errors import CEBError, ConfigError, RunError
+from ceb.logs import get_logger
 from ceb.pipeline.merge import MergeResult, merge_runs
 from ceb.pipeline.planning import lane_keys
 from ceb.pipeline.rundir import RunDir
@@ -58,7 +58,7 @@ __all__ = [
     "run_shard",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 RAY_EXTRA = "ray"
 """The ``pip install -e '.[ray]'`` extra that brings Ray."""

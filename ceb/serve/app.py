@@ -39,20 +39,20 @@ from typing import Any
 
 import anyio
 import orjson
-import structlog
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ceb.errors import ConfigError, ConflictError, DataError, OverloadedError, StreamValidationError
 from ceb.gate import Gate
+from ceb.logs import get_logger
 from ceb.serve.openapi import openapi_document
 from ceb.serve.payloads import parse_score_request, parse_trajectory_request
 from ceb.version import __version__
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "DRAIN_S", "GATE", "LOOPBACK", "check_bind", "make_app", "run_server"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 """Largest request body accepted, in bytes (a long trajectory with page states fits; 413 beyond)."""

@@ -37,16 +37,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-import structlog
-
 from ceb.config import CEBConfig, RunConfig
 from ceb.errors import ConfigError
+from ceb.logs import get_logger
 from ceb.registry import Registry, did_you_mean, import_path
 
 if TYPE_CHECKING:
     from ceb.stages.base import Critic, Stages
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 __all__ = [
     "CAPABILITIES",
