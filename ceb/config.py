@@ -120,7 +120,8 @@ class BackendConfig(_Section):
     """Endpoint root for ``openai``, e.g. ``http://127.0.0.1:8000/v1`` for ``vllm serve``. Several replicas of
     the same model: a list, or one string with comma-separated roots; ``routing`` picks the replica."""
     model: str | None = None
-    """Model name as the endpoint knows it (``openai`` backend); the model directory or hub name for ``vllm``."""
+    """Model name as the endpoint knows it (``openai`` backend; ``None``: the one model its ``GET /models`` lists,
+    recorded in the run's provenance); the model directory or hub name for ``vllm``."""
     engine: EngineConfig = EngineConfig()
     """The in-process engine's settings (backend ``vllm`` only)."""
     api_key_env: str = "OPENAI_API_KEY"

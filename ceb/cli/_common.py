@@ -230,7 +230,8 @@ ModelName = Annotated[
     str | None,
     typer.Option(
         "--model",
-        help="Model name at the endpoint; with --backend vllm the model directory.",
+        help="Model name at the endpoint (default: the one model it lists at /models); with --backend vllm the "
+        "model directory.",
         rich_help_panel=ENDPOINT_PANEL,
     ),
 ]
