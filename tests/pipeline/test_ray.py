@@ -29,7 +29,7 @@ from ceb.data import write_stream
 from ceb.pipeline.rundir import RunDir
 from tests.support.builders import step, trajectory
 
-_NO_RAY = "Ray is not installed (pip install 'critic-experience-bank[ray]'); CI installs it"
+_NO_RAY = "Ray is not installed (pip install -e '.[ray]'); CI installs it"
 
 runner = CliRunner()
 
