@@ -34,10 +34,10 @@ def _ordered(results: list[dict[str, Any]], pooled: str) -> list[dict[str, Any]]
     """``results`` by stream order, critic, stream (pooled last) and method, each in its order of first appearance."""
     first: dict[tuple[str, object], int] = {}
     for r in results:
-        for key in (("stream", r["stream"]), ("method", r["method"]), ("critic", r.get("critic"))):
-            first.setdefault(key, len(first))
+        for seen in (("stream", r["stream"]), ("method", r["method"]), ("critic", r.get("critic"))):
+            first.setdefault(seen, len(first))
 
-    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+    def rank(r: dict[str, Any]) -> tuple[Any, ...]:
         order = r.get("order", 0)
         return (
             order is None,
@@ -49,7 +49,7 @@ def _ordered(results: list[dict[str, Any]], pooled: str) -> list[dict[str, Any]]
             first["method", r["method"]],
         )
 
-    return sorted(results, key=key)
+    return sorted(results, key=rank)
 
 
 def print_metrics(
