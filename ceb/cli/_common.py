@@ -230,7 +230,7 @@ ModelName = Annotated[
     str | None,
     typer.Option(
         "--model",
-        help="Model name at the endpoint (default: the one model it lists at /models); with --backend vllm the "
+        help="Model name at the endpoint; left out, the one model its /models lists. With --backend vllm the "
         "model directory.",
         rich_help_panel=ENDPOINT_PANEL,
     ),
