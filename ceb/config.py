@@ -60,11 +60,9 @@ class _Section(BaseModel):
 
 def _deprecated(old: str, new: str) -> None:
     """The one-line note for a setting read under its old key."""
-    import structlog  # here: importing structlog (and the rich it loads) costs ``ceb --help`` about 0.1 s
+    from ceb.logs import get_logger  # here: importing structlog (and the rich it loads) costs ``ceb --help`` 0.1 s
 
-    structlog.get_logger(__name__).warning(
-        "config.deprecated_key", key=old, use=new, note=f"{old} is read as {new}; rename it"
-    )
+    get_logger(__name__).warning("config.deprecated_key", key=old, use=new, note=f"{old} is read as {new}; rename it")
 
 
 class EngineConfig(_Section):
@@ -123,7 +121,8 @@ class BackendConfig(_Section):
     """Endpoint root for ``openai``, e.g. ``http://127.0.0.1:8000/v1`` for ``vllm serve``. Several replicas of
     the same model: a list, or one string with comma-separated roots; ``routing`` picks the replica."""
     model: str | None = None
-    """Model name as the endpoint knows it (``openai`` backend); the model directory or hub name for ``vllm``."""
+    """Model name as the endpoint knows it (``openai`` backend; ``None``: the one model its ``GET /models`` lists,
+    recorded in the run's provenance); the model directory or hub name for ``vllm``."""
     engine: EngineConfig = EngineConfig()
     """The in-process engine's settings (backend ``vllm`` only)."""
     api_key_env: str = "OPENAI_API_KEY"
@@ -222,7 +221,7 @@ class CEBConfig(_Section):
     """Valid votes a trajectory needs to enter the bank; ``None`` means a majority of ``votes``: ceil(V / 2)."""
     retriever: str = "tfidf"
     """Retrieval backend: ``tfidf`` (exact incremental kernel), ``tfidf-reference`` (scikit-learn refit), ``random``
-    (seeded draws) or ``dense`` (sentence embeddings + faiss; ``pip install 'critic-experience-bank[dense]'``)."""
+    (seeded draws) or ``dense`` (sentence embeddings + faiss; ``pip install -e '.[dense]'``)."""
     repetition_window: int = Field(3, ge=0, le=100_000)
     """How many previous actions the repetition flag compares with."""
     repetition_reading: RepetitionReading = "prefix"

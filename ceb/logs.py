@@ -1,9 +1,15 @@
 """Log setup for applications, and the processor that keeps secrets out of every log line.
 
-Library code only asks for ``structlog.get_logger(__name__)`` and binds stream / trajectory / step ids; an
-application (the ``ceb`` command line) calls :func:`configure_logging` once. That sends structlog events, and
+Library code only asks for :func:`get_logger` (``get_logger(__name__)``) and binds stream / trajectory / step ids;
+an application (the ``ceb`` command line) calls :func:`configure_logging` once. That sends structlog events, and
 warnings from other libraries that log through the standard :mod:`logging` module (openai, httpx), to
 stderr through the same chain, whose last step before rendering is :func:`redact_secrets`.
+
+As a library ceb is silent on stdout: until structlog is configured (by :func:`configure_logging` or by the
+application itself, whose configuration ceb's events then follow), each event goes to the standard :mod:`logging`
+logger of its module (``ceb.pipeline.runner``...), redacted, as a library's should: nothing shows below warning
+unless the caller's logging asks for it, and warnings reach stderr through :mod:`logging`'s last-resort handler.
+structlog's own default, which prints every event to stdout, is never used.
 
 What :func:`redact_secrets` replaces with :data:`REDACTED`, at any depth of dicts, lists, tuples and sets:
 
@@ -40,7 +46,15 @@ from structlog.typing import EventDict, Processor, WrappedLogger
 
 from ceb.errors import ConfigError
 
-__all__ = ["REDACTED", "configure_logging", "muted", "redact_secrets", "register_secret", "register_secret_env"]
+__all__ = [
+    "REDACTED",
+    "configure_logging",
+    "get_logger",
+    "muted",
+    "redact_secrets",
+    "register_secret",
+    "register_secret_env",
+]
 
 REDACTED: Final = "[REDACTED]"
 """What a secret is replaced with."""
@@ -231,6 +245,58 @@ def _drop_muted(logger: WrappedLogger, method_name: str, event_dict: EventDict) 
     if event_dict.get("event") in _MUTED.get():
         raise structlog.DropEvent
     return event_dict
+
+
+_STDLIB_CHAIN: list[Processor] = [
+    structlog.stdlib.filter_by_level,  # the logging logger's own level: a caller's logging decides what shows
+    _drop_muted,
+    redact_secrets,
+    structlog.processors.KeyValueRenderer(key_order=["event"]),
+]
+"""The processors of an event while structlog is not configured, ending in the text the logging record carries."""
+
+
+class _LibraryLogger:
+    """A structlog logger chosen at each call: the configured one, or else the module's :mod:`logging` logger."""
+
+    __slots__ = ("_context", "_level", "_name")
+
+    def __init__(self, name: str, level: int | None, context: dict[str, Any]) -> None:
+        self._name, self._level, self._context = name, level, context
+
+    def bind(self, **values: Any) -> _LibraryLogger:
+        return _LibraryLogger(self._name, self._level, self._context | values)
+
+    def _target(self) -> Any:
+        if structlog.is_configured():
+            if self._level is None:
+                target = structlog.get_logger(self._name)
+            else:
+                target = structlog.wrap_logger(None, wrapper_class=structlog.make_filtering_bound_logger(self._level))
+        else:
+            target = structlog.wrap_logger(
+                logging.getLogger(self._name),
+                processors=_STDLIB_CHAIN,
+                wrapper_class=structlog.stdlib.BoundLogger,
+            )
+        return target.bind(**self._context) if self._context else target
+
+    def __getattr__(self, method: str) -> Any:
+        return getattr(self._target(), method)
+
+
+def get_logger(name: str, *, level: int | None = None) -> Any:
+    """The logger for library code: a structlog bound logger that is silent on stdout (module docstring).
+
+    Args:
+        name: The module's ``__name__``; also the :mod:`logging` logger's name while structlog is not configured.
+        level: A level of its own (``logging.INFO`` for progress lines, which show at the default ``warning``),
+            where structlog is configured; ``None``: the configured filter.
+
+    Returns:
+        An object with structlog's ``bind`` and ``debug`` ... ``exception`` methods.
+    """
+    return _LibraryLogger(name, level, {})
 
 
 def configure_logging(level: str, *, json: bool = False) -> None:

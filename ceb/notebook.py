@@ -3,7 +3,7 @@
 The same pipeline as ``ceb score`` (:func:`ceb.pipeline.run_scoring`), writing the same run directory (rows,
 banks, ``summary.json``, ``metrics.json``), and the same table as ``ceb export`` (one column per field of
 :class:`~ceb.pipeline.results.StepRow`), read back as a DataFrame. pandas is the optional extra ``notebook``
-(``pip install 'critic-experience-bank[notebook]'``) and is imported only here, when a function is called.
+(``pip install -e '.[notebook]'``) and is imported only here, when a function is called.
 
 ::
 

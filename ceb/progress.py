@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
 
-import structlog
+from ceb.logs import get_logger
 
 __all__ = ["PROGRESS_MODES", "Progress", "ProgressMode", "ProgressSettings", "set_progress"]
 
@@ -63,7 +63,7 @@ def set_progress(mode: ProgressMode = "auto", interval_s: float = 30.0) -> None:
 def _progress_logger() -> Any:
     # Its own level filter (info): progress lines show at the default log level (warning), through the
     # configured processors and renderer.
-    return structlog.wrap_logger(None, wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
+    return get_logger(__name__, level=logging.INFO)
 
 
 class Progress:

@@ -4,7 +4,7 @@ A :class:`Registry` maps names to objects in the order they were declared (backe
 methods, report sections and benchmarks all use it). An entry is an object, or a ``"module:attr"`` path imported
 on first :meth:`Registry.get`, so an optional dependency is imported only when its entry is chosen; an entry may
 name the modules it needs (``requires``), checked without importing them, and the
-``pip install 'critic-experience-bank[extra]'`` that brings them. A registry may also name plugin packages whose
+``pip install -e '.[extra]'`` that brings them. A registry may also name plugin packages whose
 modules register their own entries when imported: every module of them is imported on the first look-up.
 :func:`lazy_exports` gives a package the PEP 562 ``__getattr__`` / ``__dir__`` that load its public names on first
 use.
@@ -52,7 +52,7 @@ def import_path(target: str, *, what: str, extra: str | None = None) -> Any:
     Args:
         target: ``"package.module:attr"``.
         what: What it is, for the error message (``"method 'ppl' critic"``).
-        extra: The ``pip install 'critic-experience-bank[extra]'`` that provides its dependencies, named when the
+        extra: The ``pip install -e '.[extra]'`` that provides its dependencies, named when the
             import fails.
 
     Raises:
@@ -114,7 +114,7 @@ class Registry(Generic[T]):
         Args:
             name: The name users select it by.
             target: The object or its import path.
-            extra: The ``pip install 'critic-experience-bank[extra]'`` that provides its dependencies, if any.
+            extra: The ``pip install -e '.[extra]'`` that provides its dependencies, if any.
             requires: Top-level modules it needs, checked (without importing them) before the target is loaded.
             before: A registered name to place it in front of.
 

@@ -1,5 +1,9 @@
 """The README's main job, end to end on the real InterCode data, through the command line."""
 
+import os
+import subprocess
+import sys
+
 import orjson
 import pytest
 from typer.testing import CliRunner
@@ -8,7 +12,7 @@ from ceb.bench.commands import BENCHMARKS
 from ceb.cli import app
 from ceb.data import read_stream
 from ceb.pipeline import read_rows
-from tests.support.paths import INTERCODE
+from tests.support.paths import INTERCODE, REPO
 
 runner = CliRunner()
 
@@ -142,6 +146,17 @@ def test_version_prints_the_package_version() -> None:
 
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output.strip() == f"ceb {__version__}"
+
+
+def test_python_dash_m_ceb_is_the_command_line(tmp_path) -> None:
+    """``python -m ceb`` works where the scripts directory is not on PATH (it failed: no ceb/__main__.py)."""
+    from ceb.version import __version__
+
+    env = os.environ | {"PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "ceb", "--version"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0 and done.stdout.strip() == f"ceb {__version__}", done.stderr
 
 
 def test_the_command_line_starts_without_importing_scikit_learn() -> None:

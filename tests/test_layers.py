@@ -22,6 +22,7 @@ ROOT = Path(ceb.__file__).parent
 
 LAYERS: dict[str, int] = {
     "__init__": 8,  # the package root re-exports the public API: it is above everything it exports
+    "__main__": 8,  # python -m ceb: the command line
     "errors": 0,
     "config": 0,
     "configdoc": 0,

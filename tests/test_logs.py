@@ -268,3 +268,29 @@ async def test_muted_events_are_dropped_inside_the_block_and_its_tasks_only(caps
     err = capsys.readouterr().err
     assert "step=1" not in err and "step=2" not in err
     assert "something else" in err and "step=3" in err
+
+
+def test_as_a_library_ceb_is_silent_on_stdout_and_logs_through_the_logging_module(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """structlog's default configuration prints every event to stdout: an unconfigured caller got ceb's info lines
+    mixed into its own output. Until structlog is configured, events go to the module's logging logger."""
+    structlog.reset_defaults()
+    log = logs.get_logger("ceb.gate.api").bind(stream="s")
+    log.info("trajectory sent again", api_key="k" * 12)
+    assert capsys.readouterr().out == ""
+    with caplog.at_level(logging.INFO, logger="ceb"):
+        log.info("trajectory sent again", api_key="k" * 12)
+        log.debug("not shown")
+    [record] = caplog.records
+    assert record.name == "ceb.gate.api" and record.levelno == logging.INFO
+    assert "trajectory sent again" in record.getMessage() and "stream='s'" in record.getMessage()
+    assert "k" * 12 not in record.getMessage() and REDACTED in record.getMessage()
+    assert capsys.readouterr().out == ""
+
+
+def test_once_configured_ceb_events_follow_the_configuration(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("info", json=True)
+    logs.get_logger("ceb.gate.api").info("replaying", count=2)
+    captured = capsys.readouterr()
+    assert captured.out == "" and json.loads(captured.err)["count"] == 2

@@ -137,7 +137,7 @@ def test_bad_arguments_are_refused_in_one_line(tmp_path: Path) -> None:
 
 def test_without_pandas_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setitem(sys.modules, "pandas", None)
-    with pytest.raises(ConfigError, match=r"critic-experience-bank\[notebook\]"):
+    with pytest.raises(ConfigError, match=r"pip install -e '\.\[notebook\]' in ceb's checkout"):
         ceb.score(_trajectories(), run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
 

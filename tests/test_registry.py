@@ -42,7 +42,7 @@ def test_a_missing_dependency_is_found_before_importing_and_names_the_extra() ->
     assert reg.missing("dense") == ["ceb_no_such_module"]
     with pytest.raises(
         ConfigError,
-        match=r"needs ceb_no_such_module, which is not installed; .*pip install 'critic-experience-bank\[dense\]'",
+        match=r"needs ceb_no_such_module, which is not installed; install it with: pip install -e '\.\[dense\]' in ceb",
     ):
         reg.get("dense")
 

@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
+import re
 import time
+from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -14,7 +16,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 import anyio
-import structlog
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -37,12 +38,13 @@ from ceb.backends.transport import (
 )
 from ceb.config import BackendConfig
 from ceb.errors import BackendError
+from ceb.logs import get_logger
 from ceb.registry import Registry
 
 if TYPE_CHECKING:  # types only: the client calls the cache step open_backend hands it
     from ceb.backends.cache import CacheStep, ReplyCache
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 __all__ = [
     "BACKENDS",
@@ -54,6 +56,7 @@ __all__ = [
     "Completion",
     "EndpointLimits",
     "RetryPolicy",
+    "RetryTally",
     "RetrySettings",
     "StreamReply",
     "TokenLogprob",
@@ -247,6 +250,8 @@ class ChatBackend:
         self.cache = cache
         self.observers: list[Callable[[AttemptRecord], None]] = []
         """Called with an :class:`AttemptRecord` after every attempt (benchmarks and fault accounting)."""
+        self.retries = RetryTally(self.label)
+        """The retries of this backend, logged as one warning line per interval (:class:`RetryTally`)."""
 
     async def preflight(self) -> None:
         """The transport's check that every endpoint answers (:meth:`Transport.preflight`), before a run starts.
@@ -264,7 +269,8 @@ class ChatBackend:
         return self.transport.describe()
 
     async def aclose(self) -> None:
-        """Close the transport (the reply cache's store belongs to whoever opened it)."""
+        """Log the retries not yet logged, and close the transport (the reply cache's store is its opener's)."""
+        self.retries.flush()
         await self.transport.aclose()
 
     async def __aenter__(self) -> Self:
@@ -403,12 +409,13 @@ class ChatBackend:
         """The declared retry loop of one request.
 
         A :class:`TransientError` is retried, waiting :meth:`_wait`; after a timeout at most ``timeout_attempts``
-        are made; each retry is logged as a warning (stage, attempt, reason, wait).
+        are made; each retry is a debug line (stage, attempt, reason, wait) and is counted in :attr:`retries`.
         """
 
         def announce(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
-            log.warning(
+            self.retries.add(exc)
+            log.debug(
                 "retrying request",
                 backend=self.label,
                 stage=request.stage,
@@ -437,6 +444,70 @@ class ChatBackend:
         exc = state.outcome.exception() if state.outcome else None
         asked = exc.retry_after if isinstance(exc, TransientError) else None
         return max(backoff, asked or 0.0)
+
+
+RETRY_LOG_INTERVAL_S = 30.0
+"""Seconds between two ``retries`` warning lines of one backend (the first retry is logged at once)."""
+
+_STATUS = re.compile(r"(\d{3}) from ")
+
+
+def retry_cause(exc: BaseException | None) -> str:
+    """What a retried failure was, for counting: ``timeout``, ``HTTP 503``, ``connection`` or the error's type."""
+    text = str(exc) if exc is not None else ""
+    if timed_out(exc):
+        return "timeout"
+    if status := _STATUS.match(text):
+        return f"HTTP {status.group(1)}"
+    if text.startswith(("connection", "stream from")):
+        return "connection"
+    return type(exc).__name__
+
+
+class RetryTally:
+    """A backend's retries counted by cause and logged as one warning line per interval, not one per retry.
+
+    The first retry is logged at once and later ones at most every ``interval_s`` seconds, as ``retries`` with
+    ``count`` and ``by_cause`` (:func:`retry_cause`); :meth:`flush` (the backend's close) logs the rest. Each attempt
+    stays a debug line.
+
+    Args:
+        label: The backend's ``name@endpoint``.
+        interval_s: Seconds between two lines.
+        clock: Monotonic seconds (tests).
+    """
+
+    def __init__(
+        self, label: str, interval_s: float = RETRY_LOG_INTERVAL_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.label, self.interval_s, self.clock = label, interval_s, clock
+        self.pending: Counter[str] = Counter()
+        self.total = 0
+        self._since = clock()
+        self._logged: float | None = None
+
+    def add(self, exc: BaseException | None) -> None:
+        """Count one retry of ``exc``; log the counts when the interval has passed since the last line."""
+        self.pending[retry_cause(exc)] += 1
+        self.total += 1
+        if self._logged is None or self.clock() - self._logged >= self.interval_s:
+            self.flush()
+
+    def flush(self) -> None:
+        """Log the retries counted since the last line, if any."""
+        if not self.pending:
+            return
+        now = self.clock()
+        log.warning(
+            "retries",
+            backend=self.label,
+            count=sum(self.pending.values()),
+            by_cause=dict(self.pending.most_common()),
+            over_s=round(now - (self._logged if self._logged is not None else self._since), 1),
+            total=self.total,
+        )
+        self.pending.clear()
+        self._logged = now
 
 
 def timed_out(exc: BaseException | None) -> bool:
@@ -473,7 +544,7 @@ def register_backend(name: str, *, extra: str | None = None) -> Callable[[Backen
 
     Args:
         name: The backend's name.
-        extra: The ``pip install 'critic-experience-bank[extra]'`` that brings its dependencies, if any.
+        extra: The ``pip install -e '.[extra]'`` that brings its dependencies, if any.
     """
     return BACKENDS.add(name, extra=extra)
 

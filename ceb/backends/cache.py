@@ -55,7 +55,6 @@ from typing import Any
 
 import anyio
 import orjson
-import structlog
 
 from ceb.backends.scheduling import current_lane
 from ceb.backends.transport import (
@@ -68,6 +67,7 @@ from ceb.backends.transport import (
 )
 from ceb.config import BackendConfig, CacheConfig
 from ceb.errors import ConfigError
+from ceb.logs import get_logger
 
 __all__ = [
     "CACHE_FORMAT",
@@ -80,7 +80,7 @@ __all__ = [
     "request_key",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 CACHE_FORMAT = 1
 """Layout of a stored reply (part of every key: a new layout starts an empty cache, never misreads an old one)."""

@@ -40,7 +40,6 @@ from urllib.parse import urlsplit
 import aiohttp
 import anyio
 import orjson
-import structlog
 from yarl import URL
 
 from ceb.backends._wire import (
@@ -66,6 +65,7 @@ from ceb.backends.transport import (
 )
 from ceb.config import BackendConfig
 from ceb.errors import BackendError, ConfigError, FatalBackendError, UnsupportedFeatureError
+from ceb.logs import get_logger
 
 __all__ = [
     "SESSION_HEADER",
@@ -76,7 +76,7 @@ __all__ = [
     "open_openai",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 _PLACEHOLDER_KEY = "EMPTY"
@@ -214,19 +214,22 @@ class OpenAITransport(Transport):
             ``session_header``. (``max_concurrency``, ``routing`` and the retry fields are the client's.)
 
     Raises:
-        ConfigError: No ``base_url`` or ``model``, a base URL that is not ``http(s)://host...``, or no key in
-            ``settings.api_key_env`` for a non-local endpoint.
+        ConfigError: No ``base_url`` (or no ``model`` with ``preflight`` off), a base URL that is not
+            ``http(s)://host...``, or no key in ``settings.api_key_env`` for a non-local endpoint.
     """
 
     name = "openai"
 
     def __init__(self, settings: BackendConfig) -> None:
-        if not settings.base_urls or not settings.model:
-            raise ConfigError("the openai backend needs backend.base_url and backend.model (--base-url, --model)")
+        if not settings.base_urls:
+            raise ConfigError("the openai backend needs backend.base_url (--base-url)")
+        if not settings.model and not settings.preflight:
+            raise ConfigError("the openai backend needs backend.model (--model) when backend.preflight is off")
         super().__init__(settings.base_urls)
         self.settings = settings
-        self.model: str = settings.model
-        """The model name every request carries."""
+        self.model: str = settings.model or ""
+        """The model name every request carries; without ``backend.model``, the one ``GET /models`` lists, found by
+        :meth:`preflight`."""
         self.send_priority = settings.server_priority != "off"
         """Whether bodies carry vLLM's ``priority`` field now (``auto`` turns it off on a refusal)."""
         self.structured_output: StructuredOutput = settings.structured_output
@@ -578,7 +581,9 @@ class OpenAITransport(Transport):
                 ) from exc
             if status in (401, 403):
                 raise self._status_error(status, body, None, endpoint)
-            if status == 200:
+            if not self.model:
+                self._only_model(endpoint, _model_ids(body) if status == 200 else None)
+            elif status == 200:
                 served = _model_ids(body)
                 if served is not None and self.model not in served:
                     raise FatalBackendError(
@@ -616,6 +621,22 @@ class OpenAITransport(Transport):
                 raise FatalBackendError(
                     f"preflight: a one-token chat request to {endpoint} failed: {why}", backend=self.label
                 ) from exc
+
+    def _only_model(self, endpoint: str, served: set[str] | None) -> None:
+        """Take the one model ``endpoint`` lists as :attr:`model`, recorded as an adaptation (no ``--model`` given).
+
+        Raises:
+            FatalBackendError: The server lists no model, several, or no model list: ``--model`` must name one.
+        """
+        if served is not None and len(served) == 1:
+            (self.model,) = served
+            self.adaptations["model"] = f"model {self.model!r}: the one model GET /models lists (no --model given)"
+            log.info("using the one model the server lists", endpoint=endpoint, model=self.model)
+            return
+        listed = "it lists no model list" if served is None else f"it serves: {', '.join(sorted(served)) or '(none)'}"
+        raise FatalBackendError(
+            f"preflight: no --model given and {endpoint} does not list exactly one model; {listed}", backend=self.label
+        )
 
     async def identify(self) -> ModelIdentity:
         """The model behind the endpoints as the server reports it, asked once (``GET /models``, ``GET /version``).

@@ -56,7 +56,7 @@ INSTALL_HINT = (
     "dependencies it lacks (.ci/install-vllm does both)"
 )
 """How to get vLLM importable next to ceb (the docs' "Serving" section says why not
-``pip install 'critic-experience-bank[vllm]'``)."""
+``pip install -e '.[vllm]'``)."""
 
 
 _FLAGS = (

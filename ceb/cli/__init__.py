@@ -13,7 +13,7 @@ Each command imports what it runs inside its function, after the checks of its i
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -74,7 +74,8 @@ app = typer.Typer(
     help="Critic Experience Bank: calibrated step-level confidence for LLM agents.\n\n"
     "Typical use: `ceb convert intercode --root ../shared/data/intercode` writes the real InterCode streams to "
     "./streams, then `ceb score streams/intercode-bash-*.jsonl --out runs/intercode-bash` scores them and prints "
-    "ECE, Brier and AUROC.",
+    "ECE, Brier and AUROC.\n\n"
+    "--log-level, --log-format, --progress and --progress-interval may also follow the command's name.",
 )
 
 
@@ -91,6 +92,10 @@ def _main(
     log_level: Annotated[
         str, typer.Option("--log-level", help="debug, info, warning or error (logs go to stderr).")
     ] = "warning",
+    log_format: Annotated[
+        Literal["console", "json"],
+        typer.Option("--log-format", help="console (readable lines) or json (one JSON object per line)."),
+    ] = "console",
     progress: Annotated[
         str,
         typer.Option(
@@ -105,13 +110,7 @@ def _main(
         bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
-    from ceb.progress import set_progress
-
-    setup_logging(log_level)
-    try:
-        set_progress(progress, progress_interval)  # type: ignore[arg-type]
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    setup_logging(log_level, log_format, progress, progress_interval)
 
 
 app.command("score", cls=Command)(score.score)

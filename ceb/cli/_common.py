@@ -61,6 +61,7 @@ __all__ = [
     "ApiKeyEnv",
     "BaseUrl",
     "ENDPOINT_PANEL",
+    "GLOBAL_OPTIONS",
     "Limit",
     "MaxConcurrency",
     "ModelName",
@@ -102,17 +103,32 @@ out = _Stdout(width=None if sys.stdout.isatty() else 10_000, markup=False)
 err = Console(stderr=True, markup=False)
 
 
-def setup_logging(level: str) -> None:
-    """Send log events at ``level`` and above to stderr (:func:`ceb.logs.configure_logging`).
+GLOBAL_OPTIONS = ("log_level", "log_format", "progress", "progress_interval")
+"""The options of ``ceb`` itself that every command also takes after its name (``ceb score ... --progress log``)."""
+
+_LATE = "late_"
+"""The prefix of a global option's name where a command takes it (:meth:`Command.get_params`)."""
+
+
+def setup_logging(level: str, log_format: str = "console", progress: str = "auto", interval_s: float = 30.0) -> None:
+    """Apply the global options: log events at ``level`` and above to stderr, and the progress display.
+
+    Args:
+        level: debug, info, warning or error (:func:`ceb.logs.configure_logging`).
+        log_format: ``console`` or ``json`` (one JSON object per line).
+        progress: The :func:`ceb.progress.set_progress` mode.
+        interval_s: Seconds between progress log lines.
 
     Raises:
-        typer.BadParameter: ``level`` is not debug, info, warning or error.
+        typer.BadParameter: ``level`` is not debug, info, warning or error, or the progress mode is unknown.
     """
     from ceb.logs import configure_logging
+    from ceb.progress import set_progress
 
     try:
-        configure_logging(level)
-    except ConfigError as exc:
+        configure_logging(level, json=log_format == "json")
+        set_progress(progress, interval_s)  # type: ignore[arg-type]
+    except (ConfigError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from None
 
 
@@ -223,7 +239,8 @@ ModelName = Annotated[
     str | None,
     typer.Option(
         "--model",
-        help="Model name at the endpoint; with --backend vllm the model directory.",
+        help="Model name at the endpoint; left out, the one model its /models lists. With --backend vllm the "
+        "model directory.",
         rich_help_panel=ENDPOINT_PANEL,
     ),
 ]
@@ -401,13 +418,33 @@ class Command(typer.core.TyperCommand):
     ``--help`` shows the options most runs use.
     """
 
+    def get_params(self, ctx: Any) -> list[Any]:
+        """The command's parameters and, hidden, the :data:`GLOBAL_OPTIONS` of ``ceb`` (the root's declarations)."""
+        params = list(super().get_params(ctx))
+        root = ctx.find_root().command
+        if root is self:
+            return params
+        for p in root.params:
+            if isinstance(p, typer.core.TyperOption) and p.name in GLOBAL_OPTIONS:
+                late = [*p.opts, _LATE + p.name]
+                params.append(
+                    typer.core.TyperOption(
+                        param_decls=late, type_descriptor=p.type_descriptor, min=p.min, max=p.max, hidden=True
+                    )
+                )
+        return params
+
     def invoke(self, ctx: Any) -> Any:  # typer's vendored click.Context
-        """Run the command; print an unreported error with :func:`fail`.
+        """Run the command, after applying the global options given after its name; print an unreported error.
 
         Raises:
             typer.Exit: :data:`EXIT_ERROR` after a :class:`~ceb.errors.CEBError` or ``OSError``, :data:`EXIT_IO`
                 after a fault of the machine (:func:`fail`), also from inside exception groups.
         """
+        late = {name[len(_LATE) :]: ctx.params.pop(name) for name in list(ctx.params) if name.startswith(_LATE)}
+        if any(value is not None for value in late.values()):
+            given = ctx.find_root().params | {name: value for name, value in late.items() if value is not None}
+            setup_logging(*(given[name] for name in GLOBAL_OPTIONS))
         try:
             return super().invoke(ctx)
         except (CEBError, OSError) as exc:

@@ -43,10 +43,24 @@ def export(
     table: Annotated[
         Table, typer.Option("--table", "-t", help="scores (one row per step and method) or hindsight.")
     ] = "scores",
+    text_chars: Annotated[
+        int,
+        typer.Option(
+            "--text-chars",
+            min=1,
+            help="scores: keep the first N characters of each step's task, state, action and "
+            "observation (default: 500).",
+            show_default=False,
+        ),
+    ] = 500,  # ceb.eval.export.TEXT_CHARS, spelled out as Format is (tests/eval/test_export.py checks)
+    no_text: Annotated[
+        bool, typer.Option("--no-text", help="scores: leave the task, state, action and observation columns out.")
+    ] = False,
 ) -> None:
     """Export a run's scores or hindsight rows as one Parquet or CSV table.
 
-    One column per row field, the stream order in its own column. Parquet keeps nested fields nested
+    One column per row field, the stream order in its own column; a scores table also carries each step's task, state,
+    action and observation from the run's stream files, cut to --text-chars. Parquet keeps nested fields nested
     (retrieved precedents as a list of structs) under a fixed schema and needs pyarrow
     (pip install -e '.[parquet]'); CSV writes each nested field as one cell of JSON text and an empty cell for
     null. Rows of older layouts are upgraded as they are read.
@@ -63,7 +77,9 @@ def export(
 
         if RunDir(run_dir).table(table).is_file() and (note := RunDir(run_dir).require_readable()) is not None:
             err.print(f"note: {note}", soft_wrap=True)
-        result = export_table(run_dir, out, table=table, fmt=fmt)
+        result = export_table(run_dir, out, table=table, fmt=fmt, text_chars=None if no_text else text_chars)
     except CEBError as exc:
         raise fail(exc) from exc
+    if result.texts_missing is not None:
+        err.print(f"note: some steps have no text (their stream files cannot be read): {result.texts_missing}")
     typer.echo(f"{result.rows} rows written to {result.path}")

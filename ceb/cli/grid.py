@@ -50,7 +50,7 @@ def grid(
             metavar="ADDRESS",
             help="Run the grid on Ray, one task per shard, then merge into OUT (shards in OUT/parts/): local (a Ray "
             "instance on this machine), auto (the cluster this machine joined), HOST:PORT or ray://HOST:PORT. "
-            "Needs pip install 'critic-experience-bank[ray]'.",
+            "Needs pip install -e '.[ray]' in ceb's checkout.",
             rich_help_panel=_RAY,
         ),
     ] = None,

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import csv
+import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TextIO
 
+import orjson
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from ceb.cli._common import err, out
 
-__all__ = ["metrics", "print_metrics"]
+__all__ = ["REFERENCE_HELP", "metrics", "print_metrics"]
+
+REFERENCE_HELP = (
+    "Show the reference rules (base rate, step position, repetition flag) per stream, not as one line of pooled AUROCs."
+)
+"""Help of ``--reference`` (``score``, ``metrics``)."""
 
 
 def _fmt(v: object, digits: int = 3) -> str:
@@ -22,13 +30,41 @@ def _fmt(v: object, digits: int = 3) -> str:
     return str(v)
 
 
-def print_metrics(metrics: dict[str, Any], console: Console = out, run_dir: Path | None = None) -> None:
-    """Print the entries of ``metrics`` (:func:`ceb.eval.run_metrics`) as one table, saying how they pool.
+def _ordered(results: list[dict[str, Any]], pooled: str) -> list[dict[str, Any]]:
+    """``results`` by stream order, critic, stream (pooled last) and method, each in its order of first appearance."""
+    first: dict[tuple[str, object], int] = {}
+    for r in results:
+        for seen in (("stream", r["stream"]), ("method", r["method"]), ("critic", r.get("critic"))):
+            first.setdefault(seen, len(first))
 
-    Reference rows (``"reference": true``, :mod:`ceb.eval.reference_rules`) are marked ``(reference)`` and explained
-    under the table. A run without any labelled step has nothing to measure: given its ``run_dir``, what its scores
-    say is printed instead (:func:`print_label_free`).
+    def rank(r: dict[str, Any]) -> tuple[Any, ...]:
+        order = r.get("order", 0)
+        return (
+            order is None,
+            order or 0,
+            first["critic", r.get("critic")],
+            r["stream"] == pooled,
+            first["stream", r["stream"]],
+            bool(r.get("reference")),
+            first["method", r["method"]],
+        )
+
+    return sorted(results, key=rank)
+
+
+def print_metrics(
+    metrics: dict[str, Any], console: Console = out, run_dir: Path | None = None, *, reference: bool = False
+) -> None:
+    """Print the entries of ``metrics`` (:func:`ceb.eval.run_metrics`) as one compact table, saying how they pool.
+
+    A row per stream and method, each stream's methods together and the pooled rows last; steps, positive rate,
+    ECE, Brier and AUROC (and failed steps, when any failed). The other figures (mean score, equal-mass ECE) are in
+    ``metrics.json`` and ``ceb metrics --json``. Reference rows (``"reference": true``,
+    :mod:`ceb.eval.reference_rules`) are summed up in one line under the table, or shown per stream and explained
+    with ``reference``. A run without any labelled step has nothing to measure: given its ``run_dir``, what its
+    scores say is printed instead (:func:`print_label_free`).
     """
+    from ceb.eval.lanes import POOLED
     from ceb.eval.reference_rules import REFERENCE_NOTES, REFERENCES
 
     if run_dir is not None and not any(r.get("n") for r in metrics["results"]):
@@ -36,11 +72,13 @@ def print_metrics(metrics: dict[str, Any], console: Console = out, run_dir: Path
         return
 
     bins = metrics["n_bins"]
-    results = metrics["results"]
+    every = _ordered(metrics["results"], POOLED)
+    results = [r for r in every if reference or not r.get("reference")]
     orders = metrics.get("orders", 1) > 1
     critics = any(r.get("critic") for r in results)
-    columns = ["stream", *(["order"] if orders else []), *(["critic"] if critics else []), "method", "labelled steps"]
-    columns += ["pos. rate", "mean score", f"ECE ({bins} bins)", "ECE (equal mass)", "Brier", "AUROC", "failed"]
+    failed = any(r.get("failed") for r in results)
+    columns = ["stream", *(["order"] if orders else []), *(["critic"] if critics else []), "method", "steps"]
+    columns += ["pos. rate", "ECE", "Brier", "AUROC", *(["failed"] if failed else [])]
     table = Table(*columns, title="Step-level confidence vs. held-out labels")
     for r in results:
         mean = r.get("order", 0) is None
@@ -52,19 +90,34 @@ def print_metrics(metrics: dict[str, Any], console: Console = out, run_dir: Path
         ref = bool(r.get("reference"))
         method = f"{r['method']} (reference)" if ref else r["method"]
         cells += [method, _fmt(r.get("n")), _fmt(r.get("positive_rate"))]
-        for name in ("mean_score", "ece", "ece_equal_mass", "brier", "auroc"):
+        for name in ("ece", "brier", "auroc"):
             value = "—" if ref and r.get(name) is None and r.get("n") else _fmt(r.get(name))
-            cells.append(f"{value} ± {_fmt(r.get(f'{name}_sd'))}" if mean and name != "mean_score" else value)
-        cells.append(_fmt(r.get("failed")))
+            cells.append(f"{value} ± {_fmt(r.get(f'{name}_sd'))}" if mean else value)
+        if failed:
+            cells.append(_fmt(r.get("failed")))
         table.add_row(*cells, style="italic dim" if ref else None)
     console.print(table)
     notes = [
-        f"(pooled): all streams within one stream order{'; mean of R: mean ± sd over the R orders' if orders else ''}."
+        f"(pooled): all streams within one stream order{'; mean of R: mean ± sd over the R orders' if orders else ''}; "
+        f"ECE over {bins} equal-width bins."
     ]
-    present = {r["method"] for r in results if r.get("reference")}
-    refs = [f"{name}: {REFERENCE_NOTES[name]}" for name in REFERENCES if name in present]
-    if refs:
-        notes.append(f"(reference) rows are rules to compare with, not methods: {'; '.join(refs)} (—: not applicable).")
+    present = {r["method"] for r in every if r.get("reference")}
+    if reference:
+        refs = [f"{name}: {REFERENCE_NOTES[name]}" for name in REFERENCES if name in present]
+        if refs:
+            notes.append(
+                f"(reference) rows are rules to compare with, not methods: {'; '.join(refs)} (—: not applicable)."
+            )
+    else:
+        refs_rows = [r for r in every if r.get("reference") and r.get("order", 0) in (0, None)]
+        where = POOLED if any(r["stream"] == POOLED for r in refs_rows) else next((r["stream"] for r in refs_rows), "")
+        summed = {r["method"]: r for r in refs_rows if r["stream"] == where}
+        shown = [f"{name} {_fmt(summed[name].get('auroc'))}" for name in REFERENCES if name in summed]
+        if shown:
+            notes.append(
+                f"Reference rules, AUROC {'pooled' if where == POOLED else f'on {where}'}: {', '.join(shown)} "
+                "(--reference: per stream, and what each is)."
+            )
     for name, why in (metrics.get("references_missing") or {}).items():
         notes.append(f"no {name} reference: " + "; ".join(f"{s}: {w}" if s != "*" else w for s, w in why.items()) + ".")
     if any(not r.get("n") for r in results):
@@ -136,8 +189,15 @@ def metrics(
         int | None,
         typer.Option(min=1, max=10_000, help="ECE bins, 1 to 10,000 (default: the run's own ece_bins)."),
     ] = None,
+    reference: Annotated[bool, typer.Option("--reference", help=REFERENCE_HELP)] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print metrics.json's document (every figure, every row) instead.")
+    ] = False,
+    as_csv: Annotated[
+        bool, typer.Option("--csv", help="Print one CSV row per stream, method and order instead (every figure).")
+    ] = False,
 ) -> None:
-    """Recompute and print the metrics of a run directory.
+    """Recompute and print the metrics of a run directory (and write them to its metrics.json).
 
     A run that ended interrupted, or one being scored now, is read as it stands, with a note that it is partial;
     a run that is not complete (killed before its summary.json, or rows lost or doubled since) is refused, naming
@@ -145,6 +205,8 @@ def metrics(
     """
     from ceb.pipeline.rundir import RunDir
 
+    if as_json and as_csv:
+        raise typer.BadParameter("give --json or --csv, not both")
     run = RunDir(run_dir)
     note = run.require_readable()  # before the metrics' imports (scikit-learn): a missing run is refused at once
     if note is not None:
@@ -155,4 +217,17 @@ def metrics(
         bins = run.recorded_or_default()[0].ece_bins
     m = run_metrics(run_dir, n_bins=bins)
     write_metrics(run_dir, m)
-    print_metrics(m, run_dir=run_dir)
+    if as_json:
+        sys.stdout.write(orjson.dumps(m, option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif as_csv:
+        _write_csv(m["results"], sys.stdout)
+    else:
+        print_metrics(m, run_dir=run_dir, reference=reference)
+
+
+def _write_csv(results: list[dict[str, Any]], stream: TextIO) -> None:
+    """One CSV row per result, a column per figure any row has (first seen first); an empty cell for none."""
+    columns = list(dict.fromkeys(key for r in results for key in r))
+    writer = csv.DictWriter(stream, columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: "" if v is None else v for k, v in r.items()} for r in results)

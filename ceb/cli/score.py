@@ -29,7 +29,7 @@ from ceb.cli._common import (
     out,
     parse_shard,
 )
-from ceb.cli.metrics import print_metrics
+from ceb.cli.metrics import REFERENCE_HELP, print_metrics
 from ceb.errors import reported_error
 
 __all__ = ["score", "score_and_report", "sigterm_as_ctrl_c"]
@@ -121,6 +121,7 @@ def score(
     limit: Limit = None,
     shard: ShardOption = None,
     overwrite: Annotated[bool, typer.Option(help="Replace the results of an earlier run in OUT.")] = False,
+    reference: Annotated[bool, typer.Option("--reference", help=REFERENCE_HELP)] = False,
 ) -> None:
     """Score every step of every stream with each method, then print ECE, Brier and AUROC.
 
@@ -178,7 +179,9 @@ def score(
     else:
         cfg = load_config(config, overrides)
     data = {name: read_stream(paths) for name, paths in parse_stream_specs(streams).items()}
-    score_and_report(data, cfg, out_dir, overwrite=overwrite, resume=resume is not None, shard=part)
+    score_and_report(
+        data, cfg, out_dir, overwrite=overwrite, resume=resume is not None, shard=part, reference=reference
+    )
 
 
 @contextmanager
@@ -217,6 +220,7 @@ def score_and_report(
     resume: bool,
     resume_hint: str | None = None,
     shard: Any = None,
+    reference: bool = False,
 ) -> None:
     """Score ``data`` (stream name -> trajectories) into ``run_dir`` under ``cfg``, then print metrics and a summary.
 
@@ -230,6 +234,7 @@ def score_and_report(
         resume: Continue the run there.
         resume_hint: How to continue after an interruption (default: ``--resume RUN_DIR`` of ``ceb score``).
         shard: Score only this :class:`~ceb.pipeline.shard.Shard` of the lanes (``None``: all).
+        reference: Print the reference rows per stream (:func:`~ceb.cli.metrics.print_metrics`).
 
     Raises:
         CEBError: The run failed (the command prints it, :class:`~ceb.cli._common.Command`).
@@ -286,7 +291,7 @@ def score_and_report(
         if isinstance(fault, OSError):  # before the run was recorded: there is nothing to resume
             raise fail(fault, path=run_dir) from exc
         raise
-    print_metrics(metrics, run_dir=Path(run_dir))
+    print_metrics(metrics, run_dir=Path(run_dir), reference=reference)
     wall = time.perf_counter() - started
     s = summary
     out.print(

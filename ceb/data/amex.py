@@ -76,8 +76,6 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-import structlog
-
 from ceb.data.amex_episodes import Episode, GoldStep, element_files, episode_files, read_elements, read_episode
 from ceb.data.amex_predictions import Prediction, load_predictions
 from ceb.data.amex_screen import (
@@ -109,6 +107,7 @@ from ceb.data.references import amex_gold_box, amex_step_label
 from ceb.data.trajectory import Step, Trajectory
 from ceb.data.writer import ConvertedStream, stream_file_names, write_converted
 from ceb.errors import ConfigError, DataError, Problem
+from ceb.logs import get_logger
 
 __all__ = [
     "CONVERTER",
@@ -123,7 +122,7 @@ __all__ = [
 ]
 
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def convert_amex(

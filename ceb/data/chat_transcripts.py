@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import structlog
 
 from ceb.data.chat import chat_steps, outcome_label
 from ceb.data.converters import OUT_DIR, Converter, ConverterOption, SummaryColumn
@@ -44,6 +43,7 @@ from ceb.data.sources import json_files_under, kind
 from ceb.data.trajectory import Step, Trajectory
 from ceb.data.writer import ConvertedStream, SkippedTrajectory, StagedStreams, stream_file_names
 from ceb.errors import DataError, Problem
+from ceb.logs import get_logger
 
 __all__ = ["CONVERTER", "DEFAULT_DOMAIN", "convert_chat", "transcript_files"]
 
@@ -67,7 +67,7 @@ _FIELDS = (
 )
 _OWN_META = ("file", "line", "label", "score")
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def convert_chat(

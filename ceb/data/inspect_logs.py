@@ -3,9 +3,11 @@
 The logs are read by inspect_ai's own reader (``inspect_ai.log.read_eval_log`` for the header,
 ``read_eval_log_samples`` one sample at a time), so both of its formats, ``.eval`` (a zip) and ``.json``, and
 every log version it reads are read here. inspect_ai is an optional extra
-(``pip install 'critic-experience-bank[inspect]'``), imported only when a conversion runs.
+(``pip install -e '.[inspect]'``), imported only when a conversion runs.
 
-One stream per log file, ``inspect-<log file stem>.jsonl`` (a log is one task run by one model). Each sample
+One stream per log file (a log is one task run by one model), named by its task: ``inspect-<task>.jsonl``, or
+``inspect-<task>-<model>.jsonl`` where several logs ran the task, or ``inspect-<log file stem>.jsonl`` where they
+ran it with one model too (inspect_ai's own file names, ``<time>_<task>_<id>``, run to 61 characters). Each sample
 (each epoch of it) is one trajectory:
 
 - ``id`` = ``<sample id>/epoch-<epoch>``; ``actor`` = the log's model (``mockllm/model``); ``domain`` =
@@ -39,8 +41,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from ceb.data.chat import chat_steps, outcome_label
 from ceb.data.chat_transcripts import DEFAULT_DOMAIN
 from ceb.data.converters import OUT_DIR, Converter, ConverterOption, SummaryColumn
@@ -56,14 +56,15 @@ from ceb.data.writer import (
     stream_file_names,
 )
 from ceb.errors import ConfigError, DataError, Problem
+from ceb.logs import get_logger
 from ceb.version import install_command
 
 __all__ = ["CONVERTER", "INSPECT_EXTRA", "convert_inspect"]
 
 INSPECT_EXTRA = "inspect"
-"""The extra that brings inspect_ai: ``pip install 'critic-experience-bank[inspect]'``."""
+"""The extra that brings inspect_ai: ``pip install -e '.[inspect]'``."""
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def _inspect_log() -> Any:
@@ -96,7 +97,9 @@ def convert_inspect(
         logs: An ``.eval`` or ``.json`` log, or a folder searched at any depth by inspect_ai's own
             ``list_eval_logs`` (every ``.eval`` file, and the ``.json`` files named as inspect_ai names its logs,
             ``<time>_<task>_<id>.json``), converted in path order.
-        out_dir: Directory for the ``inspect-<stem>.jsonl`` streams; created if missing, existing ones replaced.
+        out_dir: Directory for the ``inspect-<name>.jsonl`` streams, named by each log's task (``<task>-<model>``
+            where logs share a task, the file's stem where they share both); created if missing, existing ones
+            replaced.
         scorer: The scorer whose score is the outcome; ``None``: each sample's first scorer.
         domain: The trajectories' domain (prompt family).
         max_log_mb: The most a log may inflate to, in MB (10^6 bytes).
@@ -122,8 +125,10 @@ def convert_inspect(
     files = _log_files(reader, root)
     for f in files:
         check_log_size(f, _inflated_size(f), max_log_mb)
-    names = stream_file_names("inspect", [f.stem for f in files], root, what="log")
     headers = {f: _read(f, lambda f=f: reader.read_eval_log(str(f), header_only=True)) for f in files}
+    short = _stream_names(files, headers)
+    by_name = stream_file_names("inspect", [short[f.stem] for f in files], root, what="log")
+    names = {f.stem: by_name[short[f.stem]] for f in files}
     actors = {f.stem: str(headers[f].eval.model) for f in files}
     skipped: dict[str, list[SkippedTrajectory]] = {f.stem: [] for f in files}
     with StagedStreams(out_dir, names, max_field_mb) as staged:
@@ -147,6 +152,28 @@ def convert_inspect(
     for stream in streams:
         log.info("inspect.stream_written", path=str(stream.path), trajectories=stream.trajectories)
     return streams
+
+
+def _stream_names(files: list[Path], headers: dict[Path, Any]) -> dict[str, str]:
+    """Each log's stream name: its task; ``<task>-<model>`` where logs share a task; else the file's stem.
+
+    inspect_ai names a log ``<time>_<task>_<id>`` (61 characters for a short task), a name every row repeated.
+    """
+
+    def tail(name: object) -> str:
+        return str(name).rsplit("/", 1)[-1]
+
+    task = {f: tail(headers[f].eval.task) for f in files}
+    with_model = {f: f"{task[f]}-{tail(headers[f].eval.model)}" for f in files}
+    out: dict[str, str] = {}
+    for f in files:
+        for names in (task, with_model):
+            if list(names.values()).count(names[f]) == 1:
+                out[f.stem] = names[f]
+                break
+        else:
+            out[f.stem] = f.stem
+    return out
 
 
 def _log_files(reader: Any, root: Path) -> list[Path]:

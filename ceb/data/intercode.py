@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import structlog
 
 from ceb.data.converters import OUT_DIR, Converter, ConverterOption, SummaryColumn
 from ceb.data.sources import data_root
 from ceb.data.trajectory import Step, Trajectory
 from ceb.data.writer import ConvertedStream, SkippedTrajectory, write_converted
 from ceb.errors import ConfigError, DataError, Problem
+from ceb.logs import get_logger
 
 __all__ = [
     "CONVERTER",
@@ -59,7 +59,7 @@ _LAYOUT = (
     " and data/results/sql/<model>/ic_sql_multiturn_<model>_10_turns.json"
 )
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def step_labels(rewards: Sequence[float]) -> list[int]:

@@ -85,7 +85,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import structlog
 
 from ceb.data.converters import (
     ACTOR,
@@ -106,6 +105,7 @@ from ceb.data.references import canonical_op, mind2web_step_label
 from ceb.data.trajectory import Step, Trajectory
 from ceb.data.writer import ConvertedStream, StagedStreams, stream_file_names
 from ceb.errors import ConfigError, DataError, Problem
+from ceb.logs import get_logger
 
 __all__ = [
     "CONVERTER",
@@ -119,7 +119,7 @@ __all__ = [
 
 _TEXT_ATTRIBUTES = ("aria_label", "aria-label", "title", "placeholder", "alt", "value", "name")
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def convert_mind2web(

@@ -13,6 +13,11 @@ field of :class:`~ceb.pipeline.results.StepRow` (``scores``) or :class:`~ceb.pip
   shortest round-trip floats), an empty cell for null, and each nested field (``retrieved``, ``alt_labels``,
   ``votes``, ``records``...) as one cell of compact JSON text, the same value as in the JSONL row.
 
+The ``scores`` table also carries the step's text, so reading which action got which score needs no join back to
+the stream files: ``task``, ``state``, ``action`` and ``observation`` (:data:`TEXT_COLUMNS`), read from the run's
+recorded stream files and each cut to its first ``text_chars`` characters (:data:`TEXT_CHARS`; ``None`` leaves the
+columns out). A step whose stream file cannot be read any more gets nulls there, and the result says why.
+
 Both are written to a sibling temporary file and renamed into place, so a failed export leaves no partial table.
 """
 
@@ -33,11 +38,22 @@ from ceb.bank import BankRecord
 from ceb.errors import ConfigError, RunError, with_path
 from ceb.pipeline.results import ROW_SCHEMA, HindsightRow, StepRow, read_hindsight_rows, read_step_rows
 from ceb.pipeline.rundir import RunDir
+from ceb.version import install_command
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["FORMATS", "TABLES", "ExportFormat", "ExportResult", "ExportTable", "arrow_schema", "export_table"]
+__all__ = [
+    "FORMATS",
+    "TABLES",
+    "TEXT_CHARS",
+    "TEXT_COLUMNS",
+    "ExportFormat",
+    "ExportResult",
+    "ExportTable",
+    "arrow_schema",
+    "export_table",
+]
 
 ExportFormat = Literal["parquet", "csv"]
 ExportTable = Literal["scores", "hindsight"]
@@ -46,7 +62,13 @@ FORMATS: tuple[ExportFormat, ...] = get_args(ExportFormat)
 TABLES: tuple[ExportTable, ...] = get_args(ExportTable)
 """The tables of a run directory: ``scores`` (``scores.jsonl``) and ``hindsight`` (``hindsight.jsonl``)."""
 
-PARQUET_HINT = "pip install -e '.[parquet]'"
+TEXT_COLUMNS = ("task", "state", "action", "observation")
+"""The step's text a ``scores`` export carries after the row's fields, from the run's stream files."""
+
+TEXT_CHARS = 500
+"""Characters of each text column kept by default (the start of the text; a longer one is cut there)."""
+
+PARQUET_HINT = install_command("parquet")
 """How to get pyarrow, named in the error when it is missing."""
 
 _BATCH_ROWS = 50_000  # rows per Parquet row group: bounded memory on a grid's millions of rows
@@ -66,15 +88,22 @@ class ExportResult:
         path: The table file.
         rows: Rows written (one per line of the JSONL file, a torn last line not counted).
         format: ``parquet`` or ``csv``.
+        texts_missing: Why some steps have no text (their stream files could not be read), ``None`` when all have.
     """
 
     path: Path
     rows: int
     format: ExportFormat
+    texts_missing: str | None = None
 
 
 def export_table(
-    run_dir: str | Path, out: str | Path, *, table: ExportTable = "scores", fmt: ExportFormat = "parquet"
+    run_dir: str | Path,
+    out: str | Path,
+    *,
+    table: ExportTable = "scores",
+    fmt: ExportFormat = "parquet",
+    text_chars: int | None = TEXT_CHARS,
 ) -> ExportResult:
     """Write one table of a run directory as Parquet or CSV (see the module docstring for the layout).
 
@@ -83,9 +112,11 @@ def export_table(
         out: The file to write; its directory is created if missing, an existing file is replaced.
         table: ``scores`` or ``hindsight``.
         fmt: ``parquet`` or ``csv``.
+        text_chars: For ``scores``, the characters of each :data:`TEXT_COLUMNS` column kept (at least 1); ``None``:
+            no text columns.
 
     Returns:
-        The path and the number of rows written.
+        The path, the number of rows written and why texts are missing, if they are.
 
     Raises:
         RunError: ``run_dir`` is not a directory or has no such table, it is not a complete run
@@ -109,16 +140,24 @@ def export_table(
     RunDir(run).require_readable()
     if path.is_dir():
         raise RunError(f"{path} is a directory; name the {fmt} file to write")
+    if text_chars is not None and text_chars < 1:
+        raise ConfigError(f"text_chars {text_chars}: keep at least 1 character, or None for no text columns")
+    texts = table == "scores" and text_chars is not None
     cls, read = _READERS[table]
-    schema = arrow_schema(table) if fmt == "parquet" else None  # without pyarrow, fail before touching the disk
-    rows = (asdict(row) for row in read(source))
+    schema = arrow_schema(table, texts=texts) if fmt == "parquet" else None  # without pyarrow, fail before the disk
+    rows: Iterator[dict[str, Any]] = (asdict(row) for row in read(source))
+    missing = None
+    if texts:
+        assert text_chars is not None
+        by_step, missing = _step_texts(RunDir(run), text_chars)
+        rows = (row | by_step.get((row["stream"], row["trajectory"], row["step"]), _NO_TEXT) for row in rows)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if schema is not None:
             n = _write_parquet(rows, tmp, schema)
         else:
-            n = _write_csv(rows, tmp, [f.name for f in fields(cls)])
+            n = _write_csv(rows, tmp, [f.name for f in fields(cls)] + (list(TEXT_COLUMNS) if texts else []))
         os.replace(tmp, path)
     except FileExistsError as exc:  # a file where a parent directory should be
         raise RunError(f"cannot write {path}: {exc.filename} is not a directory") from exc
@@ -127,7 +166,28 @@ def export_table(
     finally:
         with suppress(OSError):
             tmp.unlink(missing_ok=True)
-    return ExportResult(path, n, fmt)
+    return ExportResult(path, n, fmt, missing)
+
+
+_NO_TEXT: dict[str, str | None] = dict.fromkeys(TEXT_COLUMNS)
+
+
+def _step_texts(run: RunDir, chars: int) -> tuple[dict[tuple[str, str, int], dict[str, str]], str | None]:
+    """``(stream, trajectory, step)`` -> the step's :data:`TEXT_COLUMNS`, cut; and why some streams have none."""
+    streams, missing = run.recorded_trajectories()
+    out: dict[tuple[str, str, int], dict[str, str]] = {}
+    for stream, trajectories in streams.items():
+        for traj in trajectories:
+            task = traj.task[:chars]
+            for t, step in enumerate(traj.steps):
+                out[stream, traj.id, t] = {
+                    "task": task,
+                    "state": step.state[:chars],
+                    "action": step.action[:chars],
+                    "observation": step.observation[:chars],
+                }
+    why = "; ".join(f"{s}: {reason}" if s != "*" else reason for s, reason in missing.items())
+    return out, why or None
 
 
 def _pyarrow() -> Any:
@@ -139,8 +199,10 @@ def _pyarrow() -> Any:
     return pyarrow
 
 
-def arrow_schema(table: ExportTable = "scores") -> pa.Schema:
+def arrow_schema(table: ExportTable = "scores", *, texts: bool = False) -> pa.Schema:
     """The fixed Arrow schema of a table: one field per row field, in order, the same for every run.
+
+    With ``texts`` (``scores`` only) the nullable string columns :data:`TEXT_COLUMNS` follow.
 
     Fields that are never null in a row of the current layout are declared non-nullable. The schema's metadata
     names the table and the row layout (:data:`~ceb.pipeline.results.ROW_SCHEMA`).
@@ -199,6 +261,7 @@ def arrow_schema(table: ExportTable = "scores") -> pa.Schema:
             pa.field("retry_reason", string),
             pa.field("readout", string),
             required("schema", int64),
+            *([pa.field(name, string) for name in TEXT_COLUMNS] if texts else []),
         ]
     elif table == "hindsight":
         record_types = {"pseudo_label": int64, "soft_vote": float64, "score": float64, "agreement": boolean}

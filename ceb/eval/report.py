@@ -44,7 +44,6 @@ from typing import Any
 
 import numpy as np
 import orjson
-import structlog
 
 from ceb.config import CEBConfig
 from ceb.errors import RunError
@@ -54,6 +53,7 @@ from ceb.eval.plots import FIGURE_FORMATS, FigureFormat, method_colors
 from ceb.eval.provenance import provenance_block
 from ceb.eval.sections import ReportContext, ReportWriter, registered_sections
 from ceb.eval.sections.base import drawn
+from ceb.logs import get_logger
 from ceb.pipeline.results import read_step_rows
 from ceb.pipeline.rundir import RunDir
 from ceb.pipeline.score_warnings import run_warnings
@@ -62,7 +62,7 @@ from ceb.stages.methods import ResolvedMethod
 
 __all__ = ["build_report"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def build_report(

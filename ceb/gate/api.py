@@ -77,7 +77,6 @@ from typing import Any, Self
 
 import anyio
 import anyio.from_thread
-import structlog
 from anyio.abc import TaskGroup
 
 from ceb.bank import Bank
@@ -107,6 +106,7 @@ from ceb.gate.types import (
     check_finished,
     check_stream_name,
 )
+from ceb.logs import get_logger
 from ceb.stages.assembly import Stages, build_critic, build_stages
 from ceb.stages.base import Critic, CriticInput, CriticResult, HistoryItem
 from ceb.stages.methods import MethodSpec, resolve_method
@@ -114,7 +114,7 @@ from ceb.stages.step import precedents, score_step
 
 __all__ = ["Gate", "SyncGate"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ceb.bank import RETRIEVERS, Bank, BankJournal
@@ -22,13 +21,14 @@ from ceb.config import RunConfig
 from ceb.gate.inbox import Accepted, Inbox, Known
 from ceb.gate.state import StateDir
 from ceb.gate.types import Banked
+from ceb.logs import get_logger
 from ceb.stages.base import Hindsight
 from ceb.stages.methods import MethodSpec
 from ceb.stages.step import label_trajectory, new_bank
 
 __all__ = ["GateStream", "compact_inbox", "open_stream", "work"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _RETRY_S = (0.5, 30.0)
 """First and longest wait, in seconds, before a stream retries a bank update whose hindsight raised."""

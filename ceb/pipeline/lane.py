@@ -11,13 +11,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 
 import anyio
-import structlog
 
 from ceb.backends.scheduling import lane as request_lane
 from ceb.backends.scheduling import step as request_step
 from ceb.bank import Bank
 from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
+from ceb.logs import get_logger
 from ceb.pipeline.results import AltLabel, HindsightRow, StepRow
 from ceb.pipeline.shard import lane_id
 from ceb.stages.assembly import Stages
@@ -31,7 +31,7 @@ __all__ = ["Emit", "Lane"]
 
 Emit = Callable[[StepRow | HindsightRow], Awaitable[None]]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def alt_labels(trajectory: Trajectory) -> dict[str, list[int | None]]:

@@ -40,12 +40,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import structlog
 
 from ceb.backends.cache import CacheCounts
 from ceb.bank import BANK_FORMAT
 from ceb.config import RunConfig
 from ceb.errors import CEBError, RunError
+from ceb.logs import get_logger
 from ceb.pipeline.planning import lane_keys
 from ceb.pipeline.provenance import merge_provenance
 from ceb.pipeline.results import HindsightRow, StepRow, read_hindsight_rows
@@ -58,7 +58,7 @@ from ceb.stages.methods import resolve_method
 
 __all__ = ["MergeResult", "merge_runs"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,17 +20,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import structlog
-
 from ceb.backends.base import ChatBackend, TransientError
 from ceb.config import RunConfig
 from ceb.errors import BackendError, RunError
+from ceb.logs import get_logger
 from ceb.stages.base import Stages
 from ceb.version import __version__
 
 __all__ = ["IDENTITY_FIELDS", "OFFLINE_NOTE", "identify", "merge_provenance", "provenance", "scored_by"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 IDENTITY_FIELDS = ("root", "server_version", "max_model_len", "weights_digest")
 """What a server reports of its model, recorded per backend (:class:`~ceb.backends.transport.ModelIdentity`)."""

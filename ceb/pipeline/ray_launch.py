@@ -14,7 +14,7 @@ A shard that exhausts its retries leaves its part as it was, resumable; the fini
 the others continue. Every part can also be finished by hand (``ceb grid FILE --shard i/N --out PART --resume``)
 and the parts merged with ``ceb merge``.
 
-Ray is an optional dependency (``pip install 'critic-experience-bank[ray]'``), imported only here and only when a
+Ray is an optional dependency (``pip install -e '.[ray]'``), imported only here and only when a
 launch starts.
 The streams and ``OUT`` must be on a file system every Ray node sees at the same paths (one machine, NFS, a shared
 volume), and ceb must be installed on every node. Ray's task API: https://docs.ray.io/en/latest/ray-core/tasks.html
@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import structlog
 
 from ceb.config import RunConfig
 from ceb.errors import CEBError, ConfigError, RunError
+from ceb.logs import get_logger
 from ceb.pipeline.merge import MergeResult, merge_runs
 from ceb.pipeline.planning import lane_keys
 from ceb.pipeline.rundir import RunDir
@@ -58,10 +58,10 @@ __all__ = [
     "run_shard",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 RAY_EXTRA = "ray"
-"""The ``pip install 'critic-experience-bank[ray]'`` extra that brings Ray."""
+"""The ``pip install -e '.[ray]'`` extra that brings Ray."""
 
 _ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:\d{1,5}|\[[0-9A-Fa-f:]+\]:\d{1,5}")
 

@@ -42,7 +42,6 @@ from typing import IO, Any
 import anyio
 import numpy as np
 import orjson
-import structlog
 
 from ceb.backends import open_backend
 from ceb.backends.base import ChatBackend
@@ -53,7 +52,7 @@ from ceb.data.references import StepReference, step_references
 from ceb.data.trajectory import Trajectory
 from ceb.dirlock import dir_lock
 from ceb.errors import ConfigError, RunError, StreamValidationError, with_path
-from ceb.logs import register_secret_env
+from ceb.logs import get_logger, register_secret_env
 from ceb.pipeline.relabel import require_references
 from ceb.pipeline.results import StepRow
 from ceb.pipeline.rundir import RunDir, write_atomic
@@ -78,7 +77,7 @@ __all__ = [
     "regeneration",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 StepKey = tuple[str, int]

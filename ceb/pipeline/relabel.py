@@ -25,20 +25,20 @@ from typing import IO
 
 import anyio
 import orjson
-import structlog
 
 from ceb.backends.base import ChatBackend
 from ceb.data.converters import REFERENCE_ACTIONS, REFERENCE_OBSERVATION
 from ceb.data.reader import write_stream
 from ceb.data.trajectory import Trajectory
 from ceb.errors import DataError, Problem, RunError, with_path
+from ceb.logs import get_logger
 from ceb.stages.base import CallStats
 from ceb.stages.judge import JUDGE_LABEL, LLMJudge, first_without_reference
 from ceb.stages.templates import PromptSet
 
 __all__ = ["JudgmentLog", "RelabelSummary", "relabel_stream", "require_references"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

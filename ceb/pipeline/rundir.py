@@ -38,13 +38,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
-import structlog
 from pydantic import ValidationError
 
 from ceb.config import RunConfig, read_settings_file
 from ceb.data.trajectory import Trajectory
 from ceb.dirlock import dir_lock, lock_holder
 from ceb.errors import CEBError, ConfigError, RunError, with_path
+from ceb.logs import get_logger
 from ceb.version import __version__
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LIMIT_SETTING", "STEP_COUNTS", "LaneKey", "RunDir", "lane_name", "write_atomic"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 LaneKey = tuple[str, int, str, str]
 """A lane's identity: (stream, order, method, critic label)."""

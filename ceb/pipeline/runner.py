@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import structlog
 from anyio.abc import ObjectSendStream
 
 from ceb.backends.scheduling import EndpointLimits
@@ -24,6 +23,7 @@ from ceb.config import RunConfig
 from ceb.data.streams import check_streams
 from ceb.data.trajectory import Trajectory
 from ceb.errors import ConfigError, RunError, reported_error
+from ceb.logs import get_logger
 from ceb.pipeline.lane import Lane
 from ceb.pipeline.planning import LanePlan, build_lanes, fingerprints, plan_lanes
 from ceb.pipeline.provenance import identify, provenance
@@ -41,7 +41,7 @@ from ceb.stages.tokens import PromptTokenCounter
 
 __all__ = ["check_prompts", "progress_callbacks", "run_scoring"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def progress_callbacks(progress: Progress) -> tuple[Callable[[Row], None], Callable[[int], None]]:

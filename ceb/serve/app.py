@@ -45,7 +45,6 @@ from typing import Any
 
 import anyio
 import orjson
-import structlog
 from aiohttp import hdrs, web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -53,13 +52,14 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from ceb.config import ServeConfig
 from ceb.errors import ConfigError, ConflictError, DataError, OverloadedError, StreamValidationError
 from ceb.gate import Gate
+from ceb.logs import get_logger
 from ceb.serve.openapi import openapi_document
 from ceb.serve.payloads import parse_score_request, parse_trajectory_request
 from ceb.version import __version__
 
 __all__ = ["DRAIN_S", "GATE", "LOOPBACK", "check_bind", "make_app", "run_server"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DRAIN_S = 60.0
 """Seconds a stopping server (SIGINT, SIGTERM) waits for the requests in flight to be answered; past it they are

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import structlog
 from anyio.abc import TaskGroup, TaskStatus
 
 from ceb.backends.base import ChatBackend, ChatRequest, StreamReply, TransientError
 from ceb.bank import Hit
 from ceb.config import CEBConfig, CriticConfig, RepetitionReading
 from ceb.errors import BackendError, FatalBackendError
+from ceb.logs import get_logger
 from ceb.stages.asking import Answer, ask, bounded_text, reask
 from ceb.stages.base import CallStats, CriticInput, CriticResult
 from ceb.stages.parsing import parse_score, score_prefix, score_span
@@ -36,7 +36,7 @@ __all__ = [
     "situation_context",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _TAILS: ContextVar[TaskGroup | None] = ContextVar("ceb_reply_tails", default=None)
 

@@ -12,7 +12,7 @@ CEB and its component ablation (paper, Table "Component ablation"; appendix swee
 ``ceb-positives-only``: retrieval shows only productive precedents (no contrastive negatives).
 ``ceb-random-retrieval``: ``k`` records of each class drawn at random (seeded) instead of by similarity.
 ``ceb-dense-retrieval``: similarity by sentence embeddings (all-MiniLM-L6-v2, faiss) instead of TF-IDF (the
-appendix's retrieval-mechanism table; needs ``pip install 'critic-experience-bank[dense]'``).
+appendix's retrieval-mechanism table; needs ``pip install -e '.[dense]'``).
 ``ceb-single-vote``: one hindsight vote per trajectory (V = 1) instead of a majority of V.
 ``ceb-no-repetition``: the repetition flag ``rho_t`` is always 0.
 ``ceb-gt-oracle``: the bank's pseudo-labels are the held-out labels (no hindsight calls). An ORACLE: it reads
@@ -37,16 +37,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-import structlog
-
 from ceb.config import CEBConfig, RunConfig
 from ceb.errors import ConfigError
+from ceb.logs import get_logger
 from ceb.registry import Registry, did_you_mean, import_path
 
 if TYPE_CHECKING:
     from ceb.stages.base import Critic, Stages
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 __all__ = [
     "CAPABILITIES",

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from typing import TypedDict
 
 import anyio
-import structlog
 
 from ceb.backends.scheduling import priority
 from ceb.bank import RETRIEVERS, Bank, BankRecord, Retrieval, agreement_flag, composite_key
 from ceb.config import RunConfig
 from ceb.data.trajectory import Step, Trajectory
+from ceb.logs import get_logger
 from ceb.stages.base import Abstention, Critic, CriticInput, CriticResult, Hindsight, HindsightResult, HistoryItem
 from ceb.stages.critic import config_repetition_flag
 from ceb.stages.methods import MethodSpec
@@ -45,7 +45,7 @@ __all__ = [
     "state_summary",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 NO_LABEL = "no ground-truth label"
 """Why ``ceb-gt-oracle`` abstains on a step: the stream holds no label for it."""

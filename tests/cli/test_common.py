@@ -198,3 +198,38 @@ def test_a_command_that_needs_a_model_refuses_the_offline_backend_and_defaults_t
     # No backend named anywhere (the config's default is offline): the model is an endpoint.
     endpoint = {"backend": None, "base_url": None, "model": None, "api_key_env": None, "max_concurrency": None}
     assert model_config(command, None, **endpoint, prompt_dir=None).backend.name == "openai"
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    import logging
+
+    import structlog
+
+    from ceb.progress import set_progress
+
+    saved, handlers = structlog.get_config(), list(logging.getLogger().handlers)
+    yield
+    structlog.configure(**saved)
+    set_progress()
+    for h in [h for h in logging.getLogger().handlers if h not in handlers]:
+        logging.getLogger().removeHandler(h)
+
+
+def test_the_global_options_are_taken_after_the_command_too_and_json_logs_are_one_object_a_line(
+    tmp_path: Path, restore_logging: None
+) -> None:
+    """`ceb convert ... --log-level info --log-format json` was a usage error: the options came only before it."""
+    from tests.support.paths import INTERCODE
+
+    for before, after in (([], ["--log-level", "info", "--log-format", "json"]), (["--log-format", "json"], [])):
+        args = [*before, "convert", "intercode", "--root", str(INTERCODE), "--out", str(tmp_path), "--datasets"]
+        result = runner.invoke(app, [*args, "bash", *after, "--progress", "off"])
+        assert result.exit_code == 0, result.output
+        events = [orjson.loads(line) for line in result.stderr.splitlines()]
+        if after:  # info events, as JSON objects with an ISO timestamp
+            assert events and all(e["level"] == "info" and e["timestamp"].endswith("Z") for e in events), events
+        else:
+            assert events == []  # the default level, warning, shows no info event
+    progress = runner.invoke(app, ["convert", "intercode", "--root", str(INTERCODE), "--progress", "sometimes"])
+    assert progress.exit_code == EXIT_ERROR and "progress mode 'sometimes'" in progress.output

@@ -65,7 +65,7 @@ def test_metrics_on_a_corrupt_config_reads_with_the_defaults(stream: Path, tmp_p
     (run / "config.json").write_text("{garbage")
     result = runner.invoke(app, ["metrics", str(run)])  # RunDir.recorded_or_default: a reader of a finished run
     assert result.exc_info is None or result.exc_info[0] is SystemExit, result.exc_info
-    assert result.exit_code == 0 and "ECE (10 bins)" in result.output
+    assert result.exit_code == 0 and "ECE over 10 equal-width bins" in result.output
 
 
 def test_an_unbalanced_quote_in_engine_args_is_a_usage_error(stream: Path, tmp_path: Path) -> None:

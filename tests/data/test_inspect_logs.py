@@ -24,7 +24,7 @@ runner = CliRunner()
 FIXTURE = REPO / "tests" / "fixtures" / "inspect"
 needs_inspect = pytest.mark.skipif(
     importlib.util.find_spec("inspect_ai") is None,
-    reason="inspect_ai is not installed (pip install 'critic-experience-bank[inspect]'); CI installs it",
+    reason="inspect_ai is not installed (pip install -e '.[inspect]'); CI installs it",
 )
 
 
@@ -77,8 +77,18 @@ def test_a_folder_gives_one_stream_per_log_and_the_command_prints_them(tmp_path:
 
     assert done.exit_code == 0, done.output
     written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    # Both logs ran tool-task with mockllm/model: neither the task nor task and model tell them apart, the stems do.
     assert written == ["inspect-2026-11-28T04-08-00_00-00_tool-task_b.jsonl", "inspect-run-a.jsonl"]
     assert "inspect-run-a.jsonl" in done.output and "tool-task_b.jsonl" in done.output
+
+
+@needs_inspect
+def test_a_log_named_as_inspect_names_it_gives_a_stream_named_by_its_task(tmp_path: Path) -> None:
+    """inspect_ai's file names (<time>_<task>_<id>) made 61-character stream names, repeated in every row."""
+    log = tmp_path / "2026-11-28T04-08-00+00-00_tool-task_S4twfEBTh5wTSKQXknVrW2.eval"
+    shutil.copy(FIXTURE / "tool-task.eval", log)
+    [stream] = convert_inspect(log, tmp_path / "out")
+    assert stream.path.name == "inspect-tool-task.jsonl"
 
 
 @needs_inspect
@@ -110,12 +120,12 @@ def test_without_the_extra_the_command_names_it_and_its_help_still_shows(
     monkeypatch.setitem(sys.modules, "inspect_ai", None)  # import inspect_ai now raises ImportError
     monkeypatch.setitem(sys.modules, "inspect_ai.log", None)
 
-    with pytest.raises(ConfigError, match=r"install it with: pip install 'critic-experience-bank\[inspect\]'"):
+    with pytest.raises(ConfigError, match=r"install it with: pip install -e '\.\[inspect\]' in ceb's checkout"):
         convert_inspect(FIXTURE / "tool-task.eval", tmp_path)
     done = runner.invoke(app, ["convert", "inspect", "--logs", str(FIXTURE / "tool-task.eval"), "--out", str(tmp_path)])
     helped = runner.invoke(app, ["convert", "inspect", "--help"])
 
-    assert done.exit_code == 2 and "critic-experience-bank[inspect]" in done.output
+    assert done.exit_code == 2 and "pip install -e '.[inspect]' in ceb's checkout" in done.output
     assert helped.exit_code == 0 and "--logs" in helped.output and "--scorer" in helped.output
     assert "inspect_ai's own log reader" in helped.output
 

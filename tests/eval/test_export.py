@@ -21,8 +21,9 @@ from typer.testing import CliRunner
 from ceb.bank import BankRecord
 from ceb.cli import app
 from ceb.config import load_config
+from ceb.data import write_stream
 from ceb.errors import ConfigError, RunError
-from ceb.eval.export import FORMATS, TABLES, arrow_schema, export_table
+from ceb.eval.export import FORMATS, TABLES, TEXT_CHARS, TEXT_COLUMNS, arrow_schema, export_table
 from ceb.pipeline import HindsightRow, StepRow, read_hindsight_rows, read_rows, read_step_rows, run_scoring
 from tests.support.builders import step, trajectory
 
@@ -80,7 +81,7 @@ def test_written_rows_load_into_the_fixed_arrow_schema(run: Path, table: str) ->
 
 @pytest.mark.parametrize("table", TABLES)
 def test_parquet_holds_the_readers_rows_under_the_fixed_schema(run: Path, tmp_path: Path, table: str) -> None:
-    result = export_table(run, tmp_path / "out" / f"{table}.parquet", table=table, fmt="parquet")
+    result = export_table(run, tmp_path / "out" / f"{table}.parquet", table=table, fmt="parquet", text_chars=None)
     written = pq.read_table(result.path)
     assert written.schema.equals(arrow_schema(table), check_metadata=True)
     rows = _reader_rows(run, table)
@@ -118,7 +119,7 @@ def _csv_rows(path: Path, table: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("table", TABLES)
 def test_csv_holds_the_readers_rows(run: Path, tmp_path: Path, table: str) -> None:
-    result = export_table(run, tmp_path / f"{table}.csv", table=table, fmt="csv")
+    result = export_table(run, tmp_path / f"{table}.csv", table=table, fmt="csv", text_chars=None)
     with result.path.open(encoding="utf-8", newline="") as f:
         assert next(csv.reader(f)) == arrow_schema(table).names
     assert _csv_rows(result.path, table) == _reader_rows(run, table)
@@ -161,7 +162,7 @@ def test_parquet_without_pyarrow_is_one_line_naming_the_extra(
     result = runner.invoke(app, ["export", str(run), "--out", str(tmp_path / "s.parquet")])
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
-        "error: Parquet export needs pyarrow, which is not installed: pip install -e '.[parquet]'"
+        "error: Parquet export needs pyarrow, which is not installed: pip install -e '.[parquet]' in ceb's checkout"
     ]
     assert list(tmp_path.iterdir()) == []  # nothing half-written
     # CSV needs nothing beyond the standard library.
@@ -224,3 +225,54 @@ def test_the_command_offers_exactly_the_formats_and_tables_the_module_writes() -
 
     assert get_args(export_cmd.Format) == FORMATS
     assert get_args(export_cmd.Table) == TABLES
+
+
+@pytest.fixture(scope="module")
+def run_of_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run scored by the command from stream files, which its config.json names (the texts' source)."""
+    tmp = tmp_path_factory.mktemp("files")
+    long_obs = "total 12\n" + "drwxr-xr-x 2 root root 4096 a-file-name\n" * 30
+    trajs = [trajectory(f"t{i}", step(f"ls -la /d{i}", long_obs, label=1), task=f"list /d{i}") for i in range(3)]
+    stream = write_stream(tmp / "s.jsonl", trajs)
+    assert runner.invoke(app, ["score", str(stream), "--out", str(tmp / "run")]).exit_code == 0
+    return tmp / "run"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_scores_carry_each_steps_task_state_action_and_observation_cut_to_the_stated_length(
+    run_of_files: Path, tmp_path: Path, fmt: str
+) -> None:
+    """Reading which action got which score needed a join back to the stream files."""
+    done = runner.invoke(app, ["export", str(run_of_files), "-o", str(tmp_path / f"s.{fmt}"), "--text-chars", "40"])
+    assert done.exit_code == 0, done.output
+    if fmt == "parquet":
+        rows = pq.read_table(tmp_path / "s.parquet").to_pylist()
+        assert pq.read_schema(tmp_path / "s.parquet").names[-4:] == list(TEXT_COLUMNS)
+    else:
+        with (tmp_path / "s.csv").open(encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f))
+    first = next(r for r in rows if r["trajectory"] == "t1" and r["method"] == "ceb")
+    assert (first["task"], first["action"], first["state"]) == ("list /d1", "ls -la /d1", "")
+    assert first["observation"] == ("total 12\n" + "drwxr-xr-x 2 root root 4096 a-file-name\n")[:40]
+
+
+def test_no_text_leaves_the_text_columns_out_and_unreadable_streams_are_named(
+    run: Path, run_of_files: Path, tmp_path: Path
+) -> None:
+    done = runner.invoke(app, ["export", str(run_of_files), "-o", str(tmp_path / "s.csv"), "--no-text"])
+    assert done.exit_code == 0, done.output
+    with (tmp_path / "s.csv").open(encoding="utf-8", newline="") as f:
+        assert next(csv.reader(f)) == arrow_schema("scores").names  # no text columns
+    # The library-scored run recorded no stream files: its steps get empty texts and the result says why.
+    result = export_table(run, tmp_path / "r.csv", fmt="csv")
+    assert result.texts_missing is not None
+    with (tmp_path / "r.csv").open(encoding="utf-8", newline="") as f:
+        assert {r["action"] for r in csv.DictReader(f)} == {""}
+
+
+def test_the_commands_text_length_is_the_modules() -> None:
+    import inspect
+
+    from ceb.cli.export import export
+
+    assert inspect.signature(export).parameters["text_chars"].default == TEXT_CHARS

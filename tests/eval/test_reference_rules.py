@@ -72,11 +72,14 @@ async def test_references_pool_over_streams(tmp_path: Path) -> None:
 
 async def test_the_cli_marks_reference_rows(tmp_path: Path) -> None:
     run = await scored_run(tmp_path, ["static", "ceb"])
-    result = CliRunner().invoke(app, ["metrics", str(run)])
+    result = CliRunner().invoke(app, ["metrics", str(run), "--reference"])
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert "step-position (reference)" in text and "repetition-flag (reference)" in text
     assert "rules to compare with, not methods" in text and "a ranking, so AUROC only" in text
+    # Without --reference: no reference row, one line of their pooled AUROCs instead.
+    compact = " ".join(CliRunner().invoke(app, ["metrics", str(run)]).output.split())
+    assert "(reference)" not in compact and "Reference rules, AUROC on s: base-rate 0.500, step-position" in compact
 
 
 async def test_the_report_shows_references_that_never_win_and_pairs_against_them(tmp_path: Path) -> None:

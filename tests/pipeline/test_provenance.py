@@ -220,3 +220,46 @@ async def test_a_batch_imported_run_records_the_batch_and_the_model_its_replies_
     (entry,) = summary(tmp_path / "run")["provenance"]["endpoints"]
     assert (entry["backend"], entry["endpoint"], entry["model"]) == ("batch", [], openai_server.model)
     assert entry["replied_models"] == [openai_server.model]
+
+
+@pytest.mark.anyio
+async def test_without_model_the_one_model_the_endpoint_lists_is_asked_and_recorded(
+    stream: Path, tmp_path: Path
+) -> None:
+    """--model was required even where GET /v1/models lists exactly one model: that one is used and recorded."""
+    (tmp_path / "c.toml").write_text('[backend]\nbackoff_s = 0.0\n[ceb]\nvotes = 2\n[hindsight]\nsampling = "n"\n')
+    async with serve_openai(llama_model, profile="llama.cpp") as server:
+        run = tmp_path / "run"
+        args = [
+            "score",
+            str(stream),
+            "--out",
+            str(run),
+            "--base-url",
+            server.base_url,
+            "--config",
+            str(tmp_path / "c.toml"),
+        ]
+        result = await anyio.to_thread.run_sync(runner.invoke, app, args)
+        assert result.exit_code == 0, result.output
+        sent = {body["model"] for body in server.requests}
+    assert sent == {server.model}
+    endpoints = summary(run)["provenance"]["endpoints"]
+    assert {e["model"] for e in endpoints} == {server.model}
+    assert all("the one model GET /models lists (no --model given)" in e["adaptations"]["model"] for e in endpoints)
+    assert f"model {server.model!r}" in result.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("served", "shown"), [({"a", "b"}, "it serves: a, b"), (None, "no model list")])
+async def test_without_model_an_endpoint_listing_other_than_one_model_is_refused(
+    served: set[str] | None, shown: str
+) -> None:
+    from ceb.backends.openai import OpenAITransport
+    from ceb.config import BackendConfig
+    from ceb.errors import FatalBackendError
+
+    transport = OpenAITransport(BackendConfig(name="openai", base_url="http://127.0.0.1:9/v1"))
+    with pytest.raises(FatalBackendError, match=f"no --model given and http://127.0.0.1:9/v1 .*{shown}"):
+        transport._only_model("http://127.0.0.1:9/v1", served)
+    await transport.aclose()

@@ -29,7 +29,7 @@ from ceb.data import write_stream
 from ceb.pipeline.rundir import RunDir
 from tests.support.builders import step, trajectory
 
-_NO_RAY = "Ray is not installed (pip install 'critic-experience-bank[ray]'); CI installs it"
+_NO_RAY = "Ray is not installed (pip install -e '.[ray]'); CI installs it"
 
 runner = CliRunner()
 
@@ -284,7 +284,7 @@ def test_without_ray_the_error_names_the_extra(tmp_path: Path, monkeypatch: pyte
     result = runner.invoke(app, ["grid", str(grid), "--ray", "local"])
     assert result.exit_code == EXIT_ERROR, result.output
     lines = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and "pip install 'critic-experience-bank[ray]'" in lines[0], result.output
+    assert len(lines) == 1 and "pip install -e '.[ray]' in ceb's checkout" in lines[0], result.output
     assert not (tmp_path / "runs").exists()  # nothing was started
 
 
