@@ -110,6 +110,7 @@ from ceb.errors import ConfigError, DataError, Problem
 __all__ = [
     "CONVERTER",
     "DEFAULT_DOM_CHARS",
+    "NO_ELEMENT",
     "Observation",
     "canonical_op",
     "convert_mind2web",
@@ -117,6 +118,8 @@ __all__ = [
     "mind2web_step_label",
 ]
 
+NO_ELEMENT = "(no element)"
+"""Shown in a step's action text (and by the prompts) where the agent chose no element."""
 _TEXT_ATTRIBUTES = ("aria_label", "aria-label", "title", "placeholder", "alt", "value", "name")
 
 log = structlog.get_logger(__name__)
@@ -337,7 +340,7 @@ def _trajectory(
 def _step(task: Task, t: int, action: Action, pred: Prediction, dom_chars: int, observation: Observation) -> Step:
     element = _describe(task, t, action, pred.element_id)
     op = pred.op.strip().upper()
-    shown = element if element is not None else "(no element)"
+    shown = element if element is not None else NO_ELEMENT
     text = f"[{op}] {shown}"
     if pred.value:
         text += f" -> {pred.value}"
