@@ -53,7 +53,7 @@ except ImportError as exc:  # pragma: no cover - the inspect extra is in the tes
 
 from ceb.data.chat import chat_steps
 from ceb.data.chat_transcripts import DEFAULT_DOMAIN
-from ceb.data.inspect_logs import _openai_message, _trajectory
+from ceb.data.inspect_logs import openai_message, sample_trajectory
 from ceb.gate.api import Gate
 from ceb.gate.types import Banked, Confidence, Decision, StepContext
 
@@ -81,7 +81,7 @@ class _GatedEval:
             return Approval(decision="escalate", explanation="ceb: no running sample to score this call in")
         tid = f"{active.sample.id}/epoch-{active.epoch}/{active.sample_uuid}"
         self.scored[active.sample_uuid] = (tid, active.model)
-        chat = chat_steps([_openai_message(m) for m in history], field="history")
+        chat = chat_steps([openai_message(m) for m in history], field="history")
         # The history ends with the assistant message holding this call (and any parallel ones): its steps are last.
         calls = [c.id for c in history[-1].tool_calls or []] if history and history[-1].role == "assistant" else []
         at = len(chat.steps) - len(calls) + calls.index(call.id) if call.id in calls else None
@@ -120,7 +120,7 @@ class _GatedEval:
         if found is None:
             return
         tid, model = found
-        trajectory = _trajectory(sample, Path("inspect-sample"), model, None, self.domain)
+        trajectory = sample_trajectory(sample, Path("inspect-sample"), model, None, self.domain)
         if not trajectory.steps:
             return
         self.banked.append(await self.gate.finish(self.stream, replace(trajectory, id=tid, source=tid)))
