@@ -280,6 +280,8 @@ REPEATED_BASENAMES: dict[str, str] = {
     "metrics.py": "as export.py (ECE and friends: eval/metrics.py; the vLLM server's own are server_metrics.py)",
     "report.py": "as export.py",
     "relabel.py": "as export.py (the LLM judge's batch: pipeline/relabel.py; its command: cli/relabel.py)",
+    "label.py": "as relabel.py (a judge's step labels for a stream without any: pipeline/label.py; its command: "
+    "cli/label.py)",
     "batch.py": "one topic, OpenAI Batch files, at three levels: the line format and the backend that answers from "
     "the replies (backends/), the export and import runs (pipeline/), their commands (cli/)",
     "regenerate.py": "as relabel.py (the actor's request: stages/regenerate.py; the batch: pipeline/regenerate.py; "

@@ -3,7 +3,7 @@
 ``ceb/cli/``: :mod:`._common` (consoles, the error printer and exit codes, option helpers), then one module per
 command: :mod:`.score`, :mod:`.grid`, :mod:`.merge`, :mod:`.metrics`, :mod:`.report`, :mod:`.export`, :mod:`.doctor`,
 :mod:`.convert` (a subcommand per converter), :mod:`.prompts` (the requests a method would send),
-:mod:`.relabel` (the LLM judge's labels), :mod:`.regenerate`
+:mod:`.relabel` (the LLM judge's labels), :mod:`.label` (a judge's step labels for one's own logs), :mod:`.regenerate`
 (confidence-gated regeneration), :mod:`.serve` (the live gate), :mod:`.sim_server`, :mod:`.bench` and
 :mod:`.batch` (``export`` / ``import`` of OpenAI Batch files).
 Each command imports what it runs inside its function, after the checks of its input that need none of it, so
@@ -24,6 +24,7 @@ from ceb.cli import (
     doctor,
     export,
     grid,
+    label,
     merge,
     metrics,
     prompts,
@@ -50,6 +51,7 @@ WORKFLOW = (
     "report",
     "export",
     "relabel",
+    "label",
     "regenerate",
     "serve",
     "bench",
@@ -120,6 +122,7 @@ app.command("metrics", cls=Command)(metrics.metrics)
 app.command("doctor", cls=Command)(doctor.doctor)
 app.command("prompts", cls=Command)(prompts.prompts)
 app.command("relabel", cls=Command)(relabel.relabel)
+app.command("label", cls=Command)(label.label)
 app.command("regenerate", cls=Command)(regenerate.regenerate)
 app.add_typer(convert.convert_app, name="convert")
 app.add_typer(bench.bench_app, name="bench")

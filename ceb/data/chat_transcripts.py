@@ -16,6 +16,9 @@ A transcript is an object::
      "tools": [...], "parallel_tool_calls": ...}   accepted and ignored (the request's and the fine-tuning
                                         format's fields: https://platform.openai.com/docs/guides/fine-tuning)
 
+Any other top-level field (``usage``, ``created``: what logging wrappers add) is kept in the trajectory's
+``meta`` under its own name, with one warning per file naming the fields; ``strict`` refuses it instead.
+
 Steps are :func:`ceb.data.chat.chat_steps`: one per assistant tool call (action ``name {arguments}``,
 observation the ``tool`` message answering it, state the observation before the assistant message, reasoning
 the message's text) and one per assistant reply without a call. ``labels`` are the held-out step labels. The
@@ -75,6 +78,7 @@ def convert_chat(
     out_dir: str | Path,
     actor: str | None = None,
     domain: str = DEFAULT_DOMAIN,
+    strict: bool = False,
 ) -> list[ConvertedStream]:
     """Convert chat transcripts (the module docstring's shape) into one trajectory stream.
 
@@ -83,14 +87,15 @@ def convert_chat(
         out_dir: Directory for ``chat-<name>.jsonl``; created if missing, an existing stream replaced.
         actor: The agent of a transcript that names none (``actor`` / ``model``).
         domain: The domain of a transcript that names none.
+        strict: Refuse a transcript with an unknown top-level field rather than keep it in ``meta``.
 
     Returns:
         The summary of the stream written.
 
     Raises:
         DataError: No such file or no transcript file in the folder; a line that is not JSON or not a
-            transcript (an unknown field, a bad message, ``labels`` not one per step, a repeated id); or no
-            transcript had a step. The problem names the file, the line and the field.
+            transcript (an unknown field under ``strict``, a bad message, ``labels`` not one per step, a
+            repeated id); or no transcript had a step. The problem names the file, the line and the field.
     """
     root = Path(transcripts)
     files = transcript_files(root)
@@ -103,7 +108,7 @@ def convert_chat(
     with StagedStreams(out_dir, {"chat": name}) as staged:
         for path in files:
             rel = path.name if path == root else path.relative_to(root).as_posix()
-            for line, record in _records(path):
+            for line, record in _unknown_fields_in_meta(path, _records(path), strict):
                 trajectory = _trajectory(record, path, rel, line, actor, domain)
                 if trajectory.id in seen:
                     problem = f"duplicate id {trajectory.id!r}; first at {seen[trajectory.id]}"
@@ -181,6 +186,27 @@ def _read_records(path: Path) -> Iterator[tuple[int, Any]]:
     except orjson.JSONDecodeError as exc:
         raise DataError(Problem(str(path), max(first, exc.lineno), "<line>", f"not valid JSON: {exc.msg}")) from exc
     yield first, whole
+
+
+def _unknown_fields_in_meta(path: Path, records: Iterator[tuple[int, Any]], strict: bool) -> Iterator[tuple[int, Any]]:
+    """``records`` with unknown top-level fields moved into ``meta`` (one warning for the file), unless ``strict``."""
+    kept: dict[str, int] = {}
+    for line, record in records:
+        unknown = [] if strict or not isinstance(record, dict) else sorted(set(record) - set(_FIELDS))
+        meta = record.get("meta") if unknown else None
+        if unknown and (meta is None or isinstance(meta, dict)):
+            meta = dict(meta or {})
+            for key in unknown:
+                if key in meta or key in _OWN_META:
+                    problem = f"unknown field, kept in meta, but meta.{key} is taken; rename one"
+                    raise DataError(Problem(str(path), line, key[:60], problem))
+                meta[key] = record.pop(key)
+                kept[key] = kept.get(key, 0) + 1
+            record["meta"] = meta
+        yield line, record
+    if kept:
+        fields = ", ".join(f"{key} ({n} transcripts)" for key, n in sorted(kept.items()))
+        log.warning("chat.unknown_fields_kept_in_meta", file=str(path), fields=fields, refuse_with="--strict")
 
 
 def _trajectory(record: Any, path: Path, rel: str, line: int, actor: str | None, domain: str) -> Trajectory:
@@ -286,6 +312,13 @@ and success / score (the trajectory's outcome, kept in meta). Fields: ceb/data/c
         ConverterOption("actor", str | None, "Actor of a transcript that names none (actor or model).", default=None),
         ConverterOption(
             "domain", str, "Domain of a transcript that names none (prompt family).", default=DEFAULT_DOMAIN
+        ),
+        ConverterOption(
+            "strict",
+            bool,
+            "Refuse a transcript with an unknown top-level field (default: keep it in meta, warning once a file).",
+            default=False,
+            flag="--strict",
         ),
     ),
     columns=(SummaryColumn("skipped (no action)", lambda c: str(len(c.skipped))),),

@@ -59,7 +59,7 @@ from ceb.errors import ConfigError, DataError, Problem
 from ceb.logs import get_logger
 from ceb.version import install_command
 
-__all__ = ["CONVERTER", "INSPECT_EXTRA", "convert_inspect"]
+__all__ = ["CONVERTER", "INSPECT_EXTRA", "convert_inspect", "openai_message", "sample_trajectory"]
 
 INSPECT_EXTRA = "inspect"
 """The extra that brings inspect_ai: ``pip install -e '.[inspect]'``."""
@@ -138,7 +138,7 @@ def convert_inspect(
                 f, lambda f=f: reader.read_eval_log_samples(str(f), all_samples_required=False)
             )
             for sample in _each(f, samples):
-                trajectory = _trajectory(sample, f, actors[f.stem], scorer, domain)
+                trajectory = sample_trajectory(sample, f, actors[f.stem], scorer, domain)
                 if trajectory.steps:
                     staged.add(f.stem, trajectory)
                     written += 1
@@ -227,10 +227,18 @@ def _unreadable(path: Path, exc: Exception) -> DataError:
     )
 
 
-def _trajectory(sample: Any, path: Path, actor: str, scorer: str | None, domain: str) -> Trajectory:
+def sample_trajectory(sample: Any, path: Path, actor: str, scorer: str | None, domain: str) -> Trajectory:
+    """One inspect ``EvalSample`` as the trajectory ``ceb convert inspect`` writes (the module docstring's mapping).
+
+    Also the live gate's, for a sample that ended (:mod:`ceb.gate.inspect_approver`). ``path`` names the log in
+    problems and ``source``; ``scorer`` as :func:`convert_inspect`'s.
+
+    Raises:
+        DataError: A bad message, or no score by ``scorer`` (names ``path`` and the sample).
+    """
     tid = f"{sample.id}/epoch-{sample.epoch}"
     field = f"samples[{tid}]"
-    chat = chat_steps([_openai_message(m) for m in sample.messages], path=str(path), field=f"{field}.messages")
+    chat = chat_steps([openai_message(m) for m in sample.messages], path=str(path), field=f"{field}.messages")
     task = chat.task if chat.task is not None else sample.input if isinstance(sample.input, str) else ""
     meta: dict[str, Any] = {"file": path.name, "sample_id": sample.id, "epoch": sample.epoch}
     scores = sample.scores or {}
@@ -249,7 +257,7 @@ def _trajectory(sample: Any, path: Path, actor: str, scorer: str | None, domain:
     )
 
 
-def _openai_message(message: Any) -> dict[str, Any]:
+def openai_message(message: Any) -> dict[str, Any]:
     """An inspect ``ChatMessage`` in the OpenAI Chat Completions shape :func:`ceb.data.chat.chat_steps` reads."""
     out: dict[str, Any] = {"role": message.role, "content": message.text}
     if message.role == "assistant" and message.tool_calls:

@@ -30,11 +30,13 @@ Input layout:
     ``neg_candidates`` (lists of strings, each a JSON-encoded candidate whose ``backend_node_id`` is read at
     its top level or, failing that, from its JSON-encoded ``attributes``); ``action_reprs`` (the task's list
     of strings, on every row); ``target_action_index`` (the step's number as a string; optional, row order
-    otherwise) and ``target_action_reprs`` (the step's string; optional, ``action_reprs[index]`` otherwise).
+    otherwise) and ``target_action_reprs`` (the step's string; optional, ``action_reprs[index]`` otherwise);
+    a revision whose card gives either as ``sequence: string`` stores a list of one, read the same.
     ``raw_html`` and ``screenshot`` are never read. The Hub stores a split as shards cut at equal row counts,
     whatever task a cut falls in: consecutive Parquet files are read as one sequence of rows, so a task whose
     rows run on into the next shard is one task (:func:`~ceb.data.mind2web_tasks.iter_all_tasks`); its
-    ``meta.file`` then lists every shard it spans.
+    ``meta.file`` then lists every shard it spans. A task cut at the edge of the files given is refused,
+    naming the shard that holds its other rows.
 
     Predictions (a format defined here): a JSONL file with one object per predicted step, or a ``.json``
     file holding a list of such objects. Keys:
@@ -110,6 +112,7 @@ from ceb.logs import get_logger
 __all__ = [
     "CONVERTER",
     "DEFAULT_DOM_CHARS",
+    "NO_ELEMENT",
     "Observation",
     "canonical_op",
     "convert_mind2web",
@@ -117,6 +120,8 @@ __all__ = [
     "mind2web_step_label",
 ]
 
+NO_ELEMENT = "(no element)"
+"""Shown in a step's action text (and by the prompts) where the agent chose no element."""
 _TEXT_ATTRIBUTES = ("aria_label", "aria-label", "title", "placeholder", "alt", "value", "name")
 
 log = get_logger(__name__)
@@ -337,7 +342,7 @@ def _trajectory(
 def _step(task: Task, t: int, action: Action, pred: Prediction, dom_chars: int, observation: Observation) -> Step:
     element = _describe(task, t, action, pred.element_id)
     op = pred.op.strip().upper()
-    shown = element if element is not None else "(no element)"
+    shown = element if element is not None else NO_ELEMENT
     text = f"[{op}] {shown}"
     if pred.value:
         text += f" -> {pred.value}"

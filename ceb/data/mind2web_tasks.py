@@ -18,6 +18,7 @@ joins such a task across the cut, still holding one task's rows at a time.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -249,20 +250,49 @@ def _iter_multimodal(paths: Sequence[Path], *, need_reprs: bool, skip_cut_edges:
     for row in (r for path in paths for r in _parquet_rows(path, need_reprs=need_reprs)):
         if group and row[2].get("annotation_id") != group[0][2].get("annotation_id"):
             if not (first and skip_cut_edges and _cut(group)):
-                yield _task_of_rows(group, need_reprs=need_reprs)
+                yield _task_of_rows(group, need_reprs=need_reprs, ends_file=row[0] != group[-1][0])
             group, first = [], False
         group.append(row)
     if group and not (skip_cut_edges and _cut(group)):
-        yield _task_of_rows(group, need_reprs=need_reprs)
+        yield _task_of_rows(group, need_reprs=need_reprs, ends_file=True)
 
 
 def _cut(rows: list[_Row]) -> bool:
     """Whether a task's rows are visibly not all here: fewer than its ``action_reprs``, or steps not from 0."""
     reprs = rows[0][2].get("action_reprs")
-    indices = {r.get("target_action_index") for _, _, r in rows}
+    indices = {_unlisted(r.get("target_action_index")) for _, _, r in rows}
     return (isinstance(reprs, list) and len(reprs) > len(rows)) or (
         all(isinstance(i, str) for i in indices) and "0" not in indices
     )
+
+
+def _unlisted(value: Any) -> Any:
+    """A per-row value that a dataset revision stores as a list of one (its card: ``sequence: string``) unwrapped."""
+    return value[0] if isinstance(value, list) and len(value) == 1 else value
+
+
+_SHARD = re.compile(r"(?P<split>.+)-(?P<k>\d{5})-of-(?P<n>\d{5})(?:-[^.]*)?\.parquet")
+
+
+def _missing_shard(rows: list[_Row], first_step: int | None, *, ends_file: bool) -> str:
+    """Which Hub shard holds the rest of a task cut at a file's edge (the shard to add, by name), or ``""``.
+
+    A task whose first rows open a file but whose steps do not start at 0 began in the shard before it; one
+    whose rows close a file, from step 0, goes on in the shard after it.
+    """
+    opens = rows[0][1] == 0
+    if opens and (first_step or (first_step is None and not ends_file)):
+        path, step = rows[0][0], -1
+    elif ends_file and not first_step:
+        path, step = rows[-1][0], 1
+    else:
+        return ""
+    where = "began in the shard before" if step < 0 else "goes on in the shard after"
+    shard = _SHARD.fullmatch(path.name)
+    if shard is None or not 0 <= int(shard["k"]) + step < int(shard["n"]):
+        return f"; the task {where} {path.name}: add that file to --tasks"
+    name = f"{shard['split']}-{int(shard['k']) + step:05d}-of-{shard['n']}-*.parquet"
+    return f"; the task {where} {path.name}: add {name} to --tasks"
 
 
 def _parquet_rows(path: Path, *, need_reprs: bool) -> Iterator[_Row]:
@@ -297,8 +327,11 @@ def _parquet_rows(path: Path, *, need_reprs: bool) -> Iterator[_Row]:
             row += 1
 
 
-def _task_of_rows(rows: list[_Row], *, need_reprs: bool) -> Task:
-    """One task from its consecutive rows (one per action, in one file or across shards), ordered by step."""
+def _task_of_rows(rows: list[_Row], *, need_reprs: bool, ends_file: bool) -> Task:
+    """One task from its consecutive rows (one per action, in one file or across shards), ordered by step.
+
+    ``ends_file``: the rows close their file, so a task cut there names the next shard (:func:`_missing_shard`).
+    """
     first_path, first_row, first = rows[0]
     aid: str | None = None
 
@@ -315,27 +348,30 @@ def _task_of_rows(rows: list[_Row], *, need_reprs: bool) -> Task:
     domain = optional_str(first, "domain", fail)
     subdomain = optional_str(first, "subdomain", fail)
     reprs = first.get("action_reprs")
-    if isinstance(reprs, list) and len(reprs) != len(rows):
-        raise fail(
-            "action_reprs",
-            f"lists {len(reprs)} actions but the task has {len(rows)} rows here (a task's rows must be consecutive)",
-        )
     order: list[tuple[int, Path, int, dict[str, Any]]] = []
     for position, (path, row, record) in enumerate(rows):
-        index = record.get("target_action_index", str(position))
+        index = _unlisted(record.get("target_action_index", str(position)))
         if not isinstance(index, str) or not index.isdigit():
             raise fail_at(path, row)(
-                "target_action_index", f"must be a string holding a step number, got {kind(index)}"
+                "target_action_index",
+                f"must be a string holding a step number (or a list of one), got {kind(index)}",
             )
         order.append((int(index), path, row, record))
     order.sort(key=lambda x: x[0])
+    shard = _missing_shard(rows, order[0][0] if "target_action_index" in first else None, ends_file=ends_file)
+    if isinstance(reprs, list) and len(reprs) != len(rows):
+        raise fail(
+            "action_reprs",
+            f"lists {len(reprs)} actions but the task has {len(rows)} rows here (a task's rows must be consecutive)"
+            + shard,
+        )
     actions: list[Action] = []
     for t, (index, path, row, record) in enumerate(order):
         if index != t:
             raise fail_at(path, row)(
                 "target_action_index",
                 f"the task's {len(rows)} rows must number their steps 0..{len(rows) - 1}, got {index} "
-                "(a task's rows must be consecutive in the file)",
+                "(a task's rows must be consecutive in the file)" + shard,
                 t,
             )
         actions.append(_read_row(record, t, fail_at(path, row), len(rows), need_reprs=need_reprs))
@@ -370,14 +406,14 @@ def _read_row(record: dict[str, Any], t: int, fail: Fail, steps: int, *, need_re
             candidates.append((f"{key}[{j}]", {**cand, "backend_node_id": node}))
     reference: str | None = None
     if need_reprs:
-        reference = record.get("target_action_reprs")
+        reference = _unlisted(record.get("target_action_reprs"))
         if reference is None:
             reprs = record.get("action_reprs")
             if not isinstance(reprs, list) or len(reprs) != steps or not isinstance(reprs[t], str):
                 raise fail("action_reprs", f"must be a list of {steps} strings, one per action of the task", t)
             reference = reprs[t]
         if not isinstance(reference, str):
-            raise fail("target_action_reprs", f"must be a string, got {kind(reference)}", t)
+            raise fail("target_action_reprs", f"must be a string (or a list of one), got {kind(reference)}", t)
     return Action(uid, op, html, frozenset(positive), tuple(candidates), reference)
 
 

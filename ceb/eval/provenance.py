@@ -77,12 +77,22 @@ def provenance_block(rep: ReportWriter, run: RunDir) -> None:
         f"- ceb {record.get('ceb_version') or 'version not recorded'}; configuration digest "
         f"`{record.get('config_sha256') or 'not recorded'}` (`{RunDir.CONFIG}` `fingerprints.config_sha256`)."
     )
+    lines += _label_lines(record)
     if record.get("source") == RunDir.CONFIG:
         lines.append(
             f"- Read from `{RunDir.CONFIG}`: this run's {RunDir.SUMMARY} records no provenance (an older ceb, or a "
             "run that did not end), so what the server reported of its model and what ceb adapted are unknown."
         )
     rep.lines += [*lines, ""]
+
+
+def _label_lines(record: Mapping[str, Any]) -> list[str]:
+    """A line per stream whose step labels are not the dataset's (``ceb label``'s judge), saying what they are."""
+    return [
+        f"- Labels of stream `{stream}`: `{source}`, a judge model's step labels (`ceb label`), not ground truth: "
+        "ECE, Brier and AUROC on this stream measure agreement with that judge."
+        for stream, source in (record.get("labels") or {}).items()
+    ]
 
 
 def _entry(e: Mapping[str, Any]) -> str:

@@ -12,7 +12,8 @@ its model (:class:`~ceb.backends.transport.ModelIdentity`: ``root``, ``server_ve
 ``weights_digest``; ``identity_error`` when it could not be asked), ``structured_output`` and
 ``token_limit_field`` as sent at the end, and ``adaptations``: what ceb changed to be answered there (request ids,
 schema form, token field, ``n`` asked choice by choice), one line each. An offline run has one entry, backend
-``offline``, with no model.
+``offline``, with no model. ``labels``, when a stream's step labels are not the dataset's: stream -> their source
+(``judge:<model>``, written by ``ceb label``).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ def provenance(
     stages: Mapping[str, Stages],
     identities: Mapping[int, Mapping[str, Any]],
     config_sha256: str,
+    label_sources: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The run's provenance record (module docstring), read from its backends at the end of the run.
 
@@ -76,6 +78,8 @@ def provenance(
         stages: Critic label -> the stages that scored it.
         identities: What :func:`identify` found at the start.
         config_sha256: The digest of the result-affecting settings, as ``config.json`` records it.
+        label_sources: Stream -> the source of its step labels where it is not the dataset (``judge:<model>``,
+            :func:`ceb.pipeline.label.label_sources`); recorded as ``labels`` when there is one.
     """
     entries: list[dict[str, Any]] = []
     for label, s in stages.items():
@@ -83,12 +87,13 @@ def provenance(
         if not any(role == "critic" for role, _ in asked):
             entries.append(_offline(label, config))
         entries += [_entry(role, label, backend, identities.get(id(backend), {})) for role, backend in asked]
-    return {
+    record: dict[str, Any] = {
         "ceb_version": __version__,
         "config_sha256": config_sha256,
         "readout": config.critic.readout,
         "endpoints": entries,
     }
+    return record | ({"labels": dict(label_sources)} if label_sources else {})
 
 
 def _offline(label: str, config: RunConfig) -> dict[str, Any]:

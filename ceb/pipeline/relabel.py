@@ -10,6 +10,7 @@ only the trajectories it has no judgment for. A judgment is reused only for the 
 on the trajectory id and a digest of the judge (``backend:model``) and the exact messages sent, so a changed
 trajectory, template or model is asked again. The journal is removed once the new file holds every trajectory's
 label; while some trajectory has none (an unreadable reply) it stays, so a rerun (``--overwrite``) asks only those.
+That loop, :func:`judge_stream`, is ``ceb label``'s too (:mod:`ceb.pipeline.label`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -32,11 +33,12 @@ from ceb.data.reader import write_stream
 from ceb.data.trajectory import Trajectory
 from ceb.errors import DataError, Problem, RunError, with_path
 from ceb.logs import get_logger
+from ceb.stages.asking import Answer
 from ceb.stages.base import CallStats
 from ceb.stages.judge import JUDGE_LABEL, LLMJudge, first_without_reference
 from ceb.stages.templates import PromptSet
 
-__all__ = ["JudgmentLog", "RelabelSummary", "relabel_stream", "require_references"]
+__all__ = ["JudgmentLog", "RelabelSummary", "judge_stream", "relabel_stream", "require_references"]
 
 log = get_logger(__name__)
 
@@ -226,8 +228,37 @@ async def relabel_stream(
     """
     require_references(trajectories)
     judge = LLMJudge(chat, prompts)
-    journal = JudgmentLog(out)
     keys = [JudgmentLog.key(judge_name, judge.messages(t)) for t in trajectories]
+
+    def labelled(trajectory: Trajectory, labels: tuple[int, ...] | None) -> Trajectory:
+        return trajectory if labels is None else _with_label(trajectory, name, labels)
+
+    return await judge_stream(trajectories, keys, judge.label, labelled, out, concurrency=concurrency)
+
+
+async def judge_stream(
+    trajectories: Sequence[Trajectory],
+    keys: Sequence[str],
+    ask: Callable[[Trajectory], Awaitable[Answer[tuple[int, ...]]]],
+    labelled: Callable[[Trajectory, tuple[int, ...] | None], Trajectory],
+    out: str | Path,
+    *,
+    concurrency: int,
+) -> RelabelSummary:
+    """Ask ``ask`` for each trajectory's step labels (``concurrency`` at once), journalled, and write ``out``.
+
+    The resumable loop of ``ceb relabel`` and ``ceb label`` (the module docstring): a trajectory whose ``keys``
+    entry (:meth:`JudgmentLog.key`) the journal holds is not asked again; each answer is journalled as it arrives.
+    ``labelled`` gives the trajectory written for the labels, or for ``None`` when it got none. The file is
+    written when every request is done, atomically, and not at all when no trajectory got labels.
+
+    Raises:
+        RunError: The journal holds a line that is not a judgment, or another run is writing it; nothing is asked.
+        FatalBackendError: The endpoint refuses every request; nothing is written (the judgments so far stay in the
+            journal).
+        OSError: ``out`` or its journal cannot be written.
+    """
+    journal = JudgmentLog(out)
     unreadable: list[tuple[str, str]] = []
     stats = CallStats()
 
@@ -242,7 +273,7 @@ async def relabel_stream(
         async def one(i: int) -> None:
             nonlocal stats
             trajectory = trajectories[i]
-            answer = await judge.label(trajectory)
+            answer = await ask(trajectory)
             stats += answer.stats
             if answer.value is None:
                 reason = answer.error or "no reply"
@@ -261,7 +292,7 @@ async def relabel_stream(
         async with anyio.create_task_group() as tg:
             for _ in range(min(concurrency, len(trajectories) - reused)):
                 tg.start_soon(worker)
-        results = [t if y is None else _with_label(t, name, y) for t, y in zip(trajectories, labels, strict=True)]
+        results = [labelled(t, y) for t, y in zip(trajectories, labels, strict=True)]
         if len(unreadable) < len(trajectories):
             write_stream(out, results)
             if not unreadable:

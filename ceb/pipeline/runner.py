@@ -24,6 +24,7 @@ from ceb.data.streams import check_streams
 from ceb.data.trajectory import Trajectory
 from ceb.errors import ConfigError, RunError, reported_error
 from ceb.logs import get_logger
+from ceb.pipeline.label import label_sources
 from ceb.pipeline.lane import Lane
 from ceb.pipeline.planning import LanePlan, build_lanes, fingerprints, plan_lanes
 from ceb.pipeline.provenance import identify, provenance
@@ -133,6 +134,7 @@ async def _run_scoring(
 ) -> RunSummary:
     overwrite = _may_write(run, overwrite=overwrite, resume=resume)
     methods = _check_methods(config, streams)
+    sources = label_sources(streams)  # refuses a stream that mixes label sources, before anything is asked
     prints = fingerprints(config, streams)
     if resume:
         check_resumable(run, prints | {"limit": config.max_trajectories}, streams)
@@ -186,7 +188,7 @@ async def _run_scoring(
         try:
             _save_banks(run, lanes, summary)
             summary.cache = cache_counts(by_critic.values())
-            summary.provenance = provenance(config, by_critic, identities, prints["config_sha256"])
+            summary.provenance = provenance(config, by_critic, identities, prints["config_sha256"], sources)
             summary.wall_s = time.perf_counter() - started
             if began:
                 run.write_summary(summary_doc(summary, outcome, error, started_at))

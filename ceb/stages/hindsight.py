@@ -79,16 +79,21 @@ def labels_schema(n_steps: int) -> dict[str, Any]:
     }
 
 
-def hindsight_context(trajectory: Trajectory, settings: HindsightConfig | None = None) -> dict[str, Any]:
+def hindsight_context(
+    trajectory: Trajectory, settings: HindsightConfig | None = None, outcome: int | None = None
+) -> dict[str, Any]:
     """The template variables of the hindsight prompt: the task and every executed step.
 
     ``show_observations`` is :func:`shows_observations` of the trajectory's domain under ``settings`` (the
     defaults when ``None``); a template shows ``observation`` only when it is true.
+    ``outcome`` (1 the task succeeded, 0 it failed) is shown after the trajectory when given: ``ceb label``'s
+    judge reads it (:mod:`ceb.pipeline.label`); the paper's labeller, and so the pipeline's, is not given one.
     """
     return {
         "task": trajectory.task,
         "n_steps": len(trajectory.steps),
         "show_observations": shows_observations(trajectory.domain, settings),
+        "outcome": outcome,
         "steps": [
             {
                 "number": i + 1,
@@ -120,9 +125,10 @@ class LLMHindsight:
         self.prompts = prompts
         self.settings = settings or HindsightConfig()
 
-    def messages(self, trajectory: Trajectory) -> tuple[dict[str, str], ...]:
-        """The ``(system, user)`` messages for ``trajectory``."""
-        return self.prompts.messages(trajectory.domain, "hindsight", hindsight_context(trajectory, self.settings))
+    def messages(self, trajectory: Trajectory, outcome: int | None = None) -> tuple[dict[str, str], ...]:
+        """The ``(system, user)`` messages for ``trajectory``, with its final ``outcome`` when given."""
+        context = hindsight_context(trajectory, self.settings, outcome)
+        return self.prompts.messages(trajectory.domain, "hindsight", context)
 
     def _request(self, messages: tuple[dict[str, str], ...], n_steps: int, v: int, n: int = 1) -> ChatRequest:
         return ChatRequest(
@@ -180,15 +186,17 @@ class LLMHindsight:
             answers.append(Answer(again.value, again.raw, again.error, stats + again.stats))
         return answers
 
-    async def label(self, trajectory: Trajectory, votes: int) -> HindsightResult:
+    async def label(self, trajectory: Trajectory, votes: int, outcome: int | None = None) -> HindsightResult:
         """Sample ``votes`` hindsight judgements concurrently and take the majority (Eq. 3).
+
+        ``outcome``: the trajectory's final outcome, shown to the labeller (:func:`hindsight_context`).
 
         Returns:
             The valid votes and their majority; failed votes are counted with their reasons. When no vote
             is valid, ``soft_votes`` and ``pseudo_labels`` are empty, and the trajectory adds nothing to the
             bank.
         """
-        messages = self.messages(trajectory)
+        messages = self.messages(trajectory, outcome)
         n = len(trajectory.steps)
 
         slots: list[Answer[tuple[int, ...]] | None] = [None] * votes

@@ -79,7 +79,7 @@ import orjson
 
 from ceb.config import HindsightConfig
 from ceb.data.converters import REFERENCE_OBSERVATION
-from ceb.data.mind2web import canonical_op
+from ceb.data.mind2web import NO_ELEMENT, canonical_op
 from ceb.data.trajectory import Step, Trajectory
 from ceb.stages.base import Abstention, CriticInput, CriticResult, HindsightResult
 from ceb.stages.critic import normalize_action, repetition_flag
@@ -145,7 +145,6 @@ _HTML_ONLY_TAGS = frozenset({
 # fmt: on
 """HTML tags that are no ARIA role. Mind2Web's ``[type]`` is the element's role when it has one, else its tag; a
 ``[type]`` in this set is therefore a tag, and an agent's element of another tag is another element."""
-_NO_ELEMENT = "(no element)"
 _TRUNCATED = "..."
 
 
@@ -314,7 +313,7 @@ def _web_reference(s: Step, reference: str) -> Verdict:
     if canonical_op(op) != canonical_op(ref["op"]):
         return Verdict(0, "other operation")
     element = s.element if s.element is not None else (parsed["element"] if parsed else None)
-    if element is None or not element.strip() or element.strip() == _NO_ELEMENT:
+    if element is None or not element.strip() or element.strip() == NO_ELEMENT:
         return Verdict(0, "no element")
     ref_text = _fold(ref["text"])
     if not ref_text:

@@ -35,6 +35,7 @@ fenced code first) is what decides when a model echoes injected text.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -43,9 +44,10 @@ from typing import Any
 import jinja2
 
 from ceb.config import PromptConfig
+from ceb.data.mind2web import NO_ELEMENT
 from ceb.errors import ConfigError
 
-__all__ = ["BASE_FAMILY", "CLIP_MARKER", "DATA_INDENT", "PROMPT_KINDS", "PromptSet", "clip", "fence"]
+__all__ = ["BASE_FAMILY", "CLIP_MARKER", "DATA_INDENT", "PROMPT_KINDS", "PromptSet", "clip", "fence", "target"]
 
 PROMPT_KINDS = ("critic_system", "critic_user", "hindsight_system", "hindsight_user")
 BASE_FAMILY = "base"
@@ -119,6 +121,30 @@ def fence(text: str | None, max_chars: int) -> str:
     return start + CLIP_MARKER + (text[-tail:] if tail else "")
 
 
+def target(action: str, op: str | None, element: str | None, value: str | None) -> str:
+    """The appendix's ``{element}`` of a web or mobile step: what its operation acts on, without the operation.
+
+    Both appendix prompts show the operation on its own (``[{op}] {element}``, ``Operation:`` / ``Element:``), so
+    the converters' action text, which starts with ``[op]``, is shown without that prefix and without the value
+    the prompt also shows on its own (`` -> bread`` of Mind2Web, ``"bread"`` of AMEX). What remains keeps what
+    the element alone would lose: an AMEX tap's point, ``(151, 100) on [3] Search``.
+
+    Returns:
+        That remainder; else ``element``; else :data:`NO_ELEMENT`. An action not written as ``[op] ...`` gives
+        ``element``, else the whole action.
+    """
+    head = f"[{op}]" if op else ""
+    if not head or action[: len(head)].upper() != head.upper():
+        return element or action
+    rest = action[len(head) :].strip()
+    if value:
+        for shown in (f"-> {value}", json.dumps(value, ensure_ascii=False)):
+            if rest.endswith(shown):
+                rest = rest[: -len(shown)].rstrip()
+                break
+    return rest or element or NO_ELEMENT
+
+
 class PromptSet:
     """Loads and renders the critic and hindsight templates.
 
@@ -149,6 +175,7 @@ class PromptSet:
         )
         self._env.filters["clip"] = clip
         self._env.filters["fence"] = fence
+        self._env.filters["target"] = target
 
     def family(self, domain: str) -> str:
         """The template family used for ``domain``: its own folder when one exists, else ``generic``."""

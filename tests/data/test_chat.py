@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 import pytest
+import structlog
 from typer.testing import CliRunner
 
 from ceb.cli import app
@@ -136,7 +137,7 @@ GOOD = {"messages": [{"role": "user", "content": "t"}, {"role": "assistant", "to
     ("bad", "field", "words"),
     [
         (b"{not json", "<line>", "not valid JSON"),
-        ({**GOOD, "lables": [1]}, "lables", "unknown field"),
+        ({**GOOD, "line": 7}, "line", "meta.line is taken"),  # kept in meta, where ceb writes its own
         ({"id": "x"}, "messages", "required field is missing"),
         ({**GOOD, "labels": [1, 0]}, "labels", "2 labels for 1 steps"),
         ({**GOOD, "labels": [True]}, "labels[0]", "0 or 1"),
@@ -198,6 +199,27 @@ def test_a_bad_transcript_is_refused_naming_file_line_and_field(
     assert error.problem.path.endswith("bad.jsonl") and error.problem.line == 2 and error.problem.field == field
     assert words in error.problem.message
     assert str(error).count("\n") == 0 and f"bad.jsonl:2: field {field}" in str(error)
+
+
+def test_unknown_top_level_fields_are_kept_in_meta_with_one_warning_per_file_and_strict_refuses(
+    tmp_path: Path,
+) -> None:
+    """Logging wrappers add ``usage`` and ``created`` to each line; one such field used to fail the whole file."""
+    path = tmp_path / "logged.jsonl"
+    wrapped = [{**GOOD, "id": f"r{i}", "usage": {"total_tokens": 10 + i}, "created": 1700000000 + i} for i in (1, 2)]
+    path.write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in wrapped))
+    with structlog.testing.capture_logs() as logs:
+        (stream,) = convert_chat(path, tmp_path / "out")
+    assert [t.meta["usage"] for t in read_stream([stream.path])] == [{"total_tokens": 11}, {"total_tokens": 12}]
+    assert [t.meta["created"] for t in read_stream([stream.path])] == [1700000001, 1700000002]
+    [warning] = [e for e in logs if e["log_level"] == "warning"]
+    assert warning["file"] == str(path) and warning["fields"] == "created (2 transcripts), usage (2 transcripts)"
+
+    strict = runner.invoke(
+        app, ["convert", "chat", "--transcripts", str(path), "--out", str(tmp_path / "s"), "--strict"]
+    )
+    assert strict.exit_code != 0 and "logged.jsonl:1: field created" in strict.output
+    assert "unknown field" in strict.output and not (tmp_path / "s").exists()
 
 
 def test_a_repeated_id_names_where_it_first_appeared(tmp_path: Path) -> None:

@@ -183,6 +183,34 @@ def test_repeated_tasks_options_accumulate(tmp_path: Path) -> None:
     assert only_second.exit_code == 2 and str(second) in only_second.output
 
 
+def test_a_task_cut_at_the_edge_of_the_shards_given_names_the_shard_to_add(tmp_path: Path) -> None:
+    sharded = _reshard(tmp_path, [1, 5])  # a1 runs from shard 0 into shard 1, b2 from shard 1 into shard 2
+    first, middle, last = sorted(sharded.iterdir())
+    with pytest.raises(DataError, match=r"began in the shard before test_task-00001-of-00003-abc.parquet") as info:
+        convert_mind2web(middle, PREDICTIONS, tmp_path / "out")
+    assert "add test_task-00000-of-00003-*.parquet to --tasks" in str(info.value)
+    with pytest.raises(DataError, match=r"goes on in the shard after test_task-00001-of-00003-abc.parquet") as info:
+        convert_mind2web([first, middle], PREDICTIONS, tmp_path / "out")
+    assert "add test_task-00002-of-00003-*.parquet to --tasks" in str(info.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_revision_storing_target_action_index_as_a_list_of_one_is_read(tmp_path: Path) -> None:
+    """The card's ``sequence: string`` revision: ``target_action_index`` and ``target_action_reprs`` as lists."""
+    table = pq.read_table(PARQUET)
+    for name in ("target_action_index", "target_action_reprs"):
+        listed = pa.array([[v] for v in table[name].to_pylist()], pa.list_(pa.string()))
+        table = table.set_column(table.schema.get_field_index(name), name, listed)
+    listed_file = tmp_path / "listed.parquet"
+    pq.write_table(table, listed_file)
+    (stream, _) = convert_mind2web(listed_file, PREDICTIONS, tmp_path / "listed")
+    (plain, _) = convert_mind2web(PARQUET, PREDICTIONS, tmp_path / "plain")
+    assert steps_of(stream.path) == steps_of(plain.path)
+    assert [t.meta["reference_actions"] for t in read_stream([stream.path])] == [
+        t.meta["reference_actions"] for t in read_stream([plain.path])
+    ]
+
+
 def test_regenerate_reads_a_task_back_from_the_shards_it_spans(tmp_path: Path) -> None:
     """``ceb regenerate`` reads each trajectory's task again from the files its meta names: for a task cut across
     shards, those shards only, where the neighbouring tasks are cut too."""

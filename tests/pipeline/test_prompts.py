@@ -143,8 +143,38 @@ def test_hindsight_shows_web_observations_only_when_asked(tmp_path: Path) -> Non
         rendered = anyio.run(lambda c=config: render_prompts(stream, c, "ceb", steps=()))
         users = [r.messages[1]["content"] for r in rendered if r.stage == "hindsight"]
         assert users and all(("what happened: reference action executed" in u) is expect for u in users)
-    # the appendix template: operation, element, value and reasoning on the step's line
-    assert "Step 2: [TYPE] [TYPE] (no element) -> bread = bread | reason: No search box is visible." in users[0]
+    # the appendix template: operation, element, value and reasoning on the step's line, the operation once
+    assert "Step 2: [TYPE] (no element) = bread | reason: No search box is visible." in users[0]
+
+
+@pytest.mark.parametrize(
+    ("kind", "critic_lines", "hindsight_line"),
+    [
+        # a Mind2Web TYPE with no element: the appendix's Operation / Element lines, the value on its own
+        (
+            "mind2web",
+            "  operation: TYPE\n  element: (no element)\n  value: bread\n",
+            "Step 2: [TYPE] (no element) = bread",
+        ),
+        # an AMEX tap that hits an element keeps its tap point; one that hits none shows the point alone
+        (
+            "amex",
+            "  type: TAP\n  target: (600, 320) on [1] Search here\n",
+            "Step 1: [TAP] (600, 320) on [1] Search here |",
+        ),
+        ("amex", "  type: TAP\n  target: (151, 100)\n", "Step 1: [TAP] (151, 100) |"),
+    ],
+)
+def test_critic_and_hindsight_show_the_operation_once_and_what_it_acts_on(
+    kind: str, critic_lines: str, hindsight_line: str, tmp_path: Path
+) -> None:
+    rendered = render_all(convert(kind, tmp_path), "ceb")
+    critic = [r.messages[1]["content"] for r in rendered if r.stage == "critic"]
+    hindsight = [r.messages[1]["content"] for r in rendered if r.stage == "hindsight"]
+    assert any(critic_lines in c for c in critic)
+    assert any(hindsight_line in h for h in hindsight)
+    for text in critic + hindsight:  # never the operation twice, as the old fallback to the action text did
+        assert not re.search(r"\[(TYPE|TAP|CLICK|SELECT|HOVER)\] \[\1\]|(element|target): \[[A-Z_]+\]", text)
 
 
 def test_the_bank_stands_as_at_the_chosen_step_and_bodies_are_exact(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@ import pytest
 
 from ceb.errors import ConfigError
 from ceb.stages import PROMPT_KINDS, CriticInput, PromptSet, clip, critic_context
+from ceb.stages.templates import target
 
 
 def test_every_packaged_family_is_complete_and_renders():
@@ -70,3 +71,22 @@ def test_clip_keeps_head_and_tail():
     assert out.startswith("HEAD") and out.endswith("TAIL") and " [...] " in out
     assert len(out) < 160
     assert clip("short", 100) == "short" and clip(None, 10) == ""
+
+
+@pytest.mark.parametrize(
+    ("action", "op", "element", "value", "shown"),
+    [
+        ("[CLICK] <button> Search", "CLICK", "<button> Search", None, "<button> Search"),
+        ("[TYPE] <input> q -> bread", "TYPE", "<input> q", "bread", "<input> q"),
+        ("[TYPE] (no element) -> bread", "TYPE", None, "bread", "(no element)"),
+        ("[TAP] (151, 100) on [3] Search", "TAP", "[3] Search", None, "(151, 100) on [3] Search"),
+        ('[TYPE] "say \\"hi\\""', "TYPE", "[2] Message", 'say "hi"', "[2] Message"),
+        ("[PRESS_BACK]", "PRESS_BACK", None, None, "(no element)"),
+        ("click the search box", "CLICK", "<input> q", None, "<input> q"),  # not written as [op] ...
+        ("click the search box", None, None, None, "click the search box"),
+    ],
+)
+def test_target_is_what_the_step_acts_on_without_its_operation_or_value(
+    action: str, op: str | None, element: str | None, value: str | None, shown: str
+) -> None:
+    assert target(action, op, element, value) == shown

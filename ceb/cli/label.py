@@ -1,0 +1,146 @@
+"""``ceb label``: a judge model's step labels for a stream without any, written as each step's label in a new file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import typer
+
+from ceb.cli._common import (
+    ENDPOINT_PANEL,
+    EXIT_FAILED,
+    ApiKeyEnv,
+    BaseUrl,
+    MaxConcurrency,
+    ModelName,
+    err,
+    fail,
+    model_config,
+    out,
+)
+
+__all__ = ["label"]
+
+
+def label(
+    stream: Annotated[Path, typer.Argument(help="A stream without step labels (ceb convert chat or inspect).")],
+    out_file: Annotated[
+        Path, typer.Option("--out", help="The new stream file to write (the input is never modified).")
+    ],
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            help="The run's TOML or JSON config: its critic and hindsight endpoints are refused as the judge, its "
+            "ceb.votes and hindsight section decide the votes (flags override its backend for the judge)."
+        ),
+    ] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            "--backend",
+            help="openai (an endpoint) or vllm (a vLLM engine in this process); default: the config's, else openai.",
+            rich_help_panel=ENDPOINT_PANEL,
+        ),
+    ] = None,
+    base_url: BaseUrl = None,
+    model: ModelName = None,
+    api_key_env: ApiKeyEnv = None,
+    max_concurrency: MaxConcurrency = None,
+    prompt_dir: Annotated[
+        Path | None, typer.Option(help="Directory of replacement prompt templates (hindsight_*.j2).")
+    ] = None,
+    allow_self_judge: Annotated[
+        bool,
+        typer.Option(
+            "--allow-self-judge",
+            help="Accept a judge that is the run's own critic or hindsight endpoint and model (refused otherwise).",
+        ),
+    ] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace OUT if it exists.")] = False,
+) -> None:
+    """Label every step productive or not with a judge model, for calibration on your own logs.
+
+    The judge is asked the paper's hindsight question: it reads each whole trajectory, with its final outcome
+    when the stream records one (meta.label, from ceb convert chat or inspect), and gives one 0/1 per step. It is
+    asked V times (ceb.votes, 5) at the hindsight temperature, and a step's label is the majority of the valid
+    votes (a tie is productive). The labels become each step's label, their source meta.label_source =
+    judge:MODEL; `ceb score` then computes ECE, Brier and AUROC, and `ceb report` names the source and says
+    judge labels are not ground truth. A stream that has step labels already is refused, as is a judge that is
+    the run's own critic or labeller (--allow-self-judge to accept it). A trajectory with no valid vote is left
+    unlabelled (counted, never guessed). Exits 1 when no trajectory got labels (nothing is written).
+
+    Each trajectory's labels are recorded in OUT.judgments.jsonl as they arrive: a run that is killed or
+    stopped, run again with the same arguments (and --overwrite when OUT was written), asks only the
+    trajectories not labelled yet. The journal is removed once OUT holds every trajectory's labels.
+    """
+    from ceb.config import load_config
+    from ceb.data import read_stream
+    from ceb.logs import register_secret_env
+
+    cfg = model_config(
+        "label",
+        config,
+        backend=backend,
+        base_url=base_url,
+        model=model,
+        api_key_env=api_key_env,
+        max_concurrency=max_concurrency,
+        prompt_dir=prompt_dir,
+    )
+    if out_file.exists() and out_file.resolve() == stream.resolve():
+        raise fail(f"{out_file}: --out is the input stream; label writes a new file and never modifies its input")
+    if out_file.is_dir():
+        raise fail(f"{out_file}: --out is a directory; give the new stream file's path")
+    if out_file.exists() and not overwrite:
+        raise fail(f"{out_file} exists; give --overwrite to replace it")
+    trajectories = read_stream([stream])
+    from ceb.backends import open_backend
+    from ceb.pipeline.label import label_stream, refuse_self_judge, require_unlabelled
+    from ceb.pipeline.relabel import JudgmentLog, RelabelSummary
+    from ceb.stages.assembly import prompt_set
+
+    require_unlabelled(trajectories)  # before the endpoint is opened: a refused stream or judge costs no request
+    if not allow_self_judge:
+        refuse_self_judge(cfg.backend, load_config(config))
+    judge = cfg.backend.served_model
+    prompts = prompt_set(cfg)
+    register_secret_env(cfg.backend.api_key_env)
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+
+    async def run() -> RelabelSummary:
+        chat = open_backend(cfg.backend)
+        if chat is None:
+            raise fail(f"ceb label needs a language model: backend {cfg.backend.name!r} has none")
+        async with chat:
+            await chat.preflight()
+            return await label_stream(
+                trajectories,
+                chat,
+                prompts,
+                out_file,
+                config=cfg,
+                model=judge,
+                judge_name=f"{cfg.backend.name}:{judge}",
+            )
+
+    s = anyio.run(run)
+    out.print(
+        f"{s.judged} of {s.trajectories} trajectories labelled by judge:{judge} ({s.steps} steps, majority of "
+        f"{cfg.ceb.votes} votes), {len(s.unreadable)} left unlabelled; {s.stats.requests} requests"
+        + (f" ({s.reused} labelled by an earlier run, not asked again)" if s.reused else "")
+        + (f". New stream: {out_file}" if s.judged else ""),
+        soft_wrap=True,
+    )
+    for trajectory_id, reason in s.unreadable:
+        err.print(f"warning: trajectory {trajectory_id!r} has no judge labels: {reason}", soft_wrap=True)
+    if s.unreadable and s.judged:
+        err.print(
+            f"note: the labels so far stay in {JudgmentLog(out_file).path}; run again with --overwrite to ask only "
+            "the trajectories without them",
+            soft_wrap=True,
+        )
+    if not s.judged:
+        err.print(f"error: no trajectory got judge labels; {out_file} is not written", soft_wrap=True)
+        raise typer.Exit(EXIT_FAILED)
