@@ -25,6 +25,7 @@ def _uv() -> str:
     return str(uv.find_uv_bin())
 
 
+@pytest.mark.slow  # six resolutions against the package registry
 @pytest.mark.parametrize("python", ["3.11", "3.12", "3.13"])
 @pytest.mark.parametrize("extras", [("vllm",), ("vllm", "dense")], ids=lambda e: ",".join(e))
 def test_extras_resolve_beside_vllm(python: str, extras: tuple[str, ...]) -> None:

@@ -132,6 +132,7 @@ def _interrupted_launch(grid: Path, out: Path, signum: int, min_rows: int) -> tu
     return proc.returncode, output
 
 
+@pytest.mark.slow  # a Ray cluster's launch, kill and resume: about 45 s apiece on a loaded machine
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_an_interrupted_launch_keeps_the_parts_and_they_finish_by_hand(tmp_path: Path, signum: int) -> None:
     """``--ray local`` in a process of its own (its own Ray instance, stopped at exit), interrupted mid-run.
@@ -203,6 +204,7 @@ def _killed_launch(grid: Path, out: Path, *extra: str) -> tuple[object, _Killer]
     return result, killer
 
 
+@pytest.mark.slow  # a Ray cluster's launch, kill and resume: about 45 s apiece on a loaded machine
 def test_a_killed_shard_resumes_and_the_merge_is_the_unsharded_run(tmp_path: Path, cluster: object) -> None:
     grid = _grid(tmp_path)
     whole = tmp_path / "whole"
@@ -231,6 +233,7 @@ def test_a_killed_shard_resumes_and_the_merge_is_the_unsharded_run(tmp_path: Pat
     assert [p.recorded_shard() for p in parts] == [{"index": i, "count": SHARDS} for i in range(SHARDS)]
 
 
+@pytest.mark.slow  # a Ray cluster's launch, kill and resume: about 45 s apiece on a loaded machine
 def test_a_shard_out_of_retries_is_kept_and_resume_finishes_the_run(tmp_path: Path, cluster: object) -> None:
     grid = _grid(tmp_path)
     out = tmp_path / "on-ray"
@@ -303,6 +306,7 @@ def test_bad_input_in_the_shards_is_reported_as_without_ray(tmp_path: Path, clus
     assert "Traceback" not in result.output and not RunDir(out).started
 
 
+@pytest.mark.slow  # a Ray cluster's launch, kill and resume: about 45 s apiece on a loaded machine
 def test_a_merge_cut_short_is_redone_by_resume_and_the_parts_are_kept(tmp_path: Path, cluster: object) -> None:
     """Every shard finished, the merge into OUT stopped half-way (Ctrl-C, a full disk): ``--resume`` merges again.
 
@@ -334,6 +338,7 @@ def test_a_merge_cut_short_is_redone_by_resume_and_the_parts_are_kept(tmp_path: 
     assert refused.exit_code == EXIT_ERROR and "already holds" in refused.output, refused.output
 
 
+@pytest.mark.slow  # a Ray cluster's launch, kill and resume: about 45 s apiece on a loaded machine
 def test_the_printed_commands_for_a_failed_shard_run_whether_or_not_its_part_started(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
