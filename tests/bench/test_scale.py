@@ -44,6 +44,7 @@ def test_replicas_are_separate_endpoints_shared_by_fewer_processes() -> None:
         assert counts == [0, 1, 0]  # each replica counts its own requests: they are independent servers
 
 
+@pytest.mark.serial  # measures a throughput: a test beside it on the other core halves it
 def test_one_replica_is_kept_saturated_and_its_capacity_is_measured(tmp_path: Path) -> None:
     # 4 slots, 0.05 s per call whatever its size: 80 calls/s, far below what one process sends.
     sim = SimConfig(max_num_seqs=4, prefill_tok_s=1e12, decode_s_per_token=0.0, overhead_s=0.05)

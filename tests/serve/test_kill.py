@@ -151,6 +151,7 @@ def _answer(body: dict[str, Any], i: int, delay_s: float) -> Reply:
     return Reply('{"score": 0.7, "reason": "ok"}', delay_s=delay_s)
 
 
+@pytest.mark.serial  # its drain deadline is wall time: a loaded machine misses it
 async def test_sigterm_answers_the_requests_in_flight_and_loses_no_acknowledged_trajectory(
     tmp_path: Path, openai_server: OpenAITestServer
 ) -> None:
