@@ -91,7 +91,7 @@ def regenerate(
     reference actions is refused. Exits 1 when no flagged step got a regenerated action.
     """
     from ceb.eval.regeneration import write_regeneration_report
-    from ceb.eval.tables import to_markdown
+    from ceb.eval.render import to_markdown
     from ceb.pipeline.regenerate import DEFAULT_BUDGETS, RegenerationSettings, regenerate_run
 
     cfg = model_config(

@@ -25,13 +25,11 @@ from ceb.eval.ablations import (
 )
 from ceb.eval.calibration import MetricRow, metric_rows
 from ceb.eval.lanes import POOLED, base_lanes, lanes_from_rows
-from ceb.eval.tables import (
+from ceb.eval.render import bold_cells, to_latex, to_markdown
+from ceb.eval.sections.appendix import (
     ablation_table,
-    bold_cells,
     gt_oracle_table,
     retrieval_table,
-    to_latex,
-    to_markdown,
     token_cost_table,
     topk_table,
     vsweep_table,

@@ -3,7 +3,7 @@ from __future__ import annotations
 from ceb.eval.calibration import metric_rows
 from ceb.eval.deployment import TaskSuccess
 from ceb.eval.lanes import lanes_from_rows
-from ceb.eval.tables import (
+from ceb.eval.render import (
     Block,
     Cell,
     Column,
@@ -12,13 +12,12 @@ from ceb.eval.tables import (
     bold_cells,
     format_cell,
     latex_escape,
-    main_table,
     method_label,
-    selective_table,
-    task_success_table,
     to_latex,
     to_markdown,
 )
+from ceb.eval.sections.calibration import main_table
+from ceb.eval.sections.deployment import selective_table, task_success_table
 from tests.support.builders import step_rows
 
 
