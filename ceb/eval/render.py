@@ -15,6 +15,7 @@ row prints the same value (the ``b = 0`` and ``m = 0`` base-rate columns). Refer
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,7 @@ __all__ = [
     "bold_cells",
     "format_cell",
     "latex_escape",
+    "markdown_inline",
     "method_label",
     "method_sort_key",
     "to_latex",
@@ -213,7 +215,7 @@ def to_markdown(table: Table) -> str:
     headers.append(table.row_header)
     for group, columns in table.groups:
         headers += [f"{group}: {c.name}{_arrow(c)}" if group else f"{c.name}{_arrow(c)}" for c in columns]
-    lines = [f"**{table.caption}**", "", "| " + " | ".join(_md_escape(h) for h in headers) + " |"]
+    lines = [f"**{markdown_inline(table.caption)}**", "", "| " + " | ".join(_md_escape(h) for h in headers) + " |"]
     lines.append("|" + "|".join(["---"] * (len(headers) - len(table.columns)) + ["---:"] * len(table.columns)) + "|")
     bold = bold_cells(table)
     for b, block in enumerate(table.blocks):
@@ -234,7 +236,47 @@ def to_markdown(table: Table) -> str:
 
 
 def _md_escape(text: str) -> str:
-    return text.replace("|", r"\|")
+    """A table cell: :func:`markdown_inline` with its pipes escaped."""
+    return markdown_inline(text).replace("|", r"\|")
+
+
+_HTML = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}
+_TICKS = re.compile(r"`+")
+
+
+def markdown_inline(text: str) -> str:
+    """``text`` safe inline in report.md: on one line, ``<``, ``>`` and ``&`` HTML-escaped outside code spans.
+
+    Code spans are paired as CommonMark pairs them on one line (a run of n backticks closes at the next run of
+    exactly n; a backslash escapes the next character outside them), so a task or an action holding ``<script>`` or a
+    backtick cannot open HTML: what a viewer renders as text outside a code span is escaped, and a code span's
+    content is shown as it is, never as HTML.
+    """
+    line = " ".join(text.splitlines()) if "\n" in text or "\r" in text else text
+    out: list[str] = []
+    i = 0
+    while i < len(line):
+        ch = line[i]
+        if ch == "\\" and i + 1 < len(line):  # a backslash escape: the next character is literal
+            out.append(ch + _HTML.get(line[i + 1], line[i + 1]))
+            i += 2
+        elif ch == "`":
+            run = _TICKS.match(line, i)
+            assert run is not None
+            width = len(run.group())
+            close = next((m for m in _TICKS.finditer(line, run.end()) if len(m.group()) == width), None)
+            end = close.end() if close is not None else run.end()
+            out.append(line[i:end])
+            i = end
+        else:
+            out.append(_HTML.get(ch, ch))
+            i += 1
+    return "".join(out)
+
+
+def _grid_cell(text: str) -> str:
+    """A cell of an inline grid, which holds no Markdown of its own: backslashes, pipes, backticks and HTML escaped."""
+    return markdown_inline(text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`"))
 
 
 _LATEX_SPECIALS = {
@@ -248,6 +290,9 @@ _LATEX_SPECIALS = {
     "}": r"\}",
     "~": r"\textasciitilde{}",
     "^": r"\textasciicircum{}",
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
+    "|": r"\textbar{}",
     "±": r"$\pm$",
     "—": "---",
     "→": r"$\to$",
@@ -406,16 +451,16 @@ class Renderer:
 
     def _markdown(self, part: Text | Note | Heading | Lines | Grid | Table | Figure) -> list[str]:
         if isinstance(part, Text):
-            return [part.text, ""]
+            return [markdown_inline(part.text), ""]
         if isinstance(part, Note):
-            return [f"> {part.text}", ""]
+            return [f"> {markdown_inline(part.text)}", ""]
         if isinstance(part, Heading):
-            return [f"### {part.text}", ""]
+            return [f"### {markdown_inline(part.text)}", ""]
         if isinstance(part, Lines):
-            return list(part.lines)
+            return [markdown_inline(line) for line in part.lines]
         if isinstance(part, Grid):
             rows = [part.header, *part.rows]
-            lines = ["| " + " | ".join(row) + " |" for row in rows]
+            lines = ["| " + " | ".join(_grid_cell(cell) for cell in row) + " |" for row in rows]
             return [lines[0], "|" + "|".join(part.align) + "|", *lines[1:], ""]
         if isinstance(part, Table):
             md, tex = f"{part.label}.md", f"{part.label}.tex"
@@ -424,8 +469,9 @@ class Renderer:
             return [f"Table: [{md}]({md}) · [{tex}]({tex})", "", to_markdown(part)]
         names = [p.name for p in save_figure(part.figure, self.out_dir / part.stem, self.figure_formats)]
         shown = next((n for n in names if not n.endswith(".pdf")), None)
-        embed = [f"![{part.caption}]({shown})", ""] if shown is not None else []
-        return [*embed, f"Figure: {' · '.join(f'[{n}]({n})' for n in names)} — {part.caption}", ""]
+        caption = markdown_inline(part.caption)
+        embed = [f"![{caption}]({shown})", ""] if shown is not None else []
+        return [*embed, f"Figure: {' · '.join(f'[{n}]({n})' for n in names)} — {caption}", ""]
 
     def finish(self) -> Path:
         """Write report.json and report.md (with its closing link to report.json); returns report.md's path."""

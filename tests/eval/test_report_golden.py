@@ -113,6 +113,7 @@ def test_the_report_of_a_fixture_run_keeps_its_bytes(case: str, tmp_path: Path) 
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_the_report_of_the_readme_run_keeps_its_bytes(tmp_path: Path) -> None:
     if not INTERCODE.is_dir():
         pytest.skip(f"the InterCode data is not at {INTERCODE} (set CEB_INTERCODE_ROOT)")

@@ -134,8 +134,6 @@ def _review_table(rows: Sequence[ReviewStep]) -> Grid:
 
 
 def _cell(text: str) -> str:
-    """``text`` on one line, cut to its budget, with the pipes and backticks of a Markdown cell escaped."""
+    """``text`` on one line, cut to its budget (the renderer escapes it)."""
     one = " ".join(text.split())
-    if len(one) > _TEXT_CHARS:
-        one = one[: _TEXT_CHARS - 1] + "…"
-    return one.replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
+    return one[: _TEXT_CHARS - 1] + "…" if len(one) > _TEXT_CHARS else one
