@@ -131,12 +131,14 @@ def lanes_from_rows(rows: Iterable[StepRow]) -> list[ScoredLane]:
     ``input_tokens`` and ``bank_tokens`` may be ``None`` (``NaN`` in the lane).
 
     Returns:
-        One lane per (stream, critic, method, order), in the order each lane first appears.
+        One lane per (stream, critic, method, order), sorted by that key: a function of the rows' content, not
+        of the order they were written in (one process, shards merged, a resume), so that everything summed over
+        lanes (the pooled rows) is summed in one order and a report lists streams and methods in one order.
     """
     grouped: dict[tuple[str, str, str, int], list[StepRow]] = {}
     for row in rows:
         grouped.setdefault((row.stream, row.critic, row.method, row.order), []).append(row)
-    return [_lane(key, lane_rows) for key, lane_rows in grouped.items()]
+    return [_lane(key, grouped[key]) for key in sorted(grouped)]
 
 
 def _lane(key: tuple[str, str, str, int], rows: list[StepRow]) -> ScoredLane:
