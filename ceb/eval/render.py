@@ -166,8 +166,10 @@ def format_cell(cell: Cell, column: Column, *, latex: bool = False) -> str:
 
 
 def _number(value: float, column: Column) -> str:
+    """``value`` at the column's precision; a value that rounds to zero prints without a minus (never ``-0%``)."""
     sign = "+" if column.signed else ""
-    return f"{value * column.scale:{sign}.{column.digits}f}"
+    text = f"{value * column.scale:{sign}.{column.digits}f}"
+    return f"{0.0:{sign}.{column.digits}f}" if float(text) == 0 else text
 
 
 def bold_cells(table: Table) -> set[tuple[int, int, int]]:

@@ -45,7 +45,7 @@ from pathlib import Path
 import structlog
 
 from ceb.config import CEBConfig
-from ceb.errors import RunError
+from ceb.errors import ConfigError, RunError
 from ceb.eval.ablations import method_settings
 from ceb.eval.lanes import ScoredLane, base_lanes, lanes_from_rows
 from ceb.eval.plots import FIGURE_FORMATS, FigureFormat, method_colors
@@ -53,10 +53,11 @@ from ceb.eval.provenance import provenance_block
 from ceb.eval.render import Data, Lines, Note, Renderer, Result
 from ceb.eval.sections import ReportContext, registered_sections
 from ceb.eval.sections.base import drawn
-from ceb.pipeline.results import read_step_rows
+from ceb.pipeline.results import StepRow, read_step_rows
 from ceb.pipeline.rundir import RunDir
 from ceb.pipeline.score_warnings import run_warnings
 from ceb.progress import Progress
+from ceb.stages.methods import resolve_method
 
 __all__ = ["build_report"]
 
@@ -103,7 +104,8 @@ def build_report(
     run = run_files.path
     scores = run_files.require_scores()
     run_files.require_readable()
-    lanes = lanes_from_rows(read_step_rows(scores))
+    rows = list(read_step_rows(scores))
+    lanes = lanes_from_rows(rows)
     if not lanes:
         raise RunError(f"{scores} holds no scored step")
     out = Path(out_dir) if out_dir is not None else run_files.report_dir
@@ -116,7 +118,7 @@ def build_report(
     ctx = ReportContext(run, lanes, base, n_bins, n_boot, seed, colors, settings, methods)
     rep = Renderer(out, formats)
     rep.write(_header(ctx, source))
-    rep.write(_warnings(run_files))
+    rep.write(_warnings(run_files, rows))
     rep.write(provenance_block(run_files), "What scored this run")
     labelled = any(lane.usable.any() for lane in base)
     if not labelled:
@@ -213,8 +215,30 @@ def _run_ceb(run: RunDir) -> tuple[CEBConfig, str]:
     return config.ceb, run.CONFIG if recorded else "defaults"
 
 
-def _warnings(run: RunDir) -> Result:
-    """The run's warnings (:func:`ceb.pipeline.score_warnings.run_warnings`, as in ``summary.json``), read anew."""
-    found = run_warnings(run)
+def _warnings(run: RunDir, rows: Sequence[StepRow]) -> Result:
+    """The run's warnings (:func:`ceb.pipeline.score_warnings.run_warnings`, read anew) and the empty banks."""
+    found = [*run_warnings(run), *_empty_banks(rows)]
     lines = ["", f"**Warnings** (numbers below that mean little; also in `{RunDir.SUMMARY}`):", ""] if found else []
     return Result((Lines((*lines, *(f"- warning: {w}" for w in found))), Data("warnings", found)))
+
+
+def _empty_banks(rows: Sequence[StepRow]) -> list[str]:
+    """A warning per bank method whose bank held no record at any step of a stream: it scored as ``static``."""
+    largest: dict[tuple[str, str], int] = {}
+    for row in rows:
+        key = (row.method, row.stream)
+        largest[key] = max(largest.get(key, 0), row.bank_size or 0)
+    out = []
+    for method in sorted({m for m, _ in largest}):
+        try:
+            banked = resolve_method(method).use_bank
+        except ConfigError:
+            continue
+        empty = sorted(s for (m, s), size in largest.items() if m == method and size == 0)
+        if banked and empty:
+            out.append(
+                f"method {method}: its bank stayed empty on {', '.join(empty)} (no record when any step was scored: "
+                "every hindsight step abstained or failed, or the stream has one trajectory), so it scored every "
+                "step without a precedent, as `static` does: its numbers there are Static's, not a bank's"
+            )
+    return out

@@ -76,7 +76,7 @@ def test_headline_row_is_pooled_when_a_method_ran_on_several_streams() -> None:
     assert head[("", "ceb")].stream == POOLED and head[("", "ceb")].n == 4
     assert head[("", "static")].stream == "web"
     note = coverage_note(rows, "", ["ceb", "static"])
-    assert note is not None and "ceb: web, os; static: web" in note
+    assert note is not None and "ceb: os, web; static: web" in note
     assert coverage_note(rows, "", ["static"]) is None
 
 
@@ -137,7 +137,7 @@ def test_gt_oracle_gap_per_stream_and_pooled_by_hand() -> None:
         _pair("ceb-gt-oracle", 0.95, 0.15, stream="os"),  # os: 0.10
     )
     gaps = {g.stream: g for g in gt_oracle_gap(rows)}
-    assert list(gaps) == ["web", "os", POOLED]
+    assert list(gaps) == ["os", "web", POOLED]  # streams sorted (lanes_from_rows), pooled last
     web = gaps["web"]
     assert (web.static, web.ceb, web.oracle) == pytest.approx((0.35, 0.20, 0.10))
     assert (web.ceb_minus_oracle, web.static_minus_oracle) == pytest.approx((0.10, 0.25))

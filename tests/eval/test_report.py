@@ -257,6 +257,7 @@ def test_the_same_rows_in_another_file_order_give_the_same_metrics_and_report_by
     for run in (first, second):
         write_metrics(run, run_metrics(run))
         build_report(run, n_boot=20, seed=0)
+
     # The run's own path is the one difference allowed (the repetition-flag reference names its missing file).
     def same(path: Path) -> str:
         return path.read_text().replace(str(second), str(first)).replace("# Report: second", "# Report: first")

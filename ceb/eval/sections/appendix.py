@@ -97,7 +97,8 @@ def _ablation(ctx: ReportContext) -> Iterator[Part]:
     "hindsight pseudo-labels. It reads labels no deployed system has: an upper bound, never a method. "
     "ECE of Static, CEB and the oracle per stream, pooled when all three ran on the same streams; "
     "CEB−Oracle is the error due to pseudo-label noise, Static−Oracle the headroom a perfectly labelled bank "
-    "could close, and Closed = (Static − CEB) / (Static − Oracle) the share CEB closes (n/a when "
+    'could close, and Closed = (Static − CEB) / (Static − Oracle) the share CEB closes ("oracle below static" '
+    "when the oracle is worse calibrated than Static, n/a when "
     "Static = Oracle).",
 )
 def _gt_oracle(ctx: ReportContext) -> Iterator[Part]:
@@ -250,7 +251,8 @@ def gt_oracle_table(gaps: Sequence[OracleGap], *, notes: Sequence[str] = ()) -> 
     """Static vs CEB vs the GT oracle in ECE (paper table "gt-oracle"), a row per stream, a block per critic.
 
     ``gaps`` come from :func:`ceb.eval.ablations.gt_oracle_gap`. Closed is
-    ``(Static − CEB) / (Static − Oracle)`` in percent, ``n/a`` when the denominator is 0. No column is bold:
+    ``(Static − CEB) / (Static − Oracle)`` in percent, ``n/a`` when the denominator is 0 and "oracle below
+    static" when it is negative (a share of a gap that does not exist would mislead). No column is bold:
     the rows are streams, not competitors.
     """
     columns = (
@@ -263,9 +265,11 @@ def gt_oracle_table(gaps: Sequence[OracleGap], *, notes: Sequence[str] = ()) -> 
     )
     blocks: dict[str, list[Row]] = {}
     for g in gaps:
-        cells = (g.static, g.ceb, g.oracle, g.ceb_minus_oracle, g.static_minus_oracle, g.closed)
+        below = g.static_minus_oracle is not None and g.static_minus_oracle < -1e-12
+        closed = Cell(text="oracle below static") if below else Cell(g.closed)
+        cells = (*(Cell(v) for v in (g.static, g.ceb, g.oracle, g.ceb_minus_oracle, g.static_minus_oracle)), closed)
         label = "pooled" if g.stream == POOLED else g.stream
-        blocks.setdefault(g.critic, []).append(Row(label, tuple(Cell(v) for v in cells)))
+        blocks.setdefault(g.critic, []).append(Row(label, cells))
     return Table(
         caption="GT-oracle upper bound (ECE, lower is better). ORACLE: the GT oracle's bank holds the held-out "
         "ground-truth step labels, which no deployed system has; CEB's bank holds hindsight pseudo-labels. "
