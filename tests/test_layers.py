@@ -265,15 +265,14 @@ def test_the_gate_and_the_pipeline_do_not_import_each_other(tmp_path: Path, part
 
 REPEATED_BASENAMES: dict[str, str] = {
     "__init__.py": "a package",
-    "_common.py": "helpers shared by the modules of its own package (cli options, baseline critics, report tables)",
+    "_common.py": "helpers shared by the modules of its own package (cli options, baseline critics)",
     "base.py": "the base types of its package (the Critic protocol, the ChatBackend protocol, the report Section)",
-    "ablations.py": "one topic at three levels: eval/X.py computes it, eval/tables/X.py lays out its table, "
-    "eval/sections/X.py writes its report section",
-    "averaging.py": "as ablations.py",
-    "calibration.py": "as ablations.py",
-    "deployment.py": "as ablations.py",
-    "paired.py": "as ablations.py (paired differences against Static and the references)",
-    "label_free.py": "as ablations.py (what the scores say without labels)",
+    "averaging.py": "one topic at two levels: eval/X.py computes it, eval/sections/X.py makes its report section "
+    "(tables, figures, report.json entries) for the one renderer, eval/render.py",
+    "calibration.py": "as averaging.py",
+    "deployment.py": "as averaging.py",
+    "paired.py": "as averaging.py (paired differences against Static and the references)",
+    "label_free.py": "as averaging.py (what the scores say without labels)",
     "export.py": "a command (cli/X.py) named after what it runs",
     "grid.py": "as export.py",
     "merge.py": "as export.py (cli/merge.py runs pipeline/merge.py)",

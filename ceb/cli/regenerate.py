@@ -91,7 +91,7 @@ def regenerate(
     reference actions is refused. Exits 1 when no flagged step got a regenerated action.
     """
     from ceb.eval.regeneration import regenerate_run
-    from ceb.eval.tables import to_markdown
+    from ceb.eval.render import to_markdown
     from ceb.pipeline.regenerate import DEFAULT_BUDGETS, RegenerationSettings
 
     cfg = model_config(

@@ -237,7 +237,8 @@ class OracleGap:
         ceb_minus_oracle: ``ceb - oracle``: the part of CEB's error due to pseudo-label noise.
         static_minus_oracle: ``static - oracle``: the headroom a perfectly labelled bank could close.
         closed: ``(static - ceb) / (static - oracle)``, a fraction (0.95 prints as 95%); ``None`` when the
-            denominator is 0 (within 1e-12) or a value is missing.
+            oracle is not better calibrated than Static (``static - oracle <= 1e-12``: there is no gap to close,
+            and the table says "oracle below static" when it is worse) or a value is missing.
     """
 
     stream: str
@@ -284,7 +285,7 @@ def _oracle_gap(stream: str, critic: str, s: float | None, c: float | None, o: f
     ceb_gap = None if c is None or o is None else c - o
     static_gap = None if s is None or o is None else s - o
     closed = None
-    if s is not None and c is not None and static_gap is not None and not math.isclose(static_gap, 0, abs_tol=1e-12):
+    if s is not None and c is not None and static_gap is not None and static_gap > 1e-12:
         closed = (s - c) / static_gap
     return OracleGap(stream, critic, s, c, o, ceb_gap, static_gap, closed)
 

@@ -23,8 +23,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ceb.errors import ConfigError
 from ceb.eval._arrays import FloatArray, IntArray
 from ceb.pipeline.results import StepRow
+from ceb.stages.methods import GROUPS, resolve_method
 
 __all__ = [
     "POOLED",
@@ -33,6 +35,8 @@ __all__ = [
     "base_lanes",
     "comparable_masks",
     "lanes_from_rows",
+    "method_label",
+    "method_sort_key",
     "reference_method",
     "relabel",
 ]
@@ -127,12 +131,14 @@ def lanes_from_rows(rows: Iterable[StepRow]) -> list[ScoredLane]:
     ``input_tokens`` and ``bank_tokens`` may be ``None`` (``NaN`` in the lane).
 
     Returns:
-        One lane per (stream, critic, method, order), in the order each lane first appears.
+        One lane per (stream, critic, method, order), sorted by that key: a function of the rows' content, not
+        of the order they were written in (one process, shards merged, a resume), so that everything summed over
+        lanes (the pooled rows) is summed in one order and a report lists streams and methods in one order.
     """
     grouped: dict[tuple[str, str, str, int], list[StepRow]] = {}
     for row in rows:
         grouped.setdefault((row.stream, row.critic, row.method, row.order), []).append(row)
-    return [_lane(key, lane_rows) for key, lane_rows in grouped.items()]
+    return [_lane(key, grouped[key]) for key in sorted(grouped)]
 
 
 def _lane(key: tuple[str, str, str, int], rows: list[StepRow]) -> ScoredLane:
@@ -273,3 +279,22 @@ def comparable_masks(
             pairs = zip(lane.trajectory.tolist(), lane.step.tolist(), strict=True)
             masks.append(np.array([k in common for k in pairs], dtype=bool))
     return masks, len(common or ()), len(seen)
+
+
+def method_label(method: str) -> str:
+    """The table name of ``method`` from the catalogue (``"ptrue"`` -> ``"P(True)"``), or ``method`` when unknown."""
+    try:
+        return resolve_method(method).display
+    except ConfigError:
+        return method
+
+
+def method_sort_key(method: str) -> tuple[int, int, str]:
+    """Sort key of the paper's row order: baselines, Static, CEB, ablations, oracle, sweep cells, then unknowns.
+
+    The order is the catalogue's (:meth:`~ceb.stages.methods.MethodSpec.sort_key`).
+    """
+    try:
+        return resolve_method(method).sort_key()
+    except ConfigError:
+        return (len(GROUPS), 0, method)

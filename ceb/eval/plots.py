@@ -24,9 +24,8 @@ from matplotlib.patches import Patch
 
 from ceb.eval.averaging import OrderCurves
 from ceb.eval.calibration import DepthBucket
-from ceb.eval.lanes import reference_method
+from ceb.eval.lanes import method_label, method_sort_key, reference_method
 from ceb.eval.metrics import ReliabilityBins
-from ceb.eval.tables import method_label, method_sort_key
 
 __all__ = [
     "FIGURE_FORMATS",

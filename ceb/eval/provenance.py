@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ceb.errors import CEBError
-from ceb.eval.sections import ReportWriter
+from ceb.eval.render import Data, Lines, Note, Result
 from ceb.pipeline.provenance import OFFLINE_NOTE
 from ceb.pipeline.rundir import RunDir
 
@@ -61,14 +61,12 @@ def recorded_provenance(run: RunDir) -> dict[str, Any] | None:
     }
 
 
-def provenance_block(rep: ReportWriter, run: RunDir) -> None:
-    """Write the provenance block into ``rep`` (``report.md`` lines and ``report.json``'s ``provenance``)."""
+def provenance_block(run: RunDir) -> Result:
+    """The provenance block: ``report.md`` lines under the heading "What scored this run", ``provenance`` in JSON."""
     record = recorded_provenance(run)
-    rep.heading("What scored this run")
-    rep.data["provenance"] = record
+    data = Data("provenance", record)
     if record is None:
-        rep.note(f"Not recorded: the run has no readable {RunDir.SUMMARY} or {RunDir.CONFIG}.")
-        return
+        return Result((data, Note(f"Not recorded: the run has no readable {RunDir.SUMMARY} or {RunDir.CONFIG}.")))
     lines = [f"- {_entry(e)}" for e in record.get("endpoints") or []]
     readout = record.get("readout")
     if any(e.get("model") for e in record.get("endpoints") or []):
@@ -83,7 +81,7 @@ def provenance_block(rep: ReportWriter, run: RunDir) -> None:
             f"- Read from `{RunDir.CONFIG}`: this run's {RunDir.SUMMARY} records no provenance (an older ceb, or a "
             "run that did not end), so what the server reported of its model and what ceb adapted are unknown."
         )
-    rep.lines += [*lines, ""]
+    return Result((data, Lines((*lines, ""))))
 
 
 def _label_lines(record: Mapping[str, Any]) -> list[str]:

@@ -25,8 +25,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ceb.eval.plots import method_colors, save_figure
-from ceb.eval.tables.model import Block, Cell, Column, Row, Table, method_label, method_sort_key
-from ceb.eval.tables.render import to_markdown
+from ceb.eval.render import Block, Cell, Column, Row, Table, method_label, method_sort_key, to_markdown
 from ceb.pipeline.regenerate import (
     ORACLE,
     RANDOM,

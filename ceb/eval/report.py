@@ -31,34 +31,32 @@ that does not apply to the run (no alternative labels, a single order, the metho
 did not run) is skipped with a note in ``report.md``, never an error. The command behind ``ceb report`` is
 :mod:`ceb.cli.report`.
 
-The numbered sections are functions registered in :mod:`ceb.eval.sections`; :func:`build_report` writes the
-run header (with the run's warnings, :mod:`ceb.pipeline.score_warnings`), what scored the run
-(:mod:`ceb.eval.provenance`), then each registered section in number order, then ``report.json``.
+The numbered sections are functions registered in :mod:`ceb.eval.sections`, each returning a typed result;
+:func:`build_report` renders (:class:`ceb.eval.render.Renderer`) the run header (with the run's warnings,
+:mod:`ceb.pipeline.score_warnings`), what scored the run (:mod:`ceb.eval.provenance`), then each registered
+section in number order, then ``report.json``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import orjson
 
 from ceb.config import CEBConfig
-from ceb.errors import RunError
+from ceb.errors import ConfigError, RunError
 from ceb.eval.ablations import method_settings
 from ceb.eval.lanes import ScoredLane, base_lanes, lanes_from_rows
 from ceb.eval.plots import FIGURE_FORMATS, FigureFormat, method_colors
 from ceb.eval.provenance import provenance_block
-from ceb.eval.sections import ReportContext, ReportWriter, registered_sections
+from ceb.eval.render import Data, Lines, Note, Renderer, Result
+from ceb.eval.sections import ReportContext, registered_sections
 from ceb.eval.sections.base import drawn
 from ceb.logs import get_logger
-from ceb.pipeline.results import read_step_rows
+from ceb.pipeline.results import StepRow, read_step_rows
 from ceb.pipeline.rundir import RunDir
 from ceb.pipeline.score_warnings import run_warnings
 from ceb.progress import Progress
-from ceb.stages.methods import ResolvedMethod
+from ceb.stages.methods import resolve_method
 
 __all__ = ["build_report"]
 
@@ -105,7 +103,8 @@ def build_report(
     run = run_files.path
     scores = run_files.require_scores()
     run_files.require_readable()
-    lanes = lanes_from_rows(read_step_rows(scores))
+    rows = list(read_step_rows(scores))
+    lanes = lanes_from_rows(rows)
     if not lanes:
         raise RunError(f"{scores} holds no scored step")
     out = Path(out_dir) if out_dir is not None else run_files.report_dir
@@ -115,47 +114,51 @@ def build_report(
     colors = method_colors(sorted(drawn(lane.method for lane in lanes if lane.note is None)))
     settings, source = _run_ceb(run_files)
     methods = method_settings((lane.method for lane in lanes), settings)
-    rep = ReportWriter(out, formats)
-    _header(rep, run, lanes, n_bins, n_boot, seed)
-    _settings_header(rep, settings, source, lanes, methods)
-    _warnings(rep, run_files)
-    provenance_block(rep, run_files)
-
     ctx = ReportContext(run, lanes, base, n_bins, n_boot, seed, colors, settings, methods)
+    rep = Renderer(out, formats)
+    rep.write(_header(ctx, source))
+    rep.write(_warnings(run_files, rows))
+    rep.write(provenance_block(run_files), "What scored this run")
     labelled = any(lane.usable.any() for lane in base)
     if not labelled:
-        rep.note(
-            "No scored step carries a label, so the analyses that measure against labels (calibration, ranking, "
-            "selective execution, task success, the appendix tables) are left out: what follows reads the scores "
-            "alone. Labels are read only for evaluation; add them to the stream (`label` per step) to get them."
+        rep.write(
+            Result(
+                (
+                    Note(
+                        "No scored step carries a label, so the analyses that measure against labels (calibration, "
+                        "ranking, selective execution, task success, the appendix tables) are left out: what follows "
+                        "reads the scores alone. Labels are read only for evaluation; add them to the stream (`label` "
+                        "per step) to get them."
+                    ),
+                )
+            )
         )
     sections = registered_sections(labelled=labelled)
     with Progress("report", len(sections), "sections") as progress:
         for sec in sections:
             progress.set_note(sec.heading)
-            rep.heading(sec.heading)
-            sec.write(rep, ctx)
+            rep.write(sec(ctx), sec.heading)
             progress.advance()
-
-    rep.lines += ["", "All numbers: [report.json](report.json)", ""]
-    (out / "report.json").write_bytes(orjson.dumps(_jsonable(rep.data), option=orjson.OPT_INDENT_2))
-    path = out / "report.md"
-    path.write_text("\n".join(rep.lines).lstrip("\n"), encoding="utf-8")
+    path = rep.finish()
     log.info("report.written", path=str(path), lanes=len(lanes))
     return path
 
 
-def _header(rep: ReportWriter, run: Path, lanes: Sequence[ScoredLane], n_bins: int, n_boot: int, seed: int) -> None:
+def _header(ctx: ReportContext, source: str) -> Result:
+    """The run header: what the run holds, how the numbers are computed, the settings the appendix reads."""
+    run, lanes, n_bins, n_boot, seed, settings = ctx.run, ctx.lanes, ctx.n_bins, ctx.n_boot, ctx.seed, ctx.settings
     streams = list(dict.fromkeys(lane.stream for lane in lanes))
-    methods = list(dict.fromkeys(lane.method for lane in lanes))
+    names = list(dict.fromkeys(lane.method for lane in lanes))
     critics = sorted({lane.critic for lane in lanes})
     orders = {s: sorted({lane.order for lane in lanes if lane.stream == s}) for s in streams}
-    rep.lines += [
+    shown = {"defaults": f"CEBConfig defaults: no readable {RunDir.CONFIG}"}.get(source, source)
+    unknown = sorted({lane.method for lane in lanes} - set(ctx.methods))
+    lines = [
         f"# Report: {run.name}",
         "",
         f"- Run directory: `{run}`",
         f"- Streams: {', '.join(f'`{s}` ({len(orders[s])} order(s))' for s in streams)}",
-        f"- Methods: {', '.join(f'`{m}`' for m in methods)}",
+        f"- Methods: {', '.join(f'`{m}`' for m in names)}",
         f"- Critics: {', '.join(f'`{c}`' for c in critics) if any(critics) else 'one (unlabelled)'}",
         f"- Scored rows: {sum(lane.n_rows for lane in lanes)}, of which failed (no score): "
         f"{sum(lane.n_failed for lane in lanes)}, unlabeled: {sum(lane.n_unlabeled for lane in lanes)}",
@@ -166,19 +169,30 @@ def _header(rep: ReportWriter, run: Path, lanes: Sequence[ScoredLane], n_bins: i
         "Methods that scored nothing on a stream print n/a.",
         "- Every analysis except the multi-order one uses each (stream, critic, method)'s lowest order "
         "(normally 0, the input-file order), so each step counts once.",
+        f"- Appendix tables: CEB methods resolve V, k and the retriever over V={settings.votes}, k={settings.k}, "
+        f"retriever `{settings.retriever}` ({shown}).",
     ]
-    rep.data["run"] = {
+    if unknown:
+        lines.append(
+            f"- Methods this version of ceb does not know, left out of the appendix tables: "
+            f"{', '.join(f'`{m}`' for m in unknown)}"
+        )
+    ceb = {"votes": settings.votes, "k": settings.k, "retriever": settings.retriever}
+    data = {
         "run_dir": str(run),
         "reused_rows": sum(lane.n_reused for lane in lanes),
         "streams": streams,
-        "methods": methods,
+        "methods": names,
         "critics": critics,
         "orders": orders,
         "n_bins": n_bins,
         "n_boot": n_boot,
         "seed": seed,
         "level": 0.95,
+        "ceb": ceb | {"source": source},
+        "unknown_methods": unknown,
     }
+    return Result((Lines(tuple(lines)), Data("run", data)))
 
 
 def _reused_line(lanes: Sequence[ScoredLane]) -> list[str]:
@@ -200,48 +214,30 @@ def _run_ceb(run: RunDir) -> tuple[CEBConfig, str]:
     return config.ceb, run.CONFIG if recorded else "defaults"
 
 
-def _settings_header(
-    rep: ReportWriter,
-    settings: CEBConfig,
-    source: str,
-    lanes: Sequence[ScoredLane],
-    methods: Mapping[str, ResolvedMethod],
-) -> None:
-    shown = {"defaults": f"CEBConfig defaults: no readable {RunDir.CONFIG}"}.get(source, source)
-    rep.lines.append(
-        f"- Appendix tables: CEB methods resolve V, k and the retriever over V={settings.votes}, k={settings.k}, "
-        f"retriever `{settings.retriever}` ({shown})."
-    )
-    unknown = sorted({lane.method for lane in lanes} - set(methods))
-    if unknown:
-        rep.lines.append(
-            f"- Methods this version of ceb does not know, left out of the appendix tables: "
-            f"{', '.join(f'`{m}`' for m in unknown)}"
-        )
-    ceb = {"votes": settings.votes, "k": settings.k, "retriever": settings.retriever}
-    rep.data["run"]["ceb"] = ceb | {"source": source}
-    rep.data["run"]["unknown_methods"] = unknown
+def _warnings(run: RunDir, rows: Sequence[StepRow]) -> Result:
+    """The run's warnings (:func:`ceb.pipeline.score_warnings.run_warnings`, read anew) and the empty banks."""
+    found = [*run_warnings(run), *_empty_banks(rows)]
+    lines = ["", f"**Warnings** (numbers below that mean little; also in `{RunDir.SUMMARY}`):", ""] if found else []
+    return Result((Lines((*lines, *(f"- warning: {w}" for w in found))), Data("warnings", found)))
 
 
-def _warnings(rep: ReportWriter, run: RunDir) -> None:
-    """The run's warnings (:func:`ceb.pipeline.score_warnings.run_warnings`, as in ``summary.json``), read anew."""
-    found = run_warnings(run)
-    rep.data["warnings"] = found
-    if found:
-        rep.lines += ["", f"**Warnings** (numbers below that mean little; also in `{RunDir.SUMMARY}`):", ""]
-        rep.lines += [f"- warning: {w}" for w in found]
-
-
-def _jsonable(value: Any) -> Any:
-    """Plain JSON values: arrays to lists, NaN and infinities to ``None``, tuple keys never appear."""
-    if isinstance(value, np.ndarray):
-        return _jsonable(value.tolist())
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        return _jsonable(value.item())
-    if isinstance(value, float) and not np.isfinite(value):
-        return None
-    return value
+def _empty_banks(rows: Sequence[StepRow]) -> list[str]:
+    """A warning per bank method whose bank held no record at any step of a stream: it scored as ``static``."""
+    largest: dict[tuple[str, str], int] = {}
+    for row in rows:
+        key = (row.method, row.stream)
+        largest[key] = max(largest.get(key, 0), row.bank_size or 0)
+    out = []
+    for method in sorted({m for m, _ in largest}):
+        try:
+            banked = resolve_method(method).use_bank
+        except ConfigError:
+            continue
+        empty = sorted(s for (m, s), size in largest.items() if m == method and size == 0)
+        if banked and empty:
+            out.append(
+                f"method {method}: its bank stayed empty on {', '.join(empty)} (no record when any step was scored: "
+                "every hindsight step abstained or failed, or the stream has one trajectory), so it scored every "
+                "step without a precedent, as `static` does: its numbers there are Static's, not a bank's"
+            )
+    return out

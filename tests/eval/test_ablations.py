@@ -25,13 +25,11 @@ from ceb.eval.ablations import (
 )
 from ceb.eval.calibration import MetricRow, metric_rows
 from ceb.eval.lanes import POOLED, base_lanes, lanes_from_rows
-from ceb.eval.tables import (
+from ceb.eval.render import bold_cells, to_latex, to_markdown
+from ceb.eval.sections.appendix import (
     ablation_table,
-    bold_cells,
     gt_oracle_table,
     retrieval_table,
-    to_latex,
-    to_markdown,
     token_cost_table,
     topk_table,
     vsweep_table,
@@ -78,7 +76,7 @@ def test_headline_row_is_pooled_when_a_method_ran_on_several_streams() -> None:
     assert head[("", "ceb")].stream == POOLED and head[("", "ceb")].n == 4
     assert head[("", "static")].stream == "web"
     note = coverage_note(rows, "", ["ceb", "static"])
-    assert note is not None and "ceb: web, os; static: web" in note
+    assert note is not None and "ceb: os, web; static: web" in note
     assert coverage_note(rows, "", ["static"]) is None
 
 
@@ -139,7 +137,7 @@ def test_gt_oracle_gap_per_stream_and_pooled_by_hand() -> None:
         _pair("ceb-gt-oracle", 0.95, 0.15, stream="os"),  # os: 0.10
     )
     gaps = {g.stream: g for g in gt_oracle_gap(rows)}
-    assert list(gaps) == ["web", "os", POOLED]
+    assert list(gaps) == ["os", "web", POOLED]  # streams sorted (lanes_from_rows), pooled last
     web = gaps["web"]
     assert (web.static, web.ceb, web.oracle) == pytest.approx((0.35, 0.20, 0.10))
     assert (web.ceb_minus_oracle, web.static_minus_oracle) == pytest.approx((0.10, 0.25))

@@ -121,3 +121,28 @@ def test_a_labelled_report_ends_with_the_label_free_views(tmp_path: Path) -> Non
     assert "Step-level confidence vs. held-out labels" in result.output
     report = build_report(tmp_path / "run", n_boot=0).read_text()
     assert "## 1. Main results" in report and "## 15. Without labels" in report
+
+
+def test_tasks_and_actions_reach_the_report_escaped(tmp_path: Path) -> None:
+    """A task or an action holding HTML is shown as text in report.md, never run as HTML (issue 41 item 7)."""
+    evil = [
+        trajectory(
+            f"t{i}<b>",
+            step("<img src=x onerror=alert(1)>", "a.txt"),
+            step("cat a.txt | grep `x` && echo <i>", "cat: a.txt: No such file"),
+            task="<script>alert(1)</script> & friends",
+        )
+        for i in range(3)
+    ]
+    stream = write_stream(tmp_path / "evil.jsonl", evil)
+    scored = CliRunner().invoke(app, ["score", str(stream), "--methods", "ceb,static", "--out", str(tmp_path / "run")])
+    assert scored.exit_code == 0, scored.output
+    report = build_report(tmp_path / "run", n_boot=0).read_text()
+    review = report.split("### Steps to review")[1].split("### What selective")[0]
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; friends" in review
+    assert (
+        "&lt;img src=x onerror=alert(1)&gt;" in review
+        and r"cat a.txt \| grep \`x\` &amp;&amp; echo &lt;i&gt;" in review
+    )
+    assert "t0&lt;b&gt;" in review
+    assert "<script" not in report and "<img" not in report and "<b>" not in report and "<i>" not in report

@@ -27,7 +27,8 @@ def test_lanes_group_interleaved_rows_and_sort_by_position_then_step() -> None:
         _row("s", "ceb", "A", 0, 0.9, 1, position=0, order=1),
     ]
     lanes = lanes_from_rows(step_rows(rows))
-    assert [(la.method, la.order, la.n_rows) for la in lanes] == [("ceb", 0, 3), ("static", 0, 1), ("ceb", 1, 1)]
+    # Lanes come sorted by (stream, critic, method, order), whatever order the file holds them in.
+    assert [(la.method, la.order, la.n_rows) for la in lanes] == [("ceb", 0, 3), ("ceb", 1, 1), ("static", 0, 1)]
     ceb0 = lanes[0]
     assert list(ceb0.trajectory) == ["A", "A", "B"]
     assert list(ceb0.step) == [0, 1, 0]
@@ -71,12 +72,13 @@ def test_comparable_masks_keep_steps_and_tasks_every_available_method_can_be_jud
         _row("s", "ppl", "A", 0, None, 1, error="not available"),
     ]
     lanes = lanes_from_rows(step_rows(rows))
+    assert [lane.method for lane in lanes] == ["ceb", "ppl", "static"]  # sorted, not in file order
     masks, kept, total = comparable_masks(lanes, whole_trajectories=False)
     # Step (A, 1) failed for ceb, so static loses it too; ppl is not available and keeps its rows (-> n/a).
-    assert [m.tolist() for m in masks] == [[True, False, True], [True, False, True], [True]]
+    assert [m.tolist() for m in masks] == [[True, False, True], [True], [True, False, True]]
     assert (kept, total) == (2, 3)
     masks, kept, total = comparable_masks(lanes, whole_trajectories=True)
-    assert [m.tolist() for m in masks] == [[False, False, True], [False, False, True], [True]]
+    assert [m.tolist() for m in masks] == [[False, False, True], [True], [False, False, True]]
     assert (kept, total) == (1, 2)
 
 

@@ -171,3 +171,18 @@ def test_method_colors_are_distinct_for_a_large_grid() -> None:
     for n in (3, 12, 31):
         colors = method_colors([f"ceb-V{i}-k1" for i in range(n)])
         assert len(colors) == n and len(set(colors.values())) == n
+
+
+def test_an_oracle_below_static_and_an_empty_bank_are_said_not_hidden(tmp_path: Path) -> None:
+    """Issue 41 item 10: no share of a gap that does not exist, no "-0%", and a bank that stayed empty is named."""
+    run = tmp_path / "run"
+    methods = {"static": (0.85, 0.25, None), "ceb": (0.85, 0.26, None), "ceb-gt-oracle": (0.95, 0.45, None)}
+    _write_run(run, methods, {"config": {"ceb": {"votes": 5, "k": 2, "retriever": "tfidf"}}})
+    md = build_report(run, n_boot=0).read_text(encoding="utf-8")
+    table = (run / "report" / "gt-oracle.md").read_text()
+    assert "oracle below static" in table and "-0%" not in table and "%" not in table.split("\n")[4]
+    (gap,) = orjson.loads((run / "report" / "report.json").read_bytes())["gt_oracle"]
+    assert gap["closed"] is None and gap["static_minus_oracle"] < 0
+    # Every row has bank_size 0: each bank method's bank stayed empty, and the report says so, naming it.
+    assert "warning: method ceb: its bank stayed empty on web" in md
+    assert "warning: method ceb-gt-oracle: its bank stayed empty on web" in md and "method static:" not in md

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from ceb.errors import ConfigError
-from ceb.eval.sections import SECTIONS, ReportContext, ReportWriter, registered_sections, section
+from ceb.eval.render import Result, Text
+from ceb.eval.sections import SECTIONS, ReportContext, registered_sections, section
 
 
 def test_sections_are_numbered_one_to_fifteen_in_order() -> None:
@@ -32,8 +33,8 @@ def test_every_section_that_reads_the_main_rows_comes_after_the_section_that_yie
 
 
 @section("Toy", needs=("rows",))
-def toy(rep: ReportWriter, ctx: ReportContext) -> None:
-    rep.intro(f"{len(ctx.rows)} rows")
+def toy(ctx: ReportContext) -> Result:
+    return Result((Text(f"{len(ctx.rows)} rows"),))
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ from __future__ import annotations
 from ceb.eval.calibration import metric_rows
 from ceb.eval.deployment import TaskSuccess
 from ceb.eval.lanes import lanes_from_rows
-from ceb.eval.tables import (
+from ceb.eval.render import (
     Block,
     Cell,
     Column,
@@ -12,13 +12,12 @@ from ceb.eval.tables import (
     bold_cells,
     format_cell,
     latex_escape,
-    main_table,
     method_label,
-    selective_table,
-    task_success_table,
     to_latex,
     to_markdown,
 )
+from ceb.eval.sections.calibration import main_table
+from ceb.eval.sections.deployment import selective_table, task_success_table
 from tests.support.builders import step_rows
 
 
@@ -92,6 +91,25 @@ def test_latex_escapes_underscores_and_specials() -> None:
     assert "ceb_custom" not in latex.replace(r"ceb\_custom", "")
     # Headers never produce "$$" (display math) when a math header meets the arrow.
     assert "$$" not in to_latex(selective_table({("s", "", "ceb"): [0.5, 0.6]}, (0, 10)))
+
+
+def test_untrusted_text_is_escaped_in_markdown_and_latex() -> None:
+    evil = "<img src=x onerror=alert(1)> & <script>alert(1)</script>"
+    cols = (Column("ECE", "lower"),)
+    table = Table(
+        caption=f"caption {evil}",
+        label="t",
+        groups=(("web", cols),),
+        blocks=(Block(evil, (Row(evil, (Cell(text=evil),)), Row("x`<b>`", (Cell(0.2),)))),),
+        notes=(f"note {evil} and a backtick that closes nothing: `{evil}",),
+    )
+    md = to_markdown(table)
+    assert "<img" not in md and "<script" not in md and "& " not in md
+    assert "&lt;img src=x onerror=alert(1)&gt; &amp; &lt;script&gt;" in md
+    assert "x`<b>`" in md  # inside a code span the text is shown as it is, never as HTML
+    latex = to_latex(table)
+    assert "<" not in latex and ">" not in latex
+    assert r"\textless{}img src=x onerror=alert(1)\textgreater{} \& " in latex
 
 
 def test_format_cell_std_interval_and_text() -> None:

@@ -15,8 +15,8 @@ import structlog.testing
 from ceb.bank import Bank
 from ceb.config import BankConfig, CEBConfig, RunConfig, load_config
 from ceb.errors import ConfigError
+from ceb.eval.lanes import method_label, method_sort_key
 from ceb.eval.report import build_report
-from ceb.eval.tables import method_label, method_sort_key
 from ceb.pipeline import read_step_rows, run_scoring
 from ceb.stages import methods as catalogue
 from ceb.stages.assembly import Stages

@@ -5,12 +5,11 @@ where it belongs (``tests/eval/test_report_sections.py`` shows it).
 """
 
 from ceb.eval.sections import appendix, averaging, calibration, deployment, label_free, paired
-from ceb.eval.sections.base import SECTIONS, ReportContext, ReportWriter, Section, registered_sections, section
+from ceb.eval.sections.base import SECTIONS, ReportContext, Section, registered_sections, section
 
 __all__ = [
     "SECTIONS",
     "ReportContext",
-    "ReportWriter",
     "Section",
     "appendix",
     "averaging",
@@ -23,20 +22,20 @@ __all__ = [
 ]
 
 for _name, _section in (
-    ("main-results", calibration.main_results),
-    ("paired-differences", paired.paired),
-    ("stream-averaging", averaging.stream_averaging_section),
-    ("depth", calibration.depth),
-    ("reliability", calibration.reliability),
-    ("selective-execution", deployment.selective),
-    ("task-success", deployment.task_success_section),
-    ("label-shift", calibration.label_shift_section),
-    ("ablation", appendix.ablation),
-    ("gt-oracle", appendix.gt_oracle),
-    ("vote-sweep", appendix.vote_sweep_section),
-    ("k-sweep", appendix.k_sweep_section),
-    ("token-cost", appendix.token_cost),
-    ("retrieval", appendix.retrieval),
-    ("label-free", label_free.label_free),
+    ("main-results", calibration._main_results),
+    ("paired-differences", paired._paired),
+    ("stream-averaging", averaging._stream_averaging_section),
+    ("depth", calibration._depth),
+    ("reliability", calibration._reliability),
+    ("selective-execution", deployment._selective),
+    ("task-success", deployment._task_success_section),
+    ("label-shift", calibration._label_shift_section),
+    ("ablation", appendix._ablation),
+    ("gt-oracle", appendix._gt_oracle),
+    ("vote-sweep", appendix._vote_sweep_section),
+    ("k-sweep", appendix._k_sweep_section),
+    ("token-cost", appendix._token_cost),
+    ("retrieval", appendix._retrieval),
+    ("label-free", label_free._label_free),
 ):
     SECTIONS.register(_name, _section)

@@ -1,9 +1,9 @@
-"""The report's section registry, the context sections read, the report writer and their shared helpers.
+"""The report's section registry, the context sections read, and the helpers the sections share.
 
-A section is a function ``(writer, context) -> None`` made a :class:`Section` by :func:`section` with its
-title, naming the :class:`ReportContext` fields it reads (``needs``) and those it fills in (``yields``), and
-placed by registering it in :data:`SECTIONS`: its number is its position there. :func:`registered_sections`
-returns them in that order and checks the wiring.
+A section is a function ``(context) -> Result`` (:class:`ceb.eval.render.Result`, for the one renderer), made a
+:class:`Section` by :func:`section` with its title, naming the :class:`ReportContext` fields it reads (``needs``)
+and those it fills in (``yields``), and placed by registering it in :data:`SECTIONS`: its number is its position
+there. :func:`registered_sections` returns them in that order and checks the wiring.
 """
 
 from __future__ import annotations
@@ -12,29 +12,35 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from matplotlib.figure import Figure
+import numpy as np
 
 from ceb.config import CEBConfig
 from ceb.errors import ConfigError
 from ceb.eval.calibration import MetricRow
 from ceb.eval.lanes import POOLED, ScoredLane
-from ceb.eval.plots import FigureFormat, save_figure
-from ceb.eval.tables import Table, method_label, to_latex, to_markdown
+from ceb.eval.render import Block, Cell, Column, Note, Part, Result, Row, Table, Text, method_label, method_sort_key
 from ceb.registry import Registry
 from ceb.stages.methods import ResolvedMethod, resolve_method
 
 __all__ = [
     "SECTIONS",
+    "AUC",
+    "BRIER",
+    "ECE",
     "ReportContext",
-    "ReportWriter",
     "Section",
     "SectionFn",
     "by_stream",
+    "critic_blocks",
     "drawn",
     "figure_methods",
+    "finite_or_none",
+    "grid",
+    "group_by",
     "lane_orders",
+    "metric_cells",
     "metric_json",
     "na_notes",
     "registered_sections",
@@ -43,61 +49,8 @@ __all__ = [
 ]
 
 
-class ReportWriter:
-    """Accumulates report.md sections and report.json entries; writes tables and figures as it goes.
-
-    Args:
-        out_dir: The report directory.
-        figure_formats: Each figure is written once per format (:data:`ceb.eval.plots.FIGURE_FORMATS`).
-    """
-
-    def __init__(self, out_dir: Path, figure_formats: Sequence[FigureFormat] = ("png",)) -> None:
-        self.out_dir = out_dir
-        self.figure_formats = tuple(figure_formats)
-        self.lines: list[str] = []
-        self.data: dict[str, Any] = {}
-        self._slugs: dict[tuple[str, ...], str] = {}
-
-    def heading(self, title: str) -> None:
-        """Start a section of report.md titled ``title``."""
-        self.lines += ["", f"## {title}", ""]
-
-    def intro(self, text: str) -> None:
-        """The paragraph under a section heading saying what the section shows and how it is computed."""
-        self.lines += [text, ""]
-
-    def note(self, text: str) -> None:
-        """A quoted note (a skipped analysis, a caveat)."""
-        self.lines += [f"> {text}", ""]
-
-    def table(self, table: Table) -> None:
-        """Write ``table`` as ``<label>.md`` and ``<label>.tex`` and inline its Markdown with links to both."""
-        md, tex = f"{table.label}.md", f"{table.label}.tex"
-        (self.out_dir / md).write_text(to_markdown(table), encoding="utf-8")
-        (self.out_dir / tex).write_text(to_latex(table), encoding="utf-8")
-        self.lines += [f"Table: [{md}]({md}) · [{tex}]({tex})", "", to_markdown(table)]
-
-    def figure(self, fig: Figure, stem: str, caption: str) -> None:
-        """Write ``fig`` as ``<stem>.<format>`` in each figure format, embed it with its caption, link each file.
-
-        The first PNG or SVG is embedded (Markdown viewers do not show PDF); a PDF-only report links the figure.
-        """
-        names = [p.name for p in save_figure(fig, self.out_dir / stem, self.figure_formats)]
-        shown = next((n for n in names if not n.endswith(".pdf")), None)
-        if shown is not None:
-            self.lines += [f"![{caption}]({shown})", ""]
-        links = " · ".join(f"[{n}]({n})" for n in names)
-        self.lines += [f"Figure: {links} — {caption}", ""]
-
-    def slug(self, *parts: str) -> str:
-        """A file-name-safe, unique stem for ``parts`` (the same parts always give the same stem)."""
-        if parts not in self._slugs:
-            base = re.sub(r"[^A-Za-z0-9._]+", "-", "-".join(p for p in parts if p)).strip("-.") or "stream"
-            stem, i = base, 2
-            while stem in self._slugs.values():
-                stem, i = f"{base}-{i}", i + 1
-            self._slugs[parts] = stem
-        return self._slugs[parts]
+T = TypeVar("T")
+K = TypeVar("K")
 
 
 @dataclass(slots=True)
@@ -133,13 +86,24 @@ class ReportContext:
     headline: dict[tuple[str, str], MetricRow] = field(default_factory=dict)
     references: list[ScoredLane] = field(default_factory=list)
     reference_rows: list[MetricRow] = field(default_factory=list)
+    _slugs: dict[tuple[str, ...], str] = field(default_factory=dict)
+
+    def slug(self, *parts: str) -> str:
+        """A file-name-safe stem for ``parts``, unique in the report (the same parts always give the same stem)."""
+        if parts not in self._slugs:
+            base = re.sub(r"[^A-Za-z0-9._]+", "-", "-".join(p for p in parts if p)).strip("-.") or "stream"
+            stem, i = base, 2
+            while stem in self._slugs.values():
+                stem, i = f"{base}-{i}", i + 1
+            self._slugs[parts] = stem
+        return self._slugs[parts]
 
 
-SectionFn = Callable[[ReportWriter, ReportContext], None]
-"""A section: writes its part of ``report.md`` (and its files) through the writer."""
+SectionFn = Callable[[ReportContext], Iterable[Part]]
+"""A section: yields its parts of the report in order, from the context."""
 
 _YIELDED = frozenset({"rows", "headline", "references", "reference_rows"})
-_INPUTS = frozenset(f.name for f in fields(ReportContext)) - _YIELDED
+_INPUTS = frozenset(f.name for f in fields(ReportContext) if not f.name.startswith("_")) - _YIELDED
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +118,8 @@ class Section:
         number: Its number in the report (1 for the first); set by :func:`registered_sections`, 0 before.
         labelled: It measures against step labels: a run without any labelled step leaves it out (its tables
             would be n/a throughout).
+        intro: The paragraph under the heading saying what the section shows and how it is computed, when it
+            does not depend on the run (else the section's result opens with it).
     """
 
     title: str
@@ -162,15 +128,16 @@ class Section:
     write: SectionFn
     number: int = 0
     labelled: bool = True
+    intro: str = ""
 
     @property
     def heading(self) -> str:
         """The Markdown heading text, e.g. ``"5. Selective execution (section 4.5)"``."""
         return f"{self.number}. {self.title}"
 
-    def __call__(self, rep: ReportWriter, ctx: ReportContext) -> None:
-        """Write the section (the decorated function keeps working as a function)."""
-        self.write(rep, ctx)
+    def __call__(self, ctx: ReportContext) -> Result:
+        """The section's result: its intro, then the parts its function yields."""
+        return Result((*([Text(self.intro)] if self.intro else []), *self.write(ctx)))
 
 
 SECTIONS: Registry[Section] = Registry("report section")
@@ -179,7 +146,7 @@ built-in ones in one list), so a new section takes its place without renumbering
 
 
 def section(
-    title: str, *, needs: Sequence[str] = (), yields: Sequence[str] = (), labelled: bool = True
+    title: str, *, needs: Sequence[str] = (), yields: Sequence[str] = (), labelled: bool = True, intro: str = ""
 ) -> Callable[[SectionFn], Section]:
     """Make the decorated function a report section; register it in :data:`SECTIONS` to place it.
 
@@ -188,6 +155,7 @@ def section(
         needs: :class:`ReportContext` fields the section reads.
         yields: :class:`ReportContext` fields the section fills in.
         labelled: It needs step labels (:attr:`Section.labelled`); ``False`` for a label-free view.
+        intro: Its fixed intro paragraph (:attr:`Section.intro`).
 
     Returns:
         A decorator that turns the function into a (callable) :class:`Section`.
@@ -200,7 +168,7 @@ def section(
         raise ConfigError(f"section {title!r}: {sorted(unknown)} are not ReportContext fields")
 
     def make(fn: SectionFn) -> Section:
-        return Section(title, tuple(needs), tuple(yields), fn, labelled=labelled)
+        return Section(title, tuple(needs), tuple(yields), fn, labelled=labelled, intro=intro)
 
     return make
 
@@ -233,9 +201,9 @@ def na_notes(rows: Sequence[MetricRow]) -> list[str]:
     ]
 
 
-def where(stream: str, critic: str) -> str:
-    """How the report names a (stream, critic): ``"web / gpt"``, or ``"all streams (pooled)"``."""
-    name = "all streams (pooled)" if stream == POOLED else stream
+def where(stream: str, critic: str, *, pooled: str = "all streams (pooled)") -> str:
+    """How the report names a (stream, critic): ``"web / gpt"``, or ``pooled`` for the pooled rows."""
+    name = pooled if stream == POOLED else stream
     return f"{name} / {critic}" if critic else name
 
 
@@ -273,18 +241,28 @@ def is_sweep_cell(method: str) -> bool:
         return False
 
 
-def figure_methods(methods: Sequence[str], rep: ReportWriter) -> set[str]:
-    """:func:`drawn`, with a note in the report naming how many sweep cells were left out."""
+def figure_methods(methods: Sequence[str]) -> tuple[set[str], tuple[Note, ...]]:
+    """:func:`drawn`, and a note naming how many sweep cells were left out when some were."""
     shown = drawn(methods)
-    if len(shown) < len(set(methods)):
-        left = len(set(methods)) - len(shown)
-        rep.note(f"Figures leave out the {left} V / k sweep cells (see the sweep tables); the table above has them.")
-    return shown
+    left = len(set(methods)) - len(shown)
+    if not left:
+        return shown, ()
+    return shown, (
+        Note(f"Figures leave out the {left} V / k sweep cells (see the sweep tables); the table above has them."),
+    )
 
 
 def lane_orders(lanes: Iterable[ScoredLane]) -> dict[tuple[str, str, str], int]:
     """The stream order of each ``(stream, critic, method)`` lane, so report.json rows carry it as a field."""
     return {(lane.stream, lane.critic, lane.method): lane.order for lane in lanes}
+
+
+def group_by(items: Iterable[T], key: Callable[[T], K]) -> dict[K, list[T]]:
+    """``items`` in lists by ``key``, keys and items in the order they come."""
+    out: dict[K, list[T]] = {}
+    for item in items:
+        out.setdefault(key(item), []).append(item)
+    return out
 
 
 def by_stream(items: Mapping[tuple[str, str, str], Any]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -293,3 +271,59 @@ def by_stream(items: Mapping[tuple[str, str, str], Any]) -> dict[tuple[str, str]
     for (stream, critic, method), value in items.items():
         out.setdefault((stream, critic), {})[method] = value
     return out
+
+
+ECE = Column("ECE", "lower")
+"""Equal-width ECE, lower is better."""
+BRIER = Column("Brier", "lower")
+"""Brier score, lower is better."""
+AUC = Column("AUC", "higher")
+"""AUROC, higher is better."""
+
+
+def grid(
+    keys: Sequence[tuple[str, str, str]],
+    columns: tuple[Column, ...],
+    cells: Callable[[str, str, str], tuple[Cell, ...] | None],
+    *,
+    caption: str,
+    label: str,
+    extra_rows: Callable[[str, Sequence[str]], list[Row]] | None = None,
+    notes: Sequence[str] = (),
+) -> Table:
+    """Blocks per critic, column groups per stream, rows per method, from ``(stream, critic, method)`` keys."""
+    streams = list(dict.fromkeys(k[0] for k in keys))
+    critics = sorted({k[1] for k in keys})
+    blocks = []
+    for critic in critics:
+        methods = sorted({k[2] for k in keys if k[1] == critic}, key=method_sort_key)
+        rows = []
+        for method in methods:
+            row_cells: list[Cell] = []
+            for stream in streams:
+                got = cells(stream, critic, method)
+                row_cells += list(got) if got is not None else [Cell() for _ in columns]
+            rows.append(Row(method_label(method), tuple(row_cells)))
+        if extra_rows is not None:
+            rows += extra_rows(critic, streams)
+        blocks.append(Block(critic, tuple(rows)))
+    groups = tuple((stream, columns) for stream in streams)
+    return Table(caption=caption, label=label, groups=groups, blocks=tuple(blocks), notes=tuple(notes))
+
+
+def finite_or_none(value: float) -> float | None:
+    """``value`` as a float, or ``None`` (printed ``n/a``) when it is NaN or infinite."""
+    return None if not np.isfinite(value) else float(value)
+
+
+def metric_cells(row: MetricRow | None) -> tuple[Cell, Cell, Cell]:
+    """ECE, Brier and AUC cells of a metric row; three ``n/a`` cells when it has no numbers."""
+    if row is None or row.summary is None:
+        return (Cell(), Cell(), Cell())
+    s = row.summary
+    return (Cell(s.ece), Cell(s.brier), Cell(s.auroc))
+
+
+def critic_blocks(rows: Mapping[str, list[Row]]) -> tuple[Block, ...]:
+    """One block per critic, in the mapping's order."""
+    return tuple(Block(critic, tuple(block)) for critic, block in rows.items())

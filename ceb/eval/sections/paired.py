@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
-from ceb.eval.paired import Comparison, paired_comparisons
+from ceb.eval.bootstrap import PAIRED_METRICS
+from ceb.eval.lanes import method_label, method_sort_key
+from ceb.eval.paired import STATIC, Comparison, paired_comparisons
 from ceb.eval.reference_rules import is_reference, reference_label
-from ceb.eval.sections.base import ReportContext, ReportWriter, section, where
-from ceb.eval.tables import method_label, paired_table
+from ceb.eval.render import Block, Cell, Column, Data, Lines, Note, Part, Row, Table, Text
+from ceb.eval.sections.base import ReportContext, section, where
 
-__all__ = ["paired", "zero_sentences"]
+__all__ = ["paired_table", "zero_sentences"]
 
 _METRIC = {"ece": "ECE", "brier": "Brier", "auroc": "AUROC"}
 
@@ -18,25 +20,24 @@ _METRIC = {"ece": "ECE", "brier": "Brier", "auroc": "AUROC"}
     "Paired differences against Static and the references (beyond the paper)",
     needs=("base", "references", "reference_rows", "n_bins", "n_boot", "seed"),
 )
-def paired(rep: ReportWriter, ctx: ReportContext) -> None:
-    """Report section: each method minus Static and minus the best reference, with paired bootstrap intervals."""
-    rep.intro(
+def _paired(ctx: ReportContext) -> Iterator[Part]:
+    yield Text(
         "Each method's ECE, Brier and AUROC minus those of Static and of the best reference row, on the steps both "
         "scored with a label. The intervals are paired: each of the "
         f"{ctx.n_boot} replicates (seed {ctx.seed}) resamples trajectories once and scores both rows on the same "
         "steps, so they are intervals of the difference itself. The reference for ECE and Brier is the base rate "
         "(the rankings have neither); for AUROC it is the reference with the highest AUROC on that stream. "
-        "Negative is better for ΔECE and ΔBrier, positive for ΔAUC.",
+        "Negative is better for ΔECE and ΔBrier, positive for ΔAUC."
     )
     comparisons = paired_comparisons(
         ctx.base, ctx.references, ctx.reference_rows, n_bins=ctx.n_bins, n_boot=ctx.n_boot, seed=ctx.seed
     )
-    rep.data["paired"] = [_json(c) for c in comparisons]
+    yield Data("paired", [_json(c) for c in comparisons])
     if not comparisons:
-        rep.note("Skipped: no method has labelled steps shared with Static or a reference row.")
+        yield Note("Skipped: no method has labelled steps shared with Static or a reference row.")
         return
-    rep.table(paired_table(comparisons))
-    rep.lines += zero_sentences(comparisons, ctx.n_boot)
+    yield paired_table(comparisons)
+    yield Lines(tuple(zero_sentences(comparisons, ctx.n_boot)))
 
 
 def zero_sentences(comparisons: Sequence[Comparison], n_boot: int) -> list[str]:
@@ -78,3 +79,52 @@ def _json(c: Comparison) -> dict[str, object]:
         "n_valid": d.n_valid,
         "contains_zero": d.contains_zero,
     }
+
+
+_NAMES = {"ece": "ΔECE", "brier": "ΔBrier", "auroc": "ΔAUC"}
+
+
+def paired_table(comparisons: Sequence[Comparison], *, label: str = "paired", notes: Sequence[str] = ()) -> Table:
+    """Differences ``method - other`` with their paired 95% intervals; one block per (stream, critic).
+
+    Column groups: against Static, and against the reference (ECE and Brier against the base rate, AUC against
+    the best AUROC reference of the block, named in the block label). No cell is bold: these are differences.
+    """
+    columns = tuple(Column(_NAMES[m], signed=True) for m in PAIRED_METRICS)
+    blocks: dict[tuple[str, str], dict[str, dict[tuple[str, str], Comparison]]] = {}
+    for c in comparisons:
+        side = "static" if c.against == STATIC else "reference"
+        blocks.setdefault((c.stream, c.critic), {}).setdefault(c.method, {})[(side, c.metric)] = c
+    out = []
+    for (stream, critic), per_method in blocks.items():
+        rows = []
+        auroc_refs = set()
+        for method in sorted(per_method, key=method_sort_key):
+            found = per_method[method]
+            cells = []
+            for side in ("static", "reference"):
+                for metric in PAIRED_METRICS:
+                    got = found.get((side, metric))
+                    if got is None:
+                        cells.append(Cell())
+                        continue
+                    d = got.difference
+                    cells.append(Cell(d.point, d.low, d.high))
+                    if side == "reference" and metric == "auroc":
+                        auroc_refs.add(got.against)
+            rows.append(Row(method_label(method), tuple(cells)))
+        place = where(stream, critic, pooled="pooled")
+        refs = ", ".join(reference_label(r).removeprefix("reference: ") for r in sorted(auroc_refs) if is_reference(r))
+        out.append(Block(f"{place} (AUC reference: {refs})" if refs else place, tuple(rows)))
+    return Table(
+        caption=(
+            "Paired differences, method minus other, with 95% percentile bootstrap intervals resampling trajectories "
+            "(the same resampled steps for both): against Static, and against the reference rows (ECE and Brier: "
+            "base rate; AUC: the reference with the highest AUROC on the block)."
+        ),
+        label=label,
+        groups=(("vs Static", columns), ("vs reference", columns)),
+        blocks=tuple(out),
+        block_header="Stream",
+        notes=tuple(notes),
+    )
