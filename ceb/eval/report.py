@@ -182,7 +182,7 @@ def _header(rep: ReportWriter, run: Path, lanes: Sequence[ScoredLane], n_bins: i
 
 
 def _reused_line(lanes: Sequence[ScoredLane]) -> list[str]:
-    """The header line on rows copied between orders (``reuse_bank_free``), when the run has any."""
+    """The header line on rows copied between orders (:mod:`ceb.pipeline.pool`), when the run has any."""
     reused = sum(lane.n_reused for lane in lanes)
     if not reused:
         return []

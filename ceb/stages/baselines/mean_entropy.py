@@ -7,12 +7,11 @@ from collections.abc import Sequence
 
 from ceb.backends.base import ChatBackend, TokenLogprob
 from ceb.config import BaselineConfig, RunConfig
-from ceb.stages.assembly import Stages, actor_chat, prompt_set, shared_statistics
+from ceb.stages.assembly import Stages, actor_chat, prompt_set
 from ceb.stages.base import CallStats, Critic, CriticInput, CriticResult
 from ceb.stages.baselines._common import evidence, not_available
 from ceb.stages.baselines.teacher_forcing import teacher_force
 from ceb.stages.methods import MethodSpec, register_method
-from ceb.stages.statistics import SharedStatistics
 from ceb.stages.templates import PromptSet
 
 __all__ = ["MeanEntropyCritic", "top_k_entropy"]
@@ -60,9 +59,7 @@ class MeanEntropyCritic:
     Args:
         actor: The actor's endpoint, or ``None``.
         prompts: Templates of the actor prompt used for teacher forcing.
-        settings: ``prompt_logprobs`` (K) and ``me_surprisal`` are read.
-        shared: Where the teacher-forced log-probs are shared with PPL and PRO (:mod:`ceb.stages.statistics`);
-            ``None`` asks for them on its own.
+        settings: ``prompt_logprobs`` (K), ``me_surprisal`` and ``share_statistics`` are read.
     """
 
     def __init__(
@@ -70,12 +67,10 @@ class MeanEntropyCritic:
         actor: ChatBackend | None,
         prompts: PromptSet,
         settings: BaselineConfig | None = None,
-        shared: SharedStatistics | None = None,
     ) -> None:
         self.actor = actor
         self.prompts = prompts
         self.settings = settings or BaselineConfig()
-        self.shared = shared
 
     async def score(self, inp: CriticInput) -> CriticResult:
         """Return ``exp(-H_mean)`` of ``inp.action`` under the actor; never raises for one step's failure.
@@ -84,7 +79,9 @@ class MeanEntropyCritic:
             FatalBackendError: The actor endpoint refuses every request.
         """
         if self.actor is not None:
-            forced = await teacher_force(self.actor, self.prompts, inp, self.settings.prompt_logprobs, self.shared)
+            forced = await teacher_force(
+                self.actor, self.prompts, inp, self.settings.prompt_logprobs, self.settings.share_statistics
+            )
             if forced.span is None:
                 return forced.failure()
             return self._from_span(forced.span, forced.stats)
@@ -118,9 +115,7 @@ class MeanEntropyCritic:
 
 def build(config: RunConfig, stages: Stages) -> Critic:
     """ME over the actor's endpoint, or over the stream's ``actor_logprobs`` alone."""
-    return MeanEntropyCritic(
-        actor_chat(config, stages), prompt_set(config), config.baselines, shared_statistics(config, stages)
-    )
+    return MeanEntropyCritic(actor_chat(config, stages), prompt_set(config), config.baselines)
 
 
 METHOD = register_method(

@@ -7,12 +7,11 @@ from collections.abc import Sequence
 
 from ceb.backends.base import ChatBackend
 from ceb.config import BaselineConfig, RunConfig
-from ceb.stages.assembly import Stages, actor_chat, prompt_set, shared_statistics
+from ceb.stages.assembly import Stages, actor_chat, prompt_set
 from ceb.stages.base import Critic, CriticInput, CriticResult
 from ceb.stages.baselines._common import evidence, not_available
 from ceb.stages.baselines.teacher_forcing import teacher_force
 from ceb.stages.methods import MethodSpec, register_method
-from ceb.stages.statistics import SharedStatistics
 from ceb.stages.templates import PromptSet
 
 __all__ = ["PerplexityCritic", "inverse_perplexity"]
@@ -51,9 +50,7 @@ class PerplexityCritic:
     Args:
         actor: The actor's endpoint, or ``None`` to use logged log-probs only.
         prompts: Templates of the actor prompt used for teacher forcing.
-        settings: ``prompt_logprobs`` (K) is read.
-        shared: Where the teacher-forced log-probs are shared with ME and PRO (:mod:`ceb.stages.statistics`);
-            ``None`` asks for them on its own.
+        settings: ``prompt_logprobs`` (K) and ``share_statistics`` are read.
     """
 
     def __init__(
@@ -61,12 +58,10 @@ class PerplexityCritic:
         actor: ChatBackend | None,
         prompts: PromptSet,
         settings: BaselineConfig | None = None,
-        shared: SharedStatistics | None = None,
     ) -> None:
         self.actor = actor
         self.prompts = prompts
         self.settings = settings or BaselineConfig()
-        self.shared = shared
 
     async def score(self, inp: CriticInput) -> CriticResult:
         """Return ``1/PPL`` of ``inp.action`` under the actor; never raises for one step's failure.
@@ -81,7 +76,9 @@ class PerplexityCritic:
             return CriticResult(score=z, raw=raw)
         if self.actor is None:
             return not_available("the step has no actor_logprobs and no actor endpoint is set for teacher forcing")
-        forced = await teacher_force(self.actor, self.prompts, inp, self.settings.prompt_logprobs, self.shared)
+        forced = await teacher_force(
+            self.actor, self.prompts, inp, self.settings.prompt_logprobs, self.settings.share_statistics
+        )
         if forced.span is None:
             return forced.failure()
         lps = tuple(t.logprob for t in forced.span)
@@ -96,9 +93,7 @@ class PerplexityCritic:
 
 def build(config: RunConfig, stages: Stages) -> Critic:
     """PPL over the actor's endpoint, or over the stream's ``actor_logprobs`` alone."""
-    return PerplexityCritic(
-        actor_chat(config, stages), prompt_set(config), config.baselines, shared_statistics(config, stages)
-    )
+    return PerplexityCritic(actor_chat(config, stages), prompt_set(config), config.baselines)
 
 
 METHOD = register_method(
