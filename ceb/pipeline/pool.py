@@ -1,42 +1,31 @@
 """The step pool: methods without a bank, each step scheduled by what it really waits for.
 
-A method without a bank (``static`` and the paper's baselines; :attr:`MethodSpec.order_free`) carries nothing
-from one trajectory to the next: its prompt for step ``t`` holds the step, the task and the trajectory's own
-earlier steps, and no critic is given the stream order or a trajectory's place in it
-(:class:`~ceb.stages.base.CriticInput` has neither). So its trajectories need not wait for each other, and a
-trajectory asks the same requests in every order of its stream. One :class:`StepPool` per (stream, critic)
-scores every such method of a run over the union of the stream's orders, in *units* that the runner schedules
-beside the bank lanes (:mod:`ceb.pipeline.runner`), under the same chain limit (``max_active_lanes``), the
-endpoint slots and the critical-path priority (:mod:`ceb.backends.scheduling`):
+A method without a bank (``static`` and the baselines; :attr:`MethodSpec.order_free`) carries nothing from one
+trajectory to the next, and no critic is given the stream order or a trajectory's place in it
+(:class:`~ceb.stages.base.CriticInput` has neither). So its trajectories need not wait for each other, and each asks
+the same requests in every order. One :class:`StepPool` per (stream, critic) scores every such method over the union
+of the stream's orders, in *units* the runner schedules beside the bank lanes (:mod:`ceb.pipeline.runner`), under
+the same chain limit (``max_active_lanes``), endpoint slots and critical-path priority (:mod:`ceb.backends.scheduling`):
+a method whose prompt reads its own earlier scores (``static``, :attr:`MethodSpec.reads_own_scores`) scores each
+trajectory as one unit, step after step; the others read nothing across steps, so each step is one unit in which
+every such method scores it at once, fetching what they share once (:mod:`ceb.stages.statistics`). A unit's
+requests carry its remaining chain as their priority (a trajectory's steps left; 1 for a baseline step). The rows
+are those of the strict lane order, whatever order they are written in.
 
-* a method whose prompt reads its own earlier scores (``static``: :attr:`MethodSpec.reads_own_scores`) scores
-  each trajectory as one unit, step after step; its trajectories run concurrently;
-* every other method (the baselines) reads nothing across steps: each step is one unit, in which each of them
-  scores that step at once, so a statistic they share is fetched once (:mod:`ceb.stages.statistics`).
+**A row per order.** A step's *source* row is placed in the first order that holds its trajectory; right after it
+comes one copy for every other order (:func:`copy_row`): the same score, reply and label, that order's ``order`` and
+``position``, ``reused_from`` the source order, status ``reused`` (a failed or ``not_available`` copy keeps its
+status) and no requests. Each order's metrics then equal those of a run that asked every order, for a critic that
+answers a prompt the same way each time; where it samples (``critic.temperature > 0``, ``pro``, ``cot``) the orders
+share one sample.
 
-A unit's requests carry its own remaining chain as their priority (a ``static`` trajectory: its steps left; a
-baseline step: 1), so the slots go first to the bank lanes and the long trajectories, and the independent steps
-fill the server around them. The rows are those of the strict lane order (one method's trajectories one after
-the other), whatever order they are written in.
-
-**A row per order.** With ``orders = R > 1`` each trajectory is scored once per method and its step rows are
-written for every order that holds it: first the *source* row, placed in the first order that holds the
-trajectory (the lowest), then right after it one copy for every other order (:func:`copy_row`): the same score,
-reply and label, that order's own ``order`` and ``position``, ``reused_from`` the source order, status
-``reused`` (a copy of a failed or ``not_available`` row keeps that status), and no requests. The metrics read a
-copy as a row of its order, so each order's numbers are those of a run that asked every order, for a critic
-that answers a prompt the same way each time (temperature 0, a seeded simulator); where it samples
-(``critic.temperature > 0``, ``pro``, ``cot``) the orders share one sample.
-
-**Durability and resume.** A copy is written after its source row by the same writer, so no copy exists
-without its source. A resume (:func:`~ceb.pipeline.resume.restore_progress`) keeps every finished source row
-(for a method that reads its own scores, only each trajectory's finished prefix: a later row was conditioned on
-the missing or failed one), drops every copy, and the runner writes the copies again from the kept sources
-without a request; the pool then scores only the steps without a kept row. A kept source row stays the source
-of its step wherever it was written (a raised ``max_trajectories`` can add an earlier order that holds the
-trajectory). Whether a run copies rows between orders is part of its fingerprint (recorded under the name of the
-switch it once had, ``reuse_bank_free``, :func:`shares_orders`), so a run recorded with every order asked is
-never resumed with copies.
+**Resume.** No copy exists without its source (the same writer writes it after). A resume
+(:func:`~ceb.pipeline.resume.restore_progress`) keeps every finished source row (for ``static``, each trajectory's
+finished prefix: a later row was conditioned on the missing one), drops every copy, and the runner writes the copies
+again from the kept sources without a request; the pool scores only what has no kept row. A kept source row stays
+its step's source wherever it was written (a raised ``max_trajectories`` can add an earlier order holding it). The
+fingerprint records whether a run copies rows (:func:`shares_orders`, under the name of the switch that once turned
+copying off, ``reuse_bank_free``), so a run that asked every order is never resumed with copies.
 """
 
 from __future__ import annotations
