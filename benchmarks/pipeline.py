@@ -83,8 +83,8 @@ class PipelineSettings:
 
 
 def _config(url: str, settings: PipelineSettings, *, concurrency: int, lanes: int, orders: int) -> RunConfig:
-    # Every order asked, as in the figures recorded before static's rows were copied between orders
-    # (ceb.pipeline.reuse): the workload stays 28 ordered streams each with CEB and static.
+    # static is asked once for both orders (its rows copied, ceb.pipeline.pool), its trajectories concurrently; the
+    # figures recorded before the step pool (issue 39) asked every order, in lanes.
     return bench_config(
         url,
         settings.sim.model,
@@ -93,7 +93,6 @@ def _config(url: str, settings: PipelineSettings, *, concurrency: int, lanes: in
         max_active_lanes=lanes,
         orders=orders,
         votes=settings.votes,
-        reuse_bank_free=False,
     )
 
 
@@ -108,7 +107,9 @@ _LaneKey = tuple[str, int, str, str]  # stream, order, method, critic
 
 
 def _lane(row: dict[str, Any]) -> _LaneKey:
-    return row["stream"], row.get("order", 0), row["method"], row.get("critic", "")
+    # A bank method's lane is its chain; static's chain is one trajectory (the step pool, ceb.pipeline.pool).
+    method = row["method"] if row["method"] != "static" else f"static:{row['trajectory']}"
+    return row["stream"], row.get("order", 0), method, row.get("critic", "")
 
 
 def _lane_paths(run_dir: Path, sim: SimConfig) -> tuple[float, dict[_LaneKey, float]]:

@@ -390,10 +390,10 @@ class BaselineConfig(_Section):
     log-prob and the ``K`` most likely tokens. ME's entropy is truncated to these ``K``. vLLM refuses more than
     its ``--max-logprobs`` (20 by default)."""
     share_statistics: bool = True
-    """Fetch a model statistic that several methods read once per step and share it (:mod:`ceb.stages.statistics`):
-    PPL, ME and PRO then send one teacher-forcing request per step between them, not one each. ``False`` sends
-    each method's own (the same request, so the same numbers); ``ceb batch`` exports do, since each request of a
-    Batch file belongs to one method's lane."""
+    """Fetch a model statistic that several methods read once per step and share it (:mod:`ceb.stages.statistics`,
+    in the step pool): PPL, ME and PRO then send one teacher-forcing request per step between them, not one each.
+    ``False`` sends each method's own (the same request, so the same numbers); ``ceb batch`` exports do, since
+    each request of a Batch file belongs to one method's lane."""
     me_surprisal: bool = False
     """ME on a step that carries only ``actor_logprobs`` and no actor endpoint: ``True`` takes each token's
     surprisal ``-log p(x_t)`` as a one-sample estimate of its entropy (so the score equals PPL's); ``False``
@@ -627,11 +627,6 @@ class RunConfig(_Section):
     lanes of every order are laid out before the first step is scored (the paper uses 5)."""
     order_seed: int = 0
     """Base seed of the stream-order permutations."""
-    reuse_bank_free: bool = True
-    """With ``orders > 1``, score each method without a bank (``static`` and the baselines) in one order only
-    and copy its rows to the other orders, marked ``reused`` (:mod:`ceb.pipeline.reuse`): such a method sees the
-    same prompts in every order, so the copies are what asking again would ask, at no request. Off: every order
-    asks anew, for independent samples per order from a critic that samples (``critic.temperature > 0``)."""
     max_trajectories: int | None = Field(None, ge=1, le=2**63 - 1)
     """Score only the first this many trajectories of each stream order (``None``: all). Each order keeps its own
     first ``N`` (after the permutation), so a limited run is exactly the start of the full one: a resume may raise
@@ -641,8 +636,8 @@ class RunConfig(_Section):
     ece_bins: int = Field(10, ge=1, le=10_000)
     """Equal-width bins of the reported ECE (at most 10,000: finer bins hold one step each and say nothing)."""
     max_active_lanes: int = Field(256, ge=1, le=1_000_000)
-    """(stream, method) lanes in progress at once; each lane is strictly sequential (at most a million, each
-    holds a task and its bank's working set)."""
+    """Chains in progress at once, each strictly sequential: a bank method's lane, a trajectory of ``static``, a
+    step of the baselines (:mod:`ceb.pipeline.pool`); at most a million, each holds a task and its working set."""
     allow_unavailable: bool = False
     """Run methods that cannot score on this backend (an LLM-only baseline on ``offline``) as rows marked "not
     available" instead of refusing the run at start."""
@@ -656,6 +651,8 @@ class RunConfig(_Section):
         if not isinstance(data, Mapping):
             return data
         data = dict(data)
+        if data.pop("reuse_bank_free", True) is False:  # a switch that is gone: the pool asks once for every order
+            _deprecated("reuse_bank_free = false", "true (bank-free methods are asked once for all orders)")
         for (old_section, old_key), (new_section, new_key) in _MOVED.items():
             section = data.get(old_section)
             if not isinstance(section, Mapping) or old_key not in section:

@@ -72,7 +72,7 @@ class ScoredLane:
             keep their count: the call was made.
         bank_tokens: The part of ``input_tokens`` the precedent section adds (0 without a bank), ``NaN`` where
             the row has no count.
-        n_reused: Rows copied from another order (``reused_from``, :mod:`ceb.pipeline.reuse`); they are rows of
+        n_reused: Rows copied from another order (``reused_from``, :mod:`ceb.pipeline.pool`); they are rows of
             this lane like any other, counted here only so that a report can say how many were not asked anew.
     """
 

@@ -196,7 +196,7 @@ def _header(ctx: ReportContext, source: str) -> Result:
 
 
 def _reused_line(lanes: Sequence[ScoredLane]) -> list[str]:
-    """The header line on rows copied between orders (``reuse_bank_free``), when the run has any."""
+    """The header line on rows copied between orders (:mod:`ceb.pipeline.pool`), when the run has any."""
     reused = sum(lane.n_reused for lane in lanes)
     if not reused:
         return []

@@ -110,7 +110,7 @@ def run_metrics(run_dir: str | Path, *, n_bins: int = 10) -> dict[str, Any]:
     RunDir(run_dir).require_readable()
     cells: dict[_Key, _Cell] = defaultdict(_Cell)
     # In stream order within each lane, whatever order the rows were written in (the copies of a bank-free
-    # method's rows follow their source's order, ceb.pipeline.reuse), so that sums are taken in one order.
+    # method's rows follow their source's order, ceb.pipeline.pool), so that sums are taken in one order.
     rows = sorted(read_step_rows(RunDir(run_dir).scores), key=lambda r: (r.position, r.step))
     for row in rows:
         cells[(row.critic, row.method, row.stream, row.order)].add(row)

@@ -1,8 +1,9 @@
 """The batch pipeline: score frozen streams into a run directory.
 
-Lanes (stream x order x method x critic) run in strict stream order, many at once (a method without a bank has
-one lane for all orders of a stream, :mod:`ceb.pipeline.reuse`). :mod:`~ceb.pipeline.planning` decides the
-lanes, :mod:`~ceb.pipeline.runner` executes them, and :class:`~ceb.pipeline.rundir.RunDir` owns the run
+Lanes (stream x order x method x critic) of the methods with a bank run in strict stream order, many at once; the
+methods without one are scored in a step pool per stream, their trajectories concurrently and each once for all
+orders (:mod:`ceb.pipeline.pool`). :mod:`~ceb.pipeline.planning` decides the lanes and pools,
+:mod:`~ceb.pipeline.runner` executes them, and :class:`~ceb.pipeline.rundir.RunDir` owns the run
 directory they write. :mod:`~ceb.pipeline.shard` splits a run N ways, :mod:`~ceb.pipeline.merge` joins the parts,
 and :mod:`~ceb.pipeline.ray_launch` runs the parts as Ray tasks. :mod:`~ceb.pipeline.relabel` is ``ceb relabel``'s
 batch (an LLM judge's labels into a new stream). The live gate is :mod:`ceb.gate`.

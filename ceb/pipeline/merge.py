@@ -50,7 +50,6 @@ from ceb.pipeline.planning import lane_keys
 from ceb.pipeline.provenance import merge_provenance
 from ceb.pipeline.results import HindsightRow, StepRow, read_hindsight_rows
 from ceb.pipeline.resume import diff_fingerprints
-from ceb.pipeline.reuse import shares_orders
 from ceb.pipeline.rundir import LIMIT_SETTING, LaneKey, RunDir, lane_name
 from ceb.pipeline.shard import Shard, shard_of
 from ceb.pipeline.summary import BankSize, Labeller, RunSummary, VoteCounts, summary_doc
@@ -274,7 +273,7 @@ class _Plan:
         self.keys = lane_keys(list(streams), config, methods)
         self.rank = {key: i for i, (key, _) in enumerate(self.keys)}
         self.by_key = dict(self.keys)
-        self.shared = {(k[0], k[2], k[3]) for k, m in self.keys if shares_orders(config) and m.order_free}
+        self.shared = {(k[0], k[2], k[3]) for k, m in self.keys if m.order_free}
         limit = config.max_trajectories
         self.trajectories: dict[str, int] = {}
         for name, entry in streams.items():

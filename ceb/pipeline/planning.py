@@ -1,10 +1,11 @@
 """Lane planning: which lanes a run has, over which trajectories, and where each starts.
 
-A run has one lane per (stream, order, method, critic), each over its stream in that order
-(:func:`stream_order`, cut at ``max_trajectories``); a bank-free method whose orders are shared
-(:mod:`ceb.pipeline.reuse`) has one lane per (stream, critic) over the union of the orders. A resume then gives
-each lane its starting point and bank (:mod:`ceb.pipeline.resume`). :func:`build_lanes` turns the plan into the
-:class:`~ceb.pipeline.lane.Lane` objects the runner executes (:mod:`ceb.pipeline.runner`).
+A run has one lane per (stream, order, method, critic) of a method with a bank, each over its stream in that
+order (:func:`stream_order`, cut at ``max_trajectories``); a bank-free method has one key per (stream, critic),
+of order 0, over the union of the orders, scored in the stream's step pool (:mod:`ceb.pipeline.pool`). A resume
+then gives each lane its starting point and bank and each pooled method its kept steps
+(:mod:`ceb.pipeline.resume`). :func:`build_lanes` turns the plan into the :class:`~ceb.pipeline.lane.Lane` and
+:class:`~ceb.pipeline.pool.StepPool` objects the runner executes (:mod:`ceb.pipeline.runner`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from typing import Any
 from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
 from ceb.pipeline.lane import Emit, Lane
+from ceb.pipeline.pool import PooledMethod, SharedStream, StepPool, copies, share_orders
 from ceb.pipeline.resume import LaneProgress, config_fingerprint, restore_progress, stream_fingerprint
-from ceb.pipeline.reuse import SharedLane, SharedStream, copies, share_orders, shares_orders
 from ceb.pipeline.rundir import LaneKey, RunDir
 from ceb.pipeline.shard import Shard
 from ceb.pipeline.summary import Row, RunSummary
@@ -59,9 +60,10 @@ class LanePlan:
 
     Attributes:
         specs: Lane -> (its trajectories in its order, its method), in the order lanes are built.
-        shared: The lanes of ``specs`` that stand for every order of a bank-free method, with their union.
+        shared: The keys of ``specs`` of the bank-free methods (scored in the step pool), with their stream's union
+            of orders.
         progress: Lane -> where it resumes (empty for a fresh run; a lane missing here starts at 0).
-        recopied: Copies of the source rows a resume kept (:mod:`ceb.pipeline.reuse`): written again first,
+        recopied: Copies of the source rows a resume kept (:mod:`ceb.pipeline.pool`): written again first,
             without a request.
     """
 
@@ -77,7 +79,8 @@ class LanePlan:
             RunError: A result file has a bad line before its last (names file and line).
         """
         factories = {k: (t, partial(new_bank, m, config) if m.use_bank else None) for k, (t, m) in self.specs.items()}
-        self.progress = restore_progress(run_dir, factories, shared=self.shared)
+        pooled = {key: self.specs[key][1].reads_own_scores for key in self.shared}
+        self.progress = restore_progress(run_dir, factories, pooled=pooled)
         for key, prog in self.progress.items():
             kept: list[Row] = [*prog.kept_steps, *prog.kept_hindsight]
             for row in kept:
@@ -91,11 +94,10 @@ def lane_keys(
 ) -> list[tuple[LaneKey, MethodSpec]]:
     """Every lane of a run over streams named ``streams``, with its method, in the order lanes are built.
 
-    One lane per stream, order, critic and method; a bank-free method whose orders are shared
-    (:func:`~ceb.pipeline.reuse.shares_orders`) has one lane, of order 0, for all orders. The keys need only the
-    stream names, so ``ceb merge`` lists a run's lanes from its ``config.json``.
+    One lane per stream, order, critic and method with a bank; a bank-free method has one key, of order 0, for
+    all orders (:mod:`ceb.pipeline.pool`). The keys need only the stream names, so ``ceb merge`` lists a run's
+    lanes from its ``config.json``.
     """
-    share = shares_orders(config)
     critics = list(config.critic_configs())
     return [
         ((name, order, method.name, critic), method)
@@ -103,7 +105,7 @@ def lane_keys(
         for order in range(config.orders)
         for critic in critics
         for method in methods
-        if not (share and method.order_free and order)
+        if not (method.order_free and order)
     ]
 
 
@@ -114,7 +116,6 @@ def plan_lanes(
     shard: Shard | None = None,
 ) -> LanePlan:
     """Every lane of a run (:func:`lane_keys`), or of its shard ``shard``, each over its trajectories in order."""
-    share = shares_orders(config)
     plan = LanePlan(specs={}, shared={})
     orders: dict[str, list[list[Trajectory]]] = {}
     unions: dict[str, SharedStream] = {}
@@ -127,9 +128,8 @@ def plan_lanes(
             orders[name] = [
                 stream_order(trajs, r, config.order_seed)[: config.max_trajectories] for r in range(config.orders)
             ]
-            if share:
-                unions[name] = share_orders(orders[name])
-        if share and method.order_free:  # one lane for every order (ceb.pipeline.reuse)
+            unions[name] = share_orders(orders[name])
+        if method.order_free:  # one key for every order, in the step pool (ceb.pipeline.pool)
             union = unions[name]
             plan.specs[key] = (union.trajectories, method)
             plan.shared[key] = union
@@ -145,8 +145,8 @@ def build_lanes(
     critic_stages: Mapping[tuple[str, str | CriticFactory], Critic],
     tokens: PromptTokenCounter | None,
     emit: Emit,
-) -> list[Lane]:
-    """The lanes of ``plan``, each at its resume point, with its critic label's stages.
+) -> tuple[list[Lane], list[StepPool]]:
+    """The lanes of ``plan``'s bank methods, each at its resume point, and one step pool per (stream, critic).
 
     Args:
         plan: The planned lanes (and a resume's progress).
@@ -157,21 +157,33 @@ def build_lanes(
         emit: The lanes' row target until the runner gives each its own.
     """
     lanes: list[Lane] = []
+    pooled: dict[tuple[str, str], list[PooledMethod]] = {}
     for key, (trajs, method) in plan.specs.items():
         prog = plan.progress.get(key, LaneProgress())
-        args = (key[0], method, trajs, by_critic[key[3]], config, emit)
-        kwargs: dict[str, Any] = {
-            "bank": prog.bank,
-            "order": key[1],
-            "critic": key[3],
-            "start": prog.position,
-            "prefix": prog.prefix,
-            "critic_stage": critic_stages[(key[3], method.critic)],
-            "tokens": tokens,
-        }
+        stage = critic_stages[(key[3], method.critic)]
         if key in plan.shared:
-            sources = {row.trajectory: row.order for row in prog.kept_steps}
-            lanes.append(SharedLane(*args, shared=plan.shared[key], sources=sources, **kwargs))
-        else:
-            lanes.append(Lane(*args, **kwargs))
-    return lanes
+            kept = {(row.trajectory, row.step): row.score for row in prog.kept_steps}
+            pooled.setdefault((key[0], key[3]), []).append(PooledMethod(key, method, stage, kept))
+            continue
+        lanes.append(
+            Lane(
+                key[0],
+                method,
+                trajs,
+                by_critic[key[3]],
+                config,
+                emit,
+                prog.bank,
+                order=key[1],
+                critic=key[3],
+                start=prog.position,
+                prefix=prog.prefix,
+                critic_stage=stage,
+                tokens=tokens,
+            )
+        )
+    pools = [
+        StepPool(stream, critic, methods, plan.shared[methods[0].key], config, tokens)
+        for (stream, critic), methods in pooled.items()
+    ]
+    return lanes, pools

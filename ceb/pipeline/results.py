@@ -85,7 +85,7 @@ class StepRow:
         bank_tokens: The part of ``input_tokens`` the precedent section adds (0 without a bank).
         status: ``scored``, ``failed``, ``not_available`` or ``reused`` (:data:`~ceb.stages.base.StepStatus`).
             A copy of a scored row is ``reused``; a copy of a failed or ``not_available`` row keeps that status.
-        reused_from: The order whose row this is a copy of (``reuse_bank_free``, :mod:`ceb.pipeline.reuse`), or
+        reused_from: The order whose row this is a copy of (:mod:`ceb.pipeline.pool`), or
             ``None`` for a row that asked its own requests. A copy has the score, reply, label and prompt token
             counts of its source and this row's own ``order`` and ``position``; it cost nothing, so its
             ``requests``, ``latency_s`` and ``queue_s`` are 0 (its server token counts 0 too, where the source

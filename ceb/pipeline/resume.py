@@ -13,9 +13,10 @@ step that has no row or whose critic call failed (so failed steps are retried); 
 same lane, if any, are dropped, because they were conditioned on the missing or failed step. Nothing before it
 is recomputed.
 
-A lane shared by the orders of a bank-free method (:mod:`ceb.pipeline.reuse`) is walked over the union of the
-orders; its rows are the source rows of any order, and its copies are dropped here and written again by the
-runner from the source rows kept.
+A bank-free method (scored in the step pool, :mod:`ceb.pipeline.pool`) is walked over the union of the orders;
+its rows are the source rows of any order, and its copies are dropped here and written again by the runner from
+the source rows kept. Its trajectories are independent, so each keeps its own finished rows: all of them for a
+method that reads no earlier score (a baseline), the finished prefix for one that does (``static``).
 
 A shard of a run (``--shard i/N``, :mod:`ceb.pipeline.shard`) resumes only as the same shard: its lanes are
 fixed by its plan. A resume is refused when the input streams or the result-affecting configuration differ from the ones
@@ -29,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -40,8 +41,8 @@ from ceb.bank import Bank, BankRecord
 from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
 from ceb.errors import RunError, with_path
+from ceb.pipeline.pool import shares_orders
 from ceb.pipeline.results import HindsightRow, StepRow, read_hindsight_rows, read_step_rows
-from ceb.pipeline.reuse import shares_orders
 from ceb.pipeline.rundir import LIMIT_SETTING, LaneKey, RunDir
 
 __all__ = [
@@ -121,7 +122,8 @@ def config_fingerprint(config: RunConfig) -> tuple[str, dict[str, Any]]:
     Returns:
         ``(sha256 hex, {dotted path: value})`` of every setting except :data:`VOLATILE_SETTINGS`, the
         trajectory limit, :data:`SERVING_SECTIONS`, and settings of :data:`NEW_SECTIONS` at their defaults.
-        ``reuse_bank_free`` is recorded as its effective value (:func:`ceb.pipeline.reuse.shares_orders`).
+        ``reuse_bank_free`` records whether the run copies bank-free rows between orders
+        (:func:`ceb.pipeline.pool.shares_orders`; the switch it is named after is gone, and copying is the only way).
     """
     skip = VOLATILE_SETTINGS | {LIMIT_SETTING}
     defaults = _flat(RunConfig().model_dump(mode="json"))
@@ -263,18 +265,19 @@ def _key(row: StepRow | HindsightRow) -> LaneKey:
 def restore_progress(
     run_dir: RunDir,
     lanes: Mapping[LaneKey, tuple[Sequence[Trajectory], Callable[[], Bank] | None]],
-    shared: Collection[LaneKey] = (),
+    pooled: Mapping[LaneKey, bool] | None = None,
 ) -> dict[LaneKey, LaneProgress]:
     """Work out each lane's resume point, rebuild its bank, and rewrite the result files to the kept rows.
 
     Rows copied from another order (``reused_from`` set) are never kept: the runner writes them again from the
-    source rows kept (:mod:`ceb.pipeline.reuse`).
+    source rows kept (:mod:`ceb.pipeline.pool`).
 
     Args:
         run_dir: The run directory to resume.
         lanes: Lane -> (its trajectories in its order, a factory of its empty bank, or ``None`` without a bank).
-        shared: The lanes of ``lanes`` shared by every order of their (stream, method, critic); their
-            trajectories are the union of the orders', and the source rows of any order are theirs.
+        pooled: The keys of ``lanes`` scored in the step pool, each with whether its steps read its own earlier
+            scores; their trajectories are the union of the orders', the source rows of any order are theirs, and
+            each trajectory keeps its finished rows (its finished prefix, when the steps read earlier scores).
 
     Returns:
         Every lane's :class:`LaneProgress`.
@@ -285,7 +288,8 @@ def restore_progress(
     scores, hindsight = run_dir.scores, run_dir.hindsight
     step_rows = list(read_step_rows(scores)) if scores.exists() else []
     hind_rows = list(read_hindsight_rows(hindsight)) if hindsight.exists() else []
-    groups = {(stream, method, critic): (stream, order, method, critic) for stream, order, method, critic in shared}
+    pooled = pooled or {}
+    groups = {(stream, method, critic): (stream, order, method, critic) for stream, order, method, critic in pooled}
 
     def key_of(row: StepRow) -> LaneKey:
         return groups.get((row.stream, row.method, row.critic)) or _key(row)
@@ -307,9 +311,13 @@ def restore_progress(
             for t in range(len(traj.steps)):
                 srow = steps.get((key, traj.id, t))
                 if srow is None or not srow.finished:
+                    if pooled.get(key) is False:  # a baseline's steps are independent: keep its later rows too
+                        continue
                     break
                 prefix.append(srow.score)
                 keep_steps.add(id(srow))
+            if key in pooled:  # the pool scores what each trajectory lacks; there is no position to stop at
+                continue
             hrow = hinds.get((key, traj.id)) if use_bank else None
             complete = len(prefix) == len(traj.steps) and (not use_bank or hrow is not None)
             if not complete:

@@ -1,16 +1,20 @@
-"""Run many lanes (stream x method) concurrently, each strictly ordered, with results streamed to disk.
+"""Run the lanes of the bank methods and the step pools of the others concurrently, with results streamed to disk.
 
-Structured concurrency only: one anyio task group holds a writer task and the lanes; lanes hand rows to
-the writer through a bounded memory object stream, and at most ``max_active_lanes`` lanes run at once.
-Endpoint concurrency is bounded separately, per endpoint, inside the backend. Which lanes there are is
-:mod:`ceb.pipeline.planning`; where their files go is :mod:`ceb.pipeline.rundir`.
+Each piece of work is a chain that must stay in order: a bank lane (stream x order x method, strictly sequential,
+:mod:`ceb.pipeline.lane`), a trajectory of ``static``, or one step of the baselines (:mod:`ceb.pipeline.pool`).
+Structured concurrency only: one anyio task group holds a writer task and the chains; they hand rows to the
+writer through a bounded memory object stream, at most ``max_active_lanes`` chains run at once, started longest
+first. Endpoint concurrency is bounded separately, per endpoint, inside the backend, where the longest remaining
+chain is served first. Which lanes and pools there are is :mod:`ceb.pipeline.planning`; where their files go is
+:mod:`ceb.pipeline.rundir`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +29,12 @@ from ceb.data.trajectory import Trajectory
 from ceb.errors import ConfigError, RunError, reported_error
 from ceb.logs import get_logger
 from ceb.pipeline.label import label_sources
-from ceb.pipeline.lane import Lane
+from ceb.pipeline.lane import Emit, Lane
 from ceb.pipeline.planning import LanePlan, build_lanes, fingerprints, plan_lanes
+from ceb.pipeline.pool import StepPool
 from ceb.pipeline.provenance import identify, provenance
 from ceb.pipeline.results import ResultWriter, StepRow
 from ceb.pipeline.resume import check_resumable, check_shard
-from ceb.pipeline.reuse import SharedLane
 from ceb.pipeline.rundir import RunDir
 from ceb.pipeline.shard import Shard
 from ceb.pipeline.summary import BankSize, FailureBudget, Row, RunSummary, cache_counts, labellers, summary_doc
@@ -48,7 +52,7 @@ log = get_logger(__name__)
 def progress_callbacks(progress: Progress) -> tuple[Callable[[Row], None], Callable[[int], None]]:
     """``on_row`` and ``on_start`` for :func:`run_scoring` that keep ``progress`` counting step rows.
 
-    A step row is one unit, a copy from another order too (failed when its own critic call failed); hindsight
+    A step row is one unit, a copy for another order too (failed when its own critic call failed); hindsight
     rows add their requests.
     """
 
@@ -154,6 +158,7 @@ async def _run_scoring(
     }
     tokens = PromptTokenCounter(prompt_set(config)) if config.critic.count_tokens else None
     lanes: list[Lane] = []
+    pools: list[StepPool] = []
     started, started_at = time.perf_counter(), datetime.now(UTC)
     outcome, error, began = "interrupted", "", False
     identities: dict[int, dict[str, Any]] = {}
@@ -171,8 +176,8 @@ async def _run_scoring(
                 run.write_config(config, streams, prints, shard.to_record() if shard is not None else None)
             began = True
             with run.writer() as writer:
-                lanes = build_lanes(plan, config, by_critic, critic_stages, tokens, _unset_emit)
-                await _execute(lanes, plan, config, writer, summary, on_row, on_start)
+                lanes, pools = build_lanes(plan, config, by_critic, critic_stages, tokens, _unset_emit)
+                await _execute(lanes, pools, plan, config, writer, summary, on_row, on_start)
             outcome = "finished"
         except BaseExceptionGroup as group:
             # A lane or the writer failed and the task group wrapped it: surface our own error (or the system's,
@@ -186,7 +191,7 @@ async def _run_scoring(
         raise
     finally:
         try:
-            _save_banks(run, lanes, summary)
+            _save_banks(run, lanes, pools, summary)
             summary.cache = cache_counts(by_critic.values())
             summary.provenance = provenance(config, by_critic, identities, prints["config_sha256"], sources)
             summary.wall_s = time.perf_counter() - started
@@ -242,6 +247,7 @@ def _check_methods(config: RunConfig, streams: Mapping[str, Sequence[Trajectory]
 
 async def _execute(
     lanes: Sequence[Lane],
+    pools: Sequence[StepPool],
     plan: LanePlan,
     config: RunConfig,
     writer: ResultWriter,
@@ -250,31 +256,32 @@ async def _execute(
     on_start: Callable[[int], None] | None,
 ) -> None:
     if on_start is not None:
-        on_start(len(plan.recopied) + sum(lane.steps_left for lane in lanes))
-    # Copies of the source rows a resume kept first: they need no request (ceb.pipeline.reuse).
+        on_start(len(plan.recopied) + sum(lane.steps_left for lane in lanes) + sum(p.steps_left for p in pools))
+    # Copies of the source rows a resume kept first: they need no request (ceb.pipeline.pool).
     for row in plan.recopied:
         writer.write(row)
         summary.count(row)
         if on_row is not None:
             on_row(row)
-    await _run_lanes(lanes, config, writer, summary, on_row)
+    await _run_chains(lanes, pools, config, writer, summary, on_row)
 
 
-def _save_banks(run: RunDir, lanes: Sequence[Lane], summary: RunSummary) -> None:
-    """Save each bank lane's bank and list every lane's bank size in ``summary``.
+def _save_banks(run: RunDir, lanes: Sequence[Lane], pools: Sequence[StepPool], summary: RunSummary) -> None:
+    """Save each lane's bank and list every lane's bank size in ``summary`` (a pooled method: 0, per order).
 
     Called without awaiting: under cancellation an await here would be cancelled too. A bank only changes
     between trajectories, so what is saved is its state after the last completed trajectory.
     """
     for lane in lanes:
-        key = (lane.stream, lane.order, lane.method.name, lane.critic)
-        saved = run.bank_file(key) if lane.method.use_bank else None
-        if saved is not None:
-            lane.bank.save(run.path / saved)
-        for order in lane.shared.orders if isinstance(lane, SharedLane) else [lane.order]:
-            summary.banks.append(
-                BankSize(lane.stream, order, lane.method.name, lane.critic, records=len(lane.bank), path=saved)
-            )
+        saved = run.bank_file((lane.stream, lane.order, lane.method.name, lane.critic))
+        lane.bank.save(run.path / saved)
+        summary.banks.append(
+            BankSize(lane.stream, lane.order, lane.method.name, lane.critic, records=len(lane.bank), path=saved)
+        )
+    for pool in pools:
+        for m in pool.methods:
+            for order in pool.shared.orders:
+                summary.banks.append(BankSize(pool.stream, order, m.method.name, pool.critic, records=0, path=None))
 
 
 def _stages_by_critic(
@@ -327,15 +334,16 @@ async def _unset_emit(row: Row) -> None:
     raise RuntimeError("lane started without an emit target")
 
 
-async def _run_lanes(
+async def _run_chains(
     lanes: Sequence[Lane],
+    pools: Sequence[StepPool],
     config: RunConfig,
     writer: ResultWriter,
     summary: RunSummary,
     on_row: Callable[[Row], None] | None,
 ) -> None:
     send, receive = anyio.create_memory_object_stream[Row](max_buffer_size=1024)
-    lane_slots = anyio.CapacityLimiter(config.max_active_lanes)
+    chain_slots = anyio.CapacityLimiter(config.max_active_lanes)
     budget = FailureBudget(config.fail_on_error)
 
     def take(row: Row) -> None:
@@ -347,14 +355,14 @@ async def _run_lanes(
 
     async def write_all() -> None:
         try:
-            # Shielded: when the run is cancelled (Ctrl-C, a timeout) the lanes stop, close their senders, and
+            # Shielded: when the run is cancelled (Ctrl-C, a timeout) the chains stop, close their senders, and
             # this loop ends at EndOfStream after writing every row they handed over.
             with anyio.CancelScope(shield=True):
                 async with receive:
                     async for row in receive:
                         take(row)
         finally:
-            # Cancelled or failed: rows already handed over by the lanes are finished work; write them too.
+            # Cancelled or failed: rows already handed over are finished work; write them too.
             while True:
                 try:
                     row = receive.receive_nowait()
@@ -363,18 +371,23 @@ async def _run_lanes(
                 writer.write(row)
                 summary.count(row)
 
-    async def run_lane(lane: Lane, sender: ObjectSendStream[Row]) -> None:
-        async with sender, lane_slots:
-            await lane.run()
+    async def run_chain(run: Callable[[Emit], Awaitable[None]], sender: ObjectSendStream[Row]) -> None:
+        async with sender, chain_slots:
+            await run(sender.send)
 
-    # Longest remaining chain first, so the lanes that bound the makespan hold lane slots from the start.
-    ordered = sorted(lanes, key=lambda lane: -lane.remaining)
+    chains: list[tuple[int, Callable[[Emit], Awaitable[None]]]] = [
+        (lane.remaining, partial(_run_lane, lane)) for lane in lanes if lane.remaining > 0
+    ]
+    chains += [(unit.remaining, unit.run) for pool in pools for unit in pool.units()]
+    # Longest remaining chain first, so the chains that bound the makespan hold chain slots from the start.
+    chains.sort(key=lambda chain: -chain[0])
     async with anyio.create_task_group() as tg:
         tg.start_soon(write_all)
         async with send:
-            for lane in ordered:
-                if lane.remaining <= 0:
-                    continue
-                sender = send.clone()
-                lane.emit = sender.send
-                tg.start_soon(run_lane, lane, sender)
+            for _, run in chains:
+                tg.start_soon(run_chain, run, send.clone())
+
+
+async def _run_lane(lane: Lane, emit: Emit) -> None:
+    lane.emit = emit
+    await lane.run()

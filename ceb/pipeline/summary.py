@@ -146,10 +146,9 @@ class RunSummary:
         prompt_tokens: Input tokens the server reported for this call's rows (resumed rows not included).
         completion_tokens: Output tokens likewise.
         steps_abstained: Steps the hindsight labeler gave no label (no evidence to judge by), so not banked.
-        steps_reused: Step rows copied from another stream order (``reuse_bank_free``,
-            :mod:`ceb.pipeline.reuse`), whatever their source's outcome; not in ``steps_scored``,
-            ``steps_failed`` or ``steps_unavailable``, and no request of theirs in ``requests``. A resume writes
-            every copy again, so they are never among the resumed rows.
+        steps_reused: Step rows copied from another stream order (:mod:`ceb.pipeline.pool`), whatever their
+            source's outcome; not in ``steps_scored``, ``steps_failed`` or ``steps_unavailable``, and no request
+            of theirs in ``requests``. A resume writes every copy again, so they are never among the resumed rows.
         hindsight_votes: Per stream, the hindsight votes and pseudo-labels (:class:`VoteCounts`).
         hindsight_labellers: Which model labelled the banks: per critic label, the labeller's backend, model and
             base URL(s) (:func:`labellers`); the critic's own unless ``hindsight`` names another endpoint.

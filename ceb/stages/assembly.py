@@ -23,7 +23,6 @@ from ceb.stages.critic import LLMCritic
 from ceb.stages.hindsight import LLMHindsight
 from ceb.stages.methods import MethodSpec
 from ceb.stages.offline import OfflineCritic, OfflineHindsight
-from ceb.stages.statistics import SharedStatistics
 from ceb.stages.templates import PromptSet
 
 __all__ = [
@@ -37,7 +36,6 @@ __all__ = [
     "llm_stages",
     "offline_stages",
     "prompt_set",
-    "shared_statistics",
 ]
 
 
@@ -94,11 +92,6 @@ def llm_stages(config: RunConfig, chat: ChatBackend, limits: EndpointLimits | No
 def offline_stages(config: RunConfig, limits: EndpointLimits | None = None) -> Stages:
     """The model-free stand-ins of :mod:`ceb.stages.offline`."""
     return Stages(critic=OfflineCritic(), hindsight=OfflineHindsight(config.hindsight), limits=limits)
-
-
-def shared_statistics(config: RunConfig, stages: Stages) -> SharedStatistics | None:
-    """Where the methods over ``stages`` share model statistics; ``None`` with ``baselines.share_statistics`` off."""
-    return stages.statistics if config.baselines.share_statistics else None
 
 
 def actor_chat(config: RunConfig, stages: Stages) -> ChatBackend | None:

@@ -16,7 +16,6 @@ from ceb.backends.scheduling import EndpointLimits
 from ceb.bank import Retrieval
 from ceb.config import BackendConfig
 from ceb.data.trajectory import Trajectory
-from ceb.stages.statistics import SharedStatistics
 
 __all__ = [
     "NOT_AVAILABLE",
@@ -289,8 +288,6 @@ class Stages:
             opened through :meth:`open_chat`); ``None`` when it asks :attr:`chat`.
         cache: The reply cache every backend of these stages consults first (:mod:`ceb.backends.cache`), or
             ``None``; owned by the stages.
-        statistics: Model statistics the methods over these stages share, each fetched once per step
-            (:mod:`ceb.stages.statistics`): the teacher-forced log-probs PPL, ME and PRO read.
     """
 
     critic: Critic
@@ -299,7 +296,6 @@ class Stages:
     limits: EndpointLimits | None = None
     hindsight_chat: ChatBackend | None = None
     cache: ReplyCache | None = None
-    statistics: SharedStatistics = field(default_factory=SharedStatistics)
     _opened: dict[str, ChatBackend | None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:

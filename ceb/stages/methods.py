@@ -183,15 +183,22 @@ class MethodSpec:
 
     @property
     def order_free(self) -> bool:
-        """Its step prompts do not depend on the stream order, so every order would ask the same requests.
+        """Its step prompts do not depend on the stream order, nor on the other trajectories: it has no bank.
 
-        True for a method without a bank: the bank is the only state a lane carries from one trajectory to the
-        next (retrieved precedents, ``|B_t|``). Everything else a step's prompt holds is the step, its task and
-        its own trajectory's earlier steps with the critic's scores of them; no critic is given the order or the
-        position (:class:`~ceb.stages.base.CriticInput` has neither). A run with several orders scores such a
-        method once and copies its rows to the other orders (``reuse_bank_free``, :mod:`ceb.pipeline.reuse`).
+        The bank is the only state a lane carries from one trajectory to the next (retrieved precedents,
+        ``|B_t|``), and no critic is given the order or the position (:class:`~ceb.stages.base.CriticInput` has
+        neither). Such a method is scored in the step pool (:mod:`ceb.pipeline.pool`): its trajectories
+        concurrently, each once for every order.
         """
         return not self.use_bank
+
+    @property
+    def reads_own_scores(self) -> bool:
+        """Its prompt for step ``t`` holds its own scores of the earlier steps: the LLM critic's (``static``).
+
+        Its steps of one trajectory wait for each other; a baseline's prompt holds no score, so its steps do not.
+        """
+        return self.uses_llm_critic
 
     @property
     def behaviour(self) -> tuple[object, ...]:

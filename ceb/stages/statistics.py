@@ -1,34 +1,30 @@
 """Model statistics that several methods read, fetched once per step and shared (LM-Polygraph's stat calculators).
 
 PPL, ME and PRO all read the actor's teacher-forced log-probabilities of the frozen action (the same request,
-:func:`~ceb.stages.baselines.teacher_forcing.teacher_forcing_request`); each method's lane runs on its own, so
-without sharing every one of them sent it. :class:`SharedStatistics` is a single-flight memo keyed by what was
-asked: the first lane to ask a key fetches it, the others that ask while it is under way wait for that fetch,
-and the ones that ask later read the kept value. The estimators stay math over the statistic.
+:func:`~ceb.stages.baselines.teacher_forcing.teacher_forcing_request`). The step pool (:mod:`ceb.pipeline.pool`)
+scores one step of every baseline at once, inside one :func:`step_statistics` scope: a :class:`SharedStatistics`
+that lives as long as that step. The first method to ask a statistic fetches it, the others that ask while it is
+under way wait for that fetch, and the ones that ask later read the kept value; the scope ends with the step, so
+nothing is kept beyond it. Outside a scope (a critic called on its own, ``baselines.share_statistics`` off) each
+method fetches its own. The estimators stay math over the statistic.
 
-Memory is bounded: the latest :data:`DEFAULT_CAPACITY` values are kept (the lanes of one stream order move
-through the steps together, so a value is read by its other methods long before it is dropped); a value asked
-for again after it was dropped is fetched again, which costs a request and changes nothing else.
-
-Which lane's row carries the request's cost depends on which asked first: the sum over the run is right, and
+Which method's row carries the request's cost depends on which asked first: the sum over the run is right, and
 the other rows record a request-free read (``requests`` 0).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 
 import anyio
 
-__all__ = ["DEFAULT_CAPACITY", "SharedStatistics"]
+__all__ = ["SharedStatistics", "current_statistics", "step_statistics"]
 
 T = TypeVar("T")
-
-DEFAULT_CAPACITY = 4096
-"""Values kept after their fetch (one per step and statistic): about 20 MB of teacher-forced spans at K = 20."""
 
 
 @dataclass(slots=True)
@@ -40,22 +36,12 @@ class _Entry(Generic[T]):
 
 
 class SharedStatistics:
-    """A single-flight memo of model statistics, shared by the methods of one set of stages.
+    """A single-flight memo of model statistics, shared by the methods scoring one step."""
 
-    Args:
-        capacity: Values kept after their fetch, newest first; ``>= 1``.
-
-    Raises:
-        ValueError: ``capacity`` is below 1.
-    """
-
-    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
-        self.capacity = capacity
-        self._entries: OrderedDict[Hashable, _Entry[Any]] = OrderedDict()
+    def __init__(self) -> None:
+        self._entries: dict[Hashable, _Entry[Any]] = {}
         self.fetched = 0
-        """Fetches made (one per distinct key, again after a key was dropped)."""
+        """Fetches made (one per distinct key)."""
         self.shared = 0
         """Reads served by another caller's fetch."""
 
@@ -64,7 +50,7 @@ class SharedStatistics:
 
         Args:
             key: What identifies the statistic (the endpoint and the exact request).
-            fetch: Fetches it; called at most once per key while the key is kept.
+            fetch: Fetches it; called at most once per key.
 
         Returns:
             ``(value, fetched_here)``: ``fetched_here`` is ``True`` for the caller whose ``fetch`` ran, which
@@ -79,7 +65,6 @@ class SharedStatistics:
             entry = self._entries.get(key)
             if entry is None:
                 break
-            self._entries.move_to_end(key)
             await entry.done.wait()
             if entry.error is not None:
                 raise entry.error
@@ -101,15 +86,25 @@ class SharedStatistics:
             if not entry.done_ok:
                 self._entries.pop(key, None)
             entry.done.set()
-        self._evict()
         return value, True
-
-    def _evict(self) -> None:
-        while len(self._entries) > self.capacity:
-            key, oldest = next(iter(self._entries.items()))
-            if not oldest.done.is_set():  # still being fetched: keep it, and everything newer
-                break
-            del self._entries[key]
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+_CURRENT: ContextVar[SharedStatistics | None] = ContextVar("ceb_step_statistics", default=None)
+
+
+@contextmanager
+def step_statistics() -> Iterator[SharedStatistics]:
+    """Share the statistics asked inside this block (and the tasks it starts): one step of several methods."""
+    token = _CURRENT.set(SharedStatistics())
+    try:
+        yield cast(SharedStatistics, _CURRENT.get())
+    finally:
+        _CURRENT.reset(token)
+
+
+def current_statistics() -> SharedStatistics | None:
+    """The statistics of the enclosing :func:`step_statistics` block, or ``None`` outside one."""
+    return _CURRENT.get()

@@ -29,7 +29,7 @@ SMALLEST: dict[str, tuple[str, list[list[str]]]] = {
     "bank": ("bank", [["--sizes", "100", "--queries", "2", "--updates", "1", "--reference-budget-s", "0.1"]]),
     "bank_quality": ("bank-quality", [["--sets", "bash", "--caps", "250", "--max-trajectories", "1", "--n-boot", "5"]]),
     "pipeline": ("pipeline", [["--trajectories", "1", "--orders", "1"]]),
-    "reuse": ("reuse", [["--trajectories", "1", "--grid", "{grid}"]]),
+    "step_pool": ("step-pool", [["--trajectories", "2", "--time-scale", "0.01"]]),
     "long_trajectory": ("long-trajectory", [["--sizes", "20", "--repeats", "1"]]),
     "gate_restart": ("gate-restart", [["--sizes", "10"]]),
     "readout": (
@@ -49,7 +49,7 @@ HELP_ONLY = {"tiny_vllm", "early_score", "repetition_flag", "cli_latency"}
 
 @pytest.fixture(scope="module")
 def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """What the smallest runs name: a simulator's API root, a stream, a scored run and a one-stream grid."""
+    """What the smallest runs name: a simulator's API root, a stream and a scored run."""
     root = tmp_path_factory.mktemp("scripts")
     stream = root / "s.jsonl"
     write_stream(stream, [trajectory(f"t{i}", step("ls", "a", label=1), step("rm x", "b", label=0)) for i in range(3)])
@@ -57,11 +57,8 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     cli = "import sys; from ceb.cli import main; sys.argv[0] = 'ceb'; main()"
     scored = _run([sys.executable, "-c", cli, "score", str(stream), "--out", str(run)], root)
     assert scored.returncode == 0, scored.stderr[-2000:]
-    grid = root / "grid.toml"  # read from a copy beside the benchmark's streams (../streams)
-    grid.write_text("methods = ['ceb', 'ppl']\norders = 2\n[grid]\n"
-                    "streams = ['../streams/intercode-bash-gpt-4.jsonl']\nout = '../runs/tiny'\n")  # fmt: skip
     with sim_process(SimConfig(time_scale=0.0)) as url:
-        yield {"sim": url, "stream": str(stream), "run": str(run), "grid": str(grid)}
+        yield {"sim": url, "stream": str(stream), "run": str(run)}
 
 
 def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -56,7 +56,7 @@ def test_a_grid_runs_every_cell_into_one_tidy_run_directory(tmp_path):
     order1 = [r["trajectory"] for r in rows if r["stream"] == "alpha" and r["order"] == 1 and r["method"] == "ceb"]
     order0 = [r["trajectory"] for r in rows if r["stream"] == "alpha" and r["order"] == 0 and r["method"] == "ceb"]
     assert sorted(order1) == sorted(order0) and order1 != order0
-    # static has no bank: scored in order 0 and copied to order 1 (ceb.pipeline.reuse), same scores.
+    # static has no bank: scored in order 0 and copied to order 1 (ceb.pipeline.pool), same scores.
     static = {(r["order"], r["trajectory"], r["step"]): r for r in rows if r["method"] == "static"}
     assert {r["status"] for (o, *_), r in static.items() if o == 1} == {"reused"}
     assert all(r["score"] == static[(0, *place)]["score"] for (o, *place), r in static.items() if o == 1)

@@ -112,7 +112,7 @@ async def test_kept_steps_are_not_asked_again(tmp_path):
     total = sum(len(t.steps) for s in STREAMS.values() for t in s) * 2 * 2
     critic_calls = sum(r.stage == "critic" for r in asked)
     assert summary is not None and 0 < summary.steps_resumed <= kept
-    # static is asked in one order and copied to the other (ceb.pipeline.reuse); copies are written anew.
+    # static is asked in one order and copied to the other (ceb.pipeline.pool); copies are written anew.
     assert summary.steps_reused == sum(len(t.steps) for s in STREAMS.values() for t in s)
     assert critic_calls == total - summary.steps_resumed - summary.steps_reused
     assert len(list(read_rows(tmp_path / "scores.jsonl"))) == total

@@ -1,8 +1,10 @@
-"""Bank-free methods scored once for every stream order (``reuse_bank_free``): cost, rows, resume, metrics, report."""
+"""Bank-free methods scored once for every stream order (the step pool): cost, rows, resume, metrics, report."""
 
 from __future__ import annotations
 
+import shutil
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -10,14 +12,17 @@ import orjson
 import pytest
 
 from ceb.backends.base import ChatRequest
+from ceb.backends.scripted import ScriptedChat
 from ceb.errors import RunError
 from ceb.eval.report import build_report
 from ceb.eval.runs import run_metrics
 from ceb.pipeline import read_rows
 from ceb.pipeline.planning import stream_order
+from ceb.pipeline.pool import share_orders
 from ceb.pipeline.results import read_step_rows
-from ceb.pipeline.reuse import share_orders
+from ceb.stages.assembly import llm_stages
 from tests.pipeline.test_resume import CONFIG, STREAMS, reply, score
+from tests.support.lane_order import comparable, lane_order_rows
 
 pytestmark = pytest.mark.anyio
 
@@ -54,12 +59,26 @@ def without(row: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
     return {k: v for k, v in row.items() if k not in names}
 
 
+async def asked_every_order(on: Path, out: Path) -> Path:
+    """A copy of run ``on`` whose bank-free rows are those of the strict lane order, every order asked."""
+    asked = await lane_order_rows(STREAMS, CONFIG, llm_stages(CONFIG, ScriptedChat(reply)))
+    shutil.copytree(on, out)
+    place = {(r.stream, r.order, r.method, r.critic, r.trajectory, r.step): asdict(r) for r in asked}
+    # The same rows in the same file order (the report lists lanes as they first appear), the asked ones replacing
+    # the pool's.
+    lines = [
+        orjson.dumps(place.get((r["stream"], r["order"], r["method"], r["critic"], r["trajectory"], r["step"]), r))
+        for r in read_rows(on / "scores.jsonl")
+    ]
+    (out / "scores.jsonl").write_bytes(b"".join(line + b"\n" for line in lines))
+    return out
+
+
 async def test_three_orders_of_static_ask_what_one_order_asks(tmp_path):
     asked = {}
     for name, cfg in {
         "one": config(methods=("static",), orders=1),
         "three": config(methods=("static",), orders=3),
-        "three-off": config(methods=("static",), orders=3, reuse_bank_free=False),
     }.items():
         asked[name] = Asked()
         summary = await score(tmp_path / name, config=cfg, responder=asked[name])
@@ -71,20 +90,24 @@ async def test_three_orders_of_static_ask_what_one_order_asks(tmp_path):
         )
     assert asked["one"].critic == STEPS
     assert asked["three"].critic == STEPS
-    assert asked["three-off"].critic == 3 * STEPS
+    # The strict lane order asks every order.
+    lanes = Asked()
+    await lane_order_rows(STREAMS, config(methods=("static",), orders=3), llm_stages(CONFIG, ScriptedChat(lanes)))
+    assert lanes.critic == 3 * STEPS
 
 
 async def test_copied_rows_equal_asked_rows_apart_from_status_and_cost(tmp_path):
     planned: list[int] = []
     on = await score(tmp_path / "on", on_start=planned.append)
-    off = await score(tmp_path / "off", config=config(reuse_bank_free=False))
-    assert on is not None and off is not None
-    rows_on, rows_off = by_place(tmp_path / "on"), by_place(tmp_path / "off")
+    assert on is not None
+    rows_on = by_place(tmp_path / "on")
+    off = await asked_every_order(tmp_path / "on", tmp_path / "off")
+    rows_off = by_place(off)
     assert rows_on.keys() == rows_off.keys()
     assert planned == [len(rows_on)]
     copied = 0
     for key, row in rows_on.items():
-        assert without(row, COST + COPY) == without(rows_off[key], COST + COPY)
+        assert comparable(row) == comparable(rows_off[key])
         stream, order, method = key[:3]
         if method == "static" and order > 0:
             copied += 1
@@ -93,10 +116,10 @@ async def test_copied_rows_equal_asked_rows_apart_from_status_and_cost(tmp_path)
         else:
             assert row["status"] == "scored" and row["reused_from"] is None
     assert copied == STEPS == on.steps_reused  # static in order 1 of both streams
-    assert on.steps_scored == 3 * STEPS and off.steps_scored == 4 * STEPS
-    assert on.requests == off.requests - STEPS
+    assert on.steps_scored == 3 * STEPS
+    assert sum(r["requests"] for r in rows_on.values()) == sum(r["requests"] for r in rows_off.values()) - STEPS
     # Each order's numbers are those of the run that asked every order.
-    assert run_metrics(tmp_path / "on") == run_metrics(tmp_path / "off")
+    assert run_metrics(tmp_path / "on") == run_metrics(off)
     doc = orjson.loads((tmp_path / "on" / "summary.json").read_bytes())
     assert doc["steps_reused"] == STEPS and doc["requests"] == on.requests
     banks = Counter((b["stream"], b["method"]) for b in doc["banks"])
@@ -143,17 +166,21 @@ async def test_copies_of_a_failed_source_step_follow_it_when_it_is_asked_again(t
     (tmp_path / "scores.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
     asked = Asked()
     await score(tmp_path, resume=True, responder=asked)
-    # From the failed step on, the lane is asked again (trajectory t1 is at position 1: 5 trajectories of 3 steps).
-    assert asked.critic == 5 * 3
+    # From the failed step on, its trajectory is asked again (3 steps); the pool keeps the other trajectories, which
+    # the strict lane order asked again too (trajectory t1 is at position 1: 5 trajectories of 3 steps).
+    assert asked.critic == 3
     assert {k: without(r, COST) for k, r in by_place(tmp_path).items()} == {
         k: without(r, COST) for k, r in full.items()
     }
 
 
-async def test_a_run_is_not_resumed_with_the_other_setting(tmp_path):
+async def test_a_run_that_asked_every_order_is_not_resumed_with_copies(tmp_path):
     await score(tmp_path, stop_after=10)
-    with pytest.raises(RunError, match="reuse_bank_free: True -> False"):
-        await score(tmp_path, resume=True, config=config(reuse_bank_free=False))
+    doc = orjson.loads((tmp_path / "config.json").read_bytes())
+    doc["fingerprints"]["config"]["reuse_bank_free"] = False  # recorded by a run with the switch off
+    (tmp_path / "config.json").write_bytes(orjson.dumps(doc))
+    with pytest.raises(RunError, match="reuse_bank_free: False -> True"):
+        await score(tmp_path, resume=True)
 
 
 async def test_a_run_recorded_before_the_setting_resumes_where_it_changes_nothing(tmp_path):
@@ -165,7 +192,7 @@ async def test_a_run_recorded_before_the_setting_resumes_where_it_changes_nothin
     summary = await score(tmp_path, config=one, resume=True)
     assert summary is not None and summary.steps_resumed > 0
     # With several orders the older run asked every order: resuming it with copies is refused, by name.
-    await score(tmp_path / "old", stop_after=10, config=config(reuse_bank_free=False))
+    await score(tmp_path / "old", stop_after=10)
     doc = orjson.loads((tmp_path / "old" / "config.json").read_bytes())
     del doc["fingerprints"]["config"]["reuse_bank_free"]
     (tmp_path / "old" / "config.json").write_bytes(orjson.dumps(doc))
@@ -175,22 +202,17 @@ async def test_a_run_recorded_before_the_setting_resumes_where_it_changes_nothin
 
 async def test_the_report_counts_copies_and_reads_them_as_rows_of_their_order(tmp_path):
     await score(tmp_path / "on")
-    await score(tmp_path / "off", config=config(reuse_bank_free=False))
+    off = await asked_every_order(tmp_path / "on", tmp_path / "off")
     text = build_report(tmp_path / "on", n_boot=0).read_text()
     assert f"Rows copied from another stream order: {STEPS}" in text
-    assert "Rows copied" not in build_report(tmp_path / "off", n_boot=0).read_text()
+    assert "Rows copied" not in build_report(off, n_boot=0).read_text()
     on = orjson.loads((tmp_path / "on" / "report" / "report.json").read_bytes())
-    off = orjson.loads((tmp_path / "off" / "report" / "report.json").read_bytes())
-    assert on["run"]["reused_rows"] == STEPS and off["run"]["reused_rows"] == 0
-    # Lanes are listed as they first appear in scores.jsonl, which differs; every number is the same. The
-    # provenance differs by the configuration digest only (reuse_bank_free is a setting of its own).
-    assert on["provenance"]["config_sha256"] != off["provenance"]["config_sha256"]
-    assert canonical({k: v for k, v in on.items() if k not in ("run", "provenance")}) == canonical(
-        {k: v for k, v in off.items() if k not in ("run", "provenance")}
+    off_doc = orjson.loads((off / "report" / "report.json").read_bytes())
+    assert on["run"]["reused_rows"] == STEPS and off_doc["run"]["reused_rows"] == 0
+    # Lanes are listed as they first appear in scores.jsonl, which differs; every number is the same.
+    assert canonical({k: v for k, v in on.items() if k != "run"}) == canonical(
+        {k: v for k, v in off_doc.items() if k != "run"}
     )
-    assert {k: v for k, v in on["provenance"].items() if k != "config_sha256"} == {
-        k: v for k, v in off["provenance"].items() if k != "config_sha256"
-    }
 
 
 def canonical(doc: Any) -> Any:

@@ -7,7 +7,7 @@ from collections import Counter
 import anyio
 import pytest
 
-from ceb.stages.statistics import SharedStatistics
+from ceb.stages.statistics import SharedStatistics, current_statistics, step_statistics
 
 pytestmark = pytest.mark.anyio
 
@@ -100,21 +100,27 @@ async def test_a_waiter_fetches_again_when_the_fetcher_is_cancelled() -> None:
     assert got == [("span", True)]
 
 
-async def test_memory_is_bounded_and_a_dropped_value_is_fetched_again() -> None:
-    shared = SharedStatistics(capacity=2)
+async def test_a_step_scope_shares_with_the_tasks_it_starts_and_keeps_nothing_after_it() -> None:
     calls: Counter[str] = Counter()
 
-    def fetch(key: str):  # type: ignore[no-untyped-def]
-        async def run() -> str:
-            calls[key] += 1
-            return key
+    async def fetch() -> str:
+        calls["k"] += 1
+        return "span"
 
-        return run
+    assert current_statistics() is None
+    got: list[tuple[str, bool]] = []
 
-    for key in ("a", "b", "c"):
-        await shared.get(key, fetch(key))
-    assert len(shared) == 2
-    assert await shared.get("a", fetch("a")) == ("a", True) and calls["a"] == 2
-    assert await shared.get("c", fetch("c")) == ("c", False) and calls["c"] == 1
-    with pytest.raises(ValueError):
-        SharedStatistics(capacity=0)
+    async def read() -> None:
+        shared = current_statistics()
+        assert shared is not None
+        got.append(await shared.get("k", fetch))
+
+    with step_statistics() as scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read)
+            tg.start_soon(read)
+    assert calls["k"] == 1 and sorted(got) == [("span", False), ("span", True)] and len(scope) == 1
+    # The next step's scope starts empty: the statistic is fetched again.
+    with step_statistics():
+        await read()
+    assert calls["k"] == 2 and current_statistics() is None

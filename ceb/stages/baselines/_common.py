@@ -1,4 +1,4 @@
-"""What the baseline critics share: the not-available result, their evidence line and their prompts.
+"""What the baseline critics share: their evidence line and their prompts.
 
 They ask the endpoint as every stage does (:func:`ceb.stages.asking.ask`).
 """
@@ -10,14 +10,9 @@ from typing import Any
 
 from ceb.backends.base import ChatBackend
 from ceb.errors import ConfigError
-from ceb.stages.base import CallStats, CriticInput, CriticResult
+from ceb.stages.base import CriticInput
 from ceb.stages.critic import situation_context
 from ceb.stages.templates import PromptSet
-
-
-def not_available(reason: str, *, raw: str = "", stats: CallStats | None = None) -> CriticResult:
-    """No score: the method cannot give one for this step (:data:`~ceb.stages.base.NOT_AVAILABLE`)."""
-    return CriticResult.not_available(reason, raw=raw, stats=stats)
 
 
 def evidence(**fields: Any) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from ceb.backends.base import ChatBackend, ChatRequest
@@ -97,6 +98,7 @@ def confidence_span(text: str) -> tuple[int, int]:
     return found[-1].span(1)
 
 
+@dataclass
 class CoTCritic:
     """Zero-shot chain-of-thought about the proposed action, then ``Confidence: c``; score ``c / 100``.
 
@@ -117,24 +119,17 @@ class CoTCritic:
     reply's top log-probs at its digits (:mod:`ceb.stages.readout`), each candidate read as percent; the
     reasoning is read as text.
 
-    Args:
+    Attributes:
         chat: The critic's endpoint.
         prompts: Templates.
         settings: ``cot_temperature`` and ``cot_max_tokens`` are read.
         readout: The critic's ``readout``, ``top_logprobs``, ``readout_min_mass`` and ``format_retries`` are read.
     """
 
-    def __init__(
-        self,
-        chat: ChatBackend,
-        prompts: PromptSet,
-        settings: BaselineConfig | None = None,
-        readout: CriticConfig | None = None,
-    ) -> None:
-        self.chat = chat
-        self.prompts = prompts
-        self.settings = settings or BaselineConfig()
-        self.readout = readout or CriticConfig()
+    chat: ChatBackend
+    prompts: PromptSet
+    settings: BaselineConfig = field(default_factory=BaselineConfig)
+    readout: CriticConfig = field(default_factory=CriticConfig)
 
     def request(self, inp: CriticInput) -> ChatRequest:
         """The CoT request for ``inp``."""

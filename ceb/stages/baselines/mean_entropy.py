@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from ceb.backends.base import ChatBackend, TokenLogprob
 from ceb.config import BaselineConfig, RunConfig
-from ceb.stages.assembly import Stages, actor_chat, prompt_set, shared_statistics
+from ceb.stages.assembly import Stages, actor_chat, prompt_set
 from ceb.stages.base import CallStats, Critic, CriticInput, CriticResult
-from ceb.stages.baselines._common import evidence, not_available
+from ceb.stages.baselines._common import evidence
 from ceb.stages.baselines.teacher_forcing import teacher_force
 from ceb.stages.methods import MethodSpec, register_method
-from ceb.stages.statistics import SharedStatistics
 from ceb.stages.templates import PromptSet
 
 __all__ = ["MeanEntropyCritic", "top_k_entropy"]
@@ -38,6 +38,7 @@ def top_k_entropy(top: Sequence[tuple[str, float]]) -> float:
     return -math.fsum(w / total * math.log(w / total) for w in weights if w > 0)
 
 
+@dataclass
 class MeanEntropyCritic:
     """Scores a step by the actor's certainty over its action: ``s = exp(-H_mean)``, ``H_mean = (1/L) sum_i H_i``.
 
@@ -57,25 +58,15 @@ class MeanEntropyCritic:
        number as PPL; the result says so in ``raw``.
     3. Otherwise the step is not available (:data:`~ceb.stages.base.NOT_AVAILABLE`).
 
-    Args:
+    Attributes:
         actor: The actor's endpoint, or ``None``.
         prompts: Templates of the actor prompt used for teacher forcing.
-        settings: ``prompt_logprobs`` (K) and ``me_surprisal`` are read.
-        shared: Where the teacher-forced log-probs are shared with PPL and PRO (:mod:`ceb.stages.statistics`);
-            ``None`` asks for them on its own.
+        settings: ``prompt_logprobs`` (K), ``me_surprisal`` and ``share_statistics`` are read.
     """
 
-    def __init__(
-        self,
-        actor: ChatBackend | None,
-        prompts: PromptSet,
-        settings: BaselineConfig | None = None,
-        shared: SharedStatistics | None = None,
-    ) -> None:
-        self.actor = actor
-        self.prompts = prompts
-        self.settings = settings or BaselineConfig()
-        self.shared = shared
+    actor: ChatBackend | None
+    prompts: PromptSet
+    settings: BaselineConfig = field(default_factory=BaselineConfig)
 
     async def score(self, inp: CriticInput) -> CriticResult:
         """Return ``exp(-H_mean)`` of ``inp.action`` under the actor; never raises for one step's failure.
@@ -84,7 +75,9 @@ class MeanEntropyCritic:
             FatalBackendError: The actor endpoint refuses every request.
         """
         if self.actor is not None:
-            forced = await teacher_force(self.actor, self.prompts, inp, self.settings.prompt_logprobs, self.shared)
+            forced = await teacher_force(
+                self.actor, self.prompts, inp, self.settings.prompt_logprobs, self.settings.share_statistics
+            )
             if forced.span is None:
                 return forced.failure()
             return self._from_span(forced.span, forced.stats)
@@ -94,17 +87,19 @@ class MeanEntropyCritic:
             raw = evidence(source="actor_logprobs (surprisal estimate of entropy)", tokens=len(lps), mean_entropy=h)
             return CriticResult(score=min(1.0, math.exp(-h)), raw=raw)
         if inp.actor_logprobs:
-            return not_available(
+            return CriticResult.not_available(
                 "actor_logprobs hold only the chosen tokens, not the alternatives an entropy needs, and no actor "
                 "endpoint is set for teacher forcing (set me_surprisal to use the one-sample surprisal estimate)"
             )
-        return not_available("the step has no actor_logprobs and no actor endpoint is set for teacher forcing")
+        return CriticResult.not_available(
+            "the step has no actor_logprobs and no actor endpoint is set for teacher forcing"
+        )
 
     def _from_span(self, span: tuple[TokenLogprob, ...], stats: CallStats) -> CriticResult:
         missing = [t.token for t in span if not t.top]
         if missing:
             reason = f"the endpoint listed no top alternatives for the action's tokens {missing!r}"
-            return not_available(reason, stats=stats)
+            return CriticResult.not_available(reason, stats=stats)
         entropies = [top_k_entropy(t.top) for t in span]
         h = math.fsum(entropies) / len(entropies)
         raw = evidence(
@@ -118,9 +113,7 @@ class MeanEntropyCritic:
 
 def build(config: RunConfig, stages: Stages) -> Critic:
     """ME over the actor's endpoint, or over the stream's ``actor_logprobs`` alone."""
-    return MeanEntropyCritic(
-        actor_chat(config, stages), prompt_set(config), config.baselines, shared_statistics(config, stages)
-    )
+    return MeanEntropyCritic(actor_chat(config, stages), prompt_set(config), config.baselines)
 
 
 METHOD = register_method(

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from ceb.backends.base import ChatBackend
 from ceb.config import BaselineConfig, RunConfig
-from ceb.stages.assembly import Stages, actor_chat, prompt_set, shared_statistics
+from ceb.stages.assembly import Stages, actor_chat, prompt_set
 from ceb.stages.base import Critic, CriticInput, CriticResult
-from ceb.stages.baselines._common import evidence, not_available
+from ceb.stages.baselines._common import evidence
 from ceb.stages.baselines.teacher_forcing import teacher_force
 from ceb.stages.methods import MethodSpec, register_method
-from ceb.stages.statistics import SharedStatistics
 from ceb.stages.templates import PromptSet
 
 __all__ = ["PerplexityCritic", "inverse_perplexity"]
@@ -32,6 +32,7 @@ def inverse_perplexity(logprobs: Sequence[float]) -> float:
     return min(1.0, math.exp(math.fsum(logprobs) / len(logprobs)))
 
 
+@dataclass
 class PerplexityCritic:
     """Scores a step by how expected its action was to the actor: ``s = 1/PPL = exp(mean_i log p(x_i))``.
 
@@ -48,25 +49,15 @@ class PerplexityCritic:
 
     With neither, the step is not available (:data:`~ceb.stages.base.NOT_AVAILABLE`); no score is made up.
 
-    Args:
+    Attributes:
         actor: The actor's endpoint, or ``None`` to use logged log-probs only.
         prompts: Templates of the actor prompt used for teacher forcing.
-        settings: ``prompt_logprobs`` (K) is read.
-        shared: Where the teacher-forced log-probs are shared with ME and PRO (:mod:`ceb.stages.statistics`);
-            ``None`` asks for them on its own.
+        settings: ``prompt_logprobs`` (K) and ``share_statistics`` are read.
     """
 
-    def __init__(
-        self,
-        actor: ChatBackend | None,
-        prompts: PromptSet,
-        settings: BaselineConfig | None = None,
-        shared: SharedStatistics | None = None,
-    ) -> None:
-        self.actor = actor
-        self.prompts = prompts
-        self.settings = settings or BaselineConfig()
-        self.shared = shared
+    actor: ChatBackend | None
+    prompts: PromptSet
+    settings: BaselineConfig = field(default_factory=BaselineConfig)
 
     async def score(self, inp: CriticInput) -> CriticResult:
         """Return ``1/PPL`` of ``inp.action`` under the actor; never raises for one step's failure.
@@ -80,8 +71,12 @@ class PerplexityCritic:
             raw = evidence(source="actor_logprobs", tokens=len(lps), mean_logprob=math.fsum(lps) / len(lps))
             return CriticResult(score=z, raw=raw)
         if self.actor is None:
-            return not_available("the step has no actor_logprobs and no actor endpoint is set for teacher forcing")
-        forced = await teacher_force(self.actor, self.prompts, inp, self.settings.prompt_logprobs, self.shared)
+            return CriticResult.not_available(
+                "the step has no actor_logprobs and no actor endpoint is set for teacher forcing"
+            )
+        forced = await teacher_force(
+            self.actor, self.prompts, inp, self.settings.prompt_logprobs, self.settings.share_statistics
+        )
         if forced.span is None:
             return forced.failure()
         lps = tuple(t.logprob for t in forced.span)
@@ -96,9 +91,7 @@ class PerplexityCritic:
 
 def build(config: RunConfig, stages: Stages) -> Critic:
     """PPL over the actor's endpoint, or over the stream's ``actor_logprobs`` alone."""
-    return PerplexityCritic(
-        actor_chat(config, stages), prompt_set(config), config.baselines, shared_statistics(config, stages)
-    )
+    return PerplexityCritic(actor_chat(config, stages), prompt_set(config), config.baselines)
 
 
 METHOD = register_method(

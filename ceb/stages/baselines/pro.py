@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from ceb.backends.base import ChatBackend, ChatRequest, TokenLogprob
 from ceb.config import BaselineConfig, RunConfig
 from ceb.stages.asking import ask
-from ceb.stages.assembly import Stages, actor_chat, prompt_set, shared_statistics
+from ceb.stages.assembly import Stages, actor_chat, prompt_set
 from ceb.stages.base import Critic, CriticInput, CriticResult
-from ceb.stages.baselines._common import actor_messages, evidence, need_chat, not_available
+from ceb.stages.baselines._common import actor_messages, evidence, need_chat
 from ceb.stages.baselines.teacher_forcing import teacher_force
 from ceb.stages.methods import MethodSpec, register_method
-from ceb.stages.statistics import SharedStatistics
 from ceb.stages.templates import PromptSet
 
 __all__ = ["SAMPLE_SLACK_TOKENS", "PROCritic", "action_key", "sample_budget", "softmax_weight"]
@@ -53,6 +52,7 @@ def _sequence_logprob(tokens: Sequence[TokenLogprob]) -> float:
     return math.fsum(t.logprob for t in tokens)
 
 
+@dataclass
 class PROCritic:
     """``s`` = the frozen action's softmax weight over the sequence log-probs of distinct candidate actions.
 
@@ -79,27 +79,17 @@ class PROCritic:
     the action), the samples hold that whole text, and their log-probs are not comparable with the action's;
     the generic actor prompt asks for the action alone for that reason.
 
-    Args:
+    Attributes:
         actor: The actor's endpoint (it must return ``logprobs`` for ``n`` samples and honour vLLM's
             ``prompt_logprobs`` and ``continue_final_message``).
         prompts: Templates of the actor prompt.
         settings: ``pro_samples``, ``pro_temperature``, ``pro_max_tokens`` (each sample's budget, further cut to
-            the frozen action's length by :func:`sample_budget`) and ``prompt_logprobs`` are read.
-        shared: Where the teacher-forced log-probs are shared with PPL and ME (:mod:`ceb.stages.statistics`);
-            ``None`` asks for them on its own.
+            the frozen action's length by :func:`sample_budget`), ``prompt_logprobs`` and ``share_statistics`` are read.
     """
 
-    def __init__(
-        self,
-        actor: ChatBackend,
-        prompts: PromptSet,
-        settings: BaselineConfig | None = None,
-        shared: SharedStatistics | None = None,
-    ) -> None:
-        self.actor = actor
-        self.prompts = prompts
-        self.settings = settings or BaselineConfig()
-        self.shared = shared
+    actor: ChatBackend
+    prompts: PromptSet
+    settings: BaselineConfig = field(default_factory=BaselineConfig)
 
     def sample_request(self, inp: CriticInput) -> ChatRequest:
         """The request that samples ``N`` actions with their log-probs for ``inp``."""
@@ -125,8 +115,12 @@ class PROCritic:
         per_choice = c.logprobs or (None,) * len(c.texts)
         samples = [(text, _sequence_logprob(lps)) for text, lps in zip(c.texts, per_choice, strict=False) if lps]
         if not samples:
-            return not_available("the endpoint returned no log-probs for the sampled actions", stats=sent.stats)
-        forced = await teacher_force(self.actor, self.prompts, inp, self.settings.prompt_logprobs, self.shared)
+            return CriticResult.not_available(
+                "the endpoint returned no log-probs for the sampled actions", stats=sent.stats
+            )
+        forced = await teacher_force(
+            self.actor, self.prompts, inp, self.settings.prompt_logprobs, self.settings.share_statistics
+        )
         stats = sent.stats + forced.stats
         if forced.span is None:
             return replace(forced.failure(), stats=stats)
@@ -149,9 +143,7 @@ class PROCritic:
 
 def build(config: RunConfig, stages: Stages) -> Critic:
     """PRO over the actor's endpoint."""
-    return PROCritic(
-        need_chat(actor_chat(config, stages)), prompt_set(config), config.baselines, shared_statistics(config, stages)
-    )
+    return PROCritic(need_chat(actor_chat(config, stages)), prompt_set(config), config.baselines)
 
 
 METHOD = register_method(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import string
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import anyio
 
@@ -13,7 +14,7 @@ from ceb.config import BaselineConfig, RunConfig
 from ceb.stages.asking import Answer, ask
 from ceb.stages.assembly import Stages, prompt_set
 from ceb.stages.base import NOT_AVAILABLE, Critic, CriticInput, CriticResult
-from ceb.stages.baselines._common import continuation_extra, evidence, need_chat, not_available, prompt_messages
+from ceb.stages.baselines._common import continuation_extra, evidence, need_chat, prompt_messages
 from ceb.stages.baselines.teacher_forcing import action_span
 from ceb.stages.methods import MethodSpec, register_method
 from ceb.stages.templates import PromptSet
@@ -85,6 +86,7 @@ def _shown(tokens: Iterable[str], limit: int = 8) -> str:
     return ", ".join(repr(t) for t in tokens[:limit]) + more
 
 
+@dataclass
 class PTrueCritic:
     """Asks the critic "is the proposed action correct? True or False" and compares the answers' probabilities.
 
@@ -105,16 +107,15 @@ class PTrueCritic:
 
     No reply is re-asked: the same request would get the same distribution.
 
-    Args:
+    Attributes:
         chat: The critic's endpoint.
         prompts: Templates.
         settings: ``ptrue_forced``, ``ptrue_top_logprobs`` and ``ptrue_max_tokens`` are read.
     """
 
-    def __init__(self, chat: ChatBackend, prompts: PromptSet, settings: BaselineConfig | None = None) -> None:
-        self.chat = chat
-        self.prompts = prompts
-        self.settings = settings or BaselineConfig()
+    chat: ChatBackend
+    prompts: PromptSet
+    settings: BaselineConfig = field(default_factory=BaselineConfig)
 
     def request(self, inp: CriticInput) -> ChatRequest:
         """The first-token P(True) request for ``inp`` (``ptrue_forced=False``)."""
@@ -174,7 +175,7 @@ class PTrueCritic:
             positions = result.completion.prompt_logprobs
             if not positions:
                 reason = "the endpoint returned no prompt_logprobs (teacher forcing needs a vLLM-style server)"
-                return not_available(reason, stats=stats)
+                return CriticResult.not_available(reason, stats=stats)
             try:
                 span = action_span(positions, answer)
             except ValueError as exc:
@@ -192,11 +193,13 @@ class PTrueCritic:
         text = c.texts[0] if c.texts else ""
         tokens = c.logprobs[0] if c.logprobs else None
         if not tokens:
-            return not_available("the endpoint returned no log-probs for the answer", raw=text, stats=sent.stats)
+            return CriticResult.not_available(
+                "the endpoint returned no log-probs for the answer", raw=text, stats=sent.stats
+            )
         try:
             z, m_t, m_f = p_true(tokens[0])
         except ValueError as exc:
-            return not_available(str(exc), raw=text, stats=sent.stats)
+            return CriticResult.not_available(str(exc), raw=text, stats=sent.stats)
         raw = evidence(method="first_token", answer=text, first_token=tokens[0].token, true_mass=m_t, false_mass=m_f)
         return CriticResult(score=z, raw=raw, stats=sent.stats)
 

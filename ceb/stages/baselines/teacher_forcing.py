@@ -19,7 +19,7 @@ from ceb.backends.base import ChatBackend, ChatRequest, TokenLogprob
 from ceb.stages.asking import ask
 from ceb.stages.base import NOT_AVAILABLE, CallStats, CriticInput, CriticResult
 from ceb.stages.baselines._common import actor_messages, continuation_extra
-from ceb.stages.statistics import SharedStatistics
+from ceb.stages.statistics import current_statistics
 from ceb.stages.templates import PromptSet
 
 __all__ = ["ForcedAction", "action_span", "teacher_force", "teacher_forcing_request"]
@@ -123,7 +123,7 @@ async def teacher_force(
     prompts: PromptSet,
     inp: CriticInput,
     top_k: int,
-    shared: SharedStatistics | None = None,
+    share: bool = True,
 ) -> ForcedAction:
     """Score ``inp.action`` under the actor by teacher forcing (module docstring) and cut out its span.
 
@@ -132,13 +132,15 @@ async def teacher_force(
         prompts: Templates of the actor prompt.
         inp: The step.
         top_k: ``prompt_logprobs``: the top alternatives listed per prompt token.
-        shared: Where the methods of one run share the statistic (:mod:`ceb.stages.statistics`): the request is
-            sent once per step and endpoint, whichever of PPL, ME and PRO asks first; a reader of another's
-            fetch gets the same span with a request-free cost. ``None`` sends it every time.
+        share: Share the statistic with the other methods scoring the step (:mod:`ceb.stages.statistics`, inside
+            its :func:`~ceb.stages.statistics.step_statistics` scope): the request is sent once per step and
+            endpoint, whichever of PPL, ME and PRO asks first; a reader of another's fetch gets the same span with a
+            request-free cost. ``False`` (or outside a scope) sends it every time.
 
     Raises:
         FatalBackendError: The endpoint refuses every request.
     """
+    shared = current_statistics() if share else None
     if shared is None:
         return await _teacher_force(actor, prompts, inp, top_k)
     request = teacher_forcing_request(prompts, inp, top_k)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from ceb.backends.base import ChatBackend, ChatRequest
@@ -65,6 +66,7 @@ def _stated(text: str) -> re.Match[str]:
     return m
 
 
+@dataclass
 class VerbalizedCritic:
     """The actor, given the frozen action as the start of its own reply, continues with its stated confidence.
 
@@ -87,24 +89,17 @@ class VerbalizedCritic:
     continuation's top log-probs (:mod:`ceb.stages.readout`), each candidate read on the scale above with the
     written ``%`` kept (a written ``85`` whose first digit had ``9`` as an alternative counts ``95``).
 
-    Args:
+    Attributes:
         actor: The actor's endpoint (it must honour vLLM's ``continue_final_message``).
         prompts: Templates.
         settings: ``verbalized_max_tokens`` is read.
         readout: The critic's ``readout``, ``top_logprobs`` and ``readout_min_mass`` are read.
     """
 
-    def __init__(
-        self,
-        actor: ChatBackend,
-        prompts: PromptSet,
-        settings: BaselineConfig | None = None,
-        readout: CriticConfig | None = None,
-    ) -> None:
-        self.actor = actor
-        self.prompts = prompts
-        self.settings = settings or BaselineConfig()
-        self.readout = readout or CriticConfig()
+    actor: ChatBackend
+    prompts: PromptSet
+    settings: BaselineConfig = field(default_factory=BaselineConfig)
+    readout: CriticConfig = field(default_factory=CriticConfig)
 
     def request(self, inp: CriticInput) -> ChatRequest:
         """The request for ``inp``: the actor prompt, then the action, a line break and the cue, left open."""
