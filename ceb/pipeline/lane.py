@@ -20,6 +20,7 @@ from dataclasses import asdict
 
 import anyio
 import structlog
+from anyio.abc import TaskGroup
 
 from ceb.backends.scheduling import lane as request_lane
 from ceb.backends.scheduling import step as request_step
@@ -29,10 +30,18 @@ from ceb.data.trajectory import Trajectory
 from ceb.pipeline.results import AltLabel, HindsightRow, StepRow
 from ceb.pipeline.shard import lane_id
 from ceb.stages.assembly import Stages
-from ceb.stages.base import CallStats, Critic, CriticInput, HistoryItem
+from ceb.stages.base import CallStats, Critic, CriticInput, HindsightResult, HistoryItem
 from ceb.stages.critic import reply_tails
 from ceb.stages.methods import MethodSpec
-from ceb.stages.step import PreparedStep, ScoredStep, ask_critic, label_trajectory, new_bank, prepare_step
+from ceb.stages.step import (
+    PreparedStep,
+    ScoredStep,
+    ask_critic,
+    hindsight_votes,
+    label_trajectory,
+    new_bank,
+    prepare_step,
+)
 from ceb.stages.tokens import PromptTokenCounter
 
 __all__ = ["Emit", "Lane"]
@@ -88,6 +97,14 @@ class _Ahead:
             await self._change.wait()
         done = self.answered[t] if len(self.answered) > t else None
         return done if done is not None and done.result.status != "failed" else None
+
+
+class _Votes:
+    """A trajectory's hindsight votes, asked before its steps are scored."""
+
+    def __init__(self) -> None:
+        self.result: HindsightResult | None = None
+        self.done = anyio.Event()
 
 
 class Lane:
@@ -169,6 +186,7 @@ class Lane:
         self.depth = config.speculation if method.use_bank and self._messages and read_only else 0
         self.discarded, self.steps_discarded, self.steps_kept_ahead = CallStats(), 0, 0
         self._ahead: dict[int, _Ahead] = {}
+        self._votes: dict[int, _Votes] = {}
         self._bank_lock = anyio.Lock() if self.depth else None
         self._version = 0  # bank updates so far: a request sent at the current one is the strict order's
         self._tail = [0] * (len(trajectories) + 1)  # sequential requests from each trajectory on (priorities)
@@ -185,10 +203,15 @@ class Lane:
             with reply_tails(tails):
                 try:
                     while self.position < len(self.trajectories):
-                        for i in range(self.position + 1, min(self.position + 1 + self.depth, len(self.trajectories))):
-                            if i not in self._ahead:
+                        for i in range(self.position, min(self.position + 1 + self.depth, len(self.trajectories))):
+                            if self.depth and i not in self._votes:  # they read no score: asked at once
+                                self._votes[i] = _Votes()
+                                tails.start_soon(self._vote, i, self._votes[i])
+                            if i > self.position and i not in self._ahead:
                                 self._ahead[i] = _Ahead()
                                 tails.start_soon(self._score_ahead, i, self._ahead[i])
+                            elif i > self.position and self._ahead[i].sent:
+                                tails.start_soon(self._refresh, i, self._ahead[i], tails)
                         prefix, self.prefix = self.prefix, ()
                         await self.score_trajectory(self.trajectories[self.position], prefix)
                         self.position += 1
@@ -282,9 +305,13 @@ class Lane:
         """Score trajectory ``position`` with the bank as it stands, each step after the one before."""
         blind = self.trajectories[position].blinded()
         actor_prompt = _actor_prompt(self.trajectories[position])
-        history: list[HistoryItem] = []
+        history = [
+            HistoryItem(action=step.action, observation=step.observation, score=done.result.score)
+            for step, done in zip(blind.steps, ahead.answered, strict=False)
+        ]
         try:
-            for t, step in enumerate(blind.steps):
+            for t in range(len(ahead.answered), len(blind.steps)):
+                step = blind.steps[t]
                 prepared = await self._prepare(blind, t, history, actor_prompt)
                 if ahead.dropped:
                     return
@@ -303,6 +330,44 @@ class Lane:
         finally:
             ahead.finished = True
             ahead.changed()
+
+    async def _refresh(self, position: int, ahead: _Ahead, tasks: TaskGroup) -> None:
+        """After a bank update, ask trajectory ``position`` ahead again from the first request the update changes."""
+        version, blind = self._version, self.trajectories[position].blinded()
+        history: list[HistoryItem] = []
+        for t, sent in enumerate(list(ahead.sent)):
+            if sent.bank_version == version:
+                return
+            prepared = await self._prepare(blind, t, history, _actor_prompt(self.trajectories[position]))
+            if self._ahead.get(position) is not ahead or self._version != version or position == self.position:
+                return  # dropped, or a newer update's refresh (or the strict order) takes over
+            if not self._same(prepared, sent):
+                ahead.dropped = True
+                for done in ahead.answered[t:]:
+                    self._discard(done)
+                again = self._ahead[position] = _Ahead()
+                again.sent, again.answered = ahead.sent[:t], ahead.answered[:t]
+                tasks.start_soon(self._score_ahead, position, again)
+                return
+            if len(ahead.answered) <= t:
+                return
+            step = blind.steps[t]
+            history.append(
+                HistoryItem(action=step.action, observation=step.observation, score=ahead.answered[t].result.score)
+            )
+
+    async def _vote(self, position: int, votes: _Votes) -> None:
+        trajectory = self.trajectories[position]
+        with request_lane(self.key):
+            votes.result = await hindsight_votes(
+                trajectory.blinded(),
+                method=self.method,
+                config=self.config,
+                hindsight=self.stages.hindsight,
+                labels=trajectory.labels if self.method.oracle_labels else None,
+                request_priority=self._tail[position + 1] + 1,
+            )
+        votes.done.set()
 
     async def _kept_ahead(
         self, blind: Trajectory, t: int, history: Sequence[HistoryItem], actor_prompt: str | None
@@ -345,6 +410,9 @@ class Lane:
         await self.emit(row)
 
     async def _grow_bank(self, blind: Trajectory, scores: Sequence[float | None], labels: Sequence[int | None]) -> None:
+        votes = self._votes.pop(self.position, None)
+        if votes is not None:
+            await votes.done.wait()
         with request_lane(self.key):
             banked = await label_trajectory(
                 blind,
@@ -356,6 +424,7 @@ class Lane:
                 request_priority=self.remaining,
                 reasons_seen=self._abstentions_seen,
                 stream=self.stream,
+                voted=votes.result if votes is not None else None,
             )
         self.remaining -= 1
         hr, records = banked.hindsight, banked.records

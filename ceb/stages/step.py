@@ -39,6 +39,7 @@ __all__ = [
     "PreparedStep",
     "ScoredStep",
     "ask_critic",
+    "hindsight_votes",
     "label_trajectory",
     "new_bank",
     "oracle_hindsight",
@@ -335,6 +336,31 @@ def oracle_hindsight(labels: Sequence[int | None]) -> HindsightResult:
     )
 
 
+async def hindsight_votes(
+    blind: Trajectory,
+    *,
+    method: MethodSpec,
+    config: RunConfig,
+    hindsight: Hindsight,
+    labels: Sequence[int | None] | None = None,
+    request_priority: float = 0.0,
+) -> HindsightResult:
+    """The ``V`` hindsight votes on a finished trajectory (Eq. 3), or the oracle's held-out labels.
+
+    They read the trajectory and nothing the critic said, so they may be asked before its steps are scored. The
+    arguments are :func:`label_trajectory`'s.
+
+    Raises:
+        ValueError: An oracle method has no ``labels``.
+    """
+    if method.oracle_labels:
+        if labels is None:
+            raise ValueError(f"method {method.name} needs the held-out labels")
+        return oracle_hindsight(labels)
+    with priority(request_priority):
+        return await hindsight.label(blind, method.resolve(config.ceb).votes)
+
+
 async def label_trajectory(
     blind: Trajectory,
     scores: Sequence[float | None],
@@ -346,6 +372,7 @@ async def label_trajectory(
     request_priority: float = 0.0,
     reasons_seen: set[str] | None = None,
     stream: str = "",
+    voted: HindsightResult | None = None,
 ) -> BankedTrajectory:
     """Vote on a finished trajectory in hindsight and build its bank records (Algorithm 1, lines 11-12).
 
@@ -359,6 +386,8 @@ async def label_trajectory(
         request_priority: Priority of the labeler's requests.
         reasons_seen: Abstention reasons already logged by the caller; a new one is logged once and added.
         stream: Stream name, for the log.
+        voted: The votes, when the caller asked ``hindsight`` already (they read no score, so a lane that
+            speculates asks them while the steps are scored); ``None``: asked here.
 
     Returns:
         The hindsight result and the records; an abstained step gets no record, and a trajectory with fewer
@@ -370,13 +399,12 @@ async def label_trajectory(
     if len(scores) != len(blind.steps):
         raise ValueError(f"trajectory {blind.id}: {len(scores)} scores for {len(blind.steps)} steps")
     votes = method.resolve(config.ceb).votes
-    if method.oracle_labels:
-        if labels is None:
-            raise ValueError(f"method {method.name} needs the held-out labels")
-        hr = oracle_hindsight(labels)
+    if voted is not None:
+        hr = voted
     else:
-        with priority(request_priority):
-            hr = await hindsight.label(blind, votes)
+        hr = await hindsight_votes(
+            blind, method=method, config=config, hindsight=hindsight, labels=labels, request_priority=request_priority
+        )
     # An abstained step gets no record: the bank holds only labels the labeler had evidence for.
     steps = hr.labelled_steps(len(blind.steps))
     seen = reasons_seen if reasons_seen is not None else set()

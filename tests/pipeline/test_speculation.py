@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import orjson
 import pytest
 
+from ceb.bench.processes import sim_process
 from ceb.config import RunConfig, load_config
+from ceb.data import write_stream
 from ceb.pipeline import read_rows, run_scoring
 from ceb.pipeline.summary import RunSummary
 from ceb.sim import SimConfig, serve_sim
@@ -15,6 +23,7 @@ from tests.support.builders import step, trajectory
 
 pytestmark = pytest.mark.anyio
 
+RUN_PY = Path(__file__).resolve().parents[2] / "run.py"
 TIMING = ("latency_s", "queue_s")
 FILES = ("scores.jsonl", "hindsight.jsonl")
 # Service times of a few milliseconds: long enough that trajectories run ahead while the bank catches up.
@@ -70,3 +79,43 @@ async def test_speculative_rows_are_the_strict_orders_on_the_simulator(tmp_path:
         assert summary.prompt_tokens == strict.prompt_tokens + summary.discarded_prompt_tokens
         doc = orjson.loads((tmp_path / f"d{depth}" / "summary.json").read_bytes())
         assert doc["discarded_requests"] == summary.discarded_requests > 0
+
+
+def test_a_run_killed_while_speculating_resumes_to_the_strict_orders_rows(tmp_path: Path) -> None:
+    """SIGKILL `ceb score --speculation 2` at random points; each resume ends with the rows of a strict run."""
+    files = [str(write_stream(tmp_path / "bash.jsonl", stream(12)))]
+    env = {**os.environ, "NO_COLOR": "1"}
+    with sim_process(SIM) as url:
+
+        def cmd(*args: str) -> list[str]:
+            endpoint = ["--backend", "openai", "--base-url", url, "--model", SIM.model, "--methods", "ceb"]
+            return [sys.executable, str(RUN_PY), "score", *files, *endpoint, *args]
+
+        strict = tmp_path / "strict"
+        subprocess.run(cmd("--out", str(strict), "--speculation", "0"), check=True, capture_output=True, env=env)
+        total = len(rows(strict, "scores.jsonl"))
+        killed_mid_run = 0
+        for seed in (1, 2):
+            run = tmp_path / f"killed{seed}"
+            proc = subprocess.Popen(
+                cmd("--out", str(run), "--speculation", "2"),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+            )
+            target = random.Random(seed).randint(1, total - 1)
+            scores = run / "scores.jsonl"
+            deadline = time.monotonic() + 120
+            while proc.poll() is None and time.monotonic() < deadline:
+                if scores.exists() and scores.read_bytes().count(b"\n") >= target:
+                    break
+                time.sleep(0.002)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+            if proc.returncode == -signal.SIGKILL and 0 < scores.read_bytes().count(b"\n") < total:
+                killed_mid_run += 1
+            done = subprocess.run(cmd("--resume", str(run)), capture_output=True, env=env, timeout=300)
+            assert done.returncode == 0, done.stderr.decode()[-2000:]
+            for name in FILES:
+                assert sorted(rows(run, name)) == sorted(rows(strict, name)), f"seed {seed}: {name} differs"
+    assert killed_mid_run >= 1  # a kill landed inside a run, not after it
