@@ -3,13 +3,13 @@
 Step ``t``'s prompt holds the critic's own score of step ``t-1``, and trajectory ``j+1`` is scored against the
 bank that holds trajectory ``j``'s hindsight votes. Throughput comes from running many lanes side by side
 (:mod:`ceb.pipeline.runner`) and, in a bank lane, from speculation (``speculation = D``): trajectories
-``j+1..j+D`` are scored ahead with the bank as it stands. When ``j+1``'s turn comes (the bank holds ``j``), each
-of its steps scored ahead is kept when the critic request it sent (its messages) equals the one the strict
-order sends now, with the earlier steps' kept scores; the first that differs (or failed) is asked again, and
-so is every later step of the trajectory. Only kept and strict rows are handed over, in the strict order's
-sequence, so the results, a resume and a merge read as the strict order's; what was discarded is counted in
-:attr:`Lane.discarded`. A critic that sends no request (the offline stand-in) is never asked ahead, nor is a
-bank whose retrievals change it (``bank.policy = "usefulness"``) read ahead.
+``j+1..j+D`` are scored ahead with the bank as it stands, and their hindsight votes asked (they read no score).
+When ``j+1``'s turn comes (the bank holds ``j``), each of its steps scored ahead is kept when the critic request
+it sent (its messages) equals the one the strict order sends now, with the earlier steps' kept scores; the first
+that differs (or failed) is asked again, and so is every later step of the trajectory. Only kept and strict rows
+are handed over, in the strict order's sequence, so the results, a resume and a merge read as the strict order's;
+what was discarded is counted in :attr:`Lane.discarded`. A critic that sends no request (the offline stand-in) is
+never asked ahead, nor is a bank whose retrievals change it (``bank.policy = "usefulness"``) read ahead.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from dataclasses import asdict
 
 import anyio
 import structlog
-from anyio.abc import TaskGroup
 
 from ceb.backends.scheduling import lane as request_lane
 from ceb.backends.scheduling import step as request_step
@@ -210,8 +209,6 @@ class Lane:
                             if i > self.position and i not in self._ahead:
                                 self._ahead[i] = _Ahead()
                                 tails.start_soon(self._score_ahead, i, self._ahead[i])
-                            elif i > self.position and self._ahead[i].sent:
-                                tails.start_soon(self._refresh, i, self._ahead[i], tails)
                         prefix, self.prefix = self.prefix, ()
                         await self.score_trajectory(self.trajectories[self.position], prefix)
                         self.position += 1
@@ -305,13 +302,9 @@ class Lane:
         """Score trajectory ``position`` with the bank as it stands, each step after the one before."""
         blind = self.trajectories[position].blinded()
         actor_prompt = _actor_prompt(self.trajectories[position])
-        history = [
-            HistoryItem(action=step.action, observation=step.observation, score=done.result.score)
-            for step, done in zip(blind.steps, ahead.answered, strict=False)
-        ]
+        history: list[HistoryItem] = []
         try:
-            for t in range(len(ahead.answered), len(blind.steps)):
-                step = blind.steps[t]
+            for t, step in enumerate(blind.steps):
                 prepared = await self._prepare(blind, t, history, actor_prompt)
                 if ahead.dropped:
                     return
@@ -330,31 +323,6 @@ class Lane:
         finally:
             ahead.finished = True
             ahead.changed()
-
-    async def _refresh(self, position: int, ahead: _Ahead, tasks: TaskGroup) -> None:
-        """After a bank update, ask trajectory ``position`` ahead again from the first request the update changes."""
-        version, blind = self._version, self.trajectories[position].blinded()
-        history: list[HistoryItem] = []
-        for t, sent in enumerate(list(ahead.sent)):
-            if sent.bank_version == version:
-                return
-            prepared = await self._prepare(blind, t, history, _actor_prompt(self.trajectories[position]))
-            if self._ahead.get(position) is not ahead or self._version != version or position == self.position:
-                return  # dropped, or a newer update's refresh (or the strict order) takes over
-            if not self._same(prepared, sent):
-                ahead.dropped = True
-                for done in ahead.answered[t:]:
-                    self._discard(done)
-                again = self._ahead[position] = _Ahead()
-                again.sent, again.answered = ahead.sent[:t], ahead.answered[:t]
-                tasks.start_soon(self._score_ahead, position, again)
-                return
-            if len(ahead.answered) <= t:
-                return
-            step = blind.steps[t]
-            history.append(
-                HistoryItem(action=step.action, observation=step.observation, score=ahead.answered[t].result.score)
-            )
 
     async def _vote(self, position: int, votes: _Votes) -> None:
         trajectory = self.trajectories[position]

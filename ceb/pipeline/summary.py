@@ -23,6 +23,7 @@ from ceb.stages.base import CallStats, Stages
 from ceb.version import __version__
 
 __all__ = [
+    "DISCARDED",
     "SUMMARY_SCHEMA",
     "BankSize",
     "FailureBudget",
@@ -248,6 +249,9 @@ class RunSummary:
             self.trajectories_not_banked += row.records_added == 0
             self.steps_abstained += len(row.abstained)
 
+
+DISCARDED = ("steps_discarded", "discarded_requests", "discarded_prompt_tokens", "discarded_completion_tokens")
+"""The counts of :class:`RunSummary` that speculation discarded (the report's token-cost section shows them)."""
 
 SUMMARY_SCHEMA = 2
 """Layout version of ``summary.json``. 2: ``banks`` is a list of :class:`BankSize` objects (stream, order,

@@ -16,6 +16,7 @@ import pytest
 from ceb.bench.processes import sim_process
 from ceb.config import RunConfig, load_config
 from ceb.data import write_stream
+from ceb.eval.report import build_report
 from ceb.pipeline import read_rows, run_scoring
 from ceb.pipeline.summary import RunSummary
 from ceb.sim import SimConfig, serve_sim
@@ -66,7 +67,7 @@ async def test_speculative_rows_are_the_strict_orders_on_the_simulator(tmp_path:
     async with serve_sim(SIM) as server:
         strict = await run_scoring(streams, config(server.base_url, 0), tmp_path / "strict")
         summaries: dict[int, RunSummary] = {}
-        for depth in (1, 3):
+        for depth in (3, 1):
             summaries[depth] = await run_scoring(streams, config(server.base_url, depth), tmp_path / f"d{depth}")
     assert strict.steps_kept_ahead == strict.steps_discarded == strict.discarded_requests == 0
     for depth, summary in summaries.items():
@@ -79,6 +80,10 @@ async def test_speculative_rows_are_the_strict_orders_on_the_simulator(tmp_path:
         assert summary.prompt_tokens == strict.prompt_tokens + summary.discarded_prompt_tokens
         doc = orjson.loads((tmp_path / f"d{depth}" / "summary.json").read_bytes())
         assert doc["discarded_requests"] == summary.discarded_requests > 0
+    # The report's cost section says what speculation discarded, as summary.json counts it.
+    report = orjson.loads((build_report(tmp_path / "d1", n_boot=10).parent / "report.json").read_bytes())
+    assert report["discarded_speculation"]["discarded_requests"] == summary.discarded_requests
+    assert report["discarded_speculation"]["discarded_prompt_tokens"] == summary.discarded_prompt_tokens
 
 
 def test_a_run_killed_while_speculating_resumes_to_the_strict_orders_rows(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from ceb.errors import CEBError
 from ceb.eval.ablations import (
     ORACLE_METHOD,
     Sweep,
@@ -34,6 +35,8 @@ from ceb.eval.tables import (
     topk_table,
     vsweep_table,
 )
+from ceb.pipeline.rundir import RunDir
+from ceb.pipeline.summary import DISCARDED
 
 __all__ = [
     "ablation",
@@ -181,10 +184,23 @@ def k_sweep_section(rep: ReportWriter, ctx: ReportContext) -> None:
         rep.table(topk_table(depth, notes=_sweep_notes(rows, depth)))
 
 
-@section('Token cost of retrieval depth (table "token-cost")', needs=("rows", "base", "headline", "methods"))
+@section('Token cost of retrieval depth (table "token-cost")', needs=("run", "rows", "base", "headline", "methods"))
 def token_cost(rep: ReportWriter, ctx: ReportContext) -> None:
     """Report section: Token cost of retrieval depth (table 'token-cost')."""
     rows, base, headline, methods = ctx.rows, ctx.base, ctx.headline, ctx.methods
+    try:
+        summary = RunDir(ctx.run).recorded_summary() or {}
+    except CEBError:  # unreadable: the provenance block says so
+        summary = {}
+    discarded = {k: int(summary.get(k) or 0) for k in DISCARDED}
+    if discarded["discarded_requests"]:
+        rep.data["discarded_speculation"] = discarded
+        rep.note(
+            f"Speculation (`speculation`) discarded {discarded['steps_discarded']} critic calls made ahead of the "
+            f"bank: {discarded['discarded_requests']} requests, {discarded['discarded_prompt_tokens']} prompt and "
+            f"{discarded['discarded_completion_tokens']} completion tokens as the server reported them "
+            f"(`summary.json`; counted in its `requests`). No row holds them, so the means below leave them out."
+        )
     rep.intro(
         "Mean tokens per LLM-critic call over the steps that carry a count (failed steps included: the call was "
         "made), all streams of the lowest-order lanes. Tokens are counted with tiktoken `cl100k_base` on the "
