@@ -118,6 +118,16 @@ def score(
         int | None,
         config_option("orders", "--orders", help="Stream orders R: the input order plus R-1 seeded permutations"),
     ] = None,
+    speculation: Annotated[
+        int | None,
+        config_option(
+            "speculation",
+            "--speculation",
+            min=0,
+            help="Trajectories a bank lane scores ahead of its bank, each step kept only when its request is the "
+            "strict order's; 0: the strict order",
+        ),
+    ] = None,
     limit: Limit = None,
     shard: ShardOption = None,
     overwrite: Annotated[bool, typer.Option(help="Replace the results of an earlier run in OUT.")] = False,
@@ -160,6 +170,7 @@ def score(
         "methods": None if methods is None else tuple(m.strip() for m in methods.split(",") if m.strip()),
         "ece_bins": bins,
         "orders": orders,
+        "speculation": speculation,
         "max_trajectories": limit,
     }
     part = parse_shard(shard)

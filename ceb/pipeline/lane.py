@@ -1,12 +1,20 @@
-"""One lane = one method over one stream, strictly in stream order (Algorithm 1).
+"""One lane = one method over one stream, in stream order (Algorithm 1).
 
-Inside a lane nothing runs ahead: step ``t``'s prompt holds the critic's own score of step ``t-1``, and
-trajectory ``i+1`` is scored only after trajectory ``i``'s hindsight votes are in the bank. Throughput comes
-from running many lanes side by side (:mod:`ceb.pipeline.runner`), never from breaking this order.
+Step ``t``'s prompt holds the critic's own score of step ``t-1``, and trajectory ``j+1`` is scored against the
+bank that holds trajectory ``j``'s hindsight votes. Throughput comes from running many lanes side by side
+(:mod:`ceb.pipeline.runner`) and, in a bank lane, from speculation (``speculation = D``): trajectories
+``j+1..j+D`` are scored ahead with the bank as it stands, and their hindsight votes asked (they read no score).
+When ``j+1``'s turn comes (the bank holds ``j``), each of its steps scored ahead is kept when the critic request
+it sent (its messages) equals the one the strict order sends now, with the earlier steps' kept scores; the first
+that differs (or failed) is asked again, and so is every later step of the trajectory. Only kept and strict rows
+are handed over, in the strict order's sequence, so the results, a resume and a merge read as the strict order's;
+what was discarded is counted in :attr:`Lane.discarded`. A critic that sends no request (the offline stand-in) is
+never asked ahead, nor is a bank whose retrievals change it (``bank.policy = "usefulness"``) read ahead.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 
@@ -21,10 +29,18 @@ from ceb.logs import get_logger
 from ceb.pipeline.results import AltLabel, HindsightRow, StepRow
 from ceb.pipeline.shard import lane_id
 from ceb.stages.assembly import Stages
-from ceb.stages.base import Critic, HistoryItem
+from ceb.stages.base import CallStats, Critic, CriticInput, HindsightResult, HistoryItem
 from ceb.stages.critic import reply_tails
 from ceb.stages.methods import MethodSpec
-from ceb.stages.step import label_trajectory, new_bank, score_step
+from ceb.stages.step import (
+    PreparedStep,
+    ScoredStep,
+    ask_critic,
+    hindsight_votes,
+    label_trajectory,
+    new_bank,
+    prepare_step,
+)
 from ceb.stages.tokens import PromptTokenCounter
 
 __all__ = ["Emit", "Lane"]
@@ -50,6 +66,44 @@ def alt_labels(trajectory: Trajectory) -> dict[str, list[int | None]]:
         else:
             log.warning("ignoring a malformed alt_labels column", trajectory=trajectory.id, column=name)
     return out
+
+
+class _Ahead:
+    """A trajectory scored ahead of its bank: each step's request as sent and the answer, in step order."""
+
+    def __init__(self) -> None:
+        self.sent: list[PreparedStep] = []
+        self.answered: list[ScoredStep] = []
+        self.kept = 0
+        self.finished = False
+        self.dropped = False
+        self._change = anyio.Event()
+
+    def changed(self) -> None:
+        """Wake whoever waits on this trajectory."""
+        self._change.set()
+        self._change = anyio.Event()
+
+    async def request(self, t: int) -> PreparedStep | None:
+        """Step ``t``'s request once it is sent; ``None`` when the trajectory stopped before it."""
+        while len(self.sent) <= t and not self.finished:
+            await self._change.wait()
+        return self.sent[t] if len(self.sent) > t else None
+
+    async def answer(self, t: int) -> ScoredStep | None:
+        """Step ``t``'s answer once it is in; ``None`` when it failed or never came."""
+        while len(self.answered) <= t and not self.finished:
+            await self._change.wait()
+        done = self.answered[t] if len(self.answered) > t else None
+        return done if done is not None and done.result.status != "failed" else None
+
+
+class _Votes:
+    """A trajectory's hindsight votes, asked before its steps are scored."""
+
+    def __init__(self) -> None:
+        self.result: HindsightResult | None = None
+        self.done = anyio.Event()
 
 
 class Lane:
@@ -80,6 +134,12 @@ class Lane:
         key: The lane's identity (stream, order, method, critic) as its requests carry it
             (:func:`ceb.backends.scheduling.lane`): it picks the lane's home replica and is sent as its session, and
             its hash picks the lane's shard (:mod:`ceb.pipeline.shard`).
+        depth: Trajectories scored ahead of the bank (``speculation``; 0 without a bank, for a critic that sends no
+            request, or for a bank whose retrievals change it).
+        discarded: The cost of the critic calls scored ahead and discarded (a call discarded in flight is left to
+            finish, so that its cost is known; one cut by an interruption is not counted).
+        steps_discarded: Those calls.
+        steps_kept_ahead: Steps scored ahead and kept.
     """
 
     def __init__(
@@ -119,6 +179,18 @@ class Lane:
         self.steps_left = sum(len(t.steps) for t in trajectories[start:]) - len(self.prefix)
         if method.oracle_labels and not method.use_bank:
             raise ValueError(f"method {method.name}: oracle labels need a bank")
+        # Only requests are worth asking ahead, and only a bank that a retrieval leaves unchanged can be read ahead.
+        self._messages: Callable[[CriticInput], object] | None = getattr(self.critic_stage, "messages", None)
+        read_only = self.bank.settings.policy != "usefulness"
+        self.depth = config.speculation if method.use_bank and self._messages and read_only else 0
+        self.discarded, self.steps_discarded, self.steps_kept_ahead = CallStats(), 0, 0
+        self._ahead: dict[int, _Ahead] = {}
+        self._votes: dict[int, _Votes] = {}
+        self._bank_lock = anyio.Lock() if self.depth else None
+        self._version = 0  # bank updates so far: a request sent at the current one is the strict order's
+        self._tail = [0] * (len(trajectories) + 1)  # sequential requests from each trajectory on (priorities)
+        for i in range(len(trajectories) - 1, -1, -1):
+            self._tail[i] = self._tail[i + 1] + len(trajectories[i].steps) + method.use_bank
 
     async def run(self) -> None:
         """Score every trajectory of the stream in order, from position ``start`` on.
@@ -128,16 +200,29 @@ class Lane:
         """
         async with anyio.create_task_group() as tails:
             with reply_tails(tails):
-                while self.position < len(self.trajectories):
-                    prefix, self.prefix = self.prefix, ()
-                    await self.score_trajectory(self.trajectories[self.position], prefix)
-                    self.position += 1
+                try:
+                    while self.position < len(self.trajectories):
+                        for i in range(self.position, min(self.position + 1 + self.depth, len(self.trajectories))):
+                            if self.depth and i not in self._votes:  # they read no score: asked at once
+                                self._votes[i] = _Votes()
+                                tails.start_soon(self._vote, i, self._votes[i])
+                            if i > self.position and i not in self._ahead:
+                                self._ahead[i] = _Ahead()
+                                tails.start_soon(self._score_ahead, i, self._ahead[i])
+                        prefix, self.prefix = self.prefix, ()
+                        await self.score_trajectory(self.trajectories[self.position], prefix)
+                        self.position += 1
+                finally:
+                    for i in list(self._ahead):
+                        self._drop(i)
 
     async def score_trajectory(self, trajectory: Trajectory, prefix: Sequence[float | None] = ()) -> None:
         """Score each step before it "runs", then (bank methods) vote in hindsight and grow the bank.
 
-        The step and the hindsight are :func:`~ceb.stages.step.score_step` and
-        :func:`~ceb.stages.step.label_trajectory`, the functions the live gate calls too.
+        The step and the hindsight are :func:`~ceb.stages.step.score_step`'s two halves
+        (:func:`~ceb.stages.step.prepare_step`, :func:`~ceb.stages.step.ask_critic`) and
+        :func:`~ceb.stages.step.label_trajectory`, the functions the live gate calls too. A step scored ahead is
+        taken when its request is this one (the module docstring).
 
         Args:
             trajectory: The next trajectory of the stream.
@@ -146,9 +231,7 @@ class Lane:
         labels = trajectory.labels  # evaluation only: copied into the result rows, never into a stage
         alt = alt_labels(trajectory)
         blind = trajectory.blinded()
-        # The actor's own system prompt is its input, known before execution (SCHEMA: meta.actor_prompt).
-        actor_prompt = trajectory.meta.get("actor_prompt")
-        actor_prompt = actor_prompt if isinstance(actor_prompt, str) else None
+        actor_prompt = _actor_prompt(trajectory)
         history: list[HistoryItem] = []
         scores: list[float | None] = []
         for t, step in enumerate(blind.steps):
@@ -156,21 +239,13 @@ class Lane:
                 scores.append(prefix[t])
                 history.append(HistoryItem(action=step.action, observation=step.observation, score=prefix[t]))
                 continue
-            with request_lane(self.key), request_step(blind.id, t):
-                done = await score_step(
-                    step=step,
-                    t=t,
-                    task=blind.task,
-                    domain=blind.domain,
-                    history=history,
-                    bank=self.bank,
-                    method=self.method,
-                    config=self.config,
-                    critic=self.critic_stage,
-                    actor_prompt=actor_prompt,
-                    tokens=self.tokens,
-                    request_priority=self.remaining,
-                )
+            done = await self._kept_ahead(blind, t, history, actor_prompt)
+            if done is None:
+                prepared = await self._prepare(blind, t, history, actor_prompt)
+                with request_lane(self.key), request_step(blind.id, t):
+                    done = await ask_critic(
+                        prepared, self.critic_stage, tokens=self.tokens, request_priority=self.remaining
+                    )
             res = done.result
             self.remaining -= 1
             if res.status == "not_available" and res.error is not None:
@@ -202,14 +277,110 @@ class Lane:
                     alt_labels=[AltLabel(name=name, label=ys[t]) for name, ys in sorted(alt.items())],
                 )
             )
+        self._drop(self.position)
         if self.method.use_bank:
             await self._grow_bank(blind, scores, labels)
+
+    async def _prepare(
+        self, blind: Trajectory, t: int, history: Sequence[HistoryItem], actor_prompt: str | None
+    ) -> PreparedStep:
+        return await prepare_step(
+            step=blind.steps[t],
+            t=t,
+            task=blind.task,
+            domain=blind.domain,
+            history=history,
+            bank=self.bank,
+            method=self.method,
+            config=self.config,
+            actor_prompt=actor_prompt,
+            bank_lock=self._bank_lock,
+            bank_version=lambda: self._version,
+        )
+
+    async def _score_ahead(self, position: int, ahead: _Ahead) -> None:
+        """Score trajectory ``position`` with the bank as it stands, each step after the one before."""
+        blind = self.trajectories[position].blinded()
+        actor_prompt = _actor_prompt(self.trajectories[position])
+        history: list[HistoryItem] = []
+        try:
+            for t, step in enumerate(blind.steps):
+                prepared = await self._prepare(blind, t, history, actor_prompt)
+                if ahead.dropped:
+                    return
+                ahead.sent.append(prepared)
+                ahead.changed()
+                with request_lane(self.key), request_step(blind.id, t):
+                    done = await ask_critic(
+                        prepared, self.critic_stage, tokens=self.tokens, request_priority=self._tail[position] - t
+                    )
+                if ahead.dropped:  # discarded while in flight: left to finish, so that its cost is known
+                    self._discard(done)
+                    return
+                ahead.answered.append(done)
+                ahead.changed()
+                history.append(HistoryItem(action=step.action, observation=step.observation, score=done.result.score))
+        finally:
+            ahead.finished = True
+            ahead.changed()
+
+    async def _vote(self, position: int, votes: _Votes) -> None:
+        trajectory = self.trajectories[position]
+        with request_lane(self.key):
+            votes.result = await hindsight_votes(
+                trajectory.blinded(),
+                method=self.method,
+                config=self.config,
+                hindsight=self.stages.hindsight,
+                labels=trajectory.labels if self.method.oracle_labels else None,
+                request_priority=self._tail[position + 1] + 1,
+            )
+        votes.done.set()
+
+    async def _kept_ahead(
+        self, blind: Trajectory, t: int, history: Sequence[HistoryItem], actor_prompt: str | None
+    ) -> ScoredStep | None:
+        """Step ``t`` as scored ahead, when its request is the strict order's; ``None`` (and the rest dropped) else."""
+        ahead = self._ahead.get(self.position)
+        if ahead is None:
+            return None
+        sent = await ahead.request(t)
+        if sent is not None:
+            strict = (
+                sent if sent.bank_version == self._version else await self._prepare(blind, t, history, actor_prompt)
+            )
+            if strict is sent or self._same(strict, sent):
+                done = await ahead.answer(t)
+                if done is not None:
+                    ahead.kept += 1
+                    self.steps_kept_ahead += 1
+                    return strict.scored(done.result, done.tokens, done.critic_s)
+        self._drop(self.position)
+        return None
+
+    def _same(self, a: PreparedStep, b: PreparedStep) -> bool:
+        return self._messages is not None and self._messages(a.input) == self._messages(b.input)
+
+    def _drop(self, position: int) -> None:
+        """Stop scoring trajectory ``position`` ahead and count what it asked beyond its kept steps as discarded."""
+        ahead = self._ahead.pop(position, None)
+        if ahead is not None:
+            ahead.dropped = True
+            for done in ahead.answered[ahead.kept :]:
+                self._discard(done)
+
+    def _discard(self, done: ScoredStep) -> None:
+        self.discarded += done.result.stats
+        self.steps_discarded += 1
 
     async def emit_step(self, row: StepRow) -> None:
         """Hand over the row of a step just scored (a lane shared by several orders also hands over its copies)."""
         await self.emit(row)
 
     async def _grow_bank(self, blind: Trajectory, scores: Sequence[float | None], labels: Sequence[int | None]) -> None:
+        votes = self._votes.pop(self.position, None)
+        if votes is not None:
+            await votes.done.wait()
         with request_lane(self.key):
             banked = await label_trajectory(
                 blind,
@@ -221,6 +392,7 @@ class Lane:
                 request_priority=self.remaining,
                 reasons_seen=self._abstentions_seen,
                 stream=self.stream,
+                voted=votes.result if votes is not None else None,
             )
         self.remaining -= 1
         hr, records = banked.hindsight, banked.records
@@ -250,5 +422,13 @@ class Lane:
         # The bank update and its row go together even under cancellation, so the saved bank and
         # hindsight.jsonl always agree.
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self.bank.add_trajectory, records)
+            async with self._bank_lock or contextlib.nullcontext():
+                await anyio.to_thread.run_sync(self.bank.add_trajectory, records)
+                self._version += 1
             await self.emit(row)
+
+
+def _actor_prompt(trajectory: Trajectory) -> str | None:
+    """The actor's own system prompt: its input, known before execution (SCHEMA: ``meta.actor_prompt``)."""
+    prompt = trajectory.meta.get("actor_prompt")
+    return prompt if isinstance(prompt, str) else None

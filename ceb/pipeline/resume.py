@@ -77,6 +77,7 @@ VOLATILE_SETTINGS: frozenset[str] = frozenset(
         "cache.path",
         "cache.nondeterministic",
         "max_active_lanes",
+        "speculation",
         "fail_on_error",
         "ece_bins",
     }

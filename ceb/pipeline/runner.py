@@ -192,6 +192,8 @@ async def _run_scoring(
     finally:
         try:
             _save_banks(run, lanes, pools, summary)
+            for lane in lanes:
+                summary.count_ahead(lane.steps_kept_ahead, lane.steps_discarded, lane.discarded)
             summary.cache = cache_counts(by_critic.values())
             summary.provenance = provenance(config, by_critic, identities, prints["config_sha256"], sources)
             summary.wall_s = time.perf_counter() - started

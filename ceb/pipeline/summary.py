@@ -19,10 +19,11 @@ from ceb.errors import RunError
 from ceb.pipeline.results import HindsightRow, StepRow
 from ceb.pipeline.rundir import RunDir
 from ceb.pipeline.score_warnings import run_warnings
-from ceb.stages.base import Stages
+from ceb.stages.base import CallStats, Stages
 from ceb.version import __version__
 
 __all__ = [
+    "DISCARDED",
     "SUMMARY_SCHEMA",
     "BankSize",
     "FailureBudget",
@@ -139,7 +140,7 @@ class RunSummary:
         trajectories_not_banked: Trajectories that added no record to their bank: no valid vote, or the labeler
             abstained on every step.
         wall_s: Seconds from start to the last row.
-        requests: Requests sent, retries and re-asks included.
+        requests: Requests sent, retries, re-asks and discarded speculation (``discarded_requests``) included.
         banks: Each lane's bank at the end, the lane's stream, order, method and critic apart.
         steps_resumed: Step rows kept from before a resume (included in ``steps_scored``).
         trajectories_resumed: Hindsight rows kept from before a resume (included in ``trajectories_voted``).
@@ -157,6 +158,14 @@ class RunSummary:
             taken from the cache (their rows repeat it); ``cache.sent`` is what this call really sent.
         provenance: What scored the run (:mod:`ceb.pipeline.provenance`): backend, endpoint, served model, the
             server's version, readout, structured output, adaptations, ceb's version and the config digest.
+        steps_kept_ahead: Step rows whose critic call was made ahead of the bank (``speculation``) and kept, its
+            request being the strict order's (included in ``steps_scored`` and the other outcome counts).
+        steps_discarded: Critic calls of steps scored ahead of the bank (``speculation``) and discarded: their
+            request was not the strict order's, or came after one that was not (:mod:`ceb.pipeline.lane`). No row
+            holds them.
+        discarded_requests: Their requests, included in ``requests`` (a call cut by an interruption is not counted).
+        discarded_prompt_tokens: Their input tokens as the server reported them, included in ``prompt_tokens``.
+        discarded_completion_tokens: Their output tokens likewise, included in ``completion_tokens``.
     """
 
     run_dir: Path
@@ -180,6 +189,11 @@ class RunSummary:
     hindsight_labellers: list[Labeller] = field(default_factory=list)
     cache: CacheCounts | None = None
     provenance: dict[str, Any] | None = None
+    steps_kept_ahead: int = 0
+    steps_discarded: int = 0
+    discarded_requests: int = 0
+    discarded_prompt_tokens: int = 0
+    discarded_completion_tokens: int = 0
 
     def warnings(self) -> list[str]:
         """The run's warnings, read from the rows in its directory: uninformative scores, one-class pseudo-labels.
@@ -203,6 +217,18 @@ class RunSummary:
         self.completion_tokens += row.completion_tokens or 0
         self._count_outcome(row)
 
+    def count_ahead(self, kept: int, discarded: int, cost: CallStats) -> None:
+        """Add a lane's speculation: ``kept`` steps scored ahead and kept, ``discarded`` ones that cost ``cost``."""
+        prompt, completion = cost.prompt_tokens or 0, cost.completion_tokens or 0
+        self.steps_kept_ahead += kept
+        self.steps_discarded += discarded
+        self.discarded_requests += cost.requests
+        self.discarded_prompt_tokens += prompt
+        self.discarded_completion_tokens += completion
+        self.requests += cost.requests
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+
     def _count_outcome(self, row: Row) -> None:
         if isinstance(row, StepRow):
             if row.reused_from is not None:
@@ -222,6 +248,9 @@ class RunSummary:
             self.trajectories_not_banked += row.records_added == 0
             self.steps_abstained += len(row.abstained)
 
+
+DISCARDED = ("steps_discarded", "discarded_requests", "discarded_prompt_tokens", "discarded_completion_tokens")
+"""The counts of :class:`RunSummary` that speculation discarded (the report's token-cost section shows them)."""
 
 SUMMARY_SCHEMA = 2
 """Layout version of ``summary.json``. 2: ``banks`` is a list of :class:`BankSize` objects (stream, order,

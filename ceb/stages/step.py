@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TypedDict
 
 import anyio
@@ -36,11 +36,15 @@ __all__ = [
     "NO_LABEL",
     "BankedTrajectory",
     "Precedent",
+    "PreparedStep",
     "ScoredStep",
+    "ask_critic",
+    "hindsight_votes",
     "label_trajectory",
     "new_bank",
     "oracle_hindsight",
     "precedents",
+    "prepare_step",
     "score_step",
     "state_summary",
 ]
@@ -84,33 +88,51 @@ def new_bank(method: MethodSpec, config: RunConfig) -> Bank:
     return Bank(RETRIEVERS.get(resolved.retriever)(), config.bank.for_k(resolved.k))
 
 
-@dataclass(frozen=True, slots=True)
-class ScoredStep:
-    """What :func:`score_step` did for one proposed action.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedStep:
+    """One step's critic request before it is sent (:func:`prepare_step`).
 
     Attributes:
         state_summary: ``s'``: the state clipped to the bank's budget (``prompts.bank_state_chars``); the query
             key's state and, later, the bank record's.
         retrieval: The precedents shown to the critic (empty for a bank-free method).
         repetition_flag: ``rho_t`` (section 3.3), ``False`` for a method without it.
-        input: Everything the critic saw.
-        result: The critic's answer: ``score`` in [0, 1] or ``None`` with ``error``.
-        bank_size: ``|B_t|`` when the step was scored.
+        input: Everything the critic sees.
+        bank_size: ``|B_t|`` when the bank was read.
         bank_version: What the caller's ``bank_version`` callback returned then (0 without one).
-        tokens: The prompt's token counts, when a counter was given.
         retrieval_s: Seconds spent retrieving (a worker thread), waiting for it included.
-        critic_s: Seconds spent in the critic call (waiting for an endpoint slot included).
     """
 
     state_summary: str
     retrieval: Retrieval
     repetition_flag: bool
     input: CriticInput
-    result: CriticResult
     bank_size: int
     bank_version: int = 0
-    tokens: PromptTokens | None = None
     retrieval_s: float = 0.0
+
+    def scored(self, result: CriticResult, tokens: PromptTokens | None = None, critic_s: float = 0.0) -> ScoredStep:
+        """This request with the critic's answer to it (or to a request with the same messages)."""
+        return ScoredStep(
+            **{f.name: getattr(self, f.name) for f in fields(PreparedStep)},
+            result=result,
+            tokens=tokens,
+            critic_s=critic_s,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScoredStep(PreparedStep):
+    """What :func:`score_step` did for one proposed action: the request (:class:`PreparedStep`) and its answer.
+
+    Attributes:
+        result: The critic's answer: ``score`` in [0, 1] or ``None`` with ``error``.
+        tokens: The prompt's token counts, when a counter was given.
+        critic_s: Seconds spent in the critic call (waiting for an endpoint slot included).
+    """
+
+    result: CriticResult
+    tokens: PromptTokens | None = None
     critic_s: float = 0.0
 
 
@@ -138,6 +160,44 @@ async def score_step(
 ) -> ScoredStep:
     """Score the proposed action ``step.action`` before it runs (Algorithm 1, lines 4-7; Eq. 2 and 6).
 
+    :func:`prepare_step`, then :func:`ask_critic`; the arguments are theirs.
+
+    Returns:
+        The step's retrieval, flag, critic input and result. A failed critic call is a result with
+        ``score=None``; nothing is raised for it.
+    """
+    prepared = await prepare_step(
+        step=step,
+        t=t,
+        task=task,
+        domain=domain,
+        history=history,
+        bank=bank,
+        method=method,
+        config=config,
+        actor_prompt=actor_prompt,
+        bank_lock=bank_lock,
+        bank_version=bank_version,
+    )
+    return await ask_critic(prepared, critic, tokens=tokens, request_priority=request_priority)
+
+
+async def prepare_step(
+    *,
+    step: Step,
+    t: int,
+    task: str,
+    domain: str,
+    history: Sequence[HistoryItem],
+    bank: Bank,
+    method: MethodSpec,
+    config: RunConfig,
+    actor_prompt: str | None = None,
+    bank_lock: anyio.Lock | None = None,
+    bank_version: Callable[[], int] | None = None,
+) -> PreparedStep:
+    """The critic request for the proposed action ``step.action``: ``s'``, ``kappa_t``, ``R_t+-`` and ``rho_t``.
+
     The step must be blinded (no ``label`` or ``reward``); only ``state``, ``action``, ``reasoning``, ``op``,
     ``element``, ``value`` and ``actor_logprobs`` are read, never ``observation``.
 
@@ -151,17 +211,11 @@ async def score_step(
         bank: The stream's bank, read (retrieval) and never updated here.
         method: The method's switches (bank, repetition flag, classes).
         config: The run's configuration (``k``, the repetition window, text budgets).
-        critic: The stage that scores.
         actor_prompt: The actor's system prompt, when known (read by some baselines only).
-        tokens: Counts the prompt's tokens while the request is in flight; ``None``: not counted.
-        request_priority: Priority of the critic's requests (:func:`ceb.backends.scheduling.priority`).
-        bank_lock: Held around the retrieval, when the bank may be updated concurrently (the gate).
+        bank_lock: Held around the retrieval, when the bank may be updated concurrently (the gate, a lane that
+            speculates).
         bank_version: Read (under ``bank_lock``) when the bank is read; its value is
-            :attr:`ScoredStep.bank_version`.
-
-    Returns:
-        The step's retrieval, flag, critic input and result. A failed critic call is a result with
-        ``score=None``; nothing is raised for it.
+            :attr:`PreparedStep.bank_version`.
     """
     resolved = method.resolve(config.ceb)
     summary = state_summary(step.state, config)
@@ -213,28 +267,42 @@ async def score_step(
         actor_logprobs=step.actor_logprobs,
         actor_prompt=actor_prompt,
     )
+    return PreparedStep(
+        state_summary=summary,
+        retrieval=retrieval,
+        repetition_flag=rho,
+        input=inp,
+        bank_size=bank_size,
+        bank_version=version,
+        retrieval_s=retrieval_s,
+    )
+
+
+async def ask_critic(
+    prepared: PreparedStep,
+    critic: Critic,
+    *,
+    tokens: PromptTokenCounter | None = None,
+    request_priority: float = 0.0,
+) -> ScoredStep:
+    """Send ``prepared`` to ``critic`` (Eq. 6): the critic call ``z^_t``.
+
+    Args:
+        prepared: The request (:func:`prepare_step`).
+        critic: The stage that scores.
+        tokens: Counts the prompt's tokens while the request is in flight; ``None``: not counted.
+        request_priority: Priority of the critic's requests (:func:`ceb.backends.scheduling.priority`).
+    """
     cost: list[PromptTokens] = []
     began = anyio.current_time()
     async with anyio.create_task_group() as tg:
         if tokens is not None:
             # Counting is CPU work that needs nothing from the reply: a worker thread does it while the request is
             # in flight (tiktoken encodes without the GIL).
-            tg.start_soon(_count_tokens, tokens, inp, cost)
+            tg.start_soon(_count_tokens, tokens, prepared.input, cost)
         with priority(request_priority):
-            res = await critic.score(inp)
-    critic_s = anyio.current_time() - began
-    return ScoredStep(
-        state_summary=summary,
-        retrieval=retrieval,
-        repetition_flag=rho,
-        input=inp,
-        result=res,
-        bank_size=bank_size,
-        bank_version=version,
-        tokens=cost[0] if cost else None,
-        retrieval_s=retrieval_s,
-        critic_s=critic_s,
-    )
+            res = await critic.score(prepared.input)
+    return prepared.scored(res, cost[0] if cost else None, anyio.current_time() - began)
 
 
 async def _count_tokens(tokens: PromptTokenCounter, inp: CriticInput, out: list[PromptTokens]) -> None:
@@ -268,6 +336,31 @@ def oracle_hindsight(labels: Sequence[int | None]) -> HindsightResult:
     )
 
 
+async def hindsight_votes(
+    blind: Trajectory,
+    *,
+    method: MethodSpec,
+    config: RunConfig,
+    hindsight: Hindsight,
+    labels: Sequence[int | None] | None = None,
+    request_priority: float = 0.0,
+) -> HindsightResult:
+    """The ``V`` hindsight votes on a finished trajectory (Eq. 3), or the oracle's held-out labels.
+
+    They read the trajectory and nothing the critic said, so they may be asked before its steps are scored. The
+    arguments are :func:`label_trajectory`'s.
+
+    Raises:
+        ValueError: An oracle method has no ``labels``.
+    """
+    if method.oracle_labels:
+        if labels is None:
+            raise ValueError(f"method {method.name} needs the held-out labels")
+        return oracle_hindsight(labels)
+    with priority(request_priority):
+        return await hindsight.label(blind, method.resolve(config.ceb).votes)
+
+
 async def label_trajectory(
     blind: Trajectory,
     scores: Sequence[float | None],
@@ -279,6 +372,7 @@ async def label_trajectory(
     request_priority: float = 0.0,
     reasons_seen: set[str] | None = None,
     stream: str = "",
+    voted: HindsightResult | None = None,
 ) -> BankedTrajectory:
     """Vote on a finished trajectory in hindsight and build its bank records (Algorithm 1, lines 11-12).
 
@@ -292,6 +386,8 @@ async def label_trajectory(
         request_priority: Priority of the labeler's requests.
         reasons_seen: Abstention reasons already logged by the caller; a new one is logged once and added.
         stream: Stream name, for the log.
+        voted: The votes, when the caller asked ``hindsight`` already (they read no score, so a lane that
+            speculates asks them while the steps are scored); ``None``: asked here.
 
     Returns:
         The hindsight result and the records; an abstained step gets no record, and a trajectory with fewer
@@ -303,13 +399,12 @@ async def label_trajectory(
     if len(scores) != len(blind.steps):
         raise ValueError(f"trajectory {blind.id}: {len(scores)} scores for {len(blind.steps)} steps")
     votes = method.resolve(config.ceb).votes
-    if method.oracle_labels:
-        if labels is None:
-            raise ValueError(f"method {method.name} needs the held-out labels")
-        hr = oracle_hindsight(labels)
+    if voted is not None:
+        hr = voted
     else:
-        with priority(request_priority):
-            hr = await hindsight.label(blind, votes)
+        hr = await hindsight_votes(
+            blind, method=method, config=config, hindsight=hindsight, labels=labels, request_priority=request_priority
+        )
     # An abstained step gets no record: the bank holds only labels the labeler had evidence for.
     steps = hr.labelled_steps(len(blind.steps))
     seen = reasons_seen if reasons_seen is not None else set()

@@ -40,12 +40,13 @@ async def test_early_scores_equal_whole_reply_scores_over_a_run(tmp_path: Path, 
         config = load_config(overrides={"methods": ["ceb", "static"], "orders": 1, "critic": early})
         chat = ScriptedChat(_reply, chunk_chars=4, chunk_delay_s=0.0005)
         async with llm_stages(config, chat) as stages:
-            await run_scoring(streams, config, tmp_path / arm, stages=stages, overwrite=True)
+            summary = await run_scoring(streams, config, tmp_path / arm, stages=stages, overwrite=True)
         rows = list(read_rows(tmp_path / arm / "scores.jsonl"))
         scores[arm] = {(r["stream"], r["method"], r["trajectory"], r["step"]): r["score"] for r in rows}
         if arm == "early":
             # the stored replies end where the score was taken (plus the cap), never at the reply's end
             assert not any(r["raw"].endswith("}") for r in rows)
-            assert len(chat.streamed) == len(rows)  # every critic call was streamed
+            # every critic call was streamed, those speculation asked ahead and discarded too
+            assert len(chat.streamed) == len(rows) + summary.discarded_requests
     assert len(scores["whole"]) == 36 and None not in scores["whole"].values()
     assert scores["early"] == scores["whole"]

@@ -79,11 +79,13 @@ async def test_ceb_score_sends_votes_to_the_labeller_and_steps_to_the_critic(tmp
         args = ["score", str(stream), "--out", str(run), "--config", str(config)]
         result = await anyio.to_thread.run_sync(CliRunner().invoke, app, args)
     assert result.exit_code == 0, result.output
-    # 3 trajectories x 2 steps x (ceb, static) critic requests; 3 votes per trajectory of the ceb lane
-    assert len(critic.requests) == 12 and {b["model"] for b in critic.requests} == {"critic-model"}
+    summary = orjson.loads((run / "summary.json").read_bytes())
+    # 3 trajectories x 2 steps x (ceb, static) critic requests, and those speculation discarded; 3 votes per
+    # trajectory of the ceb lane
+    assert len(critic.requests) == 12 + summary["discarded_requests"]
+    assert {b["model"] for b in critic.requests} == {"critic-model"}
     assert len(labeller.requests) == 9 and {b["model"] for b in labeller.requests} == {"judge-model"}
     assert len(critic.preflights) == 1 and len(labeller.preflights) == 1  # both endpoints checked before the run
-    summary = orjson.loads((run / "summary.json").read_bytes())
     assert summary["hindsight_labellers"] == [
         {"critic": "", "backend": "openai", "model": "judge-model", "base_url": [labeller.base_url]}
     ]

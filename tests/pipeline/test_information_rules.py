@@ -45,7 +45,7 @@ def run_and_capture(trajs, methods=("ceb",)) -> list:
     chat = ScriptedChat(default_reply)
     prompts = PromptSet()
     stages = Stages(critic=LLMCritic(chat, prompts), hindsight=LLMHindsight(chat, prompts), chat=None)
-    config = RunConfig(methods=methods)
+    config = RunConfig(methods=methods, speculation=0)  # stream order: the requests are read by their position
 
     async def main(tmp):
         await run_scoring({"s": trajs}, config, tmp, stages=stages)

@@ -39,6 +39,7 @@ async def test_a_second_identical_run_is_answered_from_the_cache(openai_server, 
         "hindsight": {"seed": 7},  # seeded votes are repeatable, so they are cached like the critic's temperature 0
         "ceb": {"votes": 3},
         "cache": {"mode": "read-write", "path": str(tmp_path / "replies.sqlite")},
+        "speculation": 0,  # what is asked ahead and discarded depends on timing: these count every request
     }
     config = tmp_path / "run.toml"
     config.write_text(toml(settings))
@@ -79,6 +80,7 @@ async def test_sampled_votes_are_asked_again_unless_the_cache_takes_them(openai_
         "ceb": {"votes": 3},
         "methods": ["ceb"],
         "cache": {"mode": "read-write", "path": str(tmp_path / "replies.sqlite")},
+        "speculation": 0,  # what is asked ahead and discarded depends on timing: these count every request
     }
     stream = write_stream(tmp_path / "bash.jsonl")
     for run in ("a", "b"):
@@ -104,6 +106,7 @@ async def test_opted_in_sampled_votes_replay_one_for_one_so_the_rows_repeat(open
         "ceb": {"votes": 3},
         "methods": ["ceb"],
         "cache": {"mode": "read-write", "path": str(tmp_path / "replies.sqlite"), "nondeterministic": True},
+        "speculation": 0,  # what is asked ahead and discarded depends on timing: these count every request
     }
     config = tmp_path / "run.toml"
     config.write_text(toml(settings))

@@ -114,7 +114,8 @@ async def test_kept_steps_are_not_asked_again(tmp_path):
     assert summary is not None and 0 < summary.steps_resumed <= kept
     # static is asked in one order and copied to the other (ceb.pipeline.pool); copies are written anew.
     assert summary.steps_reused == sum(len(t.steps) for s in STREAMS.values() for t in s)
-    assert critic_calls == total - summary.steps_resumed - summary.steps_reused
+    # Speculation (ceb.pipeline.lane) asks some steps ahead twice: the discarded calls are counted apart.
+    assert critic_calls == total - summary.steps_resumed - summary.steps_reused + summary.discarded_requests
     assert len(list(read_rows(tmp_path / "scores.jsonl"))) == total
 
 

@@ -141,7 +141,7 @@ async def test_a_run_resumed_anywhere_equals_an_uninterrupted_one_and_asks_only_
         }
         # Copies are written again from their kept sources: asked are only the steps without a kept source row.
         assert planned == [len(full) - summary.steps_resumed]
-        assert asked.critic == 3 * STEPS - summary.steps_resumed
+        assert asked.critic == 3 * STEPS - summary.steps_resumed + summary.discarded_requests  # CEB's speculation
 
 
 async def test_sources_without_their_copies_get_them_on_resume_without_a_request(tmp_path):

@@ -44,13 +44,13 @@ async def test_each_prompt_holds_the_critics_own_earlier_scores_and_records_carr
     stages, chat = llm_stages(scored, config)
     await run_scoring({"s": stream()}, config, tmp_path, stages=stages)
     critic = [r for r in chat.requests if r.stage == "critic"]
-    for n, r in enumerate(critic):
-        t = n % 3
+    assert len(critic) >= 12
+    for r in critic:  # in any order: trajectories scored ahead of the bank (speculation) interleave
         user = r.messages[-1]["content"]
+        i, t = map(int, user.split("command: cmd ")[-1].split()[:2])
         for earlier in range(t):
             assert (
-                f"Step {earlier + 1}: cmd {n // 3} {earlier}\n  your score before it ran: {0.1 * (earlier + 1):.2f}"
-                in user
+                f"Step {earlier + 1}: cmd {i} {earlier}\n  your score before it ran: {0.1 * (earlier + 1):.2f}" in user
             )
     bank = Bank.load(tmp_path / "banks" / "s__ceb.json")
     assert len(bank) == 12
@@ -124,11 +124,12 @@ async def test_cancellation_keeps_finished_rows_and_saves_banks(tmp_path):
     chat = ChatBackend(Slow(default_reply))
     prompts = PromptSet()
     stages = Stages(critic=LLMCritic(chat, prompts), hindsight=LLMHindsight(chat, prompts))
-    with anyio.move_on_after(0.3):
-        await run_scoring({"s": stream(200)}, load_config(overrides={"methods": ["ceb"]}), tmp_path, stages=stages)
+    # Long enough for the first rows on a loaded machine, with trajectories scored ahead (speculation) in flight.
+    with anyio.move_on_after(1.0):
+        await run_scoring({"s": stream(1000)}, load_config(overrides={"methods": ["ceb"]}), tmp_path, stages=stages)
     rows = list(read_rows(tmp_path / "scores.jsonl"))
     hrows = list(read_rows(tmp_path / "hindsight.jsonl"))
-    assert 0 < len(rows) < 600
+    assert 0 < len(rows) < 3000
     bank = Bank.load(tmp_path / "banks" / "s__ceb.json")
     assert len(bank) == 3 * len(hrows)  # the bank as of the last completed trajectory
 

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from ceb.errors import CEBError
 from ceb.eval.ablations import (
     ORACLE_METHOD,
     RETRIEVER_LABELS,
@@ -28,6 +29,8 @@ from ceb.eval.calibration import MetricRow
 from ceb.eval.lanes import POOLED, method_label
 from ceb.eval.render import Block, Cell, Column, Data, Note, Part, Row, Table, Text
 from ceb.eval.sections.base import AUC, BRIER, ECE, ReportContext, critic_blocks, finite_or_none, metric_cells, section
+from ceb.pipeline.rundir import RunDir
+from ceb.pipeline.summary import DISCARDED
 
 __all__ = ["ablation_table", "gt_oracle_table", "retrieval_table", "token_cost_table", "topk_table", "vsweep_table"]
 
@@ -174,7 +177,7 @@ def _k_sweep_section(ctx: ReportContext) -> Iterator[Part]:
 
 @section(
     'Token cost of retrieval depth (table "token-cost")',
-    needs=("rows", "base", "headline", "methods"),
+    needs=("run", "rows", "base", "headline", "methods"),
     intro="Mean tokens per LLM-critic call over the steps that carry a count (failed steps included: the call was "
     "made), all streams of the lowest-order lanes. Tokens are counted with tiktoken `cl100k_base` on the "
     "critic prompt's message contents (chat-template tokens excluded); bank tokens are the prompt's tokens "
@@ -184,6 +187,19 @@ def _k_sweep_section(ctx: ReportContext) -> Iterator[Part]:
 )
 def _token_cost(ctx: ReportContext) -> Iterator[Part]:
     rows, base, headline, methods = ctx.rows, ctx.base, ctx.headline, ctx.methods
+    try:
+        summary = RunDir(ctx.run).recorded_summary() or {}
+    except CEBError:  # unreadable: the provenance block says so
+        summary = {}
+    discarded = {k: int(summary.get(k) or 0) for k in DISCARDED}
+    if discarded["discarded_requests"]:
+        yield Data("discarded_speculation", discarded)
+        yield Note(
+            f"Speculation (`speculation`) discarded {discarded['steps_discarded']} critic calls made ahead of the "
+            f"bank: {discarded['discarded_requests']} requests, {discarded['discarded_prompt_tokens']} prompt and "
+            f"{discarded['discarded_completion_tokens']} completion tokens as the server reported them "
+            f"(`summary.json`; counted in its `requests`). No row holds them, so the means below leave them out."
+        )
     costs = token_costs(base, headline, methods)
     yield Data("token_cost", [asdict(t) for t in costs])
     if not costs:
