@@ -310,7 +310,9 @@ def score_and_report(
         f"{s.trajectories_voted} trajectories voted in hindsight ({s.votes_failed} failed votes, "
         f"{s.trajectories_not_banked} not banked"
         + (f", {s.steps_abstained} steps abstained" if s.steps_abstained else "")
-        + f"); {s.requests} requests; "
+        + f"); {s.requests} requests"
+        + (f" ({s.discarded_requests} asked ahead of the bank and discarded)" if s.discarded_requests else "")
+        + "; "
         + (f"{s.steps_reused} step rows copied from another stream order; " if s.steps_reused else "")
         + (f"{s.steps_resumed} steps kept from before the resume; " if resume else "")
         + f"wall time {wall:.1f} s. Results in {run_dir}/"

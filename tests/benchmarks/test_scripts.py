@@ -32,6 +32,7 @@ SMALLEST: dict[str, tuple[str, list[list[str]]]] = {
     "step_pool": ("step-pool", [["--trajectories", "2", "--time-scale", "0.01"]]),
     "long_trajectory": ("long-trajectory", [["--sizes", "20", "--repeats", "1"]]),
     "gate_restart": ("gate-restart", [["--sizes", "10"]]),
+    "speculation": ("speculation", [["--trajectories", "2", "--depths", "1", "--time-scale", "0"]]),
     "readout": (
         "",
         [
