@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     configure_logging("error")
     depths = [int(d) for d in args.depths.split(",")]
-    sim = replace(SIM, time_scale=args.time_scale)
+    sim = SIM.model_copy(update={"time_scale": args.time_scale})
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

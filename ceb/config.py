@@ -638,7 +638,7 @@ class RunConfig(_Section):
     max_active_lanes: int = Field(256, ge=1, le=1_000_000)
     """Chains in progress at once, each strictly sequential: a bank method's lane, a trajectory of ``static``, a
     step of the baselines (:mod:`ceb.pipeline.pool`); at most a million, each holds a task and its working set."""
-    speculation: int = Field(1, ge=0, le=64)
+    speculation: int = Field(0, ge=0, le=64)
     """Trajectories a bank lane (``ceb``, its ablations, ``ceb-gt-oracle``) scores ahead of its bank: ``D`` > 0
     starts trajectories ``j+1..j+D`` (and their hindsight votes) with the bank as it stands while ``j`` is scored
     and voted on; once the bank holds ``j``, a step ahead is kept when its critic request (messages) equals the one
@@ -646,7 +646,8 @@ class RunConfig(_Section):
     (:mod:`ceb.pipeline.lane`). The rows are the strict order's on a server that answers a request the same way
     each time; ``summary.json`` counts what was discarded (``discarded_requests``). 0: the strict order; the
     offline stand-in and a ``bank.policy = "usefulness"`` bank (its retrievals change it) always run strict. The
-    default, 1, is the fastest measured (docs/performance.md). At most 64 (each holds a trajectory in memory)."""
+    default stays 0 until D = 1, the fastest measured, is measured on a quiet machine and through the whole vLLM
+    test tier (docs/performance.md). At most 64 (each holds a trajectory in memory)."""
     allow_unavailable: bool = False
     """Run methods that cannot score on this backend (an LLM-only baseline on ``offline``) as rows marked "not
     available" instead of refusing the run at start."""

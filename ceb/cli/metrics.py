@@ -191,7 +191,7 @@ def metrics(
     ] = None,
     reference: Annotated[bool, typer.Option("--reference", help=REFERENCE_HELP)] = False,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print metrics.json's document (every figure, every row) instead.")
+        bool, typer.Option("--json", help="Print the run's metrics document (every figure, every row) as JSON instead.")
     ] = False,
     as_csv: Annotated[
         bool, typer.Option("--csv", help="Print one CSV row per stream, method and order instead (every figure).")

@@ -187,7 +187,7 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_every_command_is_fuzzed_but_bench() -> None:
     assert {path[0] for path in FUZZED} == {
         "score", "grid", "merge", "metrics", "doctor", "sim-server", "report", "export", "serve", "convert", "relabel",
-        "regenerate",
+        "regenerate", "label",
         "batch", "prompts",
     }  # fmt: skip
     # A benchmark starts servers and measures for minutes, so it is not fuzzed; its options are its settings' fields,

@@ -13,7 +13,6 @@ design and is left out of the mix.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +86,7 @@ def _scores(run_dir: Path) -> list[tuple[Any, ...]]:
 
 def test_a_run_through_injected_server_faults_gives_the_fault_free_runs_results(tmp_path: Path) -> None:
     clean = SimConfig(max_num_seqs=16, time_scale=0.0, seed=7)
-    faulty = replace(clean, stall_s=TIMEOUT_S + 0.5, retry_after_s=0.05, **FAULTS)
+    faulty = clean.model_copy(update={"stall_s": TIMEOUT_S + 0.5, "retry_after_s": 0.05, **FAULTS})
 
     _, clean_server = _run(clean, tmp_path / "fault_free")
     attempts, faulty_server = _run(faulty, tmp_path / "faulty")
