@@ -32,6 +32,7 @@ RECORDED = {
     "--tau": ("hindsight", "temperature"),
     "--bins": ("ece_bins",),
     "--orders": ("orders",),
+    "--speculation": ("speculation",),
 }
 
 

@@ -198,7 +198,7 @@ def _token_cost(ctx: ReportContext) -> Iterator[Part]:
             f"Speculation (`speculation`) discarded {discarded['steps_discarded']} critic calls made ahead of the "
             f"bank: {discarded['discarded_requests']} requests, {discarded['discarded_prompt_tokens']} prompt and "
             f"{discarded['discarded_completion_tokens']} completion tokens as the server reported them "
-            f"(`summary.json`; counted in its `requests`). No row holds them, so the means below leave them out."
+            f"(the run's summary counts them in its `requests`). No row holds them, so the means below leave them out."
         )
     costs = token_costs(base, headline, methods)
     yield Data("token_cost", [asdict(t) for t in costs])
