@@ -22,7 +22,6 @@ from __future__ import annotations
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +30,12 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ceb, not another install's
 
+from benchmarks._cli import bench_parser
 from ceb.bench.machine import machine_info
-from ceb.bench.options import bench_parser, load_intercode_streams
+from ceb.bench.options import bench_config, load_intercode_streams
 from ceb.bench.processes import sim_process
 from ceb.bench.result_files import save_results
-from ceb.bench.scale import run_config, timed_scoring
+from ceb.bench.scale import timed_scoring
 from ceb.logs import configure_logging
 from ceb.pipeline import read_rows
 from ceb.pipeline.rundir import RunDir
@@ -81,9 +81,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         streams = {args.stream: stream[: args.trajectories]}
         with sim_process(sim, port=args.port or None) as url:
             for depth in [0, *depths]:
-                config = run_config(
-                    url, sim, ["ceb"], concurrency=sim.max_num_seqs, lanes=1, orders=1, votes=args.votes
-                ).model_copy(update={"speculation": depth})
+                config = bench_config(
+                    url,
+                    sim.model,
+                    ["ceb"],
+                    concurrency=sim.max_num_seqs,
+                    max_active_lanes=1,
+                    votes=args.votes,
+                    speculation=depth,
+                )
                 makespan, _, s = anyio.run(timed_scoring, streams, config, work / f"d{depth}")
                 runs.append(
                     {
@@ -119,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "trajectories": args.trajectories,
             "steps": strict["steps"],
             "votes": args.votes,
-            "sim": asdict(sim),
+            "sim": sim.model_dump(),
         },
         "runs": runs,
         "machine": machine_info(),
