@@ -34,6 +34,7 @@ import re
 import shlex
 import sys
 import typing
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -58,6 +59,7 @@ __all__ = [
     "engine_words",
     "err",
     "fail",
+    "judged_outcome",
     "ApiKeyEnv",
     "BaseUrl",
     "ENDPOINT_PANEL",
@@ -172,6 +174,35 @@ def fail(
         message = str(problem)
     err.print(Text.assemble(("error:", "bold red"), f" {message}"), highlight=False, soft_wrap=True)
     return typer.Exit(code)
+
+
+def judged_outcome(
+    unreadable: Sequence[tuple[str, str]], judged: int, out_file: Path, journal: Path, *, unit: str, got: str
+) -> None:
+    """What ``ceb relabel`` and ``ceb label`` say after judging: each trajectory left out, where the rest stays.
+
+    Args:
+        unreadable: ``(trajectory id, reason)`` of each trajectory the judge left without ``unit``.
+        judged: Trajectories that got it.
+        out_file: The new stream, written only when ``judged``.
+        journal: The judgments kept for a rerun.
+        unit: What a trajectory gets, e.g. ``judge label``.
+        got: The same after "no trajectory got", e.g. ``a judge label``.
+
+    Raises:
+        typer.Exit: :data:`EXIT_FAILED` when no trajectory was judged.
+    """
+    for trajectory_id, reason in unreadable:
+        err.print(f"warning: trajectory {trajectory_id!r} has no {unit}: {reason}", soft_wrap=True)
+    if unreadable and judged:
+        err.print(
+            f"note: the judgments so far stay in {journal}; run again with --overwrite to ask only the trajectories "
+            "without them",
+            soft_wrap=True,
+        )
+    if not judged:
+        err.print(f"error: no trajectory got {got}; {out_file} is not written", soft_wrap=True)
+        raise typer.Exit(EXIT_FAILED)
 
 
 def config_field(path: str) -> FieldInfo:

@@ -10,13 +10,12 @@ import typer
 
 from ceb.cli._common import (
     ENDPOINT_PANEL,
-    EXIT_FAILED,
     ApiKeyEnv,
     BaseUrl,
     MaxConcurrency,
     ModelName,
-    err,
     fail,
+    judged_outcome,
     model_config,
     out,
 )
@@ -123,14 +122,5 @@ def relabel(
         + (f". New stream: {out_file}" if s.judged else ""),
         soft_wrap=True,
     )
-    for trajectory_id, reason in s.unreadable:
-        err.print(f"warning: trajectory {trajectory_id!r} has no judge label: {reason}", soft_wrap=True)
-    if s.unreadable and s.judged:
-        err.print(
-            f"note: the judgments so far stay in {JudgmentLog(out_file).path}; run again with --overwrite to ask "
-            "only the trajectories without one",
-            soft_wrap=True,
-        )
-    if not s.judged:
-        err.print(f"error: no trajectory got a judge label; {out_file} is not written", soft_wrap=True)
-        raise typer.Exit(EXIT_FAILED)
+    journal = JudgmentLog(out_file).path
+    judged_outcome(s.unreadable, s.judged, out_file, journal, unit="judge label", got="a judge label")
