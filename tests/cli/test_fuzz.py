@@ -54,6 +54,8 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     write_stream(stream, [trajectory(f"t{i}", step("ls", "a", label=1), step("rm x", "b", label=0)) for i in range(3)])
     web = root / "web.jsonl"  # with reference actions: relabel's cases get past its refusal to the endpoint
     write_stream(web, [trajectory("w", step("[CLICK] a", REFERENCE_OBSERVATION + "[a] x -> CLICK", label=1))])
+    unlabelled = root / "chat.jsonl"  # no step labels: label's cases get past its refusal to the endpoint
+    write_stream(unlabelled, [trajectory("c", step("ls", "a"), step("rm x", "b"))])
     run = root / "run"
     result = runner.invoke(app, ["score", str(stream), "--out", str(run)])
     assert result.exit_code == 0, result.output
@@ -86,7 +88,16 @@ def place(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         app, ["batch", "import", str(batch), str(root / "batch-out.jsonl"), "--out", str(root / "b")]
     )
     assert result.exit_code == 0, result.output
-    return {"root": root, "stream": stream, "web": web, "run": run, "grid": grid, "batch": batch, "m2w": m2w}
+    return {
+        "root": root,
+        "stream": stream,
+        "web": web,
+        "unlabelled": unlabelled,
+        "run": run,
+        "grid": grid,
+        "batch": batch,
+        "m2w": m2w,
+    }
 
 
 def _valid(path: tuple[str, ...], place: dict[str, Path], case: Path) -> list[str]:
@@ -107,6 +118,15 @@ def _valid(path: tuple[str, ...], place: dict[str, Path], case: Path) -> list[st
             str(place["web"]),
             "--out",
             str(case / "j.jsonl"),
+            "--model",
+            "m",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+        ],
+        ("label",): [
+            str(place["unlabelled"]),
+            "--out",
+            str(case / "labelled.jsonl"),
             "--model",
             "m",
             "--base-url",
