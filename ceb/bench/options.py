@@ -1,18 +1,18 @@
-"""What the installed benchmarks share: their settings' common fields, the run they score, and how results are saved.
+"""What the installed benchmarks share: their settings' common fields, the run they score, and how results end.
 
-Every tool runs from an installed ``ceb`` (``ceb bench NAME``) against the user's own endpoint (``--base-url`` and
-``--model``) or the simulator, scoring the run :func:`bench_config` builds; :func:`finish` prints its figures and
-writes its results under ``benchmarks/results`` in the working directory unless ``--out`` says otherwise. The
-InterCode data is read from ``$CEB_SHARED/data/intercode`` (by default ``../shared`` beside the checkout, or beside
-the working directory outside one). Starting the tests' CPU vLLM server is the
-checkout's business (``python benchmarks/tiny_vllm.py``), never an installed module's.
+Every tool scores the run :func:`bench_config` builds, against the user's endpoint or the simulator, and ends in
+:func:`run_and_save`: its figures on stdout, its results under ``benchmarks/results`` in the working directory
+unless ``--out`` says otherwise; :func:`progress` lines go to stderr as it runs. The InterCode data is read from
+``$CEB_SHARED/data/intercode`` (by default ``../shared`` beside the checkout, or beside the working directory).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
+import sys
 import tempfile
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,15 +34,15 @@ __all__ = [
     "ServerBench",
     "bench_config",
     "default_intercode",
-    "finish",
     "load_intercode_streams",
+    "progress",
     "run_and_save",
 ]
 
 S = TypeVar("S", bound="BenchSettings")
 
 RESULTS = Path("benchmarks") / "results"
-"""Where results go by default, relative to the working directory (:func:`ceb.bench.result_files.save_results`)."""
+"""Where results go by default, relative to the working directory."""
 
 
 def default_intercode() -> Path:
@@ -56,11 +56,27 @@ def default_intercode() -> Path:
 
 
 def load_intercode_streams(
-    root: Path, work: Path, datasets: Sequence[str] = ("bash", "sql")
+    root: Path,
+    work: Path,
+    datasets: Sequence[str] = ("bash", "sql"),
+    *,
+    first: int | None = None,
+    trajectories: int | None = None,
 ) -> dict[str, list[Trajectory]]:
-    """Convert the real InterCode results into ``work`` and read every stream back (name -> trajectories)."""
-    converted = convert_intercode(root, work, datasets=tuple(datasets))
-    return {c.path.stem: read_stream([c.path]) for c in converted}
+    """The real InterCode streams converted into ``work``: name -> trajectories.
+
+    ``first`` keeps the first streams by name, ``trajectories`` the first trajectories of each (``None``: all).
+
+    Raises:
+        DataError: The InterCode data is missing or malformed.
+    """
+    converted = sorted(convert_intercode(root, work, datasets=tuple(datasets)), key=lambda c: c.path.stem)
+    return {c.path.stem: read_stream([c.path])[:trajectories] for c in converted[:first]}
+
+
+def progress(line: str) -> None:
+    """Print a line of a benchmark's progress to stderr, at once."""
+    print(line, file=sys.stderr, flush=True)
 
 
 class BenchSettings(BaseModel):
@@ -85,7 +101,7 @@ class ServerBench(BenchSettings):
 
 def bench_config(
     base_url: str | Sequence[str] | None,
-    model: str,
+    model: str | None,
     methods: Sequence[str],
     *,
     votes: int = 5,
@@ -98,7 +114,7 @@ def bench_config(
 
     Args:
         base_url: The server's API root, or one per replica; ``None`` for a backend without one (``vllm``).
-        model: The served model name (or the engine's model).
+        model: The served model name (or the engine's); ``None`` for the ``offline`` backend.
         methods: Methods scored on every stream.
         votes: CEB's hindsight votes ``V``.
         concurrency: Requests in flight per endpoint (``backend.max_concurrency``).
@@ -109,62 +125,44 @@ def bench_config(
     Raises:
         ConfigError: A setting the configuration refuses.
     """
-    section: dict[str, Any] = {"name": "openai", "model": model, "max_concurrency": concurrency, "timeout_s": timeout_s}
+    section: dict[str, Any] = {"name": "openai", "max_concurrency": concurrency, "timeout_s": timeout_s}
+    if model is not None:
+        section["model"] = model
     if base_url is not None:
         section["base_url"] = base_url if isinstance(base_url, str) else list(base_url)
     overrides = {"methods": list(methods), "orders": 1, "ceb": {"votes": votes}, **top}
     return load_config(overrides=overrides | {"backend": section | dict(backend or {})})
 
 
-def finish(
-    settings: BenchSettings,
-    kind: str,
-    result: DataclassInstance | Mapping[str, Any],
-    lines: Sequence[str] = (),
-    *,
-    machine: Mapping[str, Any] | None = None,
-    path: Path | None = None,
-) -> int:
-    """Print a benchmark's figures (``lines``), save ``result`` as ``<out>/<kind>-<UTC>.json``, print where.
-
-    Args:
-        settings: The benchmark's settings (``out``: the results folder).
-        kind: The results file's prefix and ``benchmark`` entry (:func:`~ceb.bench.result_files.save_results`).
-        result: Its record (a frozen dataclass).
-        lines: The figures a person reads, printed to stdout before the path.
-        machine: The ``machine`` entry; by default :func:`~ceb.bench.machine.machine_info`.
-        path: Rewrite this file instead of a new one.
-
-    Returns:
-        0 (the exit status).
-    """
-    if lines:
-        print("\n".join(lines))
-    print(f"wrote {save_results(settings.out, kind, result, machine or machine_info(), path=path)}")
-    return 0
-
-
 def run_and_save(
     kind: str,
-    bench: Callable[[S, Path], Awaitable[DataclassInstance]],
+    bench: Callable[[S, Path], Any],
     settings: S,
     *,
     lines: Callable[[Any], Sequence[str]] | None = None,
     machine: Mapping[str, Any] | None = None,
+    path: Path | None = None,
 ) -> int:
-    """Run ``bench(settings, work)`` in a temporary ``work`` folder, then :func:`finish` with its result.
+    """Run ``bench(settings, work)`` in a temporary ``work`` folder; print its figures, save and say where.
 
     Args:
-        kind: The results file's prefix.
-        bench: The benchmark.
-        settings: Its settings.
-        lines: What to print of the result (:func:`finish`'s ``lines``).
+        kind: The results file's prefix and ``benchmark`` entry (:func:`~ceb.bench.result_files.save_results`).
+        bench: The benchmark, a function or an async function, returning its record (a frozen dataclass).
+        settings: Its settings (``out``: the results folder).
+        lines: The figures a person reads of the record, printed to stdout before the path.
         machine: The ``machine`` entry; by default :func:`~ceb.bench.machine.machine_info`.
+        path: Write this file instead of a new ``<out>/<kind>-<UTC>.json``.
 
     Returns:
         0 (the exit status).
     """
     configure_logging("error")
     with tempfile.TemporaryDirectory() as tmp:
-        result = anyio.run(bench, settings, Path(tmp))
-    return finish(settings, kind, result, lines(result) if lines else (), machine=machine)
+        work = Path(tmp)
+        result: DataclassInstance = (
+            anyio.run(bench, settings, work) if inspect.iscoroutinefunction(bench) else bench(settings, work)
+        )
+    if lines is not None:
+        print("\n".join(lines(result)))
+    print(f"wrote {save_results(settings.out, kind, result, machine or machine_info(), path=path)}")
+    return 0

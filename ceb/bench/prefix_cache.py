@@ -35,7 +35,6 @@ from pydantic import Field
 from ceb.backends.openai import REQUEST_ID_HEADER
 from ceb.bench.options import BenchSettings, bench_config, load_intercode_streams, run_and_save
 from ceb.bench.server_admin import reset_prefix_cache, server_metrics
-from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
 from ceb.pipeline import run_scoring
 from ceb.pipeline.runner import progress_callbacks
@@ -48,7 +47,6 @@ __all__ = [
     "PrefixCacheBench",
     "PrefixCacheResult",
     "PrefixCacheRun",
-    "PrefixCacheSettings",
     "StageFigures",
     "WireRecord",
     "hindsight_rounds",
@@ -241,40 +239,6 @@ async def recording_proxy(upstream: str, port: int = 0) -> AsyncIterator[tuple[s
             await runner.cleanup()
 
 
-@dataclass(frozen=True, slots=True)
-class PrefixCacheSettings:
-    """One benchmark run.
-
-    Attributes:
-        methods: Methods scored (the issue's measurement: ``ceb`` and ``static``).
-        sampling: ``hindsight.sampling``: ``requests`` (``V`` requests) or ``n`` (one request, ``n = V``).
-        votes: ``V``.
-        max_concurrency: Requests in flight at most.
-        structured_output: The backend's structured-output mode.
-        proxy_port: The recording proxy's loopback port (0: a free one).
-    """
-
-    methods: tuple[str, ...] = ("ceb", "static")
-    sampling: str = "requests"
-    votes: int = 5
-    max_concurrency: int = 32
-    structured_output: str = "vllm"
-    proxy_port: int = 0
-
-
-def _config(base_url: str, model: str, s: PrefixCacheSettings) -> RunConfig:
-    return bench_config(
-        base_url,
-        model,
-        s.methods,
-        votes=s.votes,
-        concurrency=s.max_concurrency,
-        timeout_s=900,
-        backend={"structured_output": s.structured_output},
-        hindsight={"sampling": s.sampling},
-    )
-
-
 def _share(part: float, whole: float) -> float | None:
     """``part / whole``; ``None`` for an empty whole."""
     return part / whole if whole else None
@@ -326,9 +290,9 @@ class CacheFigures(HitFigures):
 
 @dataclass(frozen=True, slots=True)
 class PrefixCacheRun(CacheFigures):
-    """One scoring run through the recording proxy: its settings, ``/metrics`` deltas, the measured rate and ratio."""
+    """One scoring run through the recording proxy: its sampling, ``/metrics`` deltas, the measured rate and ratio."""
 
-    settings: PrefixCacheSettings
+    sampling: str
     streams: dict[str, int]
     cache_reset_before_run: bool
     block_size: int
@@ -346,6 +310,7 @@ class PrefixCacheResult:
     """``ceb bench prefix-cache``'s record: one run per hindsight sampling, on the server at ``server``."""
 
     server: str
+    settings: PrefixCacheBench
     runs: tuple[PrefixCacheRun, ...]
     target: str = "measured hit rate >= 0.9 of the whole-block bound"
 
@@ -414,28 +379,18 @@ def hit_figures(records: Sequence[WireRecord], block_size: int, metrics_hits: fl
 
 
 async def run_prefix_cache_bench(
-    streams: Mapping[str, Sequence[Trajectory]],
-    root: str,
-    model: str,
-    settings: PrefixCacheSettings,
-    work: Path,
+    streams: Mapping[str, Sequence[Trajectory]], settings: PrefixCacheBench, sampling: str, work: Path
 ) -> PrefixCacheRun:
-    """Score ``streams`` against the vLLM server at ``root`` through the recording proxy; compare hit rates.
+    """Score ``streams`` on the server at ``settings.root`` through the recording proxy, hindsight ``sampling``.
 
-    The measured prefix-cache hit rate (``/metrics``) is set against :func:`whole_block_bound`.
-
-    Args:
-        streams: Stream name -> trajectories.
-        root: The server's root URL (``http://host:port``, no ``/v1``): ``/metrics`` and the API live there.
-        model: The served model name.
-        settings: Methods, hindsight sampling, votes, concurrency.
-        work: A fresh directory for the run.
+    The measured prefix-cache hit rate (``/metrics``) is set against :func:`whole_block_bound`; ``work`` is a fresh
+    directory for the run.
 
     Raises:
         RuntimeError: ``/metrics`` has no prefix-cache counters or no block size (prefix caching off, not vLLM).
         aiohttp.ClientError: The server cannot be reached.
     """
-    root = root.rstrip("/")
+    root = settings.root.rstrip("/").removesuffix("/v1")
     async with aiohttp.ClientSession() as session:
         reset = await reset_prefix_cache(session, root)
         before = await server_metrics(session, root)
@@ -445,7 +400,16 @@ async def run_prefix_cache_bench(
         async with recording_proxy(root, settings.proxy_port) as (proxy_url, records):
             with Progress(f"bench {work.name}", None) as progress:
                 on_row, on_start = progress_callbacks(progress)
-                config = _config(proxy_url, model, settings)
+                config = bench_config(
+                    proxy_url,
+                    settings.model,
+                    settings.methods,
+                    votes=settings.votes,
+                    concurrency=settings.concurrency,
+                    timeout_s=900,
+                    backend={"structured_output": settings.structured_output},
+                    hindsight={"sampling": sampling},
+                )
                 summary = await run_scoring(streams, config, work, on_row=on_row, on_start=on_start)
         wall_s = time.perf_counter() - started
         after = await server_metrics(session, root)
@@ -456,7 +420,7 @@ async def run_prefix_cache_bench(
     measured, bound = _share(hits, queries), figures.bound_rate
     return PrefixCacheRun(
         **{f.name: getattr(figures, f.name) for f in fields(CacheFigures)},
-        settings=settings,
+        sampling=sampling,
         streams={name: len(ts) for name, ts in streams.items()},
         cache_reset_before_run=reset,
         block_size=before.block_size,
@@ -506,14 +470,16 @@ class PrefixCacheBench(BenchSettings):
     """Hindsight sampling modes measured, one run each."""
     proxy_port: int = Field(0, ge=0, le=65535)
     """The recording proxy's port (0: a free one)."""
+    methods: tuple[str, ...] = ("ceb", "static")
+    """Methods scored."""
+    structured_output: str = "vllm"
+    """The backend's structured-output mode."""
 
 
-def _lines(run: PrefixCacheRun) -> list[str]:
-    """What ``ceb bench prefix-cache`` prints of one run."""
-    s = run.settings
+def _run_lines(run: PrefixCacheRun) -> list[str]:
     rate, bound, ratio = run.measured_rate, run.bound_rate, run.ratio_to_bound
     lines = [
-        f"\nsampling={s.sampling} V={s.votes} methods={','.join(s.methods)} streams={run.streams} "
+        f"\nsampling={run.sampling} streams={run.streams} "
         f"block={run.block_size} cache reset={run.cache_reset_before_run} wall {run.wall_s:.0f} s",
         f"  {run.requests} requests, {run.prompt_tokens:,} prompt tokens; vLLM looked up "
         f"{run.queried_tokens:,} tokens ({run.reading_requests} requests read the cache)",
@@ -546,19 +512,18 @@ def _pct(x: float | None) -> str:
 
 
 async def _bench(args: PrefixCacheBench, work: Path) -> PrefixCacheResult:
-    every = load_intercode_streams(args.intercode, work / "streams", datasets=("bash",))
-    names = sorted(every)[: args.streams]
-    streams = {name: every[name][: args.trajectories] for name in names}
-    root, model = args.root.rstrip("/").removesuffix("/v1"), args.model
-    runs = []
-    for sampling in args.sampling:
-        settings = PrefixCacheSettings(
-            sampling=sampling, votes=args.votes, max_concurrency=args.concurrency, proxy_port=args.proxy_port
-        )
-        runs.append(await run_prefix_cache_bench(streams, root, model, settings, work / f"run-{sampling}"))
-    return PrefixCacheResult(root, tuple(runs))
+    streams = load_intercode_streams(
+        args.intercode, work / "streams", ("bash",), first=args.streams, trajectories=args.trajectories
+    )
+    runs = [await run_prefix_cache_bench(streams, args, s, work / f"run-{s}") for s in args.sampling]
+    return PrefixCacheResult(args.root.rstrip("/").removesuffix("/v1"), args, tuple(runs))
+
+
+def _lines(result: PrefixCacheResult) -> list[str]:
+    s = result.settings
+    return [f"V={s.votes} methods={','.join(s.methods)}", *(line for run in result.runs for line in _run_lines(run))]
 
 
 def main(args: PrefixCacheBench) -> int:
-    """``ceb bench prefix-cache``: :func:`run_prefix_cache_bench` per sampling and save the figures."""
-    return run_and_save("prefix-cache", _bench, args, lines=lambda r: [line for run in r.runs for line in _lines(run)])
+    """``ceb bench prefix-cache``: :func:`run_prefix_cache_bench` per sampling, printed and saved."""
+    return run_and_save("prefix-cache", _bench, args, lines=_lines)

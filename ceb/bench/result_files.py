@@ -18,7 +18,7 @@ from pydantic import BaseModel
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["save_results"]
+__all__ = ["results_path", "save_results"]
 
 
 def _settings(value: Any) -> Any:
@@ -26,6 +26,11 @@ def _settings(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+def results_path(out: Path, kind: str) -> Path:
+    """``<out>/<kind>-<UTC stamp>.json``, the file :func:`save_results` writes now."""
+    return out / f"{kind}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
 
 
 def save_results(
@@ -56,6 +61,6 @@ def save_results(
     fields = dataclasses.asdict(result) if dataclasses.is_dataclass(result) else dict(result)
     doc = {"benchmark": kind, **fields} | ({"machine": dict(machine)} if machine is not None else {})
     out.mkdir(parents=True, exist_ok=True)
-    path = path or out / f"{kind}-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+    path = path or results_path(out, kind)
     path.write_bytes(orjson.dumps(doc, default=_settings, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
     return path

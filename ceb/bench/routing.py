@@ -39,9 +39,8 @@ from pydantic import Field
 
 from ceb.backends.server_metrics import ServerMetrics
 from ceb.bench.machine import machine_info
-from ceb.bench.options import BenchSettings, bench_config, load_intercode_streams, run_and_save
+from ceb.bench.options import BenchSettings, bench_config, load_intercode_streams, progress, run_and_save
 from ceb.bench.server_admin import reset_prefix_cache, server_metrics
-from ceb.config import RunConfig
 from ceb.data.intercode import convert_intercode
 from ceb.data.trajectory import Trajectory
 from ceb.errors import ConfigError
@@ -56,7 +55,6 @@ __all__ = [
     "ReplicaCache",
     "RoutingBench",
     "RoutingResult",
-    "affinity_workload",
     "cache_deltas",
     "compare",
     "main",
@@ -97,22 +95,24 @@ def mixed_workload(
     return out
 
 
-def affinity_workload(
-    streams: Mapping[str, Sequence[Trajectory]], n_streams: int, trajectories: int
-) -> dict[str, list[Trajectory]]:
-    """The first ``n_streams`` streams by name, each cut to its first ``trajectories`` trajectories."""
-    return {name: list(streams[name][:trajectories]) for name in sorted(streams)[:n_streams]}
-
-
-def _config(
-    base_urls: Sequence[str], model: str, backend: Mapping[str, Any], methods: Sequence[str], votes: int
-) -> RunConfig:
-    return bench_config(base_urls, model, methods, votes=votes, timeout_s=900, backend=backend, max_active_lanes=256)
-
-
 async def _score(
-    streams: Mapping[str, Sequence[Trajectory]], config: RunConfig, run_dir: Path
+    streams: Mapping[str, Sequence[Trajectory]],
+    urls: Sequence[str],
+    settings: RoutingBench,
+    methods: Sequence[str],
+    backend: Mapping[str, Any],
+    run_dir: Path,
 ) -> tuple[float, int, int]:
+    """One arm's run: makespan (s), steps scored and steps failed."""
+    config = bench_config(
+        urls,
+        settings.model,
+        methods,
+        votes=settings.votes,
+        timeout_s=900,
+        backend={"structured_output": settings.structured_output, **backend},
+        max_active_lanes=256,
+    )
     started = time.perf_counter()
     summary = await run_scoring(streams, config, run_dir, overwrite=True)
     return time.perf_counter() - started, summary.steps_scored, summary.steps_failed
@@ -173,7 +173,6 @@ class Comparison:
     """One part's two arms, alternated over repeats.
 
     Attributes:
-        settings: The part's knobs.
         streams: Stream name -> steps scored (or the stream files' names, for the router part).
         runs: Every run, in the order run.
         arms: Arm -> its mean; the first arm first (``off``, ``least_outstanding``, ``round_robin``).
@@ -181,7 +180,6 @@ class Comparison:
         better: The arm with the shorter mean makespan.
     """
 
-    settings: RoutingBench
     streams: dict[str, int] | tuple[str, ...]
     runs: tuple[ArmRun, ...]
     arms: dict[str, ArmMean]
@@ -191,8 +189,9 @@ class Comparison:
 
 @dataclass(frozen=True, slots=True)
 class RoutingResult:
-    """``ceb bench routing``'s record: the parts run (``None``: not asked for) on the servers given."""
+    """``ceb bench routing``'s record: its settings and the parts run (``None``: not asked for)."""
 
+    settings: RoutingBench
     priority: Comparison | None
     affinity: Comparison | None
     router: Comparison | None
@@ -221,12 +220,7 @@ def cache_deltas(
     return tuple(out)
 
 
-def compare(
-    settings: RoutingBench,
-    streams: dict[str, int] | tuple[str, ...],
-    runs: Sequence[ArmRun],
-    arms: Sequence[str],
-) -> Comparison:
+def compare(streams: dict[str, int] | tuple[str, ...], runs: Sequence[ArmRun], arms: Sequence[str]) -> Comparison:
     """The :class:`Comparison` of ``runs`` between the two ``arms`` (each arm's hit rate pooled over its tokens)."""
     means = {}
     for arm in arms:
@@ -234,46 +228,43 @@ def compare(
         rate = _share(sum(r.hits for r in mine), sum(r.queries for r in mine))
         means[arm] = ArmMean(sum(r.makespan_s for r in mine) / len(mine), rate)
     first, second = (means[a].mean_makespan_s for a in arms)
-    return Comparison(settings, streams, tuple(runs), means, first / second, arms[1] if second <= first else arms[0])
+    return Comparison(streams, tuple(runs), means, first / second, arms[1] if second <= first else arms[0])
 
 
 def _rate(share: float | None) -> str:
     return "-" if share is None else f"{share:.1%}"
 
 
-def print_run(r: ArmRun, width: int) -> None:
-    """Print one run: makespan, steps, and the hit rate overall and per replica (``-``: no tokens)."""
+def _run_line(r: ArmRun) -> str:
     per = ", ".join(_rate(x.hit_rate) for x in r.replicas)
-    print(
-        f"  {r.arm:>{width}} #{r.repeat}: makespan {r.makespan_s:6.1f} s, {r.steps_scored} steps "
+    return (
+        f"  {r.arm:>17} #{r.repeat}: makespan {r.makespan_s:6.1f} s, {r.steps_scored} steps "
         f"({r.steps_failed} failed), hit rate {_rate(r.hit_rate)} (per replica {per}; "
-        f"{r.queries:,.0f} tokens looked up)",
-        flush=True,
+        f"{r.queries:,.0f} tokens looked up)"
     )
 
 
-def print_comparison(name: str, c: Comparison, width: int) -> None:
-    """Print a part: each arm's mean makespan and pooled hit rate, and the ratio."""
-    print(f"\n{name}: streams {c.streams}")
-    for arm, a in c.arms.items():
-        print(f"  {arm:>{width}}: mean makespan {a.mean_makespan_s:.1f} s, hit rate {_rate(a.hit_rate)}")
-    print(f"  {'/'.join(c.arms)} makespan = {c.ratio:.3f}; better: {c.better}")
+def _lines(result: RoutingResult) -> list[str]:
+    lines = []
+    for name in ("priority", "affinity", "router"):
+        c: Comparison | None = getattr(result, name)
+        if c is not None:
+            lines.append(f"\n{name}: streams {c.streams}")
+            lines += [
+                f"  {arm:>17}: mean makespan {a.mean_makespan_s:.1f} s, hit rate {_rate(a.hit_rate)}"
+                for arm, a in c.arms.items()
+            ]
+            lines.append(f"  {'/'.join(c.arms)} makespan = {c.ratio:.3f}; better: {c.better}")
+    return lines
 
 
 async def run_priority_bench(
-    streams: Mapping[str, Sequence[Trajectory]], root: str, model: str, settings: RoutingBench, work: Path
+    streams: Mapping[str, Sequence[Trajectory]], root: str, settings: RoutingBench, work: Path
 ) -> Comparison:
     """Makespan of ``streams`` with ``backend.server_priority`` ``off`` and ``on``, alternated ``repeats`` times.
 
-    Args:
-        streams: The workload (e.g. :func:`mixed_workload`).
-        root: The server's root URL (no ``/v1``); it should run ``--scheduling-policy priority``.
-        model: The served model name.
-        settings: Methods, concurrency, repeats.
-        work: A fresh directory for the runs.
-
-    Returns:
-        The runs and arms ``off`` / ``on`` (a ratio above 1: forwarding the priority shortened the run).
+    ``root`` is the server's root URL (no ``/v1``), running ``--scheduling-policy priority``; ``work`` a fresh
+    directory. A ratio above 1: forwarding the priority shortened the run.
     """
     root = root.rstrip("/")
     runs: list[ArmRun] = []
@@ -281,44 +272,24 @@ async def run_priority_bench(
         for i in range(settings.repeats):
             for arm in ("off", "on"):
                 reset = await reset_prefix_cache(session, root)
-                config = _config(
-                    [f"{root}/v1"],
-                    model,
-                    {
-                        "server_priority": arm,
-                        "max_concurrency": settings.priority_concurrency,
-                        "structured_output": settings.structured_output,
-                    },
-                    settings.priority_methods,
-                    settings.votes,
+                backend = {"server_priority": arm, "max_concurrency": settings.priority_concurrency}
+                run_dir = work / f"priority-{arm}-{i}"
+                wall, scored, failed = await _score(
+                    streams, [f"{root}/v1"], settings, settings.priority_methods, backend, run_dir
                 )
-                wall, scored, failed = await _score(streams, config, work / f"priority-{arm}-{i}")
                 runs.append(ArmRun(arm, i, wall, scored, failed, reset))
+                progress(_run_line(runs[-1]))
     steps = {name: sum(len(t.steps) for t in ts) for name, ts in streams.items()}
-    return compare(settings, steps, runs, ("off", "on"))
+    return compare(steps, runs, ("off", "on"))
 
 
 async def run_affinity_bench(
-    streams: Mapping[str, Sequence[Trajectory]],
-    roots: Sequence[str],
-    model: str,
-    settings: RoutingBench,
-    work: Path,
+    streams: Mapping[str, Sequence[Trajectory]], roots: Sequence[str], settings: RoutingBench, work: Path
 ) -> Comparison:
     """Makespan and prefix-cache hit rates with ``backend.routing`` ``least_outstanding`` and ``affinity``.
 
-    Each run empties every replica's prefix cache first and reads each one's ``/metrics`` counters before and
-    after it.
-
-    Args:
-        streams: The workload (e.g. :func:`affinity_workload`).
-        roots: The replicas' root URLs (no ``/v1``), serving the same model.
-        model: The served model name.
-        settings: Methods, concurrency per replica, votes, repeats.
-        work: A fresh directory for the runs.
-
-    Returns:
-        The runs (each with its replicas' cache hits) and arms ``least_outstanding`` / ``affinity``.
+    ``roots`` are the replicas' root URLs (no ``/v1``), serving ``settings.model``; each run empties every
+    replica's prefix cache first and reads its ``/metrics`` before and after.
 
     Raises:
         RuntimeError: A replica's ``/metrics`` has no prefix-cache counters (prefix caching off, not vLLM).
@@ -330,22 +301,16 @@ async def run_affinity_bench(
             for arm in ("least_outstanding", "affinity"):
                 reset = [await reset_prefix_cache(session, r) for r in roots]
                 before = [await server_metrics(session, r) for r in roots]
-                config = _config(
-                    [f"{r}/v1" for r in roots],
-                    model,
-                    {
-                        "routing": arm,
-                        "max_concurrency": settings.affinity_concurrency,
-                        "structured_output": settings.structured_output,
-                    },
-                    settings.affinity_methods,
-                    settings.votes,
-                )
-                wall, scored, failed = await _score(streams, config, work / f"affinity-{arm}-{i}")
+                backend = {"routing": arm, "max_concurrency": settings.affinity_concurrency}
+                wall, scored, failed = await _score(
+                    streams, [f"{r}/v1" for r in roots], settings, settings.affinity_methods, backend,
+                    work / f"affinity-{arm}-{i}",
+                )  # fmt: skip
                 after = [await server_metrics(session, r) for r in roots]
                 runs.append(ArmRun(arm, i, wall, scored, failed, all(reset), cache_deltas(roots, before, after)))
+                progress(_run_line(runs[-1]))
     steps = {name: sum(len(t.steps) for t in ts) for name, ts in streams.items()}
-    return compare(settings, steps, runs, ("least_outstanding", "affinity"))
+    return compare(steps, runs, ("least_outstanding", "affinity"))
 
 
 ROUTER_ARMS = ("round_robin", "consistent_hash")
@@ -354,16 +319,14 @@ ROUTER_ARMS = ("round_robin", "consistent_hash")
 _CLI = "from ceb.cli import main; main()"
 
 
-def _shards(
-    streams: Sequence[Path], base_url: str, model: str, settings: RoutingBench, work: Path
-) -> tuple[float, int, int]:
+def _shards(streams: Sequence[Path], base_url: str, settings: RoutingBench, work: Path) -> tuple[float, int, int]:
     """Run the ``settings.shards`` shard processes at once; the makespan (s), steps scored and steps failed.
 
     Raises:
         RuntimeError: A shard exited non-zero (the message ends with its output's tail).
     """
     runs = [work / f"shard-{i}" for i in range(settings.shards)]
-    common = ["--backend", "openai", "--base-url", base_url, "--model", model]
+    common = ["--backend", "openai", "--base-url", base_url, "--model", settings.model]
     common += ["--methods", ",".join(settings.router_methods), "--limit", str(settings.router_limit)]
     common += ["--max-concurrency", str(settings.shard_concurrency)]
     logs = [work / f"shard-{i}.log" for i in range(settings.shards)]
@@ -388,7 +351,6 @@ async def run_router_bench(
     streams: Sequence[Path],
     routers: Mapping[str, str],
     roots: Sequence[str],
-    model: str,
     settings: RoutingBench,
     work: Path,
 ) -> Comparison:
@@ -397,14 +359,12 @@ async def run_router_bench(
     Args:
         streams: Trajectory JSONL files, one stream each.
         routers: Policy (:data:`ROUTER_ARMS`) -> the API root of a router running it in front of ``roots``.
-        roots: The replicas' root URLs (no ``/v1``), serving ``model``, started with ``VLLM_SERVER_DEV_MODE=1``.
-        model: The served model name.
-        settings: Methods, trajectories, shards, concurrency, repeats.
+        roots: The replicas' root URLs (no ``/v1``), started with ``VLLM_SERVER_DEV_MODE=1``.
+        settings: Its settings (``settings.model``, shards, repeats, ...).
         work: A fresh directory for the runs.
 
     Returns:
-        The runs and arms ``round_robin`` / ``consistent_hash`` (a ratio above 1: consistent hashing finished
-        sooner).
+        Arms ``round_robin`` / ``consistent_hash`` (a ratio above 1: consistent hashing finished sooner).
 
     Raises:
         RuntimeError: A replica cannot empty its prefix cache (not in dev mode), a shard failed, or a replica has no
@@ -429,12 +389,12 @@ async def run_router_bench(
                     )
                 before = [await server_metrics(session, r) for r in roots]
                 wall, scored, failed = await anyio.to_thread.run_sync(
-                    _shards, streams, routers[arm], model, settings, work / f"{arm}-{i}"
+                    _shards, streams, routers[arm], settings, work / f"{arm}-{i}"
                 )
                 after = [await server_metrics(session, r) for r in roots]
                 runs.append(ArmRun(arm, i, wall, scored, failed, all(reset), cache_deltas(roots, before, after)))
-                print_run(runs[-1], 15)
-    return compare(settings, tuple(p.stem for p in streams), runs, ROUTER_ARMS)
+                progress(_run_line(runs[-1]))
+    return compare(tuple(p.stem for p in streams), runs, ROUTER_ARMS)
 
 
 # --- command line: ceb bench routing ------------------------------------------------------------------------
@@ -517,24 +477,21 @@ def _check_parts(args: RoutingBench) -> None:
 
 
 async def _bench(args: RoutingBench, work: Path) -> RoutingResult:
-    every = load_intercode_streams(args.intercode, work / "streams", datasets=("bash",))
+    every = load_intercode_streams(args.intercode, work / "streams", ("bash",))
     priority = affinity = router = None
     if "priority" in args.parts:
-        streams = mixed_workload(every, args.long_steps, args.short_lanes)
         assert args.priority_root is not None  # _check_parts
-        priority = await run_priority_bench(streams, args.priority_root, args.model, args, work / "priority")
-        print_comparison("priority", priority, 3)
+        streams = mixed_workload(every, args.long_steps, args.short_lanes)
+        priority = await run_priority_bench(streams, args.priority_root, args, work / "priority")
     if "affinity" in args.parts:
-        streams = affinity_workload(every, args.streams, args.trajectories)
-        affinity = await run_affinity_bench(streams, args.replica, args.model, args, work / "affinity")
-        print_comparison("affinity", affinity, 17)
+        streams = {name: every[name][: args.trajectories] for name in sorted(every)[: args.streams]}
+        affinity = await run_affinity_bench(streams, args.replica, args, work / "affinity")
     if "router" in args.parts:
         converted = convert_intercode(args.intercode, work / "router-streams", datasets=("bash",))
         paths = [c.path for c in converted][: args.router_streams]
         routers = dict(r.split("=", 1) for r in args.router)
-        router = await run_router_bench(paths, routers, args.replica, args.model, args, work / "router")
-        print_comparison("router", router, 15)
-    return RoutingResult(priority, affinity, router)
+        router = await run_router_bench(paths, routers, args.replica, args, work / "router")
+    return RoutingResult(args, priority, affinity, router)
 
 
 def main(args: RoutingBench) -> int:
@@ -545,4 +502,4 @@ def main(args: RoutingBench) -> int:
     """
     _check_parts(args)
     shared = {"shared": "the machine was shared with other jobs during the run"}
-    return run_and_save("routing", _bench, args, machine=machine_info() | shared)
+    return run_and_save("routing", _bench, args, lines=_lines, machine=machine_info() | shared)

@@ -1,8 +1,8 @@
 """Client and scale benchmarks against SIMULATED servers (:mod:`ceb.sim`, not a model): `ceb bench client` and `scale`.
 
 Both run ceb's real client and pipeline through the ``openai`` backend against simulators in child processes
-(:mod:`ceb.bench.processes`). What each measures and how its figures are defined is its ``--help``
-(:data:`_CLIENT_HELP`, :data:`_HELP`); docs/performance.md and docs/serving.md ("Scale plan") quote the results.
+(:mod:`ceb.bench.processes`); what each figure means is the settings' ``--help``. docs/performance.md and
+docs/serving.md ("Scale plan") quote the results.
 """
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ import gc
 import math
 import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +23,12 @@ from pydantic import Field
 
 from ceb.backends.base import AttemptRecord, ChatRequest
 from ceb.backends.scheduling import EndpointLimits
-from ceb.bench.options import BenchSettings, bench_config, finish, load_intercode_streams
+from ceb.bench.options import BenchSettings, bench_config, load_intercode_streams, progress, run_and_save
 from ceb.bench.processes import SimReplicas, sim_process, sim_replicas, sim_stats
 from ceb.bench.stats import summarize
 from ceb.config import RunConfig
 from ceb.data import Trajectory
 from ceb.gc_tuning import quiet_gc
-from ceb.logs import configure_logging
 from ceb.pipeline import run_scoring
 from ceb.pipeline.runner import progress_callbacks
 from ceb.progress import Progress
@@ -51,7 +49,6 @@ __all__ = [
     "ScaleBench",
     "ScalePlan",
     "ScalePoint",
-    "ScaleSettings",
     "client_main",
     "main",
     "run_client_bench",
@@ -72,8 +69,8 @@ async def timed_scoring(
     if stages.chat is not None:
         stages.chat.observers.append(attempts.append)
     started = time.perf_counter()
-    with Progress(f"bench {run_dir.name}", None) as progress:
-        on_row, on_start = progress_callbacks(progress)
+    with Progress(f"bench {run_dir.name}", None) as bar:
+        on_row, on_start = progress_callbacks(bar)
         async with stages:
             summary = await run_scoring(
                 streams, config, run_dir, stages=stages, overwrite=True, on_row=on_row, on_start=on_start
@@ -183,31 +180,39 @@ class ClientResult:
     target: str = ">= 1,000 requests/s in one process and <= 1 ms client CPU per scored step"
 
 
-def run_client_bench(
-    streams: Mapping[str, Sequence[Trajectory]],
-    work: Path,
-    *,
-    requests: int = 3000,
-    concurrency: int = 64,
-    port: int | None = None,
-    trajectories: int | None = None,
-) -> ClientResult:
-    """Client requests/s and CPU per request and per scored step against a zero-latency simulator (on ``port``).
+class ClientBench(BenchSettings):
+    """Requests/s and CPU per request and per step of ceb's client (and the openai SDK's), SIMULATED server.
 
-    ``trajectories``: those kept from the start of each stream for the per-step figure (``None``: every one).
+        ceb bench client --requests 3000
 
-    Returns:
-        Both clients' figures and the per-step figures.
+    The simulator runs at time_scale 0 (no service time), so what is measured is the client: the requests/s one process
+    sustains through ceb's backend with real critic prompts, and CPU ms per request, next to the same requests sent
+    with the openai SDK's client (the naive way); then client CPU ms per scored step of a whole `static` run (no
+    retrieval, no bank: everything outside retrieval). Writes ``client-<UTC>.json`` with the settings and the machine.
     """
+
+    port: int = Field(0, ge=0, le=65535)
+    """The simulator's port on 127.0.0.1 (0: a free one)."""
+    requests: int = Field(3000, ge=1)
+    """Requests sent at once."""
+    concurrency: int = Field(64, ge=1)
+    """Requests in flight at most, for both clients and the static run."""
+    trajectories: int | None = Field(None, ge=1)
+    """Trajectories kept per stream for the per-step figure (default: every one)."""
+
+
+def run_client_bench(args: ClientBench, work: Path) -> ClientResult:
+    """Both clients' requests/s and CPU per request, and CPU per step of a ``static`` run, on the InterCode streams."""
+    streams = load_intercode_streams(args.intercode, work / "streams")
     sim = SimConfig(max_num_seqs=1024, time_scale=0.0)
-    with sim_process(sim, port=port) as url:
+    with sim_process(sim, port=args.port or None) as url:
         # One order: static's rows are asked once for every order (ceb.pipeline.pool), so a second order would add
         # copies and no request.
-        config = bench_config(url, sim.model, ("static",), concurrency=concurrency, max_active_lanes=256, orders=1)
-        reqs = _critic_requests(streams, config, requests)
+        config = bench_config(url, sim.model, ("static",), concurrency=args.concurrency, max_active_lanes=256)
+        reqs = _critic_requests(streams, config, args.requests)
         wall, cpu = anyio.run(_blast, config, reqs)
-        sdk_wall, sdk_cpu = anyio.run(_blast_sdk, url, sim.model, reqs, concurrency)
-        cut = {name: list(trajs)[:trajectories] for name, trajs in streams.items()}
+        sdk_wall, sdk_cpu = anyio.run(_blast_sdk, url, sim.model, reqs, args.concurrency)
+        cut = {name: list(trajs)[: args.trajectories] for name, trajs in streams.items()}
         step_cpu = time.process_time()
         makespan, _, summary = anyio.run(timed_scoring, cut, config, work / "client-static")
         step_cpu = time.process_time() - step_cpu
@@ -215,7 +220,7 @@ def run_client_bench(
     steps = summary.steps_scored + summary.steps_failed
     return ClientResult(
         requests=n,
-        concurrency=concurrency,
+        concurrency=args.concurrency,
         mean_prompt_chars=statistics.fmean(sum(len(m["content"]) for m in r.messages) for r in reqs),
         ceb_client=ClientFigures(n / wall, cpu / n * 1000, wall),
         sdk_client=ClientFigures(n / sdk_wall, sdk_cpu / n * 1000, sdk_wall),
@@ -224,39 +229,94 @@ def run_client_bench(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class ScaleSettings:
-    """One scale benchmark.
+def _client_lines(result: ClientResult) -> list[str]:
+    ours, sdk, step = result.ceb_client, result.sdk_client, result.per_step
+    return [
+        f"ceb client: {ours.requests_per_s:.0f} req/s, {ours.cpu_ms_per_request:.3f} CPU ms/request; "
+        f"openai SDK: {sdk.requests_per_s:.0f} req/s, {sdk.cpu_ms_per_request:.3f} CPU ms/request; "
+        f"ratio {result.ratio_requests_per_s:.1f}x",
+        f"static run: {step.steps} steps, {step.steps_per_s:.0f} steps/s, "
+        f"{step.cpu_ms_per_step:.3f} client CPU ms/step",
+    ]
 
-    Attributes:
-        replicas: Replica counts ``R`` measured, in order.
-        sim: Every replica's load model. The default gives a critic call of the InterCode prompts about 0.5 s
-            (15 slots: about 30 critic calls/s per replica); hindsight calls read whole trajectories and take
-            longer, so the measured capacity is a little lower.
-        methods: Methods run on every stream and order at once.
-        votes: Hindsight votes ``V`` of CEB.
-        lanes_per_slot: Lanes (stream x order x method) per replica slot; orders are raised to reach it.
-        max_trajectories: Trajectories kept per stream and order (enough that no lane ends inside the window).
-        warmup_s: Seconds run before the window opens (lanes start, connections open).
-        window_s: Seconds measured.
-        sim_processes: Child processes serving the replicas (shared out evenly).
-        pin: On a machine with at least two usable CPUs, keep this process on the first one and the
-            simulators on the others (``os.sched_setaffinity``).
-        gc_modes: Garbage-collector settings run per ``R``, back to back: ``"quiet"`` is what ``ceb score``
-            and ``ceb grid`` use (:func:`~ceb.gc_tuning.quiet_gc`), ``"default"`` CPython's own.
+
+def client_main(args: ClientBench) -> int:
+    """``ceb bench client``: :func:`run_client_bench`, printed and saved."""
+    return run_and_save("client", run_client_bench, args, lines=_client_lines)
+
+
+class ScaleBench(BenchSettings):
+    """Scale plan: how many SIMULATED replicas one `ceb` process keeps saturated, and where its CPU runs out.
+
+        ceb bench scale --replicas 1,2,4,8,16,32
+
+    One `ceb` process (this one) runs the real InterCode pipeline (CEB and static, many orders) against R simulated
+    replicas in child processes, pinned to other cores than this one when there are two or more, each with 15 slots
+    and about 0.5 s per critic call (about 30 calls/s). The simulator is not a model: it stands for a vLLM replica's
+    queueing and service times. Lanes grow with R (1.5 per replica slot), so a saturation under 1 means a CPU ran out
+    (`ceb`'s or the simulators', both reported), not work. Per R, after a warm-up, over a measured window:
+
+        achieved      = critic and hindsight calls completed by `ceb` / window seconds
+        capacity      = R * max_num_seqs / mean service time (the simulator's own busy seconds per completed call)
+        saturation    = achieved / capacity   (equal to the replicas' slot utilisation)
+        ceb CPU       = this process's CPU seconds / window seconds (1.0 = one core; asyncio uses one)
+        CPU per call  = this process's CPU milliseconds / completed calls
+        loop lag      = how late a 50 ms sleep in `ceb`'s event loop wakes up (mean, p99, max)
+        core busy     = share of `ceb`'s pinned core busy with any process; busy minus `ceb` CPU is what other
+                        processes on a shared machine took from it
+
+    Extrapolated to a core of its own, one process sustains 1000 / (CPU ms per call) calls/s, i.e. that over
+    --per-replica-calls-s replicas. Writes ``scale-<UTC>.json`` with the settings and the machine.
     """
 
     replicas: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
-    sim: SimConfig = SimConfig(max_num_seqs=15, prefill_tok_s=4_000.0, decode_s_per_token=0.01, overhead_s=0.2)
+    """Replica counts R."""
+    max_num_seqs: int = Field(15, ge=1)
+    """Slots per replica."""
+    prefill_tok_s: float = Field(4_000.0, gt=0)
+    """Each replica's prefill rate (the simulator's tokens per second)."""
+    decode_s_per_token: float = Field(0.01, ge=0)
+    """Seconds per generated token."""
+    overhead_s: float = Field(0.2, ge=0)
+    """Fixed seconds per call (with the above: about 0.5 s per critic call of the InterCode prompts)."""
+    time_scale: float = Field(1.0, ge=0)
+    """Multiplies every service time."""
     methods: tuple[str, ...] = ("ceb", "static")
-    votes: int = 5
-    lanes_per_slot: float = 1.5
-    max_trajectories: int = 12
-    warmup_s: float = 5.0
-    window_s: float = 15.0
-    sim_processes: int = 1
+    """Methods run on every stream and order at once."""
+    votes: int = Field(5, ge=1)
+    """Hindsight votes V of CEB."""
+    lanes_per_slot: float = Field(1.5, gt=0)
+    """Lanes (stream x order x method) per replica slot; orders are raised to reach it."""
+    per_replica_calls_s: float = Field(30.0, gt=0)
+    """Rate the extrapolation divides by (calls/s)."""
+    warmup_s: float = Field(5.0, ge=0)
+    """Seconds before the window."""
+    window_s: float = Field(15.0, gt=0)
+    """Seconds measured per R."""
+    max_trajectories: int = Field(12, ge=1)
+    """Trajectories per stream and order (enough that no lane ends inside the window)."""
+    sim_processes: int = Field(1, ge=1)
+    """Child processes for the replicas."""
+    compare_gc: bool = False
+    """Also run each R with CPython's default GC, back to back."""
     pin: bool = True
-    gc_modes: tuple[str, ...] = ("quiet",)
+    """Pin ceb and the simulators to separate cores."""
+
+    @property
+    def sim(self) -> SimConfig:
+        """Every replica's load model."""
+        return SimConfig(
+            max_num_seqs=self.max_num_seqs,
+            prefill_tok_s=self.prefill_tok_s,
+            decode_s_per_token=self.decode_s_per_token,
+            overhead_s=self.overhead_s,
+            time_scale=self.time_scale,
+        )
+
+    @property
+    def gc_modes(self) -> tuple[str, ...]:
+        """Collector settings per R: ``quiet`` (:func:`~ceb.gc_tuning.quiet_gc`, as ``ceb score``), ``default``."""
+        return ("default", "quiet") if self.compare_gc else ("quiet",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,8 +413,7 @@ class GcRatio:
 class ScalePlan:
     """``ceb bench scale``'s record: every point measured, the knee and the extrapolation (on ``gc_mode_of_knee``)."""
 
-    settings: ScaleSettings
-    per_replica_calls_s: float
+    settings: ScaleBench
     gc_mode_of_knee: str
     points: tuple[ScalePoint, ...]
     gc_comparison: tuple[GcRatio, ...]
@@ -461,7 +520,7 @@ async def _drive(
     streams: Mapping[str, Sequence[Trajectory]],
     config: RunConfig,
     run_dir: Path,
-    settings: ScaleSettings,
+    settings: ScaleBench,
     replicas: SimReplicas,
     own: set[int] | None,
 ) -> tuple[_Snapshot, _Snapshot, list[float], float | None]:
@@ -488,27 +547,22 @@ async def _drive(
     return start, end, lags, ended_at[0] if ended_at else None
 
 
-def _orders(settings: ScaleSettings, streams: int, replicas: int) -> int:
-    lanes = settings.lanes_per_slot * replicas * settings.sim.max_num_seqs
+def _orders(settings: ScaleBench, streams: int, replicas: int) -> int:
+    lanes = settings.lanes_per_slot * replicas * settings.max_num_seqs
     return max(1, math.ceil(lanes / (streams * len(settings.methods))))
 
 
 def run_scale_point(
     streams: Mapping[str, Sequence[Trajectory]],
-    settings: ScaleSettings,
+    settings: ScaleBench,
     replicas: int,
     work: Path,
     *,
     gc_mode: str = "quiet",
 ) -> ScalePoint:
-    """Measure one replica count ``R`` (its figures are defined in :data:`_HELP`).
+    """Measure ``replicas`` (``R``) over one window, its figures as :class:`ScaleBench`'s help defines them.
 
-    Args:
-        streams: Stream name -> trajectories.
-        settings: The replicas' load model, lanes and window.
-        replicas: ``R``.
-        work: Scratch directory for the run directory.
-        gc_mode: ``"quiet"`` (:func:`~ceb.gc_tuning.quiet_gc`, as ``ceb score``) or ``"default"``.
+    ``gc_mode``: ``"quiet"`` (:func:`~ceb.gc_tuning.quiet_gc`, as ``ceb score``) or ``"default"``.
 
     Raises:
         ValueError: Unknown ``gc_mode``.
@@ -520,11 +574,11 @@ def run_scale_point(
     pin = settings.pin and len(cpus) >= 2
     own, sim_cpus = ({cpus[0]}, set(cpus[1:])) if pin else (None, None)
     orders = _orders(settings, len(streams), replicas)
-    slots = settings.sim.max_num_seqs
-    with sim_replicas(settings.sim, replicas, processes=settings.sim_processes, cpus=sim_cpus) as reps:
+    sim, slots = settings.sim, settings.max_num_seqs
+    with sim_replicas(sim, replicas, processes=settings.sim_processes, cpus=sim_cpus) as reps:
         config = bench_config(
             reps.base_urls,
-            settings.sim.model,
+            sim.model,
             settings.methods,
             concurrency=slots,
             max_active_lanes=len(streams) * orders * len(settings.methods),
@@ -595,10 +649,9 @@ def run_scale_point(
 
 def run_scale_bench(
     streams: Mapping[str, Sequence[Trajectory]],
-    settings: ScaleSettings,
+    settings: ScaleBench,
     work: Path,
     *,
-    per_replica_calls_s: float = 30.0,
     knee_saturation: float = 0.9,
     knee_cpu: float = 0.5,
     on_point: Any = None,
@@ -607,17 +660,16 @@ def run_scale_bench(
 
     Args:
         streams: Stream name -> trajectories (each order keeps the first ``settings.max_trajectories``).
-        settings: Replica counts, the replicas' load model and the window.
+        settings: Replica counts, the replicas' load model, the window and the per-replica rate.
         work: Scratch directory for the run directories.
-        per_replica_calls_s: The per-replica rate the extrapolation divides by (calls/s).
         knee_saturation: The knee is the first ``R`` whose saturation falls below this...
         knee_cpu: ...while `ceb` used at least this share of a core. A point below the saturation threshold with
             `ceb` nearly idle was held back by something else (on a shared machine, other processes starving the
             simulator); it is listed under ``knee.unsaturated_not_ceb_bound`` instead.
-        on_point: Called with each point's figures as it is measured (to print them).
+        on_point: Called with each point as it is measured.
 
     Returns:
-        Every point; the knee and the extrapolation use the ``"quiet"`` points when they were measured.
+        Every point; the knee and the extrapolation use the ``"quiet"`` points.
     """
     all_points = []
     for r in settings.replicas:
@@ -626,8 +678,7 @@ def run_scale_bench(
             all_points.append(point)
             if on_point is not None:
                 on_point(point)
-    main = "quiet" if "quiet" in settings.gc_modes else settings.gc_modes[0]
-    points = [p for p in all_points if p.gc == main]
+    points = [p for p in all_points if p.gc == "quiet"]
     below = [p for p in points if p.saturation < knee_saturation]
     ceb_bound = [p for p in below if p.ceb_cpu_utilisation >= knee_cpu]
     saturated = [p for p in points if p.saturation >= knee_saturation]
@@ -657,147 +708,37 @@ def run_scale_bench(
     extrapolation = Extrapolation(
         cpu_ms,
         1000 / cpu_ms,
-        1000 / (cpu_ms * per_replica_calls_s),
+        1000 / (cpu_ms * settings.per_replica_calls_s),
         busiest.achieved_calls_per_s / busiest.ceb_cpu_utilisation,
     )
-    return ScalePlan(settings, per_replica_calls_s, main, tuple(all_points), gc_ratio, knee, extrapolation)
-
-
-# --- command lines: ceb bench client, ceb bench scale ----------------------------------------------------------
-
-
-class ClientBench(BenchSettings):
-    """Requests/s and CPU per request and per step of ceb's client (and the openai SDK's), SIMULATED server.
-
-        ceb bench client --requests 3000
-
-    The simulator runs at time_scale 0 (no service time), so what is measured is the client: the requests/s one process
-    sustains through ceb's backend with real critic prompts, and CPU ms per request, next to the same requests sent
-    with the openai SDK's client (the naive way); then client CPU ms per scored step of a whole `static` run (no
-    retrieval, no bank: everything outside retrieval). Writes ``client-<UTC>.json`` with the settings and the machine.
-    """
-
-    port: int = Field(0, ge=0, le=65535)
-    """The simulator's port on 127.0.0.1 (0: a free one)."""
-    requests: int = Field(3000, ge=1)
-    """Requests sent at once."""
-    trajectories: int | None = Field(None, ge=1)
-    """Trajectories kept per stream for the per-step figure (default: every one)."""
-
-
-def client_main(args: ClientBench) -> int:
-    """``ceb bench client``: :func:`run_client_bench` on the InterCode streams."""
-    configure_logging("error")
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        streams = load_intercode_streams(args.intercode, work / "streams")
-        result = run_client_bench(
-            streams, work, requests=args.requests, port=args.port or None, trajectories=args.trajectories
-        )
-    ours, sdk, step = result.ceb_client, result.sdk_client, result.per_step
-    lines = [
-        f"ceb client: {ours.requests_per_s:.0f} req/s, {ours.cpu_ms_per_request:.3f} CPU ms/request; "
-        f"openai SDK: {sdk.requests_per_s:.0f} req/s, {sdk.cpu_ms_per_request:.3f} CPU ms/request; "
-        f"ratio {result.ratio_requests_per_s:.1f}x",
-        f"static run: {step.steps} steps, {step.steps_per_s:.0f} steps/s, "
-        f"{step.cpu_ms_per_step:.3f} client CPU ms/step",
-    ]
-    return finish(args, "client", result, lines)
+    return ScalePlan(settings, "quiet", tuple(all_points), gc_ratio, knee, extrapolation)
 
 
 def _share(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}"
 
 
-def _print_point(p: ScalePoint) -> None:
-    print(
+def _point_line(p: ScalePoint) -> str:
+    return (
         f"R={p.replicas:>3} lanes={p.lanes:>4} gc={p.gc:<7}: {p.achieved_calls_per_s:7.1f} calls/s of "
         f"{p.capacity_calls_per_s:7.1f} capacity (saturation {p.saturation:.3f}); ceb CPU "
         f"{p.ceb_cpu_utilisation:.2f} cores (its core busy {_share(p.ceb_core_busy)}), "
         f"{p.ceb_cpu_ms_per_call:.2f} ms/call; sim CPU {_share(p.sim_cpu_utilisation)} cores; loop lag mean "
         f"{p.loop_lag_ms.mean:.1f} ms, p99 {p.loop_lag_ms.p99:.1f} ms; GC {p.gc_pauses.total_s:.2f} s, "
         f"{p.gc_pauses.full} full, max {p.gc_pauses.max_ms:.0f} ms; failed {p.failed_attempts}"
-        + (" (the run ENDED inside the window: raise --max-trajectories)" if p.ended_inside_window else ""),
-        flush=True,
+        + (" (the run ENDED inside the window: raise --max-trajectories)" if p.ended_inside_window else "")
     )
 
 
-_D = ScaleSettings()
-
-
-class ScaleBench(BenchSettings):
-    """Scale plan: how many SIMULATED replicas one `ceb` process keeps saturated, and where its CPU runs out.
-
-        ceb bench scale --replicas 1,2,4,8,16,32
-
-    One `ceb` process (this one) runs the real InterCode pipeline (CEB and static, many orders) against R simulated
-    replicas in child processes, pinned to other cores than this one when there are two or more, each with 15 slots
-    and about 0.5 s per critic call (about 30 calls/s). The simulator is not a model: it stands for a vLLM replica's
-    queueing and service times. Lanes grow with R (1.5 per replica slot), so a saturation under 1 means a CPU ran out
-    (`ceb`'s or the simulators', both reported), not work. Per R, after a warm-up, over a measured window:
-
-        achieved      = critic and hindsight calls completed by `ceb` / window seconds
-        capacity      = R * max_num_seqs / mean service time (the simulator's own busy seconds per completed call)
-        saturation    = achieved / capacity   (equal to the replicas' slot utilisation)
-        ceb CPU       = this process's CPU seconds / window seconds (1.0 = one core; asyncio uses one)
-        CPU per call  = this process's CPU milliseconds / completed calls
-        loop lag      = how late a 50 ms sleep in `ceb`'s event loop wakes up (mean, p99, max)
-        core busy     = share of `ceb`'s pinned core busy with any process; busy minus `ceb` CPU is what other
-                        processes on a shared machine took from it
-
-    Extrapolated to a core of its own, one process sustains 1000 / (CPU ms per call) calls/s, i.e. that over
-    --per-replica-calls-s replicas. Writes ``scale-<UTC>.json`` with the settings and the machine.
-    """
-
-    replicas: tuple[int, ...] = _D.replicas
-    """Replica counts R."""
-    max_num_seqs: int = Field(_D.sim.max_num_seqs, ge=1)
-    """Slots per replica."""
-    time_scale: float = Field(_D.sim.time_scale, ge=0)
-    """Multiplies every service time."""
-    per_replica_calls_s: float = Field(30.0, gt=0)
-    """Rate the extrapolation divides by (calls/s)."""
-    warmup_s: float = Field(_D.warmup_s, ge=0)
-    """Seconds before the window."""
-    window_s: float = Field(_D.window_s, gt=0)
-    """Seconds measured per R."""
-    max_trajectories: int = Field(_D.max_trajectories, ge=1)
-    """Trajectories per stream and order."""
-    sim_processes: int = Field(_D.sim_processes, ge=1)
-    """Child processes for the replicas."""
-    compare_gc: bool = False
-    """Also run each R with CPython's default GC, back to back."""
-    pin: bool = _D.pin
-    """Pin ceb and the simulators to separate cores."""
-
-
-def main(args: ScaleBench) -> int:
-    """``ceb bench scale``: :func:`run_scale_bench` over ``--replicas`` and save the figures."""
-    configure_logging("error")
-    settings = replace(
-        _D,
-        replicas=args.replicas,
-        sim=_D.sim.model_copy(update={"max_num_seqs": args.max_num_seqs, "time_scale": args.time_scale}),
-        warmup_s=args.warmup_s,
-        window_s=args.window_s,
-        max_trajectories=args.max_trajectories,
-        sim_processes=args.sim_processes,
-        pin=args.pin,
-        gc_modes=("default", "quiet") if args.compare_gc else ("quiet",),
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        streams = load_intercode_streams(args.intercode, work / "streams")
-        result = run_scale_bench(
-            streams, settings, work, per_replica_calls_s=args.per_replica_calls_s, on_point=_print_point
-        )
+def _scale_lines(result: ScalePlan) -> list[str]:
     knee, ext = result.knee, result.extrapolation
-    lines = [
+    return [
+        *(_point_line(p) for p in result.points),
         f"knee: saturated up to R={knee.largest_saturated_replicas}, first below {knee.saturation_threshold} at "
         f"R={knee.first_unsaturated_replicas}; max {knee.max_achieved_calls_per_s:.0f} calls/s",
         f"extrapolated to a core of ceb's own: {ext.ceb_cpu_ms_per_call:.2f} CPU ms/call -> "
         f"{ext.calls_per_s_one_core:.0f} calls/s -> {ext.replicas_one_core:.1f} replicas at "
-        f"{args.per_replica_calls_s:g} calls/s; at the busiest point "
+        f"{result.settings.per_replica_calls_s:g} calls/s; at the busiest point "
         f"{ext.calls_per_s_per_core_at_max:.0f} calls/s per core of ceb CPU",
         *(
             f"R={c.replicas}: quiet GC / default GC: calls/s x{c.calls_per_s_quiet_over_default:.3f}, "
@@ -805,4 +746,13 @@ def main(args: ScaleBench) -> int:
             for c in result.gc_comparison
         ),
     ]
-    return finish(args, "scale", result, lines)
+
+
+def _scale(args: ScaleBench, work: Path) -> ScalePlan:
+    streams = load_intercode_streams(args.intercode, work / "streams")
+    return run_scale_bench(streams, args, work, on_point=lambda p: progress(_point_line(p)))
+
+
+def main(args: ScaleBench) -> int:
+    """``ceb bench scale``: :func:`run_scale_bench` over ``--replicas``, printed and saved."""
+    return run_and_save("scale", _scale, args, lines=_scale_lines)

@@ -23,7 +23,6 @@ choice) and E2EL, in milliseconds.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import subprocess
@@ -41,10 +40,9 @@ from pydantic import Field
 from ceb.backends.base import ChatRequest
 from ceb.backends.openai import OpenAIBackend
 from ceb.backends.scripted import ScriptedChat
-from ceb.bench.options import ServerBench, load_intercode_streams, run_and_save
+from ceb.bench.options import ServerBench, bench_config, load_intercode_streams, progress, run_and_save
 from ceb.bench.server_admin import reset_prefix_cache
 from ceb.bench.stats import summarize
-from ceb.config import BackendConfig, load_config
 from ceb.data.trajectory import Trajectory
 from ceb.pipeline import run_scoring
 from ceb.stages.assembly import llm_stages
@@ -87,7 +85,7 @@ async def dump_critic_prompts(
     Returns:
         The joined prompts (:func:`joined_prompt`), in the order the critic asked.
     """
-    config = load_config(overrides={"methods": ["static"], "orders": 1})
+    config = bench_config(None, None, ("static",), backend={"name": "offline"})
     chat = ScriptedChat(lambda r: '{"score": 0.5, "reason": "fixed"}')
     async with llm_stages(config, chat) as stages:
         await run_scoring(streams, config, work / "static", stages=stages, overwrite=True)
@@ -126,9 +124,7 @@ async def run_ceb_client(
 
     At most ``max_concurrency`` in flight (the backend's endpoint slots); all are released at once.
     """
-    settings = BackendConfig(
-        base_url=base_url, model=model, max_concurrency=max_concurrency, structured_output="none", timeout_s=600
-    )
+    run = bench_config(base_url, model, ("static",), concurrency=max_concurrency, backend={"structured_output": "none"})
     outcomes: list[RequestOutcome | None] = [None] * len(prompts)
 
     async def one(i: int, chat: OpenAIBackend) -> None:
@@ -153,7 +149,7 @@ async def run_ceb_client(
         except Exception as exc:  # a failed request is a result, as in vLLM's benchmark
             outcomes[i] = RequestOutcome(False, 0.0, (), 0.0, 0, 0, f"{type(exc).__name__}: {exc}")
 
-    async with OpenAIBackend(settings) as chat:
+    async with OpenAIBackend(run.backend) as chat:
         started = time.perf_counter()
         async with anyio.create_task_group() as tg:
             for i in range(len(prompts)):
@@ -369,20 +365,18 @@ def _bench_deps() -> Path | None:
 
 
 async def _bench(args: VsVllmBench, work: Path) -> VsVllmResult:
-    every = load_intercode_streams(args.intercode, work / "streams", datasets=("bash",))
-    names = sorted(every)[: args.streams]
-    streams = {name: every[name][: args.trajectories] for name in names}
+    streams = load_intercode_streams(
+        args.intercode, work / "streams", ("bash",), first=args.streams, trajectories=args.trajectories
+    )
     dataset = work / "critic-prompts.jsonl"
     prompts = await dump_critic_prompts(streams, dataset, args.output_len, work)
     prompts = prompts[: args.num_prompts] if args.num_prompts else prompts
-    n = len(prompts)
+    base_url, model, tokenizer, n = args.base_url, args.model, args.tokenizer or args.model, len(prompts)
+    root = base_url.removesuffix("/").removesuffix("/v1")
     runs: list[ClientRun] = []
     naive: ServingMetrics | None = None
-    async with contextlib.AsyncExitStack() as stack:
-        base_url, model, tokenizer = args.base_url, args.model, args.tokenizer or args.model
-        root = base_url.removesuffix("/").removesuffix("/v1")
-        session = await stack.enter_async_context(aiohttp.ClientSession())
-        resets: list[bool] = []
+    resets: list[bool] = []
+    async with aiohttp.ClientSession() as session:
         for rnd in range(args.rounds):
             for side in ("ceb", "vllm") if rnd % 2 == 0 else ("vllm", "ceb"):
                 # Each arm from an empty prefix cache: the arm after another one would find its prompts cached.
@@ -402,7 +396,7 @@ async def _bench(args: VsVllmBench, work: Path) -> VsVllmResult:
                     )  # fmt: skip
                     fig = ServingMetrics.from_vllm(raw)
                 runs.append(ClientRun(side, rnd, fig))
-                print(
+                progress(
                     f"round {rnd} {side:4}: {fig.completed} ok {fig.failed} failed, "
                     f"{fig.request_throughput:.2f} req/s, {fig.output_throughput:.0f} out tok/s, "
                     f"TTFT median {fig.median_ttft_ms:.0f} ms, E2EL median {fig.median_e2el_ms:.0f} ms"
@@ -415,10 +409,6 @@ async def _bench(args: VsVllmBench, work: Path) -> VsVllmResult:
                 subset, base_url, model, max_concurrency=1, output_len=args.output_len
             )
             naive = metrics(outcomes, duration)
-            print(
-                f"naive (one at a time): {naive.completed} ok {naive.failed} failed, "
-                f"{naive.request_throughput:.2f} req/s, {naive.total_token_throughput:.0f} tok/s"
-            )
     med = {  # medians over rounds
         side: {k: summarize(getattr(r.metrics, k) for r in runs if r.side == side).p50 for k in KEYS}
         for side in ("ceb", "vllm")
@@ -429,29 +419,37 @@ async def _bench(args: VsVllmBench, work: Path) -> VsVllmResult:
         for i in range(args.rounds)
     )
     ratio = med["ceb"]["request_throughput"] / med["vllm"]["request_throughput"]
-    print(
-        f"\n{n} critic prompts, concurrency {args.concurrency}, {args.output_len} tokens each (ignore_eos); "
-        "shared machine"
-    )
-    print(f"{'metric':26} {'ceb':>10} {'vllm bench':>10} {'ratio':>7}")
-    for k in KEYS:
-        a, b = med["ceb"][k], med["vllm"][k]
-        print(f"{k:26} {a:>10.2f} {b:>10.2f} {a / b if b else float('nan'):>7.3f}")
-    print(
-        f"request_throughput ratio (of the medians over rounds): {ratio:.3f}; "
-        f"per round {[round(x, 3) for x in per_round]}"
-    )
-    if naive is not None:
-        print(
-            f"request_throughput against the naive one-at-a-time client ({len(prompts[: args.naive_prompts])} "
-            f"prompts): ceb {med['ceb']['request_throughput'] / naive.request_throughput:.2f}x, vllm bench "
-            f"{med['vllm']['request_throughput'] / naive.request_throughput:.2f}x"
-        )
     return VsVllmResult(
         base_url, n, args.concurrency, args.output_len, tuple(runs), med, ratio, per_round, naive, all(resets)
     )
 
 
+def _lines(r: VsVllmResult) -> list[str]:
+    med = r.median
+    lines = [
+        f"{r.prompts} critic prompts, concurrency {r.concurrency}, {r.output_len} tokens each (ignore_eos); "
+        "shared machine",
+        f"{'metric':26} {'ceb':>10} {'vllm bench':>10} {'ratio':>7}",
+    ]
+    for k in KEYS:
+        a, b = med["ceb"][k], med["vllm"][k]
+        lines.append(f"{k:26} {a:>10.2f} {b:>10.2f} {a / b if b else float('nan'):>7.3f}")
+    lines.append(
+        f"request_throughput ratio (of the medians over rounds): {r.request_throughput_ratio:.3f}; "
+        f"per round {[round(x, 3) for x in r.request_throughput_ratio_per_round]}"
+    )
+    if r.naive is not None:
+        naive = r.naive
+        lines += [
+            f"naive (one at a time): {naive.completed} ok {naive.failed} failed, "
+            f"{naive.request_throughput:.2f} req/s, {naive.total_token_throughput:.0f} tok/s",
+            f"request_throughput against the naive one-at-a-time client ({naive.completed + naive.failed} "
+            f"prompts): ceb {med['ceb']['request_throughput'] / naive.request_throughput:.2f}x, vllm bench "
+            f"{med['vllm']['request_throughput'] / naive.request_throughput:.2f}x",
+        ]
+    return lines
+
+
 def main(args: VsVllmBench) -> int:
-    """``ceb bench vs-vllm``: both clients over ``--rounds`` and save the figures."""
-    return run_and_save("vs-vllm", _bench, args)
+    """``ceb bench vs-vllm``: both clients over ``--rounds``, printed and saved."""
+    return run_and_save("vs-vllm", _bench, args, lines=_lines)

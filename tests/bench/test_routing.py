@@ -51,7 +51,7 @@ async def test_each_repeat_runs_the_arms_in_the_other_order(tmp_path: Path, monk
     monkeypatch.setattr(bench, "_shards", shards)
     routers = {arm: f"http://router/{arm}" for arm in ROUTER_ARMS}
     async with _replica(dev_mode=True) as root:
-        doc = await run_router_bench([], routers, [root, root], "m", RoutingBench(model="m", repeats=4), tmp_path)
+        doc = await run_router_bench([], routers, [root, root], RoutingBench(model="m", repeats=4), tmp_path)
     first, second = ROUTER_ARMS
     assert ran == [first, second, second, first, first, second, second, first]
     assert [r.arm for r in doc.runs] == ran and doc.ratio == 1.0
@@ -64,7 +64,7 @@ async def test_replicas_that_cannot_empty_their_prefix_cache_are_refused_before_
     work = tmp_path / "work"
     async with _replica(dev_mode=False) as root:
         with pytest.raises(RuntimeError, match=r"reset_prefix_cache.*VLLM_SERVER_DEV_MODE=1"):
-            await run_router_bench([], {}, [root, f"{root}/v1"], "m", RoutingBench(model="m", repeats=1), work)
+            await run_router_bench([], {}, [root, f"{root}/v1"], RoutingBench(model="m", repeats=1), work)
     assert not work.exists() or not any(work.iterdir())  # no arm ran
 
 
@@ -77,7 +77,7 @@ def test_an_arms_hit_rate_pools_its_runs_tokens_and_its_makespan_is_their_mean()
         ArmRun("b", 0, 30.0, 5, 1, False),
     ]
     assert runs[2].hit_rate is None  # no tokens looked up: no rate
-    c = compare(RoutingBench(model="m"), (), runs, ("a", "b"))
+    c = compare((), runs, ("a", "b"))
     assert c.arms["a"] == ArmMean(15.0, 90.0 / 110.0)  # pooled, not the mean of 0.9 and 0
     assert c.arms["b"] == ArmMean(30.0, None)
     assert c.ratio == 0.5 and c.better == "a"

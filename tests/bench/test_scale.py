@@ -12,7 +12,7 @@ import pytest
 
 import ceb.bench.scale as scale
 from ceb.bench.processes import sim_replicas, sim_stats
-from ceb.bench.scale import ScalePoint, ScaleSettings, run_scale_bench, run_scale_point
+from ceb.bench.scale import ScaleBench, ScalePoint, run_scale_bench, run_scale_point
 from ceb.data import Trajectory
 from ceb.sim import SimConfig
 from tests.support.builders import step, trajectory
@@ -47,8 +47,8 @@ def test_replicas_are_separate_endpoints_shared_by_fewer_processes() -> None:
 @pytest.mark.serial  # measures a throughput: a test beside it on the other core halves it
 def test_one_replica_is_kept_saturated_and_its_capacity_is_measured(tmp_path: Path) -> None:
     # 4 slots, 0.05 s per call whatever its size: 80 calls/s, far below what one process sends.
-    sim = SimConfig(max_num_seqs=4, prefill_tok_s=1e12, decode_s_per_token=0.0, overhead_s=0.05)
-    settings = ScaleSettings(sim=sim, warmup_s=0.5, window_s=1.5, max_trajectories=40, pin=False)
+    sim = {"max_num_seqs": 4, "prefill_tok_s": 1e12, "decode_s_per_token": 0.0, "overhead_s": 0.05}
+    settings = ScaleBench(**sim, warmup_s=0.5, window_s=1.5, max_trajectories=40, pin=False)
     p = run_scale_point(_streams(), settings, 1, tmp_path)
     assert p.capacity_calls_per_s == pytest.approx(80, rel=0.1)
     assert p.saturation > 0.8
@@ -74,12 +74,12 @@ def test_the_knee_is_the_first_replica_count_below_the_threshold(
 ) -> None:
     measured = {1: (0.99, 2.0), 2: (0.97, 2.0), 4: (0.85, 1.6), 8: (0.5, 1.5)}
 
-    def fake(streams: object, settings: ScaleSettings, r: int, work: Path, *, gc_mode: str) -> ScalePoint:
+    def fake(streams: object, settings: ScaleBench, r: int, work: Path, *, gc_mode: str) -> ScalePoint:
         sat, cpu = measured[r]
         return _point(r, sat if gc_mode == "quiet" else sat * 0.9, cpu, gc_mode)
 
     monkeypatch.setattr(scale, "run_scale_point", fake)
-    out = run_scale_bench({}, ScaleSettings(replicas=(1, 2, 4, 8), gc_modes=("default", "quiet")), tmp_path)
+    out = run_scale_bench({}, ScaleBench(replicas=(1, 2, 4, 8), compare_gc=True), tmp_path)
     assert out.knee.largest_saturated_replicas == 2
     assert out.knee.first_unsaturated_replicas == 4
     assert out.knee.unsaturated_not_ceb_bound == ()
@@ -93,10 +93,10 @@ def test_a_point_starved_by_other_processes_is_not_the_knee(monkeypatch: pytest.
     # R=4 fell below the threshold while ceb sat nearly idle (the simulator was starved): not ceb's limit.
     measured = {1: (0.99, 2.0), 2: (0.97, 2.0), 4: (0.05, 2.0), 8: (0.97, 2.0), 16: (0.6, 2.0)}
 
-    def fake(streams: object, settings: ScaleSettings, r: int, work: Path, *, gc_mode: str) -> ScalePoint:
+    def fake(streams: object, settings: ScaleBench, r: int, work: Path, *, gc_mode: str) -> ScalePoint:
         return _point(r, *measured[r], gc_mode)
 
     monkeypatch.setattr(scale, "run_scale_point", fake)
-    out = run_scale_bench({}, ScaleSettings(replicas=(1, 2, 4, 8, 16), gc_modes=("quiet",)), tmp_path)
+    out = run_scale_bench({}, ScaleBench(replicas=(1, 2, 4, 8, 16)), tmp_path)
     assert out.knee.first_unsaturated_replicas == 16
     assert out.knee.unsaturated_not_ceb_bound == (4,)
