@@ -1,16 +1,11 @@
 """Bounded banks: query, update, memory and file size against the records streamed in, per policy and cap.
 
-``ceb bench bank-policies`` sizes a bank: real InterCode-SQL records (pseudo-label = the step's label, observation
-clipped as the pipeline clips it) are streamed into one bank, 10k, 100k and 1M of them, past the real 58k by the
-replay rule here (:data:`REPLAY_RULE`, :func:`grow`), uncapped and capped; each measurement runs in a fresh process
-(:func:`scale_worker` through :func:`ceb.bench.processes.run_fresh_many`) so that its peak resident memory is its
-own. The stream enters in chunks of records (each chunk one :meth:`~ceb.bank.bank.Bank.add_trajectory`), except its
-last trajectories, which are added one at a time and timed. For ``none``, ``window`` and ``reservoir`` without
-compression the chunking changes nothing: the held records, their order and the kernel's term ids are those of
-per-trajectory updates (``window`` keeps the last ``max_records``; ``reservoir`` draws per record, in order,
-whatever the update boundaries). ``usefulness`` and compression depend on the update boundaries, so
-:func:`measure_scale` refuses them. What a cap does to calibration (offline CEB's ECE, Brier and AUROC against the
-cap) was a study of issue 15, answered once in the checkout: ``python benchmarks/bank_quality.py``.
+Real InterCode-SQL records are streamed into one bank, past the real 58k by :data:`REPLAY_RULE`, each measurement in
+a fresh process (:func:`scale_worker`) so that its peak memory is its own. The stream enters in chunks (each one
+:meth:`~ceb.bank.bank.Bank.add_trajectory`), its last trajectories one at a time, timed. For ``none``, ``window`` and
+``reservoir`` without compression chunking changes nothing (the held records, their order and the kernel's term ids
+are those of per-trajectory updates); ``usefulness`` and compression depend on the update boundaries, so
+:func:`measure_scale` refuses them. What a cap does to calibration: ``python benchmarks/bank_quality.py`` (checkout).
 """
 
 from __future__ import annotations
@@ -71,13 +66,10 @@ UNCAPPED_1M_GOALS = {"query_p50_ms": 10.0, "rss_mb": 2048.0}
 
 @dataclass(frozen=True, slots=True)
 class Setting:
-    """One bank configuration of the grid.
+    """One bank configuration: :class:`~ceb.config.BankConfig`'s policy and compression, and a cap.
 
-    Attributes:
-        policy: :attr:`~ceb.config.BankConfig.policy`.
-        cap: Records the bank may hold: ``max_records`` for ``window`` and ``usefulness``; for ``reservoir``
-            the total over both classes, so ``max_per_class = cap // 2``; ``None`` for ``none``.
-        compress_threshold: :attr:`~ceb.config.BankConfig.compress_threshold` (``None``: off).
+    ``cap``: ``max_records`` for ``window`` and ``usefulness``; for ``reservoir`` both classes together
+    (``max_per_class = cap // 2``); ``None`` for ``none``.
     """
 
     policy: Policy = "none"
@@ -129,15 +121,7 @@ REPLAY_RULE = (
 
 @dataclass(frozen=True, slots=True)
 class Latency:
-    """Summary of repeated timings, in milliseconds.
-
-    Attributes:
-        n: Timings taken.
-        p50_ms: Median.
-        p99_ms: 99th percentile (numpy's linear interpolation; close to the maximum when ``n`` is small).
-        mean_ms: Mean.
-        max_ms: Maximum.
-    """
+    """Summary of ``n`` repeated timings in milliseconds (:func:`~ceb.bench.stats.summarize`'s percentiles)."""
 
     n: int
     p50_ms: float
@@ -155,17 +139,11 @@ class Latency:
 def records_from_labels(
     trajectories: Sequence[Trajectory], *, observation_chars: int | None = None
 ) -> list[list[BankRecord]]:
-    """Bank records per trajectory whose pseudo-labels are the stream's ground-truth labels.
+    """Bank records per trajectory, pseudo-labels the ground-truth labels, keys as the pipeline builds them.
 
-    For exercising retrieval only (benchmarks, kernel tests): keys are built exactly as the pipeline builds them
-    (state clipped to the bank budget).
-
-    Args:
-        trajectories: The stream.
-        observation_chars: ``None``: the observation is left empty, as retrieval never reads it. A budget (the
-            pipeline's ``PromptConfig.bank_observation_chars``): the record carries the step's clipped
-            observation and a placeholder score of 0.5 with its agreement flag, so that it is as large as a
-            pipeline record, for memory and file-size figures.
+    ``observation_chars``: ``None`` leaves the observation empty (retrieval never reads it); a budget (the pipeline's
+    ``PromptConfig.bank_observation_chars``) gives the clipped observation and a placeholder score of 0.5, so the
+    record is as large as a pipeline record, for memory and file-size figures.
     """
     full = observation_chars is not None
     return [
@@ -191,14 +169,7 @@ def records_from_labels(
 def load_sql_trajectories(
     intercode_root: str | Path, *, observation_chars: int | None = None
 ) -> list[list[BankRecord]]:
-    """The InterCode-SQL streams' steps as bank records (:func:`records_from_labels`), grouped by trajectory.
-
-    Args:
-        intercode_root: An InterCode checkout or the shared copy (``../shared/data/intercode``).
-        observation_chars: Passed to :func:`records_from_labels` (``None``: empty observations).
-
-    Returns:
-        One list of records per trajectory: streams in name order, trajectories in stream order.
+    """The InterCode-SQL streams' steps as :func:`records_from_labels`, one list per trajectory, streams by name.
 
     Raises:
         DataError: The InterCode data is missing or malformed (from :func:`~ceb.data.convert_intercode`).
@@ -236,15 +207,7 @@ def replay(real: Sequence[Sequence[BankRecord]], size: int) -> Iterator[list[Ban
 
 
 def grow(real: Sequence[Sequence[BankRecord]], size: int) -> tuple[list[list[BankRecord]], int]:
-    """Exactly ``size`` records, by trajectory, replaying the real ones as :data:`REPLAY_RULE` says.
-
-    Args:
-        real: Real trajectories (from :func:`load_sql_trajectories`).
-        size: Records wanted, ``>= 1``.
-
-    Returns:
-        ``(trajectories, passes)``: the trajectories (the last one possibly cut) and how many passes over
-        ``real`` they took.
+    """Exactly ``size`` records by trajectory, as :data:`REPLAY_RULE` says: (trajectories, passes over ``real``).
 
     Raises:
         ValueError: ``size < 1`` or ``real`` holds no record.
@@ -256,30 +219,13 @@ def grow(real: Sequence[Sequence[BankRecord]], size: int) -> tuple[list[list[Ban
 
 @dataclass(frozen=True, slots=True)
 class ScaleResult:
-    """One bank after a stream of ``size`` records.
+    """One bank after a stream of ``size`` records (memory in MiB, times in seconds).
 
-    Attributes:
-        size: Records streamed into the bank.
-        setting: The bank setting.
-        held: Records the bank holds at the end.
-        trajectories: Trajectories streamed.
-        replay_passes: Passes over the real records (1: no replay).
-        vocabulary: Terms of the TF-IDF kernel.
-        nnz: Stored (key, term) counts.
-        k: Records per class retrieved.
-        chunk_records: Records per bulk update while streaming in.
-        stream_in_s: Seconds to stream everything but the timed trajectories (not a per-trajectory figure).
-        query: ``Bank.retrieve(query, k)`` latency (real keys as queries).
-        update: ``Bank.add_trajectory`` per trajectory, for the stream's last trajectories.
-        rss_base_mb: Resident memory of the process before the bank (interpreter, libraries, the real records
-            the stream replays), MiB.
-        rss_mb: Resident memory after streaming, updates and queries, MiB.
-        peak_rss_mb: Peak resident memory (``ru_maxrss``) before saving, MiB.
-        save_bytes: Size of :meth:`~ceb.bank.bank.Bank.save`'s file.
-        save_s: Seconds to write it.
-        journal_bytes: Size of a :class:`~ceb.bank.journal.BankJournal` of the bank right after compaction.
-        journal_s: Seconds of the compaction.
-        peak_rss_saved_mb: Peak resident memory after both writes, MiB (serialising builds the document).
+    ``held``: records held at the end; ``nnz``: stored (key, term) counts; ``stream_in_s``: streaming all but the
+    timed trajectories; ``query``: ``Bank.retrieve`` with real keys; ``update``: ``Bank.add_trajectory`` of each of
+    the last trajectories; ``rss_base_mb``: before the bank (interpreter, libraries, the real records);
+    ``peak_rss_mb``: ``ru_maxrss`` before saving, ``peak_rss_saved_mb`` after :meth:`~ceb.bank.bank.Bank.save` and a
+    compacted :class:`~ceb.bank.journal.BankJournal` (``save_*``, ``journal_*``: their bytes and seconds).
     """
 
     size: int
@@ -319,10 +265,7 @@ class ScaleResult:
 
 
 def rss_mb() -> tuple[float, float]:
-    """``(current, peak)`` resident memory of this process in MiB (``/proc/self/statm``, ``ru_maxrss``; Linux).
-
-    The peak is at least the current figure.
-    """
+    """``(current, peak)`` resident memory of this process in MiB (``/proc/self/statm``, ``ru_maxrss``; Linux)."""
     pages = int(Path("/proc/self/statm").read_text().split()[1])
     now = pages * os.sysconf("SC_PAGE_SIZE") / 2**20
     # The kernel updates the high-water mark lazily, so it can trail the current figure by a little.
@@ -336,11 +279,7 @@ def _fresh(text: str) -> str:
 
 
 def _distinct(trajectories: Iterator[list[BankRecord]]) -> Iterator[list[BankRecord]]:
-    """Replayed trajectories whose task, state and observation are their own strings, as a real stream's are.
-
-    :func:`grow` shares them with the record it copies, which is right for retrieval but would
-    understate the memory and save nothing on disk; the text is unchanged.
-    """
+    """Replayed trajectories owning their strings (shared with the copied record, memory would be understated)."""
     for traj in trajectories:
         if not traj or "#copy" not in traj[0].trajectory_id:
             yield traj
@@ -361,21 +300,10 @@ def measure_scale(
     chunk_records: int = 10_000,
     log: Callable[[str], None] = lambda _: None,
 ) -> ScaleResult:
-    """Stream ``size`` records into a bank under ``setting`` and measure it (see the module docstring).
+    """Stream ``size`` records of ``real`` into a bank under ``setting`` and measure it (the module docstring).
 
-    Run it in a fresh process (:func:`scale_worker` through :func:`ceb.bench.processes.run_fresh`) for a peak
-    memory of its own.
-
-    Args:
-        real: Real trajectories (:func:`load_sql_trajectories`).
-        size: Records to stream in, ``>= 1``.
-        setting: ``none``, ``window`` or ``reservoir``, without compression.
-        queries: Query keys, timed with ``Bank.retrieve``.
-        workdir: Where the bank file and journal are written (and removed).
-        k: Records per class retrieved (paper: 2).
-        update_trajectories: Trajectories at the end of the stream added one at a time, timed.
-        chunk_records: Records per bulk update before them.
-        log: Receives a line of progress now and then.
+    ``queries`` are timed with ``Bank.retrieve(q, k)``; the last ``update_trajectories`` are added one at a time,
+    those before in chunks of ``chunk_records``; the bank file and journal are written in ``workdir`` and removed.
 
     Raises:
         ValueError: ``usefulness`` or compression (their banks depend on the update boundaries).
@@ -462,13 +390,10 @@ def measure_scale(
 
 
 def scale_checks(results: Sequence[ScaleResult]) -> dict[str, Any]:
-    """The issue's goals, checked on the figures.
+    """The goals checked: ``flat``, ``naive`` and ``uncapped_1m`` (when 1M uncapped was measured).
 
-    Returns:
-        ``flat`` per capped setting: largest over smallest streamed size of query p50, update mean and RSS
-        above the base (1.0 = flat); ``naive`` per capped setting and size: the uncapped bank's mean update
-        time over this one's, at the same stream length; ``uncapped_1m``: query p50 <= 10 ms and RSS <= 2 GB
-        at 1M records, when measured.
+    ``flat`` per capped setting: largest over smallest size of query p50, update mean and RSS above base (1.0 is
+    flat); ``naive`` per capped setting and size: the uncapped bank's mean update time over this one's.
     """
     by: dict[str, dict[int, ScaleResult]] = {}
     for r in results:
@@ -502,14 +427,9 @@ def scale_checks(results: Sequence[ScaleResult]) -> dict[str, Any]:
 
 
 def scale_worker(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """:func:`measure_scale` of one JSON spec, for a fresh process (:func:`ceb.bench.processes.run_fresh`).
+    """``asdict`` of :func:`measure_scale` of a JSON spec, for :func:`ceb.bench.processes.run_fresh`.
 
-    Args:
-        spec: ``intercode`` (data root), ``size``, ``setting`` (``asdict`` of a
-            :class:`Setting`), ``queries``, ``seed``, ``k``, ``updates``, ``chunk``.
-
-    Returns:
-        ``asdict`` of the :class:`ScaleResult`.
+    ``spec``: ``intercode``, ``size``, ``setting`` (``asdict``), ``queries``, ``seed``, ``k``, ``updates``, ``chunk``.
     """
     real = load_sql_trajectories(spec["intercode"], observation_chars=PromptConfig().bank_observation_chars)
     keys = [r.key for traj in real for r in traj]
@@ -545,22 +465,9 @@ DATA = {
 
 @dataclass(frozen=True, slots=True)
 class BankPoliciesResult:
-    """``ceb bench bank-policies``'s record: the settings, every measurement, the goals checked, the table.
+    """``ceb bench bank-policies``'s record: its settings, the measurements, the goals checked, table and figure.
 
-    Attributes:
-        sizes: Records streamed into each bank.
-        settings: The bank settings' labels.
-        queries: Query keys timed per measurement (``Bank.retrieve`` with ``k``).
-        k: Records per class retrieved.
-        updates: Trajectories added one at a time at the end, timed.
-        chunk: Records per bulk update while streaming in.
-        seed: The query sampling seed.
-        results: One per (size, setting) that finished.
-        failures: ``{"error", "spec"}`` of those whose process failed.
-        checks: :func:`scale_checks`.
-        table: :func:`format_scale_table`.
-        plot: The figure's file name (beside the results file).
-        wall_s: Seconds for the whole run.
+    ``settings``: the bank settings' labels; ``failures``: ``{"error", "spec"}`` of each measurement that failed.
     """
 
     sizes: tuple[int, ...]
@@ -598,15 +505,7 @@ def format_scale_table(results: Sequence[ScaleResult]) -> str:
 
 
 def plot(scale: Sequence[ScaleResult], stem: str | Path) -> Path:
-    """Draw query p50, update mean and peak RSS against the records streamed in: log-log, one line per setting.
-
-    Args:
-        scale: The measurements.
-        stem: The file's path without ``.png``.
-
-    Returns:
-        The PNG's path (:func:`ceb.eval.plots.save_figure`).
-    """
+    """Query p50, update mean and peak RSS against the records streamed in, log-log, drawn at ``<stem>.png``."""
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
