@@ -1,20 +1,15 @@
 """Prefix caching on a real vLLM server: the hit rate vLLM reports against the bound our prompts allow.
 
-A run scores real streams through a recording proxy that sits between ``ceb`` and the server. The proxy asks
-vLLM for each request's prompt token ids (``return_token_ids``) and keeps them in arrival order, with the
-request's stage (from the ``X-Request-Id`` header :mod:`ceb.backends.openai` sends) and the cached-token count
-vLLM reports per request (``usage.prompt_tokens_details.cached_tokens``, with ``--enable-prompt-tokens-details``).
+A run scores real streams through a recording proxy between ``ceb`` and the server, which keeps each request's
+prompt token ids (``return_token_ids``) in arrival order, its stage (from ``ceb``'s ``X-Request-Id``) and vLLM's
+``usage.prompt_tokens_details.cached_tokens`` (with ``--enable-prompt-tokens-details``).
 
-The bound (:func:`whole_block_bound`) is what an ideal prefix cache of unlimited size could give these requests
-in this order: for each request, the tokens of the longest prefix, in whole blocks of the server's block size,
-that it shares with any earlier request, at most ``prompt_tokens - 1`` (vLLM recomputes the last prompt token
-for its logits: ``max_cache_hit_length`` in ``vllm/v1/core/kv_cache_manager.py``). Requests asking for
-``prompt_logprobs`` never read the cache (vLLM sets ``skip_reading_prefix_cache`` for them) and are not counted
-in vLLM's queries, so they are left out of both figures; their blocks still enter the cache.
-
-The measured rate is the difference of ``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries`` on
-``/metrics`` before and after the run (:mod:`ceb.backends.server_metrics`). With ``VLLM_SERVER_DEV_MODE=1`` the
-server's cache is emptied before each run (``POST /reset_prefix_cache``), so the bound's empty start holds.
+The bound (:func:`whole_block_bound`) is what an unlimited prefix cache could give these requests in this order: the
+longest prefix, in whole blocks, shared with any earlier request, at most ``prompt_tokens - 1`` (vLLM recomputes the
+last prompt token: ``max_cache_hit_length`` in ``vllm/v1/core/kv_cache_manager.py``). Requests asking for
+``prompt_logprobs`` never read the cache (``skip_reading_prefix_cache``) nor count in vLLM's queries, so both figures
+leave them out; their blocks still enter the cache. The measured rate is the ``/metrics`` delta of
+``vllm:prefix_cache_hits`` over ``vllm:prefix_cache_queries``, the cache emptied first when the server allows.
 """
 
 from __future__ import annotations
@@ -35,6 +30,7 @@ from pydantic import Field
 from ceb.backends.openai import REQUEST_ID_HEADER
 from ceb.bench.options import BenchSettings, bench_config, load_intercode_streams, run_and_save
 from ceb.bench.server_admin import reset_prefix_cache, server_metrics
+from ceb.bench.stats import percent, share
 from ceb.data.trajectory import Trajectory
 from ceb.pipeline import run_scoring
 from ceb.pipeline.runner import progress_callbacks
@@ -61,16 +57,10 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class WireRecord:
-    """One chat completion request as the server received it.
+    """One chat completion request as the server received it (``index``: arrival order, from 0).
 
-    Attributes:
-        index: Arrival order at the proxy (0-based).
-        stage: The asking stage, from the request id (``critic``, ``hindsight``); ``""`` when unknown.
-        prompt_token_ids: The prompt as the server tokenized it (chat template applied).
-        reads_cache: ``False`` when the request asked for ``prompt_logprobs``: vLLM does not read the cache then.
-        n: Choices asked for.
-        cached_tokens: Prompt tokens the server found in its cache, when it said. For ``n > 1`` vLLM reports the
-            count of one of the ``n`` child requests only, so the figures below use it for ``n = 1`` alone.
+    ``stage`` is ``""`` when the request id does not say; ``reads_cache`` is ``False`` for ``prompt_logprobs``;
+    ``cached_tokens`` is what the server said, for one of the ``n`` child requests only (used for ``n = 1`` alone).
     """
 
     index: int
@@ -87,28 +77,16 @@ class WireRecord:
 
     @property
     def queried_tokens(self) -> int:
-        """Prompt tokens vLLM looks up in its cache for this request: ``n`` lookups of the prompt, or 0.
-
-        What ``vllm:prefix_cache_queries`` adds for it; 0 when the request does not read the cache.
-        """
+        """What ``vllm:prefix_cache_queries`` adds for it: ``n`` lookups of the prompt, or 0."""
         return self.n * self.prompt_tokens if self.reads_cache else 0
 
 
 def whole_block_bound(records: Sequence[WireRecord], block_size: int) -> list[int]:
-    """Per request, the prompt tokens an unlimited prefix cache could serve, in arrival order.
+    """Per request in arrival order, the prompt tokens an unlimited prefix cache could serve (0: it does not read).
 
-    Blocks are identified as vLLM does: a block's key chains the previous block's key with the block's tokens, so
-    equal keys mean equal prefixes. A request's bound is its leading run of blocks already seen, in tokens, at most
-    ``prompt_tokens - 1`` rounded down to a whole block; every full block of every request (those that do not read
-    the cache included) is then seen. A request with ``n`` choices is ``n`` lookups to vLLM (it runs one child
-    request per choice): the first as above, each other one up to the cap, since the first has seen its blocks.
-
-    Args:
-        records: Requests in arrival order.
-        block_size: Tokens per KV cache block (vLLM's ``--block-size``; 16 on GPUs, 128 on the CPU build).
-
-    Returns:
-        Tokens per request, ``0`` for a request that does not read the cache.
+    A block's key chains the previous block's key with its tokens, as vLLM's; a request's bound is its leading run of
+    blocks already seen, at most ``prompt_tokens - 1`` rounded down to a block (``block_size``: vLLM's
+    ``--block-size``). ``n`` choices are ``n`` lookups: the first as above, the others up to the cap.
 
     Raises:
         ValueError: ``block_size`` < 1.
@@ -239,11 +217,6 @@ async def recording_proxy(upstream: str, port: int = 0) -> AsyncIterator[tuple[s
             await runner.cleanup()
 
 
-def _share(part: float, whole: float) -> float | None:
-    """``part / whole``; ``None`` for an empty whole."""
-    return part / whole if whole else None
-
-
 @dataclass(frozen=True, slots=True)
 class HitFigures:
     """Requests, prompt tokens, those that read the cache, the tokens vLLM looked up, and the bounds on its hits.
@@ -324,8 +297,8 @@ def _figures(part: Sequence[tuple[WireRecord, int, int]]) -> HitFigures:
         reading_requests=sum(1 for r, _, _ in part if r.reads_cache),
         queried_tokens=queried,
         bound_tokens=bound,
-        bound_rate=_share(bound, queried),
-        token_bound_rate=_share(sum(t for _, _, t in part), queried),
+        bound_rate=share(bound, queried),
+        token_bound_rate=share(sum(t for _, _, t in part), queried),
     )
 
 
@@ -337,16 +310,10 @@ def _exact(part: Sequence[tuple[WireRecord, int, int]]) -> int | None:
 
 
 def hit_figures(records: Sequence[WireRecord], block_size: int, metrics_hits: float | None = None) -> CacheFigures:
-    """Bound and measured hits, over all requests and per stage, plus the hindsight rounds.
+    """Bound and measured hits (tokens), over all requests and per stage, plus the hindsight rounds.
 
-    Per-request hits come from vLLM's ``cached_tokens``, which holds for ``n = 1`` only; a stage with ``n > 1``
-    requests gets the hits ``/metrics`` counted minus those of every other stage (``metrics_hits``), when those
-    are all ``n = 1``.
-
-    Args:
-        records: What the proxy recorded.
-        block_size: The server's KV block size, in tokens.
-        metrics_hits: Hits ``/metrics`` counted over the run, in tokens.
+    Per-request hits are vLLM's ``cached_tokens`` (``n = 1`` only); a stage with ``n > 1`` requests gets the hits
+    ``/metrics`` counted (``metrics_hits``) minus every other stage's, when those are all ``n = 1``.
     """
     ordered = sorted(records, key=lambda r: r.index)
     triples = list(zip(ordered, whole_block_bound(ordered, block_size), token_bound(ordered), strict=True))
@@ -361,7 +328,7 @@ def hit_figures(records: Sequence[WireRecord], block_size: int, metrics_hits: fl
             if all(o is not None for o in others):
                 hits, source = round(metrics_hits - sum(o or 0 for o in others)), "/metrics minus other stages"
         f = _figures(pairs)
-        rate = _share(hits, f.queried_tokens) if hits is not None else None
+        rate = share(hits, f.queried_tokens) if hits is not None else None
         stages[stage] = StageFigures(
             **asdict(f), hit_tokens=hits, hit_rate=rate, hit_source=source if hits is not None else None
         )
@@ -370,10 +337,10 @@ def hit_figures(records: Sequence[WireRecord], block_size: int, metrics_hits: fl
     computed = hind.queried_tokens - hind.hit_tokens if hind is not None and hind.hit_tokens is not None else None
     per_round = HindsightRounds(
         len(rounds),
-        _share(sum(len(rnd) for rnd in rounds), len(rounds)),
-        _share(sum(rnd[0].prompt_tokens for rnd in rounds), len(rounds)),
-        _share(hind.queried_tokens if hind is not None else 0, len(rounds)),
-        _share(computed, len(rounds)) if computed is not None else None,
+        share(sum(len(rnd) for rnd in rounds), len(rounds)),
+        share(sum(rnd[0].prompt_tokens for rnd in rounds), len(rounds)),
+        share(hind.queried_tokens if hind is not None else 0, len(rounds)),
+        share(computed, len(rounds)) if computed is not None else None,
     )
     return CacheFigures(**asdict(_figures(triples)), by_stage=stages, hindsight_rounds=per_round)
 
@@ -417,7 +384,7 @@ async def run_prefix_cache_bench(
     queries = after.prefix_cache_queries - before.prefix_cache_queries
     hits = after.prefix_cache_hits - (before.prefix_cache_hits or 0.0)
     figures = hit_figures(records, before.block_size, hits)
-    measured, bound = _share(hits, queries), figures.bound_rate
+    measured, bound = share(hits, queries), figures.bound_rate
     return PrefixCacheRun(
         **{f.name: getattr(figures, f.name) for f in fields(CacheFigures)},
         sampling=sampling,
@@ -483,8 +450,8 @@ def _run_lines(run: PrefixCacheRun) -> list[str]:
         f"block={run.block_size} cache reset={run.cache_reset_before_run} wall {run.wall_s:.0f} s",
         f"  {run.requests} requests, {run.prompt_tokens:,} prompt tokens; vLLM looked up "
         f"{run.queried_tokens:,} tokens ({run.reading_requests} requests read the cache)",
-        f"  vLLM /metrics: {run.metrics_hits:,.0f} of {run.metrics_queries:,.0f} tokens hit = {_pct(rate)}; "
-        f"bound {_pct(bound)}; ratio {ratio if ratio is None else round(ratio, 3)}",
+        f"  vLLM /metrics: {run.metrics_hits:,.0f} of {run.metrics_queries:,.0f} tokens hit = {percent(rate)}; "
+        f"bound {percent(bound)}; ratio {ratio if ratio is None else round(ratio, 3)}",
         "  stage        requests  looked up   bound     hit  per-token bound  (hits from)",
     ]
     every = (run.requests, run.queried_tokens, run.bound_rate, rate, run.token_bound_rate, "/metrics")
@@ -493,7 +460,7 @@ def _run_lines(run: PrefixCacheRun) -> list[str]:
         for stage, f in run.by_stage.items()
     ]
     for stage, requests, queried, bound_rate, hit_rate, token_rate, source in rows:
-        rates = f"{_pct(bound_rate):>7} {_pct(hit_rate):>7} {_pct(token_rate):>16}"
+        rates = f"{percent(bound_rate):>7} {percent(hit_rate):>7} {percent(token_rate):>16}"
         lines.append(f"  {stage:12} {requests:>8} {queried:>10,} {rates}  ({source or ''})")
     h = run.hindsight_rounds
     if h.rounds:
@@ -505,10 +472,6 @@ def _run_lines(run: PrefixCacheRun) -> list[str]:
             else "  hindsight: computed tokens unknown (no per-request cache counts)"
         )
     return lines
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1%}"
 
 
 async def _bench(args: PrefixCacheBench, work: Path) -> PrefixCacheResult:

@@ -1,26 +1,18 @@
 """Server-side priority, replica affinity and a router's policy, measured on real vLLM servers.
 
-Three measurements, each with both arms in one run (alternated, so the shared machine's noise hits both):
+Three measurements, each alternating its two arms in one run (so the shared machine's noise hits both); each
+replica's prefix cache is emptied before each arm (servers started with ``VLLM_SERVER_DEV_MODE=1``):
 
-* **priority**: one server started with ``--scheduling-policy priority`` and a small ``--max-num-seqs``, while
-  ``ceb`` keeps many more requests in flight (``backend.max_concurrency``), so the queue that decides the order
-  is the server's. A chain-bound mixed workload (:func:`mixed_workload`: one long stream and several short ones)
-  is scored with ``backend.server_priority`` ``on`` (each request carries its lane's remaining critical path as
-  vLLM's ``priority``) and ``off`` (the server serves its queue FIFO). Figure: makespan.
-* **affinity**: two replicas, their base URLs given to ``ceb`` as its endpoints, ``backend.routing`` ``affinity``
-  against ``least_outstanding``. Figures: makespan, and the prefix-cache hit rate per replica and overall from
-  the ``/metrics`` counters' deltas (:mod:`ceb.backends.server_metrics`), each replica's cache emptied before each arm.
-
-* **router**: two or more replicas behind a router (vLLM's ``vllm-router``), one router per policy given with
-  ``--router POLICY=URL``: ``consistent_hash`` on ceb's ``X-Session-ID`` (its lane key, so a lane's requests meet
-  the prefix cache its earlier requests filled) against ``round_robin``. Several ``ceb score --shard i/N``
-  processes run at once with the router as their one endpoint, arms in ABBA order (a steady drift of the
-  machine's load weighs on both alike), each replica's cache emptied before each arm. Figures: the makespan (from
-  launching the shards until the last exits) and the hit rates as for affinity; the ratio is round_robin's mean
-  makespan over consistent_hash's.
-
-The servers are any vLLM servers at the given roots, started with ``VLLM_SERVER_DEV_MODE=1`` so their caches can
-be emptied. From a checkout, ``python benchmarks/tiny_vllm.py`` starts the tests' CPU build for them.
+* **priority**: a server with ``--scheduling-policy priority`` and a small ``--max-num-seqs``, ``ceb`` keeping many
+  more requests in flight, so the server's queue decides the order. A chain-bound :func:`mixed_workload` is scored
+  with ``backend.server_priority`` ``on`` (each request carries its lane's remaining critical path as vLLM's
+  ``priority``) and ``off`` (FIFO). Figure: makespan.
+* **affinity**: two replicas as ``ceb``'s endpoints, ``backend.routing`` ``affinity`` against ``least_outstanding``.
+  Figures: makespan, and the prefix-cache hit rate per replica and overall (``/metrics`` deltas).
+* **router**: replicas behind ``vllm-router``, one router per policy (``--router POLICY=URL``): ``consistent_hash``
+  on ceb's ``X-Session-ID`` (its lane key) against ``round_robin``, with several ``ceb score --shard i/N`` processes
+  at once, arms in ABBA order (a steady drift of the load weighs on both alike). Figures as for affinity, the
+  makespan from launching the shards until the last exits.
 """
 
 from __future__ import annotations
@@ -41,6 +33,7 @@ from ceb.backends.server_metrics import ServerMetrics
 from ceb.bench.machine import machine_info
 from ceb.bench.options import BenchSettings, bench_config, load_intercode_streams, progress, run_and_save
 from ceb.bench.server_admin import reset_prefix_cache, server_metrics
+from ceb.bench.stats import percent, share
 from ceb.data.intercode import convert_intercode
 from ceb.data.trajectory import Trajectory
 from ceb.errors import ConfigError
@@ -68,10 +61,7 @@ __all__ = [
 def mixed_workload(
     streams: Mapping[str, Sequence[Trajectory]], long_steps: int, short_lanes: int
 ) -> dict[str, list[Trajectory]]:
-    """One long stream and ``short_lanes`` one-trajectory streams: a chain-bound mix.
-
-    The long stream is the one with the most steps, cut after the trajectory that reaches ``long_steps``; the
-    short ones are single trajectories of the other streams (round-robin over them), named ``<stream>#<i>``.
+    """The stream with the most steps cut at ``long_steps``, and ``short_lanes`` one-trajectory streams ``<name>#<i>``.
 
     Raises:
         ValueError: Fewer than two streams, or not enough trajectories for ``short_lanes``.
@@ -118,10 +108,6 @@ async def _score(
     return time.perf_counter() - started, summary.steps_scored, summary.steps_failed
 
 
-def _share(part: float, whole: float) -> float | None:
-    return part / whole if whole else None
-
-
 @dataclass(frozen=True, slots=True)
 class ReplicaCache:
     """One replica's prefix-cache tokens looked up and hit during a run (``/metrics`` deltas), and the hit rate."""
@@ -157,7 +143,7 @@ class ArmRun:
     @property
     def hit_rate(self) -> float | None:
         """Over all replicas (``None``: no tokens looked up)."""
-        return _share(self.hits, self.queries)
+        return share(self.hits, self.queries)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,14 +156,9 @@ class ArmMean:
 
 @dataclass(frozen=True, slots=True)
 class Comparison:
-    """One part's two arms, alternated over repeats.
+    """One part's two arms over its repeats: ``ratio``, the first arm's mean makespan over the second's.
 
-    Attributes:
-        streams: Stream name -> steps scored (or the stream files' names, for the router part).
-        runs: Every run, in the order run.
-        arms: Arm -> its mean; the first arm first (``off``, ``least_outstanding``, ``round_robin``).
-        ratio: The first arm's mean makespan over the second's: above 1, the second finished sooner.
-        better: The arm with the shorter mean makespan.
+    ``streams``: stream name -> steps (the router part: the stream files' names).
     """
 
     streams: dict[str, int] | tuple[str, ...]
@@ -200,12 +181,7 @@ class RoutingResult:
 def cache_deltas(
     roots: Sequence[str], before: Sequence[ServerMetrics], after: Sequence[ServerMetrics]
 ) -> tuple[ReplicaCache, ...]:
-    """Per replica, the prefix-cache tokens looked up and hit between two ``/metrics`` readings.
-
-    Args:
-        roots: The replicas' root URLs, in the order of the readings.
-        before: Each replica's reading before the run.
-        after: Each one's reading after it.
+    """Per replica (``roots`` in the readings' order), the prefix-cache tokens looked up and hit between readings.
 
     Raises:
         RuntimeError: A replica's ``/metrics`` has no prefix-cache counters (prefix caching off, not vLLM).
@@ -216,7 +192,7 @@ def cache_deltas(
             raise RuntimeError(f"{root}/metrics has no prefix-cache counters: is prefix caching on?")
         queries = (a.prefix_cache_queries or 0.0) - (b.prefix_cache_queries or 0.0)
         hits = (a.prefix_cache_hits or 0.0) - (b.prefix_cache_hits or 0.0)
-        out.append(ReplicaCache(root, queries, hits, _share(hits, queries)))
+        out.append(ReplicaCache(root, queries, hits, share(hits, queries)))
     return tuple(out)
 
 
@@ -225,21 +201,17 @@ def compare(streams: dict[str, int] | tuple[str, ...], runs: Sequence[ArmRun], a
     means = {}
     for arm in arms:
         mine = [r for r in runs if r.arm == arm]
-        rate = _share(sum(r.hits for r in mine), sum(r.queries for r in mine))
+        rate = share(sum(r.hits for r in mine), sum(r.queries for r in mine))
         means[arm] = ArmMean(sum(r.makespan_s for r in mine) / len(mine), rate)
     first, second = (means[a].mean_makespan_s for a in arms)
     return Comparison(streams, tuple(runs), means, first / second, arms[1] if second <= first else arms[0])
 
 
-def _rate(share: float | None) -> str:
-    return "-" if share is None else f"{share:.1%}"
-
-
 def _run_line(r: ArmRun) -> str:
-    per = ", ".join(_rate(x.hit_rate) for x in r.replicas)
+    per = ", ".join(percent(x.hit_rate) for x in r.replicas)
     return (
         f"  {r.arm:>17} #{r.repeat}: makespan {r.makespan_s:6.1f} s, {r.steps_scored} steps "
-        f"({r.steps_failed} failed), hit rate {_rate(r.hit_rate)} (per replica {per}; "
+        f"({r.steps_failed} failed), hit rate {percent(r.hit_rate)} (per replica {per}; "
         f"{r.queries:,.0f} tokens looked up)"
     )
 
@@ -251,7 +223,7 @@ def _lines(result: RoutingResult) -> list[str]:
         if c is not None:
             lines.append(f"\n{name}: streams {c.streams}")
             lines += [
-                f"  {arm:>17}: mean makespan {a.mean_makespan_s:.1f} s, hit rate {_rate(a.hit_rate)}"
+                f"  {arm:>17}: mean makespan {a.mean_makespan_s:.1f} s, hit rate {percent(a.hit_rate)}"
                 for arm, a in c.arms.items()
             ]
             lines.append(f"  {'/'.join(c.arms)} makespan = {c.ratio:.3f}; better: {c.better}")
@@ -356,15 +328,8 @@ async def run_router_bench(
 ) -> Comparison:
     """Makespan and prefix-cache hit rates behind ``vllm-router`` under ``round_robin`` and ``consistent_hash``.
 
-    Args:
-        streams: Trajectory JSONL files, one stream each.
-        routers: Policy (:data:`ROUTER_ARMS`) -> the API root of a router running it in front of ``roots``.
-        roots: The replicas' root URLs (no ``/v1``), started with ``VLLM_SERVER_DEV_MODE=1``.
-        settings: Its settings (``settings.model``, shards, repeats, ...).
-        work: A fresh directory for the runs.
-
-    Returns:
-        Arms ``round_robin`` / ``consistent_hash`` (a ratio above 1: consistent hashing finished sooner).
+    ``streams``: trajectory JSONL files; ``routers``: policy (:data:`ROUTER_ARMS`) -> the API root of a router
+    running it in front of ``roots``. A ratio above 1: consistent hashing finished sooner.
 
     Raises:
         RuntimeError: A replica cannot empty its prefix cache (not in dev mode), a shard failed, or a replica has no

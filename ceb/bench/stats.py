@@ -12,21 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Summary", "summarize"]
+__all__ = ["Summary", "percent", "share", "summarize"]
 
 
 @dataclass(frozen=True, slots=True)
 class Summary:
-    """A sample's summary, in the sample's units times the ``scale`` it was made with.
-
-    Attributes:
-        n: Values in the sample.
-        mean: Their mean (``nan`` for an empty sample, as every figure below).
-        p50: Median.
-        p90: 90th percentile.
-        p99: 99th percentile (close to the maximum when ``n`` is small).
-        max: Maximum.
-    """
+    """A sample of ``n`` values summarised, in its units times ``scale``; ``nan`` figures for an empty one."""
 
     n: int
     mean: float
@@ -37,17 +28,19 @@ class Summary:
 
 
 def summarize(values: Iterable[float], *, scale: float = 1.0) -> Summary:
-    """Summarise ``values`` multiplied by ``scale`` (e.g. ``1e3`` for seconds in, milliseconds out).
-
-    Args:
-        values: The sample; may be empty (every figure is then ``nan``).
-        scale: Factor applied to every value before summarising.
-
-    Returns:
-        The :class:`Summary`; percentiles by :func:`numpy.percentile` with linear interpolation.
-    """
+    """Summarise ``values`` multiplied by ``scale`` (e.g. ``1e3``: seconds in, milliseconds out)."""
     a = np.fromiter(values, dtype=np.float64) * scale
     if not a.size:
         return Summary(0, math.nan, math.nan, math.nan, math.nan, math.nan)
     p50, p90, p99 = (float(x) for x in np.percentile(a, [50, 90, 99]))
     return Summary(int(a.size), float(a.mean()), p50, p90, p99, float(a.max()))
+
+
+def share(part: float, whole: float) -> float | None:
+    """``part / whole``; ``None`` for an empty whole."""
+    return part / whole if whole else None
+
+
+def percent(x: float | None) -> str:
+    """A share as ``12.3%``; ``-`` for ``None``."""
+    return "-" if x is None else f"{x:.1%}"
