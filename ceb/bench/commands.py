@@ -1,10 +1,7 @@
 """Every installed benchmark by name (``ceb bench NAME``): its ``main(settings)`` and what it measures.
 
-These are tools a user runs against their own deployment or data; proofs of past fixes and one-off studies live in
-the checkout's ``benchmarks/`` (``python benchmarks/NAME.py``). A benchmark's settings are a pydantic model
-(:class:`~ceb.bench.options.BenchSettings` and its fields); ``ceb bench NAME`` has one option per field
-(:mod:`ceb.cli.bench`), and the results go under ``./benchmarks/results`` unless given ``--out``; none needs a
-checkout. Adding a benchmark is its module's settings and ``main`` plus one :func:`_benchmark` line here.
+A benchmark's settings are a :class:`~ceb.bench.options.BenchSettings` model; ``ceb bench NAME`` has one option per
+field (:mod:`ceb.cli.bench`). Adding one is its module's settings and ``main`` plus one :func:`_benchmark` line here.
 """
 
 from __future__ import annotations

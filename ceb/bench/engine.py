@@ -1,16 +1,10 @@
 """The same scoring workload through vLLM's HTTP server and through the engine inside ceb's process.
 
-Both arms score the same streams with the same methods, configuration and engine flags; only the transport
-differs (:mod:`ceb.backends.openai` against :mod:`ceb.backends.vllm_engine`). Start-up (the server's or the
-engine's) is left out of the timed part and reported apart. Per arm:
-
-* ``steps_per_s``: step rows written per second of the scoring run (wall time);
-* ``client_cpu_ms_per_request``: CPU time of ceb's own process (all its threads, ``time.process_time``) per
-  request sent. In-process, this includes the work vLLM's front end does there (chat template, tokenizing,
-  detokenizing, building the reply) that the HTTP arm leaves to the server's API process;
-* ``children_cpu_ms_per_request``: CPU time of every process below ceb's, per request: the engine
-  core and its worker in-process; the API server, engine core and worker over HTTP (read from ``/proc``). The
-  engine core runs in a process of its own either way, which is how its CPU is kept apart from the client's.
+Only the transport differs (:mod:`ceb.backends.openai` against :mod:`ceb.backends.vllm_engine`); start-up is timed
+apart. ``client_cpu_ms_per_request`` is ceb's own process (all threads) per request: in-process it includes vLLM's
+front end (chat template, tokenizing, detokenizing) that the HTTP arm leaves to the server's API process;
+``children_cpu_ms_per_request`` is every process below ceb's (from ``/proc``): the engine core and its worker, and
+over HTTP the API server too. The engine core has a process of its own either way, so its CPU stays apart.
 """
 
 from __future__ import annotations
@@ -43,10 +37,9 @@ __all__ = [
 
 
 def children_cpu_s() -> dict[str, float]:
-    """CPU seconds (user + system) used so far by each live process below this one, summed by process name.
+    """CPU seconds (user + system) so far of each live process below this one, by ``comm`` name (``/proc``; Linux).
 
-    Read from ``/proc`` (Linux); empty where there is none. The names are the kernel's (``comm``): vLLM names its
-    processes ``VLLM::EngineCore`` and ``VLLM::Worker``; the HTTP server is ``python`` (or ``python3.11``).
+    vLLM's are ``VLLM::EngineCore`` and ``VLLM::Worker``; the HTTP server is ``python``. Empty without ``/proc``.
     """
     tick = os.sysconf("SC_CLK_TCK")
     parent: dict[int, int] = {}
@@ -129,17 +122,7 @@ class EngineResult:
 async def run_arm(
     arm: str, streams: Mapping[str, Sequence[Trajectory]], config: RunConfig, run_dir: Path
 ) -> ArmFigures:
-    """Start the arm's backend, then time one scoring run of ``streams`` on it.
-
-    Args:
-        arm: ``http`` or ``engine`` (a label).
-        streams: Stream name -> trajectories.
-        config: :func:`http_config` or :func:`engine_config`.
-        run_dir: A new directory for the run's results.
-
-    Returns:
-        Its figures.
-    """
+    """Start ``config``'s backend, then time one scoring run of ``streams`` on it into ``run_dir`` (a new one)."""
     stages = build_stages(config)
     async with stages:
         started = time.perf_counter()

@@ -1,14 +1,9 @@
 """Live-gate figures (issue 14, part 4): the gate's overhead on top of the critic call, and gate calls per second.
 
-Overhead: for each proposed action, :attr:`~ceb.gate.Confidence.overhead_s` = seconds in
-:meth:`Gate.score` minus seconds in the critic call: the stream lookup, the state summary, the composite key,
-retrieval from a bank of ``N`` records (worker thread and lock included), the repetition flag and the bookkeeping.
-The critic call itself (for an LLM critic: rendering the prompt, the request, parsing the reply) is not counted.
-The bank is real InterCode-SQL records grown to ``N`` (:func:`ceb.bench.bank_policies.grow`); queries are steps of the
-same stream, scored one at a time.
-
-Throughput: ``streams`` clients, each its own stream, post score requests back to back to one ``ceb serve``
-process (offline backend, in memory) over loopback HTTP; calls per second over the measured window.
+Overhead: :attr:`~ceb.gate.Confidence.overhead_s`, seconds in :meth:`Gate.score` minus those in the critic call
+(stream lookup, state summary, key, retrieval from a bank of real InterCode-SQL records grown to ``N``, repetition
+flag, bookkeeping), steps of the same stream scored one at a time. Throughput: ``streams`` clients post score
+requests back to back to one ``ceb serve --in-memory`` (offline backend) over loopback; calls/s over the window.
 """
 
 from __future__ import annotations
@@ -82,12 +77,7 @@ STREAM = "bench"
 
 
 def _write_bank(state_dir: Path, records: Sequence[BankRecord], config: RunConfig) -> None:
-    """Stream :data:`STREAM`'s bank, holding ``records``, as a gate with ``config`` keeps it in ``state_dir``.
-
-    Written through the gate's own files (:class:`~ceb.gate.state.StateDir`) with the bank settings and retriever
-    the gate derives for its method (``usefulness_k`` from the method's ``k``, :meth:`~ceb.config.BankConfig.for_k`),
-    so that the gate opens the journal as its own.
-    """
+    """:data:`STREAM`'s bank of ``records`` in ``state_dir``, through the gate's own files and derived settings."""
     resolved = resolve_method(config.gate.method).resolve(config.ceb)
     files = StateDir(state_dir, fsync=False).open(
         STREAM, RETRIEVERS.get(resolved.retriever)(), config.bank.for_k(resolved.k)
@@ -107,16 +97,10 @@ async def measure_overhead(
     calls: int = 300,
     seed: int = 0,
 ) -> OverheadResult:
-    """Score ``calls`` steps against a bank of ``size`` records; the overhead percentiles.
+    """Score ``calls`` steps (after 20 untimed) against a bank of ``size`` records grown from ``real``.
 
-    Args:
-        real: Real records grouped by trajectory (:func:`ceb.bench.bank_policies.load_sql_trajectories`).
-        size: Bank records.
-        state_dir: An empty folder for the gate's state (the bank is written there first).
-        config: The gate's configuration (its backend: ``offline``, or ``openai`` at the simulator).
-        backend: Label for the result.
-        calls: Score calls timed (after 20 untimed).
-        seed: Seed of the query sample.
+    ``state_dir`` is an empty folder for the gate's state; ``config`` the gate's (``offline``, or ``openai`` at the
+    simulator); ``backend`` labels the result.
     """
     grown, _ = grow(real, size)
     flat = [r for traj in grown for r in traj][:size]

@@ -27,15 +27,10 @@ def _cpu_model() -> str:
 
 
 def machine_info(packages: tuple[str, ...] = _PACKAGES) -> dict[str, Any]:
-    """Describe the machine, interpreter, library versions and command line of this process.
+    """The machine, interpreter, ``packages``' versions and command line of this process, JSON-ready.
 
-    Args:
-        packages: Distributions whose installed versions to record.
-
-    Returns:
-        A JSON-ready dict: ``platform``, ``cpu_model``, ``cpu_count`` (logical CPUs), ``cpus_usable`` (this
-        process's affinity), ``python``, ``packages`` (name -> version), ``command`` (``sys.argv``) and
-        ``timestamp`` (UTC, ISO 8601).
+    Keys: ``platform``, ``cpu_model``, ``cpu_count`` (logical CPUs), ``cpus_usable`` (this process's affinity),
+    ``python``, ``packages``, ``command`` (``sys.argv``) and ``timestamp`` (UTC, ISO 8601).
     """
     versions: dict[str, str] = {}
     for name in packages:

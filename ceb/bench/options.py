@@ -112,15 +112,9 @@ def bench_config(
 ) -> RunConfig:
     """The run every benchmark scores: ``methods`` in one order, ``V = votes``, backend ``openai`` at ``base_url``.
 
-    Args:
-        base_url: The server's API root, or one per replica; ``None`` for a backend without one (``vllm``).
-        model: The served model name (or the engine's); ``None`` for the ``offline`` backend.
-        methods: Methods scored on every stream.
-        votes: CEB's hindsight votes ``V``.
-        concurrency: Requests in flight per endpoint (``backend.max_concurrency``).
-        timeout_s: Per-request timeout (seconds).
-        backend: Further backend settings, overriding the above (e.g. ``{"name": "vllm", "engine": {...}}``).
-        top: Further top-level settings (``orders``, ``max_active_lanes``, ``hindsight``, ...), overriding the above.
+    ``base_url`` is the API root or one per replica (``None``: a backend without one); ``model`` is ``None`` for
+    ``offline``; ``concurrency`` is per endpoint, ``timeout_s`` per request (seconds). ``backend`` (e.g.
+    ``{"name": "vllm", "engine": {...}}``) and ``top`` (``orders``, ``max_active_lanes``, ...) override the rest.
 
     Raises:
         ConfigError: A setting the configuration refuses.
@@ -145,16 +139,9 @@ def run_and_save(
 ) -> int:
     """Run ``bench(settings, work)`` in a temporary ``work`` folder; print its figures, save and say where.
 
-    Args:
-        kind: The results file's prefix and ``benchmark`` entry (:func:`~ceb.bench.result_files.save_results`).
-        bench: The benchmark, a function or an async function, returning its record (a frozen dataclass).
-        settings: Its settings (``out``: the results folder).
-        lines: The figures a person reads of the record, printed to stdout before the path.
-        machine: The ``machine`` entry; by default :func:`~ceb.bench.machine.machine_info`.
-        path: Write this file instead of a new ``<out>/<kind>-<UTC>.json``.
-
-    Returns:
-        0 (the exit status).
+    ``bench`` (a function or an async one) returns its record, a frozen dataclass; ``lines`` gives what a person
+    reads of it; ``kind``, ``machine`` (by default :func:`~ceb.bench.machine.machine_info`) and ``path`` are
+    :func:`~ceb.bench.result_files.save_results`'s. Returns 0, the exit status.
     """
     configure_logging("error")
     with tempfile.TemporaryDirectory() as tmp:

@@ -112,12 +112,7 @@ def whole_block_bound(records: Sequence[WireRecord], block_size: int) -> list[in
 
 
 def token_bound(records: Sequence[WireRecord]) -> list[int]:
-    """Per request, the longest prefix in tokens (at most ``prompt_tokens - 1``) shared with an earlier request.
-
-    :func:`whole_block_bound` with a block of one token: the gap between the two is what block granularity
-    costs; what neither covers is prompt text no earlier request had. ``n`` choices count as in
-    :func:`whole_block_bound`. A token trie of nested dicts: time and memory linear in the prompt tokens.
-    """
+    """:func:`whole_block_bound` with blocks of one token: the gap between the two is what block granularity costs."""
     trie: dict[int, Any] = {}
     bounds: list[int] = []
     for r in records:
@@ -195,11 +190,7 @@ class _Proxy:
 
 @contextlib.asynccontextmanager
 async def recording_proxy(upstream: str, port: int = 0) -> AsyncIterator[tuple[str, list[WireRecord]]]:
-    """Serve a recording proxy to ``upstream`` (a server root, no ``/v1``) on loopback ``port`` (0: a free one).
-
-    Yields:
-        The proxy's ``/v1`` base URL and the list its records are appended to (arrival order by ``index``).
-    """
+    """A recording proxy to ``upstream`` (no ``/v1``) on loopback ``port`` (0: free); yields its URL and records."""
     proxy = _Proxy(upstream.rstrip("/"))
     app = web.Application(client_max_size=64 * 2**20)
     app.router.add_route("*", "/{tail:.*}", proxy.handle)

@@ -1,9 +1,7 @@
-"""The benchmarks' child processes: the simulated server, and a measurement in a fresh interpreter.
+"""The benchmarks' child processes: simulated servers, and measurements in a fresh interpreter.
 
-The simulated server (:mod:`ceb.sim`) runs in a separate process so that its CPU does not share the client's
-event loop (:func:`sim_process`, :func:`sim_replicas`). A measurement whose peak memory must be its own, or
-several run side by side, goes through :func:`run_fresh` / :func:`run_fresh_many`: a ``"module:function"``
-called with a JSON spec in a new ``python -m ceb.bench.processes`` with this process's environment.
+A simulator (:mod:`ceb.sim`) runs apart so that its CPU stays off the client's event loop; a measurement runs in a
+fresh ``python -m ceb.bench.processes`` so that its peak memory is its own.
 """
 
 from __future__ import annotations
@@ -33,16 +31,10 @@ __all__ = ["SimReplicas", "run_fresh", "run_fresh_many", "sim_process", "sim_rep
 
 @contextmanager
 def sim_process(config: SimConfig, *, port: int | None = None, start_timeout_s: float = 30.0) -> Iterator[str]:
-    """One simulator on 127.0.0.1 in a child process (:func:`sim_replicas` of one); yield its base URL.
-
-    Args:
-        config: The simulator's load model and faults.
-        port: TCP port to listen on; ``None`` or 0 takes a free one.
-        start_timeout_s: Seconds to wait for it to listen.
+    """One simulator on 127.0.0.1 ``port`` (``None`` or 0: a free one) in a child process; yields its base URL.
 
     Raises:
-        RuntimeError: It did not start within ``start_timeout_s`` (its stderr is included, e.g. a port already in
-            use).
+        RuntimeError: It did not listen within ``start_timeout_s`` seconds (its stderr included).
     """
     with sim_replicas(config, 1, port=port or 0, start_timeout_s=start_timeout_s) as reps:
         yield reps.base_urls[0]
@@ -79,12 +71,7 @@ _REPLICAS_SCRIPT = (
 
 @dataclass(frozen=True, slots=True)
 class SimReplicas:
-    """Simulated replicas running in child processes (see :func:`sim_replicas`).
-
-    Attributes:
-        base_urls: One ``http://127.0.0.1:<port>/v1`` per replica.
-        pids: The child processes' ids (several replicas share one process).
-    """
+    """Simulated replicas: one ``http://127.0.0.1:<port>/v1`` each, and the ids of the processes serving them."""
 
     base_urls: tuple[str, ...]
     pids: tuple[int, ...]
@@ -100,23 +87,13 @@ def sim_replicas(
     port: int = 0,
     start_timeout_s: float = 30.0,
 ) -> Iterator[SimReplicas]:
-    """Start ``replicas`` independent simulators (each its own port and ``max_num_seqs`` slots) in child processes.
+    """Start ``replicas`` independent simulators (own port, own slots), shared out among ``processes`` children.
 
-    Replicas are shared out among ``processes`` child processes, each one event loop serving its replicas,
-    so the simulators' CPU stays out of the caller's process and can be kept to chosen cores.
-
-    Args:
-        config: Every replica's load model.
-        replicas: How many replicas (>= 1).
-        processes: Child processes (at most ``replicas``).
-        cpus: CPU ids the children may run on (``os.sched_setaffinity``); ``None`` leaves them free.
-        port: The one replica's TCP port; 0 takes a free port for each replica.
-        start_timeout_s: Seconds to wait for every child to be listening.
+    ``cpus``: the CPU ids the children may run on (``None``: any); ``port``: the one replica's (0: free ones).
 
     Raises:
         ValueError: ``replicas`` or ``processes`` below 1, or a ``port`` for more than one replica.
-        RuntimeError: A child did not report its replicas' ports in time (its stderr is included, e.g. a port
-            already in use).
+        RuntimeError: A child did not report its ports within ``start_timeout_s`` seconds (its stderr included).
     """
     if replicas < 1 or processes < 1:
         raise ValueError(f"replicas and processes must be >= 1, got {replicas} and {processes}")
@@ -165,18 +142,7 @@ def sim_replicas(
 
 
 def run_fresh(target: str, spec: Mapping[str, Any], *, timeout_s: float | None = None) -> dict[str, Any]:
-    """Call ``target(spec)`` in a fresh Python process and return the document it returned.
-
-    The child is ``python -m ceb.bench.processes <target> <spec JSON> <out>`` with this process's environment
-    (so the same ``ceb``); it writes the result as JSON to a temporary file.
-
-    Args:
-        target: ``"module:function"``; the function takes the spec and returns a JSON-ready dict.
-        spec: The measurement, JSON-ready.
-        timeout_s: Kill the child after this long.
-
-    Returns:
-        The function's result.
+    """``target(spec)`` (``"module:function"`` of a JSON-ready dict, returning one) in a fresh Python process.
 
     Raises:
         RuntimeError: The child failed (its exit status and the end of its stderr), or timed out.
@@ -203,18 +169,9 @@ def run_fresh_many(
     describe: Callable[[Mapping[str, Any]], str] = lambda _: "",
     log: Callable[[str], None] = lambda _: None,
 ) -> list[dict[str, Any]]:
-    """:func:`run_fresh` for each spec, ``jobs`` at a time, results in spec order.
+    """:func:`run_fresh` of each spec, ``jobs`` at a time: per spec its result, or ``{"error", "spec"}`` if it failed.
 
-    Args:
-        target: ``"module:function"`` (see :func:`run_fresh`).
-        specs: One measurement each.
-        jobs: Children at a time.
-        timeout_s: Each child's time limit.
-        describe: A spec's name in the log lines.
-        log: Receives a line per finished or failed spec.
-
-    Returns:
-        Per spec, the result, or ``{"error": message, "spec": spec}`` when its child failed.
+    ``log`` receives a line per spec finished or failed, naming it by ``describe``.
     """
 
     def one(spec: Mapping[str, Any]) -> dict[str, Any]:

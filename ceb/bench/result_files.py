@@ -1,8 +1,4 @@
-"""Where a benchmark's figures go: one JSON file per run, named by the benchmark and the UTC time it was written.
-
-A tool's result is a frozen dataclass (its rows and parts dataclasses too); :func:`save_results` is the one writer
-that turns it into the file, with the benchmark's name first and the machine last.
-"""
+"""Where a benchmark's figures go: one JSON file per run, named by the benchmark and the UTC time it was written."""
 
 from __future__ import annotations
 
@@ -41,18 +37,9 @@ def save_results(
     *,
     path: Path | None = None,
 ) -> Path:
-    """Write ``result`` as ``<out>/<kind>-<UTC stamp>.json``: ``{"benchmark": kind, ...its fields, "machine"}``.
+    """Write ``result`` as ``<out>/<kind>-<UTC stamp>.json`` (or ``path``): ``{"benchmark": kind, ..., "machine"}``.
 
-    Args:
-        out: The results folder; created when missing.
-        kind: The benchmark's name, e.g. ``scale``.
-        result: Its figures and settings: a dataclass (nested dataclasses, tuples and numpy values allowed), or a
-            mapping (the checkout's scripts).
-        machine: :func:`ceb.bench.machine.machine_info` of the run, if not in ``result`` already.
-        path: Write this file instead of a new one (a benchmark that saves as it goes rewrites one file).
-
-    Returns:
-        The path written.
+    ``result`` is a dataclass (nested dataclasses, tuples, numpy values and pydantic settings allowed) or a mapping.
 
     Raises:
         OSError: The folder or file cannot be written.

@@ -460,7 +460,7 @@ async def _bench(args: RoutingBench, work: Path) -> RoutingResult:
 
 
 def main(args: RoutingBench) -> int:
-    """``ceb bench routing``: the parts asked for, and save the figures.
+    """``ceb bench routing``: the parts asked for, printed and saved.
 
     Raises:
         ConfigError: A part without its servers.

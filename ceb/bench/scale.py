@@ -444,11 +444,7 @@ class _Counts:
 
 
 def _busy_s(cpus: set[int] | None) -> tuple[float, float]:
-    """(busy, total) CPU seconds of ``cpus`` since boot (every CPU when ``None``).
-
-    Busy is everything but idle and iowait, whichever process ran: with this process pinned to a core, the core's
-    busy share minus this process's CPU share is what other processes took from it.
-    """
+    """(busy, total) CPU seconds of ``cpus`` (``None``: all) since boot; busy is all but idle and iowait."""
     import psutil  # extra `bench`, checked by ceb.bench.commands before a run
 
     busy = total = 0.0
@@ -658,18 +654,10 @@ def run_scale_bench(
 ) -> ScalePlan:
     """Measure every replica count of ``settings``; find the knee and extrapolate to a core of `ceb`'s own.
 
-    Args:
-        streams: Stream name -> trajectories (each order keeps the first ``settings.max_trajectories``).
-        settings: Replica counts, the replicas' load model, the window and the per-replica rate.
-        work: Scratch directory for the run directories.
-        knee_saturation: The knee is the first ``R`` whose saturation falls below this...
-        knee_cpu: ...while `ceb` used at least this share of a core. A point below the saturation threshold with
-            `ceb` nearly idle was held back by something else (on a shared machine, other processes starving the
-            simulator); it is listed under ``knee.unsaturated_not_ceb_bound`` instead.
-        on_point: Called with each point as it is measured.
-
-    Returns:
-        Every point; the knee and the extrapolation use the ``"quiet"`` points.
+    The knee is the first ``R`` whose saturation falls below ``knee_saturation`` while `ceb` used at least
+    ``knee_cpu`` of a core; a point below it with `ceb` nearly idle was held back by something else (other
+    processes starving the simulator) and goes to ``knee.unsaturated_not_ceb_bound``. Knee and extrapolation use the
+    ``"quiet"`` points; ``on_point`` is called with each point as it is measured.
     """
     all_points = []
     for r in settings.replicas:

@@ -1,7 +1,4 @@
-"""What the benchmarks ask of a running vLLM server besides completions: its Prometheus counters and an empty cache.
-
-One place for both, so every benchmark that compares arms on one server starts each arm from the same cache.
-"""
+"""What the benchmarks ask of a running vLLM server besides completions: its Prometheus counters and an empty cache."""
 
 from __future__ import annotations
 
@@ -24,10 +21,6 @@ async def server_metrics(session: aiohttp.ClientSession, root: str) -> ServerMet
 
 
 async def reset_prefix_cache(session: aiohttp.ClientSession, root: str) -> bool:
-    """Empty the server's prefix cache (``POST /reset_prefix_cache``); whether it did.
-
-    Only a server started with ``VLLM_SERVER_DEV_MODE=1`` has the route; others answer 404, and the caller says
-    that its arms did not start from an empty cache.
-    """
+    """Empty the prefix cache (``POST /reset_prefix_cache``, on ``VLLM_SERVER_DEV_MODE=1`` servers); whether it did."""
     async with session.post(f"{root}/reset_prefix_cache") as resp:
         return resp.status == 200

@@ -1,8 +1,4 @@
-"""One summary of a sample of timings or sizes: count, mean, p50, p90, p99 and maximum.
-
-Every benchmark's percentiles come from here (numpy's default linear interpolation, as vLLM's serving benchmark
-computes them), so a p99 in one results file means what it means in another.
-"""
+"""Every benchmark's percentiles (numpy's linear interpolation, as vLLM's serving benchmark) and shares of a whole."""
 
 from __future__ import annotations
 
