@@ -61,7 +61,7 @@ __all__ = [
 def mixed_workload(
     streams: Mapping[str, Sequence[Trajectory]], long_steps: int, short_lanes: int
 ) -> dict[str, list[Trajectory]]:
-    """The stream with the most steps cut at ``long_steps``, and ``short_lanes`` one-trajectory streams ``<name>#<i>``.
+    """The stream with the most steps cut at ``long_steps``, and ``short_lanes`` one-trajectory streams ``<name>.<i>``.
 
     Raises:
         ValueError: Fewer than two streams, or not enough trajectories for ``short_lanes``.
@@ -81,7 +81,7 @@ def mixed_workload(
         k = i // len(others)
         if k >= len(streams[name]):
             raise ValueError(f"stream {name} has fewer than {k + 1} trajectories")
-        out[f"{name}#{k}"] = [streams[name][k]]
+        out[f"{name}.{k}"] = [streams[name][k]]
     return out
 
 
