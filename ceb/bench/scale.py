@@ -411,9 +411,10 @@ class GcRatio:
 
 @dataclass(frozen=True, slots=True)
 class ScalePlan:
-    """``ceb bench scale``'s record: every point measured, the knee and the extrapolation (on ``gc_mode_of_knee``)."""
+    """``ceb bench scale``'s record: its settings, the replicas' load model, every point, knee and extrapolation."""
 
     settings: ScaleBench
+    sim: SimConfig
     gc_mode_of_knee: str
     points: tuple[ScalePoint, ...]
     gc_comparison: tuple[GcRatio, ...]
@@ -699,7 +700,7 @@ def run_scale_bench(
         1000 / (cpu_ms * settings.per_replica_calls_s),
         busiest.achieved_calls_per_s / busiest.ceb_cpu_utilisation,
     )
-    return ScalePlan(settings, "quiet", tuple(all_points), gc_ratio, knee, extrapolation)
+    return ScalePlan(settings, settings.sim, "quiet", tuple(all_points), gc_ratio, knee, extrapolation)
 
 
 def _share(x: float | None) -> str:
