@@ -27,6 +27,7 @@ from scipy import sparse
 from ceb.eval.metrics import Strategy, summarize
 
 __all__ = [
+    "MIN_TRAJECTORIES",
     "PAIRED_METRICS",
     "BootstrapResult",
     "Interval",
@@ -37,6 +38,10 @@ __all__ = [
     "replicate_metrics",
     "resample_indices",
 ]
+
+MIN_TRAJECTORIES = 30
+"""Below this many trajectories (resampling units) the report flags a row's intervals as rough: a percentile bootstrap
+over a handful of clusters sees few distinct replicates and under-covers (Efron and Tibshirani, 1993, ch. 13)."""
 
 PAIRED_METRICS = ("ece", "brier", "auroc")
 """The metrics :func:`replicate_metrics` and :func:`paired_differences` compute (ECE: equal-width bins)."""

@@ -16,8 +16,8 @@ row prints the same value (the ``b = 0`` and ``m = 0`` base-rate columns). Refer
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,8 +46,12 @@ __all__ = [
     "Table",
     "Text",
     "bold_cells",
+    "OUTSIDE_MARK",
+    "OUTSIDE_NOTE",
+    "footnotes",
     "format_cell",
     "latex_escape",
+    "mark_rows",
     "markdown_inline",
     "method_label",
     "method_sort_key",
@@ -131,6 +135,7 @@ class Table:
         row_header: Header of the row-label column.
         block_header: Header of the block-label column.
         notes: Lines printed under the Markdown table.
+        footnotes: Lines printed under the table in every format (what a mark in the table means).
     """
 
     caption: str
@@ -140,6 +145,7 @@ class Table:
     row_header: str = "Method"
     block_header: str = "Critic"
     notes: tuple[str, ...] = field(default=())
+    footnotes: tuple[str, ...] = field(default=())
 
     @property
     def columns(self) -> tuple[Column, ...]:
@@ -161,8 +167,60 @@ def format_cell(cell: Cell, column: Column, *, latex: bool = False) -> str:
         text += (r" $\pm$ " if latex else " ± ") + _number(cell.std, column)
     if cell.low is not None and cell.high is not None:
         interval = f"[{_number(cell.low, column)}, {_number(cell.high, column)}]"
-        text += r" {\scriptsize " + interval + "}" if latex else " " + interval
+        interval += OUTSIDE_MARK if _outside(cell, column) else ""
+        text += r" {\scriptsize " + latex_escape(interval) + "}" if latex else " " + interval
     return text
+
+
+OUTSIDE_MARK = "‡"
+"""Printed after an interval that does not hold its own point estimate (as printed)."""
+
+OUTSIDE_NOTE = (
+    f"{OUTSIDE_MARK} The point estimate lies outside its own percentile interval. A percentile interval is the spread "
+    "of the bootstrap replicates, not an interval centred on the point, and ECE is biased upward under resampling "
+    "(a replicate's per-bin gaps cancel less than the sample's), so an ECE near 0, such as the base rate's, or a "
+    "difference of ECEs can fall outside every replicate. The interval is shown as computed, not moved to hold "
+    "the point: read it as the resampling spread of the statistic."
+)
+"""The footnote of every table with an :data:`OUTSIDE_MARK` (docs/methods.md, "Intervals")."""
+
+
+def _outside(cell: Cell, column: Column) -> bool:
+    """Whether the printed point lies outside the printed ``[low, high]``."""
+    if cell.value is None or cell.low is None or cell.high is None or not np.isfinite(cell.value):
+        return False
+    point, low, high = (float(_number(v, column)) for v in (cell.value, cell.low, cell.high))
+    return not low <= point <= high
+
+
+def footnotes(table: Table) -> tuple[str, ...]:
+    """The table's footnotes, and :data:`OUTSIDE_NOTE` when a cell's interval misses its point."""
+    outside = any(
+        _outside(cell, column)
+        for block in table.blocks
+        for row in block.rows
+        for cell, column in zip(row.cells, table.columns, strict=True)
+    )
+    return (*table.footnotes, *((OUTSIDE_NOTE,) if outside else ()))
+
+
+def mark_rows(table: Table, marks: Mapping[str, str], mark: str = "†") -> Table:
+    """``table`` with ``mark`` after each row label found in ``marks`` and a footnote per label marked.
+
+    Args:
+        table: Any table.
+        marks: Row label -> what the mark says of it (a method that differs from the paper's definition).
+        mark: The mark.
+    """
+    found = [label for label in marks if any(row.label == label for block in table.blocks for row in block.rows)]
+    if not found:
+        return table
+    blocks = tuple(
+        replace(block, rows=tuple(replace(r, label=r.label + mark) if r.label in marks else r for r in block.rows))
+        for block in table.blocks
+    )
+    notes = tuple(f"{mark} {label}: {marks[label]}" for label in found)
+    return replace(table, blocks=blocks, footnotes=(*table.footnotes, *notes))
 
 
 def _number(value: float, column: Column) -> str:
@@ -231,9 +289,10 @@ def to_markdown(table: Table) -> str:
                     text = f"**{head}**" + (f" {tail}" if tail else "")
                 cells.append(text)
             lines.append("| " + " | ".join(cells) + " |")
-    if table.notes:
+    notes = (*table.notes, *footnotes(table))
+    if notes:
         lines.append("")
-        lines += [f"- {_md_escape(note)}" for note in table.notes]
+        lines += [f"- {_md_escape(note)}" for note in notes]
     return "\n".join(lines) + "\n"
 
 
@@ -302,6 +361,8 @@ _LATEX_SPECIALS = {
     "↑": r"$\uparrow$",
     "−": "$-$",
     "Δ": r"$\Delta$",
+    "†": r"\dag{}",
+    "‡": r"\ddag{}",
 }
 
 
@@ -357,7 +418,9 @@ def to_latex(table: Table) -> str:
                     text = rf"\textbf{{{head}}}" + (f" {tail}" if tail else "")
                 cells.append(text)
             lines.append(" & ".join(cells) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    lines += [r"\par\footnotesize " + latex_escape(note) for note in footnotes(table)]
+    lines.append(r"\end{table}")
     return "\n".join(lines) + "\n"
 
 
@@ -433,11 +496,15 @@ class Renderer:
         out_dir: The report directory (exists).
         figure_formats: Each figure is written once per format (:data:`ceb.eval.plots.FIGURE_FORMATS`); report.md
             embeds the first PNG or SVG (Markdown viewers do not show PDF) and links every file.
+        marks: Row label -> footnote, marked in every table (:func:`mark_rows`).
     """
 
-    def __init__(self, out_dir: Path, figure_formats: Sequence[FigureFormat] = ("png",)) -> None:
+    def __init__(
+        self, out_dir: Path, figure_formats: Sequence[FigureFormat] = ("png",), marks: Mapping[str, str] | None = None
+    ) -> None:
         self.out_dir = out_dir
         self.figure_formats = tuple(figure_formats)
+        self.marks = dict(marks or {})
         self.lines: list[str] = []
         self.data: dict[str, Any] = {}
 
@@ -465,6 +532,7 @@ class Renderer:
             lines = ["| " + " | ".join(_grid_cell(cell) for cell in row) + " |" for row in rows]
             return [lines[0], "|" + "|".join(part.align) + "|", *lines[1:], ""]
         if isinstance(part, Table):
+            part = mark_rows(part, self.marks)
             md, tex = f"{part.label}.md", f"{part.label}.tex"
             (self.out_dir / md).write_text(to_markdown(part), encoding="utf-8")
             (self.out_dir / tex).write_text(to_latex(part), encoding="utf-8")

@@ -39,16 +39,17 @@ section in number order, then ``report.json``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from ceb.config import CEBConfig
+from ceb.config import BaselineConfig
 from ceb.errors import ConfigError, RunError
 from ceb.eval.ablations import method_settings
-from ceb.eval.lanes import ScoredLane, base_lanes, lanes_from_rows
+from ceb.eval.bootstrap import MIN_TRAJECTORIES
+from ceb.eval.lanes import ScoredLane, base_lanes, lanes_from_rows, method_label
 from ceb.eval.plots import FIGURE_FORMATS, FigureFormat, method_colors
 from ceb.eval.provenance import provenance_block
-from ceb.eval.render import Data, Lines, Note, Renderer, Result
+from ceb.eval.render import OUTSIDE_MARK, Data, Lines, Note, Renderer, Result
 from ceb.eval.sections import ReportContext, registered_sections
 from ceb.eval.sections.base import drawn
 from ceb.logs import get_logger
@@ -58,7 +59,7 @@ from ceb.pipeline.score_warnings import run_warnings
 from ceb.progress import Progress
 from ceb.stages.methods import resolve_method
 
-__all__ = ["build_report"]
+__all__ = ["adaptations", "build_report"]
 
 log = get_logger(__name__)
 
@@ -112,11 +113,13 @@ def build_report(
     base = base_lanes(lanes)
     # Colours go to the methods figures draw (scored, not sweep cells), so that those are far apart on the palette.
     colors = method_colors(sorted(drawn(lane.method for lane in lanes if lane.note is None)))
-    settings, source = _run_ceb(run_files)
+    config, recorded = run_files.recorded_or_default()
+    settings, source = config.ceb, RunDir.CONFIG if recorded else "defaults"
     methods = method_settings((lane.method for lane in lanes), settings)
     ctx = ReportContext(run, lanes, base, n_bins, n_boot, seed, colors, settings, methods)
-    rep = Renderer(out, formats)
-    rep.write(_header(ctx, source))
+    adapted = adaptations({lane.method for lane in lanes}, config.baselines)
+    rep = Renderer(out, formats, marks={method_label(m): text for m, text in adapted.items()})
+    rep.write(_header(ctx, source, adapted))
     rep.write(_warnings(run_files, rows))
     rep.write(provenance_block(run_files), "What scored this run")
     labelled = any(lane.usable.any() for lane in base)
@@ -144,7 +147,31 @@ def build_report(
     return path
 
 
-def _header(ctx: ReportContext, source: str) -> Result:
+def adaptations(methods: Iterable[str], baselines: BaselineConfig) -> dict[str, str]:
+    """How each of ``methods`` that ceb computes otherwise than the paper's section 4.1 defines it differs, in words.
+
+    P(True), PRO and Verbalization (:mod:`ceb.stages.baselines`); the report marks their rows † and footnotes this.
+    """
+    ptrue = (
+        "the paper reads the probability mass on the True token; here both whole answers are teacher-forced and "
+        "the score is p(True) / (p(True) + p(False)) (`baselines.ptrue_forced = true`)"
+        if baselines.ptrue_forced
+        else "the paper reads the probability mass on the True token; here it is the mass of True's variants among "
+        "the first answer token's top log-probs, renormalised against False's (`baselines.ptrue_forced = false`)"
+    )
+    text = {
+        "ptrue": ptrue,
+        "pro": "the paper scores PRO on the action it samples itself; here it is the weight of the stream's frozen "
+        f"action (teacher-forced) in a softmax over it and {baselines.pro_samples} sampled actions' sequence "
+        "log-probs, so it scores the same actions as the other methods",
+        "verbalized": "in the paper the agent emits its own action and confidence in one pass and is scored on that "
+        "action; here the actor continues the stream's frozen action with its stated confidence "
+        "(`continue_final_message`), so it scores the same actions as the other methods",
+    }
+    return {m: text[m] for m in sorted(set(methods)) if m in text}
+
+
+def _header(ctx: ReportContext, source: str, adapted: Mapping[str, str]) -> Result:
     """The run header: what the run holds, how the numbers are computed, the settings the appendix reads."""
     run, lanes, n_bins, n_boot, seed, settings = ctx.run, ctx.lanes, ctx.n_bins, ctx.n_boot, ctx.seed, ctx.settings
     streams = list(dict.fromkeys(lane.stream for lane in lanes))
@@ -167,6 +194,15 @@ def _header(ctx: ReportContext, source: str) -> Result:
         f"{n_boot} replicates, seed {seed}.",
         "- Failed steps (no score) and unlabeled steps are left out of every metric and counted. "
         "Methods that scored nothing on a stream print n/a.",
+        *(
+            [
+                f"- Intervals over fewer than {MIN_TRAJECTORIES} trajectories carry a caveat under their table; an "
+                f"interval that misses its own point estimate is marked {OUTSIDE_MARK} and explained there."
+            ]
+            if n_boot
+            else []
+        ),
+        *(f"- {method_label(m)}† differs from the paper's definition: {text}." for m, text in adapted.items()),
         "- Every analysis except the multi-order one uses each (stream, critic, method)'s lowest order "
         "(normally 0, the input-file order), so each step counts once.",
         f"- Appendix tables: CEB methods resolve V, k and the retriever over V={settings.votes}, k={settings.k}, "
@@ -191,6 +227,8 @@ def _header(ctx: ReportContext, source: str) -> Result:
         "level": 0.95,
         "ceb": ceb | {"source": source},
         "unknown_methods": unknown,
+        "min_trajectories": MIN_TRAJECTORIES,
+        "adapted_methods": dict(adapted),
     }
     return Result((Lines(tuple(lines)), Data("run", data)))
 
@@ -206,12 +244,6 @@ def _reused_line(lanes: Sequence[ScoredLane]) -> list[str]:
         "once per stream and copied to the other orders: they see the same prompts in every order). Each order's "
         "numbers read them as rows of that order."
     ]
-
-
-def _run_ceb(run: RunDir) -> tuple[CEBConfig, str]:
-    """The run's recorded ``ceb`` section and where it came from (``config.json``, or the defaults without one)."""
-    config, recorded = run.recorded_or_default()
-    return config.ceb, run.CONFIG if recorded else "defaults"
 
 
 def _warnings(run: RunDir, rows: Sequence[StepRow]) -> Result:

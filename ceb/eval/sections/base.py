@@ -18,6 +18,7 @@ import numpy as np
 
 from ceb.config import CEBConfig
 from ceb.errors import ConfigError
+from ceb.eval.bootstrap import MIN_TRAJECTORIES
 from ceb.eval.calibration import MetricRow
 from ceb.eval.lanes import POOLED, ScoredLane
 from ceb.eval.render import Block, Cell, Column, Note, Part, Result, Row, Table, Text, method_label, method_sort_key
@@ -35,6 +36,7 @@ __all__ = [
     "by_stream",
     "critic_blocks",
     "drawn",
+    "few_trajectories",
     "figure_methods",
     "finite_or_none",
     "grid",
@@ -192,6 +194,21 @@ def registered_sections(*, labelled: bool = True) -> list[Section]:
             raise ConfigError(f"section {s.heading!r} needs {sorted(missing)}, which no earlier section yields")
         available |= set(s.yields)
     return ordered
+
+
+def few_trajectories(counts: Iterable[tuple[str, int]]) -> tuple[str, ...]:
+    """A footnote naming each block (and its trajectory count) whose intervals rest on < ``MIN_TRAJECTORIES``."""
+    per_block: dict[str, set[int]] = {}
+    for block, n in counts:
+        if 0 < n < MIN_TRAJECTORIES:
+            per_block.setdefault(block, set()).add(n)
+    if not per_block:
+        return ()
+    named = [f"{b} ({'-'.join(map(str, sorted({min(ns), max(ns)})))} trajectories)" for b, ns in per_block.items()]
+    return (
+        f"Caveat: intervals over fewer than {MIN_TRAJECTORIES} trajectories are rough (a percentile bootstrap over a "
+        f"handful of trajectories sees few distinct replicates and covers less than its 95%): {', '.join(named)}.",
+    )
 
 
 def na_notes(rows: Sequence[MetricRow]) -> list[str]:
