@@ -1,40 +1,12 @@
 """``ceb report RUN_DIR``: the paper's analyses, tables and figures from a run directory.
 
-:func:`build_report` reads ``scores.jsonl`` and writes, into ``RUN_DIR/report/``::
-
-    report.md                  every table inline, with links to each table file and every figure
-    report.json                every number of every analysis (null where a value is undefined)
-    main.md / main.tex         Table 1 layout: ECE, Brier, AUC per stream and critic (section 4.2), with the
-                               reference rows (ceb.eval.reference_rules) closing each block
-    main-ci.md / main-ci.tex   the same rows with counts and 95% bootstrap intervals over trajectories
-    paired.md / paired.tex     each method minus Static and minus the best reference, paired intervals
-    stream-averaging.md/.tex   cumulative ECE mean ± std over stream orders (section 4.4)
-    cumulative-ece-*.png       one per (stream, critic)
-    depth.md / depth.tex       calibration by within-trajectory depth (Figure 1)
-    depth-*.png                one per (stream, critic)
-    reliability-*.png          reliability diagrams, one panel per method over its bin counts (appendix E)
-    selective.md / .tex        selective execution (section 4.5)
-    task-success.md / .tex     task success under a per-task review budget (section 4.5)
-    label-shift.md / .tex      strict vs alternative labels (appendix A), when ``alt_labels`` are present
-    main-<name>.md / .tex      Table 1 recomputed against the alternative labels ``<name>``
-    abl.md / abl.tex           component ablation: CEB against each component removed, with ΔECE (table "abl")
-    gt-oracle.md / .tex        Static vs CEB vs the GT-oracle bank (an ORACLE), gap closed (table "gt-oracle")
-    vsweep.md / vsweep.tex     hindsight vote count V sweep at one k (appendix, table "vsweep")
-    topk.md / topk.tex         retrieval depth k sweep at one V (appendix, table "topk")
-    token-cost.md / .tex       mean critic prompt and bank tokens per call by k (appendix, table "token-cost")
-    retrieval.md / .tex        random vs dense vs the deployed retriever (appendix, table "retrieval")
-
-Figures are PNG unless ``figure_formats`` asks for PDF and / or SVG as well or instead (one file per format,
-same stem). The appendix tables (:mod:`ceb.eval.ablations`) take each method's V, k and retriever from its method spec
-over ``config.json``'s ``config.ceb`` (defaults of :class:`ceb.config.CEBConfig` where missing). An analysis
-that does not apply to the run (no alternative labels, a single order, the methods an appendix table compares
-did not run) is skipped with a note in ``report.md``, never an error. The command behind ``ceb report`` is
-:mod:`ceb.cli.report`.
-
-The numbered sections are functions registered in :mod:`ceb.eval.sections`, each returning a typed result;
-:func:`build_report` renders (:class:`ceb.eval.render.Renderer`) the run header (with the run's warnings,
-:mod:`ceb.pipeline.score_warnings`), what scored the run (:mod:`ceb.eval.provenance`), then each registered
-section in number order, then ``report.json``.
+:func:`build_report` writes into ``RUN_DIR/report/``: ``report.md`` (every table inline, each figure embedded),
+``report.json`` (every number, null where undefined), a ``<label>.md`` / ``<label>.tex`` per table (``main``,
+``main-ci``, ``paired``, ``stream-averaging``, ``depth``, ``selective``, ``task-success``, ``label-shift``, the
+appendix tables ``abl``, ``gt-oracle``, ``vsweep``, ``topk``, ``token-cost``, ``retrieval``) and the figures
+(``cumulative-ece-*``, ``depth-*``, ``reliability-*``). It renders the run header with the run's warnings, the
+provenance block (:mod:`ceb.eval.provenance`), then each section of :mod:`ceb.eval.sections` in number order; an
+analysis that does not apply is skipped with a note, never an error. The command is :mod:`ceb.cli.report`.
 """
 
 from __future__ import annotations
@@ -73,25 +45,22 @@ def build_report(
     seed: int = 0,
     figure_formats: Iterable[FigureFormat] = ("png",),
 ) -> Path:
-    """Run every analysis of the paper on a run directory and write the report (see the module docstring).
+    """Run every analysis of the paper on a run directory and write the report (module docstring).
 
     Args:
         run_dir: A run directory holding ``scores.jsonl`` (possibly of a partial run).
-        out_dir: Where to write; default ``run_dir / "report"``. Created if missing; files of an earlier
-            report are overwritten.
-        n_bins: Equal-width ECE bins (also the reliability diagrams' bins).
-        n_boot: Bootstrap replicates per metric row (0 gives no intervals).
-        seed: Bootstrap seed; the same run, settings and seed give the same report.
-        figure_formats: Each figure is written once per format, ``png``, ``pdf`` and / or ``svg``
-            (:data:`ceb.eval.plots.FIGURE_FORMATS`); report.md embeds the first PNG or SVG and links every file.
+        out_dir: Where to write; default ``run_dir / "report"``, created if missing, earlier files overwritten.
+        n_bins: Equal-width ECE bins (also the reliability diagrams').
+        n_boot: Bootstrap replicates per row (0: no intervals).
+        seed: Bootstrap seed; the same run, settings and seed give the same bytes.
+        figure_formats: ``png``, ``pdf`` and / or ``svg`` (:data:`ceb.eval.plots.FIGURE_FORMATS`).
 
     Returns:
         The path of ``report.md``.
 
     Raises:
-        RunError: ``run_dir`` has no ``scores.jsonl``, it holds no row, a line before the last is not
-            JSON, or it is not a complete run (:meth:`~ceb.pipeline.rundir.RunDir.require_readable`).
-        ValueError: ``n_bins < 1``, ``n_boot < 0``, or ``figure_formats`` is empty or names an unknown format.
+        RunError: No ``scores.jsonl``, no row, a bad line before the last, or not a complete run.
+        ValueError: ``n_bins < 1``, ``n_boot < 0``, or ``figure_formats`` is empty or unknown.
     """
     if n_bins < 1:
         raise ValueError(f"n_bins must be >= 1, got {n_bins}")
