@@ -30,9 +30,10 @@ __all__ = [
     "SweepCell",
     "TokenCost",
     "component_ablation",
-    "coverage_note",
+    "coverage_notes",
     "gt_oracle_gap",
     "headline_rows",
+    "is_sweep_cell",
     "k_sweep",
     "ablation_variants",
     "method_settings",
@@ -101,19 +102,24 @@ def headline_rows(rows: Iterable[MetricRow]) -> dict[tuple[str, str], MetricRow]
     return out
 
 
-def coverage_note(rows: Iterable[MetricRow], critic: str, methods: Iterable[str]) -> str | None:
-    """A note naming each method's streams when ``methods`` ran on different streams for ``critic``, else ``None``."""
-    wanted = list(dict.fromkeys(methods))
-    streams: dict[str, list[str]] = {m: [] for m in wanted}
+def coverage_notes(rows: Iterable[MetricRow], compared: Iterable[tuple[str, str]]) -> list[str]:
+    """A note per critic whose compared ``(critic, method)`` pairs ran on different streams, naming each's streams."""
+    streams: dict[str, dict[str, list[str]]] = {}
+    for critic, method in compared:
+        streams.setdefault(critic, {}).setdefault(method, [])
     for r in rows:
-        if r.critic == critic and r.method in streams and r.stream != POOLED:
-            streams[r.method].append(r.stream)
-    present = {m: s for m, s in streams.items() if s}
-    if len({tuple(sorted(s)) for s in present.values()}) <= 1:
-        return None
-    where = f"critic {critic}" if critic else "the run"
-    cover = "; ".join(f"{m}: {', '.join(s)}" for m, s in present.items())
-    return f"In {where} the methods ran on different streams ({cover}), so their rows are not on the same steps."
+        if r.method in streams.get(r.critic, {}) and r.stream != POOLED:
+            streams[r.critic][r.method].append(r.stream)
+    notes = []
+    for critic, per_method in streams.items():
+        present = {m: s for m, s in per_method.items() if s}
+        if len({tuple(sorted(s)) for s in present.values()}) > 1:
+            cover = "; ".join(f"{m}: {', '.join(s)}" for m, s in present.items())
+            where = f"critic {critic}" if critic else "the run"
+            notes.append(
+                f"In {where} the methods ran on different streams ({cover}), so their rows are not on the same steps."
+            )
+    return notes
 
 
 def _ece(row: MetricRow | None) -> float | None:
@@ -246,13 +252,15 @@ class Sweep:
 
 def _sweep_rank(method: str) -> tuple[int, str]:
     """Which of several methods with one (V, k) fills the cell: ``ceb``, then sweep cells, then the rest."""
-    if method == "ceb":
-        return (0, method)
+    return (0 if method == "ceb" else 1 if is_sweep_cell(method) else 2, method)
+
+
+def is_sweep_cell(method: str) -> bool:
+    """Whether ``method`` is a V / k sweep cell of the catalogue (``ceb-V<v>-k<k>``)."""
     try:
-        sweep = resolve_method(method).group == "sweep"
+        return resolve_method(method).group == "sweep"
     except ConfigError:
-        sweep = False
-    return (1 if sweep else 2, method)
+        return False
 
 
 def _sweep_family(

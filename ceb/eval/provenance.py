@@ -1,14 +1,9 @@
-"""The report's provenance block: what scored the run, read from ``summary.json`` (:mod:`ceb.pipeline.provenance`).
+"""The report's provenance block ("What scored this run"): ``summary.json``'s record (:mod:`ceb.pipeline.provenance`).
 
-``report.md`` shows it under the run header, before the first section; ``report.json`` holds the record as
-``provenance``. A run written before ceb recorded provenance (no ``provenance`` in ``summary.json``) shows what its
-``config.json`` says (backend, endpoint, model, readout, structured output, ceb's version, the config digest) and
-says that the server's identity and ceb's adaptations were not recorded.
-
-Each model backend's line names the served model id, its root (the weights the server loaded) and the weights
-digest; a field the server did not report is said missing, never filled in. A stream converted from an offline
-benchmark (its trajectories carry ``meta.reference_actions``) gets a line saying what its observations are: by
-default the page after the human's action, not after the agent's.
+Each model backend's line names the served model id, its root and the weights digest, saying each one missing when
+the server did not report it, never filling it in. A run without a recorded provenance shows what its
+``config.json`` says. A stream converted from an offline benchmark (``meta.reference_actions``) gets a line on
+its observations: by default the page after the human's action, not after the agent's.
 """
 
 from __future__ import annotations
@@ -31,10 +26,7 @@ _READOUTS = {
 
 
 def recorded_provenance(run: RunDir) -> dict[str, Any] | None:
-    """The run's provenance: ``summary.json``'s, else one rebuilt from ``config.json`` (``source`` says which).
-
-    ``None`` when neither file can be read.
-    """
+    """The run's provenance: ``summary.json``'s, else rebuilt from ``config.json``; ``None`` without."""
     try:
         summary = run.recorded_summary()
     except CEBError:

@@ -17,12 +17,13 @@ import numpy as np
 
 from ceb.config import CEBConfig
 from ceb.errors import ConfigError
+from ceb.eval.ablations import is_sweep_cell
 from ceb.eval.bootstrap import MIN_TRAJECTORIES
 from ceb.eval.calibration import MetricRow
 from ceb.eval.lanes import POOLED, ScoredLane
 from ceb.eval.render import Block, Cell, Column, Note, Part, Result, Row, Table, Text, method_label, method_sort_key
 from ceb.registry import Registry
-from ceb.stages.methods import ResolvedMethod, resolve_method
+from ceb.stages.methods import ResolvedMethod
 
 __all__ = [
     "SECTIONS",
@@ -218,13 +219,6 @@ def drawn(methods: Iterable[str]) -> set[str]:
     names = set(methods)
     sweep = {m for m in names if is_sweep_cell(m)}
     return names if sweep == names else names - sweep
-
-
-def is_sweep_cell(method: str) -> bool:
-    try:
-        return resolve_method(method).group == "sweep"
-    except ConfigError:
-        return False
 
 
 def figure_methods(methods: Sequence[str]) -> tuple[set[str], tuple[Note, ...]]:

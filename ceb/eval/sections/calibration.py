@@ -140,10 +140,7 @@ def _reliability(ctx: ReportContext) -> Iterator[Part]:
                 "order": orders[(s, c, m)],
                 "critic": c,
                 "method": m,
-                "edges": b.edges,
-                "counts": b.counts,
-                "mean_confidence": b.mean_confidence,
-                "accuracy": b.accuracy,
+                **asdict(b),
             }
             for (s, c, m), b in bins.items()
         ],
