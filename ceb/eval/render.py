@@ -165,9 +165,10 @@ OUTSIDE_NOTE = (
 
 def _outside(cell: Cell, column: Column) -> bool:
     """Whether the printed point lies outside the printed ``[low, high]``."""
-    if cell.value is None or cell.low is None or cell.high is None or not np.isfinite(cell.value):
+    values = (cell.value, cell.low, cell.high)
+    if any(v is None or not np.isfinite(v) for v in values):
         return False
-    point, low, high = (float(_number(v, column)) for v in (cell.value, cell.low, cell.high))
+    point, low, high = (float(_number(v, column)) for v in values if v is not None)
     return not low <= point <= high
 
 

@@ -164,6 +164,7 @@ def test_an_interval_that_misses_its_own_point_is_marked_and_explained_in_every_
     assert "‡" not in to_markdown(inside) and r"\ddag" not in to_latex(inside)
     rounded = _interval_table(Cell(0.0004, 0.0, 0.075))  # outside before rounding, inside as printed: no mark
     assert "‡" not in to_markdown(rounded)
+    assert "‡" not in to_markdown(_interval_table(Cell(0.0, float("nan"), 0.075)))  # no interval to miss
 
 
 def test_marked_rows_carry_the_mark_and_their_footnote_in_every_format() -> None:
