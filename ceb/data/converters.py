@@ -121,8 +121,9 @@ OBSERVATION = ConverterOption(
     "observation",
     str,
     "What each step's observation holds: next-state (the next step's page or screen: the page after the human's "
-    "action, not after the agent's; empty after the last step), empty, or reference (the human's recorded action: SHOWS THE REFERENCE "
-    "ANSWER, from which the labels are computed, to the critic and the labeller; only to compare with old streams).",
+    "action, not after the agent's; empty after the last step), empty, or reference (the human's recorded action: "
+    "SHOWS THE REFERENCE ANSWER, from which the labels are computed, to the critic and the labeller; only to compare "
+    "with old streams).",
     default="next-state",
     choices=OBSERVATIONS,
 )
