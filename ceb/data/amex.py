@@ -59,8 +59,8 @@ taken over the labelled steps (NaN when there are none); the null counts by reas
 
 Observation. Nothing after an action is recorded but the next screenshot, the screen the human's action ``t``
 led to. With ``observation="next-state"`` (the default) ``o_t`` is step ``t + 1``'s ``state`` (its clickable
-elements, within ``state_chars``), and empty after the last step: the screen after execution, what the paper's
-critic sees. ``observation="reference"`` writes ``"reference action executed: "`` and the human's action ``t``
+elements, within ``state_chars``), and empty after the last step: the page after the human's action, not after
+the agent's. ``observation="reference"`` writes ``"reference action executed: "`` and the human's action ``t``
 rendered like an action instead: the label is computed from that action, so it shows the reference answer to the
 critic's history and the labeller (issue 32); it is kept only to compare with streams converted before.
 ``observation="empty"`` writes empty observations.

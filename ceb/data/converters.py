@@ -108,8 +108,8 @@ Observation = Literal["next-state", "reference", "empty"]
 
 Such a benchmark records no response to the agent's action: the episode moves on along the human's path
 whatever the agent did. ``"next-state"`` (the default) writes the page or screen that comes next, the next
-step's ``state`` (clipped as every state is; empty after the last step): what the paper's critic sees after a
-step ran. ``"reference"`` writes the human's recorded action (:data:`REFERENCE_OBSERVATION` and the action):
+step's ``state`` (clipped as every state is; empty after the last step): the page after the human's action, not
+after the agent's. ``"reference"`` writes the human's recorded action (:data:`REFERENCE_OBSERVATION` and the action):
 that is what a step's ground-truth label is computed from, so it shows the reference answer to the critic (its
 history) and to the labeller (issue 32); it is kept for comparison with streams converted before, never the
 default. ``"empty"`` writes nothing."""
@@ -120,9 +120,10 @@ OBSERVATIONS: tuple[Observation, ...] = ("next-state", "reference", "empty")
 OBSERVATION = ConverterOption(
     "observation",
     str,
-    "What each step's observation holds: next-state (the next step's page or screen, what the paper's critic "
-    "sees; empty after the last step), empty, or reference (the human's recorded action: SHOWS THE REFERENCE "
-    "ANSWER, from which the labels are computed, to the critic and the labeller; only to compare with old streams).",
+    "What each step's observation holds: next-state (the next step's page or screen: the page after the human's "
+    "action, not after the agent's; empty after the last step), empty, or reference (the human's recorded action: "
+    "SHOWS THE REFERENCE ANSWER, from which the labels are computed, to the critic and the labeller; only to compare "
+    "with old streams).",
     default="next-state",
     choices=OBSERVATIONS,
 )

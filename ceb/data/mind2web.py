@@ -69,7 +69,7 @@ lives in :mod:`ceb.data.references`, which ``ceb regenerate`` judges regenerated
 Observation. Mind2Web records no environment response. After step ``t`` the page becomes the one the human's
 action ``t`` produced, which is step ``t + 1``'s page. With ``observation="next-state"`` (the default) ``o_t``
 is step ``t + 1``'s ``state`` (the DOM snippet, within ``dom_chars``), and empty after the last step: the page
-after execution, what the paper's critic sees. ``observation="reference"`` writes
+after the human's action, not after the agent's. ``observation="reference"`` writes
 ``"reference action executed: " + action_reprs[t]`` instead: the human's action, from which the step's label is
 computed, so it shows the reference answer to the critic's history and the labeller (issue 32); it is kept
 only to compare with streams converted before. ``observation="empty"`` writes empty observations.
