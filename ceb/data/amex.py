@@ -46,6 +46,7 @@ from pathlib import Path
 from ceb.data.amex_episodes import Episode, GoldStep, element_files, episode_files, read_elements, read_episode
 from ceb.data.amex_predictions import Prediction, load_predictions
 from ceb.data.amex_screen import (
+    COORDS,
     DEFAULT_STATE_CHARS,
     MIN_STATE_CHARS,
     TAP,
@@ -103,23 +104,20 @@ def convert_amex(
     state_chars: int = DEFAULT_STATE_CHARS,
     observation: Observation = "next-state",
 ) -> list[ConvertedStream]:
-    """Convert AMEX episodes and an agent's predictions into one stream per actor (module docstring: layout).
+    """One stream per actor from AMEX episodes and predictions (module docstring), actors sorted by name.
 
     Ids are ``amex/<actor>/<episode_id>``; ``task`` is the ``instruction``; ``meta`` holds ``episode_id`` and
-    ``file``. Episode order is the files' order.
+    ``file``; ``positive_rate`` is over labelled steps (NaN when none). ``out_dir`` is created if missing.
 
     Args:
         episodes: An episode file, a directory (any depth) or several files, in stream order.
         predictions: ``.jsonl``, or ``.json`` holding a list.
-        out_dir: Created if missing; existing streams are replaced.
+        out_dir: Where the streams go; existing ones are replaced.
         elements: The ``element_anno`` directory; default: beside the episode directory (or first file's).
         actor: Name for predictions without ``actor``.
         coords: Frame of predicted points: ``"pixel"``, ``"unit"`` or ``"permille"`` (of ``device_dim``).
         state_chars: Character budget of each state (:func:`render_elements`), at least 200.
         observation: :data:`~ceb.data.converters.Observation`.
-
-    Returns:
-        One summary per stream, actors sorted; ``positive_rate`` over labelled steps (NaN when none).
 
     Raises:
         ConfigError: ``state_chars`` below 200, or an unknown ``coords`` or ``observation``.
@@ -129,7 +127,7 @@ def convert_amex(
     """
     if state_chars < MIN_STATE_CHARS:
         raise ConfigError(f"state_chars must be at least {MIN_STATE_CHARS}, got {state_chars}")
-    if coords not in ("pixel", "unit", "permille"):
+    if coords not in COORDS:
         raise ConfigError(f"unknown coords {coords!r}; choose 'pixel', 'unit' or 'permille'")
     if observation not in OBSERVATIONS:
         raise ConfigError(f"unknown observation mode {observation!r}; choose one of {', '.join(OBSERVATIONS)}")
@@ -219,18 +217,12 @@ gold element's bounding box (the paper's rule); other steps carry no label.""",
             str,
             "Predicted points in pixel, unit (0-1) or permille.",
             default="pixel",
-            choices=("pixel", "unit", "permille"),
+            choices=COORDS,
         ),
         OBSERVATION,
     ),
 )
 """``ceb convert amex``."""
-
-
-# --- episodes and element annotations -----------------------------------------------------------------
-
-
-# --- building a trajectory ----------------------------------------------------------------------------
 
 
 def _trajectory(
@@ -340,9 +332,6 @@ def _step(
         label=amex_step_label(gold.action, gold_box, pred.action, touch),
     )
     return step, reason
-
-
-# --- small helpers ------------------------------------------------------------------------------------
 
 
 def _write(

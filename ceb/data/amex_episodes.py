@@ -43,9 +43,8 @@ class Episode:
 def episode_files(episodes: str | Path | Sequence[str | Path]) -> tuple[list[Path], Path]:
     """The episode files in stream order, and the default ``element_anno`` directory.
 
-    A directory means every ``*.json`` under it at any depth, in natural order of the relative path (independent
-    of the file system). The element directory defaults to ``element_anno`` beside the first argument (a
-    directory) or beside the first file's directory.
+    A directory means every ``*.json`` under it, in natural order of the relative path; ``element_anno`` is
+    looked for beside the first argument (a directory) or beside the first file's directory.
 
     Raises:
         ConfigError: No file is given.

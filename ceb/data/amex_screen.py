@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import orjson
 
@@ -20,6 +20,7 @@ __all__ = [
     "DEFAULT_STATE_CHARS",
     "MIN_STATE_CHARS",
     "TAP",
+    "COORDS",
     "Box",
     "Coords",
     "Element",
@@ -42,6 +43,7 @@ Box = tuple[float, float, float, float]
 
 Coords = Literal["pixel", "unit", "permille"]
 """Frame of predicted points: pixels, fractions or thousandths of ``device_dim``."""
+COORDS: tuple[Coords, ...] = get_args(Coords)
 
 TAP = "TAP"
 """The action the paper scores."""

@@ -42,8 +42,8 @@ def _fail(path: str, line: int, field: str, message: str) -> DataError:
 def tool_action(call: Any, field: str, path: str = "<request>", line: int = 0) -> str:
     """A tool call as ``name {arguments as canonical JSON}`` (keys sorted, no spaces), the form the bank keys.
 
-    Arguments that are not valid JSON are kept verbatim. ``call`` is ``{"name", "arguments"}`` (object or JSON
-    string) or OpenAI's ``{"id", "type": "function", "function": {...}}``; ``field`` prefixes problem fields.
+    ``call`` is ``{"name", "arguments"}`` (object or JSON string; invalid JSON kept verbatim) or OpenAI's
+    ``{"id", "type": "function", "function": {...}}``; ``field`` prefixes problem fields.
 
     Raises:
         DataError: Not an object, an unknown field, a blank ``name``, or ``arguments`` neither object nor string

@@ -71,14 +71,10 @@ def convert_chat(
     domain: str = DEFAULT_DOMAIN,
     strict: bool = False,
 ) -> list[ConvertedStream]:
-    """Convert chat transcripts (module docstring) into one stream, ``chat-<name>.jsonl`` in ``out_dir``.
+    """One stream ``chat-<name>.jsonl`` in ``out_dir`` from chat transcripts (module docstring).
 
-    Args:
-        transcripts: A ``.jsonl`` / ``.json`` file or a folder of them.
-        out_dir: Created if missing; an existing stream is replaced.
-        actor: Agent of a transcript naming none.
-        domain: Domain of a transcript naming none.
-        strict: Refuse unknown top-level fields instead of keeping them in ``meta``.
+    ``actor`` and ``domain`` apply to transcripts naming none; ``strict`` refuses unknown top-level fields
+    instead of keeping them in ``meta``.
 
     Raises:
         DataError: No file; a line not JSON or not a transcript (unknown field under ``strict``, bad message,

@@ -74,8 +74,7 @@ class Converter:
 
     Attributes:
         help: One-line summary, blank line, details.
-        convert: Called with one keyword per option (including :data:`OUT_DIR`); raises
-            :class:`~ceb.errors.CEBError`.
+        convert: Called with one keyword per option (:data:`OUT_DIR` included); raises :class:`~ceb.errors.CEBError`.
         options: In ``--help`` order.
         columns: Printed after stream, trajectories, steps and positive rate.
     """
@@ -96,8 +95,7 @@ Observation = Literal["next-state", "reference", "empty"]
 
 ``"next-state"`` (default): the next step's state (empty after the last), what the paper's critic sees.
 ``"reference"``: :data:`REFERENCE_OBSERVATION` and the human's action, from which the label is computed, so it
-leaks the answer to critic and labeller (issue 32; only to compare with old streams). ``"empty"``: nothing.
-"""
+leaks the answer to critic and labeller (issue 32; only to compare with old streams). ``"empty"``: nothing."""
 
 OBSERVATIONS: tuple[Observation, ...] = get_args(Observation)
 """Every :data:`Observation`, the default first."""
@@ -118,8 +116,7 @@ REFERENCE_OBSERVATION = "reference action executed: "
 REFERENCE_ACTIONS = "reference_actions"
 """``meta`` key holding the human's action of each step (list of str), for the ``ceb relabel`` judge only.
 
-``meta`` never reaches a stage (:meth:`~ceb.data.trajectory.Trajectory.blinded`).
-"""
+``meta`` never reaches a stage (:meth:`~ceb.data.trajectory.Trajectory.blinded`)."""
 
 
 def next_state_observations(steps: Sequence[Step]) -> tuple[Step, ...]:

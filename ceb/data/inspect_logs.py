@@ -67,15 +67,11 @@ def convert_inspect(
     max_log_mb: float = MAX_LOG_MB,
     max_field_mb: float = MAX_FIELD_MB,
 ) -> list[ConvertedStream]:
-    """Convert inspect_ai eval logs into one stream per log (module docstring), in path order.
+    """One stream per inspect_ai eval log (module docstring), in path order.
 
-    Args:
-        logs: An ``.eval`` or ``.json`` log, or a folder searched at any depth by inspect_ai's ``list_eval_logs``.
-        out_dir: Created if missing; existing streams are replaced.
-        scorer: The scorer giving the outcome; ``None``: each sample's first.
-        domain: The trajectories' domain (prompt family).
-        max_log_mb: Most a log may inflate to, in MB (10^6 bytes).
-        max_field_mb: Most one written text field may hold, in MB.
+    ``logs`` is an ``.eval`` or ``.json`` log, or a folder searched at any depth by inspect_ai's
+    ``list_eval_logs``; ``scorer`` gives the outcome (``None``: each sample's first); ``max_log_mb`` and
+    ``max_field_mb`` bound a log's inflated size and a written text field, in MB (10^6 bytes).
 
     Raises:
         ConfigError: inspect_ai is not installed (names the extra).

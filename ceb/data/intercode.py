@@ -77,23 +77,16 @@ def convert_intercode(
     out_dir: str | Path,
     datasets: Sequence[str] = ("bash", "sql"),
 ) -> list[ConvertedStream]:
-    """Convert InterCode multi-turn result files into one stream per (dataset, actor).
+    """Convert InterCode multi-turn result files into one stream per (dataset, actor), in ``datasets`` order.
 
     Ids are ``intercode-bash/<model>/fs_<k>/<key>`` and ``intercode-sql/<model>/<key>``; ``env`` is ``fs_<k>``
     (bash only); ``meta`` holds ``task_id``, ``file`` (relative to ``root``) and sql's ``hardness`` (not
     ``max_reward``: it leaks the outcome). Step ``t``: ``state = o_{t-1}`` (empty first), ``action = a_t``,
-    ``observation = o_t``, ``reward = r_t``, ``label`` by :func:`step_labels`.
-
-    Args:
-        root: An InterCode checkout or its ``data`` folder (CLI: ``--root``, else :data:`INTERCODE_ROOT_ENV`).
-        out_dir: Created if missing; existing streams are replaced.
-        datasets: ``"bash"`` and/or ``"sql"``, in output order.
-
-    Returns:
-        One summary per stream: datasets as given, actors sorted.
+    ``observation = o_t``, ``reward = r_t``, ``label`` by :func:`step_labels`. ``root`` is a checkout or its
+    ``data`` folder (CLI: ``--root``, else :data:`INTERCODE_ROOT_ENV`); ``out_dir`` is created if missing.
 
     Raises:
-        ConfigError: An unknown dataset.
+        ConfigError: A dataset other than ``bash`` and ``sql``.
         DataError: ``root`` off-layout, no multi-turn files, bad JSON or record shape (names file, task key,
             field), or every trajectory of an actor skipped.
     """

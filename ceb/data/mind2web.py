@@ -102,23 +102,21 @@ def convert_mind2web(
     layout: Layout = "auto",
     predictions_format: str = "auto",
 ) -> list[ConvertedStream]:
-    """Convert Mind2Web tasks and an agent's predictions into one stream per actor (module docstring: layout).
+    """One stream per actor from Mind2Web tasks and predictions (module docstring), actors sorted by name.
 
     Ids are ``mind2web/<actor>/<annotation_id>``; ``task`` is ``confirmed_task``, ``env`` ``website``; ``meta``
-    holds ``annotation_id``, ``domain``, ``subdomain``, ``file``. Task order is the files' order.
+    holds ``annotation_id``, ``domain``, ``subdomain``, ``file``. Task order is the files' order; ``sources`` are
+    the task files then the predictions file; ``out_dir`` is created if missing, its streams replaced.
 
     Args:
         tasks: A task file, a directory, or several, in stream order.
         predictions: ceb's predictions (``.jsonl`` or ``.json`` list of objects) or MindAct's (``.json`` rows).
-        out_dir: Created if missing; existing streams are replaced.
+        out_dir: Where the streams go.
         actor: Name for predictions without ``actor``; required for MindAct's.
         dom_chars: Character budget of each state (:func:`dom_snippet`), at least 100.
         observation: :data:`~ceb.data.converters.Observation`.
         layout: ``"raw"``, ``"multimodal"`` or ``"auto"`` (by suffix).
         predictions_format: ``"ceb"``, ``"mindact"`` or ``"auto"`` (MindAct for a ``.json`` list of rows).
-
-    Returns:
-        One summary per stream, actors sorted; ``sources`` are the task files then the predictions file.
 
     Raises:
         ConfigError: ``dom_chars`` below 100, an unknown mode, or Parquet without pyarrow (``parquet`` extra).
@@ -232,9 +230,6 @@ and the operation matches (the paper's rule).""",
     ),
 )
 """``ceb convert mind2web``."""
-
-
-# --- building a trajectory ----------------------------------------------------------------------------
 
 
 def _trajectory(

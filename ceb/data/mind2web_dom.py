@@ -38,9 +38,8 @@ _VOID_TAGS = frozenset(
 def dom_snippet(html: str, backend_node_id: str | None, max_chars: int = DEFAULT_DOM_CHARS) -> str:
     """At most ``max_chars`` of ``html`` centred on the element's start tag (paper section 3.2, ``s'``).
 
-    The window starts at a ``<`` and ends after a ``>``; ``"... "`` / ``" ..."`` mark cut ends (within the budget).
-    A start tag longer than the budget is cut; an absent element (or ``None``) gives the page's head; a page that
-    fits is returned whole.
+    Cut at tag boundaries, ``"... "`` / ``" ..."`` marking cut ends within the budget; an over-long start tag is
+    cut; no element gives the page's head; a page that fits is returned whole.
 
     Raises:
         ConfigError: ``max_chars`` is below 100.
@@ -69,9 +68,6 @@ def dom_snippet(html: str, backend_node_id: str | None, max_chars: int = DEFAULT
         if b < len(html):
             b = html.rfind(">", tag_end - 1, b) + 1
     return ("... " if a > 0 else "") + html[a:b] + (" ..." if b < len(html) else "")
-
-
-# --- locating an element in the page ------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,9 +46,7 @@ Predictions = dict[str, dict[str, dict[str, Prediction]]]
 
 
 def load_predictions(path: Path, default_actor: str | None, fmt: str = "auto") -> Predictions:
-    """``actor -> annotation_id -> action_uid -> prediction``, in file order.
-
-    ``default_actor`` is the actor of records without one (every MindAct row).
+    """``actor -> annotation_id -> action_uid -> prediction``, in file order; ``default_actor`` for rows naming none.
 
     Raises:
         ConfigError: An unknown ``fmt``.

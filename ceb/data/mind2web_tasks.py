@@ -88,8 +88,7 @@ class Task:
 def task_files(tasks: str | Path | Sequence[str | Path], layout: Layout = "auto") -> list[tuple[Path, str]]:
     """The task files in stream order, each with its layout (``"raw"`` or ``"multimodal"``).
 
-    A directory means its ``*.json`` (raw) or ``*.parquet`` (multimodal) files in natural name order; ``auto``
-    takes a file's layout from its suffix.
+    A directory means its ``*.json`` or ``*.parquet`` files in natural order; ``auto`` goes by suffix.
 
     Raises:
         ConfigError: No file, or an unknown ``layout``.
@@ -151,13 +150,11 @@ def iter_tasks(path: Path, layout: str, *, need_reprs: bool) -> Iterator[Task]:
 def iter_all_tasks(
     files: Sequence[tuple[Path, str]], *, need_reprs: bool, skip_cut_edges: bool = False
 ) -> Iterator[Task]:
-    """The checked tasks of ``files`` (as :func:`task_files` returns them), streamed; memory holds one task.
+    """The checked tasks of ``files`` (``(path, layout)`` from :func:`task_files`), streamed: memory holds one task.
 
-    Args:
-        files: ``(path, layout)`` pairs; consecutive multimodal files are one row sequence.
-        need_reprs: Read ``action_reprs`` (for ``meta["reference_actions"]``).
-        skip_cut_edges: Leave out, not refuse, a task visibly cut at the start or end of the Parquet run (for
-            ``ceb regenerate``, which reads only the shards its trajectories name).
+    Consecutive multimodal files are one row sequence; ``need_reprs`` reads ``action_reprs`` (for
+    ``meta["reference_actions"]``); ``skip_cut_edges`` leaves out, not refuses, a task visibly cut at the start
+    or end of the Parquet run (``ceb regenerate`` reads only the shards its trajectories name).
 
     Raises:
         DataError: A file is unreadable or off-layout (names file, task or row, step and field).

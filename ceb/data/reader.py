@@ -71,13 +71,9 @@ class _Where:
 
 
 def read_stream(paths: Sequence[str | Path]) -> list[Trajectory]:
-    """Read and strictly validate a stream; nothing is returned unless every line passes.
+    """Read and strictly validate a stream's files in stream order (paper Algorithm 1); all lines or nothing.
 
-    Args:
-        paths: The files in stream order (paper Algorithm 1); problems name each path as given.
-
-    Returns:
-        Trajectories in stream order, shape ``(N,)``, ``source`` = ``"<path>:<line>"`` (1-based).
+    Returns trajectories of shape ``(N,)``, each ``source`` = ``"<path>:<line>"`` (1-based, path as given).
 
     Raises:
         StreamValidationError: Bad lines, a repeated ``id``, or a missing, unreadable or empty file; ``problems``

@@ -153,12 +153,7 @@ def screen_element_ids(state: str) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class ActionSpace:
-    """The actions a domain's regenerated step may take, as its converter represents them.
-
-    Attributes:
-        operations: The operation names.
-        element_ids: The names of the elements a state shows.
-    """
+    """The actions a domain's regenerated step may take: operation names, and the element names a state shows."""
 
     operations: tuple[str, ...]
     element_ids: Callable[[str], list[str]]

@@ -86,11 +86,9 @@ def parse_stream_specs(
 ) -> dict[str, list[Path]]:
     """Stream name -> its files, in order, by this module's rule.
 
-    Args:
-        specs: Command-line arguments or a grid's ``streams`` (strings).
-        base: Folder relative paths are read from (a grid file's); ``None``: as given.
-        globs: Expand shell patterns (grids; the shell does it for the command line).
-        what: What a spec is, for messages (``"grid stream"``).
+    ``specs`` are command-line arguments or a grid's ``streams``; relative paths are read from ``base`` (a grid
+    file's folder); ``globs`` expands patterns (grids: the shell does it for the command line); ``what`` names a
+    spec in messages (``"grid stream"``).
 
     Raises:
         ConfigError: A non-string spec, a bad ``NAME``, no such file, or two specs with one name.

@@ -166,15 +166,11 @@ class _Staged:
 
 
 class StagedStreams:
-    """Streams written a trajectory at a time into a hidden staging folder beside ``out_dir``.
+    """Streams written a trajectory at a time into a hidden staging folder beside ``out_dir`` (same file system).
 
-    A context manager: leaving it without :meth:`commit` deletes the staging folder and leaves ``out_dir``
-    untouched. Memory holds one trajectory and each stream's ids.
-
-    Args:
-        out_dir: Destination, created by :meth:`commit` (same file system: one rename per file).
-        names: ``key -> file name`` (:func:`stream_file_names`).
-        max_field_mb: Bound of each text field (:data:`MAX_FIELD_MB`).
+    A context manager: leaving it without :meth:`commit` deletes the staging folder, ``out_dir`` untouched. Memory
+    holds one trajectory and each stream's ids. ``names`` maps keys to file names (:func:`stream_file_names`);
+    ``max_field_mb`` bounds each text field (:data:`MAX_FIELD_MB`).
     """
 
     def __init__(self, out_dir: str | Path, names: dict[str, str], max_field_mb: float = MAX_FIELD_MB) -> None:
