@@ -192,9 +192,9 @@ class CEBConfig(_Section):
     """The method's constants (paper appendix "Experimental Details")."""
 
     votes: int = Field(5, ge=1, le=1000)
-    """``V``: hindsight votes per trajectory (paper: 5; at most 1000, held in memory together)."""
+    """``V``: hindsight votes per trajectory. The paper uses 5; at most 1000 (held in memory together)."""
     k: int = Field(2, ge=0, le=1000)
-    """Retrieved precedents per class (paper: 2; at most 1000, each rendered into every critic prompt)."""
+    """Retrieved precedents per class. The paper uses 2; at most 1000 (each is rendered into every critic prompt)."""
     min_valid_votes: int | None = Field(None, ge=1, le=1000)
     """Valid votes a trajectory needs to enter the bank; ``None`` means a majority of ``votes``: ceil(V / 2)."""
     retriever: str = "tfidf"
