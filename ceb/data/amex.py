@@ -32,9 +32,9 @@ match. ``label`` is :func:`amex_step_label`: only ``TAP`` reference steps are sc
 "Experimental Details"), against the smallest clickable box holding the human's point (:func:`touched_box`);
 other steps, and ``TAP`` steps whose point is in no box, get a null label (counted by reason in
 ``amex.stream_written``). ``observation="next-state"`` (default) gives step ``t + 1``'s state (empty after the
-last); ``"reference"`` writes ``"reference action executed: "`` and the human's action, which leaks the label
-(issue 32; kept to compare with old streams); ``"empty"`` writes none. ``meta["reference_actions"]`` lists the
-human's actions for the ``ceb relabel`` judge.
+last): the screen after the human's action, not the agent's; ``"reference"`` writes ``"reference action
+executed: "`` and the human's action, which leaks the label (issue 32; kept to compare with old streams);
+``"empty"`` writes none. ``meta["reference_actions"]`` lists the human's actions for the ``ceb relabel`` judge.
 """
 
 from __future__ import annotations

@@ -93,7 +93,8 @@ ACTOR = ConverterOption("actor", str | None, "Actor name when the predictions do
 Observation = Literal["next-state", "reference", "empty"]
 """What the Mind2Web and AMEX converters write as ``o_t``; those benchmarks record no response.
 
-``"next-state"`` (default): the next step's state (empty after the last), what the paper's critic sees.
+``"next-state"`` (default): the next step's state (empty after the last): the page after the human's action,
+not the agent's.
 ``"reference"``: :data:`REFERENCE_OBSERVATION` and the human's action, from which the label is computed, so it
 leaks the answer to critic and labeller (issue 32; only to compare with old streams). ``"empty"``: nothing."""
 
@@ -103,9 +104,10 @@ OBSERVATIONS: tuple[Observation, ...] = get_args(Observation)
 OBSERVATION = ConverterOption(
     "observation",
     str,
-    "What each step's observation holds: next-state (the next step's page or screen, what the paper's critic "
-    "sees; empty after the last step), empty, or reference (the human's recorded action: SHOWS THE REFERENCE "
-    "ANSWER, from which the labels are computed, to the critic and the labeller; only to compare with old streams).",
+    "What each step's observation holds: next-state (the next step's page or screen: the page after the human's "
+    "action, not after the agent's; empty after the last step), empty, or reference (the human's recorded action: "
+    "SHOWS THE REFERENCE ANSWER, from which the labels are computed, to the critic and the labeller; only to compare "
+    "with old streams).",
     default="next-state",
     choices=OBSERVATIONS,
 )

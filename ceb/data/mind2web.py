@@ -38,7 +38,7 @@ Output per step: ``state`` is :func:`dom_snippet` around the *predicted* element
 ``action`` is ``[OP] <tag> text`` (``-> value`` when typed); ``op``, ``element``, ``value``, ``reasoning``,
 ``actor_logprobs`` from the prediction; ``label`` by :func:`mind2web_step_label`. Mind2Web records no
 environment response: ``observation="next-state"`` (default) gives step ``t + 1``'s state (empty after the
-last), what the paper's critic sees; ``"reference"`` writes ``"reference action executed: " +
+last), the page after the human's action, not the agent's; ``"reference"`` writes ``"reference action executed: " +
 action_reprs[t]``, which leaks the answer (issue 32; kept to compare with old streams); ``"empty"`` writes
 none. Unless ``"empty"``, ``meta["reference_actions"]`` lists ``action_reprs`` for the ``ceb relabel`` judge.
 """

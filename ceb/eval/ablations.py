@@ -1,23 +1,8 @@
-"""The paper's appendix and ablation analyses, computed from the main table's metric rows.
+"""The appendix and ablation tables' numbers, derived from the main table's metric rows (nothing recomputed).
 
-Each function picks the methods one appendix table compares and derives that table's numbers; nothing is
-read from or written to disk, and no metric is recomputed: every ECE, Brier and AUROC is the one of the main
-table (:func:`ceb.eval.calibration.metric_rows`, lowest-order lanes). A method's *headline* row is its pooled
-row when it ran on several streams, else its row on its one stream (:func:`headline_rows`).
-
-- :func:`component_ablation`: CEB against each component removed (paper Table "Component ablation").
-- :func:`gt_oracle_gap`: Static, CEB and the GT oracle per stream, and the share of the gap CEB closes
-  (section "Closing the gap to a ground truth oracle").
-- :func:`vote_sweep` and :func:`k_sweep`: the hindsight vote count ``V`` and retrieval depth ``k`` sweeps
-  (appendix "Hyperparameter sensitivity").
-- :func:`token_costs`: prompt tokens per critic call by retrieval depth (appendix "Token cost of retrieval
-  depth").
-- :func:`retrieval_comparison`: random, dense and TF-IDF retrieval (appendix "Retrieval mechanism").
-
-A method's ``V``, ``k`` and retriever are its :class:`~ceb.stages.methods.MethodSpec` switches over the
-run's ``ceb`` section (:meth:`~ceb.stages.methods.MethodSpec.resolve`), so ``ceb`` is ``V = ceb.votes``,
-``k = ceb.k`` and the sweep cell ``ceb-V3`` is ``V = 3``, ``k = ceb.k``. Method names this version of
-``ceb`` does not know are left out.
+A method's headline row is its pooled row when it ran on several streams, else its one row (:func:`headline_rows`);
+its ``V``, ``k`` and retriever are its :class:`~ceb.stages.methods.MethodSpec` switches over the run's ``ceb``
+section. Methods this version of ``ceb`` does not know are left out.
 """
 
 from __future__ import annotations
@@ -45,9 +30,10 @@ __all__ = [
     "SweepCell",
     "TokenCost",
     "component_ablation",
-    "coverage_note",
+    "coverage_notes",
     "gt_oracle_gap",
     "headline_rows",
+    "is_sweep_cell",
     "k_sweep",
     "ablation_variants",
     "method_settings",
@@ -60,11 +46,7 @@ __all__ = [
 
 
 def ablation_variants() -> list[tuple[str, str]]:
-    """Rows of the component ablation in the paper's order, ``(method, row label)``; the first is the reference.
-
-    Read from the catalogue (:attr:`~ceb.stages.methods.MethodSpec.ablation`): ``ceb``, the ablations, then the
-    bank-free ``static``.
-    """
+    """``(method, row label)`` of the component ablation in the paper's order; the first (``ceb``) is the reference."""
     rows = [m for m in all_methods() if m.ablation]
     rows.sort(key=lambda m: (m.name != "ceb", m.group == "baseline", m.sort_key()))
     return [(m.name, m.ablation or m.name) for m in rows]
@@ -80,10 +62,7 @@ ORACLE_METHOD = "ceb-gt-oracle"
 
 
 def retrieval_methods() -> list[str]:
-    """Methods of the retrieval-mechanism table, in row order.
-
-    CEB's variants that change only the retriever, then ``ceb`` itself (the deployed retriever).
-    """
+    """The retrieval-mechanism table's methods: CEB's variants that change only the retriever, then ``ceb``."""
     ceb = resolve_method("ceb")
 
     def only_retriever(m: MethodSpec) -> bool:
@@ -102,14 +81,8 @@ RETRIEVER_LABELS: Mapping[str, str] = {
 """Display names of the retrievers (:data:`ceb.bank.RETRIEVERS`); others print as they are."""
 
 
-# --- settings and headline rows ---------------------------------------------------------------------------
-
-
 def method_settings(names: Iterable[str], ceb: CEBConfig) -> dict[str, ResolvedMethod]:
-    """Resolve each method name (:func:`ceb.stages.methods.resolve_method`) against the run's ``ceb`` section.
-
-    Names the catalogue does not know (a method added after this version of ``ceb``) are left out.
-    """
+    """Each known method name resolved over the run's ``ceb`` section; unknown names are left out."""
     out: dict[str, ResolvedMethod] = {}
     for name in dict.fromkeys(names):
         try:
@@ -120,14 +93,7 @@ def method_settings(names: Iterable[str], ceb: CEBConfig) -> dict[str, ResolvedM
 
 
 def headline_rows(rows: Iterable[MetricRow]) -> dict[tuple[str, str], MetricRow]:
-    """One row per ``(critic, method)``: the pooled row when the method ran on several streams, else its one row.
-
-    Args:
-        rows: The main table's rows (:func:`ceb.eval.calibration.metric_rows`).
-
-    Returns:
-        ``(critic, method) -> row``, in the order the rows first name each pair.
-    """
+    """``(critic, method) -> row``: the pooled row when the method ran on several streams, else its one row."""
     out: dict[tuple[str, str], MetricRow] = {}
     for r in rows:
         key = (r.critic, r.method)
@@ -136,28 +102,24 @@ def headline_rows(rows: Iterable[MetricRow]) -> dict[tuple[str, str], MetricRow]
     return out
 
 
-def coverage_note(rows: Iterable[MetricRow], critic: str, methods: Iterable[str]) -> str | None:
-    """A note when ``methods`` ran on different streams for ``critic``, so their rows pool different steps.
-
-    Args:
-        rows: The main table's rows.
-        critic: The critic of the block.
-        methods: The methods compared in the block.
-
-    Returns:
-        ``None`` when every method covers the same streams, else one line naming each method's streams.
-    """
-    wanted = list(dict.fromkeys(methods))
-    streams: dict[str, list[str]] = {m: [] for m in wanted}
+def coverage_notes(rows: Iterable[MetricRow], compared: Iterable[tuple[str, str]]) -> list[str]:
+    """A note per critic whose compared ``(critic, method)`` pairs ran on different streams, naming each's streams."""
+    streams: dict[str, dict[str, list[str]]] = {}
+    for critic, method in compared:
+        streams.setdefault(critic, {}).setdefault(method, [])
     for r in rows:
-        if r.critic == critic and r.method in streams and r.stream != POOLED:
-            streams[r.method].append(r.stream)
-    present = {m: s for m, s in streams.items() if s}
-    if len({tuple(sorted(s)) for s in present.values()}) <= 1:
-        return None
-    where = f"critic {critic}" if critic else "the run"
-    cover = "; ".join(f"{m}: {', '.join(s)}" for m, s in present.items())
-    return f"In {where} the methods ran on different streams ({cover}), so their rows are not on the same steps."
+        if r.method in streams.get(r.critic, {}) and r.stream != POOLED:
+            streams[r.critic][r.method].append(r.stream)
+    notes = []
+    for critic, per_method in streams.items():
+        present = {m: s for m, s in per_method.items() if s}
+        if len({tuple(sorted(s)) for s in present.values()}) > 1:
+            cover = "; ".join(f"{m}: {', '.join(s)}" for m, s in present.items())
+            where = f"critic {critic}" if critic else "the run"
+            notes.append(
+                f"In {where} the methods ran on different streams ({cover}), so their rows are not on the same steps."
+            )
+    return notes
 
 
 def _ece(row: MetricRow | None) -> float | None:
@@ -168,20 +130,14 @@ def _critics(headline: Mapping[tuple[str, str], MetricRow]) -> list[str]:
     return sorted({critic for critic, _ in headline})
 
 
-# --- component ablation -----------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class AblationRow:
-    """One variant of the component ablation (paper Table "Component ablation").
+    """One variant of the component ablation (paper table "abl").
 
     Attributes:
-        critic: Critic label.
-        method: Method name (a name of :func:`ablation_variants`).
         variant: Row label, e.g. ``"− contrastive (positives only)"``.
         row: The method's headline metric row.
-        delta_ece: ``ECE(variant) - ECE(ceb)``; positive means the variant is worse calibrated. ``None`` for
-            ``ceb`` itself and when either has no numbers.
+        delta_ece: ``ECE(variant) - ECE(ceb)``; ``None`` for ``ceb`` itself and when either has no numbers.
     """
 
     critic: str
@@ -192,14 +148,9 @@ class AblationRow:
 
 
 def component_ablation(headline: Mapping[tuple[str, str], MetricRow]) -> list[AblationRow]:
-    """CEB against each ablated variant that ran, one block per critic that ran ``ceb`` and a variant.
+    """CEB against each ablated variant that ran, in :func:`ablation_variants` order, critic by critic (sorted).
 
-    Args:
-        headline: :func:`headline_rows` of the main table.
-
-    Returns:
-        Rows in the order of :func:`ablation_variants`, critic by critic (sorted); empty when no critic ran
-        ``ceb`` and at least one variant.
+    A critic without ``ceb`` and at least one variant gets no rows.
     """
     out: list[AblationRow] = []
     variants = ablation_variants()
@@ -218,27 +169,15 @@ def component_ablation(headline: Mapping[tuple[str, str], MetricRow]) -> list[Ab
     return out
 
 
-# --- GT oracle --------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class OracleGap:
-    """ECE of Static, CEB and the GT oracle on one stream (or pooled), and the gap CEB closes.
-
-    The oracle (``ceb-gt-oracle``) fills its bank with the held-out labels: it reads labels no deployed
-    system has and bounds what a perfectly labelled bank could reach.
+    """ECE of Static, CEB and the GT oracle (``ceb-gt-oracle``) on one stream or pooled, and the gap CEB closes.
 
     Attributes:
-        stream: Stream name, or :data:`ceb.eval.lanes.POOLED`.
-        critic: Critic label.
-        static: ECE of ``static``, or ``None`` without numbers.
-        ceb: ECE of ``ceb``.
-        oracle: ECE of ``ceb-gt-oracle``.
-        ceb_minus_oracle: ``ceb - oracle``: the part of CEB's error due to pseudo-label noise.
-        static_minus_oracle: ``static - oracle``: the headroom a perfectly labelled bank could close.
-        closed: ``(static - ceb) / (static - oracle)``, a fraction (0.95 prints as 95%); ``None`` when the
-            oracle is not better calibrated than Static (``static - oracle <= 1e-12``: there is no gap to close,
-            and the table says "oracle below static" when it is worse) or a value is missing.
+        ceb_minus_oracle: The part of CEB's error due to pseudo-label noise.
+        static_minus_oracle: The headroom a perfectly labelled bank could close.
+        closed: ``(static - ceb) / (static - oracle)``, a fraction; ``None`` when ``static - oracle <= 1e-12``
+            (no gap to close) or a value is missing.
     """
 
     stream: str
@@ -255,17 +194,10 @@ _ORACLE_SET = ("static", "ceb", ORACLE_METHOD)
 
 
 def gt_oracle_gap(rows: Sequence[MetricRow]) -> list[OracleGap]:
-    """Static vs CEB vs the GT oracle in ECE, per stream and pooled (paper table "gt-oracle").
-
-    A stream gets a row when all three methods ran on it; the pooled row is added when all three ran on the
-    same streams (so pool the same steps) and on more than one.
-
-    Args:
-        rows: The main table's rows, per stream and pooled.
+    """Static vs CEB vs the GT oracle in ECE per stream, and pooled when all three ran on the same streams.
 
     Returns:
-        Rows critic by critic (sorted), streams in the order of ``rows``, pooled last; empty when no stream
-        has all three methods.
+        Rows critic by critic (sorted), streams in the order of ``rows``, pooled last.
     """
     by_key = {(r.critic, r.stream, r.method): r for r in rows}
     streams = list(dict.fromkeys(r.stream for r in rows if r.stream != POOLED))
@@ -290,20 +222,9 @@ def _oracle_gap(stream: str, critic: str, s: float | None, c: float | None, o: f
     return OracleGap(stream, critic, s, c, o, ceb_gap, static_gap, closed)
 
 
-# --- V and k sweeps ---------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class SweepCell:
-    """The metrics of one (critic, V, k) cell of a sweep.
-
-    Attributes:
-        critic: Critic label.
-        method: The method that fills the cell (``ceb``, a sweep cell ``ceb-V<v>-k<k>`` or ``ceb-single-vote``).
-        votes: Its ``V``.
-        k: Its precedents per class.
-        row: Its headline metric row.
-    """
+    """The metrics of one (critic, V, k) cell of a sweep; ``method`` is the method that fills it."""
 
     critic: str
     method: str
@@ -317,10 +238,10 @@ class Sweep:
     """A one-parameter sweep over the CEB methods that differ only in ``V`` and ``k``.
 
     Attributes:
-        swept: ``"votes"`` (the V sweep, fixed ``k``) or ``"k"`` (the depth sweep, fixed ``V``).
+        swept: ``"votes"`` (fixed ``k``) or ``"k"`` (fixed ``V``).
         fixed: The value of the other parameter.
         values: The swept values present, increasing.
-        cells: One per (critic, swept value) that ran, critic by critic (sorted), then by value.
+        cells: One per (critic, swept value), critic by critic (sorted), then by value.
     """
 
     swept: Literal["votes", "k"]
@@ -330,14 +251,16 @@ class Sweep:
 
 
 def _sweep_rank(method: str) -> tuple[int, str]:
-    """Which of several methods with one (V, k) fills the cell: ``ceb``, then sweep cells, then ``ceb-single-vote``."""
-    if method == "ceb":
-        return (0, method)
+    """Which of several methods with one (V, k) fills the cell: ``ceb``, then sweep cells, then the rest."""
+    return (0 if method == "ceb" else 1 if is_sweep_cell(method) else 2, method)
+
+
+def is_sweep_cell(method: str) -> bool:
+    """Whether ``method`` is a V / k sweep cell of the catalogue (``ceb-V<v>-k<k>``)."""
     try:
-        sweep = resolve_method(method).group == "sweep"
+        return resolve_method(method).group == "sweep"
     except ConfigError:
-        sweep = False
-    return (1 if sweep else 2, method)
+        return False
 
 
 def _sweep_family(
@@ -377,20 +300,9 @@ def _sweep(
 def vote_sweep(
     headline: Mapping[tuple[str, str], MetricRow], methods: Mapping[str, ResolvedMethod], settings: CEBConfig
 ) -> Sweep | None:
-    """The hindsight vote count sweep (paper table "vsweep") at the ``k`` with the most distinct ``V``.
+    """The V sweep (paper table "vsweep") at the ``k`` with the most distinct ``V`` (ties: ``ceb.k``, then smaller).
 
-    The methods are ``ceb``, the sweep cells ``ceb-V<v>-k<k>`` and ``ceb-single-vote`` (``V = 1``, ``k = ceb.k``):
-    the ones that differ from ``ceb`` only in ``V`` and ``k``. Ties between values of ``k`` go to ``ceb.k``,
-    then to the smaller ``k``. When several methods share a (V, k), ``ceb`` fills the cell, else a sweep cell,
-    else ``ceb-single-vote`` (so ``ceb-single-vote`` counts only when no ``ceb-V1-k<k>`` ran).
-
-    Args:
-        headline: :func:`headline_rows` of the main table.
-        methods: :func:`method_settings` of the run's methods.
-        settings: The run's ``ceb`` settings.
-
-    Returns:
-        The sweep, or ``None`` when no ``k`` has two distinct ``V``.
+    ``ceb-single-vote`` fills ``V = 1`` only when no ``ceb-V1-k<k>`` ran. ``None`` when no ``k`` has two ``V``.
     """
     family = _sweep_family(headline, methods, settings)
     by_k: dict[int, set[int]] = {}
@@ -405,19 +317,9 @@ def vote_sweep(
 def k_sweep(
     headline: Mapping[tuple[str, str], MetricRow], methods: Mapping[str, ResolvedMethod], settings: CEBConfig
 ) -> Sweep | None:
-    """The retrieval depth sweep (paper table "topk") at ``V = ceb.votes``, else the ``V`` with the most ``k``.
+    """The k sweep (paper table "topk") at ``V = ceb.votes``, else the ``V`` with the most ``k`` (ties: smaller).
 
-    The methods and the choice among several with one (V, k) are those of :func:`vote_sweep`. ``V = ceb.votes``
-    is used when it has two distinct ``k``; otherwise the ``V`` with the most distinct ``k`` (ties to the
-    smaller ``V``).
-
-    Args:
-        headline: :func:`headline_rows` of the main table.
-        methods: :func:`method_settings` of the run's methods.
-        settings: The run's ``ceb`` settings.
-
-    Returns:
-        The sweep, or ``None`` when no ``V`` has two distinct ``k``.
+    ``None`` when no ``V`` has two distinct ``k``.
     """
     family = _sweep_family(headline, methods, settings)
     by_v: dict[int, set[int]] = {}
@@ -429,29 +331,17 @@ def k_sweep(
     return _sweep(headline, family, "k", v) if len(by_v[v]) >= 2 else None
 
 
-# --- token cost -------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class TokenCost:
-    """Mean critic prompt tokens per call of one (critic, method) (paper table "token-cost").
-
-    Tokens are ``cl100k_base`` tokens of the critic prompt's message contents, as counted into the rows
-    (``input_tokens``, ``bank_tokens`` of :class:`ceb.pipeline.results.StepRow`).
+    """Mean ``cl100k_base`` critic prompt tokens per call of one (critic, method) (paper table "token-cost").
 
     Attributes:
-        critic: Critic label.
-        method: Method name.
-        votes: ``V``, or ``None`` for a method without a bank (``static``).
+        votes: ``V``, or ``None`` for a method without a bank.
         k: Precedents per class, or ``None`` without a bank.
-        n_steps: Steps of the method (lowest-order lanes, all streams).
         n_counted: Steps carrying a count (failed steps included: their call was made).
-        input_tokens: Mean total input tokens per call, over the counted steps.
-        bank_tokens: Mean tokens of the precedent section per call; ``NaN`` when no step carries it.
-        reference: The method with ``k = 1``, the same ``V`` and otherwise the same switches, or ``None``
-            (for a ``k = 1`` method itself, a method without a bank, or when no such method was counted).
-        delta_vs_k1: ``input_tokens / reference's input_tokens - 1`` (0.18 prints as +18%), or ``None``.
-        ece: ECE of the method's headline row, or ``None``.
+        bank_tokens: Mean tokens of the precedent section; ``NaN`` when no step carries it.
+        reference: The ``k = 1`` method with the same ``V`` and switches, if one was counted.
+        delta_vs_k1: ``input_tokens / reference's - 1`` (0.18 prints as +18%), or ``None``.
     """
 
     critic: str
@@ -470,16 +360,10 @@ class TokenCost:
 def token_costs(
     lanes: Iterable[ScoredLane], headline: Mapping[tuple[str, str], MetricRow], methods: Mapping[str, ResolvedMethod]
 ) -> list[TokenCost]:
-    """Mean critic prompt and precedent-section tokens per call of the LLM-critic methods that counted them.
-
-    Args:
-        lanes: The lowest-order lanes (:func:`ceb.eval.lanes.base_lanes`).
-        headline: :func:`headline_rows` of the main table (for the ECE column).
-        methods: :func:`method_settings` of the run's methods.
+    """Mean prompt and precedent-section tokens per call of the LLM-critic methods that counted them.
 
     Returns:
-        Per critic (sorted): the methods without a bank first, then by ``(V, k)``; empty when no LLM-critic
-        method carries a count.
+        Per critic (sorted): methods without a bank first, then by ``(V, k)``.
     """
     grouped: dict[tuple[str, str], list[ScoredLane]] = {}
     for lane in lanes:
@@ -533,20 +417,9 @@ def _k1_peer(critic: str, m: ResolvedMethod, candidates: Sequence[ResolvedMethod
     return min(peers, key=lambda p: _sweep_rank(p.method)) if peers else None
 
 
-# --- retrieval mechanism ----------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class RetrieverRow:
-    """One retriever of the retrieval-mechanism comparison (paper table "retrieval").
-
-    Attributes:
-        critic: Critic label.
-        method: The method that used it (a name of :func:`retrieval_methods`).
-        retriever: Effective retriever name (``ceb``'s is the run's ``ceb.retriever``).
-        deployed: ``True`` for ``ceb``'s retriever.
-        row: The method's headline metric row.
-    """
+    """One retriever of the retrieval-mechanism table; ``deployed`` for ``ceb``'s (the run's ``ceb.retriever``)."""
 
     critic: str
     method: str
@@ -558,18 +431,7 @@ class RetrieverRow:
 def retrieval_comparison(
     headline: Mapping[tuple[str, str], MetricRow], methods: Mapping[str, ResolvedMethod]
 ) -> list[RetrieverRow]:
-    """Random, dense and the deployed retriever, per critic that ran two of them.
-
-    When two methods used the same retriever (``ceb.retriever = "dense"`` makes ``ceb`` dense too), the row
-    of ``ceb`` is kept.
-
-    Args:
-        headline: :func:`headline_rows` of the main table.
-        methods: :func:`method_settings` of the run's methods (an unknown ``ceb-dense-retrieval`` is left out).
-
-    Returns:
-        Rows in the order of :func:`retrieval_methods`, critic by critic (sorted).
-    """
+    """Random, dense and the deployed retriever, per critic that ran two of them; ``ceb`` wins a shared retriever."""
     out: list[RetrieverRow] = []
     order = retrieval_methods()
     for critic in _critics(headline):

@@ -25,22 +25,13 @@ STREAM_CHECKPOINTS: tuple[int, ...] = (30, 50, 150)
 
 
 def task_count_grid(n_tasks: int, *, n_points: int = 50, checkpoints: Sequence[int] = STREAM_CHECKPOINTS) -> IntArray:
-    """Task counts at which the cumulative ECE of section 4.4 is evaluated.
+    """Task counts at which section 4.4's cumulative ECE is evaluated, shape ``(G,)``, increasing.
 
-    The grid is ``round(linspace(1, n_tasks, min(n_points, n_tasks)))`` (every count when the stream has
-    at most ``n_points`` trajectories), together with the ``checkpoints`` that are ``<= n_tasks``, sorted and
-    without duplicates. It always holds 1 and ``n_tasks``.
-
-    Args:
-        n_tasks: Trajectories in the stream, ``>= 0``.
-        n_points: Evenly spaced points, ``>= 2``.
-        checkpoints: Extra task counts to include when within range.
-
-    Returns:
-        Increasing task counts, shape ``(G,)``; empty when ``n_tasks == 0``.
+    ``round(linspace(1, n_tasks, min(n_points, n_tasks)))`` and the ``checkpoints <= n_tasks``; always holds 1 and
+    ``n_tasks``, empty when ``n_tasks == 0``.
 
     Raises:
-        ValueError: If ``n_tasks < 0`` or ``n_points < 2``.
+        ValueError: ``n_tasks < 0`` or ``n_points < 2``.
     """
     if n_tasks < 0:
         raise ValueError(f"n_tasks must be >= 0, got {n_tasks}")
@@ -61,23 +52,10 @@ def cumulative_ece(
     *,
     n_bins: int = 10,
 ) -> FloatArray:
-    """Cumulative ECE over a stream as the bank fills (paper section 4.4, Figure "learning").
+    """ECE of the usable steps with ``position < n`` for each ``n`` of ``task_counts`` (section 4.4), shape ``(G,)``.
 
-    The value at task count ``n`` is the ECE (equal width, ``n_bins`` bins) of every usable step of the first
-    ``n`` trajectories of the stream, i.e. the steps with ``position < n``.
-
-    Args:
-        y_true: Labels, shape ``(N,)``, 0/1 or ``NaN`` when missing.
-        y_prob: Confidences in [0, 1], shape ``(N,)``, ``NaN`` when the critic failed.
-        positions: 0-based position of each step's trajectory in the stream order, shape ``(N,)``.
-        task_counts: Task counts ``n >= 1`` to evaluate at, shape ``(G,)``.
-        n_bins: ECE bins.
-
-    Returns:
-        ECE per task count, shape ``(G,)``; ``NaN`` where no usable step precedes that count.
-
-    Raises:
-        ValueError: If the arrays differ in length or hold invalid labels or confidences.
+    ``NaN`` where no usable step precedes a count. Raises ``ValueError`` on arrays of different lengths or invalid
+    values.
     """
     y, p = checked_pair(y_true, y_prob)
     pos = np.asarray(positions)
@@ -96,23 +74,13 @@ def cumulative_ece(
 
 @dataclass(frozen=True, slots=True, eq=False)
 class OrderCurves:
-    """Cumulative-ECE curves of one (stream, critic, method) over several stream orders (section 4.4).
+    """Cumulative-ECE curves of one (stream, critic, method) over ``R`` stream orders and ``G`` task counts.
 
     Attributes:
-        stream: Stream name.
-        critic: Critic label.
-        method: Method name.
-        orders: The orders averaged over, shape ``(R,)`` as a tuple.
-        task_counts: The grid of :func:`task_count_grid`, shape ``(G,)``.
-        ece: Cumulative ECE per order and grid point, shape ``(R, G)``; ``NaN`` where undefined.
-        mean: Mean over orders, shape ``(G,)``.
+        ece: Per order and grid point, shape ``(R, G)``; ``NaN`` where undefined.
         std: Sample standard deviation over orders (``ddof=1``), shape ``(G,)``; ``NaN`` with one order.
-        reference: The method compared against (``"static"``), or ``None`` when there is no gap.
-        gap_orders: Orders in which both this method and the reference were scored.
-        gap: ``ECE(reference) - ECE(method)`` on the identical step stream (same stream, critic and order),
-            shape ``(len(gap_orders), G)``; positive means this method is better calibrated.
-        gap_mean: Mean gap over ``gap_orders``, shape ``(G,)``.
-        gap_std: Sample standard deviation of the gap, shape ``(G,)``; ``NaN`` with one order.
+        reference: The method compared against (``"static"``), or ``None``.
+        gap: ``ECE(reference) - ECE(method)`` order by order on the same steps, shape ``(len(gap_orders), G)``.
     """
 
     stream: str
@@ -147,20 +115,9 @@ def stream_averaging(
 ) -> list[OrderCurves]:
     """Multi-order stream averaging (section 4.4): cumulative ECE per order, mean and std across orders.
 
-    For every (stream, critic), the grid is :func:`task_count_grid` of the smallest number of trajectories
-    any of its lanes holds, so every order and method is evaluated at the same task counts. Every order
-    present is averaged (order 0 included). For each method other than ``reference``, the gap
-    ``ECE(reference) - ECE(method)`` is taken order by order on the identical step stream, then averaged.
-    Methods without a single usable step are left out.
-
-    Args:
-        lanes: The run's lanes, all orders.
-        n_bins: ECE bins.
-        n_points: Evenly spaced grid points (see :func:`task_count_grid`).
-        reference: The bank-free method the gap is measured against.
-
-    Returns:
-        One entry per (stream, critic, method) with a usable step, in lane order.
+    Per (stream, critic) the grid is :func:`task_count_grid` of its smallest lane, so every order and method is
+    evaluated at the same counts; the gap to ``reference`` is taken order by order. Methods without a usable step
+    are left out.
     """
     groups: dict[tuple[str, str], list[ScoredLane]] = {}
     for lane in lanes:

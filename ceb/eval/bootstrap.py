@@ -1,18 +1,12 @@
-"""Percentile bootstrap confidence intervals for ECE, Brier and AUROC, resampling whole trajectories.
+"""Percentile bootstrap intervals of ECE, Brier and AUROC, resampling whole trajectories (a cluster bootstrap).
 
-Steps of one trajectory are not independent (one agent, one task, one shared history), so the resampling
-unit is the trajectory (a cluster bootstrap): each replicate draws as many trajectories as the sample
-holds, uniformly with replacement, and keeps every step of each draw. The interval is the percentile
-interval of the replicate values (Efron and Tibshirani, 1993, "An Introduction to the Bootstrap", ch. 13).
-The metrics are those of :mod:`ceb.eval.metrics`; this module only resamples.
-
-:func:`paired_differences` compares two score columns on the same steps (two methods, or a method and a
-reference rule): every replicate draws the trajectories once and scores both columns on them, so the interval is
-that of the difference itself, not of two independent samples. It scores all ``B`` replicates at once: a drawn
-trajectory set is a count per trajectory, and ECE, Brier and AUROC of a replicate are sums of per-trajectory
-statistics weighted by those counts (ECE over the same equal-width bins, AUROC as the Mann-Whitney statistic over
-the distinct scores, ties counting one half). The draws are those of :func:`resample_indices` for the same
-groups and seed, and the values those of :func:`ceb.eval.metrics.summarize` on its replicates (tested).
+Steps of one trajectory share an agent, a task and a history, so each replicate draws as many trajectories as the
+sample holds, uniformly with replacement, keeping all their steps; the interval is the percentile interval of the
+replicate values (Efron and Tibshirani, 1993, ch. 13). All ``B`` replicates are scored at once: a replicate is a
+count per trajectory, and its ECE (same equal-width bins), Brier and AUROC (Mann-Whitney over the distinct scores,
+ties one half) are sums of per-trajectory statistics weighted by those counts, equal to
+:func:`ceb.eval.metrics.summarize` on :func:`resample_indices`' replicates (tested). :func:`paired_differences`
+scores two columns on the same draws, so its interval is that of the difference itself.
 """
 
 from __future__ import annotations
@@ -27,6 +21,7 @@ from scipy import sparse
 from ceb.eval.metrics import Strategy, summarize
 
 __all__ = [
+    "MIN_TRAJECTORIES",
     "PAIRED_METRICS",
     "BootstrapResult",
     "Interval",
@@ -38,20 +33,18 @@ __all__ = [
     "resample_indices",
 ]
 
+MIN_TRAJECTORIES = 30
+"""Below this many trajectories the report flags a row's intervals as rough: a percentile bootstrap over a handful
+of clusters sees few distinct replicates and under-covers (Efron and Tibshirani, 1993, ch. 13).
+"""
+
 PAIRED_METRICS = ("ece", "brier", "auroc")
-"""The metrics :func:`replicate_metrics` and :func:`paired_differences` compute (ECE: equal-width bins)."""
+"""The metrics :func:`replicate_metrics` and :func:`paired_differences` compute."""
 
 
 @dataclass(frozen=True, slots=True)
 class Interval:
-    """A percentile bootstrap interval.
-
-    Attributes:
-        low: Lower bound, the ``(1 - level) / 2`` percentile of the replicates.
-        high: Upper bound, the ``(1 + level) / 2`` percentile.
-        n_valid: Replicates in which the metric was defined (AUROC is undefined when a replicate holds a
-            single class; those replicates are left out).
-    """
+    """A percentile bootstrap interval; ``n_valid`` counts the replicates where the metric was defined."""
 
     low: float
     high: float
@@ -60,15 +53,12 @@ class Interval:
 
 @dataclass(frozen=True, slots=True)
 class BootstrapResult:
-    """Bootstrap intervals of the paper's three metrics (section 4.1) for one sample of steps.
+    """Intervals of the three metrics for one sample of steps.
 
     Attributes:
-        ece: Interval of the ECE, or ``None`` when ``n_boot == 0``.
-        brier: Interval of the Brier score, or ``None`` when ``n_boot == 0``.
-        auroc: Interval of the AUROC, or ``None`` when no replicate holds both classes.
-        n_boot: Replicates drawn.
-        level: Confidence level, in (0, 1).
-        seed: Seed of the generator.
+        ece: ``None`` when ``n_boot == 0``.
+        brier: ``None`` when ``n_boot == 0``.
+        auroc: ``None`` when no replicate holds both classes.
         n_groups: Trajectories (resampling units) in the sample.
     """
 
@@ -82,17 +72,10 @@ class BootstrapResult:
 
 
 def percentile_interval(values: npt.ArrayLike, level: float = 0.95) -> tuple[float, float]:
-    """The central ``level`` percentile interval of ``values`` (linear interpolation, as ``np.percentile``).
-
-    Args:
-        values: Replicate values, shape ``(B,)``, ``B >= 1``, all finite.
-        level: Confidence level, in (0, 1).
-
-    Returns:
-        ``(low, high)``.
+    """``(low, high)``, the central ``level`` percentile interval of ``values`` (``np.percentile``, linear).
 
     Raises:
-        ValueError: If ``values`` is empty or ``level`` is outside (0, 1).
+        ValueError: ``values`` is empty or ``level`` is outside (0, 1).
     """
     _check_level(level)
     v = np.asarray(values, dtype=np.float64)
@@ -104,22 +87,13 @@ def percentile_interval(values: npt.ArrayLike, level: float = 0.95) -> tuple[flo
 
 
 def resample_indices(groups: npt.ArrayLike, n_boot: int, seed: int = 0) -> list[npt.NDArray[np.intp]]:
-    """Row indices of ``n_boot`` cluster-bootstrap replicates of the sample.
+    """Row indices of ``n_boot`` cluster-bootstrap replicates, one array each (a group drawn twice appears twice).
 
-    Groups are numbered in sorted order of their ids, so the draws depend only on the set of ids and the
-    seed: two samples over the same trajectories (two methods on one stream) are resampled identically.
-
-    Args:
-        groups: Group (trajectory) id of each row, shape ``(N,)``; any sortable, hashable values.
-        n_boot: Number of replicates, ``>= 0``.
-        seed: Seed of :func:`numpy.random.default_rng`.
-
-    Returns:
-        ``n_boot`` index arrays into the rows; replicate ``b`` holds every row of each drawn group, a group
-        drawn twice appearing twice. Lengths vary with the sizes of the drawn groups.
+    Groups are numbered in sorted order of their ids, so two samples over the same trajectories (two methods on
+    one stream) are resampled identically for one seed.
 
     Raises:
-        ValueError: If ``n_boot < 0``.
+        ValueError: ``n_boot < 0``.
     """
     if n_boot < 0:
         raise ValueError(f"n_boot must be >= 0, got {n_boot}")
@@ -140,7 +114,7 @@ def resample_indices(groups: npt.ArrayLike, n_boot: int, seed: int = 0) -> list[
 
 
 def _group_ids(groups: npt.ArrayLike) -> tuple[npt.NDArray[np.intp], int]:
-    """Each row's group number (groups in sorted order of their ids, as :func:`resample_indices`) and the count."""
+    """Each row's group number (ids in sorted order) and the number of groups."""
     ids = np.asarray(groups, dtype=object)
     _, inverse = np.unique(ids.astype(str) if ids.size else ids, return_inverse=True)
     inverse = inverse.reshape(-1).astype(np.intp)
@@ -148,7 +122,7 @@ def _group_ids(groups: npt.ArrayLike) -> tuple[npt.NDArray[np.intp], int]:
 
 
 def _draws(n_groups: int, n_boot: int, seed: int) -> Iterator[npt.NDArray[np.int64]]:
-    """The drawn group numbers of each replicate: one generator, one draw of ``n_groups`` per replicate."""
+    """The drawn group numbers of each replicate, from one generator."""
     rng = np.random.default_rng(seed)
     for _ in range(n_boot):
         yield rng.integers(0, n_groups, size=n_groups)
@@ -159,7 +133,7 @@ _BLOCK_CELLS = 2_000_000
 
 
 def _count_blocks(n_groups: int, n_boot: int, seed: int) -> Iterator[npt.NDArray[np.float64]]:
-    """How often each group is drawn in each replicate, in blocks of shape ``(<= rows, n_groups)``, in draw order."""
+    """How often each group is drawn per replicate, blocks of shape ``(<= rows, n_groups)``, in draw order."""
     rows = max(1, _BLOCK_CELLS // max(n_groups, 1))
     draws = _draws(n_groups, n_boot, seed)
     for start in range(0, n_boot, rows):
@@ -176,7 +150,7 @@ def _replicates_of(
     seed: int,
     n_bins: int,
 ) -> list[dict[str, npt.NDArray[np.float64]]]:
-    """:func:`_replicates` of each ``(labels, scores)`` column over the same draws, each metric shape ``(n_boot,)``."""
+    """:func:`_replicates` of each ``(labels, scores)`` column over the same draws."""
     inverse, n_groups = _group_ids(groups)
     parts: list[list[dict[str, npt.NDArray[np.float64]]]] = [[] for _ in columns]
     for counts in _count_blocks(n_groups, n_boot, seed):
@@ -243,24 +217,12 @@ def replicate_metrics(
     seed: int = 0,
     n_bins: int = 10,
 ) -> dict[str, npt.NDArray[np.float64]]:
-    """ECE (equal width), Brier and AUROC of every cluster-bootstrap replicate, computed at once.
+    """``{"ece", "brier", "auroc"}`` of every replicate, each shape ``(n_boot,)`` (AUROC NaN on one class).
 
-    The replicates are those :func:`resample_indices` draws for ``groups`` and ``seed``; each value equals
-    :func:`ceb.eval.metrics.summarize` on that replicate (up to floating-point summation order).
-
-    Args:
-        y_true: Binary labels, shape ``(N,)``, ``N >= 1``.
-        y_prob: Confidences in [0, 1], shape ``(N,)``.
-        groups: Trajectory id of each step, shape ``(N,)``.
-        n_boot: Replicates, ``>= 0``.
-        seed: Seed of the draws.
-        n_bins: ECE bins.
-
-    Returns:
-        ``{"ece", "brier", "auroc"}``, each shape ``(n_boot,)``; AUROC is NaN in a replicate with one class.
+    The replicates are :func:`resample_indices`' for ``groups`` and ``seed``.
 
     Raises:
-        ValueError: The inputs differ in shape or are invalid for the metrics, or ``n_boot < 0``.
+        ValueError: Inputs invalid for the metrics or of different shapes, or ``n_boot < 0``.
     """
     if n_boot < 0:
         raise ValueError(f"n_boot must be >= 0, got {n_boot}")
@@ -270,15 +232,7 @@ def replicate_metrics(
 
 @dataclass(frozen=True, slots=True)
 class PairedDifference:
-    """The difference ``metric(a) - metric(b)`` of two score columns on the same steps, with its interval.
-
-    Attributes:
-        metric: ``ece``, ``brier`` or ``auroc``.
-        point: The difference on the sample itself, or ``None`` when the metric is undefined there.
-        low: Lower bound of the percentile interval of the replicate differences, ``None`` without one.
-        high: Upper bound.
-        n_valid: Replicates in which both metrics were defined.
-    """
+    """``metric(a) - metric(b)`` on the same steps with its interval (``None`` where undefined)."""
 
     metric: str
     point: float | None
@@ -288,7 +242,7 @@ class PairedDifference:
 
     @property
     def contains_zero(self) -> bool | None:
-        """Whether the interval holds 0 (no evidence of a difference); ``None`` without an interval."""
+        """Whether the interval holds 0; ``None`` without an interval."""
         if self.low is None or self.high is None:
             return None
         return self.low <= 0.0 <= self.high
@@ -307,31 +261,14 @@ def paired_differences(
     metrics: tuple[str, ...] = PAIRED_METRICS,
     labels_b: npt.ArrayLike | None = None,
 ) -> dict[str, PairedDifference]:
-    """Paired percentile bootstrap intervals of ``metric(a) - metric(b)``, resampling trajectories.
+    """Paired percentile intervals of ``metric(a) - metric(b)``, both scored on each replicate's steps.
 
-    Both columns are scored on each replicate's steps (the same drawn trajectories), so a column against itself
-    gives an interval of exactly ``[0, 0]``. The point values are :func:`ceb.eval.metrics.summarize`'s.
-
-    Args:
-        y_true: Binary labels of the shared steps, shape ``(N,)``, ``N >= 1``.
-        a: First column's confidences in [0, 1], shape ``(N,)`` (a method).
-        b: Second column's, shape ``(N,)`` (``static``, or a reference rule).
-        groups: Trajectory id of each step, shape ``(N,)``.
-        n_boot: Replicates, ``>= 0``; 0 gives points without intervals.
-        seed: Seed of the draws.
-        level: Confidence level, in (0, 1).
-        n_bins: ECE bins (equal width).
-        metrics: Which of :data:`PAIRED_METRICS` to compare.
-        labels_b: The second column's own labels of the same steps, where they differ from ``y_true`` (a method
-            that generates its own action carries that action's labels); default ``y_true``.
-
-    Returns:
-        One :class:`PairedDifference` per metric asked for. Lower is better for ECE and Brier, so a negative
-        difference favours ``a``; for AUROC a positive one does.
+    ``y_true``, ``a`` (a method), ``b`` (``static`` or a reference rule) and ``groups`` (trajectory ids) have shape
+    ``(N,)``; ``labels_b`` are ``b``'s own labels where they differ from ``y_true``. A column against itself gives
+    exactly ``[0, 0]``. Negative favours ``a`` for ECE and Brier, positive for AUROC.
 
     Raises:
-        ValueError: The inputs differ in shape or are invalid for the metrics, ``n_boot < 0``, ``level`` is
-            outside (0, 1) or a metric is unknown.
+        ValueError: Invalid inputs, ``n_boot < 0``, ``level`` outside (0, 1) or an unknown metric.
     """
     _check_level(level)
     unknown = set(metrics) - set(PAIRED_METRICS)
@@ -375,28 +312,12 @@ def bootstrap_metrics(
     n_bins: int = 10,
     strategy: Strategy = "uniform",
 ) -> BootstrapResult:
-    """Percentile bootstrap intervals of ECE, Brier and AUROC, resampling trajectories.
+    """Percentile intervals of ECE, Brier and AUROC over trajectories, each replicate scored as ``summarize`` does.
 
-    Each replicate is scored as :func:`ceb.eval.metrics.summarize` scores it (equal-width ECE: every replicate at
-    once by :func:`replicate_metrics`, the same values up to summation order). Replicates whose AUROC is undefined
-    (one class only) are left out of the AUROC interval; its ``n_valid`` says how many remained.
-
-    Args:
-        y_true: Binary labels, shape ``(N,)``, ``N >= 1``.
-        y_prob: Confidences in [0, 1], shape ``(N,)``.
-        groups: Trajectory id of each step, shape ``(N,)``.
-        n_boot: Replicates, ``>= 0``; 0 gives no intervals.
-        seed: Seed; the same seed and sample give the same intervals.
-        level: Confidence level, in (0, 1).
-        n_bins: ECE bins.
-        strategy: ECE binning, ``"uniform"`` or ``"quantile"``.
-
-    Returns:
-        The three intervals.
+    Replicates with an undefined AUROC (one class) are left out of its interval.
 
     Raises:
-        ValueError: If the inputs differ in length or are invalid for the metrics, ``n_boot < 0`` or
-            ``level`` is outside (0, 1).
+        ValueError: Invalid inputs or of different shapes, ``n_boot < 0`` or ``level`` outside (0, 1).
     """
     _check_level(level)
     y = np.asarray(y_true)

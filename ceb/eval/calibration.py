@@ -1,8 +1,4 @@
-"""Calibration analyses: the main table's metric rows, calibration by step depth, and label shift.
-
-Paper Table 1 (section 4.2), Figure 1 and appendix A. Each function reads lanes or arrays (conventions in
-:mod:`ceb.eval.lanes`) and returns numbers.
-"""
+"""Calibration analyses: Table 1's metric rows (section 4.2), depth (Figure 1), label shift (appendix A)."""
 
 from __future__ import annotations
 
@@ -31,26 +27,18 @@ DEPTH_BUCKETS: tuple[int, ...] = (0, 1, 2, 3, 4, 5)
 """Lower bounds of the within-trajectory depth buckets of Figure 1: steps 0, 1, 2, 3, 4 and 5 or later."""
 
 
-# --- main table: metrics per (stream, critic, method) ---------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class MetricRow:
-    """ECE, Brier and AUROC of one (stream, critic, method) with bootstrap CIs (paper Table 1, section 4.2).
+    """ECE, Brier and AUROC of one (stream, critic, method) with bootstrap intervals (paper Table 1).
 
     Attributes:
-        stream: Stream name, or :data:`POOLED` for the row that pools every stream of the method.
-        critic: Critic label.
-        method: Method name.
-        n: Steps with both a score and a label (the metrics' sample).
-        failed: Steps whose critic failed (left out).
-        unlabeled: Scored steps without a label (left out).
-        n_trajectories: Trajectories with at least one usable step (the bootstrap's resampling units).
-        summary: The metrics, or ``None`` when ``n == 0``.
-        ci: Percentile bootstrap intervals over trajectories, or ``None`` when ``n == 0``.
-        note: Why there are no numbers (for example the first "not available" error), else ``None``.
-        order: Stream order of the steps (each lane's lowest, :func:`base_lanes`); on a pooled row the order
-            its lanes share, ``None`` if they differ.
+        stream: Stream name, or :data:`POOLED`.
+        n: Steps with both a score and a label (the sample).
+        n_trajectories: Trajectories with a usable step (the resampling units).
+        summary: The metrics, ``None`` when ``n == 0``.
+        ci: Intervals over trajectories, ``None`` when ``n == 0``.
+        note: Why there are no numbers, else ``None``.
+        order: Stream order of the steps; on a pooled row the one its lanes share, else ``None``.
     """
 
     stream: str
@@ -69,25 +57,12 @@ class MetricRow:
 def metric_rows(
     lanes: Iterable[ScoredLane], *, n_bins: int = 10, n_boot: int = 1000, seed: int = 0, level: float = 0.95
 ) -> list[MetricRow]:
-    """The main table: metrics per (stream, critic, method), then pooled over streams per (critic, method).
+    """Table 1: a row per lowest-order lane, then per (critic, method) pooled over its streams.
 
-    ECE uses ``n_bins`` equal-width bins (:func:`ceb.eval.metrics.ece`). Each lane's lowest order is used
-    (:func:`base_lanes`). The pooled rows (``stream == POOLED``) exist only for a (critic, method) scored on
-    more than one stream; they concatenate the steps of its streams and resample (stream, trajectory)
-    pairs. A method without numbers on one of its streams (e.g. "not available" there) gets a pooled row
-    without numbers, since pooling fewer streams would compare it on other steps. Streams are not pooled
-    across critics: the paper compares methods within one critic's block.
-
-    Args:
-        lanes: The run's lanes.
-        n_bins: ECE bins.
-        n_boot: Bootstrap replicates per row (0 disables the intervals).
-        seed: Seed of every row's bootstrap (each row starts from the same seed, so two methods scored on
-            the same trajectories are resampled identically).
-        level: Confidence level of the intervals, in (0, 1).
-
-    Returns:
-        The per-stream rows in lane order, then the pooled rows.
+    A pooled row concatenates the streams' steps and resamples (stream, trajectory) pairs; it exists for a
+    method scored on several streams, without numbers when one of them has none (pooling fewer streams would
+    compare other steps). Streams are never pooled across critics. Every row's bootstrap starts from ``seed``, so
+    methods on the same trajectories are resampled identically.
     """
     chosen = base_lanes(lanes)
     out = [_metric_row(lane.stream, lane.critic, lane.method, [lane], n_bins, n_boot, seed, level) for lane in chosen]
@@ -148,21 +123,11 @@ def _shared_order(lanes: Sequence[ScoredLane]) -> int | None:
     return orders.pop() if len(orders) == 1 else None
 
 
-# --- calibration by within-trajectory depth ------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class DepthBucket:
-    """Calibration of the steps in one within-trajectory depth bucket (paper Figure 1).
+    """Calibration of the steps in one depth bucket (Figure 1); ``label`` ``"3"``, ``"2-4"`` or open ``"5+"``.
 
-    Attributes:
-        label: The step indices of the bucket: ``"3"``, ``"2-4"`` or, for the last, open bucket, ``"5+"``.
-        low: Smallest step index of the bucket.
-        high: Largest step index, or ``None`` for the open last bucket.
-        n: Usable steps in the bucket.
-        ece: Equal-width ECE of the bucket, or ``None`` when ``n == 0``.
-        mean_score: Mean confidence, or ``None`` when ``n == 0``.
-        positive_rate: Fraction of label-1 steps, or ``None`` when ``n == 0``.
+    ``high`` is ``None`` for the open bucket; the numbers are ``None`` when ``n == 0``.
     """
 
     label: str
@@ -182,24 +147,12 @@ def depth_calibration(
     buckets: Sequence[int] = DEPTH_BUCKETS,
     n_bins: int = 10,
 ) -> list[DepthBucket]:
-    """ECE, mean confidence and positive rate per within-trajectory depth bucket (paper Figure 1).
+    """ECE, mean confidence and positive rate per within-trajectory depth bucket (Figure 1).
 
-    Bucket ``i`` holds the steps with ``buckets[i] <= step < buckets[i + 1]``; the last bucket is open
-    (``step >= buckets[-1]``). The default buckets are the steps 0, 1, 2, 3, 4 and 5+.
-
-    Args:
-        y_true: Labels, shape ``(N,)``, 0/1 or ``NaN`` when missing.
-        y_prob: Confidences in [0, 1], shape ``(N,)``, ``NaN`` when the critic failed.
-        steps: 0-based step index of each step within its trajectory, shape ``(N,)``.
-        buckets: Strictly increasing lower bounds, the first 0.
-        n_bins: ECE bins.
-
-    Returns:
-        One entry per bucket, empty buckets included (``n == 0``, numbers ``None``).
+    Bucket ``i`` holds ``buckets[i] <= step < buckets[i + 1]``, the last one open; empty buckets are kept.
 
     Raises:
-        ValueError: If ``buckets`` is empty, does not start at 0 or is not strictly increasing, or the
-            arrays differ in length.
+        ValueError: ``buckets`` is empty, does not start at 0 or does not increase, or the arrays differ in length.
     """
     bounds = [int(b) for b in buckets]
     if not bounds or bounds[0] != 0 or any(b >= c for b, c in zip(bounds, bounds[1:], strict=False)):
@@ -224,23 +177,9 @@ def depth_calibration(
     return out
 
 
-# --- label shift ---------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class LabelShift:
-    """Agreement of the strict labels with an alternative labelling (appendix A, table "judge-shift-main").
-
-    All rates are fractions of ``n``, the steps carrying both labels.
-
-    Attributes:
-        n: Steps with both labels.
-        strict_positive_rate: Fraction with strict label 1.
-        alt_positive_rate: Fraction with alternative label 1.
-        agreement: Fraction where the two labels agree.
-        zero_to_one: Fraction with strict label 0 and alternative label 1 (relabelled productive).
-        one_to_zero: Fraction with strict label 1 and alternative label 0.
-    """
+    """Agreement of strict and alternative labels (appendix A), as fractions of the ``n`` steps with both."""
 
     n: int
     strict_positive_rate: float
@@ -251,17 +190,10 @@ class LabelShift:
 
 
 def label_shift(strict: npt.ArrayLike, alt: npt.ArrayLike) -> LabelShift | None:
-    """Compare strict step labels with an alternative labelling (appendix A, LLM-as-judge label shift).
-
-    Args:
-        strict: Strict (reference-matching) labels, shape ``(N,)``, 0/1 or ``NaN`` when missing.
-        alt: Alternative labels of the same steps, shape ``(N,)``, 0/1 or ``NaN`` when missing.
-
-    Returns:
-        The rates over the steps with both labels, or ``None`` when there is none.
+    """Compare strict labels with alternative ones (appendix A); ``None`` when no step carries both.
 
     Raises:
-        ValueError: If the arrays differ in shape or hold values other than 0, 1 and ``NaN``.
+        ValueError: The arrays differ in shape or hold values other than 0, 1 and ``NaN``.
     """
     s = np.asarray(strict, dtype=np.float64)
     a = np.asarray(alt, dtype=np.float64)

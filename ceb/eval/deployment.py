@@ -26,31 +26,17 @@ REVIEW_BUDGETS: tuple[int, ...] = (0, 1, 2, 3)
 """Per-task review budgets ``m`` of the task success table (steps reviewed per trajectory; section 4.5)."""
 
 
-# --- selective execution -------------------------------------------------------------------------------
-
-
 def selective_execution(
     y_true: npt.ArrayLike, y_prob: npt.ArrayLike, budgets: Sequence[int] = SELECTIVE_BUDGETS
 ) -> list[float | None]:
-    """GT positive rate among the retained steps after deferring the lowest-confidence ``b%`` (section 4.5).
+    """Retained GT positive rate after deferring the ``floor(b N / 100)`` lowest-confidence steps (section 4.5).
 
-    With ``N`` usable steps, ``k = floor(b * N / 100)`` steps are deferred: all steps whose confidence is
-    below the ``k``-th lowest, and as many as needed from the group of steps tied at it. Ties are broken
-    uniformly at random and the *expected* retained positive rate is returned: a tied group of ``g`` steps
-    with ``q`` positives from which ``d`` are deferred contributes ``d * q / g`` deferred positives. The
-    result is therefore deterministic, independent of the order of the steps, and a constant confidence
-    keeps the base rate at every budget. ``b = 0`` gives the base rate.
-
-    Args:
-        y_true: Labels, shape ``(N,)``, 0/1 or ``NaN`` when missing.
-        y_prob: Confidences in [0, 1], shape ``(N,)``, ``NaN`` when the critic failed.
-        budgets: Abstention budgets in percent, integers in [0, 100).
-
-    Returns:
-        Retained positive rate per budget, in [0, 1]; ``None`` for every budget when no step is usable.
+    Ties at the cut are broken uniformly at random in expectation (a tied group of ``g`` steps with ``q`` positives
+    that loses ``d`` gives ``d q / g`` deferred positives), so the result is deterministic and a constant
+    confidence keeps the base rate. ``None`` per budget when no step is usable.
 
     Raises:
-        ValueError: If a budget is not an integer in [0, 100) or the arrays differ in length.
+        ValueError: A budget is not an integer in [0, 100), or the arrays differ in length.
     """
     for b in budgets:
         if isinstance(b, bool) or not isinstance(b, int | np.integer) or not 0 <= b < 100:
@@ -82,19 +68,13 @@ def _deferred_positives(ys: FloatArray, ps: FloatArray, k: int) -> float:
     return float(ys[below].sum()) + d * float(ys[tied].sum()) / int(tied.sum())
 
 
-# --- task success under a review budget ----------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class TaskSuccess:
-    """Final task success under a per-task review budget (paper section 4.5, table "tasksucc").
+    """Task success per review budget ``m`` (section 4.5, table "tasksucc"); ``None`` where no trajectory qualifies.
 
     Attributes:
-        budgets: The review budgets ``m`` (steps reviewed per trajectory).
-        rates: Success rate per budget, fractions in [0, 1]; ``None`` when no trajectory qualifies.
-        n_tasks: Trajectories evaluated.
-        n_dropped: Trajectories left out because a labelled step lacks a score (a method's only).
-        n_unlabelled: Trajectories left out because none of their steps has a label.
+        n_dropped: Trajectories left out because a labelled step lacks a score.
+        n_unlabelled: Trajectories left out because no step has a label.
     """
 
     budgets: tuple[int, ...]
@@ -112,30 +92,12 @@ def task_success(
 ) -> TaskSuccess:
     """Task success when each trajectory's ``m`` lowest-confidence steps are reviewed and fixed (section 4.5).
 
-    A trajectory succeeds when every step is correct (label 1) after its ``m`` lowest-confidence steps are
-    corrected by a reviewer, the Mind2Web Task Success criterion. ``m = 0`` is the un-reviewed base rate, and
-    ``m >= T`` reviews the whole trajectory. Ties in confidence at the review cut are broken uniformly at
-    random and the success *probability* is averaged: with ``d`` review slots left for a tied group of ``g``
-    steps holding ``w`` wrong ones (and no wrong step above the group), the trajectory succeeds with
-    probability ``C(g - w, d - w) / C(g, d)``.
-
-    Scored steps only: a task is judged on its labelled steps (paper appendix "Experimental Details": AMEX scores
-    TAP steps and the all-steps-correct rule applies to the scored steps), which are also the steps the reviewer
-    is sent; an unlabelled step neither fails nor drops its task. A trajectory with no labelled step is left
-    out (``n_unlabelled``), and one whose labelled step lacks a score is dropped (``n_dropped``), since its
-    review order is undefined; no confidence or label is imputed.
-
-    Args:
-        y_true: Labels, shape ``(N,)``, 0/1 or ``NaN`` when missing.
-        y_prob: Confidences in [0, 1], shape ``(N,)``, ``NaN`` when the critic failed.
-        trajectories: Trajectory id of each step, shape ``(N,)``.
-        budgets: Review budgets ``m >= 0``.
-
-    Returns:
-        The success rate per budget with the task counts.
+    A trajectory succeeds when every labelled step is correct after review (Mind2Web's Task Success; AMEX scores
+    TAP steps only, appendix "Experimental Details"). Ties at the cut are averaged: ``d`` slots for a tied group of
+    ``g`` steps with ``w`` wrong ones succeed with probability ``C(g - w, d - w) / C(g, d)``. Nothing is imputed.
 
     Raises:
-        ValueError: If a budget is negative or the arrays differ in length.
+        ValueError: A budget is negative or the arrays differ in length.
     """
     y, p = checked_pair(y_true, y_prob)
     return _task_success(y, p, trajectories, budgets, oracle=False)
@@ -144,21 +106,10 @@ def task_success(
 def oracle_task_success(
     y_true: npt.ArrayLike, trajectories: npt.ArrayLike, budgets: Sequence[int] = REVIEW_BUDGETS
 ) -> TaskSuccess:
-    """The Oracle row of the task success table: the reviewer is sent exactly the wrong steps (section 4.5).
-
-    A trajectory succeeds under budget ``m`` iff it holds at most ``m`` wrong steps. Unlabelled steps are not
-    scored, as in :func:`task_success`.
-
-    Args:
-        y_true: Labels, shape ``(N,)``, 0/1 or ``NaN`` when missing.
-        trajectories: Trajectory id of each step, shape ``(N,)``.
-        budgets: Review budgets ``m >= 0``.
-
-    Returns:
-        The oracle success rate per budget with the task counts.
+    """The Oracle row: the reviewer gets exactly the wrong steps, so a task succeeds iff it has at most ``m``.
 
     Raises:
-        ValueError: If a budget is negative or the arrays differ in length.
+        ValueError: A budget is negative or the arrays differ in length.
     """
     y = np.asarray(y_true, dtype=np.float64)
     return _task_success(y, np.zeros_like(y), trajectories, budgets, oracle=True)

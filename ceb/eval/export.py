@@ -1,24 +1,11 @@
-"""A run's result rows as one flat, typed table: Parquet (pyarrow) or CSV (the standard library).
+"""A run's result rows as one flat, typed table: Parquet (pyarrow, the ``parquet`` extra) or CSV.
 
-Rows come from the one reader (:func:`ceb.pipeline.read_step_rows`, :func:`ceb.pipeline.read_hindsight_rows`),
-so older row layouts are upgraded first and every table has the current layout. A table has one column per
-field of :class:`~ceb.pipeline.results.StepRow` (``scores``) or :class:`~ceb.pipeline.results.HindsightRow`
-(``hindsight``), in that order; ``order``, ``stream``, ``method`` and ``critic`` are columns of their own.
-
-- **Parquet** has a fixed schema (:func:`arrow_schema`, the same for every run): nested fields stay nested,
-  ``retrieved`` as ``list<struct<trajectory, step, pseudo_label, similarity>>``, ``alt_labels`` as
-  ``list<struct<name, label>>``, the bank ``records`` of a hindsight row as ``list<struct<...>>``. Needs the
-  optional extra ``parquet`` (``pip install -e '.[parquet]'``); pyarrow is imported only here, when asked for.
-- **CSV** (RFC 4180, UTF-8, a header row): scalars as written in ``scores.jsonl`` (``true`` / ``false``,
-  shortest round-trip floats), an empty cell for null, and each nested field (``retrieved``, ``alt_labels``,
-  ``votes``, ``records``...) as one cell of compact JSON text, the same value as in the JSONL row.
-
-The ``scores`` table also carries the step's text, so reading which action got which score needs no join back to
-the stream files: ``task``, ``state``, ``action`` and ``observation`` (:data:`TEXT_COLUMNS`), read from the run's
-recorded stream files and each cut to its first ``text_chars`` characters (:data:`TEXT_CHARS`; ``None`` leaves the
-columns out). A step whose stream file cannot be read any more gets nulls there, and the result says why.
-
-Both are written to a sibling temporary file and renamed into place, so a failed export leaves no partial table.
+Rows come from the one reader (:func:`ceb.pipeline.read_step_rows`, :func:`ceb.pipeline.read_hindsight_rows`), so
+older layouts are upgraded first; one column per field of :class:`~ceb.pipeline.results.StepRow` (``scores``) or
+:class:`~ceb.pipeline.results.HindsightRow` (``hindsight``), in order. Parquet has the fixed :func:`arrow_schema`,
+nested fields nested; CSV (RFC 4180, UTF-8) writes scalars as ``scores.jsonl`` does, null as an empty cell, nested
+fields as compact JSON. ``scores`` also carries :data:`TEXT_COLUMNS` from the recorded stream files, each cut to
+``text_chars``. A table is written to a temporary sibling and renamed, so a failed export leaves nothing.
 """
 
 from __future__ import annotations
@@ -63,10 +50,10 @@ TABLES: tuple[ExportTable, ...] = get_args(ExportTable)
 """The tables of a run directory: ``scores`` (``scores.jsonl``) and ``hindsight`` (``hindsight.jsonl``)."""
 
 TEXT_COLUMNS = ("task", "state", "action", "observation")
-"""The step's text a ``scores`` export carries after the row's fields, from the run's stream files."""
+"""The step's text a ``scores`` export carries after the row's fields."""
 
 TEXT_CHARS = 500
-"""Characters of each text column kept by default (the start of the text; a longer one is cut there)."""
+"""Characters of each text column kept by default."""
 
 PARQUET_HINT = install_command("parquet")
 """How to get pyarrow, named in the error when it is missing."""
@@ -82,14 +69,7 @@ _READERS: dict[ExportTable, tuple[type[_Row], Callable[[Path], Iterator[Any]]]] 
 
 @dataclass(frozen=True, slots=True)
 class ExportResult:
-    """What :func:`export_table` wrote.
-
-    Attributes:
-        path: The table file.
-        rows: Rows written (one per line of the JSONL file, a torn last line not counted).
-        format: ``parquet`` or ``csv``.
-        texts_missing: Why some steps have no text (their stream files could not be read), ``None`` when all have.
-    """
+    """What :func:`export_table` wrote; ``texts_missing`` says why some steps have no text, if they do."""
 
     path: Path
     rows: int
@@ -105,26 +85,15 @@ def export_table(
     fmt: ExportFormat = "parquet",
     text_chars: int | None = TEXT_CHARS,
 ) -> ExportResult:
-    """Write one table of a run directory as Parquet or CSV (see the module docstring for the layout).
+    """Write ``table`` of ``run_dir`` as ``fmt`` into ``out`` (module docstring); an existing file is replaced.
 
-    Args:
-        run_dir: A run directory written by ``ceb score`` (or ``ceb grid``), possibly of a partial run.
-        out: The file to write; its directory is created if missing, an existing file is replaced.
-        table: ``scores`` or ``hindsight``.
-        fmt: ``parquet`` or ``csv``.
-        text_chars: For ``scores``, the characters of each :data:`TEXT_COLUMNS` column kept (at least 1); ``None``:
-            no text columns.
-
-    Returns:
-        The path, the number of rows written and why texts are missing, if they are.
+    ``text_chars``: for ``scores``, the characters kept per :data:`TEXT_COLUMNS` column (>= 1); ``None``: no text.
 
     Raises:
-        RunError: ``run_dir`` is not a directory or has no such table, it is not a complete run
-            (:meth:`~ceb.pipeline.rundir.RunDir.require_readable`), a line of the table before its last is not a row
-            (file and line named), or ``out`` is a directory or under a file.
-        OSError: ``out`` cannot be written (a full disk, a permission), naming it; no part of it is left.
-        ConfigError: ``fmt`` is ``parquet`` and pyarrow is not installed (the message names the extra), or
-            ``table`` / ``fmt`` is unknown.
+        RunError: ``run_dir`` is no complete run directory with that table, a line before the last is not a row,
+            or ``out`` is a directory or under a file.
+        OSError: ``out`` cannot be written (naming it); nothing is left.
+        ConfigError: pyarrow is missing for ``parquet`` (naming the extra), or ``table`` / ``fmt`` is unknown.
     """
     if table not in _READERS:
         raise ConfigError(f"unknown table {table!r}; choose one of: {', '.join(TABLES)}")
@@ -200,15 +169,13 @@ def _pyarrow() -> Any:
 
 
 def arrow_schema(table: ExportTable = "scores", *, texts: bool = False) -> pa.Schema:
-    """The fixed Arrow schema of a table: one field per row field, in order, the same for every run.
+    """The fixed Arrow schema of a table (fields never null in the current layout are non-nullable).
 
-    With ``texts`` (``scores`` only) the nullable string columns :data:`TEXT_COLUMNS` follow.
-
-    Fields that are never null in a row of the current layout are declared non-nullable. The schema's metadata
-    names the table and the row layout (:data:`~ceb.pipeline.results.ROW_SCHEMA`).
+    With ``texts`` (``scores`` only) the nullable :data:`TEXT_COLUMNS` follow; the metadata names the table and
+    :data:`~ceb.pipeline.results.ROW_SCHEMA`.
 
     Raises:
-        ConfigError: pyarrow is not installed (the message names the extra), or ``table`` is unknown.
+        ConfigError: pyarrow is not installed (naming the extra), or ``table`` is unknown.
     """
     pa = _pyarrow()
     string, int64, float64, boolean = pa.string(), pa.int64(), pa.float64(), pa.bool_()
@@ -321,7 +288,7 @@ def _write_csv(rows: Iterable[dict[str, Any]], path: Path, columns: list[str]) -
 
 
 def _cell(value: Any) -> str:
-    """A CSV cell: as in the JSONL row (``true``, ``0.25``), empty for null, nested values as JSON text."""
+    """A CSV cell: as in the JSONL row, empty for null, nested values as JSON text."""
     if value is None:
         return ""
     if isinstance(value, str):

@@ -1,17 +1,8 @@
-"""What a run's scores say without labels: their spread, the steps to look at, the deferrals, how methods agree.
+"""What a run's scores say without labels (beyond the paper): spread, steps to review, deferrals, agreement.
 
-A user scoring their own agent's logs often has no step labels, and every calibration number is then n/a. These
-views read the scores alone (beyond the paper):
-
-- :func:`score_spreads`: each method's score distribution (mean, spread, quantiles, distinct values);
-- :func:`steps_to_review`: the lowest-confidence steps with their task and action, and the trajectories whose
-  lowest step is lowest (a trajectory is as risky as its weakest step);
-- :func:`deferrals`: how many steps each selective-execution budget ``b`` would defer (the ``floor(b N / 100)``
-  lowest, as :func:`ceb.eval.deployment.selective_execution` counts them) and the score at the cut;
-- :func:`agreement`: Spearman's rank correlation of every pair of methods on the steps both scored
-  (``scipy.stats.spearmanr``).
-
-Each reads one lane per (stream, critic, method), the lowest order (:func:`ceb.eval.lanes.base_lanes`).
+A user scoring their own agent's logs often has no labels, and every calibration number is then n/a. Each view
+reads the lowest-order lane per (stream, critic, method); :func:`agreement` is Spearman's rank correlation
+(``scipy.stats.spearmanr``) of every pair of methods on the steps both scored.
 """
 
 from __future__ import annotations
@@ -47,20 +38,7 @@ StepTexts = Mapping[tuple[str, str, int], tuple[str, str]]
 
 @dataclass(frozen=True, slots=True)
 class ScoreSpread:
-    """The distribution of one method's scores on one stream (or pooled: ``stream`` is ``(pooled)``).
-
-    Attributes:
-        stream: Stream name, or :data:`~ceb.eval.lanes.POOLED`.
-        critic: Critic label.
-        method: Method name.
-        n: Scored steps.
-        mean: Mean score, in [0, 1].
-        sd: Standard deviation of the scores.
-        quantiles: The 10th, 50th and 90th percentiles.
-        low: Lowest score.
-        high: Highest score.
-        distinct: Distinct score values (rounded to 6 decimals).
-    """
+    """One method's score distribution on one stream or pooled (10th, 50th, 90th percentiles; distinct to 6 places)."""
 
     stream: str
     critic: str
@@ -75,10 +53,7 @@ class ScoreSpread:
 
 
 def score_spreads(lanes: Sequence[ScoredLane]) -> list[ScoreSpread]:
-    """Each (stream, critic, method)'s score distribution, then each (critic, method)'s pooled over its streams.
-
-    Failed steps (``NaN``) are left out; a lane with no score is left out.
-    """
+    """Each lane's score distribution, then each (critic, method)'s pooled; failed steps and empty lanes left out."""
     out = []
     pooled: dict[tuple[str, str], list[np.ndarray]] = {}
     for lane in lanes:
@@ -110,18 +85,7 @@ def _spread(stream: str, critic: str, method: str, scores: np.ndarray) -> ScoreS
 
 @dataclass(frozen=True, slots=True)
 class ReviewStep:
-    """One step to look at.
-
-    Attributes:
-        stream: Stream name.
-        critic: Critic label.
-        method: The method whose score it is.
-        trajectory: Trajectory id.
-        step: 0-based step index.
-        score: The method's confidence in [0, 1].
-        task: The trajectory's task (``""`` when the stream files cannot be read here).
-        action: The step's action (``""`` likewise).
-    """
+    """One step to look at; ``task`` and ``action`` are ``""`` when the stream files cannot be read here."""
 
     stream: str
     critic: str
@@ -136,13 +100,9 @@ class ReviewStep:
 def steps_to_review(
     lanes: Sequence[ScoredLane], texts: StepTexts, k: int = 10
 ) -> tuple[list[ReviewStep], list[ReviewStep]]:
-    """Per (critic, method), over its streams: the ``k`` lowest-confidence steps and the ``k`` weakest trajectories.
+    """Per (critic, method): the ``k`` lowest-confidence steps and the ``k`` trajectories with the lowest step.
 
-    A trajectory's weakness is its lowest-confidence step, by which it is given. Ties are broken by stream,
-    trajectory and step, so the lists are the same on every call.
-
-    Returns:
-        ``(steps, trajectories)``, each grouped by (critic, method) in the order of ``lanes``, lowest first.
+    Ties go by stream, trajectory and step. Returns ``(steps, trajectories)``, lowest first.
     """
     by_method: dict[tuple[str, str], list[ReviewStep]] = {}
     for lane in lanes:
@@ -166,18 +126,7 @@ def steps_to_review(
 
 @dataclass(frozen=True, slots=True)
 class Deferral:
-    """What one selective-execution budget would defer for one method on one stream.
-
-    Attributes:
-        stream: Stream name.
-        critic: Critic label.
-        method: Method name.
-        budget: ``b``, percent of the scored steps deferred.
-        deferred: ``floor(b N / 100)`` steps, the lowest-confidence ones.
-        n: Scored steps ``N``.
-        cut: The highest deferred score (the steps at or below it are deferred, ties broken as the list is
-            sorted), ``None`` when nothing is deferred.
-    """
+    """What budget ``b`` (percent) defers: the ``floor(b N / 100)`` lowest of ``n`` steps, ``cut`` the highest."""
 
     stream: str
     critic: str
@@ -206,17 +155,7 @@ def deferrals(lanes: Sequence[ScoredLane], budgets: Iterable[int] = SELECTIVE_BU
 
 @dataclass(frozen=True, slots=True)
 class Agreement:
-    """How two methods rank the same steps.
-
-    Attributes:
-        stream: Stream name.
-        critic: Critic label.
-        first: One method.
-        second: The other.
-        n: Steps both scored.
-        rho: Spearman's rank correlation in [-1, 1]; ``None`` when it is undefined (fewer than 3 shared steps, or
-            one method gives every shared step the same score).
-    """
+    """How two methods rank the ``n`` steps both scored: ``rho`` in [-1, 1], ``None`` below 3 steps or on a constant."""
 
     stream: str
     critic: str
@@ -257,11 +196,7 @@ def _by_step(lane: ScoredLane) -> dict[tuple[str, int], float]:
 def step_texts(
     run: RunDir, wanted: Iterable[tuple[str, str, int]]
 ) -> tuple[dict[tuple[str, str, int], tuple[str, str]], str | None]:
-    """The task and action of each ``(stream, trajectory id, step)`` in ``wanted``, from the run's stream files.
-
-    The files are read by :meth:`~ceb.pipeline.rundir.RunDir.recorded_trajectories`. Never raises: steps whose files
-    cannot be read are left out, and the second value says why (``None`` when all were found).
-    """
+    """Task and action of each ``(stream, trajectory, step)`` in ``wanted``; never raises (the second says why not)."""
     wanted = set(wanted)
     streams, missing = run.recorded_trajectories()
     out: dict[tuple[str, str, int], tuple[str, str]] = {}

@@ -1,17 +1,9 @@
 """Scored lanes: the steps one method scored for one (stream, critic, order), built from ``scores.jsonl``.
 
-The analyses of :mod:`ceb.eval.calibration`, :mod:`ceb.eval.averaging` and :mod:`ceb.eval.deployment` read
-arrays or lanes and return numbers; nothing there touches the disk. Conventions they share:
-
-- Confidences ``y_prob`` and labels ``y_true`` are float arrays in which ``NaN`` marks a missing value: a
-  step whose critic failed (``score`` is ``null`` in ``scores.jsonl``) or a step without a label. Such steps
-  are left out of every metric and counted where the result has a field for it, never imputed.
-- A *lane* (:class:`ScoredLane`; the running :class:`ceb.pipeline.lane.Lane` wrote it) is the stream of steps one
-  method scored for one (stream, critic, order). Unless a function says otherwise, the single-order analyses use each
-  (stream, critic, method)'s lowest order, normally order 0 (the order of the input files), so that every step counts
-  once; see :func:`base_lanes`.
-- Per-stream analyses of a method that scored nothing on a stream (for example a baseline that is "not
-  available" for it) return ``None`` in place of numbers; tables print those as ``n/a``.
+Conventions of every analysis in :mod:`ceb.eval` (none touches the disk): ``y_prob`` and ``y_true`` are float
+arrays, shape ``(N,)``, where ``NaN`` marks a failed score or a missing label; such steps are left out and counted,
+never imputed. Single-order analyses use each (stream, critic, method)'s lowest order (:func:`base_lanes`), so a
+step counts once. A method that scored nothing on a stream gives ``None`` there, printed ``n/a``.
 """
 
 from __future__ import annotations
@@ -50,30 +42,17 @@ _REFERENCE_METHODS = ("ceb", "static")
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ScoredLane:
-    """The steps one method scored for one (stream, critic, order), in stream order.
-
-    Every array has shape ``(N,)``, one entry per row of ``scores.jsonl``, sorted by ``(position, step)``.
+    """The steps one method scored for one (stream, critic, order), sorted by ``(position, step)``; arrays ``(N,)``.
 
     Attributes:
-        stream: Stream name.
         critic: Critic label (``""`` when the run has one critic).
-        method: Method name.
-        order: Stream order: 0 is the input-file order, ``r >= 1`` the seeded permutation ``r`` (section 4.4).
-        trajectory: Trajectory ids (``str``), dtype object.
-        position: 0-based position of each step's trajectory in this order of the stream.
-        step: 0-based step index ``t`` within the trajectory.
-        score: Confidence in [0, 1]; ``NaN`` where the critic failed.
-        label: Ground-truth label 0.0 / 1.0; ``NaN`` where the step has none.
-        alt_labels: A second label column per name (for example ``"judge"``, the LLM-as-judge relabelling of
-            appendix A), each shaped like ``label`` with ``NaN`` where missing.
-        errors: The distinct ``error`` messages of the failed steps, in the order first seen.
-        input_tokens: ``cl100k_base`` tokens of the LLM critic's prompt for each step (``NaN`` where the row
-            has no count: a baseline, counting off, or a row written before the field existed). Failed steps
-            keep their count: the call was made.
-        bank_tokens: The part of ``input_tokens`` the precedent section adds (0 without a bank), ``NaN`` where
-            the row has no count.
-        n_reused: Rows copied from another order (``reused_from``, :mod:`ceb.pipeline.pool`); they are rows of
-            this lane like any other, counted here only so that a report can say how many were not asked anew.
+        order: 0 is the input-file order, ``r >= 1`` the seeded permutation ``r`` (section 4.4).
+        position: Position of each step's trajectory in this order.
+        alt_labels: Other label columns by name (``"judge"``, appendix A), ``NaN`` where missing.
+        errors: The distinct errors of the failed steps, first seen first.
+        input_tokens: ``cl100k_base`` tokens of the critic's prompt; ``NaN`` without a count (failed steps keep it).
+        bank_tokens: The part of ``input_tokens`` the precedent section adds.
+        n_reused: Rows copied from another order (:mod:`ceb.pipeline.pool`).
     """
 
     stream: str
@@ -93,7 +72,7 @@ class ScoredLane:
 
     @property
     def n_rows(self) -> int:
-        """Number of rows (scored, failed and unlabeled steps)."""
+        """Rows: scored, failed and unlabelled steps."""
         return int(self.score.shape[0])
 
     @property
@@ -103,12 +82,12 @@ class ScoredLane:
 
     @property
     def n_unlabeled(self) -> int:
-        """Scored steps without a label (failed steps are counted in :attr:`n_failed` only)."""
+        """Scored steps without a label (failed steps count in :attr:`n_failed` only)."""
         return int((~np.isnan(self.score) & np.isnan(self.label)).sum())
 
     @property
     def usable(self) -> npt.NDArray[np.bool_]:
-        """Mask, shape ``(N,)``, of the steps with both a score and a label: the ones metrics use."""
+        """Mask, shape ``(N,)``, of the steps with both a score and a label."""
         return ~np.isnan(self.score) & ~np.isnan(self.label)
 
     @property
@@ -118,22 +97,17 @@ class ScoredLane:
 
     @property
     def note(self) -> str | None:
-        """Why the lane has no numbers (the first error of a lane with no scored step), else ``None``."""
+        """Why the lane has no numbers (the first error of a lane with no score), else ``None``."""
         if np.isnan(self.score).all():
             return self.errors[0] if self.errors else "no scored step"
         return None
 
 
 def lanes_from_rows(rows: Iterable[StepRow]) -> list[ScoredLane]:
-    """Group the typed rows of ``scores.jsonl`` (:func:`ceb.pipeline.read_step_rows`) into lanes.
+    """One lane per (stream, critic, method, order), sorted by that key, rows put in (position, step) order.
 
-    Rows of different lanes may interleave; within a lane they are put in (position, step) order.
-    ``input_tokens`` and ``bank_tokens`` may be ``None`` (``NaN`` in the lane).
-
-    Returns:
-        One lane per (stream, critic, method, order), sorted by that key: a function of the rows' content, not
-        of the order they were written in (one process, shards merged, a resume), so that everything summed over
-        lanes (the pooled rows) is summed in one order and a report lists streams and methods in one order.
+    The order is a function of the rows' content, not of how they were written (one process, merged shards, a
+    resume), so sums over lanes and the report's order are too.
     """
     grouped: dict[tuple[str, str, str, int], list[StepRow]] = {}
     for row in rows:
@@ -179,11 +153,7 @@ def _floats(values: Sequence[Any]) -> FloatArray:
 
 
 def base_lanes(lanes: Iterable[ScoredLane]) -> list[ScoredLane]:
-    """Keep, for each (stream, critic, method), the lane of its lowest order (normally 0, the file order).
-
-    The single-order analyses (main table, depth, reliability, selective execution, task success, label
-    shift) use these lanes so that each step is counted once even when a run scored several orders.
-    """
+    """Each (stream, critic, method)'s lane of the lowest order (normally 0, the file order)."""
     best: dict[tuple[str, str, str], ScoredLane] = {}
     for lane in lanes:
         key = (lane.stream, lane.critic, lane.method)
@@ -198,25 +168,19 @@ def alt_label_names(lanes: Iterable[ScoredLane]) -> list[str]:
 
 
 def relabel(lane: ScoredLane, name: str) -> ScoredLane:
-    """Return ``lane`` with its labels replaced by the alternative label column ``name``.
-
-    Steps without that label get ``NaN`` (left out of the metrics). The returned lane has no alternative
-    labels of its own.
-    """
+    """``lane`` with its labels replaced by the alternative column ``name`` (``NaN`` where missing)."""
     alt = lane.alt_labels.get(name)
     label = alt if alt is not None else np.full(lane.n_rows, np.nan)
     return replace(lane, label=label, alt_labels={})
 
 
 def reference_method(methods: Iterable[str]) -> str:
-    """The method whose rows supply a stream's step labels for the label-only analyses.
+    """``ceb``, else ``static``, else the first name: the method whose rows supply a stream's labels.
 
-    Labels are a property of the step, but the methods that generate their own action (verbalized, PRO)
-    carry labels of those actions; ``ceb`` (else ``static``) scores the frozen actions. Falls back to the
-    alphabetically first method.
+    The methods that generate their own action (verbalized, PRO) carry that action's labels.
 
     Raises:
-        ValueError: If ``methods`` is empty.
+        ValueError: ``methods`` is empty.
     """
     names = sorted(set(methods))
     if not names:
@@ -230,25 +194,19 @@ def reference_method(methods: Iterable[str]) -> str:
 def comparable_masks(
     lanes: Sequence[ScoredLane], *, whole_trajectories: bool
 ) -> tuple[list[npt.NDArray[np.bool_]], int, int]:
-    """Restrict the lanes of one (stream, critic) to the steps every method can be judged on.
+    """Masks of the steps every available method of one (stream, critic) can be judged on.
 
-    The selective-execution and task-success tables compare methods at a shared base rate (``b = 0``,
-    ``m = 0``), which needs a shared step set. A lane is *available* when it has a usable step (score and
-    label); lanes that are not (a "not available" baseline) keep all their rows and come out as n/a.
+    A lane is available when it has a usable step; the others keep all rows (and print n/a).
 
     Args:
         lanes: Lanes of one (stream, critic), any methods.
         whole_trajectories: ``False``: keep the ``(trajectory, step)`` pairs usable in every available lane.
-            ``True``: keep the labelled rows of the trajectories that have a labelled row and whose every
-            labelled row has a score in every available lane (task success judges a task on its scored steps,
-            paper appendix "Experimental Details": AMEX scores TAP steps only, so an unlabelled step neither
-            fails nor drops its task).
+            ``True``: keep the labelled rows of the trajectories whose every labelled row has a score in every
+            available lane (task success: an unlabelled step neither fails nor drops its task).
 
     Returns:
-        ``(masks, kept, total)``: one boolean mask per lane, shape ``(N_lane,)``; the number of kept units
-        (steps or trajectories) and the number present in any available lane. When the available lanes
-        share no unit at all (their step ids do not match), every mask keeps the lane's own usable rows and
-        ``kept == 0``.
+        ``(masks, kept, total)``: a mask per lane, the units kept and the units present. When the lanes share
+        no unit, each keeps its own usable rows and ``kept == 0``.
     """
 
     def units(lane: ScoredLane) -> tuple[set[Any], set[Any]]:
@@ -282,7 +240,7 @@ def comparable_masks(
 
 
 def method_label(method: str) -> str:
-    """The table name of ``method`` from the catalogue (``"ptrue"`` -> ``"P(True)"``), or ``method`` when unknown."""
+    """The catalogue's table name of ``method`` (``"ptrue"`` -> ``"P(True)"``), or ``method`` when unknown."""
     try:
         return resolve_method(method).display
     except ConfigError:
@@ -290,10 +248,7 @@ def method_label(method: str) -> str:
 
 
 def method_sort_key(method: str) -> tuple[int, int, str]:
-    """Sort key of the paper's row order: baselines, Static, CEB, ablations, oracle, sweep cells, then unknowns.
-
-    The order is the catalogue's (:meth:`~ceb.stages.methods.MethodSpec.sort_key`).
-    """
+    """The catalogue's row order (:meth:`~ceb.stages.methods.MethodSpec.sort_key`); unknowns last."""
     try:
         return resolve_method(method).sort_key()
     except ConfigError:

@@ -1,17 +1,13 @@
-"""Calibration and discrimination of step confidences against held-out binary labels.
+"""ECE, Brier and AUROC of step confidences ``y_prob`` in [0, 1] against binary labels ``y_true`` (section 4.1).
 
-The paper (section 4.1) reports three numbers for every method: expected calibration error (ECE), the
-Brier score and the area under the ROC curve (AUC). Each takes ``y_true``, the held-out labels (1 when the
-step was correct), and ``y_prob``, the confidence ``ceb`` gave that step, a probability in [0, 1].
-
-ECE bins the confidences the way scikit-learn's :func:`sklearn.calibration.calibration_curve` does, so
-:func:`reliability_bins` reproduces that function's ``prob_true`` / ``prob_pred`` for the non-empty bins
-and a reliability diagram drawn from it matches one drawn with scikit-learn.
+Bins are those of scikit-learn's :func:`sklearn.calibration.calibration_curve`, so :func:`reliability_bins` gives its
+``prob_true`` / ``prob_pred`` on the non-empty bins. Every function raises ``ValueError`` when the inputs are not
+1-D, differ in length or are empty, a label is not 0 or 1, or a confidence is not finite or outside [0, 1].
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
 import numpy as np
@@ -30,27 +26,20 @@ __all__ = [
 ]
 
 Strategy = Literal["uniform", "quantile"]
-"""How :func:`reliability_bins` places bin edges: equal width on [0, 1], or equal mass over ``y_prob``."""
+"""Bin edges: equal width on [0, 1], or equal mass over ``y_prob``."""
 
 _STRATEGIES: tuple[str, ...] = get_args(Strategy)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ReliabilityBins:
-    """Per-bin statistics behind ECE and a reliability diagram.
-
-    Every array is read-only. Empty bins are kept, with a count of 0 and NaN means, so that index ``k``
-    always refers to the interval between ``edges[k]`` and ``edges[k + 1]``.
+    """Per-bin statistics behind ECE and a reliability diagram; read-only arrays, empty bins kept.
 
     Attributes:
-        edges: Bin edges, shape ``(n_bins + 1,)``, probabilities in [0, 1], non-decreasing. Bin ``k`` holds
-            the confidences ``p`` with ``edges[k] < p <= edges[k + 1]``; bin 0 also holds ``p == edges[0]``
-            and the last bin everything above its lower edge (see :func:`reliability_bins`).
-        counts: Number of samples per bin, shape ``(n_bins,)``, integers summing to the sample count.
-        mean_confidence: Mean ``y_prob`` per bin, shape ``(n_bins,)``; NaN where ``counts == 0``.
-            Equals scikit-learn's ``prob_pred`` on the non-empty bins.
-        accuracy: Fraction of positive labels per bin, shape ``(n_bins,)``; NaN where ``counts == 0``.
-            Equals scikit-learn's ``prob_true`` on the non-empty bins.
+        edges: Shape ``(n_bins + 1,)``; bin ``k`` holds ``edges[k] < p <= edges[k + 1]`` (bin 0 also ``edges[0]``).
+        counts: Samples per bin, shape ``(n_bins,)``.
+        mean_confidence: Mean ``y_prob`` per bin (scikit-learn's ``prob_pred``); NaN where empty.
+        accuracy: Fraction of label 1 per bin (scikit-learn's ``prob_true``); NaN where empty.
     """
 
     edges: npt.NDArray[np.float64]
@@ -65,25 +54,13 @@ class ReliabilityBins:
 
     @property
     def nonempty(self) -> npt.NDArray[np.bool_]:
-        """Boolean mask, shape ``(n_bins,)``, of the bins holding at least one sample."""
+        """Mask, shape ``(n_bins,)``, of the bins holding a sample."""
         return self.counts > 0
 
 
 @dataclass(frozen=True, slots=True)
 class MetricSummary:
-    """The paper's evaluation numbers (section 4.1) for one set of scored steps.
-
-    Attributes:
-        n: Number of scored steps.
-        n_positive: Number of steps whose label is 1.
-        positive_rate: ``n_positive / n``, in [0, 1].
-        mean_score: Mean confidence, in [0, 1].
-        ece: Expected calibration error, in [0, 1]; see :func:`ece`.
-        brier: Brier score, in [0, 1]; see :func:`brier`.
-        auroc: Area under the ROC curve, in [0, 1], or ``None`` when only one class is present.
-        n_bins: Number of ECE bins used.
-        strategy: ECE binning strategy used, ``"uniform"`` or ``"quantile"``.
-    """
+    """The paper's evaluation numbers (section 4.1) for one set of scored steps; ``auroc`` ``None`` on one class."""
 
     n: int
     n_positive: int
@@ -96,18 +73,8 @@ class MetricSummary:
     strategy: Strategy
 
     def to_dict(self) -> dict[str, int | float | str | None]:
-        """Return the summary as plain Python values, ready for JSON (``auroc`` may be ``None``)."""
-        return {
-            "n": self.n,
-            "n_positive": self.n_positive,
-            "positive_rate": self.positive_rate,
-            "mean_score": self.mean_score,
-            "ece": self.ece,
-            "brier": self.brier,
-            "auroc": self.auroc,
-            "n_bins": self.n_bins,
-            "strategy": self.strategy,
-        }
+        """Plain JSON values."""
+        return asdict(self)
 
 
 def reliability_bins(
@@ -116,36 +83,11 @@ def reliability_bins(
     n_bins: int = 10,
     strategy: Strategy = "uniform",
 ) -> ReliabilityBins:
-    """Bin confidences and compute each bin's count, mean confidence and accuracy.
+    """Each bin's count, mean confidence and accuracy, with ``calibration_curve``'s edges and rule.
 
-    The bin edges and the rule that assigns a confidence to a bin are those of scikit-learn's
-    ``calibration_curve``:
-
-    - ``"uniform"``: ``edges = np.linspace(0, 1, n_bins + 1)``, so with 10 bins the bins are
-      [0, 0.1], (0.1, 0.2], ..., (0.9, 1.0].
-    - ``"quantile"``: ``edges = np.percentile(y_prob, np.linspace(0, 1, n_bins + 1) * 100)``, bins of
-      (roughly) equal mass. Ties in ``y_prob`` can make edges coincide and bins empty.
-
-    A confidence ``p`` goes to bin ``np.searchsorted(edges[1:-1], p, side="left")``: a value exactly on an
-    inner edge goes to the LOWER bin, 0.0 goes to the first bin and 1.0 to the last. "Exactly" means
-    equal to the float edge: ``np.linspace(0, 1, 11)[3]`` is ``0.30000000000000004``, so the literal
-    ``0.3`` is below it and also lands in the lower bin, (0.2, 0.3].
-
-    Sums are taken over the samples in sorted order of ``y_prob``, so the result does not depend on the
-    order of the samples, to the last bit.
-
-    Args:
-        y_true: Binary labels, shape ``(N,)``, each 0 or 1 (bools and floats 0.0 / 1.0 accepted).
-        y_prob: Confidences, shape ``(N,)``, probabilities in [0, 1].
-        n_bins: Number of bins, at least 1.
-        strategy: ``"uniform"`` (equal width) or ``"quantile"`` (equal mass).
-
-    Returns:
-        The per-bin statistics, empty bins included.
-
-    Raises:
-        ValueError: If the inputs are not 1-D, differ in length or are empty, a label is not 0 or 1, a
-            confidence is not finite or outside [0, 1], ``n_bins < 1`` or ``strategy`` is unknown.
+    ``"uniform"``: ``np.linspace(0, 1, n_bins + 1)``; ``"quantile"``: percentiles of ``y_prob`` (ties can make bins
+    empty). A value exactly on an inner float edge goes to the lower bin (``np.searchsorted(..., side="left")``);
+    sums run in sorted order of ``y_prob``, so the result does not depend on sample order, to the last bit.
     """
     labels, probs = _check_inputs(y_true, y_prob)
     _check_binning(n_bins, strategy)
@@ -159,66 +101,22 @@ def ece(
     n_bins: int = 10,
     strategy: Strategy = "uniform",
 ) -> float:
-    """Expected calibration error (Guo et al., 2017, "On Calibration of Modern Neural Networks", Eq. 3).
+    """Expected calibration error (Guo et al., 2017, Eq. 3) over :func:`reliability_bins`, in [0, 1].
 
-    ``ECE = sum over non-empty bins b of (n_b / N) * |accuracy_b - mean_confidence_b|``, with the bins of
-    :func:`reliability_bins` (scikit-learn ``calibration_curve`` edges; a value on an inner edge goes to
-    the lower bin, e.g. [0, 0.1], (0.1, 0.2], ..., (0.9, 1.0] for 10 uniform bins). Reported in the paper's
-    section 4.1. The value does not depend on the order of the samples.
-
-    Args:
-        y_true: Binary labels, shape ``(N,)``, each 0 or 1.
-        y_prob: Confidences, shape ``(N,)``, probabilities in [0, 1].
-        n_bins: Number of bins, at least 1. With one bin, ECE is ``|mean(y_true) - mean(y_prob)|``.
-        strategy: ``"uniform"`` (equal width) or ``"quantile"`` (equal mass).
-
-    Returns:
-        The ECE, in probability units, in [0, 1]; 0 is perfectly calibrated.
-
-    Raises:
-        ValueError: On invalid inputs, as for :func:`reliability_bins`.
+    ``ECE = sum_b (n_b / N) |accuracy_b - mean_confidence_b|`` over the non-empty bins; one bin gives
+    ``|mean(y_true) - mean(y_prob)|``.
     """
     return _ece_from_bins(reliability_bins(y_true, y_prob, n_bins, strategy))
 
 
 def brier(y_true: npt.ArrayLike, y_prob: npt.ArrayLike) -> float:
-    """Brier score, the mean squared difference between confidence and label.
-
-    Computed by :func:`sklearn.metrics.brier_score_loss` with ``pos_label=1``; reported in the paper's
-    section 4.1.
-
-    Args:
-        y_true: Binary labels, shape ``(N,)``, each 0 or 1.
-        y_prob: Confidences, shape ``(N,)``, probabilities in [0, 1].
-
-    Returns:
-        ``mean((y_prob - y_true) ** 2)``, in [0, 1]; lower is better.
-
-    Raises:
-        ValueError: If the inputs are not 1-D, differ in length or are empty, a label is not 0 or 1, or a
-            confidence is not finite or outside [0, 1].
-    """
+    """Brier score ``mean((y_prob - y_true) ** 2)`` (:func:`sklearn.metrics.brier_score_loss`), in [0, 1]."""
     labels, probs = _check_inputs(y_true, y_prob)
     return _brier(labels, probs)
 
 
 def auroc(y_true: npt.ArrayLike, y_prob: npt.ArrayLike) -> float | None:
-    """Area under the ROC curve: how well confidences rank correct steps above incorrect ones.
-
-    Computed by :func:`sklearn.metrics.roc_auc_score`; reported as "AUC" in the paper's section 4.1.
-
-    Args:
-        y_true: Binary labels, shape ``(N,)``, each 0 or 1.
-        y_prob: Confidences, shape ``(N,)``, probabilities in [0, 1].
-
-    Returns:
-        The AUROC, in [0, 1] (0.5 is chance), or ``None`` when ``y_true`` holds only one class, where the
-        ROC curve is undefined.
-
-    Raises:
-        ValueError: If the inputs are not 1-D, differ in length or are empty, a label is not 0 or 1, or a
-            confidence is not finite or outside [0, 1].
-    """
+    """AUROC (:func:`sklearn.metrics.roc_auc_score`), or ``None`` when ``y_true`` holds one class only."""
     labels, probs = _check_inputs(y_true, y_prob)
     return _auroc(labels, probs)
 
@@ -230,20 +128,7 @@ def summarize(
     n_bins: int = 10,
     strategy: Strategy = "uniform",
 ) -> MetricSummary:
-    """Compute the paper's evaluation numbers (section 4.1) and the counts behind them.
-
-    Args:
-        y_true: Binary labels, shape ``(N,)``, each 0 or 1.
-        y_prob: Confidences, shape ``(N,)``, probabilities in [0, 1].
-        n_bins: Number of ECE bins, at least 1.
-        strategy: ECE binning, ``"uniform"`` or ``"quantile"``; see :func:`reliability_bins`.
-
-    Returns:
-        ECE, Brier and AUROC (``None`` with a single class), with the sample and positive counts.
-
-    Raises:
-        ValueError: On invalid inputs, as for :func:`reliability_bins`.
-    """
+    """ECE, Brier and AUROC with the sample and positive counts (:class:`MetricSummary`)."""
     labels, probs = _check_inputs(y_true, y_prob)
     _check_binning(n_bins, strategy)
     n = int(labels.shape[0])

@@ -1,18 +1,9 @@
-"""Paired differences between methods on the same steps: each method against ``static`` and the best reference.
+"""Paired differences on the same steps: each method against ``static`` and the best reference (beyond the paper).
 
-Beyond the paper, which reports point values only: "CEB beats Static" is a difference, and its interval must come
-from the same resampled trajectories for both (:func:`ceb.eval.bootstrap.paired_differences`). For each (stream,
-critic) and each (critic) pooled over streams, and each method with numbers there:
-
-- **against** ``static``: ECE, Brier and AUROC differences on the steps both scored with a label;
-- **against the best reference** (:mod:`ceb.eval.reference_rules`), per metric, among the references for which the
-  metric applies: for ECE and Brier that is ``base-rate`` (the rankings have neither); for AUROC the reference
-  with the highest point AUROC on that (stream, critic) (``step-position``, ``repetition-flag`` or
-  ``base-rate``; ties go to the first in :data:`~ceb.eval.reference_rules.REFERENCES` order). The reference scores the
-  same steps as the method.
-
-A difference is ``method - other``: negative favours the method for ECE and Brier, positive for AUROC. Each
-method is compared on its own labels (a method that generates its own action labels that action).
+"CEB beats Static" is a difference, so its interval comes from the same resampled trajectories for both
+(:func:`ceb.eval.bootstrap.paired_differences`). The best reference is ``base-rate`` for ECE and Brier (the rankings
+have neither) and, for AUROC, the reference with the highest point AUROC there (ties: :data:`REFERENCES` order).
+A difference is ``method - other``; each side is scored on its own labels.
 """
 
 from __future__ import annotations
@@ -37,18 +28,7 @@ STATIC = "static"
 
 @dataclass(frozen=True, slots=True)
 class Comparison:
-    """One metric's paired difference between a method and another row on one (stream, critic).
-
-    Attributes:
-        stream: Stream name, or :data:`~ceb.eval.lanes.POOLED` for every stream of the critic.
-        critic: Critic label.
-        method: The method (first term of the difference).
-        against: ``static`` or a reference's name (second term).
-        metric: ``ece``, ``brier`` or ``auroc``.
-        n: Steps both scored with a label (the sample).
-        n_trajectories: Trajectories among them (the resampling units).
-        difference: The paired difference and its interval (:class:`~ceb.eval.bootstrap.PairedDifference`).
-    """
+    """One metric's paired difference ``method - against`` on one (stream, critic), over ``n`` steps."""
 
     stream: str
     critic: str
@@ -92,20 +72,7 @@ def paired_comparisons(
     seed: int = 0,
     level: float = 0.95,
 ) -> list[Comparison]:
-    """Every method against ``static`` and against the best reference, per (stream, critic) and pooled per critic.
-
-    Args:
-        lanes: One lane per (stream, critic, method) (:func:`ceb.eval.lanes.base_lanes`).
-        references: Their reference lanes (:func:`ceb.eval.reference_rules.reference_lanes`).
-        reference_rows: Their metric rows (:func:`ceb.eval.reference_rules.reference_rows`), to choose the best.
-        n_bins: Equal-width ECE bins.
-        n_boot: Replicates (0: points without intervals).
-        seed: Seed of every comparison's draws.
-        level: Confidence level of the intervals.
-
-    Returns:
-        The comparisons, per (stream, critic) in lane order then pooled, methods in lane order.
-    """
+    """Every method against ``static`` and the best reference, per (stream, critic) in lane order, then pooled."""
     best = best_references(reference_rows)
     methods: dict[tuple[str, str], dict[str, ScoredLane]] = {}
     for lane in [*lanes, *references]:

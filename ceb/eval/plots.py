@@ -1,9 +1,7 @@
-"""Figures of the paper's analyses: cumulative ECE over the stream, calibration by depth, reliability.
+"""Figures of the paper's analyses, drawn on :class:`matplotlib.figure.Figure` objects, never through ``pyplot``.
 
-Figures are drawn on :class:`matplotlib.figure.Figure` objects, never through ``pyplot``: no global figure
-registry, no GUI backend, nothing to close, safe in threads and tests. Each ``plot_*`` function returns its
-figure; :func:`save_figure` writes it as PNG, PDF and / or SVG (:data:`FIGURE_FORMATS`), the same bytes for the
-same figure (no creation dates in the files).
+No global registry, no GUI backend, nothing to close; :func:`save_figure` writes PNG, PDF and / or SVG without
+creation dates, so the same figure gives the same bytes.
 """
 
 from __future__ import annotations
@@ -47,11 +45,7 @@ _METADATA: dict[str, dict[str, Any]] = {"png": {}, "pdf": {"CreationDate": None}
 
 
 def method_colors(methods: Sequence[str]) -> dict[str, str]:
-    """A distinct colour per method, in the paper's method order, shared by all figures of a report.
-
-    Up to 10 methods take matplotlib's ``tab10``, up to 20 ``tab20`` (dark hues first); more are spread
-    evenly over ``turbo``, so no two methods of a report share a colour.
-    """
+    """A distinct colour per method, in the paper's order: ``tab10`` up to 10, ``tab20`` up to 20, else ``turbo``."""
     names = sorted(set(methods), key=method_sort_key)
     n = len(names)
     if n <= 10:
@@ -70,11 +64,7 @@ def _legend(ax: Axes) -> None:
 
 
 def save_figure(fig: Figure, stem: Path, formats: Sequence[FigureFormat] = ("png",)) -> list[Path]:
-    """Write ``fig`` once per format as ``stem.<format>`` and return the paths, in the order of ``formats``.
-
-    Raises:
-        ValueError: A format is not one of :data:`FIGURE_FORMATS`.
-    """
+    """Write ``fig`` as ``stem.<format>`` per format; the paths, in order. ``ValueError`` on an unknown format."""
     unknown = [f for f in formats if f not in FIGURE_FORMATS]
     if unknown:
         raise ValueError(f"figure format(s) {unknown} not one of {', '.join(FIGURE_FORMATS)}")
@@ -92,16 +82,7 @@ def save_figure(fig: Figure, stem: Path, formats: Sequence[FigureFormat] = ("png
 def plot_cumulative_ece(
     curves: Sequence[OrderCurves], *, title: str, colors: Mapping[str, str] | None = None
 ) -> Figure:
-    """Cumulative ECE against tasks seen, mean over orders with a ±std band (section 4.4, Figure "learning").
-
-    Args:
-        curves: The curves of one (stream, critic), one per method.
-        title: Figure title.
-        colors: Colour per method (default :func:`method_colors`).
-
-    Returns:
-        The figure (write it with :func:`save_figure`).
-    """
+    """Cumulative ECE against tasks seen, one curve per method: mean over orders, ±std band (section 4.4)."""
     colors = colors or method_colors([c.method for c in curves])
     fig = Figure(figsize=(6.4, 4.0))
     ax = fig.add_subplot()
@@ -131,18 +112,9 @@ def plot_depth(
     title: str,
     colors: Mapping[str, str] | None = None,
 ) -> Figure:
-    """Calibration by within-trajectory depth (Figure 1): ECE (left), mean confidence and positive rate (right).
+    """Calibration by depth (Figure 1): ECE (left), mean confidence and one positive-rate line (right).
 
-    The positive rate is a property of the steps, not of a method, so it is one line: that of the reference
-    method's steps (:func:`ceb.eval.lanes.reference_method`: CEB, else Static), drawn in black.
-
-    Args:
-        depth: Buckets per method, all with the same bucket labels.
-        title: Figure title.
-        colors: Colour per method (default :func:`method_colors`).
-
-    Returns:
-        The figure (write it with :func:`save_figure`).
+    The positive rate is the steps', drawn once in black: that of :func:`ceb.eval.lanes.reference_method`.
     """
     colors = colors or method_colors(list(depth))
     fig = Figure(figsize=(11.0, 4.0))
@@ -198,22 +170,10 @@ def plot_reliability(
     colors: Mapping[str, str] | None = None,
     ncols: int = 4,
 ) -> Figure:
-    """Reliability diagrams, one panel per method over a panel of its bin counts (appendix E, "reliability").
+    """Reliability diagrams (appendix E): a panel per method over a panel of its bin counts.
 
-    In each bin the bar is the positive rate (empirical accuracy) and, beside it (never over it), a red
-    hatched box spans the calibration gap from the positive rate to the bin's mean confidence; the dashed
-    diagonal is perfect calibration. The panel below gives the steps per bin, each bar labelled with its
-    count. One legend, below the panels, names each mark.
-
-    Args:
-        bins: Bins per method (:func:`ceb.eval.metrics.reliability_bins`).
-        title: Figure title.
-        eces: ECE per method, shown in the panel titles.
-        colors: Bar colour per method (default :func:`method_colors`).
-        ncols: Panels per row.
-
-    Returns:
-        The figure (write it with :func:`save_figure`).
+    A bar is a bin's positive rate, a red hatched box beside it spans the gap to its mean confidence; the dashed
+    diagonal is perfect calibration. ``eces`` go in the panel titles.
     """
     methods = sorted(bins, key=method_sort_key)
     colors = colors or method_colors(methods)

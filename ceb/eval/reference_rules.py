@@ -1,20 +1,11 @@
-"""Reference rows: trivial rules every metrics table and report shows beside the methods (beyond the paper).
+"""Reference rows: rules without a model, scored beside the methods on the same labelled steps (beyond the paper).
 
-A method's AUROC means little unless it beats what a rule without a model gets on the same steps. Three rules,
-each scored on every labelled step of a (stream, critic) (those of its reference method, CEB else Static,
-:func:`ceb.eval.lanes.reference_method`, in order 0), marked as references everywhere and never bold:
+Each scores the steps of its (stream, critic)'s reference method (:func:`ceb.eval.lanes.reference_method`, order 0):
 
-- ``base-rate``: a constant at the stream's own positive rate. It reads the labels (an oracle no deployed method
-  has): ECE 0 by construction on its stream, AUROC 0.5; the floor for Brier and AUROC.
-- ``step-position``: ``1 / (1 + t)`` for the step's 0-based index ``t`` in its trajectory ("earlier steps are
-  more productive"). Label-free. A ranking, not a probability: **AUROC only**.
-- ``repetition-flag``: ``1 - rho_t``, the repetition flag alone (:func:`ceb.stages.critic.config_repetition_flag`:
-  the run's ``ceb.repetition_*`` settings, its reading included), computed from the stream's actions,
-  which are read from the files ``config.json`` records (a relative path is read from the current directory).
-  Label-free. **AUROC only**: as a probability it would claim certainty (0 or 1) on every step, so its Brier
-  is its error rate and its ECE the gap between that and 0 or 1, numbers of a rule, not of a confidence.
-
-A run whose stream files cannot be read has no ``repetition-flag`` row; :attr:`RepetitionFlags.missing` says why.
+- ``base-rate``: a constant at the stream's own positive rate, read from the labels (an oracle): ECE 0, AUROC 0.5.
+- ``step-position``: ``1 / (1 + t)``; label-free, a ranking: AUROC only.
+- ``repetition-flag``: ``1 - rho_t`` (:func:`ceb.stages.critic.config_repetition_flag` under the run's settings),
+  from the actions of the stream files ``config.json`` records; AUROC only (as a probability it claims 0 or 1).
 """
 
 from __future__ import annotations
@@ -83,23 +74,14 @@ def reference_label(method: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class RepetitionFlags:
-    """``rho_t`` of every step of the run's streams, label-free, from their actions.
-
-    Attributes:
-        flags: ``(stream, trajectory id, step) -> rho_t``.
-        missing: Per stream without flags, why (its files could not be read).
-    """
+    """``(stream, trajectory, step) -> rho_t``, and per stream without flags why (its files could not be read)."""
 
     flags: Mapping[tuple[str, str, int], bool] = field(default_factory=dict)
     missing: Mapping[str, str] = field(default_factory=dict)
 
 
 def repetition_flags(run: RunDir) -> RepetitionFlags:
-    """Read the run's stream files (as ``config.json`` records them) and flag every step as the run's config reads it.
-
-    Never raises: a stream whose files are missing or invalid, or a run without ``config.json``, is named in
-    :attr:`RepetitionFlags.missing` (all its streams) or gives no flags at all.
-    """
+    """Every step's ``rho_t`` from the run's recorded stream files; never raises (``missing`` says why not)."""
     streams, missing = run.recorded_trajectories()
     if "*" in missing:
         return RepetitionFlags(missing=missing)
@@ -116,15 +98,9 @@ def repetition_flags(run: RunDir) -> RepetitionFlags:
 
 
 def reference_lanes(lanes: Iterable[ScoredLane], flags: RepetitionFlags) -> list[ScoredLane]:
-    """The reference rules as lanes, one per (stream, critic) and reference, on its reference method's steps.
+    """The rules as lanes, one per (stream, critic) and :data:`REFERENCES` name, scoring each labelled step.
 
-    Args:
-        lanes: One lane per (stream, critic, method) (e.g. :func:`ceb.eval.lanes.base_lanes`, or the order-0 lanes).
-        flags: The run's repetition flags; a stream without them gets no ``repetition-flag`` lane.
-
-    Returns:
-        Lanes named after :data:`REFERENCES`, in (stream, critic) order of first appearance; each scores every
-        labelled step of its source lane (``NaN`` on unlabelled steps, and on steps without a flag).
+    Unlabelled steps, and steps without a flag, get ``NaN``.
     """
     by_pair: dict[tuple[str, str], dict[str, ScoredLane]] = {}
     for lane in lanes:
@@ -155,11 +131,7 @@ def reference_lanes(lanes: Iterable[ScoredLane], flags: RepetitionFlags) -> list
 def reference_rows(
     lanes: Sequence[ScoredLane], *, n_bins: int = 10, n_boot: int = 1000, seed: int = 0, level: float = 0.95
 ) -> list[MetricRow]:
-    """The metric rows of :func:`reference_lanes`' lanes (per stream, then pooled), as :func:`metric_rows` makes them.
-
-    The rankings (:data:`RANK_ONLY`) keep their AUROC and its interval only: their ECE, Brier and mean score are
-    NaN (printed n/a, ``null`` in JSON) and their ECE and Brier intervals ``None``.
-    """
+    """Metric rows of :func:`reference_lanes` (per stream, then pooled); :data:`RANK_ONLY` keep AUROC only."""
     out = []
     for row in metric_rows(lanes, n_bins=n_bins, n_boot=n_boot, seed=seed, level=level):
         if row.method in RANK_ONLY and row.summary is not None:

@@ -1,18 +1,9 @@
-"""The regeneration analysis: step correctness after replacing each selection's flagged steps.
+"""The regeneration analysis (appendix "Offline Confidence-Gated Regeneration", table and figure "closed-loop").
 
-The paper's appendix "Offline Confidence-Gated Regeneration" (Table "closed-loop", Figure "closed-loop"). Given
-the selections of :func:`ceb.pipeline.regenerate.plan_regeneration` and the recorded regenerations, each flagged
-step takes its regenerated label (:attr:`~ceb.pipeline.regenerate.Regeneration.label`) and every other step keeps
-its own; a flagged step whose regeneration failed keeps its own too (counted in ``failed``). Two figures per
-selection and budget:
-
-- per-step positive rate: the mean label over the run's ``N`` labelled steps;
-- mean per-task step accuracy: the mean label within each trajectory, averaged over trajectories.
-
-Random is the mean over its seeds (``std`` the seeds' standard deviation); budget 0 is the baseline, the logged
-actions' rates. :func:`regenerate_run` is all of ``ceb regenerate``: the regeneration
-(:func:`ceb.pipeline.regenerate.regeneration`), then :func:`write_regeneration_report`, its table and figure in its
-directory, while that directory is still held.
+Each flagged step of a selection (:func:`ceb.pipeline.regenerate.plan_regeneration`) takes its regenerated label;
+every other step, and a flagged one whose regeneration failed (counted), keeps its own. Per selection and budget:
+the per-step positive rate and the mean per-task step accuracy; Random is the mean over its seeds, budget 0 the
+logged actions. :func:`regenerate_run` is all of ``ceb regenerate``.
 """
 
 from __future__ import annotations
@@ -52,18 +43,13 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class RegenerationCurve:
-    """One selection's figures per budget (budget 0, the baseline, first).
+    """One selection's rates per budget (budget 0 first), in [0, 1].
 
     Attributes:
         selection: A method (``method`` or ``method@critic``), ``random`` or ``oracle``.
-        budgets: ``(0, *plan.budgets)``, in percent.
-        positive_rate: Per-step positive rate per budget, in [0, 1].
-        task_accuracy: Mean per-task step accuracy per budget, in [0, 1].
         positive_rate_std: Standard deviation over Random's seeds (zeros for the others).
-        task_accuracy_std: The same for the per-task accuracy.
-        flagged: Steps flagged per budget.
-        changed: Of those, steps whose label the regeneration changed (0 -> 1 or 1 -> 0); Random: the mean.
-        failed: Of those, steps without a regenerated action (kept as logged).
+        changed: Of the flagged steps, those whose label changed; Random: the mean.
+        failed: Of the flagged steps, those without a regenerated action (kept as logged).
     """
 
     selection: str
@@ -86,16 +72,7 @@ def _rates(plan: RegenerationPlan, labels: Mapping[StepKey, int]) -> tuple[float
 
 
 def regeneration_curves(plan: RegenerationPlan, records: Mapping[StepKey, Regeneration]) -> list[RegenerationCurve]:
-    """Every selection's curve: the methods in the paper's order, then Random (averaged), then Oracle.
-
-    Args:
-        plan: The selections.
-        records: The regeneration of each flagged step (a step missing here counts as failed).
-
-    Returns:
-        One curve per method of the plan, then Random's and the Oracle's, each with ``1 + len(plan.budgets)``
-        points (budget 0 first); rates in [0, 1].
-    """
+    """A curve per method of ``plan`` (paper order), then Random's and Oracle's; a step not in ``records`` failed."""
     base_rate, base_task = _rates(plan, plan.labels)
 
     def measure(ranking: Sequence[StepKey], budget: float) -> tuple[float, float, int, int, int]:
@@ -195,18 +172,7 @@ def regeneration_doc(
 
 
 def plot_regeneration(curves: Sequence[RegenerationCurve], *, title: str, footer: str = "") -> Figure:
-    """The paper's Figure "closed-loop": (a) per-step positive rate, (b) mean per-task step accuracy vs budget.
-
-    Methods in their report colours; Random dashed grey with a ±std band over its seeds; Oracle dotted black.
-
-    Args:
-        curves: :func:`regeneration_curves`.
-        title: Figure title.
-        footer: A line under the panels (machine, backend, command).
-
-    Returns:
-        The figure (write it with :func:`save_figure`).
-    """
+    """Figure "closed-loop": (a) per-step positive rate, (b) mean per-task accuracy vs budget, ``footer`` below."""
     references = {RANDOM: ("grey", "--"), ORACLE: ("black", ":")}
     methods = [c.selection for c in curves if c.selection not in references]
     colors = method_colors([m.partition("@")[0] for m in methods])
@@ -245,14 +211,7 @@ class RegenerationReport:
 
 
 def write_regeneration_report(summary: RegenerationSummary) -> RegenerationReport:
-    """Write a regeneration's table (``regeneration.json``, ``.md``) and figure (``regeneration.png``) beside it.
-
-    The files go into the regeneration's own directory (:class:`~ceb.pipeline.regenerate.RegenerationDir`). The
-    table's notes and the figure's footer name the population, the machine, the actor and the command.
-
-    Raises:
-        OSError: A file cannot be written.
-    """
+    """Write ``regeneration.json``, ``.md`` and ``.png`` into the regeneration's directory; ``OSError`` if one fails."""
     plan, s, about = summary.plan, summary, summary.about
     curves = regeneration_curves(plan, s.records)
     notes = (
@@ -277,8 +236,7 @@ def regenerate_run(settings: RegenerationSettings, *, note: Callable[[str], None
     """All of ``ceb regenerate``: :func:`~ceb.pipeline.regenerate.regeneration`, then its report, the dir still held.
 
     Raises:
-        RunError, DataError, ConfigError, FatalBackendError, OSError: As
-            :func:`~ceb.pipeline.regenerate.regeneration` raises them; nothing is asked on a refusal.
+        RunError, DataError, ConfigError, FatalBackendError, OSError: As ``regeneration`` raises them.
     """
     with regeneration(settings, note=note) as summary:
         return write_regeneration_report(summary)

@@ -1,23 +1,16 @@
-"""The report's one renderer: the result types a section returns and how each is written to report.md, LaTeX and JSON.
+"""The report's one renderer: the parts a section returns and how each is written to report.md, LaTeX and JSON.
 
-A section (:mod:`ceb.eval.sections`) returns a :class:`Result`: its parts in report order (paragraphs, notes,
-sub-headings, :class:`Table` s, inline grids, figures) and its entries of ``report.json``. :class:`Renderer` writes
-every part: a table to ``<label>.md`` and ``<label>.tex`` and inline in ``report.md``, a figure once per format
-(:func:`ceb.eval.plots.save_figure`), and the entries into ``report.json``.
-
-A :class:`Table` is plain data: column groups (one per stream, like the dataset groups of the paper's Table 1),
-blocks of rows (one per critic, like its "Model" blocks) and cells holding numbers. Bold follows the paper:
-within each block, the best value of each column that has a direction (lower is better for ECE and Brier, higher
-for AUROC and the selective-execution and task-success rates) is bold, comparing the values as printed, so ties
-at the printed precision are all bold. A column is left plain when fewer than two rows compete or every competing
-row prints the same value (the ``b = 0`` and ``m = 0`` base-rate columns). Reference rows never compete.
+A :class:`Table` is plain data in the paper's layout: column groups (one per stream, as Table 1's datasets), blocks
+of rows (one per critic, as its "Model" blocks), cells of numbers. Bold follows the paper: within a block, the best
+printed value of each column with a direction is bold (ties all bold); a column where fewer than two rows compete
+or all print the same value stays plain. Reference rows never compete. Untrusted text is escaped in every format.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,8 +39,12 @@ __all__ = [
     "Table",
     "Text",
     "bold_cells",
+    "OUTSIDE_MARK",
+    "OUTSIDE_NOTE",
+    "footnotes",
     "format_cell",
     "latex_escape",
+    "mark_rows",
     "markdown_inline",
     "method_label",
     "method_sort_key",
@@ -56,7 +53,6 @@ __all__ = [
 ]
 
 Better = Literal["lower", "higher"]
-"""Which direction of a column is better."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,13 +60,11 @@ class Column:
     """One numeric column.
 
     Attributes:
-        name: Header text (plain text; escaped for LaTeX unless ``latex`` is given).
         better: ``"lower"`` or ``"higher"`` to bold the best value, ``None`` for no bold.
-        digits: Decimals printed.
         scale: Factor applied before printing (100 prints fractions as percentages).
-        latex: Header as LaTeX source, used verbatim.
+        latex: Header as LaTeX source, used verbatim (``name`` is escaped otherwise).
         signed: Print a sign on positive values too (``+0.065``), for differences.
-        suffix: Printed right after the number (``"%"`` gives ``+18%``); escaped for LaTeX.
+        suffix: Printed right after the number (``"%"``).
     """
 
     name: str
@@ -84,15 +78,7 @@ class Column:
 
 @dataclass(frozen=True, slots=True)
 class Cell:
-    """One cell: a value with an optional spread, or a fixed text.
-
-    Attributes:
-        value: The number, or ``None`` for "n/a".
-        low: Lower end of an interval printed as ``[low, high]``.
-        high: Upper end of the interval.
-        std: Standard deviation printed as ``± std``.
-        text: Printed instead of the number (never bold).
-    """
+    """A value printed ``value [low, high]`` or ``value ± std`` (``n/a`` when ``None``), or a fixed ``text``."""
 
     value: float | None = None
     low: float | None = None
@@ -103,7 +89,7 @@ class Cell:
 
 @dataclass(frozen=True, slots=True)
 class Row:
-    """One row: a label and one cell per column; ``compete=False`` marks a reference row (never bold)."""
+    """One row; ``compete=False`` marks a reference row (italic, never bold)."""
 
     label: str
     cells: tuple[Cell, ...]
@@ -112,7 +98,7 @@ class Row:
 
 @dataclass(frozen=True, slots=True)
 class Block:
-    """A block of rows sharing a label (a critic), separated from the next block by a rule."""
+    """A block of rows sharing a label (a critic), ruled off from the next."""
 
     label: str
     rows: tuple[Row, ...]
@@ -123,14 +109,11 @@ class Table:
     r"""A table in the paper's layout.
 
     Attributes:
-        caption: Caption (plain text).
-        label: LaTeX label and file stem, e.g. ``"main"`` (``\label{tab:main}``).
-        groups: Column groups as ``(group header, columns)``; a single group with an empty header prints no
-            group row.
+        label: LaTeX label and file stem (``"main"``: ``\label{tab:main}``, ``main.md``, ``main.tex``).
+        groups: ``(group header, columns)``; a single group with an empty header prints no group row.
         blocks: Row blocks; when every block label is empty the block column is omitted.
-        row_header: Header of the row-label column.
-        block_header: Header of the block-label column.
-        notes: Lines printed under the Markdown table.
+        notes: Lines under the Markdown table.
+        footnotes: Lines under the table in every format (what a mark in the table means).
     """
 
     caption: str
@@ -140,6 +123,7 @@ class Table:
     row_header: str = "Method"
     block_header: str = "Critic"
     notes: tuple[str, ...] = field(default=())
+    footnotes: tuple[str, ...] = field(default=())
 
     @property
     def columns(self) -> tuple[Column, ...]:
@@ -148,7 +132,7 @@ class Table:
 
 
 def format_cell(cell: Cell, column: Column, *, latex: bool = False) -> str:
-    """Print ``cell`` at ``column``'s precision: ``0.176``, ``0.176 ± 0.010``, ``0.176 [0.150, 0.201]``, ``n/a``."""
+    """``cell`` at ``column``'s precision: ``0.176``, ``0.176 ± 0.010``, ``0.176 [0.150, 0.201]``, ``n/a``."""
     if cell.text is not None:
         return latex_escape(cell.text) if latex else cell.text
     if cell.value is None or not np.isfinite(cell.value):
@@ -161,19 +145,66 @@ def format_cell(cell: Cell, column: Column, *, latex: bool = False) -> str:
         text += (r" $\pm$ " if latex else " ± ") + _number(cell.std, column)
     if cell.low is not None and cell.high is not None:
         interval = f"[{_number(cell.low, column)}, {_number(cell.high, column)}]"
-        text += r" {\scriptsize " + interval + "}" if latex else " " + interval
+        interval += OUTSIDE_MARK if _outside(cell, column) else ""
+        text += r" {\scriptsize " + latex_escape(interval) + "}" if latex else " " + interval
     return text
 
 
+OUTSIDE_MARK = "‡"
+"""Printed after an interval that does not hold its own point estimate (as printed)."""
+
+OUTSIDE_NOTE = (
+    f"{OUTSIDE_MARK} The point estimate lies outside its own percentile interval. A percentile interval is the spread "
+    "of the bootstrap replicates, not an interval centred on the point, and ECE is biased upward under resampling "
+    "(a replicate's per-bin gaps cancel less than the sample's), so an ECE near 0, such as the base rate's, or a "
+    "difference of ECEs can fall outside every replicate. The interval is shown as computed, not moved to hold "
+    "the point: read it as the resampling spread of the statistic."
+)
+"""The footnote of a table with an :data:`OUTSIDE_MARK` (docs/methods.md)."""
+
+
+def _outside(cell: Cell, column: Column) -> bool:
+    """Whether the printed point lies outside the printed ``[low, high]``."""
+    values = (cell.value, cell.low, cell.high)
+    if any(v is None or not np.isfinite(v) for v in values):
+        return False
+    point, low, high = (float(_number(v, column)) for v in values if v is not None)
+    return not low <= point <= high
+
+
+def footnotes(table: Table) -> tuple[str, ...]:
+    """The table's footnotes, and :data:`OUTSIDE_NOTE` when a cell's interval misses its point."""
+    outside = any(
+        _outside(cell, column)
+        for block in table.blocks
+        for row in block.rows
+        for cell, column in zip(row.cells, table.columns, strict=True)
+    )
+    return (*table.footnotes, *((OUTSIDE_NOTE,) if outside else ()))
+
+
+def mark_rows(table: Table, marks: Mapping[str, str], mark: str = "†") -> Table:
+    """``table`` with ``mark`` after each row label in ``marks`` (label -> footnote) and a footnote per label."""
+    found = [label for label in marks if any(row.label == label for block in table.blocks for row in block.rows)]
+    if not found:
+        return table
+    blocks = tuple(
+        replace(block, rows=tuple(replace(r, label=r.label + mark) if r.label in marks else r for r in block.rows))
+        for block in table.blocks
+    )
+    notes = tuple(f"{mark} {label}: {marks[label]}" for label in found)
+    return replace(table, blocks=blocks, footnotes=(*table.footnotes, *notes))
+
+
 def _number(value: float, column: Column) -> str:
-    """``value`` at the column's precision; a value that rounds to zero prints without a minus (never ``-0%``)."""
+    """``value`` at the column's precision; a value that rounds to zero prints without a minus."""
     sign = "+" if column.signed else ""
     text = f"{value * column.scale:{sign}.{column.digits}f}"
     return f"{0.0:{sign}.{column.digits}f}" if float(text) == 0 else text
 
 
 def bold_cells(table: Table) -> set[tuple[int, int, int]]:
-    """Positions ``(block, row, column)`` of the cells printed in bold (see the module docstring)."""
+    """Positions ``(block, row, column)`` of the cells printed in bold (module docstring)."""
     out: set[tuple[int, int, int]] = set()
     for b, block in enumerate(table.blocks):
         for c, column in enumerate(table.columns):
@@ -207,11 +238,7 @@ def _latex_header(column: Column) -> str:
 
 
 def to_markdown(table: Table) -> str:
-    """Render ``table`` as a GitHub-flavoured Markdown table, caption first, notes after.
-
-    Column groups are folded into the headers (``"stream: ECE↓"``); the block label is printed on the first
-    row of its block.
-    """
+    """``table`` as a GitHub-flavoured Markdown table: caption, header (``"stream: ECE↓"``), rows, notes."""
     with_blocks = any(block.label for block in table.blocks)
     headers = [table.block_header] if with_blocks else []
     headers.append(table.row_header)
@@ -231,9 +258,10 @@ def to_markdown(table: Table) -> str:
                     text = f"**{head}**" + (f" {tail}" if tail else "")
                 cells.append(text)
             lines.append("| " + " | ".join(cells) + " |")
-    if table.notes:
+    notes = (*table.notes, *footnotes(table))
+    if notes:
         lines.append("")
-        lines += [f"- {_md_escape(note)}" for note in table.notes]
+        lines += [f"- {_md_escape(note)}" for note in notes]
     return "\n".join(lines) + "\n"
 
 
@@ -247,12 +275,10 @@ _TICKS = re.compile(r"`+")
 
 
 def markdown_inline(text: str) -> str:
-    """``text`` safe inline in report.md: on one line, ``<``, ``>`` and ``&`` HTML-escaped outside code spans.
+    """``text`` safe inline in report.md: one line, ``<``, ``>`` and ``&`` HTML-escaped outside code spans.
 
-    Code spans are paired as CommonMark pairs them on one line (a run of n backticks closes at the next run of
-    exactly n; a backslash escapes the next character outside them), so a task or an action holding ``<script>`` or a
-    backtick cannot open HTML: what a viewer renders as text outside a code span is escaped, and a code span's
-    content is shown as it is, never as HTML.
+    Code spans pair as CommonMark pairs them (a run of n backticks closes at the next run of exactly n; a backslash
+    escapes the next character outside them), so a task holding ``<script>`` or a backtick cannot open HTML.
     """
     line = " ".join(text.splitlines()) if "\n" in text or "\r" in text else text
     out: list[str] = []
@@ -277,7 +303,7 @@ def markdown_inline(text: str) -> str:
 
 
 def _grid_cell(text: str) -> str:
-    """A cell of an inline grid, which holds no Markdown of its own: backslashes, pipes, backticks and HTML escaped."""
+    """A cell of an inline grid (no Markdown of its own): backslashes, pipes, backticks and HTML escaped."""
     return markdown_inline(text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`"))
 
 
@@ -302,20 +328,18 @@ _LATEX_SPECIALS = {
     "↑": r"$\uparrow$",
     "−": "$-$",
     "Δ": r"$\Delta$",
+    "†": r"\dag{}",
+    "‡": r"\ddag{}",
 }
 
 
 def latex_escape(text: str) -> str:
-    r"""Escape LaTeX's special characters (``_`` -> ``\_``, ``%`` -> ``\%``, ...) in plain ``text``."""
+    r"""``text`` with LaTeX's special characters escaped (``_`` -> ``\_``)."""
     return "".join(_LATEX_SPECIALS.get(ch, ch) for ch in text)
 
 
 def to_latex(table: Table) -> str:
-    r"""Render ``table`` as a LaTeX ``table`` environment in the paper's style (booktabs; multirow for blocks).
-
-    The block label spans its block with ``\multirow``; groups get a ``\multicolumn`` header separated by
-    vertical rules, as in the paper's Table 1. Needs ``\usepackage{booktabs}`` and ``\usepackage{multirow}``.
-    """
+    """``table`` as a LaTeX ``table`` in the paper's style; needs ``booktabs`` and ``multirow``."""
     with_blocks = any(block.label for block in table.blocks)
     lead = 2 if with_blocks else 1
     grouped = not (len(table.groups) == 1 and not table.groups[0][0])
@@ -357,13 +381,15 @@ def to_latex(table: Table) -> str:
                     text = rf"\textbf{{{head}}}" + (f" {tail}" if tail else "")
                 cells.append(text)
             lines.append(" & ".join(cells) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    lines += [r"\par\footnotesize " + latex_escape(note) for note in footnotes(table)]
+    lines.append(r"\end{table}")
     return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True, slots=True)
 class Text:
-    """A paragraph of report.md: an intro under a heading, written by the report itself."""
+    """A paragraph of report.md."""
 
     text: str
 
@@ -384,14 +410,14 @@ class Heading:
 
 @dataclass(frozen=True, slots=True)
 class Lines:
-    """Lines of report.md as they are (the run header, bullet lists), a blank line included where wanted."""
+    """Lines of report.md as they are (the run header, bullet lists)."""
 
     lines: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Grid:
-    """A table inline in report.md only: a header row, each column's alignment (``---`` / ``---:``), rows."""
+    """A table inline in report.md only: a header, each column's alignment (``---`` / ``---:``), rows."""
 
     header: tuple[str, ...]
     align: tuple[str, ...]
@@ -409,14 +435,13 @@ class Figure:
 
 @dataclass(frozen=True, slots=True)
 class Data:
-    """An entry of ``report.json``: ``key`` and its value (entries keep the order they come in)."""
+    """An entry ``key: value`` of ``report.json`` (entries keep the order they come in)."""
 
     key: str
     value: Any
 
 
 Part = Text | Note | Heading | Lines | Grid | Table | Figure | Data
-"""One piece of a section, in report order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,13 +456,17 @@ class Renderer:
 
     Args:
         out_dir: The report directory (exists).
-        figure_formats: Each figure is written once per format (:data:`ceb.eval.plots.FIGURE_FORMATS`); report.md
-            embeds the first PNG or SVG (Markdown viewers do not show PDF) and links every file.
+        figure_formats: Formats of each figure (:data:`ceb.eval.plots.FIGURE_FORMATS`); report.md embeds the
+            first PNG or SVG and links every file.
+        marks: Row label -> footnote, marked in every table (:func:`mark_rows`).
     """
 
-    def __init__(self, out_dir: Path, figure_formats: Sequence[FigureFormat] = ("png",)) -> None:
+    def __init__(
+        self, out_dir: Path, figure_formats: Sequence[FigureFormat] = ("png",), marks: Mapping[str, str] | None = None
+    ) -> None:
         self.out_dir = out_dir
         self.figure_formats = tuple(figure_formats)
+        self.marks = dict(marks or {})
         self.lines: list[str] = []
         self.data: dict[str, Any] = {}
 
@@ -465,6 +494,7 @@ class Renderer:
             lines = ["| " + " | ".join(_grid_cell(cell) for cell in row) + " |" for row in rows]
             return [lines[0], "|" + "|".join(part.align) + "|", *lines[1:], ""]
         if isinstance(part, Table):
+            part = mark_rows(part, self.marks)
             md, tex = f"{part.label}.md", f"{part.label}.tex"
             (self.out_dir / md).write_text(to_markdown(part), encoding="utf-8")
             (self.out_dir / tex).write_text(to_latex(part), encoding="utf-8")
@@ -476,7 +506,7 @@ class Renderer:
         return [*embed, f"Figure: {' · '.join(f'[{n}]({n})' for n in names)} — {caption}", ""]
 
     def finish(self) -> Path:
-        """Write report.json and report.md (with its closing link to report.json); returns report.md's path."""
+        """Write report.json and report.md; returns report.md's path."""
         self.lines += ["", "All numbers: [report.json](report.json)", ""]
         (self.out_dir / "report.json").write_bytes(orjson.dumps(_jsonable(self.data), option=orjson.OPT_INDENT_2))
         path = self.out_dir / "report.md"
@@ -485,7 +515,7 @@ class Renderer:
 
 
 def _jsonable(value: Any) -> Any:
-    """Plain JSON values: arrays to lists, NaN and infinities to ``None``, tuple keys never appear."""
+    """Plain JSON values: arrays to lists, NaN and infinities to ``None``."""
     if isinstance(value, np.ndarray):
         return _jsonable(value.tolist())
     if isinstance(value, dict):

@@ -1,54 +1,27 @@
 """``ceb report RUN_DIR``: the paper's analyses, tables and figures from a run directory.
 
-:func:`build_report` reads ``scores.jsonl`` and writes, into ``RUN_DIR/report/``::
-
-    report.md                  every table inline, with links to each table file and every figure
-    report.json                every number of every analysis (null where a value is undefined)
-    main.md / main.tex         Table 1 layout: ECE, Brier, AUC per stream and critic (section 4.2), with the
-                               reference rows (ceb.eval.reference_rules) closing each block
-    main-ci.md / main-ci.tex   the same rows with counts and 95% bootstrap intervals over trajectories
-    paired.md / paired.tex     each method minus Static and minus the best reference, paired intervals
-    stream-averaging.md/.tex   cumulative ECE mean ± std over stream orders (section 4.4)
-    cumulative-ece-*.png       one per (stream, critic)
-    depth.md / depth.tex       calibration by within-trajectory depth (Figure 1)
-    depth-*.png                one per (stream, critic)
-    reliability-*.png          reliability diagrams, one panel per method over its bin counts (appendix E)
-    selective.md / .tex        selective execution (section 4.5)
-    task-success.md / .tex     task success under a per-task review budget (section 4.5)
-    label-shift.md / .tex      strict vs alternative labels (appendix A), when ``alt_labels`` are present
-    main-<name>.md / .tex      Table 1 recomputed against the alternative labels ``<name>``
-    abl.md / abl.tex           component ablation: CEB against each component removed, with ΔECE (table "abl")
-    gt-oracle.md / .tex        Static vs CEB vs the GT-oracle bank (an ORACLE), gap closed (table "gt-oracle")
-    vsweep.md / vsweep.tex     hindsight vote count V sweep at one k (appendix, table "vsweep")
-    topk.md / topk.tex         retrieval depth k sweep at one V (appendix, table "topk")
-    token-cost.md / .tex       mean critic prompt and bank tokens per call by k (appendix, table "token-cost")
-    retrieval.md / .tex        random vs dense vs the deployed retriever (appendix, table "retrieval")
-
-Figures are PNG unless ``figure_formats`` asks for PDF and / or SVG as well or instead (one file per format,
-same stem). The appendix tables (:mod:`ceb.eval.ablations`) take each method's V, k and retriever from its method spec
-over ``config.json``'s ``config.ceb`` (defaults of :class:`ceb.config.CEBConfig` where missing). An analysis
-that does not apply to the run (no alternative labels, a single order, the methods an appendix table compares
-did not run) is skipped with a note in ``report.md``, never an error. The command behind ``ceb report`` is
-:mod:`ceb.cli.report`.
-
-The numbered sections are functions registered in :mod:`ceb.eval.sections`, each returning a typed result;
-:func:`build_report` renders (:class:`ceb.eval.render.Renderer`) the run header (with the run's warnings,
-:mod:`ceb.pipeline.score_warnings`), what scored the run (:mod:`ceb.eval.provenance`), then each registered
-section in number order, then ``report.json``.
+:func:`build_report` writes into ``RUN_DIR/report/``: ``report.md`` (every table inline, each figure embedded),
+``report.json`` (every number, null where undefined), a ``<label>.md`` / ``<label>.tex`` per table (``main``,
+``main-ci``, ``paired``, ``stream-averaging``, ``depth``, ``selective``, ``task-success``, ``label-shift``, the
+appendix tables ``abl``, ``gt-oracle``, ``vsweep``, ``topk``, ``token-cost``, ``retrieval``) and the figures
+(``cumulative-ece-*``, ``depth-*``, ``reliability-*``). It renders the run header with the run's warnings, the
+provenance block (:mod:`ceb.eval.provenance`), then each section of :mod:`ceb.eval.sections` in number order; an
+analysis that does not apply is skipped with a note, never an error. The command is :mod:`ceb.cli.report`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from ceb.config import CEBConfig
+from ceb.config import BaselineConfig
 from ceb.errors import ConfigError, RunError
 from ceb.eval.ablations import method_settings
-from ceb.eval.lanes import ScoredLane, base_lanes, lanes_from_rows
+from ceb.eval.bootstrap import MIN_TRAJECTORIES
+from ceb.eval.lanes import ScoredLane, base_lanes, lanes_from_rows, method_label
 from ceb.eval.plots import FIGURE_FORMATS, FigureFormat, method_colors
 from ceb.eval.provenance import provenance_block
-from ceb.eval.render import Data, Lines, Note, Renderer, Result
+from ceb.eval.render import OUTSIDE_MARK, Data, Lines, Note, Renderer, Result
 from ceb.eval.sections import ReportContext, registered_sections
 from ceb.eval.sections.base import drawn
 from ceb.logs import get_logger
@@ -58,7 +31,7 @@ from ceb.pipeline.score_warnings import run_warnings
 from ceb.progress import Progress
 from ceb.stages.methods import resolve_method
 
-__all__ = ["build_report"]
+__all__ = ["adaptations", "build_report"]
 
 log = get_logger(__name__)
 
@@ -72,25 +45,22 @@ def build_report(
     seed: int = 0,
     figure_formats: Iterable[FigureFormat] = ("png",),
 ) -> Path:
-    """Run every analysis of the paper on a run directory and write the report (see the module docstring).
+    """Run every analysis of the paper on a run directory and write the report (module docstring).
 
     Args:
         run_dir: A run directory holding ``scores.jsonl`` (possibly of a partial run).
-        out_dir: Where to write; default ``run_dir / "report"``. Created if missing; files of an earlier
-            report are overwritten.
-        n_bins: Equal-width ECE bins (also the reliability diagrams' bins).
-        n_boot: Bootstrap replicates per metric row (0 gives no intervals).
-        seed: Bootstrap seed; the same run, settings and seed give the same report.
-        figure_formats: Each figure is written once per format, ``png``, ``pdf`` and / or ``svg``
-            (:data:`ceb.eval.plots.FIGURE_FORMATS`); report.md embeds the first PNG or SVG and links every file.
+        out_dir: Where to write; default ``run_dir / "report"``, created if missing, earlier files overwritten.
+        n_bins: Equal-width ECE bins (also the reliability diagrams').
+        n_boot: Bootstrap replicates per row (0: no intervals).
+        seed: Bootstrap seed; the same run, settings and seed give the same bytes.
+        figure_formats: ``png``, ``pdf`` and / or ``svg`` (:data:`ceb.eval.plots.FIGURE_FORMATS`).
 
     Returns:
         The path of ``report.md``.
 
     Raises:
-        RunError: ``run_dir`` has no ``scores.jsonl``, it holds no row, a line before the last is not
-            JSON, or it is not a complete run (:meth:`~ceb.pipeline.rundir.RunDir.require_readable`).
-        ValueError: ``n_bins < 1``, ``n_boot < 0``, or ``figure_formats`` is empty or names an unknown format.
+        RunError: No ``scores.jsonl``, no row, a bad line before the last, or not a complete run.
+        ValueError: ``n_bins < 1``, ``n_boot < 0``, or ``figure_formats`` is empty or unknown.
     """
     if n_bins < 1:
         raise ValueError(f"n_bins must be >= 1, got {n_bins}")
@@ -112,11 +82,13 @@ def build_report(
     base = base_lanes(lanes)
     # Colours go to the methods figures draw (scored, not sweep cells), so that those are far apart on the palette.
     colors = method_colors(sorted(drawn(lane.method for lane in lanes if lane.note is None)))
-    settings, source = _run_ceb(run_files)
+    config, recorded = run_files.recorded_or_default()
+    settings, source = config.ceb, RunDir.CONFIG if recorded else "defaults"
     methods = method_settings((lane.method for lane in lanes), settings)
     ctx = ReportContext(run, lanes, base, n_bins, n_boot, seed, colors, settings, methods)
-    rep = Renderer(out, formats)
-    rep.write(_header(ctx, source))
+    adapted = adaptations({lane.method for lane in lanes}, config.baselines)
+    rep = Renderer(out, formats, marks={method_label(m): text for m, text in adapted.items()})
+    rep.write(_header(ctx, source, adapted))
     rep.write(_warnings(run_files, rows))
     rep.write(provenance_block(run_files), "What scored this run")
     labelled = any(lane.usable.any() for lane in base)
@@ -144,7 +116,31 @@ def build_report(
     return path
 
 
-def _header(ctx: ReportContext, source: str) -> Result:
+def adaptations(methods: Iterable[str], baselines: BaselineConfig) -> dict[str, str]:
+    """How each of ``methods`` that ceb computes otherwise than the paper's section 4.1 defines it differs, in words.
+
+    P(True), PRO and Verbalization (:mod:`ceb.stages.baselines`); the report marks their rows † and footnotes this.
+    """
+    ptrue = (
+        "the paper reads the probability mass on the True token; here both whole answers are teacher-forced and "
+        "the score is p(True) / (p(True) + p(False)) (`baselines.ptrue_forced = true`)"
+        if baselines.ptrue_forced
+        else "the paper reads the probability mass on the True token; here it is the mass of True's variants among "
+        "the first answer token's top log-probs, renormalised against False's (`baselines.ptrue_forced = false`)"
+    )
+    text = {
+        "ptrue": ptrue,
+        "pro": "the paper scores PRO on the action it samples itself; here it is the weight of the stream's frozen "
+        f"action (teacher-forced) in a softmax over it and {baselines.pro_samples} sampled actions' sequence "
+        "log-probs, so it scores the same actions as the other methods",
+        "verbalized": "in the paper the agent emits its own action and confidence in one pass and is scored on that "
+        "action; here the actor continues the stream's frozen action with its stated confidence "
+        "(`continue_final_message`), so it scores the same actions as the other methods",
+    }
+    return {m: text[m] for m in sorted(set(methods)) if m in text}
+
+
+def _header(ctx: ReportContext, source: str, adapted: Mapping[str, str]) -> Result:
     """The run header: what the run holds, how the numbers are computed, the settings the appendix reads."""
     run, lanes, n_bins, n_boot, seed, settings = ctx.run, ctx.lanes, ctx.n_bins, ctx.n_boot, ctx.seed, ctx.settings
     streams = list(dict.fromkeys(lane.stream for lane in lanes))
@@ -167,6 +163,15 @@ def _header(ctx: ReportContext, source: str) -> Result:
         f"{n_boot} replicates, seed {seed}.",
         "- Failed steps (no score) and unlabeled steps are left out of every metric and counted. "
         "Methods that scored nothing on a stream print n/a.",
+        *(
+            [
+                f"- Intervals over fewer than {MIN_TRAJECTORIES} trajectories carry a caveat under their table; an "
+                f"interval that misses its own point estimate is marked {OUTSIDE_MARK} and explained there."
+            ]
+            if n_boot
+            else []
+        ),
+        *(f"- {method_label(m)}† differs from the paper's definition: {text}." for m, text in adapted.items()),
         "- Every analysis except the multi-order one uses each (stream, critic, method)'s lowest order "
         "(normally 0, the input-file order), so each step counts once.",
         f"- Appendix tables: CEB methods resolve V, k and the retriever over V={settings.votes}, k={settings.k}, "
@@ -191,6 +196,8 @@ def _header(ctx: ReportContext, source: str) -> Result:
         "level": 0.95,
         "ceb": ceb | {"source": source},
         "unknown_methods": unknown,
+        "min_trajectories": MIN_TRAJECTORIES,
+        "adapted_methods": dict(adapted),
     }
     return Result((Lines(tuple(lines)), Data("run", data)))
 
@@ -206,12 +213,6 @@ def _reused_line(lanes: Sequence[ScoredLane]) -> list[str]:
         "once per stream and copied to the other orders: they see the same prompts in every order). Each order's "
         "numbers read them as rows of that order."
     ]
-
-
-def _run_ceb(run: RunDir) -> tuple[CEBConfig, str]:
-    """The run's recorded ``ceb`` section and where it came from (``config.json``, or the defaults without one)."""
-    config, recorded = run.recorded_or_default()
-    return config.ceb, run.CONFIG if recorded else "defaults"
 
 
 def _warnings(run: RunDir, rows: Sequence[StepRow]) -> Result:

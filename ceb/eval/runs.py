@@ -1,20 +1,9 @@
 """The metrics of a run directory, pooled one way everywhere: ``metrics.json``, ``ceb score`` and ``ceb metrics``.
 
-Reads only ``scores.jsonl`` (typed rows, :func:`ceb.pipeline.read_step_rows`) of a complete run
-(:meth:`ceb.pipeline.rundir.RunDir.require_readable`). How rows are pooled:
-
-- one entry per (critic, method, stream, stream order);
-- ``(pooled)`` entries pool every stream of a (critic, method) **within one stream order**, so a step counts
-  once, never once per order; the report's pooled row is the order-0 one of these;
-- with ``R > 1`` orders, an ``(pooled)`` entry with ``order = None`` gives the **mean and the standard deviation
-  over the R orders** of the per-order pooled ECE, Brier and AUROC (``ece_sd``...; ``orders = R``);
-- the reference rows of :mod:`ceb.eval.reference_rules` (``base-rate``, ``step-position``, ``repetition-flag``) per
-  stream in order 0, then pooled over streams, each marked ``"reference": true``; the rankings (step position,
-  repetition flag) carry AUROC only, their ECE and Brier ``null``. A run whose stream files cannot be read has
-  no ``repetition-flag`` entries, and ``references_missing`` says why.
-
-Steps that failed, steps a method cannot score (``not_available``) and steps without a label are left out of
-the numbers and counted, so a number never hides a failure.
+One entry per (critic, method, stream, order); ``(pooled)`` entries pool every stream of a (critic, method) within
+one order (a step counts once); with ``R > 1`` orders, a ``(pooled)`` entry with ``order = None`` holds the mean
+and sd over orders (``ece_sd``...); then the reference rows of :mod:`ceb.eval.reference_rules` (order 0, marked
+``"reference": true``). Failed, ``not_available`` and unlabelled steps are left out and counted.
 """
 
 from __future__ import annotations
@@ -89,23 +78,15 @@ class _Cell:
 
 
 def run_metrics(run_dir: str | Path, *, n_bins: int = 10) -> dict[str, Any]:
-    """ECE (equal-width and equal-mass bins), Brier and AUROC of a run, pooled as the module docstring says.
-
-    Args:
-        run_dir: A run directory with ``scores.jsonl``.
-        n_bins: Bins of both ECE variants.
+    """ECE (equal width and equal mass), Brier and AUROC of a run, pooled as the module docstring says.
 
     Returns:
-        ``{"n_bins", "orders", "pooling", "results": [...]}``. Each result has ``critic``, ``method``,
-        ``stream``, ``order`` (``None`` on the mean-over-orders entries, which also carry ``orders`` and
-        ``<metric>_sd``), ``n``, ``ece``, ``brier``, ``auroc``, ... and the counts ``failed``, ``unlabeled``,
-        ``not_available``. Entries come per stream, then pooled per order, then averaged over orders, then the
-        reference rows (``"reference": true``), and ``references_missing`` when a reference could not be built.
+        ``{"n_bins", "orders", "pooling", "results": [...]}``, plus ``references_missing`` when a reference could
+        not be built.
 
     Raises:
-        RunError: The directory holds no complete run (:meth:`~ceb.pipeline.rundir.RunDir.require_readable`:
-            no ``summary.json``, or one that does not match the rows; a run being written now is read as it
-            stands), or ``scores.jsonl`` has a bad line before its last (names file and line).
+        RunError: No complete run (:meth:`~ceb.pipeline.rundir.RunDir.require_readable`), or a bad line of
+            ``scores.jsonl`` before its last (file and line named).
     """
     RunDir(run_dir).require_readable()
     cells: dict[_Key, _Cell] = defaultdict(_Cell)

@@ -14,7 +14,7 @@ import pytest
 from ceb.config import CEBConfig
 from ceb.eval.ablations import (
     component_ablation,
-    coverage_note,
+    coverage_notes,
     gt_oracle_gap,
     headline_rows,
     k_sweep,
@@ -75,9 +75,9 @@ def test_headline_row_is_pooled_when_a_method_ran_on_several_streams() -> None:
     head = headline_rows(rows)
     assert head[("", "ceb")].stream == POOLED and head[("", "ceb")].n == 4
     assert head[("", "static")].stream == "web"
-    note = coverage_note(rows, "", ["ceb", "static"])
-    assert note is not None and "ceb: os, web; static: web" in note
-    assert coverage_note(rows, "", ["static"]) is None
+    (note,) = coverage_notes(rows, [("", "ceb"), ("", "static")])
+    assert "ceb: os, web; static: web" in note
+    assert coverage_notes(rows, [("", "static")]) == []
 
 
 # --- component ablation -----------------------------------------------------------------------------------

@@ -13,9 +13,11 @@ from matplotlib.image import imread
 from typer.testing import CliRunner
 
 from ceb.cli.report import report as report_command
+from ceb.config import BaselineConfig
 from ceb.errors import RunError
+from ceb.eval.bootstrap import MIN_TRAJECTORIES
 from ceb.eval.metrics import summarize
-from ceb.eval.report import build_report
+from ceb.eval.report import adaptations, build_report
 from ceb.pipeline.results import StepRow, read_rows
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -265,3 +267,37 @@ def test_the_same_rows_in_another_file_order_give_the_same_metrics_and_report_by
     assert same(second / "metrics.json") == (first / "metrics.json").read_text()
     for name in ("report.json", "report.md", "main.md", "main.tex", "main-ci.md", "paired.md", "selective.md"):
         assert same(second / "report" / name) == (first / "report" / name).read_text(), name
+
+
+def test_intervals_over_few_trajectories_carry_a_caveat_naming_the_count(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _write_run(run, alt=False, orders=1)  # 12 trajectories per stream, 24 pooled: under MIN_TRAJECTORIES
+    build_report(run, n_boot=20, seed=0)
+    caveat = f"Caveat: intervals over fewer than {MIN_TRAJECTORIES} trajectories are rough"
+    for name in ("main-ci", "paired"):
+        md = (run / "report" / f"{name}.md").read_text()
+        assert caveat in md and "web_a (12 trajectories), web_b (12 trajectories)" in md, md
+        assert caveat in (run / "report" / f"{name}.tex").read_text()
+    build_report(run, n_boot=0)  # no intervals, no caveat
+    assert "Caveat" not in (run / "report" / "main-ci.md").read_text()
+
+
+def test_ptrue_pro_and_verbalized_rows_are_marked_and_their_difference_from_the_paper_footnoted(
+    tmp_path: Path,
+) -> None:
+    run = tmp_path / "run"
+    _write_run(run, alt=False, orders=1, methods=("ceb", "static", "ptrue", "pro", "verbalized"))
+    build_report(run, n_boot=0)
+    main = (run / "report" / "main.md").read_text()
+    for label in ("P(True)†", "PRO†", "Verbalization†"):
+        assert f"| {label} |" in main, main
+    assert "| Static |" in main and "| CEB |" in main  # the paper's own methods stay unmarked
+    assert "- † P(True): the paper reads the probability mass on the True token" in main
+    assert "- † PRO: the paper scores PRO on the action it samples itself" in main
+    assert "- † Verbalization: in the paper the agent emits its own action and confidence in one pass" in main
+    assert r"P(True)\dag{}" in (run / "report" / "main.tex").read_text()
+    adapted = orjson.loads((run / "report" / "report.json").read_bytes())["run"]["adapted_methods"]
+    assert set(adapted) == {"ptrue", "pro", "verbalized"}
+    assert "Verbalization† differs from the paper's definition" in (run / "report" / "report.md").read_text()
+    first_token = adaptations(["ptrue", "ceb"], BaselineConfig(ptrue_forced=False))
+    assert list(first_token) == ["ptrue"] and "first answer token's top log-probs" in first_token["ptrue"]

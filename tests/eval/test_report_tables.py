@@ -4,6 +4,7 @@ from ceb.eval.calibration import metric_rows
 from ceb.eval.deployment import TaskSuccess
 from ceb.eval.lanes import lanes_from_rows
 from ceb.eval.render import (
+    OUTSIDE_NOTE,
     Block,
     Cell,
     Column,
@@ -12,6 +13,7 @@ from ceb.eval.render import (
     bold_cells,
     format_cell,
     latex_escape,
+    mark_rows,
     method_label,
     to_latex,
     to_markdown,
@@ -146,3 +148,30 @@ def test_task_success_table_prints_percent_and_oracle_row() -> None:
     md = to_markdown(task_success_table(success, oracle))
     assert "| CEB | 25.0 | **50.0** |" in md
     assert "| *Oracle* | 25.0 | 100.0 |" in md
+
+
+def _interval_table(cell: Cell) -> Table:
+    rows = (Row("base rate", (cell,)),)
+    return Table("t", "t", (("", (Column("ECE", "lower"),)),), (Block("", rows),))
+
+
+def test_an_interval_that_misses_its_own_point_is_marked_and_explained_in_every_format() -> None:
+    outside = _interval_table(Cell(0.0, 0.001, 0.075))  # ECE 0.000 [0.001, 0.075]: biased upward when resampled
+    md, tex = to_markdown(outside), to_latex(outside)
+    assert "0.000 [0.001, 0.075]‡" in md and OUTSIDE_NOTE in md
+    assert r"[0.001, 0.075]\ddag{}" in tex and r"\par\footnotesize \ddag{} The point estimate lies outside" in tex
+    inside = _interval_table(Cell(0.05, 0.001, 0.075))
+    assert "‡" not in to_markdown(inside) and r"\ddag" not in to_latex(inside)
+    rounded = _interval_table(Cell(0.0004, 0.0, 0.075))  # outside before rounding, inside as printed: no mark
+    assert "‡" not in to_markdown(rounded)
+    assert "‡" not in to_markdown(_interval_table(Cell(0.0, float("nan"), 0.075)))  # no interval to miss
+
+
+def test_marked_rows_carry_the_mark_and_their_footnote_in_every_format() -> None:
+    table = Table("t", "t", (("", (Column("ECE", "lower"),)),), (Block("", (Row("P(True)", (Cell(0.1),)),)),))
+    marked = mark_rows(table, {"P(True)": "the <b>paper</b> reads the True token", "PRO": "unused"})
+    md, tex = to_markdown(marked), to_latex(marked)
+    assert "| P(True)† |" in md and "- † P(True): the &lt;b&gt;paper&lt;/b&gt; reads the True token" in md
+    assert "PRO" not in md
+    assert r"P(True)\dag{} &" in tex and r"\dag{} P(True): the \textless{}b\textgreater{}paper" in tex
+    assert mark_rows(table, {"PRO": "x"}) is table

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +16,13 @@ from ceb.cli._common import EXIT_ERROR
 from ceb.data import read_stream, write_stream
 from ceb.data.inspect_logs import convert_inspect
 from tests.support.builders import step, trajectory
+from tests.support.judging import kill_after_two_judged
 from tests.support.openai_server import OpenAITestServer, Reply
 from tests.support.paths import REPO
 
 pytestmark = pytest.mark.anyio
 
 runner = CliRunner()
-RUN_PY = REPO / "run.py"
 INSPECT_LOG = REPO / "tests" / "fixtures" / "inspect" / "tool-task.eval"
 STEPS = re.compile(r"^Step \d+:", re.MULTILINE)
 SEED = 100
@@ -146,24 +142,8 @@ async def test_a_killed_label_run_keeps_its_labels_and_a_rerun_asks_only_the_res
     out = tmp_path / "labelled" / "logs.jsonl"
     journal = out.with_name("logs.jsonl.judgments.jsonl")
 
-    def slow_after_two(body: dict[str, Any], i: int) -> Reply:
-        return Reply('{"labels": [1]}', delay_s=0 if i < 2 else 60)  # the third hangs until the kill
-
-    openai_server.responder = slow_after_two
-    cmd = [sys.executable, str(RUN_PY), "label", str(stream), "--out", str(out), "--max-concurrency", "1"]
-    cmd += ["--config", str(cfg), "--base-url", openai_server.base_url, "--model", openai_server.model]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "NO_COLOR": "1"})
-    try:
-        with anyio.fail_after(60):
-            while len(openai_server.requests) < 3:  # two labelled and journalled, the third in flight
-                await anyio.sleep(0.02)
-        proc.send_signal(signal.SIGKILL)
-        await anyio.to_thread.run_sync(proc.wait)
-    finally:
-        proc.kill()
-        proc.communicate()
+    await kill_after_two_judged(openai_server, ["label", str(stream), "--out", str(out), "--config", str(cfg)], journal)
     assert not out.exists()
-    assert [orjson.loads(line)["trajectory"] for line in journal.read_bytes().splitlines()] == ["t0", "t1"]
 
     openai_server.responder = lambda body, i: Reply('{"labels": [0]}')
     asked_before = len(openai_server.requests)

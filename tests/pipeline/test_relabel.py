@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +18,12 @@ from ceb.data.converters import REFERENCE_OBSERVATION
 from ceb.pipeline.relabel import JudgmentLog
 from ceb.stages.hindsight import labels_schema
 from tests.support.builders import step, trajectory
+from tests.support.judging import kill_after_two_judged
 from tests.support.openai_server import OpenAITestServer, Reply
 
 pytestmark = pytest.mark.anyio
 
 runner = CliRunner()
-RUN_PY = Path(__file__).resolve().parents[2] / "run.py"
 N_STEPS = re.compile(r"The agent's steps \((\d+)\)")
 REFERENCE = re.compile(r"reference action: (.*)")
 
@@ -228,24 +224,8 @@ async def test_a_killed_relabel_keeps_its_judgments_and_a_rerun_asks_only_the_re
     out = tmp_path / "judged" / "web.jsonl"
     journal = out.with_name("web.jsonl.judgments.jsonl")
 
-    def slow_after_two(body: dict[str, Any], i: int) -> Reply:
-        return Reply('{"labels": [1]}', delay_s=0 if i < 2 else 60)  # the third hangs until the kill
-
-    openai_server.responder = slow_after_two
-    cmd = [sys.executable, str(RUN_PY), "relabel", str(stream), "--out", str(out), "--max-concurrency", "1"]
-    cmd += ["--base-url", openai_server.base_url, "--model", openai_server.model]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "NO_COLOR": "1"})
-    try:
-        with anyio.fail_after(60):
-            while len(openai_server.requests) < 3:  # two judged and recorded, the third in flight
-                await anyio.sleep(0.02)
-        proc.send_signal(signal.SIGKILL)
-        await anyio.to_thread.run_sync(proc.wait)
-    finally:
-        proc.kill()
-        proc.communicate()
+    await kill_after_two_judged(openai_server, ["relabel", str(stream), "--out", str(out)], journal)
     assert not out.exists()
-    assert [orjson.loads(line)["trajectory"] for line in journal.read_bytes().splitlines()] == ["t0", "t1"]
 
     # t0 changed since it was judged: its judgment answered another request, so it is asked again; t1 is not.
     long_stream(stream, first_action="[CLICK] <a> another link")

@@ -36,7 +36,7 @@ async def test_the_pool_sends_the_lane_orders_requests_and_writes_its_rows_on_re
     vllm_server: VLLMServer, tmp_path: Path
 ) -> None:
     convert_intercode(INTERCODE, tmp_path / "streams", datasets=("bash",))
-    streams = {"bash": read_stream([tmp_path / "streams" / "intercode-bash-gpt-4.jsonl"])[:3]}
+    streams = {"bash": read_stream([tmp_path / "streams" / "intercode-bash-gpt-4.jsonl"])[:2]}
     backend = {"name": "openai", "base_url": vllm_server.base_url, "model": vllm_server.model, "max_concurrency": 8}
     cache = {"path": str(tmp_path / "cache.sqlite"), "nondeterministic": True}
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -17,7 +17,7 @@ from ceb.eval.ablations import (
     TokenCost,
     ablation_variants,
     component_ablation,
-    coverage_note,
+    coverage_notes,
     gt_oracle_gap,
     k_sweep,
     retrieval_comparison,
@@ -46,18 +46,6 @@ def _scores_json(r: MetricRow) -> dict[str, Any]:
         "brier": None if s is None else s.brier,
         "auroc": None if s is None else s.auroc,
     }
-
-
-def _coverage_notes(rows: Sequence[MetricRow], blocks: Mapping[str, Sequence[str]]) -> list[str]:
-    notes = [coverage_note(rows, critic, methods) for critic, methods in blocks.items()]
-    return [n for n in notes if n is not None]
-
-
-def _blocks(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for critic, method in pairs:
-        out.setdefault(critic, []).append(method)
-    return out
 
 
 _HEADLINE = (
@@ -89,7 +77,7 @@ def _ablation(ctx: ReportContext) -> Iterator[Part]:
         variants = ", ".join(f"`{m}`" for m, _ in ablation_variants()[1:])
         yield Note(f"Skipped: needs `ceb` and at least one of {variants} scored by the same critic.")
         return
-    notes = _coverage_notes(rows, _blocks((a.critic, a.method) for a in ablation))
+    notes = coverage_notes(rows, [(a.critic, a.method) for a in ablation])
     yield ablation_table(ablation, notes=notes)
 
 
@@ -135,7 +123,7 @@ def _sweep_notes(rows: Sequence[MetricRow], sweep: Sweep) -> list[str]:
     filled = dict.fromkeys(f"{name}={c.votes if sweep.swept == 'votes' else c.k}: `{c.method}`" for c in sweep.cells)
     return [
         f"Cells filled by {', '.join(filled)}.",
-        *_coverage_notes(rows, _blocks((c.critic, c.method) for c in sweep.cells)),
+        *coverage_notes(rows, [(c.critic, c.method) for c in sweep.cells]),
     ]
 
 
@@ -213,7 +201,7 @@ def _token_cost(ctx: ReportContext) -> Iterator[Part]:
         for t in costs
         if t.n_counted < t.n_steps
     ]
-    yield token_cost_table(costs, notes=notes + _coverage_notes(rows, _blocks((t.critic, t.method) for t in costs)))
+    yield token_cost_table(costs, notes=notes + coverage_notes(rows, [(t.critic, t.method) for t in costs]))
 
 
 @section(
@@ -238,7 +226,7 @@ def _retrieval(ctx: ReportContext) -> Iterator[Part]:
         names = ", ".join(f"`{m}`" for m in retrieval_methods())
         yield Note(f"Skipped: needs two of {names} with different retrievers, scored by the same critic.")
         return
-    yield retrieval_table(compared, notes=_coverage_notes(rows, _blocks((r.critic, r.method) for r in compared)))
+    yield retrieval_table(compared, notes=coverage_notes(rows, [(r.critic, r.method) for r in compared]))
 
 
 def ablation_table(rows: Sequence[AblationRow], *, notes: Sequence[str] = ()) -> Table:

@@ -1,9 +1,8 @@
 """The report's section registry, the context sections read, and the helpers the sections share.
 
-A section is a function ``(context) -> Result`` (:class:`ceb.eval.render.Result`, for the one renderer), made a
-:class:`Section` by :func:`section` with its title, naming the :class:`ReportContext` fields it reads (``needs``)
-and those it fills in (``yields``), and placed by registering it in :data:`SECTIONS`: its number is its position
-there. :func:`registered_sections` returns them in that order and checks the wiring.
+A section is a function ``(context) -> parts`` made a :class:`Section` by :func:`section`, naming the
+:class:`ReportContext` fields it reads (``needs``) and fills in (``yields``); its number is its place in
+:data:`SECTIONS`, and :func:`registered_sections` checks the wiring.
 """
 
 from __future__ import annotations
@@ -18,11 +17,13 @@ import numpy as np
 
 from ceb.config import CEBConfig
 from ceb.errors import ConfigError
+from ceb.eval.ablations import is_sweep_cell
+from ceb.eval.bootstrap import MIN_TRAJECTORIES
 from ceb.eval.calibration import MetricRow
 from ceb.eval.lanes import POOLED, ScoredLane
 from ceb.eval.render import Block, Cell, Column, Note, Part, Result, Row, Table, Text, method_label, method_sort_key
 from ceb.registry import Registry
-from ceb.stages.methods import ResolvedMethod, resolve_method
+from ceb.stages.methods import ResolvedMethod
 
 __all__ = [
     "SECTIONS",
@@ -35,6 +36,7 @@ __all__ = [
     "by_stream",
     "critic_blocks",
     "drawn",
+    "few_trajectories",
     "figure_methods",
     "finite_or_none",
     "grid",
@@ -58,18 +60,12 @@ class ReportContext:
     """What the sections read: the run's lanes and settings, plus what earlier sections computed.
 
     Attributes:
-        run: The run directory.
-        lanes: Every lane of the run, all orders.
         base: Each (stream, critic, method)'s lowest-order lane (:func:`ceb.eval.lanes.base_lanes`).
-        n_bins: Equal-width ECE bins.
-        n_boot: Bootstrap replicates per metric row.
-        seed: Bootstrap seed.
-        colors: Figure colour per method.
         settings: The run's recorded ``ceb`` settings (defaults without ``config.json``).
-        methods: The run's methods the catalogue knows, resolved over ``settings``.
-        rows: The main table's metric rows (filled in by section 1).
-        headline: Each (critic, method)'s headline row (filled in by section 1).
-        references: The reference rules' lanes, per (stream, critic) (:mod:`ceb.eval.reference_rules`; section 1).
+        methods: The run's known methods, resolved over ``settings``.
+        rows: The main table's metric rows (section 1).
+        headline: Each (critic, method)'s headline row (section 1).
+        references: The reference rules' lanes (:mod:`ceb.eval.reference_rules`; section 1).
         reference_rows: Their metric rows, per stream and pooled (section 1).
     """
 
@@ -108,18 +104,11 @@ _INPUTS = frozenset(f.name for f in fields(ReportContext) if not f.name.startswi
 
 @dataclass(frozen=True, slots=True)
 class Section:
-    """One section of ``report.md``; its number is its position in :data:`SECTIONS`.
+    """One section of ``report.md``; ``number`` is set by :func:`registered_sections` (0 before).
 
     Attributes:
-        title: Heading text after the number.
-        needs: :class:`ReportContext` fields the section reads.
-        yields: :class:`ReportContext` fields the section fills in for later sections.
-        write: The section function.
-        number: Its number in the report (1 for the first); set by :func:`registered_sections`, 0 before.
-        labelled: It measures against step labels: a run without any labelled step leaves it out (its tables
-            would be n/a throughout).
-        intro: The paragraph under the heading saying what the section shows and how it is computed, when it
-            does not depend on the run (else the section's result opens with it).
+        labelled: It measures against labels: a run without any labelled step leaves it out.
+        intro: A fixed paragraph under the heading (a run-dependent one opens the section's parts instead).
     """
 
     title: str
@@ -148,17 +137,7 @@ built-in ones in one list), so a new section takes its place without renumbering
 def section(
     title: str, *, needs: Sequence[str] = (), yields: Sequence[str] = (), labelled: bool = True, intro: str = ""
 ) -> Callable[[SectionFn], Section]:
-    """Make the decorated function a report section; register it in :data:`SECTIONS` to place it.
-
-    Args:
-        title: Heading text after the number.
-        needs: :class:`ReportContext` fields the section reads.
-        yields: :class:`ReportContext` fields the section fills in.
-        labelled: It needs step labels (:attr:`Section.labelled`); ``False`` for a label-free view.
-        intro: Its fixed intro paragraph (:attr:`Section.intro`).
-
-    Returns:
-        A decorator that turns the function into a (callable) :class:`Section`.
+    """Make the decorated function a report section (:class:`Section`); register it in :data:`SECTIONS` to place it.
 
     Raises:
         ConfigError: A name in ``needs`` / ``yields`` is not a context field.
@@ -174,11 +153,7 @@ def section(
 
 
 def registered_sections(*, labelled: bool = True) -> list[Section]:
-    """The sections of :data:`SECTIONS` in order, numbered from 1, their wiring checked.
-
-    Args:
-        labelled: ``False`` for a run without any labelled step: only the label-free sections
-            (:attr:`Section.labelled` false), numbered among themselves.
+    """The sections of :data:`SECTIONS` in order, numbered from 1 (only the label-free ones unless ``labelled``).
 
     Raises:
         ConfigError: A section needs a field that no earlier section yields.
@@ -192,6 +167,21 @@ def registered_sections(*, labelled: bool = True) -> list[Section]:
             raise ConfigError(f"section {s.heading!r} needs {sorted(missing)}, which no earlier section yields")
         available |= set(s.yields)
     return ordered
+
+
+def few_trajectories(counts: Iterable[tuple[str, int]]) -> tuple[str, ...]:
+    """A footnote naming each block (and its trajectory count) whose intervals rest on < ``MIN_TRAJECTORIES``."""
+    per_block: dict[str, set[int]] = {}
+    for block, n in counts:
+        if 0 < n < MIN_TRAJECTORIES:
+            per_block.setdefault(block, set()).add(n)
+    if not per_block:
+        return ()
+    named = [f"{b} ({'-'.join(map(str, sorted({min(ns), max(ns)})))} trajectories)" for b, ns in per_block.items()]
+    return (
+        f"Caveat: intervals over fewer than {MIN_TRAJECTORIES} trajectories are rough (a percentile bootstrap over a "
+        f"handful of trajectories sees few distinct replicates and covers less than its 95%): {', '.join(named)}.",
+    )
 
 
 def na_notes(rows: Sequence[MetricRow]) -> list[str]:
@@ -225,20 +215,10 @@ def metric_json(r: MetricRow) -> dict[str, Any]:
 
 
 def drawn(methods: Iterable[str]) -> set[str]:
-    """The methods figures draw: all but the V / k sweep cells, which have their own tables (the sweep sections).
-
-    A figure of 30 curves reads as none; when only sweep cells ran, they are drawn.
-    """
+    """The methods figures draw: all but the V / k sweep cells (unless only those ran)."""
     names = set(methods)
     sweep = {m for m in names if is_sweep_cell(m)}
     return names if sweep == names else names - sweep
-
-
-def is_sweep_cell(method: str) -> bool:
-    try:
-        return resolve_method(method).group == "sweep"
-    except ConfigError:
-        return False
 
 
 def figure_methods(methods: Sequence[str]) -> tuple[set[str], tuple[Note, ...]]:

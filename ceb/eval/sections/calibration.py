@@ -30,6 +30,7 @@ from ceb.eval.sections.base import (
     ECE,
     ReportContext,
     by_stream,
+    few_trajectories,
     figure_methods,
     grid,
     group_by,
@@ -139,10 +140,7 @@ def _reliability(ctx: ReportContext) -> Iterator[Part]:
                 "order": orders[(s, c, m)],
                 "critic": c,
                 "method": m,
-                "edges": b.edges,
-                "counts": b.counts,
-                "mean_confidence": b.mean_confidence,
-                "accuracy": b.accuracy,
+                **asdict(b),
             }
             for (s, c, m), b in bins.items()
         ],
@@ -284,6 +282,7 @@ def metric_detail_table(
             else:
                 block_rows.append(Row(method_label(r.method), counts + metrics))
         out.append(Block(where(stream, critic, pooled="pooled"), tuple(block_rows)))
+    sampled = [(where(r.stream, r.critic, pooled="pooled"), r.n_trajectories) for r in rows if r.ci and r.ci.ece]
     return Table(
         caption=caption or "Metrics with 95% percentile bootstrap intervals over trajectories.",
         label=label,
@@ -291,6 +290,7 @@ def metric_detail_table(
         blocks=tuple(out),
         block_header="Stream",
         notes=(*notes, *reference_notes(references)),
+        footnotes=few_trajectories(sampled),
     )
 
 

@@ -9,7 +9,7 @@ from ceb.eval.lanes import method_label, method_sort_key
 from ceb.eval.paired import STATIC, Comparison, paired_comparisons
 from ceb.eval.reference_rules import is_reference, reference_label
 from ceb.eval.render import Block, Cell, Column, Data, Lines, Note, Part, Row, Table, Text
-from ceb.eval.sections.base import ReportContext, section, where
+from ceb.eval.sections.base import ReportContext, few_trajectories, section, where
 
 __all__ = ["paired_table", "zero_sentences"]
 
@@ -127,4 +127,9 @@ def paired_table(comparisons: Sequence[Comparison], *, label: str = "paired", no
         blocks=tuple(out),
         block_header="Stream",
         notes=tuple(notes),
+        footnotes=few_trajectories(
+            (where(c.stream, c.critic, pooled="pooled"), c.n_trajectories)
+            for c in comparisons
+            if c.difference.low is not None
+        ),
     )
