@@ -1,11 +1,5 @@
 """Critic Experience Bank: calibrated step-level confidence for LLM agents (Zeng et al., ICLR 2026).
 
-Subpackages: :mod:`ceb.data` (the trajectory contract and converters), :mod:`ceb.bank` (the experience bank
-and its retrieval), :mod:`ceb.backends` (transports to LLM endpoints), :mod:`ceb.stages` (critic, hindsight,
-baselines, offline stand-ins, the method catalogue), :mod:`ceb.pipeline` (the streaming scheduler and its
-run directory), :mod:`ceb.gate` (the live gate), :mod:`ceb.serve` (the gate over HTTP), :mod:`ceb.eval` (ECE,
-Brier, AUROC).
-
 For a live agent (:mod:`ceb.gate`)::
 
     from ceb import Gate, StepContext, Step
@@ -13,14 +7,14 @@ For a live agent (:mod:`ceb.gate`)::
     async with Gate() as gate:
         confidence = await gate.score("my-agent", StepContext("run-1", "list the files", "shell", Step("", "ls", "")))
 
-From a notebook (:mod:`ceb.notebook`, the ``notebook`` extra brings pandas)::
+From a notebook (:mod:`ceb.notebook`, the ``notebook`` extra)::
 
     import ceb
 
     scores = ceb.score("streams/intercode-bash-gpt-4.jsonl", methods=["ceb", "static"])  # a DataFrame
     rows = ceb.read_run("runs/intercode-bash")
 
-The names below are loaded on first use (PEP 562), so ``import ceb`` (and ``ceb --help``) stays light.
+The names below load on first use (PEP 562), so ``import ceb`` and ``ceb --help`` stay light.
 """
 
 from typing import TYPE_CHECKING

@@ -1,6 +1,8 @@
 """Typed run configuration, layered: command-line flags > config file (TOML or JSON) > these defaults.
 
-The effective configuration is written as ``config.json`` next to every run's results.
+Every section is a frozen pydantic model whose attribute docstrings are its field descriptions
+(``docs/configuration.md`` is generated from them, :mod:`ceb.configdoc`); the effective configuration is
+written as ``config.json`` next to every run's results.
 """
 
 from __future__ import annotations
@@ -53,23 +55,22 @@ RepetitionReading = Literal["prefix", "exact", "chars", "relative"]
 
 
 class _Section(BaseModel):
-    """A settings section: frozen, unknown keys refused, and no ``inf`` or ``nan`` in any number (a typo)."""
+    """A settings section: frozen, unknown keys refused, no ``inf`` or ``nan``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
 
 
 def _deprecated(old: str, new: str) -> None:
-    """The one-line note for a setting read under its old key."""
+    """Warn that ``old`` is read as ``new``."""
     from ceb.logs import get_logger  # here: importing structlog (and the rich it loads) costs ``ceb --help`` 0.1 s
 
     get_logger(__name__).warning("config.deprecated_key", key=old, use=new, note=f"{old} is read as {new}; rename it")
 
 
 class EngineConfig(_Section):
-    """The in-process vLLM engine of backend ``vllm``: each field is the ``vllm serve`` flag of the same name.
+    """The in-process vLLM engine of backend ``vllm`` (:mod:`ceb.backends.vllm_engine`), as ``vllm serve`` flags.
 
-    ``None`` leaves vLLM's own default, so the engine matches a ``vllm serve`` given the same flags
-    (:mod:`ceb.backends.vllm_engine`).
+    ``None`` leaves vLLM's default, so the engine matches a ``vllm serve`` given the same flags.
     """
 
     served_model_name: str | None = None
@@ -80,8 +81,7 @@ class EngineConfig(_Section):
     """Fraction of each GPU's memory vLLM may take."""
     max_num_seqs: int | None = Field(None, ge=1, le=1_000_000)
     """Sequences the engine runs at once (at most a million: each holds KV-cache blocks).
-    ``backend.max_concurrency`` (ceb's requests in flight), when not given, takes this value, so the engine runs
-    every request ceb sends and none waits in a queue ceb cannot order."""
+    ``backend.max_concurrency``, when not given, takes this value, so no request waits in a queue ceb cannot order."""
     max_num_batched_tokens: int | None = Field(None, ge=1, le=_MAX_CONTEXT)
     """Tokens per engine step."""
     enable_prefix_caching: bool | None = None
@@ -104,19 +104,15 @@ class EngineConfig(_Section):
 
 
 class BackendConfig(_Section):
-    """Which backend scores, and how to reach it: the one settings object every backend is built from.
+    """Which backend scores and how to reach it: the one section every backend (:mod:`ceb.backends`) reads.
 
-    Each backend module (:mod:`ceb.backends`) registers itself under its ``name`` and reads the fields it uses
-    directly from this section, with no copy of them: the transport fields (``base_url`` .. ``session_header``)
-    by ``openai``, ``engine`` by ``vllm``, the retry fields by every backend. It is declared here, below the
-    backends, so that a whole configuration is validated when it is loaded, before any backend is imported.
+    Validated with the whole configuration, before any backend is imported.
     """
 
     name: str = "offline"
-    """Backend: ``offline`` (no model; the embedded default), ``openai`` (OpenAI-compatible endpoint), ``vllm``
-    (a vLLM engine inside ceb's process; ``model`` is then the model directory), or any other registered one.
-    Not given, a ``base_url`` selects ``openai``: ``offline`` runs only when nothing names an endpoint or a model
-    (``offline`` with either is refused, in one line)."""
+    """Backend: ``offline`` (no model; the default), ``openai`` (OpenAI-compatible endpoint), ``vllm`` (a vLLM
+    engine inside ceb's process; ``model`` is the model directory), or another registered one. Not given, a
+    ``base_url`` selects ``openai``; ``offline`` with an endpoint or a model is refused."""
     base_url: str | tuple[str, ...] | None = None
     """Endpoint root for ``openai``, e.g. ``http://127.0.0.1:8000/v1`` for ``vllm serve``. Several replicas of
     the same model: a list, or one string with comma-separated roots; ``routing`` picks the replica."""
@@ -124,67 +120,51 @@ class BackendConfig(_Section):
     """Model name as the endpoint knows it (``openai`` backend; ``None``: the one model its ``GET /models`` lists,
     recorded in the run's provenance); the model directory or hub name for ``vllm``."""
     engine: EngineConfig = EngineConfig()
-    """The in-process engine's settings (backend ``vllm`` only)."""
     api_key_env: str = "OPENAI_API_KEY"
     """Name of the environment variable that holds the API key; the key itself is never stored."""
     timeout_s: float = Field(120.0, gt=0, le=86_400)
     """Seconds before one request attempt is abandoned (at most a day: a longer wait is a typo, not a request)."""
     max_concurrency: int = Field(64, ge=1, le=100_000)
-    """Requests in flight to each endpoint at most (shared by critic and hindsight); size it to the server's
-    ``max_num_seqs`` so requests wait in our priority queue rather than in the server's FIFO one. At most 100,000:
-    each is an open connection, and no server runs more sequences at once."""
+    """Requests in flight to each endpoint at most (critic and hindsight share it); size it to the server's
+    ``max_num_seqs`` so requests wait in ceb's priority queue, not the server's FIFO. At most 100,000 connections."""
     structured_output: Literal["json_schema", "vllm", "json_object", "json_object_schema", "none"] = "json_schema"
     """How reply JSON is enforced: ``json_schema`` (OpenAI, vLLM), ``vllm``, ``json_object``, ``json_object_schema``
     (llama.cpp: JSON mode carrying the schema; taken by itself where a server refuses ``json_schema``) or ``none``."""
     token_limit_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens"
     """Wire name of the output token budget (newer OpenAI models refuse ``max_tokens``; vLLM takes both)."""
     server_priority: Literal["auto", "on", "off"] = "auto"
-    """Send each request's critical-path priority as vLLM's ``priority`` field (negated: vLLM serves lower
-    first), so a server started with ``--scheduling-policy priority`` orders its own queue like ours when we keep
-    more requests in flight than its ``max_num_seqs``. ``auto``: sent until a server refuses the field, then
-    dropped; ``on``: always; ``off``: never."""
+    """Send each request's critical-path priority as vLLM's ``priority`` (negated: vLLM serves lower first), so a
+    server started with ``--scheduling-policy priority`` orders its queue like ceb's. ``auto``: sent until a server
+    refuses the field; ``on``: always; ``off``: never."""
     routing: Literal["affinity", "least_outstanding"] = "affinity"
-    """How requests pick among several replicas: ``affinity``, each lane to its home replica (rendezvous hashing
-    of the lane), the least-outstanding one only when home has no free slot and another has; or
-    ``least_outstanding``, the replica with the fewest outstanding requests."""
+    """How requests pick among replicas: ``affinity``, each lane to its home replica (rendezvous hashing), another
+    only when home has no free slot; or ``least_outstanding``, the replica with the fewest outstanding requests."""
     session_header: str | None = "X-Session-Id"
     """Header carrying the lane key on every request, for a router in front of the replicas to keep a lane on
     one (vLLM production-stack: ``--routing-logic session --session-key x-session-id``); ``None`` sends none."""
     preflight: bool = True
-    """Before a run starts, check every endpoint (model list, one one-token request) and stop at once, naming
-    the endpoint, when one cannot serve the run."""
+    """Check every endpoint before a run (model list, one one-token request) and stop at once naming one that
+    cannot serve."""
     max_attempts: int = Field(6, ge=1, le=100)
-    """Attempts per request on timeouts, dropped connections, 429 and 5xx (the first included); at most 100, beyond
-    which a failing endpoint would hold a step for hours."""
+    """Attempts per request on timeouts, dropped connections, 429 and 5xx, the first included (at most 100)."""
     backoff_s: float = Field(0.5, ge=0, le=3600)
     """Multiplier of the jittered exponential backoff between attempts, in seconds (at most an hour)."""
     max_backoff_s: float = Field(30.0, ge=0, le=3600)
     """Cap on one backoff wait, in seconds, at most an hour (a longer ``Retry-After`` is still honoured)."""
     timeout_attempts: int = Field(2, ge=1, le=100)
-    """Attempts per request when the last one timed out (at most ``max_attempts``): a retry restarts the
-    generation from scratch, and a reply that outran the timeout once will most likely do so again, so one more
-    attempt covers a passing stall without paying the whole timeout ``max_attempts`` times."""
+    """Attempts per request when the last one timed out (at most ``max_attempts``): a retry regenerates from
+    scratch and a reply that outran the timeout likely will again."""
 
     @model_validator(mode="after")
     def _endpoint_selects_backend(self) -> BackendConfig:
-        """An endpoint named (``base_url``) without a backend named selects ``openai``, not the offline stand-in.
-
-        The offline stand-in scores with no model: a run that names an endpoint and gets it would report believable
-        numbers that no model gave (issue 32). A recorded configuration always names its backend, so this never
-        changes a run read back; :func:`load_config` refuses what stays ambiguous (:func:`_refuse_stand_in`).
-        """
+        """A ``base_url`` without a named backend selects ``openai``, not the offline stand-in (issue 32)."""
         if self.name == "offline" and "name" not in self.model_fields_set and self.base_urls:
             object.__setattr__(self, "name", "openai")
         return self
 
     @model_validator(mode="after")
     def _engine_slots(self) -> BackendConfig:
-        """For the engine, ``max_concurrency`` not given is ``engine.max_num_seqs`` (when that is set).
-
-        One way only: the derived value is what the run records, so a resume, which reads every field as given,
-        derives nothing new. (The other way, the engine's batch from ceb's slots, would change the engine of a
-        resumed run whose first start left ``max_num_seqs`` to vLLM.)
-        """
+        """For ``vllm``, an unset ``max_concurrency`` is ``engine.max_num_seqs`` (a resume derives nothing new)."""
         if (
             self.name == "vllm"
             and self.engine.max_num_seqs is not None
@@ -195,7 +175,7 @@ class BackendConfig(_Section):
 
     @property
     def base_urls(self) -> tuple[str, ...]:
-        """``base_url`` as a tuple of roots (a string is split at commas); empty when it is not set."""
+        """``base_url`` as a tuple of roots (a string split at commas); empty when unset."""
         if self.base_url is None:
             return ()
         if isinstance(self.base_url, str):
@@ -212,11 +192,9 @@ class CEBConfig(_Section):
     """The method's constants (paper appendix "Experimental Details")."""
 
     votes: int = Field(5, ge=1, le=1000)
-    """``V``: hindsight votes per trajectory. The paper uses 5; at most 1000, as each vote is a request per
-    trajectory and the votes of a trajectory are held in memory together."""
+    """``V``: hindsight votes per trajectory. The paper uses 5; at most 1000 (held in memory together)."""
     k: int = Field(2, ge=0, le=1000)
-    """Retrieved precedents per class. The paper uses 2; at most 1000, as every precedent is rendered into each
-    critic prompt and a thousand already overflow any model's context."""
+    """Retrieved precedents per class. The paper uses 2; at most 1000 (each is rendered into every critic prompt)."""
     min_valid_votes: int | None = Field(None, ge=1, le=1000)
     """Valid votes a trajectory needs to enter the bank; ``None`` means a majority of ``votes``: ceil(V / 2)."""
     retriever: str = "tfidf"
@@ -226,10 +204,10 @@ class CEBConfig(_Section):
     """How many previous actions the repetition flag compares with."""
     repetition_reading: RepetitionReading = "prefix"
     """How ``rho_t`` reads "``a_t`` matches the prefix of" an earlier action, both folded (white space collapsed,
-    case folded): ``prefix`` (one is a prefix of the other, the shorter not empty), ``exact`` (they are equal),
-    ``chars`` (their first ``repetition_prefix_chars`` characters are equal) or ``relative`` (their common prefix
-    covers at least ``repetition_prefix_fraction`` of the longer one). ``prefix`` is the one whose firings are
-    repeats on every InterCode-Bash stream; ``chars`` was the default before (docs/design.md has the table)."""
+    case folded): ``prefix`` (one is a prefix of the other, the shorter not empty), ``exact`` (equal), ``chars``
+    (their first ``repetition_prefix_chars`` characters are equal) or ``relative`` (their common prefix covers at
+    least ``repetition_prefix_fraction`` of the longer). ``prefix`` fires only on repeats on every InterCode-Bash
+    stream (docs/design.md has the table)."""
     repetition_prefix_chars: int = Field(40, ge=1, le=1_000_000)
     """Length of the compared action prefix under ``repetition_reading = "chars"``, in characters."""
     repetition_prefix_fraction: float = Field(0.9, gt=0, le=1)
@@ -238,11 +216,10 @@ class CEBConfig(_Section):
 
 
 class BankConfig(_Section):
-    """Bounding the bank: eviction and near-duplicate compression (the default, none, is the paper's unbounded bank).
+    """Bounding the bank by eviction and near-duplicate compression; the default, none, is the paper's unbounded bank.
 
-    The paper's bank grows without bound (its stated limitation); these settings keep memory and update time
-    bounded for long-lived agents. Each policy decides from the sequence of bank updates alone, so a resumed run
-    rebuilds the same bank (:mod:`ceb.bank.policy` defines each one exactly).
+    Each policy decides from the sequence of bank updates alone, so a resumed run rebuilds the same bank
+    (:mod:`ceb.bank.policy`).
     """
 
     policy: Literal["none", "window", "reservoir", "usefulness"] = "none"
@@ -257,9 +234,8 @@ class BankConfig(_Section):
     seed: int = 0
     """Seed of the reservoir's draws (each draw is a hash of the seed, the class and the class's record count)."""
     usefulness_k: int | None = Field(None, ge=1, le=1000)
-    """Precedents per class whose counters each new step updates under ``usefulness``; ``None``: the lane's
-    method's ``k`` (``ceb.k`` unless the method sets its own; at least 1), so that the counters judge exactly the
-    precedents the critic was shown (:meth:`for_k`)."""
+    """Precedents per class whose counters each new step updates under ``usefulness``; ``None``: the lane's ``k``
+    (at least 1), so the counters judge the precedents the critic was shown (:meth:`for_k`)."""
     compress_threshold: float | None = Field(None, gt=0, le=1)
     """Near-duplicate compression: a new record whose key has cosine >= this (under the bank's retriever) to a
     kept record of the same class merges into it, adding its count; ``None`` turns compression off."""
@@ -276,10 +252,7 @@ class BankConfig(_Section):
         return self
 
     def for_k(self, k: int) -> BankConfig:
-        """These settings with ``usefulness_k`` derived from a lane's ``k`` (precedents per class) unless set.
-
-        The one place the derivation is made: the bank of a run's lane and of a gate stream are built from it.
-        """
+        """These settings with ``usefulness_k`` derived from a lane's ``k`` unless set (lanes and gate streams)."""
         if self.usefulness_k is not None:
             return self
         return self.model_copy(update={"usefulness_k": max(k, 1)})
@@ -296,43 +269,35 @@ class CriticConfig(_Section):
     temperature: float = Field(0.0, ge=0, le=_MAX_TEMPERATURE)
     """Sampling temperature of the critic; 0 makes the frozen critic deterministic where the server allows."""
     max_tokens: int = Field(160, ge=1, le=_MAX_TOKENS)
-    """Output budget per critic reply, in tokens. What closes the reply: the schema's bound on ``reason``,
-    :data:`~ceb.stages.critic.REASON_MAX_CHARS` characters (a ``pattern``, enforced in the ``json_schema`` and
-    ``vllm`` modes), which this budget holds at one character per token plus the score; under ``json_object``
-    and ``none`` only this budget bounds the reply."""
+    """Output budget per critic reply, in tokens. In the ``json_schema`` and ``vllm`` modes the schema bounds
+    ``reason`` to :data:`~ceb.stages.critic.REASON_MAX_CHARS` characters, which this budget holds at one character
+    per token; under ``json_object`` and ``none`` only this budget bounds the reply."""
     format_retries: int = Field(2, ge=0, le=100)
-    """Re-asks after a reply with no readable score, before the step is recorded as failed; the CoT baseline's
-    critic reads it too. (Read from the old key ``baselines.format_retries`` too, with a note.)"""
+    """Re-asks after a reply with no readable score before the step fails; the CoT critic reads it too (old key
+    ``baselines.format_retries`` is read too)."""
     early_score: bool = False
-    """Stream the critic's reply and take the score as soon as its value is complete (the reply puts ``score``
-    first), instead of waiting for the whole reply: the lane's next step starts while the ``reason`` would still
-    be generated. The score is the one the whole reply holds; only the stored ``raw`` reply may be shorter.
-    Needs an endpoint that streams (``stream: true``); other backends read the whole reply as before."""
+    """Stream the critic's reply and take the score once its value is complete (``score`` comes first), so the
+    lane's next step starts while ``reason`` is still generated; only the stored ``raw`` may be shorter. Needs a
+    streaming endpoint; other backends read the whole reply."""
     reason_tokens_after_score: int | None = Field(0, ge=0, le=_MAX_TOKENS)
-    """With ``early_score``: how many more reply events (about one token each) to read after the score before
-    the stream is closed, which makes vLLM abort the request and free its slot; 0 cuts at once. ``None`` lets
-    the reply finish in the background, in a task group owned by the lane (the step's row is written with the
-    reply as far as it was when the score was taken); where no lane owns one (the gate) the reply is read to
-    its end before the score is returned."""
+    """With ``early_score``: reply events (about a token each) read after the score before the stream is closed
+    (vLLM then aborts and frees the slot); 0 cuts at once. ``None`` lets the reply finish in the lane's task group
+    (the row holds the reply as far as it was); without a lane (the gate) it is read to the end first."""
     readout: Literal["text", "expected"] = "text"
-    """How a verbal score is read: ``text``, the number the reply writes (the paper's); ``expected``, its
-    expectation under the reply's top log-probs at the positions that decide the number's digits (G-Eval's
-    weighting, :mod:`ceb.stages.readout`). One field for every verbal method: the CEB critic and its ablations,
-    ``static``, ``verbalized`` and ``cot``, so that the methods of a run are read alike and compared on the same
-    footing. Under ``expected`` their requests ask for ``logprobs`` and ``top_logprobs``; a reply without them, or
-    with too little mass on numbers, keeps its text score and its row says ``text_fallback``."""
+    """How a verbal score is read: ``text``, the number written (the paper's); ``expected``, its expectation under
+    the top log-probs at the positions deciding its digits (G-Eval, :mod:`ceb.stages.readout`). One field for every
+    verbal method (CEB and ablations, ``static``, ``verbalized``, ``cot``), so they compare alike. ``expected``
+    asks for ``logprobs``/``top_logprobs``; a reply without them or with too little mass on numbers keeps its text
+    score, marked ``text_fallback``."""
     top_logprobs: int = Field(20, ge=1, le=100_000)
-    """Alternatives per generated token asked for under ``readout = "expected"`` (OpenAI and vLLM's default
-    ``--max-logprobs`` allow at most 20; the bound, 100,000, is more than any vocabulary offers)."""
+    """Alternatives per token asked under ``readout = "expected"`` (OpenAI and vLLM's default ``--max-logprobs``
+    allow 20)."""
     readout_min_mass: float = Field(0.5, ge=0, le=1)
-    """Under ``readout = "expected"``: the least probability, at every position read, that the listed
-    alternatives which continue the number must carry; below it the step keeps its text score
-    (``text_fallback``)."""
+    """Under ``readout = "expected"``: least probability the number-continuing alternatives must carry at every
+    position read; below it the step keeps its text score (``text_fallback``)."""
     count_tokens: bool = False
-    """Count each LLM-critic prompt's input and bank tokens in ``cl100k_base`` into the rows, for the report's
-    token-cost table (paper appendix, token cost of retrieval depth). Off by default: it costs about 0.6 ms of
-    CPU per step (two renders and the counting, in a worker thread while the request is in flight), more than
-    the rest of the client's work per step (see :mod:`ceb.stages.tokens`)."""
+    """Count each LLM-critic prompt's input and bank tokens (``cl100k_base``) into the rows, for the report's token
+    cost table. Off by default: about 0.6 ms CPU per step (:mod:`ceb.stages.tokens`)."""
 
     @model_validator(mode="after")
     def _readout_reads_whole_replies(self) -> CriticConfig:
@@ -348,60 +313,51 @@ class HindsightConfig(_Section):
     """Decoding of the hindsight labeler (:class:`ceb.stages.hindsight.LLMHindsight`)."""
 
     temperature: float = Field(0.7, gt=0, le=_MAX_TEMPERATURE)
-    """Sampling temperature of the votes, the paper's ``tau`` (> 0 so the votes can differ; at most 10, past which
-    sampling is noise; OpenAI refuses more than 2); next to ``critic.temperature``. (Read from the old key
-    ``ceb.tau`` too, with a note.)"""
+    """Sampling temperature of the votes, the paper's ``tau`` (> 0 so votes can differ; OpenAI refuses more than
+    2). Old key ``ceb.tau`` is read too."""
 
     max_tokens: int = Field(512, ge=1, le=_MAX_TOKENS)
     """Output budget per vote, in tokens."""
     format_retries: int = Field(2, ge=0, le=100)
-    """Re-asks of one vote whose reply is not exactly one 0/1 per step. Apart from ``critic.format_retries``: a
-    re-ask here repeats a whole trajectory's prompt, and a vote given up only drops a vote (``ceb.min_valid_votes``)
-    where a critic's costs the step its score."""
+    """Re-asks of a vote whose reply is not one 0/1 per step. Apart from ``critic.format_retries``: a re-ask
+    repeats a whole trajectory's prompt, and a lost vote only drops a vote (``ceb.min_valid_votes``)."""
     seed: int | None = None
     """Base seed of the votes (vote ``v`` uses ``seed + v``); ``None`` leaves it to the server."""
     sampling: Literal["requests", "n"] = "requests"
-    """How the ``V`` votes are drawn: ``requests``, ``V`` independent requests the scheduler spreads over the
-    endpoints; ``n``, one request with ``n = V`` choices, so a server that shares the prefill across choices
-    (vLLM) reads the trajectory once. Either way the bank update waits for every vote."""
+    """How the ``V`` votes are drawn: ``requests``, ``V`` requests spread over the endpoints; ``n``, one request with
+    ``n = V`` choices, so a server sharing prefill across choices (vLLM) reads the trajectory once."""
     base_url: str | tuple[str, ...] | None = None
-    """Endpoint root(s) of an independent labeller ``g_phi``, apart from the critic's (an ``openai`` backend,
-    e.g. ``http://127.0.0.1:8001/v1``); ``None``: the critic's endpoint, as in the paper, where ``g_phi`` is the
-    critic's own backbone. The labeller's backend is ``backend`` with this, ``model`` and ``api_key_env`` changed
-    (:meth:`RunConfig.hindsight_backend`); it is used by ``ceb score``, ``ceb grid`` and the gate."""
+    """Endpoint root(s) of an independent labeller ``g_phi`` (an ``openai`` backend); ``None``: the critic's
+    endpoint, as in the paper. Its backend is ``backend`` with this, ``model`` and ``api_key_env``
+    (:meth:`RunConfig.hindsight_backend`), for ``ceb score``, ``ceb grid`` and the gate."""
     model: str | None = None
     """Model name of the labeller at its endpoint; ``None``: the critic's ``backend.model``."""
     api_key_env: str | None = None
     """Environment variable holding the labeller's API key; ``None``: the critic's ``backend.api_key_env``."""
     gui_observations: bool = False
-    """Show each step's observation ("what happened") in the web and mobile hindsight prompt, and let the offline
-    labeller read it. ``False``, the paper's appendix template for web steps (``Step i: [op] element | reason``):
-    operation, element, value and reasoning only. On the offline benchmarks an observation is the next page or
-    screen (``ceb convert``'s default) or, in a stream converted with ``--observation reference``, the human's
-    action, from which the ground-truth labels are computed: turning this on then shows the labeller the answer.
-    The shell and SQL prompts always show observations (a command's output is their evidence)."""
+    """Show each step's observation in the web and mobile hindsight prompt (and to the offline labeller).
+    ``False``: the paper's template (``Step i: [op] element | reason``). Streams converted with ``--observation
+    reference`` hold the human's action there, from which the labels are computed: turning this on shows the
+    labeller the answer. Shell and SQL prompts always show observations."""
 
 
 class BaselineConfig(_Section):
     """Settings of the paper's baselines (section 4.1); each critic of :mod:`ceb.stages.baselines` reads its own."""
 
     prompt_logprobs: int = Field(20, ge=1, le=100_000)
-    """``K`` of teacher forcing (PPL, ME, PRO): vLLM's ``prompt_logprobs=K`` returns, per prompt token, its own
-    log-prob and the ``K`` most likely tokens. ME's entropy is truncated to these ``K``. vLLM refuses more than
-    its ``--max-logprobs`` (20 by default)."""
+    """``K`` of teacher forcing (PPL, ME, PRO): vLLM's ``prompt_logprobs=K`` returns each prompt token's log-prob
+    and the ``K`` most likely; ME's entropy is truncated to them. vLLM refuses more than ``--max-logprobs`` (20)."""
     share_statistics: bool = True
-    """Fetch a model statistic that several methods read once per step and share it (:mod:`ceb.stages.statistics`,
-    in the step pool): PPL, ME and PRO then send one teacher-forcing request per step between them, not one each.
-    ``False`` sends each method's own (the same request, so the same numbers); ``ceb batch`` exports do, since
-    each request of a Batch file belongs to one method's lane."""
+    """Fetch a statistic several methods read once per step and share it (:mod:`ceb.stages.statistics`): PPL, ME
+    and PRO send one teacher-forcing request per step. ``False`` sends each its own (same numbers); ``ceb batch``
+    does, as each Batch request belongs to one lane."""
     me_surprisal: bool = False
     """ME on a step that carries only ``actor_logprobs`` and no actor endpoint: ``True`` takes each token's
     surprisal ``-log p(x_t)`` as a one-sample estimate of its entropy (so the score equals PPL's); ``False``
     reports the step as not available."""
     ptrue_forced: bool = True
-    """P(True) from the teacher-forced log-probabilities of both whole answers (vLLM's ``prompt_logprobs``), so it
-    never depends on the answer tokens ranking among the top alternatives; ``False`` reads the first answer
-    token's ``top_logprobs`` instead (for servers without ``prompt_logprobs``, e.g. OpenAI)."""
+    """P(True) from the teacher-forced log-probs of both whole answers (vLLM's ``prompt_logprobs``); ``False``
+    reads the first answer token's ``top_logprobs`` (servers without ``prompt_logprobs``, e.g. OpenAI)."""
     ptrue_top_logprobs: int = Field(20, ge=1, le=100_000)
     """Alternatives read for the P(True) answer token when not forced (OpenAI allows at most 20)."""
     ptrue_max_tokens: int = Field(1, ge=1, le=_MAX_TOKENS)
@@ -409,23 +365,19 @@ class BaselineConfig(_Section):
     cot_temperature: float = Field(0.0, ge=0, le=_MAX_TEMPERATURE)
     """Sampling temperature of the CoT critic."""
     cot_max_tokens: int = Field(1300, ge=1, le=_MAX_TOKENS)
-    """Output budget of the CoT critic's reasoning and confidence, in tokens. What closes the reply: the schema's
-    bound on the reasoning, :data:`~ceb.stages.baselines.cot.COT_REASONING_MAX_CHARS` characters (at most 12 lines
-    of 100, each a ``pattern``, enforced in the ``json_schema`` and ``vllm`` modes), which this budget must hold
-    at one character per token (a 135M model's degenerate "1.1.1..." runs at about that) plus the JSON around it;
-    under ``json_object`` and ``none`` only this budget bounds the reply. 1,300 scored 34 of 34 steps where 768
-    cut 20 of them (issue 23)."""
+    """Output budget of the CoT critic, in tokens. In the ``json_schema`` and ``vllm`` modes the schema bounds the
+    reasoning to :data:`~ceb.stages.baselines.cot.COT_REASONING_MAX_CHARS` characters (12 lines of 100), which this
+    holds at one character per token plus the JSON; under ``json_object`` and ``none`` only this bounds the reply.
+    1,300 scored 34 of 34 steps where 768 cut 20 (issue 23)."""
     verbalized_max_tokens: int = Field(8, ge=1, le=_MAX_TOKENS)
     """Output budget of the actor's continuation with its confidence, in tokens."""
     pro_samples: int = Field(5, ge=1, le=1000)
     """``N`` actions PRO samples from the actor (paper: 5)."""
     pro_temperature: float = Field(1.0, ge=0, le=_MAX_TEMPERATURE)
-    """Sampling temperature of PRO's samples (1 keeps the reported log-probs those of the model's own
-    distribution)."""
+    """Sampling temperature of PRO's samples (1 keeps their log-probs the model's own)."""
     pro_max_tokens: int = Field(256, ge=1, le=_MAX_TOKENS)
-    """Cap on the output budget of each sampled action, in tokens; the budget sent is the frozen action's length in
-    characters plus 16, when smaller (:func:`~ceb.stages.baselines.pro.sample_budget`): a longer sample is
-    another action whatever it writes, so this is what bounds a rambling actor's samples in every mode."""
+    """Cap on each sampled action's budget, in tokens; the budget sent is the frozen action's characters plus 16
+    when smaller (:func:`~ceb.stages.baselines.pro.sample_budget`)."""
     actor_base_url: str | None = None
     """Endpoint of the ACTOR model for ``verbalized`` and ``pro`` (and teacher forcing); ``None``: the critic's."""
     actor_model: str | None = None
@@ -435,25 +387,20 @@ class BaselineConfig(_Section):
 class CacheConfig(_Section):
     """The persistent cache of model replies (:mod:`ceb.backends.cache`): a second identical run asks nothing.
 
-    A reply is keyed by the whole request (messages, sampling settings, schema, extra fields), the endpoint
-    that answers it (backend, model, base URL(s), structured-output mode) and the model it serves as the server
-    reports it once per run (served id, weights root, server version, a digest of the weights folder where it is on
-    this machine), so another model under the same name and URL is never answered from the old one's replies.
-    Only deterministic requests are cached (temperature 0, or an explicit seed) unless ``nondeterministic`` is on.
-    Failed requests are never cached.
+    Keyed by the whole request, the endpoint (backend, model, base URLs, structured-output mode) and the served
+    model as the server reports it once per run (id, weights root, version, weights digest where local), so
+    another model under the same name is never served old replies. Only deterministic requests (temperature 0, or
+    a seed) are cached unless ``nondeterministic``; failures never are.
     """
 
     mode: Literal["off", "read", "read-write"] = "off"
-    """``off``: no cache; ``read``: replies found in the cache are used, nothing is written (the file is opened
-    read-only, so a cache on a read-only file system serves; a path with no cache is refused); ``read-write``: also
-    store every new reply of a cacheable request (the file is created when missing)."""
+    """``off``; ``read``: use cached replies, write nothing (opened read-only; a missing cache is refused);
+    ``read-write``: also store every new cacheable reply (file created when missing)."""
     path: Path = Path("ceb-cache.sqlite")
-    """The cache file (SQLite, WAL mode: several processes may read and write it at once); a relative path is
-    taken from the working directory."""
+    """The cache file (SQLite, WAL: several processes may share it); relative to the working directory."""
     nondeterministic: bool = False
-    """Also cache sampled requests (temperature > 0 without a seed, e.g. the hindsight votes at ``tau``): a
-    second run then replays the first run's samples instead of drawing new ones, one for one (the ``V`` identical
-    vote requests of a trajectory are ``V`` entries, keyed by lane and rank), so its rows repeat the first run's."""
+    """Also cache sampled requests (e.g. hindsight votes at ``tau``): a second run replays the first run's samples
+    one for one (keyed by lane and rank), so its rows repeat."""
 
 
 class PromptConfig(_Section):
@@ -470,10 +417,8 @@ class PromptConfig(_Section):
     history_observation_chars: int = Field(600, ge=16, le=_MAX_CHARS)
     """Budget of each earlier observation in the critic's history, in characters."""
     history_steps: int = Field(100, ge=1, le=1_000_000)
-    """Earlier steps of the trajectory shown in the critic's history: the latest ones, with a line saying how many
-    earlier steps are left out. The paper's prompt gives the "recent action history" and names no length; every
-    trajectory of our streams is far shorter than 100 steps and sees its whole history, as before. The bound keeps
-    a step's prompt, and its cost, from growing with a very long trajectory (issue 24 item 8)."""
+    """Latest earlier steps shown in the critic's history, with a line counting those left out. The paper names no
+    length; the bound keeps a very long trajectory's prompt and cost from growing (issue 24 item 8)."""
     bank_state_chars: int = Field(400, ge=16, le=_MAX_CHARS)
     """Budget of a bank record's state summary (also used in retrieval keys), in characters."""
     bank_observation_chars: int = Field(300, ge=16, le=_MAX_CHARS)
@@ -513,8 +458,7 @@ class GateConfig(_Section):
     """
 
     method: str = "ceb"
-    """The method that scores: ``ceb`` (with the bank) or ``static`` (the same critic, no bank); a method that
-    needs held-out labels (``ceb-gt-oracle``) is refused."""
+    """``ceb`` (with the bank) or ``static`` (no bank); a method needing held-out labels is refused."""
     allow: float = Field(0.5, ge=0, le=1)
     """Scores at or above this are ``allow``."""
     block: float = Field(0.2, ge=0, le=1)
@@ -522,40 +466,31 @@ class GateConfig(_Section):
     on_failure: Literal["allow", "review", "block"] = "review"
     """Decision for a step without a score (the critic failed or cannot score it)."""
     fsync: bool = True
-    """``fsync`` every accepted trajectory and every bank update of a gate with a state directory (durable
-    against power loss, not only against a crash of the process)."""
+    """``fsync`` every accepted trajectory and bank update with a state directory (durable against power loss)."""
     snapshot_every: int = Field(256, ge=1, le=1_000_000_000)
-    """Bank updates of a stream between two snapshots of its bank, with a state directory (and the records they
-    add must be at least half the bank's, so an append-only bank's snapshots grow apart as it grows). A restart loads
-    the last snapshot and replays only the journal after it: an append-only bank in one update, a bounded bank one
-    update at a time (fewer than this many). A snapshot rewrites the stream's bank journal (temporary file,
-    ``fsync``, rename) while its bank lock is held, so scoring on that stream waits for it: 0.6 s at 10,000
-    records, 2.9 s at 100,000 on the shared benchmark machine (``python benchmarks/gate_restart.py``)."""
+    """Bank updates of a stream between snapshots of its bank, with a state directory (and at least half the
+    bank's records new). A restart loads the last snapshot and replays the journal after it. A snapshot rewrites
+    the journal under the stream's bank lock, so scoring waits: 0.6 s at 10,000 records, 2.9 s at 100,000
+    (``python benchmarks/gate_restart.py``)."""
     max_open_trajectories: int = Field(10_000, ge=1, le=100_000_000)
-    """Trajectories per stream whose scores the gate keeps between ``score`` and ``finish``; beyond it the
-    oldest is forgotten (its steps are then banked without a pre-execution score). At most 10^8: each is held in
-    memory."""
+    """Trajectories per stream whose scores are kept between ``score`` and ``finish``; beyond it the oldest is
+    forgotten (banked without a pre-execution score)."""
     max_pending: int = Field(1024, ge=1, le=10_000_000)
-    """Accepted trajectories per stream waiting for their hindsight; a further one is refused until some are done
-    (:class:`~ceb.errors.OverloadedError`; HTTP 503 with ``Retry-After``). At most 10^7: each waits in memory."""
+    """Accepted trajectories per stream waiting for hindsight; beyond it requests are refused
+    (:class:`~ceb.errors.OverloadedError`, HTTP 503 with ``Retry-After``)."""
     max_streams: int = Field(1024, ge=1, le=1_000_000)
-    """Streams the gate holds at most (each has a bank, a worker task and, with a state directory, a folder). A
-    request naming a new stream beyond it is refused (:class:`~ceb.errors.StreamLimitError`; HTTP 409: streams
-    are never closed, so waiting would not help); the streams already held keep working. Streams restored from the
-    state directory at start count, and are all restored even when they are more than this. At most a million:
-    each costs a bank, a task and a folder."""
+    """Streams the gate holds at most (each a bank, a task and, with a state directory, a folder). A new stream
+    beyond it is refused (:class:`~ceb.errors.StreamLimitError`, HTTP 409: streams never close); restored streams
+    count and are all restored."""
     degraded_after: int = Field(3, ge=1, le=1_000_000)
-    """Consecutive critic failures (steps that came back without a score) after which the gate is degraded:
-    ``ceb serve``'s ``GET /health`` answers 503 with ``"status": "degraded"``, the reason, the endpoint and the
-    last error (:mod:`ceb.gate.health`), and the critic is not asked until a check passes (``probe_every_s``)."""
+    """Consecutive critic failures after which the gate is degraded: ``GET /health`` answers 503 with the reason,
+    endpoint and last error (:mod:`ceb.gate.health`), and the critic is not asked until a check passes."""
     probe_every_s: float = Field(5.0, gt=0, le=3600)
-    """Seconds between checks of the critic endpoint while the gate is degraded (each as the start-up check, within
-    ``check_timeout_s``). Meanwhile the critic is not asked: each score is ``on_failure`` at once, with the reason;
-    the first check that passes makes the gate ``ok`` and the critic is asked again."""
+    """Seconds between checks of the critic endpoint while degraded (each within ``check_timeout_s``); meanwhile
+    every score is ``on_failure`` at once."""
     check_timeout_s: float = Field(5.0, gt=0, le=600)
-    """Seconds the start-up check of the critic endpoint may take (``ceb serve``: the model list and a one-token
-    request, one attempt each); past it, or when the endpoint cannot be reached, the gate warns naming the
-    endpoint, starts degraded, and serves anyway (the endpoint may come up after the gate)."""
+    """Seconds the start-up check of the critic (model list, one one-token request) may take; past it, or
+    unreachable, the gate warns, starts degraded and serves anyway."""
 
     @model_validator(mode="after")
     def _ordered_thresholds(self) -> GateConfig:
@@ -571,9 +506,8 @@ class ServeConfig(_Section):
     """
 
     allowed_hosts: tuple[str, ...] = ()
-    """Names a request's ``Host`` header may carry besides the address the gate is bound to (and ``localhost`` on
-    loopback): ``gate.example.com`` (any port) or ``gate.example.com:8377``. Any other ``Host`` gets 421, so a
-    web page whose name was rebound to this machine (DNS rebinding) cannot reach the gate."""
+    """Names a request's ``Host`` may carry besides the bound address (and ``localhost`` on loopback):
+    ``gate.example.com`` (any port) or ``gate.example.com:8377``. Others get 421 (DNS rebinding)."""
     allowed_origins: tuple[str, ...] = ()
     """Web origins (``https://app.example.com``) whose pages may call the gate; a request carrying any other
     ``Origin`` header gets 403. Empty: no web page may (clients outside a browser send no ``Origin``)."""
@@ -600,54 +534,39 @@ class RunConfig(_Section):
     """Everything a scoring run needs besides its input streams and output directory."""
 
     backend: BackendConfig = BackendConfig()
-    """Where critic and hindsight calls go."""
     ceb: CEBConfig = CEBConfig()
-    """``V``, ``k``, the retriever and the repetition flag's settings."""
     bank: BankConfig = BankConfig()
-    """Eviction and compression of each lane's bank (default: none, as in the paper)."""
     critic: CriticConfig = CriticConfig()
-    """Critic decoding."""
     hindsight: HindsightConfig = HindsightConfig()
-    """Hindsight decoding."""
     prompts: PromptConfig = PromptConfig()
-    """Templates and text budgets."""
     baselines: BaselineConfig = BaselineConfig()
-    """The baselines' settings and the actor endpoint."""
     gate: GateConfig = GateConfig()
-    """The live gate's method and decision thresholds (``ceb serve``; not read by ``ceb score``)."""
     serve: ServeConfig = ServeConfig()
-    """``ceb serve``'s HTTP limits: allowed hosts and origins, timeouts, connections, body size."""
     cache: CacheConfig = CacheConfig()
-    """The persistent cache of model replies (default: off)."""
     methods: tuple[str, ...] = Field(("ceb", "static"), min_length=1)
     """Methods to run on every stream (``ceb``; ``static``, the same critic with no bank); at least one."""
     orders: int = Field(1, ge=1, le=1000)
     """Stream orders ``R`` (paper section 4.4): order 0 is the input order, order ``r >= 1`` the permutation
-    drawn with seed ``order_seed + r``. Each order is scored as its own lane with its own bank. At most 1000: the
-    lanes of every order are laid out before the first step is scored (the paper uses 5)."""
+    seeded ``order_seed + r``, each a lane with its own bank (paper: 5; at most 1000)."""
     order_seed: int = 0
     """Base seed of the stream-order permutations."""
     max_trajectories: int | None = Field(None, ge=1, le=2**63 - 1)
-    """Score only the first this many trajectories of each stream order (``None``: all). Each order keeps its own
-    first ``N`` (after the permutation), so a limited run is exactly the start of the full one: a resume may raise
-    the limit and carry on, never lower it. At most 2^63 - 1, what the run's JSON files hold."""
+    """Score only the first this many trajectories of each order (``None``: all), after the permutation, so a
+    limited run is the start of the full one: a resume may raise the limit, never lower it."""
     critics: tuple[CriticEndpointConfig, ...] = ()
     """Several critics in one run (a grid's critic axis); empty: one critic, ``backend``, with label ``""``."""
     ece_bins: int = Field(10, ge=1, le=10_000)
     """Equal-width bins of the reported ECE (at most 10,000: finer bins hold one step each and say nothing)."""
     max_active_lanes: int = Field(256, ge=1, le=1_000_000)
-    """Chains in progress at once, each strictly sequential: a bank method's lane, a trajectory of ``static``, a
-    step of the baselines (:mod:`ceb.pipeline.pool`); at most a million, each holds a task and its working set."""
+    """Chains in progress at once, each sequential: a bank lane, a ``static`` trajectory, a baseline step
+    (:mod:`ceb.pipeline.pool`)."""
     speculation: int = Field(0, ge=0, le=64)
-    """Trajectories a bank lane (``ceb``, its ablations, ``ceb-gt-oracle``) scores ahead of its bank: ``D`` > 0
-    starts trajectories ``j+1..j+D`` (and their hindsight votes) with the bank as it stands while ``j`` is scored
-    and voted on; once the bank holds ``j``, a step ahead is kept when its critic request (messages) equals the one
-    the strict order sends, and from the first that differs on the trajectory is asked again
-    (:mod:`ceb.pipeline.lane`). The rows are the strict order's on a server that answers a request the same way
-    each time; ``summary.json`` counts what was discarded (``discarded_requests``). 0: the strict order; the
-    offline stand-in and a ``bank.policy = "usefulness"`` bank (its retrievals change it) always run strict. The
-    default stays 0 until D = 1, the fastest measured, is measured on a quiet machine and through the whole vLLM
-    test tier (docs/performance.md). At most 64 (each holds a trajectory in memory)."""
+    """Trajectories a bank lane (``ceb``, ablations, ``ceb-gt-oracle``) scores ahead of its bank: ``D`` > 0 starts
+    ``j+1..j+D`` (and their votes) with the bank as it stands while ``j`` is voted on; once the bank holds ``j``, a
+    step ahead is kept when its critic request equals the strict order's, and from the first that differs the
+    trajectory is asked again (:mod:`ceb.pipeline.lane`). The rows are the strict order's on a deterministic server;
+    ``summary.json`` counts ``discarded_requests``. 0: strict; the offline stand-in and ``bank.policy =
+    "usefulness"`` always run strict. At most 64 (docs/performance.md)."""
     allow_unavailable: bool = False
     """Run methods that cannot score on this backend (an LLM-only baseline on ``offline``) as rows marked "not
     available" instead of refusing the run at start."""
@@ -657,7 +576,7 @@ class RunConfig(_Section):
     @model_validator(mode="before")
     @classmethod
     def _old_keys(cls, data: Any) -> Any:
-        """Settings under their old keys (a recorded ``config.json`` of an older run) move to their new ones."""
+        """Move settings from their old keys (an older run's ``config.json``) to their new ones."""
         if not isinstance(data, Mapping):
             return data
         data = dict(data)
@@ -685,11 +604,7 @@ class RunConfig(_Section):
 
     @model_validator(mode="after")
     def _critic_endpoints_select_a_backend(self) -> RunConfig:
-        """A critic's ``base_url`` selects ``openai`` for it, as ``backend.base_url`` does for the run.
-
-        That is, a critic of ``critics`` with a ``base_url`` and no backend of its own, while the run's backend is
-        the default ``offline`` (not named).
-        """
+        """A critic's ``base_url`` selects ``openai`` for it while the run's backend is the default ``offline``."""
         if self.backend.name != "offline" or "name" in self.backend.model_fields_set:
             return self
         for c in self.critics:
@@ -698,10 +613,9 @@ class RunConfig(_Section):
         return self
 
     def hindsight_backend(self) -> BackendConfig | None:
-        """The labeller's own backend section, or ``None`` when the hindsight asks the critic's backend.
+        """The labeller's own backend (``backend`` with the ``hindsight`` endpoint fields), or ``None``: the critic's.
 
-        ``backend`` with ``hindsight.base_url``, ``model`` and ``api_key_env`` in place of the critic's; a base
-        URL of its own makes it an ``openai`` backend (an endpoint), else it keeps ``backend.name``.
+        A ``hindsight.base_url`` makes it ``openai``.
         """
         h = self.hindsight
         if h.base_url is None and h.model is None and h.api_key_env is None:
@@ -724,10 +638,7 @@ class RunConfig(_Section):
 
 
 def merge_settings(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """Deep-merge two nested settings mappings; ``over`` wins, and its ``None`` values are ignored.
-
-    The one merge of configuration layers (defaults < file < flags) used everywhere.
-    """
+    """Deep-merge settings layers (defaults < file < flags); ``over`` wins, its ``None`` values ignored."""
     out = dict(base)
     for k, v in over.items():
         if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
@@ -740,17 +651,7 @@ def merge_settings(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str
 
 
 def _refuse_stand_in(config: RunConfig) -> None:
-    """Refuse a configuration that names an endpoint beside the offline stand-in, which would never ask it.
-
-    ``offline`` scores with no model (issue 32: ``--base-url`` without ``--backend openai`` once gave exit 0 and
-    believable metrics from the stand-in). Only :func:`load_config` checks this, so that a run recorded before the
-    rule still reads back. (A ``model`` named for ``offline`` is refused when the backend is opened,
-    :mod:`ceb.backends.offline`: a Batch export names a model and no endpoint.)
-
-    Raises:
-        ConfigError: ``backend.name = "offline"`` with a ``base_url``; a critic of ``critics`` whose backend is
-            ``offline`` with a ``base_url``; a labeller or actor endpoint beside an ``offline`` critic.
-    """
+    """Raise :class:`ConfigError` for an endpoint beside the offline stand-in, which never asks it (issue 32)."""
     fix = "choose backend 'openai' for an endpoint, or leave the URL out"
     b = config.backend
     if b.name == "offline" and b.base_urls:
@@ -778,14 +679,10 @@ def _refuse_stand_in(config: RunConfig) -> None:
 
 
 def read_settings_file(path: str | Path, what: str = "config file") -> dict[str, Any]:
-    """Read a TOML (``.toml``) or JSON (anything else) settings file into a dict.
-
-    Args:
-        path: The file.
-        what: What the file is, for error messages (``"grid file"``).
+    """A TOML (``.toml``) or JSON (other suffix) settings file as a dict; ``what`` names it in errors.
 
     Raises:
-        ConfigError: The file cannot be read or parsed, or its top level is not a table (names the file).
+        ConfigError: Unreadable, unparsable, or not a table at the top (names the file).
     """
     p = Path(path)
     try:
@@ -804,16 +701,14 @@ def load_config(
     *,
     base: Mapping[str, Any] | None = None,
 ) -> RunConfig:
-    """Build the effective :class:`RunConfig`: defaults, then ``base``, then the file at ``path``, then ``overrides``.
+    """The effective :class:`RunConfig`: defaults < ``base`` (a resumed run's record) < file ``path`` < ``overrides``.
 
-    Args:
-        path: A ``.toml`` or ``.json`` file with the same sections as :class:`RunConfig`, or ``None``.
-        overrides: Nested values from the command line (``{"ceb": {"k": 3}}``); ``None`` entries are ignored.
-        base: Settings below the file, e.g. a run's recorded configuration when it is resumed.
+    ``path`` is a ``.toml`` or ``.json`` file of :class:`RunConfig`'s sections; ``overrides`` are nested
+    command-line values (``{"ceb": {"k": 3}}``), their ``None`` entries ignored.
 
     Raises:
-        ConfigError: The file cannot be read or parsed, a value is unknown or out of range (names it), or an
-            endpoint is named beside the offline stand-in (:func:`_refuse_stand_in`).
+        ConfigError: The file is unreadable or unparsable, a value unknown or out of range (names it), or an
+            endpoint is named beside the offline stand-in (only checked here, so old recorded runs read back).
     """
     data = read_settings_file(path) if path is not None else {}
     merged = merge_settings(merge_settings(base or {}, data), overrides or {})
@@ -830,7 +725,7 @@ def load_config(
 
 
 def _section_at(loc: Sequence[int | str]) -> type[BaseModel] | None:
-    """The settings section a validation error's location points into (``("ceb", "votse")`` -> CEBConfig)."""
+    """The section a validation error's location points into (``("ceb", "votse")`` -> CEBConfig)."""
     model: type[BaseModel] = RunConfig
     for part in loc:
         field = model.model_fields.get(str(part))
@@ -845,7 +740,7 @@ def _section_at(loc: Sequence[int | str]) -> type[BaseModel] | None:
 
 
 def _message(error: Any) -> str:
-    """A validation error's message; an unknown key also names the closest known key of its section."""
+    """A validation error's message; an unknown key also names its section's closest key."""
     if error["type"] == "value_error":  # a validator's own sentence, without pydantic's "Value error, "
         return str(error["ctx"]["error"])
     if error["type"] != "extra_forbidden":

@@ -1,10 +1,8 @@
-"""The configuration reference, generated from the settings' own field docstrings (``docs/configuration.md``).
+"""``docs/configuration.md``, generated from the settings' field docstrings so the manual cannot drift.
 
-Every section of :class:`~ceb.config.RunConfig` becomes a table of its fields: the key as a config file writes it
-(``[ceb] votes = 5``), its type, its default and its docstring, so the manual cannot drift from the code.
-``tests/test_docs.py`` fails when the committed page differs from :func:`render`.
-
-Run ``python -m ceb.configdoc > docs/configuration.md`` after changing a setting.
+Each :class:`~ceb.config.RunConfig` section is a table of key, type, default and docstring;
+``tests/test_docs.py`` fails when the committed page differs. Run ``python -m ceb.configdoc >
+docs/configuration.md`` after changing a setting.
 """
 
 from __future__ import annotations
@@ -48,7 +46,7 @@ k = 2
 
 
 def _section_model(info: FieldInfo) -> tuple[type[BaseModel], bool] | None:
-    """The section a field holds, and whether it is a list of them (``[[critics]]``); ``None`` for a plain value."""
+    """The section a field holds and whether it is a list of them (``[[critics]]``); ``None`` for a value."""
     ann = info.annotation
     if isinstance(ann, type) and issubclass(ann, BaseModel):
         return ann, False
@@ -88,11 +86,7 @@ def _default(info: FieldInfo) -> str:
 
 
 def _cell(text: str) -> str:
-    """One table cell from a docstring: one line, Sphinx roles and double backquotes as Markdown code, pipes escaped.
-
-    A pipe outside code is escaped with a backslash; a code span holding one becomes an HTML ``<code>`` with the pipe as
-    ``&#124;``, since an escaped pipe inside a code span shows its backslash in the built manual.
-    """
+    """A docstring as one Markdown table cell; a code span holding a pipe becomes ``<code>`` with ``&#124;``."""
     text = re.sub(r"\s+", " ", inspect.cleandoc(text)).strip()
     text = re.sub(r":[a-z]+:`~?([^`]+)`", r"`\1`", text).replace("``", "`")
     parts = text.split("`")

@@ -1,9 +1,7 @@
-"""One process per directory: an exclusive, advisory ``flock`` on a file in it.
+"""One process per directory: an exclusive advisory ``flock`` on a file in it (POSIX ``fcntl``, as vLLM's server).
 
-The batch pipeline locks its run directory (``RunDir.LOCK``) and the live gate its state directory
-(``StateDir.LOCK``) with :func:`dir_lock`, the one way ``ceb`` locks a directory. The kernel drops the lock when its
-holder exits, however it exits (SIGKILL included), so a crashed process never leaves a stale lock: the next one
-takes it again at once. POSIX only (``fcntl``), like vLLM's own server.
+The run directory (``RunDir.LOCK``) and the gate's state directory (``StateDir.LOCK``) are locked only through
+:func:`dir_lock`. The kernel drops the lock however its holder exits (SIGKILL too), so no lock goes stale.
 """
 
 from __future__ import annotations
@@ -21,19 +19,12 @@ __all__ = ["dir_lock", "lock_holder"]
 
 @contextlib.contextmanager
 def dir_lock(directory: Path, name: str, *, what: str = "a run directory") -> Iterator[None]:
-    """Hold ``directory``'s lock for the block, creating the directory if needed.
+    """Hold ``directory``'s lock file ``name`` (holding the pid) for the block, creating the directory if needed.
 
-    A directory this call created is removed again when the block wrote nothing into it.
-
-    Args:
-        directory: The directory.
-        name: The lock file's name in it (``RunDir.LOCK``, ``StateDir.LOCK``); the file holds the holder's process
-            id, for the message to a second one.
-        what: What the directory is, for the message when it cannot be used (``"a gate state directory"``).
+    A directory this call created is removed when the block wrote nothing; ``what`` names it in messages.
 
     Raises:
-        RunError: Another process holds it (the message names the directory and the holder's pid), or the
-            directory cannot be created or written (the message names the path and the reason).
+        RunError: Another process holds it (names directory and pid), or it cannot be created or written.
     """
     path = directory / name
     created = not directory.exists()
@@ -69,10 +60,9 @@ def dir_lock(directory: Path, name: str, *, what: str = "a run directory") -> It
 
 
 def lock_holder(directory: Path, name: str) -> str | None:
-    """The process id a live process holding ``directory``'s lock wrote, or ``None`` when no process holds it.
+    """The pid a live holder of ``directory``'s lock wrote, or ``None``; creates and writes nothing.
 
-    Takes a shared lock for an instant to test it, so a process starting to use the directory at that very instant
-    is refused as if another held it (it says so and names this pid); nothing is created or written.
+    It takes a shared lock for an instant, so a process starting at that instant is refused naming this pid.
     """
     try:
         fd = os.open(directory / name, os.O_RDONLY)

@@ -1,29 +1,23 @@
-"""The exceptions ``ceb`` raises, in one tree.
+"""The exceptions ``ceb`` raises, in one tree; each carries the context to find the cause.
 
 ::
 
     CEBError
     ├── ConfigError                 a setting is missing, unknown or out of range
-    ├── DataError                   input that breaks the trajectory contract (SCHEMA.md)
+    ├── DataError                   input that breaks the stream contract (file, line, field)
     │   └── StreamValidationError   every bad line of a stream, gathered before any work starts
     ├── BankError                   a bank file that cannot be read back, or a bad record
-    ├── BackendError                a model endpoint failed after its retry budget
+    ├── BackendError                a model endpoint failed after its retries (backend, stream, trajectory, step)
     │   ├── FatalBackendError       the endpoint refuses every request (bad key, unknown model): stop the run
     │   └── UnsupportedFeatureError the endpoint would ignore a field the request needs: not available there
-    ├── RunError                    the run stopped: failures over threshold, or a run or state directory that
-    │                               another process holds or that cannot be written
+    ├── RunError                    failures over threshold, or a run/state directory held or not writable
     ├── OverloadedError             a live gate's stream has too many trajectories waiting: retry later
     └── ConflictError               a live gate refuses a request that retrying unchanged cannot fix
         ├── StreamLimitError        a new stream beyond ``gate.max_streams``
         └── DuplicateTrajectoryError  a trajectory id the stream accepted before, now with other content
 
-Each exception carries the context a user needs to find the cause: the file and line of bad input, or
-the stream, trajectory id, step and backend of a failed call.
-
-A fault of the machine rather than of the input (a full disk, a refused permission, a read-only file system)
-stays the system's ``OSError``; where the system gives no file name (a write to an open file), the writer names
-it with :func:`with_path`. The command line reports it in one line with its own exit code
-(:func:`ceb.cli._common.fail`).
+Machine faults (full disk, permission, read-only file system) stay ``OSError``, named by :func:`with_path` where
+the system names no file; the CLI reports them in one line with their own exit code (:func:`ceb.cli._common.fail`).
 """
 
 from __future__ import annotations
@@ -54,19 +48,14 @@ __all__ = [
 
 
 class CEBError(Exception):
-    """Base class of every error ``ceb`` raises on purpose.
-
-    Each pickles as itself, with its message and attributes, so that it crosses a process boundary unchanged (a
-    Ray task's error reaches the driver so, :mod:`ceb.pipeline.ray_launch`). Python's default would call the
-    subclass's ``__init__`` with the message as its only argument, which most of them do not take.
-    """
+    """Base of every error ``ceb`` raises on purpose; pickles with its attributes (:mod:`ceb.pipeline.ray_launch`)."""
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_restore, (type(self), self.args, self.__dict__))
 
 
 def _restore(cls: type[CEBError], args: tuple[Any, ...], state: dict[str, Any]) -> CEBError:
-    """A pickled :class:`CEBError` rebuilt without its ``__init__``: its ``args`` and attributes as they were."""
+    """Rebuild a pickled :class:`CEBError` without calling its ``__init__``."""
     exc = cls.__new__(cls, *args)
     exc.args = args
     exc.__dict__.update(state)
@@ -74,11 +63,7 @@ def _restore(cls: type[CEBError], args: tuple[Any, ...], state: dict[str, Any]) 
 
 
 def with_path(exc: OSError, path: str | os.PathLike[str]) -> OSError:
-    """``exc`` naming ``path`` when it names no file: a failed write to an open file does not say which file.
-
-    Returns:
-        ``exc`` itself when it has a file name, else a new error of the same kind (``errno``, reason) on ``path``.
-    """
+    """``exc`` if it names a file, else the same ``errno`` and reason on ``path`` (writes to open files name none)."""
     if exc.filename is not None or exc.errno is None:
         return exc
     return OSError(exc.errno, exc.strerror, os.fspath(path))  # OSError picks the subclass from the errno
@@ -90,15 +75,13 @@ class ConfigError(CEBError):
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """One reason a line of a trajectory file was rejected.
+    """One reason a line of a stream file was rejected.
 
     Attributes:
-        path: The file, as given by the user.
-        line: 1-based line number in that file.
-        field: Dotted path of the offending field (``steps[2].action``), or ``"<line>"`` for the whole line.
-        message: What is wrong, in words.
-        trajectory_id: The trajectory's ``id`` when it could be read, else ``None``.
-        step: 0-based step index when the problem is inside a step, else ``None``.
+        line: 1-based line number (0: the whole file).
+        field: Dotted path (``steps[2].action``), ``"<line>"`` or ``"<file>"``.
+        trajectory_id: The ``id``, when readable.
+        step: 0-based step index, inside a step.
     """
 
     path: str
@@ -117,7 +100,7 @@ class Problem:
 
 
 class DataError(CEBError):
-    """Input that breaks the trajectory contract of SCHEMA.md."""
+    """Input that breaks the stream contract (``docs/stream-format.md``); ``problem`` places it."""
 
     def __init__(self, problem: Problem) -> None:
         super().__init__(str(problem))
@@ -125,11 +108,7 @@ class DataError(CEBError):
 
 
 class StreamValidationError(DataError):
-    """A stream has one or more bad lines; nothing was scored.
-
-    Attributes:
-        problems: Every problem found, in file and line order.
-    """
+    """A stream has bad lines, nothing was scored; ``problems`` lists every one in file and line order."""
 
     def __init__(self, problems: list[Problem], *, shown: int = 20) -> None:
         self.problems = problems
@@ -145,13 +124,11 @@ class BankError(CEBError):
 
 
 class BackendError(CEBError):
-    """A model endpoint failed after its retry budget.
+    """A model endpoint failed after its retries.
 
     Attributes:
         message: The message without the context suffix.
-        backend: Backend name and endpoint (``openai@http://127.0.0.1:8000/v1``).
-        stream: Stream name, when known.
-        trajectory_id: Trajectory id, when known.
+        backend: Name and endpoint (``openai@http://127.0.0.1:8000/v1``).
         step: 0-based step index, when known.
     """
 
@@ -184,31 +161,19 @@ class BackendError(CEBError):
 
 
 class FatalBackendError(BackendError):
-    """The endpoint refuses every request the same way (401, 403, 404): retrying or going on cannot help."""
+    """The endpoint refuses every request alike (401, 403, 404): retrying cannot help."""
 
 
 class UnsupportedFeatureError(BackendError):
-    """The endpoint would ignore a field the request needs, so the request is not sent: not available, not failed.
-
-    Raised for vLLM's ``continue_final_message`` on a server known to ignore body fields it does not know.
-    """
+    """The endpoint would ignore a needed field (vLLM's ``continue_final_message``), so nothing is sent."""
 
 
 class RunError(CEBError):
-    """A run stopped, or a directory cannot be used.
-
-    Failures passed the threshold; or a run directory (or a gate's state directory) is held by another process, or
-    cannot be created or written.
-    """
+    """Failures passed the threshold, or a run or gate state directory is held by another process or not writable."""
 
 
 class OverloadedError(CEBError):
-    """A live gate's stream holds ``gate.max_pending`` accepted trajectories waiting for hindsight; retry later.
-
-    Attributes:
-        stream: The stream.
-        pending: Trajectories waiting.
-    """
+    """A gate stream holds ``gate.max_pending`` trajectories waiting for hindsight (HTTP 503: retry later)."""
 
     def __init__(self, stream: str, pending: int) -> None:
         super().__init__(f"stream {stream}: {pending} accepted trajectories are waiting for hindsight; retry later")
@@ -217,14 +182,9 @@ class OverloadedError(CEBError):
 
 
 class ConflictError(CEBError):
-    """A live gate refuses a request because of its own state, and the same request would be refused again.
+    """A gate refuses a request by its own state; resending it unchanged is refused again (HTTP 409, not retried).
 
-    Unlike :class:`OverloadedError` (HTTP 503, retry later), waiting does not help: the client must change the
-    request (or the operator the setting). ``ceb serve`` answers HTTP 409, which retry policies do not retry.
-
-    Attributes:
-        stream: The stream.
-        field: The request field at fault (``stream``, ``trajectory.id``).
+    ``field`` is the request field at fault (``stream``, ``trajectory.id``).
     """
 
     def __init__(self, message: str, *, stream: str, field: str) -> None:
@@ -234,12 +194,7 @@ class ConflictError(CEBError):
 
 
 class StreamLimitError(ConflictError):
-    """A request would open a stream beyond ``gate.max_streams``; the streams already open keep working.
-
-    Attributes:
-        held: Streams the gate holds.
-        limit: ``gate.max_streams``.
-    """
+    """A request would open a stream beyond ``gate.max_streams`` (``limit``); open streams keep working."""
 
     def __init__(self, stream: str, held: int, limit: int) -> None:
         super().__init__(
@@ -253,14 +208,9 @@ class StreamLimitError(ConflictError):
 
 
 class DuplicateTrajectoryError(ConflictError):
-    """A finished trajectory's id was accepted by the stream before, with different content.
+    """A finished trajectory's id was accepted before (``seq``) with other content.
 
-    The same id with the same content is a retry and is acknowledged again without a second bank update; see
-    :meth:`ceb.gate.Gate.accept`.
-
-    Attributes:
-        trajectory_id: The id.
-        seq: The sequence number the stream gave the first trajectory with this id.
+    The same content again is a retry, acknowledged without a second bank update (:meth:`ceb.gate.Gate.accept`).
     """
 
     def __init__(self, stream: str, trajectory_id: str, seq: int) -> None:
@@ -275,23 +225,14 @@ class DuplicateTrajectoryError(ConflictError):
 
 
 def leaf_error(exc: BaseException) -> BaseException:
-    """The one error inside nested one-member exception groups (what an anyio task group raises), else ``exc``.
-
-    Public entry points (:class:`~ceb.gate.Gate`, the CLI) raise it in place of the group, so a caller catches
-    ``DataError`` and not an ``ExceptionGroup`` holding one.
-    """
+    """The one error inside nested one-member exception groups (anyio task groups), else ``exc``."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
 
 
 def reported_error(exc: BaseException) -> CEBError | OSError | None:
-    """The error to report of ``exc``: itself, or the first one in its exception groups (anyio task groups).
-
-    Returns:
-        A :class:`CEBError` or ``OSError`` (the first, depth first: the cause, where the others are
-        what failed while stopping), else ``None`` (a bug: let its traceback show).
-    """
+    """``exc``, or the first (depth first) :class:`CEBError` or ``OSError`` in its groups; ``None``: a bug."""
     if isinstance(exc, CEBError | OSError):
         return exc
     if isinstance(exc, BaseExceptionGroup):

@@ -1,32 +1,18 @@
-"""Log setup for applications, and the processor that keeps secrets out of every log line.
+"""structlog setup for applications, and the processor that keeps secrets out of every log line.
 
-Library code only asks for :func:`get_logger` (``get_logger(__name__)``) and binds stream / trajectory / step ids;
-an application (the ``ceb`` command line) calls :func:`configure_logging` once. That sends structlog events, and
-warnings from other libraries that log through the standard :mod:`logging` module (openai, httpx), to
-stderr through the same chain, whose last step before rendering is :func:`redact_secrets`.
+Library code calls :func:`get_logger` and binds stream / trajectory / step ids; the CLI calls
+:func:`configure_logging` once, sending structlog events and stdlib :mod:`logging` records (openai, httpx) to
+stderr through one chain ending in :func:`redact_secrets`. Until structlog is configured, events go redacted
+to their module's :mod:`logging` logger, as a library's should (structlog's stdout default is never used).
 
-As a library ceb is silent on stdout: until structlog is configured (by :func:`configure_logging` or by the
-application itself, whose configuration ceb's events then follow), each event goes to the standard :mod:`logging`
-logger of its module (``ceb.pipeline.runner``...), redacted, as a library's should: nothing shows below warning
-unless the caller's logging asks for it, and warnings reach stderr through :mod:`logging`'s last-resort handler.
-structlog's own default, which prints every event to stdout, is never used.
-
-What :func:`redact_secrets` replaces with :data:`REDACTED`, at any depth of dicts, lists, tuples and sets:
-
-- the whole value of a key whose name looks secret: its last word (split at ``_``, ``-``, ``.``, spaces and
-  camelCase, case-insensitive) is ``key``, ``apikey``, ``token``, ``secret``, ``password``, ``passwd``,
-  ``auth``, ``authorization``, ``credential(s)`` or ``cookie``, or any word is ``password``, ``secret``,
-  ``authorization``, ``apikey`` or ``credentials``. So ``api_key``, ``OPENAI_API_KEY``, ``Authorization``
-  and ``access_token`` are hidden, while ``api_key_env`` (the *name* of a variable) and ``max_tokens`` are not;
-- in every string (the event message, other values, the formatted traceback of ``exc_info``): the token after
-  ``Bearer`` / ``Basic``, OpenAI-style ``sk-...`` keys, Hugging Face ``hf_...`` tokens, the value in
-  ``api_key=...`` / ``token: ...`` / ``password=...`` / ``secret=...`` / ``authorization: ...`` text, and
-  every secret registered with :func:`register_secret` or :func:`register_secret_env` (the API key itself,
-  read from the variable ``BackendConfig.api_key_env`` names, whatever it looks like).
-
-Values that are neither JSON scalars nor containers (exceptions, paths, objects) are logged as their
-``repr``, redacted. Tracebacks are plain text without local variables: a pretty traceback that shows locals
-would print a key held in a local variable of the failing frame.
+:func:`redact_secrets` replaces with :data:`REDACTED`, at any depth of containers: the value of a key whose
+last word (split at ``_ - .``, spaces, camelCase) is ``key``, ``apikey``, ``token``, ``secret``, ``password``,
+``passwd``, ``auth``, ``authorization``, ``credential(s)`` or ``cookie``, or with any word ``password``,
+``secret``, ``authorization``, ``apikey`` or ``credentials`` (``OPENAI_API_KEY`` and ``access_token`` hidden,
+``api_key_env`` and ``max_tokens`` not); and in every string (message, values, ``exc_info`` traceback) the
+token after ``Bearer``/``Basic``, ``sk-...`` and ``hf_...`` keys, the value in ``api_key=`` / ``token:`` /
+``password=`` / ``secret=`` / ``authorization:`` text, and every value given to :func:`register_secret`.
+Other objects are logged as their redacted ``repr``; tracebacks carry no locals (they could hold a key).
 """
 
 from __future__ import annotations
@@ -60,10 +46,10 @@ REDACTED: Final = "[REDACTED]"
 """What a secret is replaced with."""
 
 MIN_SECRET_CHARS: Final = 4
-"""Registered values shorter than this are ignored: they would blank out ordinary words and protect nothing."""
+"""Registered values shorter than this are ignored (they would blank ordinary words)."""
 
 _MAX_DEPTH = 8
-"""Containers nested deeper than this in an event are logged as their (redacted) ``repr``."""
+"""Containers nested deeper are logged as their redacted ``repr``."""
 
 _LAST_WORDS = frozenset(
     {"key", "apikey", "token", "secret", "password", "passwd", "auth", "authorization", "credential", "credentials"}
@@ -88,7 +74,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 
 
 class _Secrets:
-    """The registered secret values, and one compiled pattern that finds any of them (longest first)."""
+    """Registered secrets and one pattern matching any (longest first)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -108,12 +94,7 @@ _secrets = _Secrets()
 
 
 class _StderrLogger:
-    """Writes each rendered line to whatever ``sys.stderr`` is at the time of the call.
-
-    ``structlog.PrintLogger(sys.stderr)`` would keep the stream of the moment it was configured: after a
-    test runner or ``typer.testing.CliRunner`` swaps stderr for a buffer and closes it, every later log call
-    would fail with "I/O operation on closed file".
-    """
+    """Writes to the current ``sys.stderr``, which test runners swap and close."""
 
     def msg(self, message: str) -> None:
         stream = sys.stderr
@@ -128,7 +109,7 @@ def _stderr_logger(*args: Any) -> _StderrLogger:
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """A :class:`logging.StreamHandler` on the current ``sys.stderr`` (see :class:`_StderrLogger`)."""
+    """A :class:`logging.StreamHandler` on the current ``sys.stderr``."""
 
     @property
     def stream(self) -> Any:
@@ -140,10 +121,9 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 def register_secret(value: str | None) -> None:
-    """Redact every later occurrence of ``value`` in log output, whatever it looks like.
+    """Redact every later occurrence of ``value`` (stripped); ignored under :data:`MIN_SECRET_CHARS` characters.
 
-    ``None``, blank values and values shorter than :data:`MIN_SECRET_CHARS` characters are ignored. Surrounding
-    white space is not part of the secret. Safe to call from any thread; there is no way to un-register.
+    Thread-safe; there is no un-registering.
     """
     if value is None:
         return
@@ -153,7 +133,7 @@ def register_secret(value: str | None) -> None:
 
 
 def register_secret_env(name: str) -> None:
-    """Register the value of environment variable ``name`` (e.g. ``BackendConfig.api_key_env``), if it is set."""
+    """:func:`register_secret` of environment variable ``name`` (``BackendConfig.api_key_env``), if set."""
     register_secret(os.environ.get(name))
 
 
@@ -198,19 +178,10 @@ def _redact_value(value: Any, depth: int) -> Any:
 
 
 def redact_secrets(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
-    """A structlog processor: hide secrets in an event (the rules are in the module docstring).
+    """A structlog processor hiding secrets by the module docstring's rules; changes ``event_dict`` in place.
 
-    Put it after the processors that add fields and before the renderer. An ``exc_info`` in the event is
-    formatted into an ``exception`` string here first (as :func:`structlog.processors.format_exc_info` does),
-    so the traceback's text is redacted too, wherever this processor sits in the chain.
-
-    Args:
-        logger: The wrapped logger (unused).
-        method_name: The log method's name (unused).
-        event_dict: The event; it is changed in place and returned.
-
-    Returns:
-        ``event_dict`` with every secret replaced by :data:`REDACTED`.
+    ``exc_info`` is formatted into ``exception`` first (as :func:`structlog.processors.format_exc_info`), so the
+    traceback is redacted wherever this sits in the chain; put it before the renderer.
     """
     if event_dict.get("exc_info"):
         event_dict = structlog.processors.format_exc_info(logger, method_name, event_dict)
@@ -229,11 +200,7 @@ _MUTED: ContextVar[frozenset[str]] = ContextVar("ceb_muted_events", default=froz
 
 @contextmanager
 def muted(*events: str) -> Iterator[None]:
-    """Drop the log events named ``events`` made inside this block (and in the tasks it starts).
-
-    For a run whose step failures are expected and say nothing: a Batch export, whose every step waits for its
-    reply (:mod:`ceb.pipeline.batch`).
-    """
+    """Drop the named events logged in this block and its tasks (a Batch export's waits, :mod:`ceb.pipeline.batch`)."""
     token = _MUTED.set(_MUTED.get() | frozenset(events))
     try:
         yield
@@ -253,11 +220,11 @@ _STDLIB_CHAIN: list[Processor] = [
     redact_secrets,
     structlog.processors.KeyValueRenderer(key_order=["event"]),
 ]
-"""The processors of an event while structlog is not configured, ending in the text the logging record carries."""
+"""Processors while structlog is not configured, ending in the stdlib record's text."""
 
 
 class _LibraryLogger:
-    """A structlog logger chosen at each call: the configured one, or else the module's :mod:`logging` logger."""
+    """Picks at each call the configured structlog logger, else the module's :mod:`logging` logger."""
 
     __slots__ = ("_context", "_level", "_name")
 
@@ -286,29 +253,18 @@ class _LibraryLogger:
 
 
 def get_logger(name: str, *, level: int | None = None) -> Any:
-    """The logger for library code: a structlog bound logger that is silent on stdout (module docstring).
+    """The library logger, silent on stdout (module docstring); structlog's ``bind`` and level methods.
 
-    Args:
-        name: The module's ``__name__``; also the :mod:`logging` logger's name while structlog is not configured.
-        level: A level of its own (``logging.INFO`` for progress lines, which show at the default ``warning``),
-            where structlog is configured; ``None``: the configured filter.
-
-    Returns:
-        An object with structlog's ``bind`` and ``debug`` ... ``exception`` methods.
+    ``level`` (e.g. ``logging.INFO`` for progress lines) overrides the configured filter once structlog is set up.
     """
     return _LibraryLogger(name, level, {})
 
 
 def configure_logging(level: str, *, json: bool = False) -> None:
-    """Send log events at ``level`` and above to stderr, with secrets redacted.
+    """Send events at ``level`` and up to stderr, redacted; calling again replaces the setup.
 
-    structlog events are filtered at ``level``; records of the standard :mod:`logging` module (other
-    libraries) keep their loggers' own levels (by default warnings and up) and go through the same processors
-    and renderer. Calling it again replaces the earlier setup.
-
-    Args:
-        level: ``debug``, ``info``, ``warning``, ``error`` or ``critical`` (any case).
-        json: One JSON object per line (ISO UTC timestamps) instead of the human-readable console format.
+    Stdlib :mod:`logging` records keep their loggers' levels (warnings by default) and share the renderer.
+    ``json``: one JSON object per line, ISO UTC timestamps.
 
     Raises:
         ConfigError: ``level`` is not a log level.

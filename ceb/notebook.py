@@ -1,9 +1,8 @@
 """Scoring from a notebook: trajectories, stream files or a DataFrame in, a pandas DataFrame of step scores out.
 
-The same pipeline as ``ceb score`` (:func:`ceb.pipeline.run_scoring`), writing the same run directory (rows,
-banks, ``summary.json``, ``metrics.json``), and the same table as ``ceb export`` (one column per field of
-:class:`~ceb.pipeline.results.StepRow`), read back as a DataFrame. pandas is the optional extra ``notebook``
-(``pip install -e '.[notebook]'``) and is imported only here, when a function is called.
+The pipeline of ``ceb score`` (:func:`ceb.pipeline.run_scoring`), writing the same run directory, read back as
+the table ``ceb export`` writes (one column per :class:`~ceb.pipeline.results.StepRow` field). pandas (the
+``notebook`` extra) is imported only when a function is called.
 
 ::
 
@@ -12,9 +11,8 @@ banks, ``summary.json``, ``metrics.json``), and the same table as ``ceb export``
     scores.groupby("method")[["score", "label"]].mean()
     again = ceb.read_run(scores.attrs["run_dir"])
 
-:func:`score` is a plain call that also works where an event loop already runs in the thread (a Jupyter cell):
-there it runs the pipeline on a worker thread with its own loop and waits for it. :func:`ascore` is its
-coroutine twin, for code that is async itself (``await ceb.ascore(...)`` in a cell).
+:func:`score` also works inside a running event loop (a Jupyter cell) by running on a worker thread;
+:func:`ascore` is its coroutine twin.
 """
 
 from __future__ import annotations
@@ -43,7 +41,6 @@ if TYPE_CHECKING:
 __all__ = ["FRAME_COLUMNS", "NOTEBOOK_HINT", "ascore", "read_run", "score", "trajectories_from_frame"]
 
 NOTEBOOK_HINT = install_command("notebook")
-"""How to get pandas, named in the error when it is missing."""
 
 FRAME_COLUMNS: dict[str, bool] = {
     "trajectory": True,
@@ -60,12 +57,10 @@ FRAME_COLUMNS: dict[str, bool] = {
     "value": False,
     "stream": False,
 }
-"""The columns :func:`trajectories_from_frame` reads, one row per step, with whether each is required. ``task``
-and ``domain`` are read from a trajectory's first row; ``stream`` (default ``"frame"``) splits the rows into
-streams; any other column is left alone."""
+"""Column -> required, of :func:`trajectories_from_frame` (a row per step); ``task`` and ``domain`` come
+from a trajectory's first row, ``stream`` (default ``"frame"``) splits streams, other columns are ignored."""
 
 Data = Sequence[Trajectory] | Mapping[str, Sequence[Trajectory]] | str | Path | Sequence[str | Path] | Any
-"""What :func:`score` takes: see its ``data`` argument."""
 
 
 def _pandas() -> Any:
@@ -84,34 +79,23 @@ def score(
     run_dir: str | Path | None = None,
     overwrite: bool = False,
 ) -> pd.DataFrame:
-    """Score ``data`` with ``methods`` and return one row per scored step (:func:`read_run` of the run).
+    """Score ``data`` with ``methods``: the step rows of :func:`read_run`, ``attrs["metrics"]`` the ``metrics.json``.
 
     Args:
-        data: The trajectories, in stream order: a sequence of :class:`~ceb.data.trajectory.Trajectory` (one
-            stream, ``"stream"``); a mapping stream name -> trajectories; a stream file or a list of stream
-            specs as ``ceb score`` takes them (``NAME=path``, ``a.jsonl+b.jsonl``; :mod:`ceb.data.streams`);
-            or a pandas DataFrame with one row per step (:data:`FRAME_COLUMNS`, :func:`trajectories_from_frame`).
-        methods: Methods to run (``["ceb", "static"]``); ``None`` keeps the configuration's (default ``ceb`` and
-            ``static``).
-        config: A :class:`~ceb.config.RunConfig`, its settings as a mapping (``{"ceb": {"k": 3}}``), or a
-            ``.toml`` / ``.json`` settings file; ``None`` for the
-            defaults (the ``offline`` backend: not a language model; name an endpoint in ``[backend]`` to score
-            with one).
-        run_dir: Where the run is written; ``None`` for a new temporary directory (kept after the call: its
-            path is ``frame.attrs["run_dir"]``).
+        data: In stream order: a sequence of :class:`~ceb.data.trajectory.Trajectory` (stream ``"stream"``); a
+            mapping stream name -> trajectories; stream specs as ``ceb score`` takes them
+            (:mod:`ceb.data.streams`); or a DataFrame, a row per step (:func:`trajectories_from_frame`).
+        methods: ``None`` keeps the configuration's (default ``ceb`` and ``static``).
+        config: A :class:`~ceb.config.RunConfig`, a settings mapping (``{"ceb": {"k": 3}}``) or a ``.toml`` /
+            ``.json`` file; ``None``: defaults, the ``offline`` backend (no language model).
+        run_dir: ``None``: a new temporary directory, kept (``frame.attrs["run_dir"]``).
         overwrite: Replace an earlier run's results in ``run_dir``.
 
-    Returns:
-        The step rows, as :func:`read_run` returns them; ``attrs`` holds ``run_dir`` and ``metrics`` (the
-        content of ``metrics.json``: ECE, Brier and AUROC per stream and method where the steps carry labels).
-
     Raises:
-        ConfigError: pandas is missing (names the extra), ``data``, ``config`` or ``run_dir`` of another kind (or
-            ``run_dir`` empty), an unknown method or setting, a bad settings file, a stream name that cannot name a
-            stream (:func:`~ceb.data.streams.check_streams`).
-        DataError: A stream file or a DataFrame row breaks the stream format (names the file or row and field), or
-            a trajectory id repeats within a stream.
-        RunError: ``run_dir`` already holds a run (and not ``overwrite``), or the run failed.
+        ConfigError: pandas missing (names the extra); ``data``, ``config`` or ``run_dir`` of another kind; an
+            unknown method or setting; a bad settings file or stream name.
+        DataError: A stream file or DataFrame row breaks the stream format, or an id repeats within a stream.
+        RunError: ``run_dir`` holds a run (without ``overwrite``), or the run failed.
     """
     _pandas()
     try:
@@ -131,11 +115,7 @@ async def ascore(
     run_dir: str | Path | None = None,
     overwrite: bool = False,
 ) -> pd.DataFrame:
-    """:func:`score` as a coroutine, on the caller's event loop (asyncio or trio, through anyio).
-
-    Raises:
-        The errors of :func:`score`.
-    """
+    """:func:`score` as a coroutine on the caller's loop (asyncio or trio, via anyio); raises as :func:`score`."""
     _pandas()
     streams, cfg, out = _prepare(data, methods, config, run_dir)
     from ceb.pipeline import run_scoring
@@ -191,7 +171,7 @@ def _prepare(
 
 
 def _run_dir(value: object, other: str) -> Path:
-    """``value`` as a run directory; an empty string is refused, not read as the current directory."""
+    """``value`` as a run directory; ``""`` is refused, not read as the current directory."""
     if not isinstance(value, str | Path) or value == "":
         raise ConfigError(f"run_dir must name a directory ({other}), not {value!r}")
     return Path(value)
@@ -245,24 +225,21 @@ def _finish(out: Path, cfg: RunConfig) -> pd.DataFrame:
 
 
 def read_run(run_dir: str | Path, *, table: Literal["scores", "hindsight"] = "scores") -> pd.DataFrame:
-    """A run directory's rows as a DataFrame: the table ``ceb export`` writes, one column per row field.
+    """A run directory's rows as a DataFrame in file order, the table ``ceb export`` writes.
+
+    ``attrs["run_dir"]`` is the directory; ``attrs["note"]`` says the rows are partial (a run in progress,
+    interrupted or failed).
 
     Args:
         run_dir: A run directory (``ceb score --out``, :func:`score`).
-        table: ``scores`` (one row per step and method: :class:`~ceb.pipeline.results.StepRow`'s fields, in
-            order) or ``hindsight`` (one row per trajectory and bank method:
-            :class:`~ceb.pipeline.results.HindsightRow`'s fields). Nested fields (``retrieved``, ``alt_labels``,
-            ``votes``, ``records``) stay Python lists.
-
-    Returns:
-        The rows in file order; ``attrs["run_dir"]`` is the directory, and ``attrs["note"]`` says the rows are
-        partial when the run is being scored now or ended interrupted or failed.
+        table: ``scores`` (a row per step and method, :class:`~ceb.pipeline.results.StepRow` fields) or
+            ``hindsight`` (a row per trajectory and bank method, :class:`~ceb.pipeline.results.HindsightRow`).
+            Nested fields stay Python lists.
 
     Raises:
-        ConfigError: pandas is missing (names the extra), or ``table`` is unknown.
-        RunError: ``run_dir`` holds no run, a run that is not complete
-            (:meth:`~ceb.pipeline.rundir.RunDir.require_readable`: killed before its summary, or rows lost or
-            doubled since), or a line before the last is not a row (names file and line).
+        ConfigError: pandas missing (names the extra), or an unknown ``table``.
+        RunError: No run, an incomplete one (:meth:`~ceb.pipeline.rundir.RunDir.require_readable`), or a line
+            before the last that is not a row (names file and line).
     """
     pandas = _pandas()
     from ceb.pipeline.results import HindsightRow, StepRow
@@ -285,15 +262,14 @@ def read_run(run_dir: str | Path, *, table: Literal["scores", "hindsight"] = "sc
 
 
 def trajectories_from_frame(frame: pd.DataFrame) -> dict[str, list[Trajectory]]:
-    """Trajectories from a DataFrame with one row per step (:data:`FRAME_COLUMNS`), checked as stream lines are.
+    """Trajectories from a DataFrame, a row per step (:data:`FRAME_COLUMNS`), checked as stream lines.
 
-    Rows are grouped by ``stream`` then ``trajectory``, each in order of first appearance; a trajectory's steps
-    are sorted by ``step``, which must number them 0, 1, ... Missing values (``None``, ``NaN``) of an optional
-    column are left out, and an empty ``label`` is an unlabelled step.
+    Grouped by ``stream`` then ``trajectory`` in first-appearance order; steps sorted by ``step``, numbered 0, 1, ...
+    Missing optional cells (``None``, ``NaN``) are left out; an empty ``label`` is unlabelled.
 
     Raises:
         ConfigError: ``frame`` is not a DataFrame.
-        DataError: A required column is missing, or a row breaks the stream format (names the row and field).
+        DataError: A missing required column, or a row breaking the stream format (names row and field).
     """
     if not _is_frame(frame):
         raise ConfigError(f"frame must be a pandas DataFrame, not {_kind(frame)}")

@@ -1,13 +1,10 @@
-"""Progress of long jobs (scoring, reports, benchmarks), for a person at a terminal and for a batch log alike.
+"""Progress of long jobs (scoring, reports, benchmarks), for a terminal and for a batch log alike.
 
-In a terminal (stderr is a TTY) a :class:`Progress` is a rich bar with done / total, rate, ETA, requests/s and
-the failure count. Anywhere else (``nohup``, a batch scheduler, ``| tee``) it is one structured log line
-(event ``progress``, through the :mod:`ceb.logs` chain: secrets redacted, JSON when logging is set up with it)
-every :attr:`ProgressSettings.interval_s` seconds from a background thread, so a stalled job still reports,
-plus a last line when the job ends. These lines are the progress display, not diagnostics: they are written at
-``info`` whatever the log level; ``ceb --progress off`` silences them.
-
-The command line sets the mode once (:func:`set_progress`); library code only opens a :class:`Progress`.
+With stderr a TTY a :class:`Progress` is a rich bar (done / total, rate, ETA, requests/s, failures); elsewhere
+(``nohup``, a scheduler, ``| tee``) an ``info`` event ``progress`` through :mod:`ceb.logs` every
+:attr:`ProgressSettings.interval_s` seconds from a background thread (a stalled job still reports) and one
+when the job ends, shown whatever the log level; ``ceb --progress off`` silences it. The CLI sets the mode
+once (:func:`set_progress`); library code only opens a :class:`Progress`.
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from ceb.logs import get_logger
 
@@ -27,17 +24,12 @@ __all__ = ["PROGRESS_MODES", "Progress", "ProgressMode", "ProgressSettings", "se
 ProgressMode = Literal["auto", "bar", "log", "off"]
 """``auto``: a bar when stderr is a terminal, else log lines; ``bar``; ``log``; ``off``."""
 
-PROGRESS_MODES: tuple[ProgressMode, ...] = ("auto", "bar", "log", "off")
+PROGRESS_MODES: tuple[ProgressMode, ...] = get_args(ProgressMode)
 
 
 @dataclass(frozen=True, slots=True)
 class ProgressSettings:
-    """How progress is shown.
-
-    Attributes:
-        mode: See :data:`ProgressMode`.
-        interval_s: Seconds between two log lines in ``log`` mode.
-    """
+    """How progress is shown; ``interval_s`` is seconds between log lines in ``log`` mode."""
 
     mode: ProgressMode = "auto"
     interval_s: float = 30.0
@@ -47,10 +39,10 @@ _settings = ProgressSettings()
 
 
 def set_progress(mode: ProgressMode = "auto", interval_s: float = 30.0) -> None:
-    """Choose how every later :class:`Progress` shows itself (the command line calls this once).
+    """Choose how every later :class:`Progress` shows itself (the CLI calls this once).
 
     Raises:
-        ValueError: ``mode`` is not one of :data:`PROGRESS_MODES`, or ``interval_s`` is not positive.
+        ValueError: An unknown ``mode``, or ``interval_s`` not positive.
     """
     global _settings
     if mode not in PROGRESS_MODES:
@@ -61,23 +53,16 @@ def set_progress(mode: ProgressMode = "auto", interval_s: float = 30.0) -> None:
 
 
 def _progress_logger() -> Any:
-    # Its own level filter (info): progress lines show at the default log level (warning), through the
-    # configured processors and renderer.
+    """A logger filtering at ``info`` of its own, so progress shows at the default ``warning`` level."""
     return get_logger(__name__, level=logging.INFO)
 
 
 class Progress:
-    """Counts finished units of one job and shows them (see the module docstring for where and how).
+    """Counts finished units of ``label`` (``total`` ``None``: unknown, no ETA) and shows them (module docstring).
 
-    Use as a context manager; :meth:`advance` is safe to call from any thread. In ``log`` mode the exit writes a
-    last line with ``status`` finished, interrupted or failed, unless the job ended before its total was known
-    and before a unit was done (a run refused at start says why in its error, not in a progress line).
-
-    Args:
-        label: What the job is, e.g. ``"scoring"`` or ``"report"``.
-        total: Units to do; ``None`` when unknown (no ETA then).
-        unit: The unit's name in plural, e.g. ``"steps"``.
-        settings: Overrides the process-wide settings of :func:`set_progress` (tests).
+    A context manager, :meth:`advance` thread-safe; in ``log`` mode the exit writes a last line with ``status``
+    finished, interrupted or failed, unless nothing was known or done. ``settings`` overrides
+    :func:`set_progress`'s (tests).
     """
 
     def __init__(
@@ -99,8 +84,6 @@ class Progress:
         self._bar: Any = None
         self._task: Any = None
 
-    # counting
-
     def advance(self, n: int = 1, *, failed: int = 0, requests: int = 0) -> None:
         """Add ``n`` finished units, ``failed`` of them failed, and ``requests`` requests spent on them."""
         with self._lock:
@@ -111,22 +94,20 @@ class Progress:
             self._bar.update(self._task, completed=self.done, stats=self._stats())
 
     def set_total(self, total: int | None) -> None:
-        """Set the units to do, once known (a resumed run learns it after reading what is kept)."""
+        """Set the units to do once known (a resumed run learns it late)."""
         self.total = total
         if self._bar is not None:
             self._bar.update(self._task, total=total)
 
     def add_requests(self, requests: int) -> None:
-        """Count requests that finished no unit (a hindsight round, say)."""
+        """Count requests that finished no unit (a hindsight round)."""
         self.advance(0, requests=requests)
 
     def set_note(self, note: str) -> None:
-        """A short text shown with the counts, e.g. the section a report is building."""
+        """A short text shown with the counts (the section a report builds)."""
         self.note = note
         if self._bar is not None:
             self._bar.update(self._task, stats=self._stats())
-
-    # reading
 
     @property
     def elapsed_s(self) -> float:
@@ -134,10 +115,7 @@ class Progress:
         return time.perf_counter() - self._started
 
     def snapshot(self) -> dict[str, Any]:
-        """The figures of a log line: done, total, failed, rate and requests per second, elapsed and ETA seconds.
-
-        ``eta_s`` is ``None`` until a unit is done or when the total is unknown.
-        """
+        """A log line's figures: done, total, failed, rates, elapsed and ETA in seconds (ETA ``None`` until known)."""
         with self._lock:
             done, failed, requests = self.done, self.failed, self.requests
         elapsed = self.elapsed_s
@@ -160,10 +138,8 @@ class Progress:
         text += f", {snap['failed']} failed"
         return text + (f", {self.note}" if self.note else "")
 
-    # showing
-
     def log_line(self, status: str = "running") -> None:
-        """Write one ``progress`` log line now (``log`` mode does this every ``interval_s`` seconds)."""
+        """Write one ``progress`` log line now."""
         _progress_logger().info("progress", job=self.label, status=status, **self.snapshot())
 
     def _tick(self) -> None:

@@ -1,16 +1,11 @@
 """One registry kind for every pluggable family, and one lazy-import helper.
 
-A :class:`Registry` maps names to objects in the order they were declared (backends, retrievers, converters,
-methods, report sections and benchmarks all use it). An entry is an object, or a ``"module:attr"`` path imported
-on first :meth:`Registry.get`, so an optional dependency is imported only when its entry is chosen; an entry may
-name the modules it needs (``requires``), checked without importing them, and the
-``pip install -e '.[extra]'`` that brings them. A registry may also name plugin packages whose
-modules register their own entries when imported: every module of them is imported on the first look-up.
-:func:`lazy_exports` gives a package the PEP 562 ``__getattr__`` / ``__dir__`` that load its public names on first
-use.
-
-Models: inspect_ai ``_util/registry.py`` and ``model/_providers/providers.py`` (lazy, dependency-checked
-imports); lm-eval ``api/registry.py``.
+A :class:`Registry` maps names to objects in declaration order (backends, retrievers, converters, methods,
+report sections, benchmarks). An entry is an object or a ``"module:attr"`` path imported on first
+:meth:`Registry.get`, may name the modules it ``requires`` (checked without importing) and the extra that
+brings them; plugin packages register their own entries when imported on the first look-up.
+:func:`lazy_exports` gives a package PEP 562 lazy public names. Follows inspect_ai ``_util/registry.py``,
+``model/_providers/providers.py`` and lm-eval ``api/registry.py``.
 """
 
 from __future__ import annotations
@@ -33,10 +28,7 @@ T = TypeVar("T")
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
-    """``" (did you mean 'x'?)"`` for the closest of ``choices`` to a mistyped ``name``, else ``""``.
-
-    Closeness is :func:`difflib.get_close_matches` (ratio >= 0.6), compared without case.
-    """
+    """``" (did you mean 'x'?)"`` for the closest choice (:func:`difflib.get_close_matches`, no case), or ``""``."""
     by_lower = {c.lower(): c for c in choices}
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
     return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
@@ -47,16 +39,10 @@ def _install_hint(extra: str | None) -> str:
 
 
 def import_path(target: str, *, what: str, extra: str | None = None) -> Any:
-    """The object a ``"module:attr"`` path names, imported now.
-
-    Args:
-        target: ``"package.module:attr"``.
-        what: What it is, for the error message (``"method 'ppl' critic"``).
-        extra: The ``pip install -e '.[extra]'`` that provides its dependencies, named when the
-            import fails.
+    """The object ``"module:attr"`` names, imported now; ``what`` and ``extra`` go into the error.
 
     Raises:
-        ConfigError: The path has no ``:``, its module cannot be imported, or it has no such attribute.
+        ConfigError: No ``:``, the module cannot be imported (names ``extra``'s install), or no such attribute.
     """
     module, sep, attr = target.partition(":")
     if not sep or not module or not attr:
@@ -75,19 +61,16 @@ class _Entry(Generic[T]):
     extra: str | None
     requires: tuple[str, ...]
     declared_in: tuple[str, ...]
-    """The modules on the call stack that registered it, innermost first: the first that is a plugin module
-    orders the entry in a plugin registry."""
+    """Registering modules, innermost first; the first plugin module orders the entry."""
 
 
 class Registry(Generic[T]):
     """Name -> object, in declaration order, each resolved on first use.
 
     Args:
-        kind: What the entries are (``backend``), for error messages.
-        plugins: Packages whose modules register entries when imported; each module of them is imported once,
-            on the first look-up (:meth:`get`, :meth:`names`, ``in``). Their entries are ordered by module name,
-            then by declaration within a module, whichever module happened to be imported first; entries declared
-            elsewhere (an application's, a test's) follow in registration order.
+        kind: What the entries are (``backend``), for messages.
+        plugins: Packages whose modules are all imported on the first look-up; their entries are ordered by
+            module name then declaration, before entries declared elsewhere (in registration order).
     """
 
     def __init__(self, kind: str, *, plugins: Sequence[str] = ()) -> None:
@@ -106,17 +89,14 @@ class Registry(Generic[T]):
         requires: Sequence[str] = (),
         before: str | None = None,
     ) -> None:
-        """Add ``name``: an object, or a ``"module:attr"`` path imported on first :meth:`get`.
-
-        A new name goes last, or just before ``before``; registering a name again replaces its target and keeps
-        its position.
+        """Add ``name``, last or just before ``before``; registering again replaces the target in place.
 
         Args:
             name: The name users select it by.
-            target: The object or its import path.
-            extra: The ``pip install -e '.[extra]'`` that provides its dependencies, if any.
-            requires: Top-level modules it needs, checked (without importing them) before the target is loaded.
-            before: A registered name to place it in front of.
+            target: The object, or its ``"module:attr"`` path imported on first :meth:`get`.
+            extra: The ``pip install -e '.[extra]'`` providing its dependencies.
+            requires: Top-level modules it needs, checked before loading.
+            before: A registered name.
 
         Raises:
             ConfigError: ``before`` is not registered.
@@ -132,7 +112,7 @@ class Registry(Generic[T]):
         self._entries = dict([*entries[:at], (name, entry), *entries[at:]])
 
     def add(self, name: str, *, extra: str | None = None, requires: Sequence[str] = ()) -> Callable[[T], T]:
-        """Decorator form of :meth:`register`: ``@REGISTRY.add("name")`` registers the decorated object."""
+        """Decorator form of :meth:`register`."""
 
         def decorate(obj: T) -> T:
             self.register(name, obj, extra=extra, requires=requires)
@@ -141,7 +121,7 @@ class Registry(Generic[T]):
         return decorate
 
     def unregister(self, name: str) -> None:
-        """Remove ``name`` if it is registered (tests that register a toy entry clean up with it)."""
+        """Remove ``name`` if registered."""
         self._entries.pop(name, None)
 
     def _load_plugins(self) -> None:
@@ -157,7 +137,7 @@ class Registry(Generic[T]):
             importlib.import_module(name)
 
     def names(self) -> list[str]:
-        """Registered names, in declaration order (see the class docstring for plugin packages)."""
+        """Registered names in declaration order (plugin order: class docstring)."""
         self._load_plugins()
         if not self._rank:
             return list(self._entries)
@@ -177,7 +157,7 @@ class Registry(Generic[T]):
         return iter(self.names())
 
     def position(self, name: str) -> int:
-        """``name``'s place in declaration order, from 0.
+        """``name``'s 0-based place in declaration order.
 
         Raises:
             ConfigError: Unknown name.
@@ -188,22 +168,16 @@ class Registry(Generic[T]):
         return names.index(name)
 
     def missing(self, name: str) -> list[str]:
-        """The modules ``name`` requires that are not installed (found by :func:`importlib.util.find_spec`)."""
+        """The ``requires`` modules of ``name`` not installed (:func:`importlib.util.find_spec`)."""
         self._load_plugins()
         entry = self._entries.get(name)
         return [] if entry is None else [m for m in entry.requires if importlib.util.find_spec(m) is None]
 
     def get(self, name: str, *, check: bool = True) -> T:
-        """Resolve ``name``.
-
-        Args:
-            name: A registered name.
-            check: Refuse when a module of ``requires`` is missing; ``False`` imports the target anyway (a command
-                whose module defers its extra's imports shows its help without the extra).
+        """Resolve ``name``; ``check=False`` imports it despite missing ``requires`` (help without the extra).
 
         Raises:
-            ConfigError: Unknown name (lists the known ones), or its optional dependency is not installed
-                (names the ``pip install`` extra when it has one).
+            ConfigError: Unknown name (lists the known ones), or a missing dependency (names the extra).
         """
         self._load_plugins()
         entry = self._entries.get(name)
@@ -221,7 +195,7 @@ class Registry(Generic[T]):
         return obj
 
     def items(self) -> list[tuple[str, T]]:
-        """Every ``(name, object)`` in declaration order, each resolved (see :meth:`get` for the errors)."""
+        """Every ``(name, object)`` in declaration order, resolved as :meth:`get` does."""
         return [(name, self.get(name)) for name in self.names()]
 
     def _unknown(self, name: str) -> NoReturn:
@@ -231,7 +205,7 @@ class Registry(Generic[T]):
 
 
 def _callers() -> tuple[str, ...]:
-    """The module names of the frames calling into this module, innermost first."""
+    """Module names of the calling frames, innermost first."""
     names: list[str] = []
     frame = sys._getframe(1)
     while frame is not None:
@@ -245,15 +219,9 @@ def _callers() -> tuple[str, ...]:
 def lazy_exports(
     package: str, homes: Mapping[str, str], public: Sequence[str]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """PEP 562 ``__getattr__`` and ``__dir__`` for a package whose public names load on first use.
+    """PEP 562 ``__getattr__`` and ``__dir__`` loading ``homes`` (name -> module) once, on first use.
 
-    Use as ``__getattr__, __dir__ = lazy_exports(__name__, {"Gate": "ceb.gate", ...}, __all__)``; a
-    loaded name is stored in the package, so the import runs once.
-
-    Args:
-        package: The package's ``__name__``.
-        homes: Public name -> the module that defines it.
-        public: The package's ``__all__`` (what ``dir()`` lists).
+    ``__getattr__, __dir__ = lazy_exports(__name__, {"Gate": "ceb.gate"}, __all__)``.
     """
     namespace = sys.modules[package].__dict__  # the package being imported is already in sys.modules
 

@@ -1,16 +1,9 @@
-"""Trajectory streams: the in-memory form, the strict JSONL reader and writer, and source converters.
+"""Trajectory streams: the in-memory form, the strict JSONL reader and writer, and the source converters.
 
-Converters (``ceb convert``) are listed in :data:`CONVERTERS` (:mod:`ceb.data.converters`): InterCode
-(:mod:`~ceb.data.intercode`), Mind2Web (:mod:`~ceb.data.mind2web`, its pages in
-:mod:`~ceb.data.mind2web_dom`, its task files in :mod:`~ceb.data.mind2web_tasks`), AMEX
-(:mod:`~ceb.data.amex`, its screens in :mod:`~ceb.data.amex_screen`, its episode files in
-:mod:`~ceb.data.amex_episodes`), OpenAI chat transcripts (:mod:`~ceb.data.chat_transcripts`) and inspect_ai eval
-logs (:mod:`~ceb.data.inspect_logs`), both through the chat-messages-to-steps mapping of :mod:`~ceb.data.chat`,
-which ``ceb serve`` uses too. What they share: :mod:`~ceb.data.sources` (checked input fields),
-:mod:`~ceb.data.predictions` (an agent's predictions file) and :mod:`~ceb.data.writer` (written streams).
-
-Every loader turns its source into the stream contract of ``docs/stream-format.md`` (version 1); every stage
-reads only that form.
+Every converter (listed in :data:`CONVERTERS`) writes the stream contract of ``docs/stream-format.md``
+(version 1), the only form a stage reads. Shared parts: :mod:`~ceb.data.sources` (checked fields),
+:mod:`~ceb.data.predictions` (predictions files), :mod:`~ceb.data.writer` (output), :mod:`~ceb.data.chat`
+(chat messages as steps, also ``ceb serve``'s).
 """
 
 from typing import TYPE_CHECKING

@@ -1,73 +1,40 @@
-"""Convert AMEX episodes joined with an agent's per-step predictions into trajectory streams (domain ``mobile``).
+"""Convert AMEX episodes joined with an agent's per-step predictions into streams (domain ``mobile``).
 
-AMEX (Chai et al., 2024, "Android Multi-annotation Expo"; Hugging Face ``Yuxiang007/AMEX``) records human
-episodes on Android apps: an instruction, one screenshot per step with the human's action, and per screenshot
-an annotation of its interactive elements. Like Mind2Web it is offline: the agent predicts one action per
-recorded screen and the episode then moves on along the human's path. The converter joins the episodes with
-one agent's predictions and writes one stream per actor, ``amex-<actor>.jsonl``.
+AMEX (Chai et al., 2024; hub ``Yuxiang007/AMEX``) records human Android episodes: an instruction, a screenshot
+and the human's action per step, and each screenshot's interactive elements. It is offline like Mind2Web: the
+episode moves on along the human's path. One stream per actor, ``amex-<actor>.jsonl``.
 
 Input layout:
-    Episode files (the dataset's ``instruction_anno`` folder), one JSON object per file. Fields read:
-    ``episode_id`` (str, unique), ``instruction`` (str) and ``steps`` (non-empty list). Per step:
-    ``step_id`` (int, unique within the episode), ``image_path`` (str, the screenshot's file name),
-    ``action`` (non-empty str; the dataset uses ``TAP``, ``SWIPE``, ``TYPE``, ``PRESS_BACK``, ``PRESS_HOME``,
-    ``PRESS_ENTER``, ``TASK_COMPLETE``, ``TASK_IMPOSSIBLE``; any name is accepted), ``touch_coord`` ([x, y]
-    in screen pixels; required when ``action`` is ``TAP``), ``lift_coord`` ([x, y], optional, shown for
-    swipes), ``type_text`` (str or null, optional), ``device_dim`` ([width, height] in pixels; required
-    when the predictions are not in pixels) and ``package_name`` (str, optional; the first step's becomes
-    ``env``). A directory argument means every ``*.json`` file under it, at any depth (archives unpack
-    into nested folders), in a fixed order: :func:`~ceb.data.sources.json_files_under`.
+    Episode files (``instruction_anno``), one JSON object each: ``episode_id`` (unique), ``instruction``,
+    ``steps`` (non-empty). Per step: ``step_id`` (int, unique in the episode), ``image_path``, ``action``
+    (non-empty; the dataset's ``TAP``, ``SWIPE``, ``TYPE``, ``PRESS_BACK``, ``PRESS_HOME``, ``PRESS_ENTER``,
+    ``TASK_COMPLETE``, ``TASK_IMPOSSIBLE``; any name accepted), ``touch_coord`` ([x, y] pixels, required for
+    ``TAP``), optional ``lift_coord`` and ``type_text``, ``device_dim`` ([width, height], required unless
+    predictions are in pixels), optional ``package_name`` (the first step's is ``env``). A directory means
+    every ``*.json`` under it (:func:`~ceb.data.sources.json_files_under`).
 
-    Element files (the dataset's ``element_anno`` folder, searched at any depth): one JSON object per
-    screenshot, named after the screenshot's stem (``<image_path stem>.json``; a stem found twice is an
-    error). Fields read: ``clickable_elements`` (list), each with ``bbox`` ([x1, y1, x2, y2] in the pixels
-    of ``touch_coord``; corners in either order), ``xml_desc`` (list of str, optional) and ``functionality``
-    (str, optional). Assumed, not verified here: the screenshot, the boxes and ``touch_coord`` share one
-    pixel frame of size ``device_dim``.
+    Element files (``element_anno``, any depth), one per screenshot named ``<image_path stem>.json`` (a stem
+    found twice is an error): ``clickable_elements``, each with ``bbox`` ([x1, y1, x2, y2] in
+    ``touch_coord``'s pixels, corners in either order), optional ``xml_desc`` (list of str) and
+    ``functionality``. Assumed, not checked: screenshot, boxes and points share the ``device_dim`` frame.
 
-    Predictions (a format defined here): a JSONL file with one object per predicted step, or a ``.json``
-    file holding a list of such objects. Keys, named after the episode fields they predict:
+    Predictions (ceb's format): JSONL, or a ``.json`` list, of objects with ``episode_id`` and ``step_id``;
+    ``action`` (non-empty, the dataset's names); ``touch_coord`` (required for ``TAP``) and optional
+    ``lift_coord`` in the ``coords=`` frame (``"pixel"``, ``"unit"``: fractions of ``device_dim``, or
+    ``"permille"``: 0 to 1000); optional ``type_text``, ``reasoning``, ``actor`` (required unless ``actor=``)
+    and ``actor_logprobs`` (numbers <= 0). Other keys are refused. A predicted episode needs a prediction for
+    every step.
 
-    - ``episode_id`` (str) and ``step_id`` (int): the step predicted.
-    - ``action`` (non-empty str): the predicted action type, in the dataset's names (``TAP``, ...).
-    - ``touch_coord`` ([x, y], required for ``TAP``) and ``lift_coord`` ([x, y], optional): in the frame
-      chosen by ``convert_amex(coords=...)``: ``"pixel"`` (default), ``"unit"`` (fractions of
-      ``device_dim`` in [0, 1]) or ``"permille"`` (0 to 1000, as many vision-language models answer).
-    - ``type_text`` (str or null, optional), ``reasoning`` (str or null, optional).
-    - ``actor`` (non-empty str, optional when ``convert_amex(actor=...)`` is given).
-    - ``actor_logprobs`` (list of numbers <= 0, optional).
-
-    Any other key is rejected. An episode enters an actor's stream when that actor predicted at least one of
-    its steps; it must then have a prediction for every step.
-
-Output, per step (the stream format): ``state`` is :func:`render_elements` of the screen's clickable elements (the
-paper's "visible clickable element list", section 3.2); ``action`` is the prediction rendered as
-``[TAP] (x, y) on [i] <element>``, ``[TYPE] "text"``, ``[SWIPE] (x, y) -> (x, y)`` or ``[PRESS_BACK]``, with
-coordinates in pixels and ``[i]`` the clickable element of the state that holds the point; ``op`` is the
-action type, ``element`` that ``[i] <element>``, ``value`` the typed text; ``label`` is
-:func:`amex_step_label` (the rule lives in :mod:`ceb.data.references`, which ``ceb regenerate`` judges
-regenerated actions with).
-
-Labels. The paper scores TAP steps only (appendix "Experimental Details"): a step whose reference action is
-``TAP`` is positive when the predicted action is ``TAP`` and its touch point lies inside the box of the element
-the human touched (edges included); any other prediction is negative. The human's element is the smallest
-clickable element whose box holds the reference ``touch_coord`` (:func:`touched_box`). Steps whose reference
-action is not ``TAP`` get a null label (the paper gives no rule for them), and so do ``TAP`` steps whose
-reference point lies in no clickable box (no box to compare against). ``ConvertedStream.positive_rate`` is
-taken over the labelled steps (NaN when there are none); the null counts by reason are logged
-(``amex.stream_written``).
-
-Observation. Nothing after an action is recorded but the next screenshot, the screen the human's action ``t``
-led to. With ``observation="next-state"`` (the default) ``o_t`` is step ``t + 1``'s ``state`` (its clickable
-elements, within ``state_chars``), and empty after the last step: the page after the human's action, not after
-the agent's. ``observation="reference"`` writes ``"reference action executed: "`` and the human's action ``t``
-rendered like an action instead: the label is computed from that action, so it shows the reference answer to the
-critic's history and the labeller (issue 32); it is kept only to compare with streams converted before.
-``observation="empty"`` writes empty observations.
-
-Reference actions. Each trajectory's ``meta["reference_actions"]`` (:data:`~ceb.data.converters.REFERENCE_ACTIONS`)
-lists the human's actions, one per step, rendered like an action: ``meta`` reaches no stage, and the LLM judge
-of ``ceb relabel`` compares each step with it.
+Output per step: ``state`` is :func:`render_elements` of the clickable elements (paper section 3.2);
+``action`` is ``[TAP] (x, y) on [i] <element>``, ``[TYPE] "text"``, ``[SWIPE] (x, y) -> (x, y)`` or
+``[PRESS_BACK]`` (pixels; ``[i]`` the element holding the point), with ``op``, ``element`` and ``value`` to
+match. ``label`` is :func:`amex_step_label`: only ``TAP`` reference steps are scored (paper appendix
+"Experimental Details"), against the smallest clickable box holding the human's point (:func:`touched_box`);
+other steps, and ``TAP`` steps whose point is in no box, get a null label (counted by reason in
+``amex.stream_written``). ``observation="next-state"`` (default) gives step ``t + 1``'s state (empty after the
+last): the screen after the human's action, not the agent's; ``"reference"`` writes ``"reference action
+executed: "`` and the human's action, which leaks the label (issue 32; kept to compare with old streams);
+``"empty"`` writes none. ``meta["reference_actions"]`` lists the human's actions for the ``ceb relabel`` judge.
 """
 
 from __future__ import annotations
@@ -79,6 +46,7 @@ from pathlib import Path
 from ceb.data.amex_episodes import Episode, GoldStep, element_files, episode_files, read_elements, read_episode
 from ceb.data.amex_predictions import Prediction, load_predictions
 from ceb.data.amex_screen import (
+    COORDS,
     DEFAULT_STATE_CHARS,
     MIN_STATE_CHARS,
     TAP,
@@ -136,41 +104,30 @@ def convert_amex(
     state_chars: int = DEFAULT_STATE_CHARS,
     observation: Observation = "next-state",
 ) -> list[ConvertedStream]:
-    """Convert AMEX episodes and an agent's predictions into one trajectory stream per actor.
+    """One stream per actor from AMEX episodes and predictions (module docstring), actors sorted by name.
 
-    Trajectory ids are ``amex/<actor>/<episode_id>``; domain ``mobile``; ``task`` is the ``instruction``;
-    ``env`` the first step's ``package_name``; ``meta`` holds ``episode_id`` and ``file``. Streams follow the
-    episode files' order; only episodes the actor predicted are written. The module docstring gives the input
-    layout, the per-step fields and the label rule.
+    Ids are ``amex/<actor>/<episode_id>``; ``task`` is the ``instruction``; ``meta`` holds ``episode_id`` and
+    ``file``; ``positive_rate`` is over labelled steps (NaN when none). ``out_dir`` is created if missing.
 
     Args:
-        episodes: One episode file, a directory of them at any depth (``instruction_anno``), or a sequence
-            of files, in stream order.
-        predictions: The predictions file (``.jsonl``, or ``.json`` holding a list).
-        out_dir: Directory for the ``.jsonl`` streams; created if missing, existing streams replaced.
-        elements: The ``element_anno`` directory. Default: ``element_anno`` beside the episode directory
-            (for a directory argument) or beside the first episode file's directory.
-        actor: Actor name for prediction records without an ``actor`` key.
+        episodes: An episode file, a directory (any depth) or several files, in stream order.
+        predictions: ``.jsonl``, or ``.json`` holding a list.
+        out_dir: Where the streams go; existing ones are replaced.
+        elements: The ``element_anno`` directory; default: beside the episode directory (or first file's).
+        actor: Name for predictions without ``actor``.
         coords: Frame of predicted points: ``"pixel"``, ``"unit"`` or ``"permille"`` (of ``device_dim``).
-        state_chars: Budget of each state in characters (:func:`render_elements`).
-        observation: ``"next-state"``, ``"reference"`` (shows the reference answer to the models) or
-            ``"empty"``; see the module docstring and :data:`~ceb.data.converters.Observation`.
-
-    Returns:
-        One summary per stream written, actors sorted by name. ``dataset`` is ``"amex"``, ``blocked_turns``
-        0, ``skipped`` empty, ``positive_rate`` over labelled steps only (NaN when none), ``sources`` the
-        episode files then the predictions file.
+        state_chars: Character budget of each state (:func:`render_elements`), at least 200.
+        observation: :data:`~ceb.data.converters.Observation`.
 
     Raises:
-        ConfigError: ``state_chars`` is below 200, or ``coords`` / ``observation`` is not a known mode.
-        DataError: A file is missing, not valid JSON, or breaks the layout (the problem names the file, the
-            ``episode_id`` as ``trajectory_id`` and the step, or the predictions line, and the field); a
-            prediction names an unknown episode or ``step_id``, repeats a step, lacks a field its action
-            needs, or has no actor; a predicted episode lacks a prediction for one of its steps.
+        ConfigError: ``state_chars`` below 200, or an unknown ``coords`` or ``observation``.
+        DataError: A file missing, bad JSON or off-layout (names file, ``episode_id``, step or line, field); an
+            unknown episode or ``step_id``, a repeated step, a missing field, no actor, or a predicted episode
+            missing a step.
     """
     if state_chars < MIN_STATE_CHARS:
         raise ConfigError(f"state_chars must be at least {MIN_STATE_CHARS}, got {state_chars}")
-    if coords not in ("pixel", "unit", "permille"):
+    if coords not in COORDS:
         raise ConfigError(f"unknown coords {coords!r}; choose 'pixel', 'unit' or 'permille'")
     if observation not in OBSERVATIONS:
         raise ConfigError(f"unknown observation mode {observation!r}; choose one of {', '.join(OBSERVATIONS)}")
@@ -260,18 +217,12 @@ gold element's bounding box (the paper's rule); other steps carry no label.""",
             str,
             "Predicted points in pixel, unit (0-1) or permille.",
             default="pixel",
-            choices=("pixel", "unit", "permille"),
+            choices=COORDS,
         ),
         OBSERVATION,
     ),
 )
-"""``ceb convert amex`` (:data:`ceb.data.converters.CONVERTERS`)."""
-
-
-# --- episodes and element annotations -----------------------------------------------------------------
-
-
-# --- building a trajectory ----------------------------------------------------------------------------
+"""``ceb convert amex``."""
 
 
 def _trajectory(
@@ -381,9 +332,6 @@ def _step(
         label=amex_step_label(gold.action, gold_box, pred.action, touch),
     )
     return step, reason
-
-
-# --- small helpers ------------------------------------------------------------------------------------
 
 
 def _write(

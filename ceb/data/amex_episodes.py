@@ -1,7 +1,4 @@
-"""Reading AMEX episode files and their screens' element annotations, every field checked.
-
-The layout read is given in :mod:`ceb.data.amex`'s docstring ("Episode files", "Element files").
-"""
+"""AMEX episode files and element annotations, every field checked (layout: :mod:`ceb.data.amex`)."""
 
 from __future__ import annotations
 
@@ -21,18 +18,7 @@ __all__ = ["Episode", "GoldStep", "element_files", "episode_files", "read_elemen
 
 @dataclass(frozen=True, slots=True)
 class GoldStep:
-    """One recorded human step, checked; points in screen pixels.
-
-    Attributes:
-        step_id: ``step_id``, unique within the episode.
-        image_path: The screenshot's file name; its stem names the element file.
-        action: ``action``, upper case.
-        touch: ``touch_coord``; never ``None`` for a ``TAP``.
-        lift: ``lift_coord``.
-        type_text: ``type_text``.
-        device_dim: ``device_dim``, ``(width, height)``, both positive.
-        package_name: ``package_name``, when a non-empty string.
-    """
+    """One recorded human step, checked; points in pixels, ``action`` upper case, ``touch`` set for ``TAP``."""
 
     step_id: int
     image_path: str
@@ -46,14 +32,7 @@ class GoldStep:
 
 @dataclass(frozen=True, slots=True)
 class Episode:
-    """One AMEX episode, checked.
-
-    Attributes:
-        episode_id: The episode's id, unique over all episode files.
-        instruction: The task given to the human.
-        steps: Its steps, in order.
-        file: The episode file it came from.
-    """
+    """One AMEX episode, checked; ``episode_id`` is unique over all episode files."""
 
     episode_id: str
     instruction: str
@@ -64,15 +43,12 @@ class Episode:
 def episode_files(episodes: str | Path | Sequence[str | Path]) -> tuple[list[Path], Path]:
     """The episode files in stream order, and the default ``element_anno`` directory.
 
-    A directory stands for every ``*.json`` file under it at any depth (archives unpack into nested folders),
-    ordered by their path relative to the directory, each part compared in natural name order (``ep_2``
-    before ``ep_10``, and a folder's files together), so the order does not depend on the file system. The
-    default element directory is ``element_anno`` beside the first argument when it is a directory, else
-    beside the first file's directory.
+    A directory means every ``*.json`` under it, in natural order of the relative path; ``element_anno`` is
+    looked for beside the first argument (a directory) or beside the first file's directory.
 
     Raises:
         ConfigError: No file is given.
-        DataError: A directory holds no ``*.json`` file at any depth.
+        DataError: A directory holds no ``*.json`` file.
     """
     given = [Path(episodes)] if isinstance(episodes, str | Path) else [Path(e) for e in episodes]
     if not given:
@@ -113,8 +89,7 @@ def read_episode(path: Path) -> Episode:
     """Read and check one episode file.
 
     Raises:
-        DataError: The file cannot be read, is not a JSON object, or breaks the layout (names the file, the
-            ``episode_id``, the step and the field).
+        DataError: Unreadable, not an object, or off-layout (names file, ``episode_id``, step, field).
     """
     record = _load_object(path, "episode file")
     eid: str | None = None
@@ -168,11 +143,10 @@ def read_episode(path: Path) -> Episode:
 
 
 def element_files(element_dir: Path) -> dict[str, Path]:
-    """``<file stem> -> file`` of every ``*.json`` element file under ``element_dir``, at any depth.
+    """``<stem> -> file`` of every ``*.json`` under ``element_dir``, at any depth.
 
     Raises:
-        DataError: Two files under ``element_dir`` share a stem (which screenshot each annotates would be
-            ambiguous); names both.
+        DataError: Two files share a stem (names both).
     """
     files: dict[str, Path] = {}
     for path in json_files_under(element_dir):
@@ -190,13 +164,7 @@ def element_files(element_dir: Path) -> dict[str, Path]:
 
 
 def read_elements(element_dir: Path, files: Mapping[str, Path], episode: Episode, t: int) -> list[Element]:
-    """The clickable elements of step ``t``'s screen, from its ``<image stem>.json`` file, in file order.
-
-    Args:
-        element_dir: The ``element_anno`` directory (named in the error when the file is missing).
-        files: :func:`element_files` of ``element_dir``.
-        episode: The episode.
-        t: The 0-based step.
+    """The clickable elements of step ``t``'s screen (``<image stem>.json``), in file order.
 
     Raises:
         DataError: The file is missing or unreadable, or an element has no valid ``bbox``.

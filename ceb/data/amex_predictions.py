@@ -1,8 +1,4 @@
-"""Reading an agent's AMEX predictions: the keys of :mod:`ceb.data.amex`'s predictions format, checked per step.
-
-The container rules shared with Mind2Web (JSONL or ``.json`` list, strict keys, actor, log-probs) are
-:func:`~ceb.data.predictions.read_predictions`'s.
-"""
+"""An agent's AMEX predictions (format: :mod:`ceb.data.amex`); container rules are :mod:`ceb.data.predictions`'."""
 
 from __future__ import annotations
 
@@ -26,15 +22,11 @@ PREDICTION_KEYS = (
     "actor",
     "actor_logprobs",
 )
-"""Every key a prediction record may hold."""
 
 
 @dataclass(frozen=True, slots=True)
 class Prediction:
-    """One predicted step, checked; points still in the frame of ``coords``.
-
-    ``line``, ``prefix`` and ``where`` place it in its file (:class:`~ceb.data.predictions.PredictionRecord`).
-    """
+    """One predicted step, checked; points still in the ``coords`` frame; ``line``, ``prefix``, ``where`` place it."""
 
     line: int
     prefix: str
@@ -50,13 +42,9 @@ class Prediction:
 def load_predictions(path: Path, default_actor: str | None) -> dict[str, dict[str, dict[int, Prediction]]]:
     """``actor -> episode_id -> step_id -> prediction``, in file order.
 
-    Args:
-        path: The predictions file.
-        default_actor: The actor of records without an ``actor`` key.
-
     Raises:
-        DataError: The file breaks the predictions format, a ``TAP`` has no touch point, or a step is predicted
-            twice by one actor (names the file, the line or item, and the field).
+        DataError: The file breaks the format, a ``TAP`` has no touch point, or one actor predicts a step twice
+            (names file, line or item, field).
     """
     out: dict[str, dict[str, dict[int, Prediction]]] = {}
     for p in read_predictions(path, PREDICTION_KEYS, default_actor):

@@ -1,8 +1,7 @@
-"""One AMEX screen: its clickable elements, their boxes, points on it, and how the state and actions read.
+"""One AMEX screen: clickable elements, boxes and points (all in screen pixels, ``touch_coord``'s frame).
 
-Every box and point here is in screen pixels, the frame of the dataset's ``touch_coord`` (an agent's points in
-another frame go through :func:`to_pixels` first). :func:`render_elements` is the state ``s_t`` the critic
-sees (paper section 3.2); :func:`touched_box` finds the element a point touches.
+:func:`render_elements` is the critic's state ``s_t`` (paper section 3.2); :func:`touched_box` finds the element
+a point touches; agent points in another frame go through :func:`to_pixels` first.
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import orjson
 
@@ -21,6 +20,7 @@ __all__ = [
     "DEFAULT_STATE_CHARS",
     "MIN_STATE_CHARS",
     "TAP",
+    "COORDS",
     "Box",
     "Coords",
     "Element",
@@ -36,19 +36,20 @@ __all__ = [
 ]
 
 DEFAULT_STATE_CHARS = 2000
-"""Default budget of a step's element list, in characters: the critic prompt's default ``state_chars``."""
+"""Default element-list budget in characters (the critic prompt's ``state_chars``)."""
 
 Box = tuple[float, float, float, float]
-"""An element's bounding box ``(x1, y1, x2, y2)`` in screen pixels, ``x1 <= x2`` and ``y1 <= y2``."""
+"""``(x1, y1, x2, y2)`` in pixels, ``x1 <= x2``, ``y1 <= y2``."""
 
 Coords = Literal["pixel", "unit", "permille"]
-"""The frame of predicted points: pixels, fractions of ``device_dim``, or thousandths of ``device_dim``."""
+"""Frame of predicted points: pixels, fractions or thousandths of ``device_dim``."""
+COORDS: tuple[Coords, ...] = get_args(Coords)
 
 TAP = "TAP"
-"""The action the paper scores (a touch on the screen)."""
+"""The action the paper scores."""
 
 MIN_STATE_CHARS = 200
-"""Smallest element-list budget accepted, in characters."""
+"""Smallest element-list budget, in characters."""
 
 _LABEL_CHARS = 80
 _MORE_RESERVE = 40
@@ -57,13 +58,7 @@ _SCALE: dict[str, float] = {"unit": 1.0, "permille": 1000.0}
 
 @dataclass(frozen=True, slots=True)
 class Element:
-    """One clickable element of a screen.
-
-    Attributes:
-        box: Its bounding box, in pixels.
-        text: Its distinct ``xml_desc`` strings joined with ``" | "`` (at most 80 characters), or ``""``.
-        functionality: Its ``functionality`` (at most 80 characters), or ``""``.
-    """
+    """A clickable element: box (pixels), distinct ``xml_desc`` joined by ``" | "``, ``functionality`` (<= 80 chars)."""
 
     box: Box
     text: str
@@ -71,16 +66,9 @@ class Element:
 
 
 def touched_box(point: tuple[float, float], boxes: Iterable[Box]) -> int | None:
-    """Index of the smallest box that holds ``point``, edges included; the first such box on a tie.
+    """Index of the smallest box (``(N, 4)``, pixels) holding ``point`` (edges in, first on a tie), or ``None``.
 
-    Nested boxes are common (a row holds a button); the smallest one is the element actually touched.
-
-    Args:
-        point: ``(x, y)`` in screen pixels.
-        boxes: ``(x1, y1, x2, y2)`` boxes in screen pixels, shape ``(N, 4)``.
-
-    Returns:
-        The index into ``boxes``, or ``None`` when no box holds the point.
+    Nested boxes are common (a row holds a button): the smallest is the element touched.
     """
     best: int | None = None
     best_area = math.inf
@@ -97,21 +85,11 @@ def render_elements(
     device_dim: tuple[float, float] | None = None,
     max_chars: int = DEFAULT_STATE_CHARS,
 ) -> str:
-    """The visible clickable element list of one screen, as the state ``s_t`` (paper section 3.2).
+    """The visible clickable element list of one screen, the state ``s_t`` (paper section 3.2).
 
-    A header line (``screen 1080x2400 px; clickable elements`` when ``device_dim`` is known), then one line
-    per element in file order: ``[i] text="..." function="..." bbox=[x1,y1,x2,y2]``, where ``text`` joins the
-    element's distinct non-empty ``xml_desc`` strings with ``" | "``, ``function`` is its ``functionality``
-    (each left out when empty, each cut to 80 characters) and the box is in pixels. Lines are added while
-    the list stays within ``max_chars``; if elements are left out a last line says how many.
-
-    Args:
-        elements: The screen's ``clickable_elements`` objects (``bbox`` required).
-        device_dim: ``(width, height)`` in pixels, for the header.
-        max_chars: Budget of the whole list in characters.
-
-    Returns:
-        The list, at most ``max_chars`` characters long.
+    A header (``screen 1080x2400 px; clickable elements`` with ``device_dim``), then per element in file order
+    ``[i] text="..." function="..." bbox=[x1,y1,x2,y2]`` (empty parts left out), while within ``max_chars``; a last
+    line counts the elements left out.
 
     Raises:
         ConfigError: ``max_chars`` is below 200.
@@ -135,7 +113,7 @@ def describe_action(
     type_text: str | None,
     screen: list[Element],
 ) -> tuple[str, str | None]:
-    """``(action string, element)`` for an action in pixels; ``element`` is ``[i] text`` of the touched box."""
+    """``(action string, element)`` of an action in pixels; ``element`` is ``[i] text`` of the touched box."""
     element: str | None = None
     text = f"[{action}]"
     if action == "SWIPE" and touch is not None and lift is not None:
@@ -153,7 +131,7 @@ def describe_action(
 
 
 def render(screen: list[Element], device_dim: tuple[float, float] | None, max_chars: int) -> str:
-    """:func:`render_elements` of elements already read; ``max_chars`` is not checked here."""
+    """:func:`render_elements` of parsed elements (``max_chars`` unchecked)."""
     head = "clickable elements"
     if device_dim is not None:
         head = f"screen {_num(device_dim[0])}x{_num(device_dim[1])} px; clickable elements"
@@ -178,16 +156,16 @@ def render(screen: list[Element], device_dim: tuple[float, float] | None, max_ch
 
 
 def inside(point: tuple[float, float], box: Box) -> bool:
-    """Whether ``point`` lies in ``box``, edges included (both in pixels)."""
+    """Whether ``point`` lies in ``box``, edges included."""
     x, y = point
     return box[0] <= x <= box[2] and box[1] <= y <= box[3]
 
 
 def read_point(value: Any, field: str, fail: Fail) -> tuple[float, float] | None:
-    """A decoded ``[x, y]`` field as a point; ``None`` stays ``None``.
+    """A decoded ``[x, y]`` as a point (``None`` stays ``None``).
 
     Raises:
-        DataError: From ``fail``, naming ``field``, when it is not a list of 2 finite numbers.
+        DataError: From ``fail``, naming ``field``, when not 2 finite numbers.
     """
     if value is None:
         return None
@@ -201,7 +179,7 @@ def read_point(value: Any, field: str, fail: Fail) -> tuple[float, float] | None
 
 
 def parse_box(value: Any) -> Box | None:
-    """A decoded ``[x1, y1, x2, y2]`` as a :data:`Box` with its corners ordered, or ``None`` if it is not one."""
+    """A decoded ``[x1, y1, x2, y2]`` as a :data:`Box`, corners ordered; ``None`` if it is not one."""
     if not isinstance(value, list) or len(value) != 4:
         return None
     if not all(type(v) in (int, float) and math.isfinite(v) for v in value):
@@ -211,11 +189,7 @@ def parse_box(value: Any) -> Box | None:
 
 
 def to_element(element: Mapping[str, Any], box: Box) -> Element:
-    """The :class:`Element` of one ``clickable_elements`` object whose ``bbox`` has been read as ``box``.
-
-    ``text`` joins its distinct non-empty ``xml_desc`` strings with ``" | "``; text and functionality have
-    their white space collapsed and are cut to 80 characters.
-    """
+    """The :class:`Element` of a ``clickable_elements`` object (white space collapsed, cut to 80 characters)."""
     descs = element.get("xml_desc")
     texts: list[str] = []
     for desc in descs if isinstance(descs, list) else []:
@@ -230,10 +204,7 @@ def to_element(element: Mapping[str, Any], box: Box) -> Element:
 def to_pixels(
     point: tuple[float, float] | None, coords: Coords, device_dim: tuple[float, float] | None
 ) -> tuple[float, float] | None:
-    """``point`` from the frame ``coords`` into pixels of a ``device_dim`` screen; ``None`` stays ``None``.
-
-    ``device_dim`` may be ``None`` only when ``coords`` is ``"pixel"``; the caller checks that.
-    """
+    """``point`` from frame ``coords`` into pixels; ``device_dim`` may be ``None`` only for ``"pixel"``."""
     if point is None or coords == "pixel":
         return point
     assert device_dim is not None  # checked by the caller

@@ -1,24 +1,13 @@
-"""OpenAI chat messages as trajectory steps: the one mapping behind ``ceb serve``'s ``messages`` and ``ceb convert``.
+"""OpenAI Chat Completions ``messages`` read as trajectory steps: the one mapping of ``ceb serve`` and ``ceb convert``.
 
-A chat transcript in the shape of OpenAI's Chat Completions API (``messages``: ``system`` / ``developer``,
-``user``, ``assistant`` with ``tool_calls``, ``tool`` with ``tool_call_id``; the API reference's "Create chat
-completion" request body, https://platform.openai.com/docs/api-reference/chat/create) reads as steps so:
-
-- each **tool call** of an assistant message is one step: its action is the call as :func:`tool_action` renders
-  it, ``name {arguments as canonical JSON}``; the message's text is the step's ``reasoning``;
-- an assistant message with text and **no tool call** (the agent's answer) is one step whose action is the text;
-  an assistant message with neither is not a step;
-- a **tool** message is the observation of the call it answers (``tool_call_id``, a string; without one, of the
-  latest step); two answers to one call are joined in order. Two calls with one id, and an id that is not a
-  string, are refused: the answer's call would be a guess;
-- a step's **state** is the observation of the last step of the previous assistant message (empty for the
-  first): what the agent had just seen when it chose the action. Parallel calls of one message share it;
-- the **first user message** is the task; later user messages are turns of the conversation, not steps;
-  system and developer messages are the actor's prompt, never a step.
-
-Message content may be a string, null, or a list of content parts, whose ``text`` parts are joined by newlines
-(images and audio are left out). Fields a message carries beyond these (``name``, ``refusal``, ``annotations``)
-are ignored: they change no step.
+Rules (table in ``docs/data.md``; API: https://platform.openai.com/docs/api-reference/chat/create): each
+assistant tool call is a step (action :func:`tool_action`, reasoning the message text); an assistant text
+without calls is a step whose action is the text; a ``tool`` message is the observation of the call its
+``tool_call_id`` names (else the latest step), answers joined in order; a step's state is the observation of
+the previous assistant message's last step (parallel calls share it); the first user message is the task;
+system/developer messages are the actor's prompt. Repeated call ids and non-string ids are refused (the
+answered call would be a guess). Content parts: ``text`` parts joined by newlines, others dropped; extra
+message fields (``name``, ``refusal``) are ignored.
 """
 
 from __future__ import annotations
@@ -35,19 +24,11 @@ from ceb.errors import DataError, Problem
 __all__ = ["ROLES", "Chat", "chat_steps", "outcome_label", "tool_action"]
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
-"""The message roles a transcript may hold."""
 
 
 @dataclass(frozen=True, slots=True)
 class Chat:
-    """A transcript read as steps.
-
-    Attributes:
-        task: The text of the first user message; ``None`` when there is none.
-        system: The system and developer messages' text joined by newlines (the actor's prompt); ``None`` when
-            there is none.
-        steps: The steps in the order the assistant took them.
-    """
+    """A transcript read as steps; ``task`` and ``system`` (system/developer text joined) may be ``None``."""
 
     task: str | None
     system: str | None
@@ -59,22 +40,14 @@ def _fail(path: str, line: int, field: str, message: str) -> DataError:
 
 
 def tool_action(call: Any, field: str, path: str = "<request>", line: int = 0) -> str:
-    """The action string of a tool call: ``name {arguments as canonical JSON}``.
+    """A tool call as ``name {arguments as canonical JSON}`` (keys sorted, no spaces), the form the bank keys.
 
-    The form the bank keys and the critic reads: identical for identical calls however the client spelled the
-    JSON (keys sorted, no spaces). Arguments that are not valid JSON text are kept as the agent wrote them.
-
-    Args:
-        call: ``{"name": ..., "arguments": {...} or "<JSON>"}``, or OpenAI's ``{"id": ..., "type": "function",
-            "function": {"name": ..., "arguments": "<JSON>"}}``.
-        field: Where the call is (``messages[2].tool_calls[0]``), the prefix of a problem's field.
-        path: The file (or ``<request>``) for the problem.
-        line: The line for the problem (0 for a request).
+    ``call`` is ``{"name", "arguments"}`` (object or JSON string; invalid JSON kept verbatim) or OpenAI's
+    ``{"id", "type": "function", "function": {...}}``; ``field`` prefixes problem fields.
 
     Raises:
-        DataError: The call is not an object, has a field a call does not have, its ``name`` is missing or
-            blank, or its ``arguments`` are neither an object nor a string or cannot be encoded (names
-            ``field.name`` / ``field.arguments``).
+        DataError: Not an object, an unknown field, a blank ``name``, or ``arguments`` neither object nor string
+            or not encodable (names ``field.name`` / ``field.arguments``).
     """
     if not isinstance(call, dict):
         raise _fail(path, line, field, f"must be a string or a tool call object {{name, arguments}}, got {kind(call)}")
@@ -101,24 +74,12 @@ def tool_action(call: Any, field: str, path: str = "<request>", line: int = 0) -
 
 
 def chat_steps(messages: Any, *, path: str = "<request>", line: int = 0, field: str = "messages") -> Chat:
-    """Read a list of chat messages as steps, by the rules of the module docstring.
-
-    Args:
-        messages: The decoded ``messages`` list.
-        path: The file (or ``<request>``) named by a problem.
-        line: The line named by a problem (0 for a request).
-        field: The list's place in its document (``messages``, ``samples[3].messages``), the prefix of every
-            problem's field.
-
-    Returns:
-        The task, the actor's prompt and the steps.
+    """Read a ``messages`` list as steps by the module docstring's rules; ``field`` prefixes problem fields.
 
     Raises:
-        DataError: ``messages`` is not a list, a message is not an object or has an unknown role, content
-            that is neither a string, null nor a list of parts, ``tool_calls`` that is not a list, a bad tool
-            call (:func:`tool_action`), a call id that is not a string or is an earlier call's, or a tool message
-            whose ``tool_call_id`` is not a string or answers no earlier call. The problem names the field:
-            ``messages[4].tool_call_id``.
+        DataError: Not a list; a non-object message or unknown role; bad content or ``tool_calls``; a bad tool
+            call (:func:`tool_action`); a non-string or repeated call id; a ``tool_call_id`` that is not a string
+            or answers no earlier call. Names the field (``messages[4].tool_call_id``).
     """
     if not isinstance(messages, list):
         raise _fail(path, line, field, f"must be a list of chat messages, got {kind(messages)}")
@@ -177,11 +138,9 @@ def chat_steps(messages: Any, *, path: str = "<request>", line: int = 0, field: 
 
 
 def outcome_label(value: Any) -> int | None:
-    """A trajectory's outcome as a label: 1 (succeeded), 0 (failed) or ``None`` (not a pass/fail value).
+    """An outcome as a label: ``True``/1/``"C"`` -> 1, ``False``/0/``"I"`` -> 0, else ``None``.
 
-    ``True``, the number 1 and inspect_ai's ``"C"`` (``CORRECT``) are 1; ``False``, the number 0 and ``"I"``
-    (``INCORRECT``) are 0. Anything else (a partial score such as 0.5 or inspect's ``"P"``, ``"N"`` for no
-    answer, text, a list) is no label: a threshold would be a guess about the scorer.
+    A partial score (0.5, inspect's ``"P"``), ``"N"`` or text gets no label: a threshold would guess the scorer.
     """
     if isinstance(value, bool):
         return int(value)
@@ -193,7 +152,7 @@ def outcome_label(value: Any) -> int | None:
 
 
 def _with_states(steps: list[Step], turns: list[int]) -> tuple[Step, ...]:
-    """Each step's state: the observation of the last step of the previous assistant message."""
+    """Set each step's state to the previous assistant message's last observation."""
     out: list[Step] = []
     state = ""
     for t, step in enumerate(steps):
@@ -204,7 +163,7 @@ def _with_states(steps: list[Step], turns: list[int]) -> tuple[Step, ...]:
 
 
 def _text_parts(content: Any, field: str, path: str, line: int) -> str:
-    """The text of a content-parts list (``[{"type": "text", "text": ...}]``); other parts are left out."""
+    """The joined ``text`` parts of a content-parts list."""
     if not isinstance(content, list):
         raise _fail(path, line, field, f"must be a string or a list of content parts, got {kind(content)}")
     texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]

@@ -1,33 +1,24 @@
-"""Convert OpenAI chat transcripts (agents built on the OpenAI SDK) into a trajectory stream: ``ceb convert chat``.
+"""Convert OpenAI chat transcripts (agents on the OpenAI SDK) into one stream: ``ceb convert chat``.
 
-Input: a ``.jsonl`` file of transcripts, one per line; a ``.json`` file holding one transcript (an object, or a
-bare ``messages`` array); or a folder of such files (``*.jsonl`` and ``*.json`` at any depth, in natural order).
-A transcript is an object::
+Input: a ``.jsonl`` file (a transcript a line), a ``.json`` file (one transcript, or a bare ``messages``
+array), or a folder of both (any depth, natural order). A transcript::
 
-    {"messages": [...],                 required: OpenAI Chat Completions messages (ceb.data.chat)
-     "id": "run-7",                     optional: the trajectory id (default: <file>:<line>)
-     "task": "...",                     optional: the task (default: the first user message's text)
-     "labels": [1, 0, null],            optional: one step label per step (0, 1 or null), in step order
-     "success": true,                   optional: the trajectory's outcome (true/false or 1/0)
-     "score": 1.0,                      optional: the trajectory's score; 1 or 0 is its outcome unless success says
+    {"messages": [...],                 required: Chat Completions messages (ceb.data.chat)
+     "id": "run-7",                     optional (default: <file>:<line>)
+     "task": "...",                     optional (default: the first user message's text)
+     "labels": [1, 0, null],            optional: one step label per step
+     "success": true,                   optional: the outcome (true/false or 1/0)
+     "score": 1.0,                      optional: 1 or 0 is the outcome unless success says
      "actor": "gpt-5", "model": "...",  optional: the agent (actor, else model, else --actor)
-     "env": "...", "domain": "tool",    optional: the environment; the domain (else --domain)
+     "env": "...", "domain": "tool",    optional (domain else --domain)
      "meta": {...},                     optional: carried through
-     "tools": [...], "parallel_tool_calls": ...}   accepted and ignored (the request's and the fine-tuning
-                                        format's fields: https://platform.openai.com/docs/guides/fine-tuning)
+     "tools": [...], "parallel_tool_calls": ...}   ignored (request / fine-tuning format fields)
 
-Any other top-level field (``usage``, ``created``: what logging wrappers add) is kept in the trajectory's
-``meta`` under its own name, with one warning per file naming the fields; ``strict`` refuses it instead.
-
-Steps are :func:`ceb.data.chat.chat_steps`: one per assistant tool call (action ``name {arguments}``,
-observation the ``tool`` message answering it, state the observation before the assistant message, reasoning
-the message's text) and one per assistant reply without a call. ``labels`` are the held-out step labels. The
-outcome (``success``, else a ``score`` of exactly 1 or 0: :func:`ceb.data.chat.outcome_label`) is a
-trajectory-level label, written as ``meta.label`` with the raw ``meta.score``; ceb's step metrics do not read
-it. ``meta`` also records ``file`` and ``line``. A transcript with no step is skipped and counted.
-
-One stream: ``<out>/chat-<input name>.jsonl``, transcripts in input order. Every problem names the file, the
-line and the field (``messages[3].tool_call_id``), and nothing is written unless every transcript converts.
+Other top-level fields (``usage``, ``created``) go to ``meta`` with one warning per file (``strict`` refuses
+them). Steps are :func:`ceb.data.chat.chat_steps`. The outcome (:func:`ceb.data.chat.outcome_label`) is
+written as ``meta.label`` with the raw ``meta.score``; step metrics do not read it. ``meta`` also records
+``file`` and ``line``; a transcript with no step is skipped and counted. Output: ``<out>/chat-<input
+name>.jsonl``, all or nothing; problems name file, line and field (``messages[3].tool_call_id``).
 """
 
 from __future__ import annotations
@@ -51,7 +42,7 @@ from ceb.logs import get_logger
 __all__ = ["CONVERTER", "DEFAULT_DOMAIN", "convert_chat", "transcript_files"]
 
 DEFAULT_DOMAIN = "tool"
-"""The domain of a transcript that names none: a tool-calling agent (the ``generic`` prompt family)."""
+"""Domain of a transcript that names none (the ``generic`` prompt family)."""
 
 _FIELDS = (
     "messages",
@@ -80,22 +71,14 @@ def convert_chat(
     domain: str = DEFAULT_DOMAIN,
     strict: bool = False,
 ) -> list[ConvertedStream]:
-    """Convert chat transcripts (the module docstring's shape) into one trajectory stream.
+    """One stream ``chat-<name>.jsonl`` in ``out_dir`` from chat transcripts (module docstring).
 
-    Args:
-        transcripts: A ``.jsonl`` / ``.json`` file or a folder of them.
-        out_dir: Directory for ``chat-<name>.jsonl``; created if missing, an existing stream replaced.
-        actor: The agent of a transcript that names none (``actor`` / ``model``).
-        domain: The domain of a transcript that names none.
-        strict: Refuse a transcript with an unknown top-level field rather than keep it in ``meta``.
-
-    Returns:
-        The summary of the stream written.
+    ``actor`` and ``domain`` apply to transcripts naming none; ``strict`` refuses unknown top-level fields
+    instead of keeping them in ``meta``.
 
     Raises:
-        DataError: No such file or no transcript file in the folder; a line that is not JSON or not a
-            transcript (an unknown field under ``strict``, a bad message, ``labels`` not one per step, a
-            repeated id); or no transcript had a step. The problem names the file, the line and the field.
+        DataError: No file; a line not JSON or not a transcript (unknown field under ``strict``, bad message,
+            ``labels`` not one per step, repeated id); or no transcript had a step. Names file, line, field.
     """
     root = Path(transcripts)
     files = transcript_files(root)
@@ -134,10 +117,10 @@ def convert_chat(
 
 
 def transcript_files(root: Path) -> list[Path]:
-    """``root`` itself, or the ``.jsonl`` and ``.json`` files under the folder ``root`` in natural order.
+    """``root`` itself, or the ``.jsonl``/``.json`` files under folder ``root`` in natural order.
 
     Raises:
-        DataError: ``root`` does not exist, or the folder holds no such file.
+        DataError: ``root`` does not exist, or holds no such file.
     """
     if root.is_file():
         return [root]
@@ -150,7 +133,7 @@ def transcript_files(root: Path) -> list[Path]:
 
 
 def _records(path: Path) -> Iterator[tuple[int, Any]]:
-    """:func:`_read_records`, a file that fails mid-read (``/proc/self/mem``) named as one that cannot be opened."""
+    """:func:`_read_records`; a file failing mid-read is reported as unreadable."""
     try:
         yield from _read_records(path)
     except OSError as exc:
@@ -158,11 +141,7 @@ def _records(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 def _read_records(path: Path) -> Iterator[tuple[int, Any]]:
-    """``(line, decoded transcript)``: one per line of JSON Lines, or the whole file when it holds one value.
-
-    A file whose first non-blank line is not a JSON value by itself is read whole: a transcript written as
-    indented JSON (an object, or a bare ``messages`` array), reported at the line it starts on.
-    """
+    """``(line, transcript)`` per JSON line, or the whole file (indented JSON) at its first line."""
     first = 0
     with path.open("rb") as handle:  # its failure to open or read: _records
         for n, raw in enumerate(handle, 1):
@@ -189,7 +168,7 @@ def _read_records(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 def _unknown_fields_in_meta(path: Path, records: Iterator[tuple[int, Any]], strict: bool) -> Iterator[tuple[int, Any]]:
-    """``records`` with unknown top-level fields moved into ``meta`` (one warning for the file), unless ``strict``."""
+    """``records`` with unknown top-level fields moved into ``meta`` (one warning), unless ``strict``."""
     kept: dict[str, int] = {}
     for line, record in records:
         unknown = [] if strict or not isinstance(record, dict) else sorted(set(record) - set(_FIELDS))
@@ -210,7 +189,7 @@ def _unknown_fields_in_meta(path: Path, records: Iterator[tuple[int, Any]], stri
 
 
 def _trajectory(record: Any, path: Path, rel: str, line: int, actor: str | None, domain: str) -> Trajectory:
-    """One transcript as a trajectory (possibly with no step); problems name ``path``, ``line`` and the field."""
+    """One transcript as a trajectory (maybe stepless); problems name ``path``, ``line``, field."""
 
     def fail(field: str, message: str) -> DataError:
         return DataError(Problem(str(path), line, field, message))
@@ -258,7 +237,7 @@ def _string(record: dict[str, Any], key: str, fail: Any) -> str | None:
 
 
 def _labelled(steps: tuple[Step, ...], labels: Any, fail: Any) -> tuple[Step, ...]:
-    """``steps`` with the held-out ``labels`` (one per step, 0, 1 or null), when given."""
+    """``steps`` with the held-out ``labels`` applied, when given."""
     if labels is None:
         return steps
     if not isinstance(labels, list):
@@ -277,7 +256,7 @@ def _labelled(steps: tuple[Step, ...], labels: Any, fail: Any) -> tuple[Step, ..
 
 
 def _meta(record: dict[str, Any], rel: str, line: int, fail: Any) -> dict[str, Any]:
-    """The transcript's own ``meta``, then its source and outcome (``file``, ``line``, ``label``, ``score``)."""
+    """The transcript's ``meta`` plus ``file``, ``line``, ``label``, ``score``."""
     given = record.get("meta")
     if given is not None and not isinstance(given, dict):
         raise fail("meta", f"must be an object or null, got {kind(given)}")
@@ -323,4 +302,4 @@ and success / score (the trajectory's outcome, kept in meta). Fields: ceb/data/c
     ),
     columns=(SummaryColumn("skipped (no action)", lambda c: str(len(c.skipped))),),
 )
-"""``ceb convert chat`` (:data:`ceb.data.converters.CONVERTERS`)."""
+"""``ceb convert chat``."""

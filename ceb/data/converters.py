@@ -1,10 +1,7 @@
-"""The converters behind ``ceb convert``: what each is called, what it takes, and where it lives.
+"""The converters behind ``ceb convert``: a :class:`Converter` per module (``CONVERTER``), named in :data:`CONVERTERS`.
 
-A converter is a module with a :class:`Converter` value (by convention ``CONVERTER``): a help text, the
-function that converts, and the command-line options that function takes. :data:`CONVERTERS` names each one
-by a lazy ``"module:attr"`` entry, so adding a converter is its module plus one ``register`` line here (or a
-``register`` call of its own, as ``tests/data/test_converters.py`` does); ``ceb convert`` builds one command
-per entry when it runs, so nothing else needs editing.
+Entries are lazy ``"module:attr"`` strings; ``ceb convert`` builds one command per entry, so a new converter is
+its module plus one ``register`` line in :mod:`ceb.data`.
 """
 
 from __future__ import annotations
@@ -12,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from ceb.data.trajectory import Step
 from ceb.data.writer import ConvertedStream
@@ -41,21 +38,18 @@ class _Required:
 
 
 REQUIRED: Any = _Required()
-"""The default of an option the user must give."""
+"""Default of an option the user must give."""
 
 
 @dataclass(frozen=True, slots=True)
 class ConverterOption:
-    """One option of a converter's command, passed to :attr:`Converter.convert` as a keyword argument.
+    """One option of a converter's command, passed to :attr:`Converter.convert` by keyword.
 
     Attributes:
-        name: The keyword; the flag is ``--`` and the name with ``_`` read as ``-`` unless ``flag`` is given.
-        type: The value's type as the command line parses it: ``Path``, ``str``, ``int``, or ``X | None`` for
-            an option that may be left out.
-        help: One line for ``--help``.
-        default: The value when the option is not given; :data:`REQUIRED` for an option that must be.
-        flag: The flag, when it is not derived from ``name`` (``"--out"`` for ``out_dir``).
-        choices: The values accepted, checked before the converter runs; ``None`` accepts any value.
+        name: The keyword; the flag is ``--name`` with ``_`` as ``-`` unless ``flag`` is given.
+        type: As the command line parses it: ``Path``, ``str``, ``int``, or ``X | None`` for an optional one.
+        default: :data:`REQUIRED` for an option that must be given.
+        choices: Accepted values, checked before the converter runs; ``None`` accepts any.
     """
 
     name: str
@@ -68,12 +62,7 @@ class ConverterOption:
 
 @dataclass(frozen=True, slots=True)
 class SummaryColumn:
-    """A column of the table ``ceb convert`` prints, one row per written stream.
-
-    Attributes:
-        title: The column header.
-        value: The cell of one stream.
-    """
+    """A column of the table ``ceb convert`` prints: header and the cell of one stream."""
 
     title: str
     value: Callable[[ConvertedStream], str]
@@ -81,14 +70,13 @@ class SummaryColumn:
 
 @dataclass(frozen=True, slots=True)
 class Converter:
-    """A source layout ``ceb convert`` can turn into trajectory streams.
+    """A source layout ``ceb convert`` can turn into streams.
 
     Attributes:
-        help: The command's help: a one-line summary, a blank line, then details.
-        convert: Writes the streams and returns their summaries; called with one keyword argument per option,
-            which must include :data:`OUT_DIR`. Errors are :class:`~ceb.errors.CEBError`.
-        options: The command's options, in ``--help`` order.
-        columns: Columns printed after the standard ones (stream, trajectories, steps, positive rate).
+        help: One-line summary, blank line, details.
+        convert: Called with one keyword per option (:data:`OUT_DIR` included); raises :class:`~ceb.errors.CEBError`.
+        options: In ``--help`` order.
+        columns: Printed after stream, trajectories, steps and positive rate.
     """
 
     help: str
@@ -98,24 +86,20 @@ class Converter:
 
 
 OUT_DIR = ConverterOption("out_dir", Path, "Directory for the stream files.", default=Path("streams"), flag="--out")
-"""The option every converter takes: where its streams go."""
 
 ACTOR = ConverterOption("actor", str | None, "Actor name when the predictions do not carry one.", default=None)
-"""The option of the converters that read a predictions file (:mod:`ceb.data.predictions`)."""
+"""Option of the converters that read a predictions file (:mod:`ceb.data.predictions`)."""
 
 Observation = Literal["next-state", "reference", "empty"]
-"""What the offline-benchmark converters (Mind2Web, AMEX) write as a step's ``observation`` ``o_t``.
+"""What the Mind2Web and AMEX converters write as ``o_t``; those benchmarks record no response.
 
-Such a benchmark records no response to the agent's action: the episode moves on along the human's path
-whatever the agent did. ``"next-state"`` (the default) writes the page or screen that comes next, the next
-step's ``state`` (clipped as every state is; empty after the last step): the page after the human's action, not
-after the agent's. ``"reference"`` writes the human's recorded action (:data:`REFERENCE_OBSERVATION` and the action):
-that is what a step's ground-truth label is computed from, so it shows the reference answer to the critic (its
-history) and to the labeller (issue 32); it is kept for comparison with streams converted before, never the
-default. ``"empty"`` writes nothing."""
+``"next-state"`` (default): the next step's state (empty after the last): the page after the human's action,
+not the agent's.
+``"reference"``: :data:`REFERENCE_OBSERVATION` and the human's action, from which the label is computed, so it
+leaks the answer to critic and labeller (issue 32; only to compare with old streams). ``"empty"``: nothing."""
 
-OBSERVATIONS: tuple[Observation, ...] = ("next-state", "reference", "empty")
-"""Every :data:`Observation` mode, the default first."""
+OBSERVATIONS: tuple[Observation, ...] = get_args(Observation)
+"""Every :data:`Observation`, the default first."""
 
 OBSERVATION = ConverterOption(
     "observation",
@@ -127,30 +111,22 @@ OBSERVATION = ConverterOption(
     default="next-state",
     choices=OBSERVATIONS,
 )
-"""The option of the offline-benchmark converters (Mind2Web, AMEX): :data:`Observation`."""
 
 REFERENCE_OBSERVATION = "reference action executed: "
-"""Start of the observation the offline-benchmark converters write in their explicit ``observation="reference"``
-mode: the human's recorded action that moved the episode on follows it. Streams converted before ``next-state``
-became the default (issue 32) have it in every step; readers recognise such observations by it."""
+"""Prefix of a ``"reference"`` observation; streams from before issue 32 have it on every step."""
 
 REFERENCE_ACTIONS = "reference_actions"
-"""Key of a trajectory's ``meta`` where the offline-benchmark converters keep the human's recorded action of
-each step (a list of strings, one per step; Mind2Web's ``action_reprs``, AMEX's action rendered like an
-agent's). ``meta`` is evaluation-only and never reaches a stage (:meth:`~ceb.data.trajectory.Trajectory.blinded`);
-the LLM judge of ``ceb relabel`` reads it (:func:`ceb.data.references.reference_actions`)."""
+"""``meta`` key holding the human's action of each step (list of str), for the ``ceb relabel`` judge only.
+
+``meta`` never reaches a stage (:meth:`~ceb.data.trajectory.Trajectory.blinded`)."""
 
 
 def next_state_observations(steps: Sequence[Step]) -> tuple[Step, ...]:
-    """``steps`` with each observation the next step's state, and the last one empty (``"next-state"`` mode).
-
-    The state is used as the converter wrote it, so the observation is clipped as a state is.
-    """
+    """``steps`` with each observation the next step's (already clipped) state, the last empty."""
     return tuple(
         replace(step, observation=steps[t + 1].state if t + 1 < len(steps) else "") for t, step in enumerate(steps)
     )
 
 
 CONVERTERS: Registry[Converter] = Registry("converter")
-"""Every converter by name, in the order :mod:`ceb.data` declares them (a converter module imports this one, so
-the list is kept in the package, not here)."""
+"""Every converter by name, in :mod:`ceb.data`'s declaration order."""

@@ -1,36 +1,16 @@
-"""Convert inspect_ai evaluation logs into trajectory streams: ``ceb convert inspect``.
+"""Convert inspect_ai eval logs into streams: ``ceb convert inspect``.
 
-The logs are read by inspect_ai's own reader (``inspect_ai.log.read_eval_log`` for the header,
-``read_eval_log_samples`` one sample at a time), so both of its formats, ``.eval`` (a zip) and ``.json``, and
-every log version it reads are read here. inspect_ai is an optional extra
-(``pip install -e '.[inspect]'``), imported only when a conversion runs.
-
-One stream per log file (a log is one task run by one model), named by its task: ``inspect-<task>.jsonl``, or
-``inspect-<task>-<model>.jsonl`` where several logs ran the task, or ``inspect-<log file stem>.jsonl`` where they
-ran it with one model too (inspect_ai's own file names, ``<time>_<task>_<id>``, run to 61 characters). Each sample
-(each epoch of it) is one trajectory:
-
-- ``id`` = ``<sample id>/epoch-<epoch>``; ``actor`` = the log's model (``mockllm/model``); ``domain`` =
-  ``--domain``;
-- the steps are the sample's ``messages`` read by the chat mapping of :mod:`ceb.data.chat` (each assistant
-  tool call a step, the ``tool`` message answering it its observation, a reply without a call a step), after
-  each inspect message is written in the OpenAI shape: an assistant's ``tool_calls`` as
-  ``{"id", "type": "function", "function": {"name", "arguments"}}``, a tool message's text (or, when the tool
-  failed with no text, ``error: <message>``) as its content;
-- ``task`` = the first user message (else the sample's ``input`` when it is text);
-- the sample's score is the trajectory's outcome, a trajectory-level label: the scorer ``--scorer`` names, else
-  the sample's first scorer; its value maps by :func:`ceb.data.chat.outcome_label` (``"C"``, ``True``, 1 -> 1;
-  ``"I"``, ``False``, 0 -> 0; anything else, such as ``"P"`` or 0.5, no label). ``meta`` holds ``label`` (when
-  there is one), ``score`` (the value), ``scorer``, ``file``, ``sample_id`` and ``epoch``; no step carries a
-  label (an outcome does not say which step was productive) and ceb's step metrics do not read ``meta``.
-
-A sample with no assistant action is skipped and counted. A log whose samples are not all there (a run that
-was stopped) converts the samples it holds.
-
-Bounds: a log whose entries inflate past ``--max-log-mb`` (default :data:`~ceb.data.writer.MAX_LOG_MB`; the
-sizes a ``.eval`` zip declares, which its reader holds each entry to, or a ``.json`` log's size) is refused before
-inspect_ai reads it, and a text field past ``--max-field-mb`` (:data:`~ceb.data.writer.MAX_FIELD_MB`) when it is
-written: a small compressed log cannot fill the disk or the memory.
+Logs are read by inspect_ai's own reader (``read_eval_log`` header, ``read_eval_log_samples`` one at a
+time), so every format (``.eval`` zip, ``.json``) and log version it reads is read; the ``inspect`` extra is
+imported only when a conversion runs. One stream per log, ``inspect-<task>.jsonl`` (``<task>-<model>`` where
+logs share a task, else the log's stem). Each sample epoch is a trajectory: ``id`` ``<sample id>/epoch-<n>``,
+``actor`` the log's model, steps its ``messages`` by :mod:`ceb.data.chat` after :func:`openai_message` (a
+failed tool with no text reads ``error: <message>``), ``task`` the first user message (else a text
+``input``). The ``--scorer`` score (else the first) is the outcome by :func:`ceb.data.chat.outcome_label`;
+``meta`` holds ``label``, ``score``, ``scorer``, ``file``, ``sample_id``, ``epoch``; no step gets a label.
+Samples without an action are skipped and counted; a stopped run converts what it holds. A log inflating
+past ``--max-log-mb`` (a zip's declared sizes) is refused before inspect_ai reads it, and a field past
+``--max-field-mb`` when written.
 """
 
 from __future__ import annotations
@@ -62,17 +42,13 @@ from ceb.version import install_command
 __all__ = ["CONVERTER", "INSPECT_EXTRA", "convert_inspect", "openai_message", "sample_trajectory"]
 
 INSPECT_EXTRA = "inspect"
-"""The extra that brings inspect_ai: ``pip install -e '.[inspect]'``."""
+"""The extra that brings inspect_ai."""
 
 log = get_logger(__name__)
 
 
 def _inspect_log() -> Any:
-    """The ``inspect_ai.log`` module.
-
-    Raises:
-        ConfigError: inspect_ai is not installed (names the extra).
-    """
+    """``inspect_ai.log``, or :class:`ConfigError` naming the extra."""
     try:
         import inspect_ai.log
     except ImportError as exc:
@@ -91,29 +67,16 @@ def convert_inspect(
     max_log_mb: float = MAX_LOG_MB,
     max_field_mb: float = MAX_FIELD_MB,
 ) -> list[ConvertedStream]:
-    """Convert inspect_ai eval logs into one trajectory stream per log (the module docstring's mapping).
+    """One stream per inspect_ai eval log (module docstring), in path order.
 
-    Args:
-        logs: An ``.eval`` or ``.json`` log, or a folder searched at any depth by inspect_ai's own
-            ``list_eval_logs`` (every ``.eval`` file, and the ``.json`` files named as inspect_ai names its logs,
-            ``<time>_<task>_<id>.json``), converted in path order.
-        out_dir: Directory for the ``inspect-<name>.jsonl`` streams, named by each log's task (``<task>-<model>``
-            where logs share a task, the file's stem where they share both); created if missing, existing ones
-            replaced.
-        scorer: The scorer whose score is the outcome; ``None``: each sample's first scorer.
-        domain: The trajectories' domain (prompt family).
-        max_log_mb: The most a log may inflate to, in MB (10^6 bytes).
-        max_field_mb: The most one text field written may hold, in MB.
-
-    Returns:
-        One summary per log, in file-name order.
+    ``logs`` is an ``.eval`` or ``.json`` log, or a folder searched at any depth by inspect_ai's
+    ``list_eval_logs``; ``scorer`` gives the outcome (``None``: each sample's first); ``max_log_mb`` and
+    ``max_field_mb`` bound a log's inflated size and a written text field, in MB (10^6 bytes).
 
     Raises:
-        ConfigError: inspect_ai is not installed (the message names the extra).
-        DataError: No log at ``logs``; a log inspect_ai cannot read; a sample whose messages break the chat
-            mapping (names the file, the sample and the message field); ``scorer`` names no score of a scored
-            sample; a log with no sample that has an action; or a log or a field past its bound (names the file,
-            the field and the limit).
+        ConfigError: inspect_ai is not installed (names the extra).
+        DataError: No log; an unreadable log; messages breaking the chat mapping (names file, sample, field);
+            ``scorer`` missing from a scored sample; a log with no action; a log or field past its bound.
     """
     reader = _inspect_log()
     root = Path(logs)
@@ -155,10 +118,7 @@ def convert_inspect(
 
 
 def _stream_names(files: list[Path], headers: dict[Path, Any]) -> dict[str, str]:
-    """Each log's stream name: its task; ``<task>-<model>`` where logs share a task; else the file's stem.
-
-    inspect_ai names a log ``<time>_<task>_<id>`` (61 characters for a short task), a name every row repeated.
-    """
+    """Each log's stream name: its task, else ``<task>-<model>``, else the file's stem."""
 
     def tail(name: object) -> str:
         return str(name).rsplit("/", 1)[-1]
@@ -189,7 +149,7 @@ def _log_files(reader: Any, root: Path) -> list[Path]:
 
 
 def _inflated_size(path: Path) -> int:
-    """The bytes ``path`` inflates to: the sum of a zip's declared entry sizes, else the file's size."""
+    """Bytes ``path`` inflates to: a zip's declared entry sizes, else its size."""
     try:
         with zipfile.ZipFile(path) as archive:
             return sum(info.file_size for info in archive.infolist())
@@ -200,7 +160,7 @@ def _inflated_size(path: Path) -> int:
 
 
 def _read(path: Path, read: Any) -> Any:
-    """``read()``; any failure of inspect_ai's reader is a :class:`DataError` naming ``path``."""
+    """``read()``, any reader failure as a :class:`DataError` naming ``path``."""
     try:
         return read()
     except Exception as exc:  # the reader raises whatever its parsers do (zip, JSON, pydantic): all mean "unreadable"
@@ -208,7 +168,7 @@ def _read(path: Path, read: Any) -> Any:
 
 
 def _each(path: Path, samples: Iterable[Any]) -> Iterable[Any]:
-    """The samples of a lazy reader, a failure mid-way named like one at the start."""
+    """The lazily read samples, a mid-way failure reported as :func:`_read` does."""
     it = iter(samples)
     while True:
         try:
@@ -228,10 +188,7 @@ def _unreadable(path: Path, exc: Exception) -> DataError:
 
 
 def sample_trajectory(sample: Any, path: Path, actor: str, scorer: str | None, domain: str) -> Trajectory:
-    """One inspect ``EvalSample`` as the trajectory ``ceb convert inspect`` writes (the module docstring's mapping).
-
-    Also the live gate's, for a sample that ended (:mod:`ceb.gate.inspect_approver`). ``path`` names the log in
-    problems and ``source``; ``scorer`` as :func:`convert_inspect`'s.
+    """One inspect ``EvalSample`` as a trajectory; also the live gate's (:mod:`ceb.gate.inspect_approver`).
 
     Raises:
         DataError: A bad message, or no score by ``scorer`` (names ``path`` and the sample).
@@ -258,7 +215,7 @@ def sample_trajectory(sample: Any, path: Path, actor: str, scorer: str | None, d
 
 
 def openai_message(message: Any) -> dict[str, Any]:
-    """An inspect ``ChatMessage`` in the OpenAI Chat Completions shape :func:`ceb.data.chat.chat_steps` reads."""
+    """An inspect ``ChatMessage`` in the Chat Completions shape :func:`ceb.data.chat.chat_steps` reads."""
     out: dict[str, Any] = {"role": message.role, "content": message.text}
     if message.role == "assistant" and message.tool_calls:
         out["tool_calls"] = [
@@ -298,4 +255,4 @@ outcome, kept in meta.label. Fields: ceb/data/inspect_logs.py.""",
     ),
     columns=(SummaryColumn("skipped (no action)", lambda c: str(len(c.skipped))),),
 )
-"""``ceb convert inspect`` (:data:`ceb.data.converters.CONVERTERS`)."""
+"""``ceb convert inspect``."""

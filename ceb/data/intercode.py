@@ -1,22 +1,13 @@
-"""Convert InterCode result files (princeton-nlp/intercode, ``data/results``) into trajectory streams.
+"""Convert InterCode result files (princeton-nlp/intercode, ``data/results``) into streams.
 
-Only the multi-turn "try again" runs are used, where every turn executes the action and the environment then
-scores the cumulative state, so ``rewards[t]`` is the reward after action ``t`` (``../shared/data/intercode/
-ORIGIN.md``). ReAct and Plan-and-Solve files are ignored: their intermediate rewards carry no step signal.
-
-One stream per (dataset, actor):
-
-- ``intercode-bash-<model>.jsonl``: the files ``ic_bash_multiturn_<model>_10_turns_fs_<k>.json`` for
-  ``k = 1..4`` concatenated in ``k`` order (a missing ``k`` is passed over), tasks in numeric key order.
-- ``intercode-sql-<model>.jsonl``: ``ic_sql_multiturn_<model>_10_turns.json``, tasks in numeric key order.
-
-Two things in the upstream logs are not agent steps, and the converter reports rather than hides them:
-
-- A final action ``"blocked"`` with no observation is a placeholder the upstream runner
-  (``experiments/eval_n_turn_others.py``) logs when the PaLM API refused to answer; nothing was executed.
-  It is dropped and counted (``ConvertedStream.blocked_turns``); any other length mismatch is an error.
-- A trajectory with no action, or with an action that is empty after stripping, cannot be a stream-format
-  trajectory (``action`` must be non-empty); it is skipped whole and listed in ``ConvertedStream.skipped``.
+Only the multi-turn "try again" runs: each turn executes and the environment scores the cumulative state, so
+``rewards[t]`` follows action ``t`` (``../shared/data/intercode/ORIGIN.md``); ReAct and Plan-and-Solve
+rewards carry no step signal. Streams per (dataset, actor): ``intercode-bash-<model>.jsonl`` from
+``ic_bash_multiturn_<model>_10_turns_fs_<k>.json``, ``k = 1..4`` in order (missing ``k`` passed over), and
+``intercode-sql-<model>.jsonl`` from ``ic_sql_multiturn_<model>_10_turns.json``; tasks in numeric key order.
+A final ``"blocked"`` action with no observation (PaLM refused; ``experiments/eval_n_turn_others.py``) is
+dropped and counted in ``blocked_turns``; a trajectory with no or an empty action is skipped and listed in
+``skipped``.
 """
 
 from __future__ import annotations
@@ -47,7 +38,7 @@ __all__ = [
 ]
 
 INTERCODE_ROOT_ENV = "CEB_INTERCODE_ROOT"
-"""The environment variable ``ceb convert intercode`` reads the InterCode root from when ``--root`` is not given."""
+"""Variable holding the InterCode root when ``--root`` is not given."""
 
 _DOMAINS = {"bash": "shell", "sql": "sql"}
 _FILE_SYSTEMS = (1, 2, 3, 4)
@@ -63,20 +54,12 @@ log = get_logger(__name__)
 
 
 def step_labels(rewards: Sequence[float]) -> list[int]:
-    """Ground-truth step labels from the per-step rewards of one trajectory.
+    """Step labels of one trajectory from its rewards ``r_t``, shape ``(T,)`` -> 0/1 labels ``(T,)``.
 
-    The rule of the paper's appendix "Experimental Details" for InterCode: with ``r_{-1} = 0``, step ``t`` is
-    positive (1) when ``r_t - r_{t-1} > 0.05``, or when it is the final step, ``r_t >= 0.7`` and
-    ``r_t >= r_{t-1}``; otherwise it is negative (0). A rise of exactly 0.05 is not positive.
-
-    Comparisons allow ``1e-9`` of float error: InterCode rewards are sums of two-decimal parts, and
-    ``0.7200000000000001 - 0.67`` must count as the rise of 0.05 it is (7 bash steps hit this).
-
-    Args:
-        rewards: ``r_t`` after each step, shape ``(T,)``.
-
-    Returns:
-        Labels 0 or 1, shape ``(T,)``.
+    Paper appendix "Experimental Details": with ``r_{-1} = 0``, step ``t`` is positive when
+    ``r_t - r_{t-1} > 0.05`` (exactly 0.05 is not), or it is the last step with ``r_t >= 0.7`` and
+    ``r_t >= r_{t-1}``. Comparisons allow 1e-9 of float error (``0.7200000000000001 - 0.67`` is a rise of 0.05; 7
+    bash steps).
     """
     labels: list[int] = []
     last = len(rewards) - 1
@@ -94,29 +77,18 @@ def convert_intercode(
     out_dir: str | Path,
     datasets: Sequence[str] = ("bash", "sql"),
 ) -> list[ConvertedStream]:
-    """Convert InterCode multi-turn result files into one trajectory stream per (dataset, actor).
+    """Convert InterCode multi-turn result files into one stream per (dataset, actor), in ``datasets`` order.
 
-    Trajectory ids are ``intercode-bash/<model>/fs_<k>/<key>`` and ``intercode-sql/<model>/<key>``; domain
-    ``shell`` or ``sql``; ``env`` is ``fs_<k>`` for bash and absent for sql (the database is not logged per
-    task); ``meta`` holds ``task_id``, ``file`` (relative to ``root``) and, for sql, ``hardness``. The
-    outcome summary (``max_reward``) is not copied: it would leak the result. Step ``t`` has
-    ``state = o_{t-1}`` (empty for the first step), ``action = a_t``, ``observation = o_t``,
-    ``reward = r_t`` and ``label`` from :func:`step_labels`.
-
-    Args:
-        root: An InterCode checkout (or a copy of its ``data`` folder). The command line takes it from
-            ``--root``, else from :data:`INTERCODE_ROOT_ENV`.
-        out_dir: Directory for the ``.jsonl`` streams; created if missing, existing streams replaced.
-        datasets: Which of ``"bash"`` and ``"sql"`` to convert, in output order.
-
-    Returns:
-        One summary per stream written: datasets in the order given, actors sorted by name.
+    Ids are ``intercode-bash/<model>/fs_<k>/<key>`` and ``intercode-sql/<model>/<key>``; ``env`` is ``fs_<k>``
+    (bash only); ``meta`` holds ``task_id``, ``file`` (relative to ``root``) and sql's ``hardness`` (not
+    ``max_reward``: it leaks the outcome). Step ``t``: ``state = o_{t-1}`` (empty first), ``action = a_t``,
+    ``observation = o_t``, ``reward = r_t``, ``label`` by :func:`step_labels`. ``root`` is a checkout or its
+    ``data`` folder (CLI: ``--root``, else :data:`INTERCODE_ROOT_ENV`); ``out_dir`` is created if missing.
 
     Raises:
-        ConfigError: ``datasets`` names something other than ``bash`` or ``sql``.
-        DataError: ``root`` does not have the expected layout, a dataset has no multi-turn files, a source
-            file is not valid JSON or breaks the record shape (the problem names the file, the task key as
-            ``trajectory_id``, and the field), or every trajectory of an actor had to be skipped.
+        ConfigError: A dataset other than ``bash`` and ``sql``.
+        DataError: ``root`` off-layout, no multi-turn files, bad JSON or record shape (names file, task key,
+            field), or every trajectory of an actor skipped.
     """
     unknown = [d for d in datasets if d not in _DOMAINS]
     if unknown:
@@ -143,7 +115,7 @@ def convert_intercode(
 
 
 def _convert_command(out_dir: Path, datasets: str, root: Path | None = None) -> list[ConvertedStream]:
-    """:func:`convert_intercode` from the command line: ``root`` by flag or variable, ``datasets`` comma-separated."""
+    """:func:`convert_intercode` from the command line (``datasets`` comma-separated)."""
     return convert_intercode(
         data_root(root, "--root", INTERCODE_ROOT_ENV, "InterCode"),
         out_dir,
@@ -172,7 +144,7 @@ final step at reward >= 0.7 that does not fall).""",
         SummaryColumn("dropped 'blocked' turns", lambda c: str(c.blocked_turns)),
     ),
 )
-"""``ceb convert intercode`` (:data:`ceb.data.converters.CONVERTERS`)."""
+"""``ceb convert intercode``."""
 
 
 def _find_files(results: Path, dataset: str) -> list[tuple[str, list[tuple[Path, str | None]]]]:
@@ -294,7 +266,7 @@ def _steps(task: _Task) -> tuple[Step, ...]:
 
 
 def _skip(tid: str, actions: list[str]) -> SkippedTrajectory | None:
-    """Why a trajectory cannot be written (the stream format needs one or more non-empty actions), or ``None``."""
+    """Why a trajectory cannot be written, or ``None``."""
     if not actions:
         return SkippedTrajectory(tid, "no actions", 0)
     for t, action in enumerate(actions):

@@ -1,82 +1,46 @@
-"""Convert Mind2Web tasks joined with an agent's per-step predictions into trajectory streams (domain ``web``).
+"""Convert Mind2Web tasks joined with an agent's per-step predictions into streams (domain ``web``).
 
-Mind2Web (Deng et al., 2023, OSU-NLP-Group/Mind2Web) is an offline benchmark: at every step the agent picks
-one element of a recorded page and an operation, and the page then moves on along the human's recorded path,
-whatever the agent picked. The converter joins the dataset's tasks with one agent's predictions and writes one
-stream per actor, ``mind2web-<actor>.jsonl``.
+Mind2Web (Deng et al., 2023, OSU-NLP-Group/Mind2Web) is offline: at each step the agent picks an element and an
+operation, and the page moves on along the human's path whatever it picked. One stream per actor,
+``mind2web-<actor>.jsonl``. Task files are read one task at a time (:mod:`ceb.data.mind2web_tasks`).
 
 Input layout:
-    Task files come in two upstream layouts, told apart by suffix (or ``layout=``); both are read as a stream,
-    one task at a time (:mod:`ceb.data.mind2web_tasks`), so a file's size does not bound what can be read.
+    ``raw`` (hub ``osunlp/Mind2Web``, ``data/train/train_<k>.json``; test zips alike): JSON lists of tasks,
+    or a directory of them read in natural order (``train_2`` before ``train_10``). Per task:
+    ``annotation_id`` (unique over all files), ``confirmed_task``, ``website``, optional ``domain`` and
+    ``subdomain`` (to ``meta``), ``actions`` and ``action_reprs`` (one str per action; not read under
+    ``observation="empty"``). Per action: ``action_uid``, ``operation.op`` (``CLICK``, ``TYPE``, ``SELECT``),
+    optional ``operation.value``, ``cleaned_html`` (elements carry ``backend_node_id``), ``pos_candidates`` and
+    ``neg_candidates`` (objects with ``backend_node_id``, str or int; ``tag`` and ``attributes``, an object or
+    JSON-encoded one, read only for the predicted candidate). Other fields (``raw_html``...) are ignored.
 
-    ``raw``: as released on the Hugging Face hub (``osunlp/Mind2Web``, ``data/train/train_<k>.json``; the
-    test zips have the same shape): each a JSON list of task objects. Fields read, per task:
-    ``annotation_id`` (str, unique over all task files), ``confirmed_task`` (str), ``website`` (str),
-    ``domain`` and ``subdomain`` (str, optional, copied to ``meta``), ``actions`` (list, one per step) and
-    ``action_reprs`` (list of str, one per action; read unless ``observation="empty"``). Per action:
-    ``action_uid`` (str), ``operation.op`` (``CLICK``, ``TYPE`` or ``SELECT``), ``operation.value`` (str,
-    optional), ``cleaned_html`` (str; every element carries a ``backend_node_id`` attribute),
-    ``pos_candidates`` and ``neg_candidates`` (lists of candidate objects with ``backend_node_id``, str or
-    int; ``tag`` and ``attributes``, a JSON-encoded object or an object, are read only for the predicted
-    candidate). ``raw_html``, ``operation.original_op`` and every other field are ignored. A task file may
-    also be a directory: its ``*.json`` files are read in natural name order (``train_2`` before
-    ``train_10``).
+    ``multimodal`` (hub ``osunlp/Multimodal-Mind2Web`` Parquet, ``data/<split>-<k>-of-<n>-*.parquet``): one row
+    per action, a task's rows consecutive. Columns: the string fields above; ``operation`` (JSON string
+    ``{"original_op", "value", "op"}``); candidates as JSON strings (``backend_node_id`` at top level or in
+    their JSON ``attributes``); ``action_reprs`` on every row; optional ``target_action_index`` (else row order)
+    and ``target_action_reprs`` (else ``action_reprs[index]``), either possibly a one-element list.
+    ``raw_html`` and ``screenshot`` are never read. Hub shards are cut at equal row counts, so consecutive
+    files are read as one row sequence and a task spanning shards lists them all in ``meta.file``; a task cut
+    at the edge of the given files is refused naming the missing shard.
 
-    ``multimodal``: the hub's ``osunlp/Multimodal-Mind2Web`` Parquet files (``data/<split>-<k>-of-<n>-*.parquet``,
-    splits ``train``, ``test_task``, ``test_website``, ``test_domain``), one row per action, a task's rows
-    consecutive. Columns read (the card's ``dataset_info``): ``annotation_id``, ``confirmed_task``,
-    ``website``, ``domain``, ``subdomain``, ``action_uid``, ``cleaned_html`` (strings); ``operation`` (a
-    string holding the JSON object ``{"original_op", "value", "op"}``); ``pos_candidates`` and
-    ``neg_candidates`` (lists of strings, each a JSON-encoded candidate whose ``backend_node_id`` is read at
-    its top level or, failing that, from its JSON-encoded ``attributes``); ``action_reprs`` (the task's list
-    of strings, on every row); ``target_action_index`` (the step's number as a string; optional, row order
-    otherwise) and ``target_action_reprs`` (the step's string; optional, ``action_reprs[index]`` otherwise);
-    a revision whose card gives either as ``sequence: string`` stores a list of one, read the same.
-    ``raw_html`` and ``screenshot`` are never read. The Hub stores a split as shards cut at equal row counts,
-    whatever task a cut falls in: consecutive Parquet files are read as one sequence of rows, so a task whose
-    rows run on into the next shard is one task (:func:`~ceb.data.mind2web_tasks.iter_all_tasks`); its
-    ``meta.file`` then lists every shard it spans. A task cut at the edge of the files given is refused,
-    naming the shard that holds its other rows.
+    Predictions (ceb's format): JSONL, or a ``.json`` list, of objects with ``annotation_id`` and
+    ``action_uid`` (str); ``element_id`` (str, int or null, required: the ``backend_node_id``, null for none);
+    ``op`` (non-empty; ``HOVER``/``ENTER`` count as ``CLICK``, other values never match); optional ``value``,
+    ``reasoning`` (str or null), ``actor`` (required unless ``actor=`` is given) and ``actor_logprobs``
+    (numbers <= 0, natural log). Other keys are refused. A task enters an actor's stream when the actor
+    predicted one of its steps, and then needs a prediction for every step.
 
-    Predictions (a format defined here): a JSONL file with one object per predicted step, or a ``.json``
-    file holding a list of such objects. Keys:
+    MindAct's ``<name>_predictions_top<k>.json`` (``src/action_prediction/metric.py``): rows
+    ``["<annotation_id>_<action_uid>", "<backend_node_id>", "<OP> <value>"]``; ``[id, "", ""]`` ("None of the
+    above") is op ``NONE``, no element, label 0. ``actor=`` is required.
 
-    - ``annotation_id`` (str) and ``action_uid`` (str): the step predicted.
-    - ``element_id`` (str, int or null; the key must be present): the predicted element's
-      ``backend_node_id``; null when the agent chose no element.
-    - ``op`` (non-empty str): the predicted operation. ``HOVER`` and ``ENTER`` count as ``CLICK``, as in the
-      dataset's own ``op`` field; any other value is kept and simply never matches.
-    - ``value`` (str or null, optional): text to type or option to select.
-    - ``reasoning`` (str or null, optional): the agent's stated reason.
-    - ``actor`` (non-empty str, optional when ``convert_mind2web(actor=...)`` is given): the agent's name.
-    - ``actor_logprobs`` (list of numbers <= 0, optional): natural-log token probabilities of the answer.
-
-    Any other key is rejected, so a misspelt key cannot pass unnoticed. A task enters an actor's stream when
-    that actor predicted at least one of its steps; it must then have a prediction for every step.
-
-    MindAct's predictions (``<name>_predictions_top<k>.json`` from OSU-NLP-Group/Mind2Web's
-    ``src/action_prediction/metric.py``): a JSON list of rows ``["<annotation_id>_<action_uid>",
-    "<backend_node_id>", "<OP> <value>"]``, the action being MindAct's ``op + " " + value``. A row
-    ``[id, "", ""]`` (no candidate chosen, "None of the above") becomes op ``NONE`` with no element, label 0.
-    The rows name no agent: ``actor=`` is required.
-
-Output, per step (the stream format): ``state`` is :func:`dom_snippet` of ``cleaned_html`` around the *predicted*
-element (never the gold one: the state must not point at the answer); ``action`` is ``[OP] <tag> text`` or
-``[OP] <tag> text -> value``; ``op``, ``element`` (``<tag> text``) and ``value`` are the prediction's
-fields; ``reasoning`` and ``actor_logprobs`` are copied; ``label`` is :func:`mind2web_step_label` (the rule
-lives in :mod:`ceb.data.references`, which ``ceb regenerate`` judges regenerated actions with).
-
-Observation. Mind2Web records no environment response. After step ``t`` the page becomes the one the human's
-action ``t`` produced, which is step ``t + 1``'s page. With ``observation="next-state"`` (the default) ``o_t``
-is step ``t + 1``'s ``state`` (the DOM snippet, within ``dom_chars``), and empty after the last step: the page
-after the human's action, not after the agent's. ``observation="reference"`` writes
-``"reference action executed: " + action_reprs[t]`` instead: the human's action, from which the step's label is
-computed, so it shows the reference answer to the critic's history and the labeller (issue 32); it is kept
-only to compare with streams converted before. ``observation="empty"`` writes empty observations.
-
-Reference actions. Unless ``observation="empty"``, each trajectory's ``meta["reference_actions"]``
-(:data:`~ceb.data.converters.REFERENCE_ACTIONS`) lists ``action_reprs``, one per step: ``meta`` reaches no stage,
-and the LLM judge of ``ceb relabel`` compares each step with it.
+Output per step: ``state`` is :func:`dom_snippet` around the *predicted* element (never the gold one);
+``action`` is ``[OP] <tag> text`` (``-> value`` when typed); ``op``, ``element``, ``value``, ``reasoning``,
+``actor_logprobs`` from the prediction; ``label`` by :func:`mind2web_step_label`. Mind2Web records no
+environment response: ``observation="next-state"`` (default) gives step ``t + 1``'s state (empty after the
+last), the page after the human's action, not the agent's; ``"reference"`` writes ``"reference action executed: " +
+action_reprs[t]``, which leaks the answer (issue 32; kept to compare with old streams); ``"empty"`` writes
+none. Unless ``"empty"``, ``meta["reference_actions"]`` lists ``action_reprs`` for the ``ceb relabel`` judge.
 """
 
 from __future__ import annotations
@@ -121,7 +85,7 @@ __all__ = [
 ]
 
 NO_ELEMENT = "(no element)"
-"""Shown in a step's action text (and by the prompts) where the agent chose no element."""
+"""The element text of an action that chose no element."""
 _TEXT_ATTRIBUTES = ("aria_label", "aria-label", "title", "placeholder", "alt", "value", "name")
 
 log = get_logger(__name__)
@@ -138,36 +102,27 @@ def convert_mind2web(
     layout: Layout = "auto",
     predictions_format: str = "auto",
 ) -> list[ConvertedStream]:
-    """Convert Mind2Web tasks and an agent's predictions into one trajectory stream per actor.
+    """One stream per actor from Mind2Web tasks and predictions (module docstring), actors sorted by name.
 
-    Trajectory ids are ``mind2web/<actor>/<annotation_id>``; domain ``web``; ``task`` is ``confirmed_task``;
-    ``env`` is ``website``; ``meta`` holds ``annotation_id``, ``domain``, ``subdomain`` and ``file``. Streams
-    follow the task files' order, then each file's task order; only tasks the actor predicted are written.
-    The module docstring gives the input layout and the per-step fields.
+    Ids are ``mind2web/<actor>/<annotation_id>``; ``task`` is ``confirmed_task``, ``env`` ``website``; ``meta``
+    holds ``annotation_id``, ``domain``, ``subdomain``, ``file``. Task order is the files' order; ``sources`` are
+    the task files then the predictions file; ``out_dir`` is created if missing, its streams replaced.
 
     Args:
-        tasks: One task file, a directory of task files, or a sequence of task files, in stream order.
-        predictions: The predictions file: ceb's (``.jsonl``, or ``.json`` holding a list of objects) or
-            MindAct's (``.json`` holding a list of rows).
-        out_dir: Directory for the ``.jsonl`` streams; created if missing, existing streams replaced.
-        actor: Actor name for prediction records without an ``actor`` key; required for MindAct's rows.
-        dom_chars: HTML budget of each state in characters (:func:`dom_snippet`).
-        observation: ``"next-state"``, ``"reference"`` (shows the reference answer to the models) or
-            ``"empty"``; see the module docstring and :data:`~ceb.data.converters.Observation`.
-        layout: The task files' layout: ``"raw"``, ``"multimodal"`` or ``"auto"`` (by suffix).
+        tasks: A task file, a directory, or several, in stream order.
+        predictions: ceb's predictions (``.jsonl`` or ``.json`` list of objects) or MindAct's (``.json`` rows).
+        out_dir: Where the streams go.
+        actor: Name for predictions without ``actor``; required for MindAct's.
+        dom_chars: Character budget of each state (:func:`dom_snippet`), at least 100.
+        observation: :data:`~ceb.data.converters.Observation`.
+        layout: ``"raw"``, ``"multimodal"`` or ``"auto"`` (by suffix).
         predictions_format: ``"ceb"``, ``"mindact"`` or ``"auto"`` (MindAct for a ``.json`` list of rows).
 
-    Returns:
-        One summary per stream written, actors sorted by name. ``dataset`` is ``"mind2web"``,
-        ``blocked_turns`` 0, ``skipped`` empty, ``sources`` the task files then the predictions file.
-
     Raises:
-        ConfigError: ``dom_chars`` is below 100; ``observation``, ``layout`` or ``predictions_format`` is not
-            a known mode; a Parquet file is read without pyarrow (the ``parquet`` extra).
-        DataError: A file is missing, not valid JSON, or breaks the layout (the problem names the file, the
-            ``annotation_id`` as ``trajectory_id`` and the step, or the predictions line, and the field);
-            a prediction names an unknown ``annotation_id`` or ``action_uid``, repeats a step, or has no
-            actor; a predicted task lacks a prediction for one of its steps; two actors map to one file name.
+        ConfigError: ``dom_chars`` below 100, an unknown mode, or Parquet without pyarrow (``parquet`` extra).
+        DataError: A file missing, bad JSON or off-layout (names file, ``annotation_id``, step or line, field);
+            an unknown ``annotation_id``/``action_uid``, a repeated step, no actor, a predicted task missing a
+            step, or two actors mapping to one file name.
     """
     if dom_chars < MIN_DOM_CHARS:
         raise ConfigError(f"dom_chars must be at least {MIN_DOM_CHARS}, got {dom_chars}")
@@ -274,10 +229,7 @@ and the operation matches (the paper's rule).""",
         OBSERVATION,
     ),
 )
-"""``ceb convert mind2web`` (:data:`ceb.data.converters.CONVERTERS`)."""
-
-
-# --- building a trajectory ----------------------------------------------------------------------------
+"""``ceb convert mind2web``."""
 
 
 def _trajectory(
@@ -361,7 +313,7 @@ def _step(task: Task, t: int, action: Action, pred: Prediction, dom_chars: int, 
 
 
 def _describe(task: Task, t: int, action: Action, node: str | None) -> str | None:
-    """``<tag> text`` for the predicted element, from the page and, failing that, its candidate record."""
+    """``<tag> text`` of the predicted element, from the page, else its candidate record."""
     if node is None:
         return None
     field, candidate = next(((f, c) for f, c in action.candidates if str(c.get("backend_node_id")) == node), ("", None))

@@ -1,8 +1,6 @@
-"""A window of a Mind2Web page around one element, and the element's tag, attributes and text.
+"""A window of a Mind2Web page around one element (the critic's state, paper section 3.2), and the element itself.
 
-Mind2Web pages (``cleaned_html``) tag every element with a ``backend_node_id`` attribute, which is how the
-dataset's candidates and an agent's prediction name an element. :func:`dom_snippet` cuts the state ``s'`` the
-critic sees (paper section 3.2) out of a page; :func:`locate` finds one element in it.
+Pages (``cleaned_html``) tag every element with ``backend_node_id``, the name candidates and predictions use.
 """
 
 from __future__ import annotations
@@ -24,13 +22,13 @@ __all__ = [
 ]
 
 DEFAULT_DOM_CHARS = 2000
-"""Default HTML budget of a step's state, in characters: the critic prompt's default ``state_chars``."""
+"""Default HTML budget of a state, in characters (the critic prompt's ``state_chars``)."""
 
 MIN_DOM_CHARS = 100
-"""Smallest HTML budget accepted, in characters."""
+"""Smallest HTML budget, in characters."""
 
 ELEMENT_TEXT_CHARS = 80
-"""How much of an element's text is read and shown, in characters."""
+"""Characters of an element's text read and shown."""
 
 _VOID_TAGS = frozenset(
     {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
@@ -38,21 +36,10 @@ _VOID_TAGS = frozenset(
 
 
 def dom_snippet(html: str, backend_node_id: str | None, max_chars: int = DEFAULT_DOM_CHARS) -> str:
-    """A window of ``html`` of at most ``max_chars`` characters around one element (paper section 3.2, ``s'``).
+    """At most ``max_chars`` of ``html`` centred on the element's start tag (paper section 3.2, ``s'``).
 
-    The window is centred on the start tag of the element whose ``backend_node_id`` attribute equals
-    ``backend_node_id``, then shrunk so that it starts at a ``<`` and ends after a ``>`` (no half tags), and
-    ``"... "`` / ``" ..."`` mark each end that was cut (the budget holds the markers too). A start tag longer
-    than the budget is itself cut. When the element is ``None`` or not on the page, the window is the head of
-    the page. A page that fits is returned whole.
-
-    Args:
-        html: The page (Mind2Web ``cleaned_html``).
-        backend_node_id: The element to centre on.
-        max_chars: Budget in characters, cut markers included.
-
-    Returns:
-        The snippet, at most ``max_chars`` characters long.
+    Cut at tag boundaries, ``"... "`` / ``" ..."`` marking cut ends within the budget; an over-long start tag is
+    cut; no element gives the page's head; a page that fits is returned whole.
 
     Raises:
         ConfigError: ``max_chars`` is below 100.
@@ -83,19 +70,15 @@ def dom_snippet(html: str, backend_node_id: str | None, max_chars: int = DEFAULT
     return ("... " if a > 0 else "") + html[a:b] + (" ..." if b < len(html) else "")
 
 
-# --- locating an element in the page ------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class Located:
     """One element found in a page.
 
     Attributes:
-        start: Offset of its start tag's ``<`` in the page, in characters.
-        start_tag_len: Length of its start tag, in characters.
-        tag: Its tag name, lower case.
-        attrs: Its attributes in page order, a missing value read as ``""``.
-        text: The head of its text, white space collapsed, about :data:`ELEMENT_TEXT_CHARS` long.
+        start: Character offset of its start tag's ``<``.
+        start_tag_len: Its start tag's length in characters.
+        attrs: In page order, a missing value as ``""``.
+        text: Its text's head, white space collapsed, about :data:`ELEMENT_TEXT_CHARS` long.
     """
 
     start: int
@@ -106,11 +89,11 @@ class Located:
 
 
 class _Done(Exception):
-    """Stops the element reader once it has what it needs."""
+    """Stops the element reader."""
 
 
 class _ElementReader(HTMLParser):
-    """Reads the first element of its input: tag, attributes, start-tag length and the head of its text."""
+    """Reads the first element of its input: tag, attributes, start-tag length, text head."""
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -161,20 +144,12 @@ _NODE_ID = re.compile(r"""(?<![\w-])backend_node_id\s*=\s*(["']?)([^"'\s/>]+)\1"
 
 
 def element_ids(html: str) -> list[str]:
-    """The ``backend_node_id`` of every element in ``html`` (a page or a :func:`dom_snippet`), once each, in order."""
+    """Every ``backend_node_id`` in ``html`` (page or snippet), once each, in order."""
     return list(dict.fromkeys(m.group(2) for m in _NODE_ID.finditer(html)))
 
 
 def locate(html: str, node: str | None) -> Located | None:
-    """The element of ``html`` whose ``backend_node_id`` attribute is ``node``.
-
-    Args:
-        html: The page.
-        node: The ``backend_node_id`` looked for; ``None`` finds nothing.
-
-    Returns:
-        The first such element, or ``None`` when there is none or its start tag cannot be read.
-    """
+    """The first element whose ``backend_node_id`` is ``node``; else ``None``."""
     if node is None:
         return None
     match = re.search(r"""backend_node_id\s*=\s*(["']?)""" + re.escape(node) + r"""\1(?=[\s/>])""", html)

@@ -1,13 +1,7 @@
-"""Reading an agent's Mind2Web predictions, in ceb's format or MindAct's, every field checked.
+"""An agent's Mind2Web predictions, in ceb's format or MindAct's (both in :mod:`ceb.data.mind2web`), checked.
 
-Two formats (:mod:`ceb.data.mind2web`'s docstring gives both):
-
-- ``ceb``: one object per predicted step; the container rules shared with AMEX (JSONL or ``.json`` list,
-  strict keys, actor, log-probs) are :func:`~ceb.data.predictions.read_predictions`'s.
-- ``mindact``: the ``<name>_predictions_top<k>.json`` file MindAct's evaluator writes (OSU-NLP-Group/Mind2Web,
-  ``src/action_prediction/metric.py``, ``ActionEvaluatorMultiChoice``): a JSON list of
-  ``["<annotation_id>_<action_uid>", "<backend_node_id>", "<OP> <value>"]`` rows, ``["<id>", "", ""]`` when
-  the model chose nothing. It names no agent, so the converter's ``actor`` is required.
+ceb's container rules are :func:`~ceb.data.predictions.read_predictions`'s; MindAct's file is what its
+evaluator writes (OSU-NLP-Group/Mind2Web ``src/action_prediction/metric.py``, ``ActionEvaluatorMultiChoice``).
 """
 
 from __future__ import annotations
@@ -25,18 +19,17 @@ from ceb.errors import ConfigError, DataError, Problem
 __all__ = ["NO_ACTION", "PREDICTION_FORMATS", "PREDICTION_KEYS", "Prediction", "load_predictions"]
 
 PREDICTION_KEYS = ("annotation_id", "action_uid", "element_id", "op", "value", "reasoning", "actor", "actor_logprobs")
-"""Every key a prediction record may hold."""
 
 PREDICTION_FORMATS: tuple[str, ...] = ("auto", "ceb", "mindact")
-"""The predictions formats: ``auto`` reads a ``.json`` list whose first item is a list as MindAct's."""
+"""``auto`` reads a ``.json`` list whose first item is a list as MindAct's."""
 
 NO_ACTION = "NONE"
-"""The ``op`` of a MindAct row that chose no element and no operation ("A. None of the above")."""
+"""``op`` of a MindAct row that chose nothing ("None of the above")."""
 
 
 @dataclass(frozen=True, slots=True)
 class Prediction:
-    """One predicted step, checked; ``line``, ``prefix`` and ``where`` place it in its file."""
+    """One predicted step, checked; ``line``, ``prefix``, ``where`` place it in its file."""
 
     line: int
     prefix: str
@@ -53,17 +46,12 @@ Predictions = dict[str, dict[str, dict[str, Prediction]]]
 
 
 def load_predictions(path: Path, default_actor: str | None, fmt: str = "auto") -> Predictions:
-    """``actor -> annotation_id -> action_uid -> prediction``, in file order.
-
-    Args:
-        path: The predictions file.
-        default_actor: The actor of records without an ``actor`` key (every MindAct row).
-        fmt: One of :data:`PREDICTION_FORMATS`.
+    """``actor -> annotation_id -> action_uid -> prediction``, in file order; ``default_actor`` for rows naming none.
 
     Raises:
-        ConfigError: ``fmt`` is unknown.
-        DataError: The file breaks the predictions format, a step is predicted twice by one actor, or a
-            MindAct file is read without an actor (names the file, the line or item, and the field).
+        ConfigError: An unknown ``fmt``.
+        DataError: The file breaks its format, one actor predicts a step twice, or MindAct without an actor
+            (names file, line or item, field).
     """
     if fmt not in PREDICTION_FORMATS:
         raise ConfigError(f"unknown predictions format {fmt!r}; choose {', '.join(PREDICTION_FORMATS)}")
@@ -92,7 +80,7 @@ def load_predictions(path: Path, default_actor: str | None, fmt: str = "auto") -
 
 
 def _looks_like_mindact(path: Path) -> bool:
-    """Whether a ``.json`` predictions file is a list whose first item is a list (a MindAct row)."""
+    """Whether a ``.json`` file is a list whose first item is a list."""
     if path.suffix != ".json":
         return False
     try:

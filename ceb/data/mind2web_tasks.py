@@ -1,19 +1,10 @@
-"""Reading Mind2Web task files in either upstream layout, as a stream: every field the converter uses, checked.
+"""Mind2Web task files in either upstream layout (:mod:`ceb.data.mind2web`), read as a stream and checked.
 
-The layouts are given in :mod:`ceb.data.mind2web`'s docstring ("Task files"). Both are read one task at a
-time, so memory holds one task (and, for Parquet, one batch of rows), never a whole file:
-
-- ``raw`` (``osunlp/Mind2Web``, a JSON list of tasks): the list is parsed incrementally by ijson, one task
-  object at a time. ijson is a well-kept C-backed parser (yajl); the standard library cannot stream a list.
-- ``multimodal`` (``osunlp/Multimodal-Mind2Web``, Parquet, one row per action): read by pyarrow (the
-  ``parquet`` extra) one row group at a time, only the columns used (never ``raw_html`` or ``screenshot``,
-  the bulk of each file), and turned into Python values :data:`PARQUET_BATCH_ROWS` rows at a time;
-  consecutive rows of one ``annotation_id`` make a task. Memory holds one row group of those columns.
-
-Hub shards: the ``datasets`` library writes a split as shards of equal row counts
-(``test_task-00000-of-00005-<hash>.parquet``, ...), ignoring task boundaries, so a task's rows can run on from
-one shard into the next. :func:`iter_all_tasks` reads consecutive Parquet files as one sequence of rows and
-joins such a task across the cut, still holding one task's rows at a time.
+``raw`` JSON lists are parsed one task object at a time by ijson (yajl; the standard library cannot stream a
+list). ``multimodal`` Parquet is read by pyarrow (the ``parquet`` extra) a row group at a time, only the used
+columns (never ``raw_html`` or ``screenshot``), :data:`PARQUET_BATCH_ROWS` rows converted at once; consecutive
+rows of one ``annotation_id`` make a task. Hub shards are cut at equal row counts regardless of tasks, so
+:func:`iter_all_tasks` reads consecutive Parquet files as one row sequence and joins a task across the cut.
 """
 
 from __future__ import annotations
@@ -22,7 +13,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import orjson
 
@@ -43,16 +34,14 @@ __all__ = [
 ]
 
 Layout = Literal["auto", "raw", "multimodal"]
-"""A task file's layout: ``raw`` JSON, ``multimodal`` Parquet, or ``auto`` (by the file's suffix)."""
+"""``raw`` JSON, ``multimodal`` Parquet, or ``auto`` (by suffix)."""
 
-LAYOUTS: tuple[str, ...] = ("auto", "raw", "multimodal")
-"""Every :data:`Layout`, for the command line."""
+LAYOUTS: tuple[str, ...] = get_args(Layout)
 
 _SUFFIXES = {".json": "raw", ".parquet": "multimodal"}
 
 PARQUET_BATCH_ROWS = 32
-"""Rows of a Parquet row group turned into Python values at once. A row holds one page (``cleaned_html``, up to
-about 1.4 MB in the test splits), so a batch stays in the tens of megabytes whatever the file's size."""
+"""Parquet rows converted to Python at once; a row holds a page (``cleaned_html``, up to ~1.4 MB)."""
 
 _PARQUET_REQUIRED = ("annotation_id", "confirmed_task", "website", "action_uid", "operation", "cleaned_html")
 _PARQUET_OPTIONAL = ("domain", "subdomain", "target_action_index", "target_action_reprs")
@@ -63,13 +52,11 @@ class Action:
     """One recorded step of a task, checked.
 
     Attributes:
-        uid: ``action_uid``.
         op: ``operation.op``, the gold operation.
-        html: ``cleaned_html``, the page the step acted on.
+        html: ``cleaned_html``, the page acted on.
         positive: ``backend_node_id`` of every positive candidate.
-        candidates: ``(field, candidate object)`` of every candidate, positives first; ``field`` places it
-            in the task file for errors.
-        reference: ``action_reprs[t]``, or ``None`` when it is not read.
+        candidates: ``(field, candidate)`` pairs, positives first; ``field`` locates it for errors.
+        reference: ``action_reprs[t]``, or ``None`` when not read.
     """
 
     uid: str
@@ -82,17 +69,7 @@ class Action:
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """One Mind2Web task, checked.
-
-    Attributes:
-        annotation_id: The task's id, unique over all task files.
-        task: ``confirmed_task``.
-        website: ``website``.
-        domain: ``domain``, if given.
-        subdomain: ``subdomain``, if given.
-        actions: Its steps, in order.
-        files: The task files it came from: one, or the Parquet shards its rows run across, in order.
-    """
+    """One Mind2Web task, checked; ``files`` is its file, or the Parquet shards its rows span, in order."""
 
     annotation_id: str
     task: str
@@ -109,16 +86,13 @@ class Task:
 
 
 def task_files(tasks: str | Path | Sequence[str | Path], layout: Layout = "auto") -> list[tuple[Path, str]]:
-    """The task files to read, in stream order, each with its layout (``"raw"`` or ``"multimodal"``).
+    """The task files in stream order, each with its layout (``"raw"`` or ``"multimodal"``).
 
-    A directory stands for its task files in natural name order (``train_2`` before ``train_10``): its
-    ``*.json`` files for ``raw``, its ``*.parquet`` files for ``multimodal``, whichever it holds for
-    ``auto``. With ``auto`` a file's layout is its suffix: ``.json`` is raw, ``.parquet`` multimodal.
+    A directory means its ``*.json`` or ``*.parquet`` files in natural order; ``auto`` goes by suffix.
 
     Raises:
-        ConfigError: No file is given, or ``layout`` is not a :data:`Layout`.
-        DataError: A directory holds no task file, or both kinds with ``auto``; a file's suffix says no layout
-            with ``auto`` (the message names ``--layout``).
+        ConfigError: No file, or an unknown ``layout``.
+        DataError: A directory with no task file, or both kinds under ``auto``; an unknown suffix under ``auto``.
     """
     if layout not in LAYOUTS:
         raise ConfigError(f"unknown Mind2Web layout {layout!r}; choose {', '.join(LAYOUTS)}")
@@ -169,36 +143,22 @@ def _layout_of(path: Path) -> str:
 
 
 def iter_tasks(path: Path, layout: str, *, need_reprs: bool) -> Iterator[Task]:
-    """The tasks of one task file, in file order, each checked, read as a stream (:func:`iter_all_tasks` of one file).
-
-    Raises:
-        DataError, ConfigError: As :func:`iter_all_tasks`.
-    """
+    """:func:`iter_all_tasks` of one file."""
     yield from iter_all_tasks([(path, layout)], need_reprs=need_reprs)
 
 
 def iter_all_tasks(
     files: Sequence[tuple[Path, str]], *, need_reprs: bool, skip_cut_edges: bool = False
 ) -> Iterator[Task]:
-    """The tasks of ``files``, in order, each checked, read as a stream.
+    """The checked tasks of ``files`` (``(path, layout)`` from :func:`task_files`), streamed: memory holds one task.
 
-    Consecutive ``multimodal`` files are read as one sequence of rows, so a task whose rows run on from one Hub
-    shard into the next is one task (module docstring); a ``raw`` file holds whole tasks. Memory holds one task
-    (and one Parquet row group), however many files there are.
-
-    Args:
-        files: ``(path, layout)`` pairs as :func:`task_files` returns them, ``layout`` ``"raw"`` or ``"multimodal"``.
-        need_reprs: Read the human's action representations (kept in ``meta["reference_actions"]``; read unless
-            ``observation="empty"``).
-        skip_cut_edges: Leave out, rather than refuse, a task at the very start or end of a run of Parquet files
-            that is visibly cut there (its ``action_reprs`` lists more actions than it has rows, or its steps do
-            not start at 0): its other rows are in a shard not given. For readers of a subset of the shards
-            (``ceb regenerate`` reads back only the shards its trajectories name).
+    Consecutive multimodal files are one row sequence; ``need_reprs`` reads ``action_reprs`` (for
+    ``meta["reference_actions"]``); ``skip_cut_edges`` leaves out, not refuses, a task visibly cut at the start
+    or end of the Parquet run (``ceb regenerate`` reads only the shards its trajectories name).
 
     Raises:
-        DataError: A file cannot be read or breaks its layout (names the file, the task or row, the step and the
-            field).
-        ConfigError: A multimodal file is read without pyarrow (names the ``parquet`` extra).
+        DataError: A file is unreadable or off-layout (names file, task or row, step and field).
+        ConfigError: Parquet without pyarrow (names the ``parquet`` extra).
     """
     i = 0
     while i < len(files):
@@ -240,11 +200,11 @@ def _iter_raw(path: Path, *, need_reprs: bool) -> Iterator[Task]:
 
 
 _Row = tuple[Path, int, dict[str, Any]]
-"""A Parquet row: its file, its index in that file, its values."""
+"""A Parquet row: file, index in that file, values."""
 
 
 def _iter_multimodal(paths: Sequence[Path], *, need_reprs: bool, skip_cut_edges: bool) -> Iterator[Task]:
-    """The tasks of consecutive Parquet files: rows of one ``annotation_id`` in a row make a task, across files."""
+    """Tasks of consecutive Parquet files, joined across files."""
     group: list[_Row] = []
     first = True
     for row in (r for path in paths for r in _parquet_rows(path, need_reprs=need_reprs)):
@@ -258,7 +218,7 @@ def _iter_multimodal(paths: Sequence[Path], *, need_reprs: bool, skip_cut_edges:
 
 
 def _cut(rows: list[_Row]) -> bool:
-    """Whether a task's rows are visibly not all here: fewer than its ``action_reprs``, or steps not from 0."""
+    """Whether a task's rows are visibly incomplete (fewer than ``action_reprs``, or steps not from 0)."""
     reprs = rows[0][2].get("action_reprs")
     indices = {_unlisted(r.get("target_action_index")) for _, _, r in rows}
     return (isinstance(reprs, list) and len(reprs) > len(rows)) or (
@@ -267,7 +227,7 @@ def _cut(rows: list[_Row]) -> bool:
 
 
 def _unlisted(value: Any) -> Any:
-    """A per-row value that a dataset revision stores as a list of one (its card: ``sequence: string``) unwrapped."""
+    """Unwrap a value some revisions store as a one-element list."""
     return value[0] if isinstance(value, list) and len(value) == 1 else value
 
 
@@ -275,11 +235,7 @@ _SHARD = re.compile(r"(?P<split>.+)-(?P<k>\d{5})-of-(?P<n>\d{5})(?:-[^.]*)?\.par
 
 
 def _missing_shard(rows: list[_Row], first_step: int | None, *, ends_file: bool) -> str:
-    """Which Hub shard holds the rest of a task cut at a file's edge (the shard to add, by name), or ``""``.
-
-    A task whose first rows open a file but whose steps do not start at 0 began in the shard before it; one
-    whose rows close a file, from step 0, goes on in the shard after it.
-    """
+    """The error suffix naming the Hub shard that holds the rest of a cut task, or ``""``."""
     opens = rows[0][1] == 0
     if opens and (first_step or (first_step is None and not ends_file)):
         path, step = rows[0][0], -1
@@ -328,10 +284,7 @@ def _parquet_rows(path: Path, *, need_reprs: bool) -> Iterator[_Row]:
 
 
 def _task_of_rows(rows: list[_Row], *, need_reprs: bool, ends_file: bool) -> Task:
-    """One task from its consecutive rows (one per action, in one file or across shards), ordered by step.
-
-    ``ends_file``: the rows close their file, so a task cut there names the next shard (:func:`_missing_shard`).
-    """
+    """One task from its consecutive rows, ordered by step; ``ends_file`` lets a cut name the next shard."""
     first_path, first_row, first = rows[0]
     aid: str | None = None
 
@@ -418,7 +371,7 @@ def _read_row(record: dict[str, Any], t: int, fail: Fail, steps: int, *, need_re
 
 
 def _decoded(value: Any, field: str, fail: Fail, t: int) -> dict[str, Any]:
-    """A JSON-encoded object (Multimodal-Mind2Web stores objects as strings), or an object, decoded."""
+    """A JSON-encoded object (as Multimodal-Mind2Web stores them), or an object, decoded."""
     if isinstance(value, str):
         try:
             value = orjson.loads(value)
@@ -445,16 +398,10 @@ def _candidate_node(candidate: dict[str, Any]) -> str | None:
 
 
 def read_task(path: Path, index: int, record: Any, *, need_reprs: bool) -> Task:
-    """Check one task's shape.
-
-    Args:
-        path: The task file.
-        index: The task's index in the file's list.
-        record: The decoded task object.
-        need_reprs: Read ``action_reprs`` (kept in ``meta["reference_actions"]``; read unless ``observation="empty"``).
+    """Check one raw task object, ``index`` in its file's list.
 
     Raises:
-        DataError: The task breaks the layout (names the file, the ``annotation_id``, the step and the field).
+        DataError: It breaks the layout (names the file, ``annotation_id``, step and field).
     """
     aid: str | None = None
 

@@ -1,10 +1,8 @@
-"""The predictions file of the offline GUI converters (Mind2Web, AMEX): one agent's answer per recorded step.
+"""The predictions container of the Mind2Web and AMEX converters: one agent answer per recorded step.
 
-Both converters read the same container: a JSONL file with one object per predicted step, or a ``.json`` file
-holding a list of such objects. Every record is an object whose keys all belong to the converter's list (so a
-misspelt key cannot pass unnoticed), names its agent in ``actor`` (or the converter is given a default), and
-may carry ``actor_logprobs``, the natural-log token probabilities of the answer. :func:`read_predictions`
-checks those shared rules; each converter then reads its own keys through the record's ``fail``.
+JSONL (an object a line) or a ``.json`` list; every key from the converter's list (no misspelling passes), an
+``actor`` (or the converter's default), optional ``actor_logprobs`` (natural logs). :func:`read_predictions`
+checks these; each converter reads its own keys through the record's ``fail``.
 """
 
 from __future__ import annotations
@@ -25,14 +23,7 @@ __all__ = ["CheckedPrediction", "PredictionRecord", "read_predictions"]
 
 @dataclass(frozen=True, slots=True)
 class PredictionRecord:
-    """One record of a predictions file and its place: a JSONL line, or an item of a ``.json`` list.
-
-    Attributes:
-        line: 1-based line of a JSONL record; 0 for a list item (a problem then names the item in its field).
-        prefix: ``""`` for a JSONL record, ``"[i]."`` for item ``i`` of a list; prepended to field names.
-        where: ``"line 3"`` or ``"item [3]"``, for messages.
-        obj: The decoded record.
-    """
+    """One record and its place: ``line`` (1-based; 0 for a list item), ``prefix`` (``"[i]."`` for item ``i``)."""
 
     line: int
     prefix: str
@@ -42,15 +33,7 @@ class PredictionRecord:
 
 @dataclass(frozen=True, slots=True)
 class CheckedPrediction:
-    """A prediction record past the checks every predictions file shares (see :func:`read_predictions`).
-
-    Attributes:
-        record: The record and its place in the file.
-        obj: The record's object; its keys are among the converter's.
-        fail: Builds a :class:`~ceb.errors.DataError` naming the file, the line or item, and a field.
-        actor: The agent's name: the record's ``actor``, or the converter's default.
-        logprobs: ``actor_logprobs``, each a natural log <= 0, or ``None``.
-    """
+    """A record past the shared checks; ``fail`` builds a :class:`~ceb.errors.DataError` naming file, place, field."""
 
     record: PredictionRecord
     obj: Mapping[str, Any]
@@ -60,20 +43,11 @@ class CheckedPrediction:
 
 
 def read_predictions(path: Path, keys: Sequence[str], default_actor: str | None) -> Iterator[CheckedPrediction]:
-    """The records of a predictions file, each an object with only ``keys``, with its actor and log-probs.
-
-    Args:
-        path: The predictions file: ``.json`` holds a list of records, any other suffix is read as JSONL.
-        keys: Every key a record may hold.
-        default_actor: The actor of records without an ``actor`` key, or ``None`` to require the key.
-
-    Yields:
-        The records in file order.
+    """The records of ``path`` (``.json``: a list; else JSONL), in order, with their actor and log-probs.
 
     Raises:
-        DataError: The file cannot be read, is not valid JSON or holds no record; a record is not an object,
-            has an unknown key, or has no usable actor or log-probs (names the file, the line or item, and
-            the field).
+        DataError: Unreadable, bad JSON or no record; a record not an object, with a key not in ``keys``, or no
+            usable actor or log-probs (names file, line or item, field).
     """
     found = False
     for record in _load_records(path):
@@ -99,7 +73,7 @@ def read_predictions(path: Path, keys: Sequence[str], default_actor: str | None)
 
 
 def _load_records(path: Path) -> Iterator[PredictionRecord]:
-    """The records of a predictions file: JSONL lines, or the items of a ``.json`` list."""
+    """JSONL lines, or the items of a ``.json`` list."""
     try:
         data = path.read_bytes()
     except OSError as exc:

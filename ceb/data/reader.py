@@ -1,21 +1,11 @@
 """Read, validate and write trajectory streams (``docs/stream-format.md``, version 1; :data:`STREAM_SCHEMA`).
 
-A stream is one or more JSONL files read in order, one trajectory per line. Users bring files no test of ours
-has seen, so :func:`read_stream` checks every line of every file before it returns anything and reports every
-problem it finds at once, each with its file, line and field (:class:`~ceb.errors.Problem`).
-
-Rules beyond the format's field tables, decided here:
-
-- Lines that are empty or hold only whitespace are skipped (a trailing newline is not an error).
-- Every optional field may be ``null``, which means the same as leaving it out.
-- Unknown fields are rejected, at the top level and in steps: a misspelt ``lable`` must not pass unnoticed.
-- A file that holds no trajectory at all is rejected (almost always the wrong file). Problems that concern a
-  whole file rather than a line (missing, unreadable, empty) carry line ``0`` and field ``<file>``.
-- A UTF-8 byte-order mark is rejected with a message that says so.
-- ``meta`` may nest at most 200 levels (``{}`` is one level). Deeper values decode but could
-  not be written back by :func:`write_stream` (orjson encodes at most 254 levels), so a stream that is read
-  must never fail later when it is written.
-- JSON objects with a repeated key keep the last value (orjson's behaviour); this is not detected.
+A stream is JSONL files read in order, one trajectory a line. :func:`read_stream` checks every line before it
+returns and reports every problem at once with file, line and field (:class:`~ceb.errors.Problem`). Rules beyond
+the field tables: blank lines are skipped; optional ``null`` equals absent; unknown fields are refused (top level
+and steps); a file with no trajectory, or a UTF-8 BOM, is refused (file-level problems carry line ``0``, field
+``<file>``); ``meta`` nests at most 200 levels so it can always be written back (orjson's limit is 254); a
+repeated JSON key keeps the last value, undetected (orjson).
 """
 
 from __future__ import annotations
@@ -53,12 +43,9 @@ _BOM = b"\xef\xbb\xbf"
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 STREAM_SCHEMA = Path(__file__).with_name("stream.schema.json")
-"""The JSON Schema (draft 2020-12) of one stream line, shipped in the package. It states the field rules; the
-reader also refuses what a schema cannot say (its module docstring, and ``docs/stream-format.md``).
-``tests/data/test_stream_schema.py`` checks that the two agree line by line."""
+"""JSON Schema (draft 2020-12) of one stream line; ``tests/data/test_stream_schema.py`` checks the reader agrees."""
 
 _META_MAX_DEPTH = 200
-"""How deep ``meta`` may nest, in containers (``{}`` is 1, ``{"a": [1]}`` is 2)."""
 
 _TOP_REQUIRED = ("id", "task", "domain", "steps")
 _TOP_OPTIONAL = ("actor", "env", "meta")
@@ -84,22 +71,13 @@ class _Where:
 
 
 def read_stream(paths: Sequence[str | Path]) -> list[Trajectory]:
-    """Read and strictly validate a stream of one or more JSONL trajectory files.
+    """Read and strictly validate a stream's files in stream order (paper Algorithm 1); all lines or nothing.
 
-    Every line of every file is checked before anything is returned; there is no partial result.
-
-    Args:
-        paths: The stream's files, in stream order (the order the critic meets the trajectories, paper
-            Algorithm 1). Each problem names the path as given here.
-
-    Returns:
-        The trajectories in stream order, shape ``(N,)``. Each has ``source`` set to ``"<path>:<line>"``
-        (1-based line); step lists and ``actor_logprobs`` are tuples, rewards and log-probabilities floats.
+    Returns trajectories of shape ``(N,)``, each ``source`` = ``"<path>:<line>"`` (1-based, path as given).
 
     Raises:
-        StreamValidationError: One or more lines break the stream format version 1, an ``id`` repeats within the
-            stream, or a file is missing, unreadable or holds no trajectory. ``problems`` lists every one,
-            in file and line order.
+        StreamValidationError: Bad lines, a repeated ``id``, or a missing, unreadable or empty file; ``problems``
+            lists every one in file and line order.
         ValueError: ``paths`` is empty.
     """
     if not paths:
@@ -137,17 +115,10 @@ def read_stream(paths: Sequence[str | Path]) -> list[Trajectory]:
 
 
 def parse_trajectory(obj: Any, source: str = "<request>") -> Trajectory:
-    """Validate one decoded trajectory object (a request body, say) by the same rules as a line of a stream.
-
-    Args:
-        obj: The decoded JSON value.
-        source: Where it came from, as each problem's ``path`` (line ``0``).
-
-    Returns:
-        The trajectory, ``source`` set to ``source``.
+    """Validate one decoded trajectory (a request body) as a stream line; problems name ``source``, line 0.
 
     Raises:
-        StreamValidationError: The object breaks the stream format version 1; ``problems`` names every bad field.
+        StreamValidationError: Every bad field.
     """
     traj, problems = _validate(obj, _Where(source, 0))
     if problems or traj is None:
@@ -156,15 +127,10 @@ def parse_trajectory(obj: Any, source: str = "<request>") -> Trajectory:
 
 
 def parse_step(obj: Any, field: str, source: str = "<request>") -> Step:
-    """Validate one decoded step object by the rules of a stream's steps.
-
-    Args:
-        obj: The decoded JSON value.
-        field: The step's place in its document, the prefix of every problem's field (``"history[2]"``).
-        source: Where it came from, as each problem's ``path`` (line ``0``).
+    """Validate one decoded step; ``field`` (``"history[2]"``) prefixes every problem's field.
 
     Raises:
-        StreamValidationError: The step breaks the stream format version 1; ``problems`` names every bad field.
+        StreamValidationError: Every bad field.
     """
     step, problems = _validate_step(obj, 0, _Where(source, 0), at=field)
     if problems or step is None:
@@ -173,24 +139,13 @@ def parse_step(obj: Any, field: str, source: str = "<request>") -> Step:
 
 
 def write_stream(path: str | Path, trajectories: Iterable[Trajectory]) -> Path:
-    """Write trajectories as a stream file (the stream format, version 1), atomically.
+    """Write a stream file atomically (temporary file, then ``os.replace``); returns ``path``.
 
-    The file is written next to ``path`` under a temporary name and moved into place with ``os.replace``,
-    so a reader never sees half a file. Optional fields that are ``None`` and an empty ``meta`` are left
-    out; ``source`` is not written. Each trajectory is checked against the same rules :func:`read_stream`
-    applies, so ``read_stream([write_stream(p, xs)])`` equals ``xs`` up to ``source`` (given ``meta`` holds
-    plain JSON values: tuples come back as lists, NaN inside ``meta`` as null).
-
-    Args:
-        path: Destination file; its directory must exist. An existing file is replaced.
-        trajectories: The trajectories, in stream order.
-
-    Returns:
-        ``path`` as a :class:`~pathlib.Path`.
+    ``None`` fields, empty ``meta`` and ``source`` are left out, and :func:`read_stream` of the result gives the
+    trajectories back (tuples in ``meta`` as lists, NaN as null).
 
     Raises:
-        StreamValidationError: A trajectory breaks the contract (problems name ``path`` and the 1-based
-            line it would have taken); nothing is written.
+        StreamValidationError: A trajectory breaks the format (names ``path`` and its 1-based line); nothing written.
         OSError: The file cannot be written.
     """
     dest = Path(path)
@@ -221,15 +176,10 @@ def write_stream(path: str | Path, trajectories: Iterable[Trajectory]) -> Path:
 
 
 def check_trajectory(traj: Trajectory, path: str = "<trajectory>", line: int = 0) -> None:
-    """Check a trajectory built in code by the rules a line of a stream is read by (:func:`read_stream`).
-
-    Args:
-        traj: The trajectory.
-        path: Where it came from or goes to, as each problem's ``path``.
-        line: Its 1-based line there (``0`` when it has none), as each problem's ``line``.
+    """Check a trajectory built in code by :func:`read_stream`'s rules; problems carry ``path`` and ``line``.
 
     Raises:
-        StreamValidationError: The trajectory breaks the contract; ``problems`` names every bad field.
+        StreamValidationError: Every bad field.
     """
     where = _Where(path, line, traj.id if isinstance(traj.id, str) else None)
     _, found = _validate(trajectory_object(traj), where)
@@ -238,17 +188,10 @@ def check_trajectory(traj: Trajectory, path: str = "<trajectory>", line: int = 0
 
 
 def encode_trajectory(traj: Trajectory, path: str | Path, line: int) -> bytes:
-    """One trajectory as the JSON line :func:`write_stream` would write for it (no newline), checked first.
-
-    For writers that stream a file line by line; they keep ids unique themselves.
-
-    Args:
-        traj: The trajectory.
-        path: The file the line is for, named by a problem.
-        line: The 1-based line it will take, named by a problem.
+    """The checked JSON line :func:`write_stream` writes for ``traj`` (no newline); ids are the caller's to keep unique.
 
     Raises:
-        StreamValidationError: The trajectory breaks the contract; ``problems`` names every bad field.
+        StreamValidationError: Every bad field, named at ``path``:``line``.
     """
     # Validate before encoding: orjson would quietly write NaN as null and break the round trip.
     check_trajectory(traj, str(path), line)
@@ -260,14 +203,14 @@ def encode_trajectory(traj: Trajectory, path: str | Path, line: int) -> bytes:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(1-based line number, raw bytes without the newline)`` for each line of a file."""
+    """``(1-based line number, bytes without newline)`` of each line."""
     with path.open("rb") as f:
         for lineno, raw in enumerate(f, start=1):
             yield lineno, raw.rstrip(b"\n")
 
 
 def _parse_line(raw: bytes, path: str, lineno: int) -> tuple[Trajectory | None, list[Problem]]:
-    """Decode one non-blank line and validate it; never raises for any input bytes."""
+    """Decode and validate one non-blank line; never raises."""
     where = _Where(path, lineno)
     if raw.startswith(_BOM):
         return None, [where.problem("<line>", "starts with a UTF-8 byte-order mark; save the file without one")]
@@ -283,7 +226,7 @@ def _parse_line(raw: bytes, path: str, lineno: int) -> tuple[Trajectory | None, 
 
 
 def _validate(obj: Any, where: _Where) -> tuple[Trajectory | None, list[Problem]]:
-    """Check one decoded line against the stream format version 1; build the trajectory when it passes."""
+    """Check one decoded line; the trajectory when it passes."""
     if not isinstance(obj, dict):
         return None, [where.problem("<line>", f"must be a JSON object, got {kind(obj)}")]
     tid = obj.get("id")
@@ -348,7 +291,7 @@ def _validate(obj: Any, where: _Where) -> tuple[Trajectory | None, list[Problem]
 
 
 def _validate_step(obj: Any, i: int, where: _Where, at: str | None = None) -> tuple[Step | None, list[Problem]]:
-    """Check step ``i`` of a trajectory; field names in problems read ``steps[i].<field>`` (``at.<field>``)."""
+    """Check step ``i``; problem fields read ``steps[i].<field>`` (or ``at.<field>``)."""
     at = f"steps[{i}]" if at is None else at
     if not isinstance(obj, dict):
         return None, [where.problem(at, f"must be a step object, got {kind(obj)}", i)]
@@ -417,7 +360,7 @@ def _check_logprobs(value: Any, field: str, i: int, where: _Where) -> list[Probl
 
 
 def _nests_deeper_than(value: dict[str, Any] | list[Any], limit: int) -> bool:
-    """Whether containers in ``value`` nest more than ``limit`` levels; a loop, so any depth is safe."""
+    """Whether containers nest more than ``limit`` levels (iterative: any depth is safe)."""
     todo: list[tuple[Any, int]] = [(value, 1)]
     while todo:
         item, level = todo.pop()
@@ -434,19 +377,19 @@ def _is_finite_number(x: Any) -> bool:
 
 
 def _field_path(prefix: str, key: str) -> str:
-    """Dotted path of a field; a key that is not a plain name is quoted (``steps[1]['a.b']``), never empty."""
+    """Dotted field path; a non-identifier key is quoted (``steps[1]['a.b']``)."""
     if _PLAIN_KEY.fullmatch(key):
         return f"{prefix}.{key}" if prefix else key
     return f"{prefix}[{_name(key)}]"
 
 
 def _name(key: str) -> str:
-    """A field name quoted for a message, cut short when a hostile file uses a huge key."""
+    """A key quoted for a message, cut at 60 characters."""
     return repr(key if len(key) <= 60 else key[:60] + "...")
 
 
 def _show(x: Any) -> str:
-    """A short rendering of a bad value for a message: the value when it is small, else its kind."""
+    """A bad value for a message: itself when small, else its kind."""
     if x is None:
         return "null"
     if isinstance(x, bool):
@@ -459,10 +402,7 @@ def _show(x: Any) -> str:
 
 
 def trajectory_object(traj: Trajectory) -> dict[str, Any]:
-    """The JSON object for one trajectory, in the stream format field order, ``None`` and empty ``meta`` left out.
-
-    ``source`` is not included; :func:`parse_trajectory` reads the object back.
-    """
+    """One trajectory's JSON object in format field order, ``None``, empty ``meta`` and ``source`` left out."""
     obj: dict[str, Any] = {"id": traj.id, "task": traj.task, "domain": traj.domain}
     if traj.actor is not None:
         obj["actor"] = traj.actor
@@ -484,7 +424,7 @@ def _step_object(step: Step) -> dict[str, Any]:
 
 
 def _atomic_write(dest: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``dest``, fsync it, then ``os.replace`` it into place."""
+    """Write beside ``dest``, fsync, ``os.replace``; errors name ``dest``."""
     tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
     try:
         # os.open with 0o666 lets the umask decide the final mode, as a plain open() would.

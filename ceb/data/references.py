@@ -1,20 +1,10 @@
-"""Judging an action against a step's reference: the converters' label rules, in one place.
+"""Step labels against the dataset's reference (paper appendix "Experimental Details"), one rule for all users.
 
-The offline converters label each step by comparing the agent's action with the dataset's reference
-(paper appendix "Experimental Details"). ``ceb convert mind2web`` labels the logged action with
-:func:`mind2web_step_label`, ``ceb convert amex`` with :func:`amex_step_label` (its human's element:
-:func:`amex_gold_box`); ``ceb regenerate`` judges a regenerated action with the same functions, fed by
-:func:`step_references` (each step's reference, read again from the files the stream was converted from), so a
-regenerated action and a logged one are held to one rule.
-
-A regenerated action names an element the way the stream's state shows them (:data:`ACTION_SPACES`): a
-Mind2Web element by its ``backend_node_id`` (:func:`~ceb.data.mind2web_dom.element_ids` of the page), an AMEX
-element by its index ``[i]`` in the clickable-element list (:func:`screen_element_ids`; it is tapped at its
-box's centre).
-
-The reference *action* itself, as text, is what the LLM judge of ``ceb relabel`` compares each step with:
-:func:`reference_actions` reads it from the trajectory's evaluation-only ``meta`` (the converters write it there,
-never into a prompt).
+``ceb convert`` labels logged actions and ``ceb regenerate`` labels regenerated ones with the same functions;
+:func:`step_references` re-reads each step's reference from the source files. A regenerated action names an
+element as the state shows it (:data:`ACTION_SPACES`): Mind2Web by ``backend_node_id``, AMEX by list index
+``[i]`` (tapped at the box centre). :func:`reference_actions` gives the judge of ``ceb relabel`` the reference
+action text from the evaluation-only ``meta``.
 """
 
 from __future__ import annotations
@@ -54,14 +44,11 @@ _OP_ALIASES = {"HOVER": "CLICK", "ENTER": "CLICK"}
 
 
 def reference_actions(trajectory: Trajectory) -> tuple[str | None, ...]:
-    """The human's recorded action of each step as text, shape ``(T,)``; ``None`` where the stream carries none.
+    """The human's action of each step as text, shape ``(T,)``; ``None`` where the stream has none.
 
-    Read from ``meta["reference_actions"]`` (:data:`~ceb.data.converters.REFERENCE_ACTIONS`, one string per step,
-    as ``ceb convert mind2web`` and ``ceb convert amex`` write it). A stream converted before that (or with
-    ``observation="reference"``) and without the key has it in each observation after
-    :data:`~ceb.data.converters.REFERENCE_OBSERVATION`, which is read instead. An executed stream (InterCode)
-    has neither: every entry is ``None``. Only the judge may read these (paper appendix "LLM-as-Judge Label
-    Analysis"): they are the answer the step labels are computed from.
+    Read from ``meta["reference_actions"]``, else from observations after
+    :data:`~ceb.data.converters.REFERENCE_OBSERVATION` (older streams); all ``None`` for executed streams
+    (InterCode). Judge-only (paper appendix "LLM-as-Judge Label Analysis"): the labels are computed from these.
     """
     listed = trajectory.meta.get(REFERENCE_ACTIONS)
     if isinstance(listed, list) and len(listed) == len(trajectory.steps):
@@ -85,22 +72,11 @@ def mind2web_step_label(
     positive_ids: Collection[str],
     gold_op: str,
 ) -> int:
-    """Ground-truth label of one Mind2Web step.
+    """Mind2Web step label: 1 when the element is a ``pos_candidate`` and the op matches, else 0.
 
-    The rule of the paper's appendix "Experimental Details": a step is positive when the predicted element is
-    one of the step's ``pos_candidates`` and the predicted operation type equals the gold ``operation.op``.
-    Operations compare case-insensitively, with ``HOVER`` and ``ENTER`` read as ``CLICK`` (the dataset maps
-    them so in ``op``). The typed or selected value is not compared. A step whose ``pos_candidates`` is empty
-    (the dataset's pruning can drop the target) is never positive.
-
-    Args:
-        predicted_element: ``backend_node_id`` the agent chose, or ``None`` for no element.
-        predicted_op: The agent's operation.
-        positive_ids: ``backend_node_id`` of every positive candidate of the step.
-        gold_op: The step's ``operation.op``.
-
-    Returns:
-        1 when both element and operation match, else 0.
+    Paper appendix "Experimental Details". Ops compare by :func:`canonical_op`; the typed value is not compared;
+    a step with no ``pos_candidates`` (pruned target) is never positive. ``predicted_element`` is a
+    ``backend_node_id`` or ``None``.
     """
     matches_element = predicted_element is not None and predicted_element in positive_ids
     return int(matches_element and canonical_op(predicted_op) == canonical_op(gold_op))
@@ -108,18 +84,13 @@ def mind2web_step_label(
 
 @dataclass(frozen=True, slots=True)
 class Mind2WebReference:
-    """What a Mind2Web step's action is judged against.
-
-    Attributes:
-        positive: ``backend_node_id`` of every positive candidate of the step.
-        op: The gold ``operation.op``.
-    """
+    """A Mind2Web step's reference: the positive ``backend_node_id`` set and the gold ``operation.op``."""
 
     positive: frozenset[str]
     op: str
 
     def label(self, element_id: str | None, op: str) -> int:
-        """:func:`mind2web_step_label` of an action choosing ``element_id`` with ``op``: 1 or 0."""
+        """:func:`mind2web_step_label` of choosing ``element_id`` with ``op``."""
         return mind2web_step_label(element_id, op, self.positive, self.op)
 
 
@@ -129,21 +100,10 @@ def amex_step_label(
     predicted_action: str,
     predicted_point: tuple[float, float] | None,
 ) -> int | None:
-    """Ground-truth label of one AMEX step (paper appendix "Experimental Details").
+    """AMEX step label (paper appendix "Experimental Details"): scored only on ``TAP`` reference steps.
 
-    Only ``TAP`` reference steps are scored: positive when the predicted action is ``TAP`` and the predicted
-    touch point lies inside the human's element box (edges included), else negative. Action names compare
-    case-insensitively.
-
-    Args:
-        gold_action: The reference step's ``action``.
-        gold_box: Box of the element the human touched (:func:`amex_gold_box`), in pixels, or ``None`` when the
-            point lies in no clickable box.
-        predicted_action: The agent's action type.
-        predicted_point: The agent's touch point in pixels, or ``None``.
-
-    Returns:
-        1 or 0; ``None`` when the reference action is not ``TAP`` or ``gold_box`` is ``None``.
+    Positive when the prediction is ``TAP`` and ``predicted_point`` (pixels) lies in ``gold_box`` (edges
+    included). Returns ``None`` when the reference is not ``TAP`` or ``gold_box`` is ``None``.
     """
     if gold_action.strip().upper() != TAP or gold_box is None:
         return None
@@ -168,20 +128,14 @@ class StepReference(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class AmexReference:
-    """What an AMEX step's action is judged against.
-
-    Attributes:
-        action: The reference step's ``action``.
-        box: The human's element box (:func:`amex_gold_box`), ``None`` when there is none.
-        screen: The screen's clickable element boxes, in the state's order (``[i]`` is ``screen[i]``).
-    """
+    """An AMEX step's reference: action, the human's box (or ``None``) and the screen's boxes (``[i]``)."""
 
     action: str
     box: Box | None
     screen: tuple[Box, ...]
 
     def label(self, element_id: str | None, op: str) -> int | None:
-        """:func:`amex_step_label` of ``op`` at the centre of element ``[element_id]``'s box (no point without one)."""
+        """:func:`amex_step_label` of ``op`` at the centre of box ``[element_id]``."""
         point = None
         if element_id is not None and element_id.isdigit() and int(element_id) < len(self.screen):
             x1, y1, x2, y2 = self.screen[int(element_id)]
@@ -199,12 +153,7 @@ def screen_element_ids(state: str) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class ActionSpace:
-    """The actions a domain's regenerated step may take, as its converter represents them.
-
-    Attributes:
-        operations: The operation names.
-        element_ids: The names of the elements a state shows.
-    """
+    """The actions a domain's regenerated step may take: operation names, and the element names a state shows."""
 
     operations: tuple[str, ...]
     element_ids: Callable[[str], list[str]]
@@ -225,22 +174,13 @@ def step_references(
     tasks: str | Path | Sequence[str | Path] | None = None,
     elements: str | Path | None = None,
 ) -> dict[tuple[str, int], StepReference]:
-    """The reference of every step, keyed by ``(trajectory id, step)``: Mind2Web's or AMEX's, by the meta.
+    """The reference of every step, keyed by ``(trajectory id, step)``.
 
-    A trajectory whose meta has ``annotation_id`` is judged by :func:`mind2web_references` (``tasks``); one
-    with ``episode_id`` by :func:`amex_references` (``elements``).
-
-    Args:
-        trajectories: Streams written by ``ceb convert mind2web`` or ``ceb convert amex``.
-        tasks: Mind2Web task files or folders (``None``: each trajectory's ``meta["file"]``).
-        elements: AMEX ``element_anno`` folder (``None``: beside each episode file's folder).
-
-    Returns:
-        One :class:`StepReference` per step of every trajectory (``sum(len(t.steps))`` entries).
+    Dispatches on meta: ``annotation_id`` -> :func:`mind2web_references` (``tasks``), ``episode_id`` ->
+    :func:`amex_references` (``elements``). ``None`` paths mean the ones recorded in ``meta["file"]``.
 
     Raises:
-        DataError: A trajectory converted from neither (names the stream file and line and ``meta``), or as
-            :func:`mind2web_references` and :func:`amex_references` raise.
+        DataError: A trajectory converted from neither (names file, line and ``meta``), or as the two callees.
     """
     web = [t for t in trajectories if "annotation_id" in t.meta]
     mobile = [t for t in trajectories if "episode_id" in t.meta and "annotation_id" not in t.meta]
@@ -268,15 +208,10 @@ def _problem(trajectory: Trajectory, field: str, message: str) -> DataError:
 def amex_references(
     trajectories: Sequence[Trajectory], elements: str | Path | None = None
 ) -> dict[tuple[str, int], AmexReference]:
-    """The reference of every step of AMEX ``trajectories``, keyed by ``(trajectory id, step)``.
-
-    Each trajectory's episode is read again from its ``meta["file"]``, as ``ceb convert amex`` wrote it, and
-    each screen from ``elements`` (the ``element_anno`` folder), by default ``element_anno`` beside the episode
-    file's folder, as the converter finds it.
+    """References of AMEX ``trajectories``, re-read from ``meta["file"]`` and ``elements`` (default: beside it).
 
     Raises:
-        DataError: A trajectory has no ``file`` in its meta, its episode is not that file's, its step count
-            differs, or an episode or element file cannot be read.
+        DataError: No ``meta.file``, episode or step count differs, or a file cannot be read.
     """
     out: dict[tuple[str, int], AmexReference] = {}
     screens_of: dict[Path, dict[str, Path]] = {}
@@ -303,16 +238,13 @@ def amex_references(
 def mind2web_references(
     trajectories: Sequence[Trajectory], tasks: str | Path | Sequence[str | Path] | None = None
 ) -> dict[tuple[str, int], Mind2WebReference]:
-    """The reference of every step of Mind2Web ``trajectories``, keyed by ``(trajectory id, step)``.
+    """References of Mind2Web ``trajectories``, matched to tasks by ``meta["annotation_id"]``.
 
-    A trajectory is matched to its task by ``meta["annotation_id"]``, as ``ceb convert mind2web`` writes it.
-    The tasks are read from ``tasks`` (task files or folders, as given to the converter) or, when ``None``, from
-    each trajectory's ``meta["file"]`` (the task file the converter read, a path as it was given then).
+    Tasks come from ``tasks`` or, when ``None``, each trajectory's ``meta["file"]``.
 
     Raises:
-        DataError: A trajectory has no ``annotation_id`` or ``file`` in its meta (not converted from Mind2Web),
-            its task is in none of the files, or its step count differs from the task's (names the stream file
-            and line); a task file cannot be read.
+        DataError: No ``annotation_id``/``file`` in meta, task not found, or step count differs (names file and
+            line); a task file cannot be read.
     """
     wanted: dict[str, list[Trajectory]] = {}
     files: list[str | Path] = []

@@ -1,18 +1,10 @@
 """Stream names: how ``ceb score`` arguments and a grid's ``streams`` list name their streams.
 
-The rule, in order, for each spec:
-
-1. ``NAME=FILES`` names the stream ``NAME`` (:data:`STREAM_NAME`) unless the whole spec is a file;
-2. ``FILES`` that is one existing file is that file, even when its name holds ``+`` or ``=``;
-3. else ``a.jsonl+b.jsonl`` joins files into one stream, when every part is a file;
-4. else (grids only) a glob: one stream per matching file;
-5. without ``NAME=``, a stream is named by its files' stems joined by ``+`` (``x.jsonl`` -> ``x``).
-
-Two specs that give one name (``a/x.jsonl b/x.jsonl``) are refused with both files named: tell them apart with
-``NAME=``, e.g. ``a-x=a/x.jsonl b-x=b/x.jsonl``.
-
-:func:`check_streams` is the one check of the streams a run scores, whatever built them (``ceb score``, a grid,
-the notebook API): each name a :data:`STREAM_NAME`, and no trajectory id twice in a stream.
+For each spec: ``NAME=FILES`` names the stream ``NAME`` (:data:`STREAM_NAME`) unless the whole spec is a file;
+one existing file is that file even with ``+`` or ``=`` in its name; else ``a.jsonl+b.jsonl`` joins files;
+else (grids only) a glob gives a stream per file. Unnamed streams take their files' stems joined by ``+``. Two
+specs giving one name are refused, both named. :func:`check_streams` is the one check of what a run scores,
+whoever built it (``ceb score``, a grid, the notebook API).
 """
 
 from __future__ import annotations
@@ -28,17 +20,16 @@ from ceb.errors import ConfigError, DataError, Problem
 __all__ = ["STREAM_NAME", "check_stream_name", "check_streams", "parse_stream_specs"]
 
 STREAM_NAME = re.compile(r"(?!\.\.?\Z)[\w.+=-]{1,128}")
-"""A stream name, matched whole: 1 to 128 letters, digits, ``_ . + = -`` (not ``.`` or ``..``). It becomes part of
-file names (banks) and a column of every result row, so it holds no path separator, space or control character."""
+"""1 to 128 letters, digits, ``_ . + = -``, not ``.`` or ``..``: part of bank file names and result rows."""
 
 _RULE = "1 to 128 letters, digits, '_', '.', '+', '=', '-'"
 
 
 def check_stream_name(name: object, what: str = "stream") -> str:
-    """Return ``name`` when it is a :data:`STREAM_NAME` (``what`` says what named it, for the message).
+    """``name``, when it is a :data:`STREAM_NAME`; ``what`` names its origin in the message.
 
     Raises:
-        ConfigError: It is not (names it, and what it may hold).
+        ConfigError: It is not.
     """
     if not isinstance(name, str) or not STREAM_NAME.fullmatch(name):
         raise ConfigError(f"{what} name {name!r} cannot name a stream: a stream name is {_RULE}")
@@ -46,11 +37,11 @@ def check_stream_name(name: object, what: str = "stream") -> str:
 
 
 def check_streams(streams: Mapping[str, Sequence[Trajectory]]) -> None:
-    """Refuse streams a run cannot score: a name that is not a :data:`STREAM_NAME`, or an id twice in a stream.
+    """Refuse a name that is no :data:`STREAM_NAME`, or an id twice in a stream.
 
     Raises:
         ConfigError: A bad name.
-        DataError: A trajectory id repeats within a stream (names the stream, the id and both places).
+        DataError: A repeated id (names the stream, the id and both places).
     """
     for name, trajectories in streams.items():
         check_stream_name(name)
@@ -72,7 +63,7 @@ def check_streams(streams: Mapping[str, Sequence[Trajectory]]) -> None:
 
 
 def _files(spec: str, base: Path, *, globs: bool, what: str) -> list[list[Path]]:
-    """The file groups of one spec without ``NAME=``: one group per stream."""
+    """The file groups (one per stream) of a spec without ``NAME=``."""
     whole = base / spec
     if whole.is_file():
         return [[whole]]
@@ -93,17 +84,14 @@ def _files(spec: str, base: Path, *, globs: bool, what: str) -> list[list[Path]]
 def parse_stream_specs(
     specs: Sequence[object], *, base: Path | None = None, globs: bool = False, what: str = "stream"
 ) -> dict[str, list[Path]]:
-    """Stream name -> its files, in order, by the rule of this module.
+    """Stream name -> its files, in order, by this module's rule.
 
-    Args:
-        specs: Command-line arguments or a grid's ``streams`` list (each must be a string).
-        base: Folder relative paths are read from (a grid file's folder); ``None``: as given.
-        globs: Expand shell patterns (grids; the shell already did it for the command line).
-        what: What a spec is, for error messages (``"grid stream"``).
+    ``specs`` are command-line arguments or a grid's ``streams``; relative paths are read from ``base`` (a grid
+    file's folder); ``globs`` expands patterns (grids: the shell does it for the command line); ``what`` names a
+    spec in messages (``"grid stream"``).
 
     Raises:
-        ConfigError: A spec is not a string, has an invalid ``NAME``, names no file, or two give one name
-            (names both, suggests ``NAME=``).
+        ConfigError: A non-string spec, a bad ``NAME``, no such file, or two specs with one name.
     """
     root = base if base is not None else Path()
     streams: dict[str, list[Path]] = {}

@@ -1,8 +1,7 @@
-"""In-memory form of one trajectory of the stream contract (``docs/stream-format.md``, version 1).
+"""One trajectory of the stream contract (``docs/stream-format.md``, version 1).
 
-A :class:`Trajectory` read from a file still holds the evaluation-only fields (``label``, ``reward``,
-``meta``). The pipeline hands the stages :meth:`Trajectory.blinded` copies only, so no prompt, retrieval key
-or bank record can see them (paper section 3.1, the information constraint).
+``label``, ``reward`` and ``meta`` are evaluation-only: stages get :meth:`Trajectory.blinded` copies, so no
+prompt, retrieval key or bank record sees them (paper section 3.1, the information constraint).
 """
 
 from __future__ import annotations
@@ -16,19 +15,16 @@ __all__ = ["Step", "Trajectory"]
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One step ``(s_t, a_t, o_t)`` of a trajectory (paper section 3.1).
+    """One step ``(s_t, a_t, o_t)`` (paper section 3.1).
 
     Attributes:
         state: Compact pre-action state ``s_t`` (may be empty).
-        action: Proposed action ``a_t``; never empty.
-        observation: What the environment showed after the action, ``o_t`` (may be empty).
-        reasoning: The agent's stated reason for the action, if logged.
-        op: Structured operation for web / GUI agents (``CLICK``, ``TYPE``), if logged.
-        element: Target element for web / GUI agents, if logged.
-        value: Typed value for web / GUI agents, if logged.
-        reward: Raw environment reward after the step. Evaluation only.
-        actor_logprobs: Natural-log token probabilities of the action as the actor generated it.
-        label: Held-out ground-truth step label, 0, 1 or ``None``. Evaluation only.
+        action: ``a_t``, never empty.
+        observation: ``o_t``, what the environment showed after the action (may be empty).
+        op: Web/GUI operation (``CLICK``, ``TYPE``), with ``element`` and ``value``, if logged.
+        reward: Environment reward after the step; evaluation only.
+        actor_logprobs: Natural-log token probabilities of the action.
+        label: Ground-truth step label 0, 1 or ``None``; evaluation only.
     """
 
     state: str
@@ -45,17 +41,15 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Trajectory:
-    """One trajectory: a task and the steps an agent took for it.
+    """A task and the steps an agent took for it.
 
     Attributes:
         id: Unique within its stream.
-        task: The task ``q`` given to the agent.
+        task: The task ``q``.
         domain: Prompt family: ``web``, ``mobile``, ``shell``, ``sql`` or another lower-case word.
-        steps: One or more steps in execution order.
-        actor: The agent / model that proposed the actions.
         env: Environment, website or file-system id.
-        meta: Carried through untouched; never shown to a stage.
-        source: ``path:line`` the trajectory was read from (empty when built in code).
+        meta: Carried through; never shown to a stage.
+        source: ``path:line`` it was read from (empty when built in code).
     """
 
     id: str
@@ -69,13 +63,10 @@ class Trajectory:
 
     @property
     def labels(self) -> tuple[int | None, ...]:
-        """Ground-truth labels per step (evaluation only), shape ``(T,)``."""
+        """Ground-truth labels per step, shape ``(T,)`` (evaluation only)."""
         return tuple(s.label for s in self.steps)
 
     def blinded(self) -> Trajectory:
-        """Return a copy without the fields no stage may read: ``label``, ``reward`` and ``meta``.
-
-        ``actor_logprobs`` stay: they are the actor's own output, available before execution.
-        """
+        """A copy without ``label``, ``reward`` and ``meta``; ``actor_logprobs`` stay (known before execution)."""
         steps = tuple(replace(s, label=None, reward=None) for s in self.steps)
         return replace(self, steps=steps, meta={})

@@ -1,10 +1,9 @@
-"""The output side of every converter: writing its streams and the summary each returns.
+"""The output side of every converter: its streams, written all-or-nothing, and the summary each returns.
 
-An error must leave no half-converted set of streams behind. A converter either builds its trajectories first
-and writes once every source has been read and checked (:func:`write_converted`, one stream through the
-strict :func:`~ceb.data.reader.write_stream`), or streams them as it reads (:class:`StagedStreams`: each line
-checked and written to a staging folder beside the output, the files moved into place only when every source
-has been read), so memory does not grow with the output. Both count a stream into a :class:`ConvertedStream`.
+Either the trajectories are built first and written once (:func:`write_converted`, via
+:func:`~ceb.data.reader.write_stream`), or they are written as they are read into a staging folder beside the
+output and moved into place only when every source has been read (:class:`StagedStreams`: memory does not
+grow with the output). An error leaves no half-converted set of streams.
 """
 
 from __future__ import annotations
@@ -40,15 +39,13 @@ _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 MB = 1_000_000
 MAX_LOG_MB = 256
-"""The default bound, in MB (10^6 bytes), of what one source log may inflate to (an inspect log's uncompressed
-entries, a chat transcript file): ``--max-log-mb``. A compressed log is refused past it before it is read."""
+"""Default ``--max-log-mb``: MB (10^6 bytes) one source log may inflate to; refused before reading."""
 MAX_FIELD_MB = 8
-"""The default bound, in MB, of one text field a converter writes (a task, state, action, observation or
-reasoning, UTF-8): ``--max-field-mb``."""
+"""Default ``--max-field-mb``: MB of one UTF-8 text field (task, state, action, observation, reasoning)."""
 
 
 def check_log_size(path: Path, size: int, max_mb: float) -> None:
-    """Refuse a source log of ``size`` bytes (as it inflates) over ``max_mb`` MB.
+    """Refuse a source log whose inflated ``size`` (bytes) exceeds ``max_mb`` MB.
 
     Raises:
         DataError: Names the file, its size and the limit.
@@ -60,13 +57,12 @@ def check_log_size(path: Path, size: int, max_mb: float) -> None:
 
 @dataclass(frozen=True, slots=True)
 class SkippedTrajectory:
-    """A source trajectory left out of a stream, and why.
+    """A source trajectory left out of a stream.
 
     Attributes:
-        id: The trajectory id it would have had.
         reason: ``"no actions"`` or ``"empty action"``.
-        steps: Steps it held (after dropping a ``"blocked"`` placeholder).
-        step: 0-based index of the first empty action, for ``"empty action"``.
+        steps: Steps it held, after dropping ``"blocked"`` placeholders.
+        step: 0-based index of the first empty action (``"empty action"`` only).
     """
 
     id: str
@@ -80,19 +76,11 @@ class ConvertedStream:
     """Summary of one written stream.
 
     Attributes:
-        path: The JSONL file written.
-        dataset: The source: ``"bash"`` or ``"sql"`` for InterCode, ``"mind2web"``, ``"amex"``, ``"chat"``,
-            ``"inspect"``.
-        actor: The agent whose steps the stream holds (InterCode's model directory name, ``gpt-4``; ``"several"``
-            for a chat stream of more than one).
-        trajectories: Trajectories written.
-        steps: Steps written.
-        positive_rate: Share of the labelled steps with label 1, in [0, 1]; NaN when no step has a label.
-        skipped: Source trajectories left out, in source order.
-        blocked_turns: ``"blocked"`` placeholder turns dropped (InterCode's PaLM refusals; no action was
-            executed).
-        sources: Source files in stream order (InterCode: relative to its root; the offline GUI converters:
-            the task or episode files, then the predictions file).
+        dataset: ``"bash"``/``"sql"`` (InterCode), ``"mind2web"``, ``"amex"``, ``"chat"`` or ``"inspect"``.
+        actor: The agent (InterCode's model directory, ``gpt-4``; ``"several"`` for a mixed chat stream).
+        positive_rate: Share of labelled steps with label 1, in [0, 1]; NaN when none is labelled.
+        blocked_turns: InterCode's ``"blocked"`` turns (PaLM refusals, nothing executed) dropped.
+        sources: Source files in stream order (InterCode: relative to its root).
     """
 
     path: Path
@@ -116,22 +104,10 @@ def write_converted(
     skipped: Iterable[SkippedTrajectory] = (),
     blocked_turns: int = 0,
 ) -> ConvertedStream:
-    """Write one converted stream and summarise it.
-
-    Args:
-        path: The ``.jsonl`` file to write (replaced if it exists).
-        trajectories: The stream, in order.
-        dataset: :attr:`ConvertedStream.dataset`.
-        actor: :attr:`ConvertedStream.actor`.
-        sources: :attr:`ConvertedStream.sources`.
-        skipped: :attr:`ConvertedStream.skipped`.
-        blocked_turns: :attr:`ConvertedStream.blocked_turns`.
-
-    Returns:
-        The summary, ``path`` as :func:`~ceb.data.reader.write_stream` returned it.
+    """Write one stream with :func:`~ceb.data.reader.write_stream` (replacing ``path``) and summarise it.
 
     Raises:
-        DataError: A trajectory breaks the stream contract (from :func:`~ceb.data.reader.write_stream`).
+        DataError: A trajectory breaks the stream format.
     """
     out = write_stream(path, trajectories)
     labels = [s.label for t in trajectories for s in t.steps]
@@ -150,19 +126,10 @@ def write_converted(
 
 
 def stream_file_names(prefix: str, actors: Iterable[str], where: Path, what: str = "actor") -> dict[str, str]:
-    """``actor -> <prefix>-<actor>.jsonl``, each run of characters unsafe in a file name replaced by ``_``.
-
-    Args:
-        prefix: The dataset's file prefix (``mind2web``).
-        actors: The actors, each given a file.
-        where: The file the actor names came from, for the error.
-        what: What the names are, for the error (``"log"`` for inspect's log stems).
-
-    Returns:
-        The file name (no directory) of each actor.
+    """``actor -> <prefix>-<actor>.jsonl``, runs of file-unsafe characters replaced by ``_``.
 
     Raises:
-        DataError: Two actors map to one file name.
+        DataError: Two actors map to one file name (names ``where`` and ``what``).
     """
     files: dict[str, str] = {}
     taken: dict[str, str] = {}
@@ -178,7 +145,7 @@ def stream_file_names(prefix: str, actors: Iterable[str], where: Path, what: str
 
 
 def _origin(trajectory: Trajectory, out: Path, line: int) -> tuple[str, int]:
-    """Where a problem of ``trajectory`` is: its source (``path:line``, ``path:sample``), else ``out`` at ``line``."""
+    """A problem's place: the trajectory's ``source`` when it has one, else ``out`` at ``line``."""
     if not trajectory.source:
         return str(out), line
     path, _, at = trajectory.source.rpartition(":")
@@ -187,7 +154,7 @@ def _origin(trajectory: Trajectory, out: Path, line: int) -> tuple[str, int]:
 
 @dataclass
 class _Staged:
-    """One stream being written: its staged file and running counts."""
+    """One stream being staged, with its running counts."""
 
     name: str
     file: IO[bytes]
@@ -199,17 +166,11 @@ class _Staged:
 
 
 class StagedStreams:
-    """Streams written a trajectory at a time into a staging folder, moved into ``out_dir`` on :meth:`commit`.
+    """Streams written a trajectory at a time into a hidden staging folder beside ``out_dir`` (same file system).
 
-    Use as a context manager: leaving it without :meth:`commit` (an error while reading the sources) deletes
-    the staging folder, so neither ``out_dir`` nor any stream in it is touched. Memory holds one trajectory
-    and each stream's ids, not the streams.
-
-    Args:
-        out_dir: Where the streams go; created by :meth:`commit`. The staging folder is a hidden temporary
-            folder beside it (same file system, so each file is moved into place by one rename).
-        names: ``key -> file name`` of each stream (:func:`stream_file_names`).
-        max_field_mb: The bound of each text field written (:data:`MAX_FIELD_MB`).
+    A context manager: leaving it without :meth:`commit` deletes the staging folder, ``out_dir`` untouched. Memory
+    holds one trajectory and each stream's ids. ``names`` maps keys to file names (:func:`stream_file_names`);
+    ``max_field_mb`` bounds each text field (:data:`MAX_FIELD_MB`).
     """
 
     def __init__(self, out_dir: str | Path, names: dict[str, str], max_field_mb: float = MAX_FIELD_MB) -> None:
@@ -229,13 +190,12 @@ class StagedStreams:
         shutil.rmtree(self._stage, ignore_errors=True)
 
     def add(self, key: str, trajectory: Trajectory) -> None:
-        """Append ``trajectory`` to the stream ``key``.
+        """Append ``trajectory`` to stream ``key``.
 
         Raises:
-            DataError: The trajectory breaks the stream contract, repeats an id of its stream, or has a text
-                field over the bound (names its source, :attr:`~ceb.data.trajectory.Trajectory.source`, when it
-                has one, else the stream's file and the line it would have taken).
-            OSError: The staged file cannot be written (a full disk, say), naming the stream's file.
+            DataError: It breaks the format, repeats an id or has a field over the bound (names its ``source``, else
+                the stream file and line).
+            OSError: The staged file cannot be written, naming the stream's file.
         """
         stream = self._streams[key]
         line = stream.trajectories + 1
@@ -261,7 +221,7 @@ class StagedStreams:
                 stream.positive += step.label
 
     def _check_fields(self, trajectory: Trajectory, path: str, line: int) -> None:
-        """Refuse a text field over ``max_field_mb`` (its UTF-8 bytes), naming it and the limit."""
+        """Refuse a text field over ``max_field_mb`` UTF-8 bytes."""
         fields = [("task", trajectory.task, None)] + [
             (f"steps[{t}].{name}", getattr(step, name) or "", t)
             for t, step in enumerate(trajectory.steps)
@@ -280,20 +240,11 @@ class StagedStreams:
         sources: Iterable[str],
         skipped: Mapping[str, Sequence[SkippedTrajectory]] | None = None,
     ) -> list[ConvertedStream]:
-        """Move every stream into ``out_dir`` (replacing files of the same name) and summarise them.
-
-        Args:
-            dataset: :attr:`ConvertedStream.dataset`.
-            actors: ``key -> actor`` of each stream.
-            sources: :attr:`ConvertedStream.sources`.
-            skipped: ``key -> `` the source trajectories left out of that stream (:attr:`ConvertedStream.skipped`).
-
-        Returns:
-            One summary per stream, in the order of ``names``.
+        """Move every stream into ``out_dir`` (replacing same-named files); one summary each, in ``names`` order.
 
         Raises:
             DataError: A stream holds no trajectory.
-            OSError: A stream cannot be written (a full disk, say), naming its file.
+            OSError: A stream cannot be written, naming its file.
         """
         sources = tuple(sources)
         for stream in self._streams.values():
