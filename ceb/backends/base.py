@@ -159,17 +159,9 @@ RetrySettings = RetryPolicy | BackendConfig
 class AttemptRecord:
     """One attempt of one request, as :attr:`ChatBackend.observers` see it.
 
-    Attributes:
-        stage: The asking stage (``critic``, ``hindsight``, a baseline).
-        endpoint: Where it went.
-        queue_s: Seconds waiting for a slot before it (vLLM's client queue time).
-        latency_s: Seconds from sending to the full reply or the failure.
-        ok: It returned a completion.
-        error: ``"<ExceptionType>: <message>"``, ``""`` when ``ok``.
-        prompt_tokens: Input tokens the server counted, if it said.
-        completion_tokens: Output tokens over all choices, if it said.
-        n: Choices asked for.
-        priority: The caller's :func:`~ceb.backends.scheduling.priority`.
+    ``queue_s`` is the seconds waited for its slot (vLLM's client queue time), ``latency_s`` the seconds from sending to
+    the reply or failure; ``error`` is ``"<Type>: <message>"`` (``""`` when ``ok``); token counts are the server's,
+    ``None`` where it gave none; ``priority`` is the caller's :func:`~ceb.backends.scheduling.priority`.
     """
 
     stage: str
@@ -188,19 +180,12 @@ class ChatBackend:
     """What the stages call: one :class:`Transport` with the policy every provider shares, as steps around it.
 
     :meth:`complete` goes through the reply cache (a hit sends nothing), tenacity retries of :class:`TransientError`
-    (jittered exponential backoff honouring ``Retry-After``), the endpoint :attr:`routing` picks per attempt, a slot
-    there at the caller's priority (its wait ``queue_s`` kept apart from ``latency_s``), :meth:`Transport.send` and the
+    (jittered exponential backoff honouring ``Retry-After``), the endpoint :attr:`routing` picks per attempt
+    (``affinity``: the lane's home replica unless it is overloaded; or ``least_outstanding``), a slot there at the
+    caller's priority (its wait ``queue_s`` kept apart from ``latency_s``), :meth:`Transport.send` and the
     :attr:`observers`. :meth:`stream` takes the same steps but the cache. After httpx's ``Client`` over a
-    ``BaseTransport`` and inspect_ai's ``Model`` over a ``ModelAPI``.
-
-    Args:
-        transport: The provider.
-        max_concurrency: Requests in flight to each endpoint at most.
-        retry: Retry settings; :class:`RetryPolicy` defaults when ``None``.
-        limits: The run's shared per-endpoint slots; private ones when ``None``.
-        routing: ``affinity`` (the caller's lane goes to its home replica unless it is overloaded) or
-            ``least_outstanding``.
-        cache: The run's reply cache as this backend consults it (:meth:`~ceb.backends.cache.ReplyCache.step`).
+    ``BaseTransport`` and inspect_ai's ``Model`` over a ``ModelAPI``. ``max_concurrency`` bounds the requests in flight
+    per endpoint; ``retry`` defaults to :class:`RetryPolicy`, ``limits`` to private slots.
     """
 
     def __init__(

@@ -227,13 +227,10 @@ class _Step:
 class BatchTransport(Transport):
     """A transport that answers from Batch replies and records every request it has none for.
 
-    Args:
-        settings: The ``backend`` section; ``model``, ``structured_output`` and ``token_limit_field`` shape the bodies
-            as online. ``priority`` is never sent (no queue; OpenAI refuses it).
-        tag: The export's tag, the first part of every ``custom_id``.
-        requests: The requests of earlier Batch files of this export.
-        replies: Their replies by ``custom_id``.
-        waiting: Ids whose file's output is not imported yet: asked, they wait and are not :attr:`unanswered`.
+    ``settings`` shapes the bodies as online (``model``, ``structured_output``, ``token_limit_field``; never
+    ``priority``: no queue, and OpenAI refuses it). ``tag`` begins every ``custom_id``; ``requests`` and ``replies`` are
+    the earlier Batch files of this export and their replies by id; ``waiting`` are ids whose file's output is not
+    imported yet (asked, they wait and are not :attr:`unanswered`).
 
     Attributes:
         pending: Requests with no earlier line, in the order asked: the next Batch file.

@@ -77,16 +77,9 @@ BUSY_TIMEOUT_MS = 30_000
 class CacheCounts:
     """What one store did (``summary.json``'s ``cache``, printed by ``ceb score``).
 
-    Attributes:
-        mode: The ``cache.mode``.
-        path: The cache file.
-        hits: Requests answered from the cache.
-        misses: Cacheable requests not found, so sent.
-        uncacheable: Requests sent without a look-up (sampled, or the served model unknown).
-        stored: Replies written.
-        sent: Requests sent through the cache's backends, retries included.
-        failed_reads: Look-ups the store could not answer.
-        failed_writes: Replies the store could not keep (a full disk).
+    ``hits`` were answered from the cache; ``misses`` were cacheable, not found and sent; ``uncacheable`` were sent
+    without a look-up (sampled, or the served model unknown); ``sent`` counts the requests sent through the cache's
+    backends, retries included; ``failed_reads`` and ``failed_writes`` the look-ups and writes the store could not do.
     """
 
     mode: str

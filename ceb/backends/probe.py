@@ -124,17 +124,7 @@ async def probe(settings: BackendConfig) -> EndpointReport:
     backend = open_backend(probing)
     if backend is None:
         raise ConfigError(f"backend {settings.name!r} has no language model to probe")
-    if isinstance(backend.transport, OpenAITransport):
-        return await _probe_http(backend, backend.transport)
-    if isinstance(backend.transport, VLLMEngineTransport):
-        return await probe_engine(backend)
-    report = EndpointReport(base_url=backend.endpoint, model=settings.served_model)
-    try:
-        chat = await _timed("chat", partial(_chat, backend, _HELLO, _any_text))
-        report.checks += [chat, *await _feature_checks(backend, chat)]
-    finally:
-        await backend.aclose()
-    return report
+    return await _probe(backend, settings.served_model)
 
 
 async def probe_endpoint(settings: BackendConfig) -> EndpointReport:
@@ -144,24 +134,6 @@ async def probe_endpoint(settings: BackendConfig) -> EndpointReport:
         ConfigError: No base URL or model, a URL that is not http(s), or no key for a non-local endpoint.
     """
     return await probe(settings.model_copy(update={"name": "openai"}))
-
-
-async def _probe_http(backend: ChatBackend, http: OpenAITransport) -> EndpointReport:
-    report = EndpointReport(base_url=backend.endpoints[0], model=http.model)
-    try:
-        report.checks.append(await _timed("models", lambda: _models(http, http.model)))
-        with contextlib.suppress(TransientError):  # no answer: the models check already says so
-            report.served = await backend.identify()
-        chat = await _timed("chat", partial(_chat, backend, _HELLO, _any_text))
-        report.checks.append(chat)
-        report.checks += await _feature_checks(backend, chat)
-        if chat.outcome != "ok":
-            return report
-        report.checks.append(await _timed("prefix_cache", lambda: _prefix_cache(http)))
-    finally:
-        report.adaptations = dict(backend.adaptations)
-        await backend.aclose()
-    return report
 
 
 async def _feature_checks(backend: ChatBackend, chat: Check) -> list[Check]:
@@ -191,22 +163,36 @@ async def probe_engine(backend: ChatBackend) -> EndpointReport:
     engine = backend.transport
     if not isinstance(engine, VLLMEngineTransport):
         raise TypeError(f"{backend.label} is not an in-process vLLM engine")
-    report = EndpointReport(base_url=backend.endpoint, model=engine.settings.served_model)
+    return await _probe(backend, engine.settings.served_model)
+
+
+async def _probe(backend: ChatBackend, model: str) -> EndpointReport:
+    """The checks that fit ``backend``'s transport, in order; it is closed before this returns."""
+    transport = backend.transport
+    http = transport if isinstance(transport, OpenAITransport) else None
+    engine = transport if isinstance(transport, VLLMEngineTransport) else None
+    report = EndpointReport(
+        base_url=backend.endpoints[0] if http else backend.endpoint, model=http.model if http else model
+    )
     try:
-        start = await _timed("start", lambda: _start(engine))
-        report.checks.append(start)
         chat = Check("chat", "failed", "skipped: the engine did not start")
-        if start.outcome == "ok":
+        if http is not None:
+            report.checks.append(await _timed("models", lambda: _models(http, http.model)))
+            with contextlib.suppress(TransientError):  # no answer: the models check already says so
+                report.served = await backend.identify()
+        if engine is not None:
+            report.checks.append(await _timed("start", lambda: _start(engine)))
+        if engine is None or report.checks[-1].outcome == "ok":
             chat = await _timed("chat", partial(_chat, backend, _HELLO, _any_text))
-        report.checks.append(chat)
-        report.checks += await _feature_checks(backend, chat)
-        if chat.outcome != "ok":
-            return report
-        on = bool(engine.engine.vllm_config.cache_config.enable_prefix_caching)
-        report.checks.append(
-            Check("prefix_cache", "ok" if on else "missing", f"prefix caching {'on' if on else 'off'} in the engine")
-        )
+        report.checks += [chat, *await _feature_checks(backend, chat)]
+        if chat.outcome == "ok" and http is not None:
+            report.checks.append(await _timed("prefix_cache", lambda: _prefix_cache(http)))
+        elif chat.outcome == "ok" and engine is not None:
+            on = bool(engine.engine.vllm_config.cache_config.enable_prefix_caching)
+            detail = f"prefix caching {'on' if on else 'off'} in the engine"
+            report.checks.append(Check("prefix_cache", "ok" if on else "missing", detail))
     finally:
+        report.adaptations = dict(backend.adaptations)
         await backend.aclose()
     return report
 

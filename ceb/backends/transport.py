@@ -30,22 +30,13 @@ Message = Mapping[str, str]
 
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
-    """One chat-completions request, independent of the wire format.
+    """One chat-completions request, independent of the wire format; ``max_tokens`` is per choice.
 
-    Attributes:
-        messages: ``({"role": ..., "content": ...}, ...)`` in order; system first.
-        temperature: Sampling temperature (the critic uses 0, hindsight its ``tau``).
-        max_tokens: Upper bound on generated tokens per choice.
-        n: Choices to sample from one prompt.
-        json_schema: JSON Schema the reply must follow, where the server supports structured output.
-        schema_name: OpenAI's ``json_schema.name``.
-        seed: Sampling seed, where the server honours one.
-        stage: The asking stage (``critic``, ``hindsight``); logs and accounting only, never sent.
-        logprobs: OpenAI's ``logprobs``: the log-probability of every generated token.
-        top_logprobs: OpenAI's ``top_logprobs`` (at most 20 there); needs ``logprobs``.
-        extra: Server-specific body fields sent as given (vLLM's ``prompt_logprobs``, ``continue_final_message``,
-            ``add_generation_prompt``, ``echo``); must not repeat a field set otherwise. Mappings make a request
-            comparable but not hashable.
+    ``messages`` are ``{"role", "content"}`` mappings, system first; ``schema_name`` is OpenAI's ``json_schema.name``;
+    ``logprobs`` and ``top_logprobs`` (at most 20 at OpenAI) are OpenAI's; ``stage`` is for logs and accounting, never
+    sent. ``extra`` holds server-specific body fields sent as given (vLLM's ``prompt_logprobs``,
+    ``continue_final_message``, ``add_generation_prompt``, ``echo``) and must not repeat a field set otherwise. The
+    mappings make a request comparable, not hashable.
     """
 
     messages: tuple[Message, ...]
@@ -63,15 +54,11 @@ class ChatRequest:
 
 @dataclass(frozen=True, slots=True)
 class TokenLogprob:
-    """One token position with its log-probability, as a server reported it.
+    """One token position as a server reported it: its text, natural-log ``logprob`` (``<= 0``) and alternatives.
 
-    Attributes:
-        token: The token's text (vLLM's ``decoded_token`` for prompt positions; ``""`` when none was given).
-        logprob: Natural-log probability of this token at its position, ``<= 0``.
-        top: ``(token, logprob)`` of the most likely tokens here, most likely first, the token itself included when it
-            ranks: OpenAI's ``top_logprobs`` for generated tokens, the top ``K`` of vLLM's ``prompt_logprobs=K`` for
-            prompt ones.
-        rank: The token's rank in the vocabulary (1 = most likely), where the server says (vLLM, prompt positions).
+    ``top`` is ``(token, logprob)`` of the likeliest tokens, likeliest first, the token itself included when it ranks:
+    OpenAI's ``top_logprobs`` for generated tokens, the top ``K`` of vLLM's ``prompt_logprobs=K`` for prompt ones
+    (``token`` is then vLLM's ``decoded_token`` and ``rank`` its vocabulary rank, 1 the likeliest).
     """
 
     token: str
@@ -82,17 +69,11 @@ class TokenLogprob:
 
 @dataclass(frozen=True, slots=True)
 class Completion:
-    """What one successful attempt returns (:meth:`Transport.send`).
+    """What one successful attempt returns: ``texts`` of shape ``(n,)`` and what the server said of them.
 
-    Attributes:
-        texts: One reply text per choice, shape ``(n,)``.
-        prompt_tokens: Input tokens the server counted, if it said.
-        completion_tokens: Output tokens over all choices, if it said.
-        model: The model name the server answered with.
-        logprobs: Per choice, shape ``(n,)``, the generated tokens' log-probabilities (``None`` for a choice without);
-            ``None`` when no choice had any.
-        prompt_logprobs: vLLM's ``prompt_logprobs``, one entry per prompt token after the chat template, the first
-            ``None`` (no context); ``None`` when not sent.
+    Token counts are ``None`` where the server gave none (``completion_tokens`` sums the choices). ``logprobs`` has one
+    entry per choice (``None`` for a choice without; ``None`` for all when none had any); ``prompt_logprobs`` is vLLM's,
+    one entry per templated prompt token, the first ``None``.
     """
 
     texts: tuple[str, ...]
@@ -107,12 +88,8 @@ class Completion:
 class ChatResponse:
     """A finished call: the completion and where the time went.
 
-    Attributes:
-        completion: The server's reply.
-        latency_s: Seconds in the server for the successful attempt.
-        queue_s: Seconds waiting for an endpoint slot, over all attempts.
-        attempts: Attempts made (1 when the first succeeded).
-        retry_reason: ``"<ExceptionType>: <message>"`` of the last failed attempt, if any.
+    ``latency_s``: seconds in the server for the successful attempt; ``queue_s``: seconds waiting for slots over all
+    attempts; ``retry_reason``: ``"<Type>: <message>"`` of the last failed attempt.
     """
 
     completion: Completion
@@ -124,15 +101,10 @@ class ChatResponse:
 
 @dataclass(frozen=True, slots=True)
 class StreamChunk:
-    """One event of a streamed reply (:meth:`Transport.open_stream`).
+    """One event of a streamed reply: the ``text`` added to choice 0 (OpenAI's ``delta.content``) and what ends it.
 
-    Attributes:
-        text: Text added to choice 0 (OpenAI's ``choices[0].delta.content``; ``""`` for the role-only and usage events).
-        has_choice: The event carried a choice; ``False`` for the trailing usage event. TTFT is taken at the first event
-            with a choice, as in vLLM's benchmark.
-        prompt_tokens: ``usage.prompt_tokens`` of the usage event.
-        completion_tokens: ``usage.completion_tokens`` of the usage event.
-        finish_reason: ``choices[0].finish_reason`` of the event that ends the choice.
+    ``has_choice`` is ``False`` for the trailing usage event, which carries the token counts; TTFT is taken at the first
+    event with a choice, as in vLLM's benchmark.
     """
 
     text: str = ""
@@ -146,12 +118,9 @@ class StreamChunk:
 class ModelIdentity:
     """The model behind an endpoint as its server reports it; the reply cache keys on it and a run records it.
 
-    Attributes:
-        model: The served model id (vLLM's ``--served-model-name``, else its model path).
-        root: The weights loaded (vLLM's ``root`` in ``GET /v1/models``); ``None`` where not said (OpenAI).
-        server_version: vLLM's ``GET /version``, if any.
-        max_model_len: Context length in tokens (vLLM's ``max_model_len``), if any.
-        weights_digest: :func:`weights_digest` of ``root``.
+    ``model`` is the served id (vLLM's ``--served-model-name``); ``root`` (the weights loaded), ``max_model_len``
+    (tokens) and ``server_version`` are vLLM's ``GET /v1/models`` and ``GET /version`` facts, ``None`` elsewhere
+    (OpenAI); ``weights_digest`` is :func:`weights_digest` of ``root``.
     """
 
     model: str
