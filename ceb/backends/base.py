@@ -487,13 +487,10 @@ def register_backend(name: str, *, extra: str | None = None) -> Callable[[Backen
 def open_backend(
     settings: BackendConfig, limits: EndpointLimits | None = None, cache: ReplyCache | None = None
 ) -> ChatBackend | None:
-    """Build the backend ``settings.name``: its registered transport inside a :class:`ChatBackend`.
+    """The backend ``settings.name``: its registered transport in a :class:`ChatBackend`; ``None`` for ``offline``.
 
     The client takes ``max_concurrency``, the retry fields and ``routing`` from ``settings``, the run's ``limits`` and a
-    step of the run's ``cache``. The caller closes it (:meth:`ChatBackend.aclose`).
-
-    Returns:
-        The backend, or ``None`` for one without a language model (``offline``).
+    step of the run's ``cache``; the caller closes it.
 
     Raises:
         ConfigError: Unknown backend, or a setting it needs is missing or refused.

@@ -270,11 +270,7 @@ class BatchTransport(Transport):
         self.replied_models: set[str] = set()
 
     def step_id(self) -> str:
-        """``<tag>/<lane>/<trajectory>/<step>`` of the request being made now.
-
-        Raises:
-            BackendError: Outside a lane's step (only the pipeline's lanes are batched).
-        """
+        """``<tag>/<lane>/<trajectory>/<step>`` of the request made now; :class:`BackendError` outside a lane's step."""
         lane, where = current_lane(), current_step()
         if lane is None or where is None:
             raise BackendError("a Batch request must come from a lane's step", backend=self.label)

@@ -1,12 +1,12 @@
 """A persistent reply cache: the first step of every backend's client, over one SQLite file.
 
-:func:`~ceb.backends.base.open_backend` hands the client a :class:`CacheStep` when ``cache.mode`` is not ``off``, so
-every transport is cached alike and none knows of it.
+:func:`~ceb.backends.base.open_backend` hands the client a :class:`CacheStep` unless ``cache.mode`` is ``off``, so every
+transport is cached alike and none knows of it.
 
-A key is the SHA-256 of the request (all fields but ``stage``), the endpoint (backend, model name, base URLs,
-structured-output mode) and the served model as the server reports it once per run (id, vLLM's ``root`` and version, a
-digest of local weights): another model under the same name and URL never answers from the old one's replies. While the
-server cannot say which model it serves, requests bypass the cache.
+A key is the SHA-256 of the request (but ``stage``), the endpoint (backend, model name, base URLs, structured-output
+mode) and the served model as the server reports it once per run (id, vLLM's ``root`` and version, a digest of local
+weights): another model under the same name and URL never answers from the old one's replies, and while the server
+cannot say which model it serves, requests bypass the cache.
 
 Only deterministic requests are cached (temperature 0 or a seed), sampled ones too under ``cache.nondeterministic``:
 their key adds the lane and the rank among identical requests of that lane, so a second run replays the ``V`` hindsight
@@ -14,10 +14,9 @@ votes one for one. Failed requests and streams are never cached; an unreadable r
 hit returns the stored completion with its first attempts and retry reason, ``latency_s`` the look-up's and ``queue_s``
 0.
 
-``read`` opens an existing file read-only (``immutable`` on a read-only file system) and refuses a missing one. The file
-is in WAL mode with a busy timeout, so many processes share it (the first reply stored under a key stays); look-ups and
-writes run in a worker thread. A failed look-up or write costs requests, never the run: the first of each is logged, the
-rest counted.
+``read`` opens an existing file read-only (``immutable`` on a read-only file system). The file is in WAL mode with a
+busy timeout, so processes share it (the first reply stored under a key stays); look-ups and writes run in a worker
+thread. A failed look-up or write costs requests, never the run: the first of each is logged, the rest counted.
 """
 
 from __future__ import annotations
@@ -105,9 +104,7 @@ class CacheCounts:
 
 
 class ReplyCache:
-    """The on-disk store, the only code that knows its layout; :meth:`open` it, :meth:`close` it.
-
-    Thread-safe: one connection behind a lock, used from worker threads.
+    """The on-disk store, the only code that knows its layout: one connection behind a lock, used from threads.
 
     Raises:
         ConfigError: The file cannot be opened or created, or (``read``) is missing or not a reply cache.

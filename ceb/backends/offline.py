@@ -12,11 +12,7 @@ __all__ = ["open_offline"]
 
 @register_backend("offline")
 def open_offline(settings: BackendConfig) -> Transport | None:
-    """No transport.
-
-    Raises:
-        ConfigError: ``settings.model`` names a model: a run naming one needs an endpoint or the ``vllm`` backend.
-    """
+    """No transport; :class:`~ceb.errors.ConfigError` when ``settings.model`` names a model (that needs an endpoint)."""
     if settings.model:
         raise ConfigError(
             f"model {settings.model!r} names a model but no endpoint: give base_url (--base-url) for an "

@@ -58,6 +58,7 @@ __all__ = [
     "OpenAITransport",
     "ServerPriority",
     "StructuredOutput",
+    "model_ids",
     "open_openai",
 ]
 
@@ -93,11 +94,10 @@ _PERMANENT = (aiohttp.ClientSSLError, aiohttp.ClientConnectorDNSError)
 """Connection failures no retry fixes: TLS errors and unresolvable names (a refused connection stays transient)."""
 
 
-def _model_ids(body: bytes) -> set[str] | None:
-    """The ids of a ``GET /models`` body; ``None`` when it is not a model list."""
+def model_ids(body: bytes) -> list[str] | None:
+    """The ids of a ``GET /models`` body in listed order, once each; ``None`` when it is not an OpenAI model list."""
     try:
-        doc = orjson.loads(body)
-        return {str(m["id"]) for m in doc["data"]}
+        return list(dict.fromkeys(str(m["id"]) for m in orjson.loads(body)["data"]))
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -242,7 +242,6 @@ class OpenAITransport(Transport):
             "Accept": "application/json",
         }
         self._urls = {url: URL(url.rstrip("/") + "/chat/completions") for url in self.endpoints}
-        # Created in the running loop on first use (`_session`); closed and dropped by `aclose`.
         self._sessions: dict[str, aiohttp.ClientSession] = {}
 
     def payload(self, request: ChatRequest) -> dict[str, Any]:
@@ -279,9 +278,7 @@ class OpenAITransport(Transport):
         """The session of ``endpoint``, made in the running loop on first use."""
         session = self._sessions.get(endpoint)
         if session is None:
-            # No connector limit (0): the endpoint's slots in the client (`ChatBackend`) are the one bound on
-            # requests in flight, and their wait is measured as queue time; a second, hidden queue in the
-            # connector would be counted as server latency.
+            # No connector limit: the client's slots are the one bound, so waits count as queue time, not latency.
             connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=_KEEPALIVE_S)
             session = aiohttp.ClientSession(
                 connector=connector,
@@ -464,8 +461,7 @@ class OpenAITransport(Transport):
             log.warning("the server refuses the priority field; sending requests without it", endpoint=endpoint)
             return TransientError(f"{status} from {endpoint}: {message} (retrying without priority)")
         if status == 500 and _VALIDATION_ERROR.search(message):
-            # A server that answers its request model's validation error with a 500 (llama-cpp-python) would
-            # refuse the same body again: sending it again only costs the retries (six, before this).
+            # llama-cpp-python answers a validation error with a 500; the same body would be refused again.
             return BackendError(f"{status} from server, a request validation error (not retried): {message}")
         if status == 429 or status >= 500:
             return TransientError(f"{status} from {endpoint}: {message}", retry_after=wait)
@@ -516,9 +512,9 @@ class OpenAITransport(Transport):
             if status in (401, 403):
                 raise self._status_error(status, body, None, endpoint)
             if not self.model:
-                self._only_model(endpoint, _model_ids(body) if status == 200 else None)
+                self._only_model(endpoint, model_ids(body) if status == 200 else None)
             elif status == 200:
-                served = _model_ids(body)
+                served = model_ids(body)
                 if served is not None and self.model not in served:
                     raise FatalBackendError(
                         f"preflight: {endpoint} does not serve the model {self.model!r}; it serves: "
@@ -540,8 +536,7 @@ class OpenAITransport(Transport):
                         raise
                     pong = await self.send(ping, endpoint)  # `auto` just dropped the refused priority field
                 if self.note_budget(ping, pong):
-                    # A server that ran past a budget it did not know ignores unknown body fields; vLLM's
-                    # continue_final_message would be ignored as silently, and the reply read as a continuation.
+                    # A server that ignores an unknown budget field would ignore continue_final_message as silently.
                     for field in CONTINUE_FIELDS:
                         self.unsupported.setdefault(
                             field,
@@ -556,7 +551,7 @@ class OpenAITransport(Transport):
                     f"preflight: a one-token chat request to {endpoint} failed: {why}", backend=self.label
                 ) from exc
 
-    def _only_model(self, endpoint: str, served: set[str] | None) -> None:
+    def _only_model(self, endpoint: str, served: list[str] | None) -> None:
         """Take the one model ``GET /models`` lists as :attr:`model`, or raise :class:`FatalBackendError`."""
         if served is not None and len(served) == 1:
             (self.model,) = served
@@ -646,13 +641,7 @@ class OpenAITransport(Transport):
 
 
 class OpenAIBackend(ChatBackend):
-    """:class:`~ceb.backends.base.ChatBackend` over an :class:`OpenAITransport`, without a cache.
-
-    ``retry`` defaults to the retry fields of ``settings``.
-
-    Raises:
-        ConfigError: As :class:`OpenAITransport`.
-    """
+    """The :class:`~ceb.backends.base.ChatBackend` over an :class:`OpenAITransport`, without a cache."""
 
     transport: OpenAITransport
 
@@ -670,11 +659,7 @@ class OpenAIBackend(ChatBackend):
 
 @register_backend("openai")
 def open_openai(settings: BackendConfig) -> OpenAITransport:
-    """The ``openai`` backend.
-
-    Raises:
-        ConfigError: As :class:`OpenAITransport`.
-    """
+    """The ``openai`` backend; :class:`~ceb.errors.ConfigError` as :class:`OpenAITransport` raises it."""
     return OpenAITransport(settings)
 
 

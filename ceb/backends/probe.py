@@ -23,7 +23,7 @@ from typing import Any, Literal
 import orjson
 
 from ceb.backends.base import ChatBackend, open_backend
-from ceb.backends.openai import OpenAITransport
+from ceb.backends.openai import OpenAITransport, model_ids
 from ceb.backends.server_metrics import parse_metrics
 from ceb.backends.transport import ChatRequest, Completion, ModelIdentity, TransientError
 from ceb.backends.vllm_engine import VLLMEngineTransport
@@ -51,14 +51,7 @@ _HELLO = ChatRequest(messages=_USER, max_tokens=4)
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    """One probed feature.
-
-    Attributes:
-        name: The feature, a capability name where it is one (``chat``, ``n``, ``logprobs``...).
-        outcome: ``ok``, ``missing`` (refused or ignored) or ``failed`` (no answer).
-        detail: What was seen, in a few words.
-        seconds: Wall time of the check.
-    """
+    """One probed feature: ``ok``, ``missing`` (refused or ignored) or ``failed`` (no answer), and what was seen."""
 
     name: str
     outcome: Outcome
@@ -128,11 +121,7 @@ async def probe(settings: BackendConfig) -> EndpointReport:
 
 
 async def probe_endpoint(settings: BackendConfig) -> EndpointReport:
-    """Probe the first OpenAI-compatible endpoint of ``settings`` (as backend ``openai``; module docstring).
-
-    Raises:
-        ConfigError: No base URL or model, a URL that is not http(s), or no key for a non-local endpoint.
-    """
+    """:func:`probe` the first endpoint of ``settings`` as backend ``openai``."""
     return await probe(settings.model_copy(update={"name": "openai"}))
 
 
@@ -283,9 +272,8 @@ async def _models(backend: OpenAITransport, model: str) -> tuple[Outcome, str]:
         return "failed", str(exc)
     if status != 200:
         return "failed", f"GET /models answered {status}"
-    try:
-        names = [m["id"] for m in orjson.loads(body)["data"]]
-    except (orjson.JSONDecodeError, KeyError, TypeError):
+    names = model_ids(body)
+    if names is None:
         return "missing", "GET /models is not an OpenAI model list"
     if model not in names:
         return "missing", f"model {model!r} is not listed; the server has: {', '.join(names[:8]) or 'none'}"

@@ -17,8 +17,8 @@ from __future__ import annotations
 import hashlib
 import heapq
 import itertools
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
@@ -121,11 +121,7 @@ def _weight(key: str, endpoint: str) -> bytes:
 
 
 def home_endpoint(key: str, endpoints: Sequence[str]) -> str:
-    """The endpoint of highest BLAKE2b weight for ``key`` (rendezvous hashing; stable across processes).
-
-    Raises:
-        ValueError: ``endpoints`` is empty.
-    """
+    """The endpoint of highest BLAKE2b weight for ``key`` (rendezvous hashing; :class:`ValueError` for none)."""
     if not endpoints:
         raise ValueError("no endpoint to pick from")
     return max(endpoints, key=lambda e: _weight(key, e))
@@ -140,12 +136,7 @@ class _Waiter:
 
 
 class PrioritySlots:
-    """A capacity of ``total`` slots whose waiters are served highest priority first, FIFO among equals.
-
-    Attributes:
-        in_use: Slots held now.
-        waiting: Waiters queued now.
-    """
+    """``total`` slots whose waiters are served highest priority first, FIFO among equals."""
 
     def __init__(self, total: int) -> None:
         if total < 1:
@@ -193,18 +184,6 @@ class PrioritySlots:
         self.in_use -= 1
 
 
-class _Slot:
-    def __init__(self, slots: PrioritySlots, prio: float) -> None:
-        self.slots = slots
-        self.prio = prio
-
-    async def __aenter__(self) -> None:
-        await self.slots.acquire(self.prio)
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.slots.release()
-
-
 @dataclass
 class EndpointLimits:
     """The run's slots, one :class:`PrioritySlots` per endpoint shared by every backend using it."""
@@ -226,13 +205,10 @@ class EndpointLimits:
         key: str | None = None,
         routing: Routing = "least_outstanding",
     ) -> str:
-        """The endpoint for the next attempt (module docstring); the first on a tie.
+        """The endpoint for the next attempt (module docstring); the first on a tie; :class:`ValueError` for none.
 
         Under ``affinity`` with a ``key``: its :func:`home_endpoint`, unless full while the least-outstanding one has a
         free slot. When all are full the request waits at home.
-
-        Raises:
-            ValueError: ``endpoints`` is empty.
         """
         if not endpoints:
             raise ValueError("no endpoint to pick from")
@@ -244,6 +220,12 @@ class EndpointLimits:
             return home
         return least if self.slots(least, max_concurrency).outstanding < max_concurrency else home
 
-    def slot(self, endpoint: str, max_concurrency: int, prio: float | None = None) -> _Slot:
+    @asynccontextmanager
+    async def slot(self, endpoint: str, max_concurrency: int, prio: float | None = None) -> AsyncIterator[None]:
         """``async with limits.slot(endpoint, n):`` holds a slot at ``prio`` (default :func:`current_priority`)."""
-        return _Slot(self.slots(endpoint, max_concurrency), current_priority() if prio is None else prio)
+        slots = self.slots(endpoint, max_concurrency)
+        await slots.acquire(current_priority() if prio is None else prio)
+        try:
+            yield
+        finally:
+            slots.release()

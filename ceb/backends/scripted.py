@@ -17,13 +17,10 @@ Responder = Callable[[ChatRequest], str | Sequence[str]]
 
 
 class ScriptedTransport(Transport):
-    """Answers each request with ``responder(request)``, counting words as tokens.
+    """Answers each request with ``responder(request)``, words counted as tokens; records ``requests``.
 
-    A streamed reply comes in pieces of ``chunk_chars`` characters, ``chunk_delay_s`` seconds apart.
-
-    Attributes:
-        requests: Every request received, in arrival order.
-        streamed: Per streamed request, the pieces the reader took before the stream ended or was cut.
+    A streamed reply comes in pieces of ``chunk_chars`` characters, ``chunk_delay_s`` seconds apart; ``streamed`` counts
+    the pieces each reader took.
     """
 
     name = "scripted"
@@ -70,11 +67,7 @@ class ScriptedTransport(Transport):
 
 
 class ScriptedChat(ChatBackend):
-    """The client over a :class:`ScriptedTransport`, with its ``requests`` and ``streamed``.
-
-    ``retry`` defaults to 3 attempts with zero waits; the other arguments are :class:`ScriptedTransport`'s and
-    :class:`~ceb.backends.base.ChatBackend`'s.
-    """
+    """The client over a :class:`ScriptedTransport` with its records; ``retry``: 3 attempts, zero waits."""
 
     transport: ScriptedTransport
 

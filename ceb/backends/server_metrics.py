@@ -20,12 +20,9 @@ _CACHE_CONFIG = "vllm:cache_config_info"
 
 @dataclass(frozen=True, slots=True)
 class ServerMetrics:
-    """The prefix-cache figures of one ``/metrics`` page; ``None`` where absent (caching off, or not vLLM).
+    """Tokens looked up in and found in the prefix cache since start (over engines), and tokens per KV block.
 
-    Attributes:
-        prefix_cache_queries: Prompt tokens looked up since the server started, summed over engines.
-        prefix_cache_hits: Of those, tokens found.
-        block_size: Tokens per KV cache block.
+    ``None`` where the page has no such figure (prefix caching off, or not vLLM).
     """
 
     prefix_cache_queries: float | None
@@ -41,11 +38,7 @@ class ServerMetrics:
 
 
 def parse_metrics(text: str) -> ServerMetrics:
-    """Read the prefix-cache counters and block size from a ``/metrics`` page.
-
-    Raises:
-        ValueError: The page is not Prometheus text.
-    """
+    """Read the prefix-cache counters and block size of a ``/metrics`` page; :class:`ValueError` if not Prometheus."""
     totals: dict[str, float] = {}
     block_size: int | None = None
     for family in text_string_to_metric_families(text):

@@ -184,17 +184,11 @@ class TransientError(Exception):
 class Transport(ABC):
     """One provider's attempt at one request; a new backend subclasses this and nothing else.
 
-    :meth:`send` (the one abstract method) builds the wire form, sends it to the endpoint it is given and maps the
-    outcome: a :class:`Completion`, :class:`TransientError` where another attempt may help,
-    :class:`~ceb.errors.BackendError` for a refused request, :class:`~ceb.errors.FatalBackendError` for an endpoint that
-    cannot serve the run. Retries, slots, routing, priority, observers and the cache are the client's
-    (:class:`~ceb.backends.base.ChatBackend`). The other members are hooks with safe defaults.
-
-    Args:
-        endpoint: Base URL or engine name; several are replicas of one model.
-
-    Raises:
-        ValueError: No endpoint given.
+    :meth:`send`, the one abstract method, maps the outcome onto a :class:`Completion`, :class:`TransientError` (another
+    attempt may help), :class:`~ceb.errors.BackendError` (refused) or :class:`~ceb.errors.FatalBackendError` (the
+    endpoint cannot serve the run). Retries, slots, routing, priority, observers and the cache are the client's
+    (:class:`~ceb.backends.base.ChatBackend`); the other members are hooks with safe defaults. ``endpoint`` is a base
+    URL or engine name, several being replicas (:class:`ValueError` for none).
     """
 
     name: str = "chat"

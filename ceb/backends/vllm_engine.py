@@ -80,11 +80,7 @@ def vllm_priority(ceb_priority: float, policy: str) -> int:
 
 
 def require_vllm() -> None:
-    """Check that vLLM can be imported, without importing it (that takes seconds).
-
-    Raises:
-        ConfigError: vLLM is not installed here; the message says how to install it.
-    """
+    """Raise :class:`~ceb.errors.ConfigError`, saying how to install it, where vLLM cannot be imported."""
     if importlib.util.find_spec("vllm") is None:
         raise ConfigError(f"backend 'vllm' needs vLLM in ceb's environment, and it is not installed; {INSTALL_HINT}")
 
@@ -128,11 +124,7 @@ class VLLMEngineTransport(Transport):
 
     @property
     def engine(self) -> Any:
-        """The running ``AsyncLLM``.
-
-        Raises:
-            RuntimeError: The engine is not started.
-        """
+        """The running ``AsyncLLM``; :class:`RuntimeError` before :meth:`start`."""
         if self._engine is None:
             raise RuntimeError("the engine is not started")
         return self._engine.chat.engine_client
@@ -268,11 +260,7 @@ class VLLMEngineTransport(Transport):
         }
 
     async def preflight(self) -> None:
-        """Start the engine before the run (about 30 s for the tests' tiny model on 2 CPU cores).
-
-        Raises:
-            ConfigError, FatalBackendError: As :meth:`start`.
-        """
+        """:meth:`start` the engine before the run (about 30 s for the tests' tiny model on 2 CPU cores)."""
         await self.start()
 
     async def aclose(self) -> None:
@@ -280,9 +268,8 @@ class VLLMEngineTransport(Transport):
         eng, self._engine = self._engine, None
         if eng is not None:
             await eng.stack.aclose()  # AsyncLLM.shutdown(): the engine core process stops here
-            # vLLM's serving objects keep the AsyncLLM alive until interpreter exit, where its __del__ calls
-            # shutdown() again with module globals already gone and prints an ignored TypeError (vLLM 0.32.0).
-            # It is shut down already, so that second call is made a no-op.
+            # vLLM 0.32's serving objects keep the AsyncLLM alive until exit, where __del__ calls shutdown() again
+            # with module globals gone and prints an ignored TypeError: that second call is made a no-op.
             eng.chat.engine_client.shutdown = _already_shut_down
 
 
@@ -316,11 +303,7 @@ def settings_args(raw: Sequence[str] | Mapping[str, Any] | None) -> tuple[str, .
 
 @register_backend("vllm")
 def open_engine(settings: BackendConfig) -> VLLMEngineTransport:
-    """The ``vllm`` backend.
-
-    Raises:
-        ConfigError: ``backend.model`` is not set, or vLLM is not installed (the message says how).
-    """
+    """The ``vllm`` backend; :class:`~ceb.errors.ConfigError` without ``backend.model`` or without vLLM installed."""
     transport = VLLMEngineTransport(settings)  # refuses a missing model before the missing vLLM
     require_vllm()
     return transport

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -196,29 +197,16 @@ def _schema_count(spec: Any) -> int | None:
     return None
 
 
-def _digits_before(text: str, end: int) -> int | None:
-    start = end
-    while start > 0 and text[start - 1].isdigit():
-        start -= 1
-    return int(text[start:end]) if start < end else None
+_STEP_COUNTS = (re.compile(r"each of the (\d+)"), re.compile(r"(\d+) steps\)"))
+"""How a hindsight prompt states its step count: "... each of the N steps" or "(N steps)"."""
 
 
 def _prompt_step_count(texts: Sequence[str]) -> int | None:
-    """The step count a hindsight prompt states ("each of the N steps" or "(N steps)"); the last wins."""
+    """The step count the last text stating one states (its last statement, "each of the N" first)."""
     for text in reversed(texts):
-        at = text.rfind("each of the ")
-        if at != -1:
-            start = at + len("each of the ")
-            end = start
-            while end < len(text) and text[end].isdigit():
-                end += 1
-            if end > start:
-                return int(text[start:end])
-        at = text.rfind(" steps)")
-        if at != -1:
-            count = _digits_before(text, at)
-            if count is not None:
-                return count
+        for pattern in _STEP_COUNTS:
+            if found := pattern.findall(text):
+                return int(found[-1])
     return None
 
 

@@ -88,13 +88,9 @@ class SimStats:
 
     def reset(self) -> None:
         """Zero every total; ``in_service`` and ``queued`` stay (requests still in flight)."""
-        self.requests = self.tokenize_requests = self.prompt_tokens = self.completion_tokens = 0
-        self.by_status = {}
-        self.faults = {}
-        self.by_kind = {}
-        self.max_in_service = self.in_service
-        self.max_queue_len = self.queued
-        self.busy_s = self.queue_s = 0.0
+        in_service, queued = self.in_service, self.queued
+        fresh = SimStats(in_service=in_service, queued=queued, max_in_service=in_service, max_queue_len=queued)
+        self.__dict__.update(fresh.__dict__)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready copy."""
@@ -203,16 +199,10 @@ def _json(payload: Any, *, status: int = 200, headers: Mapping[str, str] | None 
 
 
 class SimServer:
-    """The simulated server (module docstring); start it with :func:`serve_sim` or :meth:`start`.
+    """The simulated server (module docstring); start it with :func:`serve_sim` or :meth:`start`; ``stats`` are live.
 
-    Args:
-        config: Load model, seed and fault rates; ``SimConfig()`` when ``None``.
-        replier: Replaces :func:`~ceb.sim.replies.default_replier`; injected content faults keep the default formats.
-        host: Interface to bind.
-        port: TCP port; 0 picks a free one.
-
-    Attributes:
-        stats: Live :class:`SimStats`, also at ``GET /sim/stats``.
+    ``config`` defaults to ``SimConfig()``; ``replier`` replaces :func:`~ceb.sim.replies.default_replier` (injected
+    content faults keep the default formats); ``port`` 0 picks a free one.
     """
 
     def __init__(
@@ -237,11 +227,7 @@ class SimServer:
 
     @property
     def port(self) -> int:
-        """The bound TCP port.
-
-        Raises:
-            RuntimeError: The server is not started.
-        """
+        """The bound TCP port; :class:`RuntimeError` before :meth:`start`."""
         if self._port is None:
             raise RuntimeError("the simulator is not started")
         return self._port
@@ -572,11 +558,7 @@ async def serve_sim(
     port: int = 0,
     replier: Replier | None = None,
 ) -> AsyncIterator[SimServer]:
-    """Run a :class:`SimServer` for the ``async with`` block (arguments as :class:`SimServer`'s).
-
-    Raises:
-        OSError: The address cannot be bound.
-    """
+    """Run a :class:`SimServer` for the ``async with`` block; :class:`OSError` when the address cannot be bound."""
     server = SimServer(config, replier=replier, host=host, port=port)
     await server.start()
     try:
@@ -593,11 +575,7 @@ def run_sim_server(
     replier: Replier | None = None,
     on_started: Callable[[SimServer], None] | None = None,
 ) -> None:
-    """Serve until Ctrl-C (``ceb sim-server``); ``on_started`` is called with the started server.
-
-    Raises:
-        OSError: The address cannot be bound.
-    """
+    """Serve until Ctrl-C (``ceb sim-server``), calling ``on_started`` with the started server."""
 
     async def main() -> None:
         async with serve_sim(config, host, port, replier) as server:
