@@ -84,7 +84,7 @@ SESSION_HEADER = "X-Session-Id"
 
 ServerPriority = Literal["auto", "on", "off"]
 """Whether bodies carry vLLM's ``priority`` field: ``on``, ``off``, or ``auto`` (sent until a 400 names the field, as
-OpenAI's does; vLLM accepts it always and orders by it under ``--scheduling-policy priority``)."""
+OpenAI's 400 does; vLLM 0.32 accepts it under either policy, ordering by it under ``--scheduling-policy priority``)."""
 
 
 PREFLIGHT_MESSAGES: tuple[dict[str, str], ...] = ({"role": "user", "content": "Reply with one word."},)
