@@ -1,11 +1,7 @@
-"""Reading the OpenAI chat-completions wire format: replies, error bodies and ``Retry-After``.
+"""OpenAI's chat-completions wire format as pure functions: bodies, replies, stream events, errors, ``Retry-After``.
 
-Pure functions over decoded JSON (``orjson.loads`` output) and header strings, kept apart from the transport
-in :mod:`ceb.backends.openai` so they can be tested without a server. The shapes follow OpenAI's API reference
-for ``POST /v1/chat/completions`` (``choices[i].message.content``, ``choices[i].logprobs.content``, ``usage``,
-``{"error": {"message": ...}}``) and vLLM's extensions to it (top-level ``prompt_logprobs`` and
-``prompt_token_ids``; error bodies that put ``message`` at the top level, as vLLM did before it adopted
-OpenAI's nested shape).
+Shapes follow OpenAI's reference for ``POST /v1/chat/completions`` and vLLM's extensions (top-level ``prompt_logprobs``
+and ``prompt_token_ids``; an error body with a top-level ``message``, as older vLLM sent).
 """
 
 from __future__ import annotations
@@ -29,44 +25,28 @@ __all__ = [
     "retry_after",
 ]
 
-_MAX_ERROR_CHARS = 500
-"""Longest server error text carried into an exception: enough for any API error, not a proxy's whole page."""
+_MAX_ERROR_CHARS = 500  # any API error fits; a proxy's whole page does not
 
 
 StructuredOutput = Literal["json_schema", "vllm", "json_object", "json_object_schema", "none"]
 """How a reply's JSON shape is enforced.
 
-``json_schema``: OpenAI's ``response_format={"type": "json_schema", ...}`` with ``strict: true`` (also accepted
-by vLLM), the schema cut to what OpenAI's strict mode accepts (no string length bounds; see
-:func:`~ceb.backends._wire.openai_strict_schema`);
-``vllm``: vLLM's top-level ``structured_outputs={"json": schema}`` body field, the whole schema (number ranges and
-string lengths enforced);
-``json_object``: JSON mode without a schema, for object-shaped replies only;
-``json_object_schema``: llama.cpp's form, ``response_format={"type": "json_object", "schema": schema}``, the whole
-schema (llama.cpp turns it into a grammar: ``minItems`` / ``maxItems``, ``enum``, ``pattern`` and string lengths
-are enforced, number ranges are not); llama-cpp-python's server refuses ``json_schema`` (500) and
-:class:`~ceb.backends.openai.OpenAIBackend` switches to this mode by itself when it does;
-``none``: prompt instructions only.
-"""
+``json_schema``: OpenAI's ``response_format`` with ``strict: true`` (vLLM takes it too), the schema cut to what strict
+mode accepts (:func:`openai_strict_schema`); ``vllm``: vLLM's top-level ``structured_outputs={"json": schema}``, the
+whole schema; ``json_object``: JSON mode without a schema, for object replies only; ``json_object_schema``: llama.cpp's
+``{"type": "json_object", "schema": ...}`` (its grammar enforces items, ``enum``, ``pattern`` and string lengths, not
+number ranges), which the HTTP transport switches to where ``json_schema`` is refused; ``none``: prompt instructions
+only."""
 
 OPENAI_STRICT_UNSUPPORTED = frozenset({"minLength", "maxLength"})
-"""Schema keywords OpenAI's strict structured outputs refuse (its "Supported schemas" list has ``pattern`` and
-``format`` for strings, and ``minimum``/``maximum``, ``minItems``/``maxItems`` and ``enum``, but no string length
-bounds); :func:`openai_strict_schema` drops them."""
+"""Keywords OpenAI's strict structured outputs refuse: its "Supported schemas" have no string length bounds."""
 
 
 def openai_strict_schema(schema: Any) -> Any:
-    """A copy of ``schema`` without the keywords in :data:`OPENAI_STRICT_UNSUPPORTED`, at every depth.
+    """A copy of ``schema`` without :data:`OPENAI_STRICT_UNSUPPORTED` at any depth (property names are kept).
 
-    vLLM enforces them (xgrammar), and ``structured_output = "vllm"`` sends them; OpenAI's strict mode would
-    refuse the whole request, so ``json_schema`` mode sends the schema without them and leaves those bounds to
-    the prompt and the output budget.
-
-    Args:
-        schema: A JSON Schema as JSON values (mappings are copied into dicts).
-
-    Returns:
-        The schema without those keywords; property names are kept even when they equal a keyword.
+    vLLM enforces those bounds (``structured_output = "vllm"`` sends them); under ``json_schema`` they are left to the
+    prompt and the budget.
     """
     if isinstance(schema, Mapping):
         out: dict[str, Any] = {}
@@ -90,24 +70,13 @@ def chat_body(
     structured_output: StructuredOutput,
     token_limit_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens",
 ) -> dict[str, Any]:
-    """The JSON body of ``POST /chat/completions`` for ``request``, exactly as sent.
+    """The JSON body of ``POST /chat/completions`` for ``request``, shared by the HTTP, engine and Batch transports.
 
-    One function for both ways to reach vLLM: the HTTP backend sends this body, and the in-process engine
-    backend validates the same body into vLLM's own ``ChatCompletionRequest``, so both ask the same thing.
-    Server-specific fields (vLLM's ``structured_outputs``, ``request.extra``) sit at the top level of the body,
-    where vLLM reads them; the SDK's ``extra_body`` ends up the same way.
-
-    Args:
-        request: The request to encode.
-        model: Model name as the server knows it.
-        structured_output: How a ``json_schema`` is enforced (:data:`StructuredOutput`).
-        token_limit_field: Wire name of the output budget.
-
-    Returns:
-        The body as a dict of JSON values (the mappings of ``request`` copied into dicts).
+    Server-specific fields (vLLM's ``structured_outputs``, ``request.extra``) sit at the top level, where vLLM reads
+    them (as the SDK's ``extra_body`` does); the mappings of ``request`` are copied into dicts.
 
     Raises:
-        ValueError: ``request.extra`` repeats a field the request already sets.
+        ValueError: ``request.extra`` repeats a field the request sets.
     """
     body: dict[str, Any] = {
         "model": model,
@@ -150,21 +119,13 @@ def chat_body(
 
 
 def parse_completion(body: Any, *, default_model: str, asked_prompt_logprobs: Any = None) -> Completion:
-    """Turn a decoded ``chat.completion`` object into a :class:`~ceb.backends.transport.Completion`.
+    """Read a decoded ``chat.completion`` body (an HTTP 200's) as a :class:`~ceb.backends.transport.Completion`.
 
-    Args:
-        body: The decoded JSON body of an HTTP 200 reply.
-        default_model: Model name to report when the body names none.
-        asked_prompt_logprobs: The ``prompt_logprobs`` value the request sent (vLLM's ``K``), which decides
-            which alternatives count as the top ``K`` (see :func:`_prompt_logprobs`); ``None`` when not asked.
-
-    Returns:
-        One text per choice in ``index`` order (``n`` of them; a ``null`` content reads as ``""``), the token
-        counts of ``usage`` when present, and the log-probabilities when the server sent any.
+    Texts are in choice ``index`` order, ``null`` content as ``""``. ``default_model`` is used where the body names
+    none; ``asked_prompt_logprobs`` is the ``K`` of vLLM's ``prompt_logprobs=K`` the request sent.
 
     Raises:
-        TypeError, ValueError, KeyError: ``body`` is not a chat completion (no ``choices`` list, a choice
-            without a ``message`` object, a non-string content, malformed log-probabilities).
+        TypeError, ValueError, KeyError: ``body`` is not a chat completion.
     """
     if not isinstance(body, dict):
         raise TypeError(f"the body is a {type(body).__name__}, not an object")
@@ -190,21 +151,13 @@ def parse_completion(body: Any, *, default_model: str, asked_prompt_logprobs: An
 
 
 def parse_stream_event(line: bytes) -> StreamChunk | None:
-    """Read one line of a streamed chat completion (server-sent events, ``stream: true``).
+    """Read one server-sent-events line of a streamed chat completion; ``None`` for a line without an event.
 
-    The stream is ``data: <chat.completion.chunk JSON>`` lines separated by blank lines and ended by
-    ``data: [DONE]``; each chunk carries ``choices[0].delta.content`` (the role-only first chunk has none), and
-    with ``stream_options: {"include_usage": true}`` a last chunk with empty ``choices`` carries ``usage``
-    (OpenAI's API reference; vLLM's ``chat_completion_stream_generator`` sends the same).
-
-    Args:
-        line: One line as received, line break included or not.
-
-    Returns:
-        The event, or ``None`` for a line that carries none (blank, an SSE comment, another field, ``[DONE]``).
+    Lines are ``data: <chat.completion.chunk>`` up to ``data: [DONE]``; with ``stream_options.include_usage`` the last
+    chunk has empty ``choices`` and the ``usage`` (OpenAI's reference; vLLM sends the same).
 
     Raises:
-        TypeError, ValueError, KeyError: A ``data:`` line that is not a chat-completion chunk.
+        TypeError, ValueError, KeyError: A ``data:`` line that is not a chunk, or an error event.
     """
     line = line.strip()
     if not line.startswith(b"data:"):
@@ -271,7 +224,7 @@ def _count(usage: dict[str, Any] | None, key: str) -> int | None:
 
 
 def _choice_logprobs(choices: list[dict[str, Any]]) -> tuple[tuple[TokenLogprob, ...] | None, ...] | None:
-    """Each choice's generated tokens with their log-probabilities (``choices[i].logprobs.content``)."""
+    """Each choice's ``logprobs.content``; ``None`` when no choice has any."""
     out: list[tuple[TokenLogprob, ...] | None] = []
     for c in choices:
         lp = c.get("logprobs")
@@ -295,16 +248,10 @@ def _choice_logprobs(choices: list[dict[str, Any]]) -> tuple[tuple[TokenLogprob,
 
 
 def _prompt_logprobs(positions: Any, token_ids: Any, asked: Any) -> tuple[TokenLogprob | None, ...] | None:
-    """Read vLLM's top-level ``prompt_logprobs``: per prompt token ``None`` or ``{"<id>": entry, ...}``.
+    """Read vLLM's ``prompt_logprobs``: per prompt token ``None`` or ``{"<id>": {logprob, rank, decoded_token}}``.
 
-    Each entry is ``{"logprob": float, "rank": int, "decoded_token": str}``. vLLM lists the prompt's own token
-    first, then the ``K`` most likely tokens (the own token once, when it is among them), so the own token is
-    the one named by ``prompt_token_ids`` when the server sent those, else the first entry. ``top`` keeps the
-    entries ranked within the ``K`` that was asked for (``asked``; all entries when it is not a non-negative
-    integer), so a prompt token ranked below ``K`` is not counted among the top ``K``.
-
-    Raises:
-        TypeError, ValueError, KeyError: The field does not have that shape.
+    vLLM lists the prompt's own token (the one ``prompt_token_ids`` names, else the first entry), then the top ``K``;
+    ``top`` keeps the entries ranked within the ``K`` asked for.
     """
     if positions is None:
         return None
@@ -340,17 +287,10 @@ def _entry(value: Any) -> tuple[str, float, int | None]:
 
 
 def error_message(raw: bytes) -> str:
-    """The human-readable message of an error reply's body, at most 500 characters.
+    """The message of an error body, whitespace-collapsed, at most 500 characters; ``"(empty body)"`` for none.
 
-    Reads OpenAI's ``{"error": {"message": ...}}``, a bare ``{"error": "..."}``, and vLLM's older top-level
-    ``{"message": ...}``; any other body (a proxy's HTML page, plain text, other JSON) is given as its text,
-    whitespace-collapsed.
-
-    Args:
-        raw: The body as received.
-
-    Returns:
-        The message; ``"(empty body)"`` when there was nothing to read.
+    Reads OpenAI's ``{"error": {"message"}}``, ``{"error": "..."}`` and older vLLM's ``{"message"}``; any other body as
+    text.
     """
     text = ""
     try:
@@ -373,14 +313,9 @@ def error_message(raw: bytes) -> str:
 
 
 def retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header value (RFC 9110, section 10.2.3).
+    """Seconds of a ``Retry-After`` value (RFC 9110 §10.2.3), negatives as 0.
 
-    Args:
-        value: The header's value, or ``None`` when it was not sent.
-
-    Returns:
-        The delay in seconds (negative values read as 0), or ``None`` when the header is absent, an HTTP
-        date (the jittered backoff applies instead), or not a finite number.
+    ``None`` when absent, an HTTP date (the backoff applies) or not finite.
     """
     if value is None:
         return None

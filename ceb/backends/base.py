@@ -1,8 +1,4 @@
-"""The chat backend: :class:`ChatBackend`, the one client that owns the policy around any provider's transport.
-
-:func:`open_backend` builds one from a run's ``backend`` section over the transport its registered factory builds
-(:data:`BACKENDS`). The request and reply types are :mod:`ceb.backends.transport`'s, named here too for its callers.
-"""
+""":class:`ChatBackend`: the retries, routing, slots, observers and cache around any :class:`Transport`."""
 
 from __future__ import annotations
 
@@ -68,23 +64,14 @@ __all__ = [
 
 
 class StreamReply:
-    """A streamed reply being read: iterate it for text deltas; timings and usage fill in as it goes.
+    """A streamed reply being read: iterate it for text deltas (choice 0); timings and usage fill in as it goes.
 
-    Made by :meth:`ChatBackend.stream`, valid inside that context only. Times are seconds from when the request
-    was sent (after the slot wait), measured with :func:`time.perf_counter` when each event was read, as vLLM's
-    ``benchmarks/lib/endpoint_request_func.py`` does.
-
-    Attributes:
-        text: The text read so far (choice 0).
-        ttft_s: Time to the first event with a choice (vLLM's TTFT), ``None`` before it.
-        itl_s: Gaps between successive events with a choice after the first (vLLM's ITL), in order.
-        latency_s: Time to the last event with a choice read so far (vLLM's E2EL once the reply is complete).
-        queue_s: Seconds waited for an endpoint slot over every attempt at opening the stream.
-        attempts: Attempts made at opening it.
-        prompt_tokens: Input tokens, once the usage event arrived.
-        completion_tokens: Output tokens, once the usage event arrived (absent when the stream was cut).
-        finish_reason: Why generation ended (``stop``, ``length``), ``None`` until it did.
-        done: The server sent the whole reply (the stream ended by itself, not cut by the reader).
+    Valid inside :meth:`ChatBackend.stream` only. Times are seconds from sending (after the slot wait), taken with
+    :func:`time.perf_counter` as each event is read, as vLLM's ``benchmarks/lib/endpoint_request_func.py`` does:
+    ``ttft_s`` is the first event with a choice (TTFT), ``itl_s`` the gaps between later ones (ITL), ``latency_s`` the
+    last one read (E2EL once ``done``). ``queue_s`` and ``attempts`` cover opening the stream. ``prompt_tokens`` /
+    ``completion_tokens`` come from the usage event (absent on a cut stream); ``done`` means the server ended the stream
+    itself.
     """
 
     def __init__(self, events: AsyncIterator[StreamChunk], started: float, queue_s: float, attempts: int) -> None:
@@ -109,7 +96,7 @@ class StreamReply:
         return self._reader
 
     async def aclose(self) -> None:
-        """Finalize the readers of the events (called by :meth:`ChatBackend.stream` when its context is left)."""
+        """Close the readers (called when the :meth:`ChatBackend.stream` context is left)."""
         if self._reader is not None:
             await self._reader.aclose()
         close = getattr(self._events, "aclose", None)
@@ -147,19 +134,15 @@ class StreamReply:
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """How transient failures are retried (tenacity), where no :class:`~ceb.config.BackendConfig` gives it.
-
-    Tests set the waits to zero with it; a backend built from settings reads the same four fields from them.
+    """Retry settings where no :class:`~ceb.config.BackendConfig` gives them (tests set the waits to zero).
 
     Attributes:
         max_attempts: Attempts per request, the first included.
-        backoff_s: Multiplier of the jittered exponential backoff, in seconds.
+        backoff_s: Multiplier of tenacity's jittered exponential backoff, in seconds.
         max_backoff_s: Cap on one wait, in seconds; a longer ``Retry-After`` is still honoured.
-        timeout_attempts: Attempts per request when the last one timed out (at most ``max_attempts``). A retry
-            restarts the generation from scratch, and a reply that outran the timeout once (a long budget on a
-            loaded server) will most likely do so again: one more attempt covers a passing stall without paying
-            the whole timeout ``max_attempts`` times (measured: a 768-token reply at 160 tokens/s passed a 120 s
-            timeout and was retried 5 times, 12 minutes for one step).
+        timeout_attempts: Attempts when the last one timed out (at most ``max_attempts``): a reply that outran the
+            timeout once will likely do so again (measured: a 768-token reply at 160 tokens/s against a 120 s timeout
+            cost 12 minutes over 6 attempts).
     """
 
     max_attempts: int = 6
@@ -169,24 +152,16 @@ class RetryPolicy:
 
 
 RetrySettings = RetryPolicy | BackendConfig
-"""What the retries read: a :class:`RetryPolicy` (tests), or the ``backend`` section's same four fields."""
+"""What the retries read: a :class:`RetryPolicy`, or the ``backend`` section's same four fields."""
 
 
 @dataclass(frozen=True, slots=True)
 class AttemptRecord:
     """One attempt of one request, as :attr:`ChatBackend.observers` see it.
 
-    Attributes:
-        stage: The asking stage (``critic``, ``hindsight``, a baseline).
-        endpoint: Where it went.
-        queue_s: Seconds waiting for a slot before this attempt (client queue time, as vLLM's benchmark calls it).
-        latency_s: Seconds from sending to the full reply or the failure (end-to-end latency of the attempt).
-        ok: The attempt returned a completion.
-        error: ``"<ExceptionType>: <message>"`` of a failed attempt; ``""`` when ``ok``.
-        prompt_tokens: Input tokens the server counted, when it said.
-        completion_tokens: Output tokens over all choices, when it said.
-        n: Choices asked for.
-        priority: The caller's scheduling priority (:func:`~ceb.backends.scheduling.priority`).
+    ``queue_s`` is the seconds waited for its slot (vLLM's client queue time), ``latency_s`` the seconds from sending to
+    the reply or failure; ``error`` is ``"<Type>: <message>"`` (``""`` when ``ok``); token counts are the server's,
+    ``None`` where it gave none; ``priority`` is the caller's :func:`~ceb.backends.scheduling.priority`.
     """
 
     stage: str
@@ -204,23 +179,13 @@ class AttemptRecord:
 class ChatBackend:
     """What the stages call: one :class:`Transport` with the policy every provider shares, as steps around it.
 
-    :meth:`complete` goes through, in order: the reply cache (when the run has one: a hit sends nothing), the
-    declared retries (tenacity: jittered exponential backoff that honours ``Retry-After``, per
-    :class:`TransientError`), the endpoint :attr:`routing` picks for each attempt, a slot there at the caller's
-    :func:`~ceb.backends.scheduling.priority` (its wait, ``queue_s``, measured apart from the server's time,
-    ``latency_s``), the transport's :meth:`~Transport.send`, and the :attr:`observers`. :meth:`stream` takes the same
-    steps but the cache. Pattern after httpx's ``Client`` over a ``BaseTransport`` and inspect_ai's ``Model`` over a
-    ``ModelAPI``.
-
-    Args:
-        transport: The provider.
-        max_concurrency: Requests in flight to each endpoint at most.
-        retry: Retry policy for :class:`TransientError`; the default :class:`RetryPolicy` when ``None``.
-        limits: Shared per-endpoint limits of the run; a private one when ``None``.
-        routing: How an attempt picks among several endpoints: ``affinity`` (the caller's lane,
-            :func:`~ceb.backends.scheduling.lane`, goes to its home replica unless that one is overloaded) or
-            ``least_outstanding`` (:meth:`~ceb.backends.scheduling.EndpointLimits.pick`).
-        cache: The run's reply cache as this backend consults it (:meth:`~ceb.backends.cache.ReplyCache.step`).
+    :meth:`complete` goes through the reply cache (a hit sends nothing), tenacity retries of :class:`TransientError`
+    (jittered exponential backoff honouring ``Retry-After``), the endpoint :attr:`routing` picks per attempt
+    (``affinity``: the lane's home replica unless it is overloaded; or ``least_outstanding``), a slot there at the
+    caller's priority (its wait ``queue_s`` kept apart from ``latency_s``), :meth:`Transport.send` and the
+    :attr:`observers`. :meth:`stream` takes the same steps but the cache. After httpx's ``Client`` over a
+    ``BaseTransport`` and inspect_ai's ``Model`` over a ``ModelAPI``. ``max_concurrency`` bounds the requests in flight
+    per endpoint; ``retry`` defaults to :class:`RetryPolicy`, ``limits`` to private slots.
     """
 
     def __init__(
@@ -237,27 +202,22 @@ class ChatBackend:
         self.name = transport.name
         self.endpoints = transport.endpoints
         self.endpoint = ",".join(transport.endpoints)
-        """The endpoint, or the endpoints joined with ``,``."""
+        """The endpoints joined with ``,``."""
         self.label = transport.label
         """``name@endpoint``, as shown in errors and logs."""
         self.adaptations = transport.adaptations
-        """What the transport sends differently from its settings (:attr:`Transport.adaptations`), as it learns it."""
+        """The transport's :attr:`Transport.adaptations`."""
         self.max_concurrency = max_concurrency
         self.retry: RetrySettings = retry or RetryPolicy()
         self.limits = limits or EndpointLimits()
-        """The endpoint slots this backend takes its requests' slots from (the run's, when it was given them)."""
         self.routing: Routing = routing
         self.cache = cache
         self.observers: list[Callable[[AttemptRecord], None]] = []
-        """Called with an :class:`AttemptRecord` after every attempt (benchmarks and fault accounting)."""
+        """Called with an :class:`AttemptRecord` after every attempt."""
         self.retries = RetryTally(self.label)
-        """The retries of this backend, logged as one warning line per interval (:class:`RetryTally`)."""
 
     async def preflight(self) -> None:
-        """The transport's check that every endpoint answers (:meth:`Transport.preflight`), before a run starts.
-
-        A run answered wholly from the cache still needs its endpoint for the rest, so it is not skipped.
-        """
+        """:meth:`Transport.preflight`; not skipped when the cache could answer everything."""
         await self.transport.preflight()
 
     async def identify(self) -> ModelIdentity | None:
@@ -282,25 +242,20 @@ class ChatBackend:
         await self.aclose()
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
-        """The reply to ``request``: from the cache, or sent under its endpoint's limit with transient failures retried.
-
-        Each attempt goes to the endpoint :attr:`routing` picks (the caller's lane's home replica, or the one with
-        the fewest outstanding requests) and waits there for a slot at the caller's
-        :func:`~ceb.backends.scheduling.priority`; a retry may land on another replica.
+        """The reply to ``request``: from the cache, or sent with transient failures retried (maybe elsewhere).
 
         Returns:
-            The completion with its server latency (seconds), slot wait (seconds) and attempt count.
+            The completion with its server latency and slot wait (seconds) and attempt count.
 
         Raises:
-            TransientError: The last attempt's failure once the retry budget is spent.
-            Exception: Whatever :meth:`Transport.send` raised that is not a :class:`TransientError`.
+            TransientError: The last failure once the retries are spent; ``attempts`` says how many were made.
         """
         if self.cache is None:
             return await self._send(request)
         return await self.cache.complete(request, self._send, self.transport.identify)
 
     async def _send(self, request: ChatRequest) -> ChatResponse:
-        """``request`` sent through the retries, the routing, the slots and the observers."""
+        """``request`` through the retries, routing, slots and observers."""
         queue_s = 0.0
         attempts = 0
         failure: str | None = None
@@ -329,22 +284,20 @@ class ChatBackend:
 
     @asynccontextmanager
     async def stream(self, request: ChatRequest) -> AsyncIterator[StreamReply]:
-        """Send ``request`` (``n`` must be 1) under its endpoint's limit and read the reply as it is generated.
+        """Send ``request`` (``n`` must be 1) and read the reply as it is generated.
 
-        ``async with chat.stream(request) as reply: async for delta in reply: ...``. Opening the stream (up to
-        an HTTP 200) is retried like :meth:`complete`; a failure while reading is raised to the reader, not
-        retried (part of the reply was already seen). The endpoint slot is held until the context is left;
-        leaving it early cuts the reply (the server aborts the request). Observers get one
-        :class:`AttemptRecord` per attempt; the successful one when the context is left, its ``latency_s``
-        being the time to the last event read. Streams bypass the reply cache: a cut stream is not a whole reply.
+        ``async with chat.stream(request) as reply: async for delta in reply: ...``. Opening the stream (up to HTTP 200)
+        is retried like :meth:`complete`; a failure while reading is raised, not retried. The slot is held until the
+        context is left; leaving early cuts the reply (vLLM aborts the request). Observers get the successful attempt
+        when the context is left, ``latency_s`` being the time to the last event read. Not cached: a cut stream is not a
+        whole reply.
 
         Yields:
             The :class:`StreamReply`.
 
         Raises:
             ValueError: ``request.n`` is not 1.
-            TransientError: The last attempt's failure to open once the retry budget is spent.
-            Exception: Whatever :meth:`Transport.open_stream` raised that is not a :class:`TransientError`.
+            TransientError: The last failure to open, once the retries are spent.
         """
         if request.n != 1:
             raise ValueError(f"a streamed request has one choice, not n={request.n}")
@@ -406,11 +359,7 @@ class ChatBackend:
             observer(record)
 
     def _retrying(self, request: ChatRequest) -> AsyncRetrying:
-        """The declared retry loop of one request.
-
-        A :class:`TransientError` is retried, waiting :meth:`_wait`; after a timeout at most ``timeout_attempts``
-        are made; each retry is a debug line (stage, attempt, reason, wait) and is counted in :attr:`retries`.
-        """
+        """The tenacity loop of one request (at most ``timeout_attempts`` after a timeout)."""
 
         def announce(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
@@ -434,11 +383,11 @@ class ChatBackend:
         )
 
     def _pick(self) -> str:
-        """The endpoint for the next attempt: the caller's lane's home replica, or the least loaded one."""
+        """The endpoint for the next attempt."""
         return self.limits.pick(self.endpoints, self.max_concurrency, key=current_lane(), routing=self.routing)
 
     def _wait(self, state: RetryCallState) -> float:
-        """Jittered exponential backoff, or longer when the server asked (``Retry-After``)."""
+        """Jittered exponential backoff, or the server's ``Retry-After`` when longer."""
         jittered = wait_random_exponential(multiplier=self.retry.backoff_s, max=self.retry.max_backoff_s)
         backoff = jittered(state)
         exc = state.outcome.exception() if state.outcome else None
@@ -447,13 +396,13 @@ class ChatBackend:
 
 
 RETRY_LOG_INTERVAL_S = 30.0
-"""Seconds between two ``retries`` warning lines of one backend (the first retry is logged at once)."""
+"""Seconds between two ``retries`` warnings of one backend (the first retry is logged at once)."""
 
 _STATUS = re.compile(r"(\d{3}) from ")
 
 
 def retry_cause(exc: BaseException | None) -> str:
-    """What a retried failure was, for counting: ``timeout``, ``HTTP 503``, ``connection`` or the error's type."""
+    """What a retried failure was: ``timeout``, ``HTTP 503``, ``connection`` or the error's type name."""
     text = str(exc) if exc is not None else ""
     if timed_out(exc):
         return "timeout"
@@ -465,16 +414,9 @@ def retry_cause(exc: BaseException | None) -> str:
 
 
 class RetryTally:
-    """A backend's retries counted by cause and logged as one warning line per interval, not one per retry.
+    """A backend's retries counted by :func:`retry_cause`, logged as one ``retries`` warning per ``interval_s``.
 
-    The first retry is logged at once and later ones at most every ``interval_s`` seconds, as ``retries`` with
-    ``count`` and ``by_cause`` (:func:`retry_cause`); :meth:`flush` (the backend's close) logs the rest. Each attempt
-    stays a debug line.
-
-    Args:
-        label: The backend's ``name@endpoint``.
-        interval_s: Seconds between two lines.
-        clock: Monotonic seconds (tests).
+    The first retry is logged at once; :meth:`flush` (on close) logs the rest. ``clock`` is monotonic seconds (tests).
     """
 
     def __init__(
@@ -487,7 +429,7 @@ class RetryTally:
         self._logged: float | None = None
 
     def add(self, exc: BaseException | None) -> None:
-        """Count one retry of ``exc``; log the counts when the interval has passed since the last line."""
+        """Count one retry of ``exc``; log when the interval has passed."""
         self.pending[retry_cause(exc)] += 1
         self.total += 1
         if self._logged is None or self.clock() - self._logged >= self.interval_s:
@@ -511,7 +453,7 @@ class RetryTally:
 
 
 def timed_out(exc: BaseException | None) -> bool:
-    """Whether ``exc`` is a request timeout: a :class:`TimeoutError`, or an error raised from one."""
+    """Whether ``exc`` is a :class:`TimeoutError` or was raised from one."""
     return isinstance(exc, TimeoutError) or isinstance(getattr(exc, "__cause__", None), TimeoutError)
 
 
@@ -520,7 +462,7 @@ def _reason(exc: BaseException | None) -> str:
 
 
 class _StopAfterTimeouts(stop_base):
-    """Stop once ``attempts`` attempts were made and the last one timed out (:attr:`RetryPolicy.timeout_attempts`)."""
+    """Stop after ``attempts`` attempts when the last one timed out."""
 
     def __init__(self, attempts: int) -> None:
         self.attempts = attempts
@@ -531,40 +473,24 @@ class _StopAfterTimeouts(stop_base):
 
 
 BackendFactory = Callable[[BackendConfig], Transport | None]
-"""``settings -> transport``: a registered backend's provider, built from the run's ``backend`` section; ``None`` for
-a backend with no language model (``offline``)."""
+"""``settings -> transport`` of a registered backend; ``None`` for one without a model (``offline``)."""
 
 BACKENDS: Registry[BackendFactory] = Registry("backend", plugins=("ceb.backends",))
-"""Every backend by name. Each module of :mod:`ceb.backends` registers its own with :func:`register_backend`
-when imported; they are all imported on the first look-up (importing one does not import vLLM)."""
+"""Every backend by name; the modules of :mod:`ceb.backends` are imported on the first look-up (not vLLM itself)."""
 
 
 def register_backend(name: str, *, extra: str | None = None) -> Callable[[BackendFactory], BackendFactory]:
-    """Register the decorated factory as backend ``name`` (``backend.name = name`` selects it).
-
-    Args:
-        name: The backend's name.
-        extra: The ``pip install -e '.[extra]'`` that brings its dependencies, if any.
-    """
+    """Register the decorated factory as ``backend.name = name``; ``extra`` is the ``pip install`` extra it needs."""
     return BACKENDS.add(name, extra=extra)
 
 
 def open_backend(
     settings: BackendConfig, limits: EndpointLimits | None = None, cache: ReplyCache | None = None
 ) -> ChatBackend | None:
-    """The backend ``settings.name`` built from ``settings``: the one way every backend is opened.
+    """The backend ``settings.name``: its registered transport in a :class:`ChatBackend`; ``None`` for ``offline``.
 
-    The registered factory builds the transport; it is wrapped once in the :class:`ChatBackend` with the section's
-    policy (``max_concurrency``, the retry fields, ``routing``), the run's slots and the run's cache. The caller owns
-    the result and closes it (:meth:`ChatBackend.aclose`).
-
-    Args:
-        settings: The ``backend`` section.
-        limits: The run's endpoint slots, shared by every backend the run opens; private ones when ``None``.
-        cache: The run's reply cache (:mod:`ceb.backends.cache`): every backend consults it, whichever it is.
-
-    Returns:
-        The backend, or ``None`` for a backend without a language model (``offline``).
+    The client takes ``max_concurrency``, the retry fields and ``routing`` from ``settings``, the run's ``limits`` and a
+    step of the run's ``cache``; the caller closes it.
 
     Raises:
         ConfigError: Unknown backend, or a setting it needs is missing or refused.

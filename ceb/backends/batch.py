@@ -1,34 +1,19 @@
-"""OpenAI Batch files: the requests of a run written as Batch input lines, and their output lines read back as replies.
+"""OpenAI Batch files: a run's requests written as Batch input lines, and the output lines read back as replies.
 
-The format is OpenAI's Batch API (``POST /v1/batches`` over an uploaded JSONL file), which Azure OpenAI's global
-batch deployments and vLLM's ``vllm run-batch`` read as well. One input line per request::
+The format is OpenAI's Batch API (JSONL for ``POST /v1/batches``), also read by Azure OpenAI's batch deployments and
+``vllm run-batch``. An input line is ``{"custom_id", "method": "POST", "url": "/v1/chat/completions", "body"}``, the
+body as :func:`~ceb.backends._wire.chat_body` builds it online; an output line is ``{"id", "custom_id", "response":
+{"status_code", "request_id", "body"}, "error"}``. OpenAI writes failures to a separate error file; vLLM writes them in
+the output with no body and ``error`` a string or an error response; both are read. A 2xx reply's ``usage`` is checked,
+since the rows' token counts come from it.
 
-    {"custom_id": "<id>", "method": "POST", "url": "/v1/chat/completions", "body": {...}}
+:class:`BatchTransport` sends nothing: a run over it looks each request up among the replies, and a request without one
+is recorded for the next Batch file and fails its step. Export is a run with no replies; import is the same run with
+them, so the rows are ordinary rows.
 
-where ``body`` is what :meth:`~ceb.backends.openai.OpenAITransport.payload` would send online (one payload builder,
-:func:`~ceb.backends._wire.chat_body`), and one output line per answered request::
-
-    {"id": "...", "custom_id": "<id>", "response": {"status_code": 200, "request_id": "...", "body": {...}},
-     "error": null}
-
-(OpenAI puts failed requests in a separate error file of the same line shape; vLLM writes them in the output
-file with ``response.status_code`` >= 400, no body, and ``error`` set: a string, or an error response
-``{"error": {"message", "type", "param", "code"}}``. Both are read.) A 2xx reply's ``usage`` is checked as it is
-read: each count an integer from 0 to :data:`MAX_USAGE_TOKENS`, and the completion tokens no more than the request's
-budget for all its choices (``n`` times ``max_completion_tokens`` or ``max_tokens``); the rows' token counts come
-from it.
-
-:class:`BatchTransport` is a :class:`~ceb.backends.base.Transport` that sends nothing: the pipeline runs over it
-as over a live endpoint, each request is looked up among the replies it was given, and a request with no reply
-yet is recorded as a line for the next Batch file and fails its step. Export is a run with no replies (every
-request is recorded); import is the same run with the replies, so the baselines read their replies with the code
-they use online and the rows are ordinary rows.
-
-``custom_id`` is ``<tag>/<lane>/<trajectory>/<step>/<n>``: the export's tag (a digest of its settings and
-streams), the lane (``stream|order|method|critic``, :func:`~ceb.pipeline.shard.lane_id`), the trajectory id, the
-0-based step and the request's number within the step. A reply is matched by the step (everything before
-``/<n>``) and the request body, so the order a step asks its requests in does not matter, and a request a step
-sends twice alike is one line.
+``custom_id`` is ``<tag>/<lane>/<trajectory>/<step>/<n>`` (tag: a digest of the export's settings and streams; lane:
+:func:`~ceb.pipeline.shard.lane_id`; step 0-based; ``n``: the request's number in the step). A reply is matched by step
+and body, so the order of a step's requests does not matter and two identical ones are one line.
 """
 
 from __future__ import annotations
@@ -64,58 +49,46 @@ __all__ = [
 ]
 
 BATCH_URL = "/v1/chat/completions"
-"""The one endpoint a ceb Batch file targets (OpenAI's ``endpoint`` of the batch, vLLM's only chat route)."""
+"""The one endpoint a ceb Batch file targets."""
 
 MAX_USAGE_TOKENS = 10**8
-"""The most tokens a count of a reply's ``usage`` may hold: far more than any model's context window (the longest
-served today are about 10M tokens), so a larger count is a damaged or forged line, not a reply."""
+"""Most tokens one ``usage`` count may hold, far past any context window (about 10M today): more is a damaged line."""
 
 BATCH_CONCURRENCY = 1 << 16
-"""Requests in flight over a Batch transport at most: no limit in effect (nothing is sent; a Batch has no queue)."""
+"""Requests in flight over a Batch transport: no limit in effect (nothing is sent)."""
 
 _USAGE_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
-"""The counts of OpenAI's and vLLM's ``usage`` object."""
 
 _WIRE_URL = "http://localhost/v1"
-"""A base URL for the payload builder, which needs one; nothing is ever sent to it."""
+"""A base URL for the payload builder; nothing is sent to it."""
 
 
 def body_key(body: Mapping[str, Any]) -> bytes:
-    """The canonical bytes of a request body (keys sorted), by which a reply is matched to its request."""
+    """The canonical bytes (sorted keys) of a request body, by which a reply is matched."""
     return orjson.dumps(body, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
 
 
 def _step_id(custom_id: str) -> str:
-    """``custom_id`` without its last ``/<n>``: the step a request belongs to."""
+    """``custom_id`` without its last ``/<n>``."""
     return custom_id.rsplit("/", 1)[0]
 
 
 @dataclass(frozen=True, slots=True)
 class BatchRequest:
-    """One line of a Batch input file.
-
-    Attributes:
-        custom_id: ``<tag>/<lane>/<trajectory>/<step>/<n>`` (module docstring).
-        body: The chat-completions body, as sent online.
-    """
+    """One line of a Batch input file: ``custom_id`` (module docstring) and the chat-completions ``body``."""
 
     custom_id: str
     body: dict[str, Any]
 
 
 def request_line(request: BatchRequest) -> bytes:
-    """The JSONL line (newline included) of ``request``: ``custom_id``, ``method``, ``url``, ``body``."""
+    """The JSONL line of ``request``, newline included."""
     line = {"custom_id": request.custom_id, "method": "POST", "url": BATCH_URL, "body": request.body}
     return orjson.dumps(line, option=orjson.OPT_NON_STR_KEYS) + b"\n"
 
 
 def _lines(path: Path) -> Iterator[tuple[int, Any]]:
-    """``(line number, decoded object)`` of each non-blank line of a JSONL file.
-
-    Raises:
-        DataError: A line that is not JSON (names the file and line).
-        OSError: The file cannot be read.
-    """
+    """``(line number, decoded object)`` of each non-blank line; :class:`DataError` for a line that is not JSON."""
     with path.open("rb") as fh:
         for number, raw in enumerate(fh, start=1):
             if not raw.strip():
@@ -126,23 +99,29 @@ def _lines(path: Path) -> Iterator[tuple[int, Any]]:
                 raise DataError(Problem(str(path), number, "<line>", f"not JSON: {exc}")) from None
 
 
+def _custom_id(where: tuple[str, int], line: Any) -> str:
+    """The ``custom_id`` of a decoded line; :class:`DataError` unless it is an object with one."""
+    if not isinstance(line, dict):
+        raise DataError(Problem(*where, "<line>", "not a JSON object"))
+    cid = line.get("custom_id")
+    if not isinstance(cid, str) or not cid:
+        raise DataError(Problem(*where, "custom_id", "missing or not a string"))
+    return cid
+
+
 def read_requests(path: Path) -> list[BatchRequest]:
     """The lines of a Batch input file ceb wrote.
 
     Raises:
-        DataError: A malformed line, a line without ``custom_id`` or ``body``, a ``url`` other than
-            :data:`BATCH_URL`, or a repeated ``custom_id`` (names the file, line and field).
+        DataError: A malformed line, no ``custom_id`` or ``body``, a ``url`` other than :data:`BATCH_URL`, or a repeated
+            ``custom_id`` (names file, line and field).
         OSError: The file cannot be read.
     """
     seen: set[str] = set()
     out: list[BatchRequest] = []
     for number, line in _lines(path):
         where = str(path), number
-        if not isinstance(line, dict):
-            raise DataError(Problem(*where, "<line>", "not a JSON object"))
-        cid, body = line.get("custom_id"), line.get("body")
-        if not isinstance(cid, str) or not cid:
-            raise DataError(Problem(*where, "custom_id", "missing or not a string"))
+        cid, body = _custom_id(where, line), line.get("body")
         if not isinstance(body, dict):
             raise DataError(Problem(*where, "body", "missing or not an object"))
         if line.get("url") != BATCH_URL:
@@ -156,13 +135,9 @@ def read_requests(path: Path) -> list[BatchRequest]:
 
 @dataclass(frozen=True, slots=True)
 class BatchReply:
-    """The answer to one Batch request: a chat completion body, or why there is none.
+    """The answer to one Batch request: a chat completion ``body`` (2xx), or the ``error`` message.
 
-    Attributes:
-        custom_id: The request's id.
-        status: ``response.status_code`` (0 when the line has no response).
-        body: The chat-completion body when ``status`` is 2xx and it has one.
-        error: The error's message otherwise.
+    ``status`` is ``response.status_code``, 0 for a line without a response.
     """
 
     custom_id: str
@@ -172,27 +147,18 @@ class BatchReply:
 
 
 def read_output(path: Path, known: Mapping[str, BatchRequest]) -> dict[str, BatchReply]:
-    """The replies of a Batch output (or error) file, by ``custom_id``.
-
-    Args:
-        path: The file OpenAI, Azure or ``vllm run-batch`` wrote.
-        known: The requests the input files hold, by custom id; a line naming another id is refused.
+    """The replies of a Batch output (or error) file by ``custom_id``; ``known`` are the input files' requests.
 
     Raises:
-        DataError: A malformed line, a line without ``custom_id`` or naming an id no request has, a repeated id,
-            a 2xx response without a body, or a body whose ``usage`` is not an object or holds a count that is
-            not an integer, is negative, exceeds :data:`MAX_USAGE_TOKENS`, or (completion tokens) exceeds the
-            request's budget (names the file, line and field).
+        DataError: A malformed line, an id missing, unknown or repeated, a 2xx without a body, or a ``usage`` count that
+            is not an integer in 0..:data:`MAX_USAGE_TOKENS` or exceeds ``n`` times the request's budget (names file,
+            line and field).
         OSError: The file cannot be read.
     """
     out: dict[str, BatchReply] = {}
     for number, line in _lines(path):
         where = str(path), number
-        if not isinstance(line, dict):
-            raise DataError(Problem(*where, "<line>", "not a JSON object"))
-        cid = line.get("custom_id")
-        if not isinstance(cid, str) or not cid:
-            raise DataError(Problem(*where, "custom_id", "missing or not a string"))
+        cid = _custom_id(where, line)
         if cid not in known:
             raise DataError(Problem(*where, "custom_id", f"{cid!r} is in no request file of this batch"))
         if cid in out:
@@ -215,17 +181,7 @@ def read_output(path: Path, known: Mapping[str, BatchRequest]) -> dict[str, Batc
 
 
 def _check_usage(where: tuple[str, int], usage: Any, request: Mapping[str, Any]) -> None:
-    """Refuse a reply's ``usage`` no server writes: the rows' token counts (and a run's cost) are read from it.
-
-    Args:
-        where: The output file and line, for the message.
-        usage: The reply body's ``usage`` (``None``: absent, as a server may leave it; nothing is counted then).
-        request: The request's body, whose ``n`` and output budget bound the completion tokens.
-
-    Raises:
-        DataError: ``usage`` is not an object, or a count is not an integer, is negative or exceeds
-            :data:`MAX_USAGE_TOKENS`, or the completion tokens exceed ``n`` times the request's budget.
-    """
+    """Refuse a reply's ``usage`` no server writes (``None`` is let through)."""
     if usage is None:
         return
     if not isinstance(usage, dict):
@@ -251,11 +207,7 @@ def _check_usage(where: tuple[str, int], usage: Any, request: Mapping[str, Any])
 
 
 def _error_text(error: Any, body: Any) -> str:
-    """The message of a failed Batch line.
-
-    OpenAI's ``error`` (``{"code", "message"}``), vLLM's (an error response, ``{"error": {"message", ...}}``), or
-    else the response body's own error.
-    """
+    """The message of a failed line: OpenAI's ``error``, vLLM's error response, or the body's own error."""
     for doc in (error, body):
         inner = doc.get("error", doc) if isinstance(doc, dict) else doc
         if isinstance(inner, dict) and isinstance(inner.get("message"), str):
@@ -267,28 +219,23 @@ def _error_text(error: Any, body: Any) -> str:
 
 @dataclass(slots=True)
 class _Step:
-    """The requests one step asked during a run over :class:`BatchTransport`, numbered in the order asked."""
+    """The requests one step asked, numbered in the order asked."""
 
     asked: dict[bytes, int] = field(default_factory=dict)
 
 
 class BatchTransport(Transport):
-    """A transport that answers from Batch replies and records every request it has no reply for.
+    """A transport that answers from Batch replies and records every request it has none for.
 
-    Args:
-        settings: The run's ``backend`` section; its ``model``, ``structured_output`` and ``token_limit_field``
-            shape the bodies as :class:`~ceb.backends.openai.OpenAITransport` shapes them online. ``priority`` is
-            never sent: a batch has no queue to order, and OpenAI refuses the field.
-        tag: The export's tag, the first part of every ``custom_id``.
-        requests: The requests of earlier Batch files of this export (their ids and bodies).
-        replies: Their replies by ``custom_id``.
-        waiting: The ids of requests in a Batch file whose output is not imported yet: asked, they wait for it
-            (as a new request does) and are not :attr:`unanswered`.
+    ``settings`` shapes the bodies as online (``model``, ``structured_output``, ``token_limit_field``; never
+    ``priority``: no queue, and OpenAI refuses it). ``tag`` begins every ``custom_id``; ``requests`` and ``replies`` are
+    the earlier Batch files of this export and their replies by id; ``waiting`` are ids whose file's output is not
+    imported yet (asked, they wait and are not :attr:`unanswered`).
 
     Attributes:
         pending: Requests with no earlier line, in the order asked: the next Batch file.
-        unanswered: Requests that were in an earlier file but have no reply in its imported output.
-        replied_models: The model names the replies carry (the snapshot that answered, e.g. OpenAI's dated one).
+        unanswered: Requests of an earlier file without a reply in its imported output.
+        replied_models: The model names the replies carry (e.g. OpenAI's dated snapshot).
 
     Raises:
         ConfigError: No ``backend.model``.
@@ -323,11 +270,7 @@ class BatchTransport(Transport):
         self.replied_models: set[str] = set()
 
     def step_id(self) -> str:
-        """``<tag>/<lane>/<trajectory>/<step>`` of the request being made now.
-
-        Raises:
-            BackendError: The request is made outside a lane's step (only the pipeline's lanes are batched).
-        """
+        """``<tag>/<lane>/<trajectory>/<step>`` of the request made now; :class:`BackendError` outside a lane's step."""
         lane, where = current_lane(), current_step()
         if lane is None or where is None:
             raise BackendError("a Batch request must come from a lane's step", backend=self.label)
@@ -338,9 +281,8 @@ class BatchTransport(Transport):
         """The reply to ``request`` from the Batch output, or record it for the next Batch file.
 
         Raises:
-            BackendError: No reply yet (the request is now in :attr:`pending`, or its file's output is not imported
-                yet), no reply in the imported output of the file that held it, or the Batch answered it with an
-                error (its status and message) or did not run it (a line with an error and no response).
+            BackendError: No reply yet (recorded in :attr:`pending`, or its output not imported), none in the imported
+                output, or the Batch answered with an error or did not run it.
         """
         body = self.wire.payload(request)
         key = body_key(body)
@@ -372,7 +314,7 @@ class BatchTransport(Transport):
         return completion
 
     def describe(self) -> dict[str, Any]:
-        """The base record with the model the requests named, the models the replies name, and the wire form."""
+        """The base record with the requested and replied models and the wire form."""
         return super().describe() | {
             "endpoint": [],
             "model": self.model,
@@ -383,6 +325,6 @@ class BatchTransport(Transport):
 
 
 def export_tag(parts: Mapping[str, Any]) -> str:
-    """An export's tag: ``ceb-`` and 8 hex digits of BLAKE2b over ``parts`` (its settings and stream digests)."""
+    """``ceb-`` and 8 hex digits of BLAKE2b over ``parts`` (the export's settings and stream digests)."""
     canonical = json.dumps(parts, sort_keys=True, separators=(",", ":"))  # json: settings may hold ints past 64 bits
     return "ceb-" + hashlib.blake2b(canonical.encode(), digest_size=4).hexdigest()

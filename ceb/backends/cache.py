@@ -1,45 +1,22 @@
-"""A persistent cache of model replies: a step of every backend's client, and its SQLite store.
+"""A persistent reply cache: the first step of every backend's client, over one SQLite file.
 
-:func:`~ceb.backends.base.open_backend`, the one place backends are opened, hands the client
-(:class:`~ceb.backends.base.ChatBackend`) a :class:`CacheStep` when the run's ``[cache]`` section
-(:class:`~ceb.config.CacheConfig`) is not ``off``, so every backend (``openai``, ``vllm``, a plugin's transport) is
-cached the same way and no transport knows of it.
+:func:`~ceb.backends.base.open_backend` hands the client a :class:`CacheStep` unless ``cache.mode`` is ``off``, so every
+transport is cached alike and none knows of it.
 
-What is a key. The SHA-256 of the whole request (:class:`~ceb.backends.transport.ChatRequest`: messages, temperature,
-budget, ``n``, schema, seed, log-prob options, extra body fields; not ``stage``, which is never sent) and of the
-endpoint that answers it (backend name, model name, base URL(s), structured-output mode, which changes what is
-sent) and of the model it serves, as the server reports it once per run (:func:`endpoint_identity`): the served
-model's id, the weights it loaded (vLLM's ``root``), the server's version (vLLM's ``/version``) and, where the
-weights are a directory on this machine, a digest of their files. Another model served under the same name and URL
-so never answers from the old one's replies. While the server cannot say which model it serves, requests are sent
-without the cache. A re-ask after an unreadable reply is another request (the reply and the correction are
-appended), so it is its own entry.
+A key is the SHA-256 of the request (but ``stage``), the endpoint (backend, model name, base URLs, structured-output
+mode) and the served model as the server reports it once per run (id, vLLM's ``root`` and version, a digest of local
+weights): another model under the same name and URL never answers from the old one's replies, and while the server
+cannot say which model it serves, requests bypass the cache.
 
-Modes. ``read-write`` creates the file (and its folder) when missing. ``read`` opens an existing file read-only
-(SQLite ``mode=ro``; ``immutable`` on a read-only file system), writes nothing to it, and refuses a path with no
-cache (a mistyped path would otherwise ask everything again, silently). A failed look-up or write (a full disk)
-costs requests, never the run: the first of each kind is logged, the others counted (:class:`CacheCounts`).
+Only deterministic requests are cached (temperature 0 or a seed), sampled ones too under ``cache.nondeterministic``:
+their key adds the lane and the rank among identical requests of that lane, so a second run replays the ``V`` hindsight
+votes one for one. Failed requests and streams are never cached; an unreadable reply is (the re-ask is its own key). A
+hit returns the stored completion with its first attempts and retry reason, ``latency_s`` the look-up's and ``queue_s``
+0.
 
-What is cached. Only requests whose reply is determined by the request: temperature 0, or an explicit seed;
-sampled ones (the hindsight votes at ``tau`` without ``hindsight.seed``) only when ``cache.nondeterministic`` is
-on. The ``V`` votes of one trajectory are ``V`` identical sampled requests with ``V`` different answers, so a
-sampled request's key also holds its lane (:func:`~ceb.backends.scheduling.current_lane`) and how many identical
-ones that lane asked before it in this process: the second run replays the first run's samples one for one, in
-the order they were asked, instead of one sample ``V`` times (which would change the majority). A failed request
-(an exception: timeouts after the retries, refusals) is never cached. A reply that was read and found unreadable
-IS cached: it is what the model answers to that request, and the re-ask that follows is its own key, so a second
-run replays the same re-asks and writes the same rows. Streamed requests (``critic.early_score``) pass through
-uncached: a cut stream is not a whole reply.
-
-What a hit returns. The stored :class:`~ceb.backends.transport.Completion` (texts, token counts, log-probs) with the
-attempts and retry reason recorded when it was first asked, so a row answered from the cache is byte-identical
-to the first run's except for its timing: ``latency_s`` is the look-up's (about 0) and ``queue_s`` 0. Its
-``requests`` and token counts are the answer's recorded cost; :class:`CacheCounts` says how many answers came from
-the cache and how many requests were really sent.
-
-Several processes. The store is one SQLite file in WAL mode with a busy timeout: any number of processes (a
-grid's runs, a gate and a batch run) read and write it at once; the first reply stored under a key stays.
-Look-ups and writes run in a worker thread, so a busy file never stalls the event loop.
+``read`` opens an existing file read-only (``immutable`` on a read-only file system). The file is in WAL mode with a
+busy timeout, so processes share it (the first reply stored under a key stays); look-ups and writes run in a worker
+thread. A failed look-up or write costs requests, never the run: the first of each is logged, the rest counted.
 """
 
 from __future__ import annotations
@@ -83,33 +60,25 @@ __all__ = [
 log = get_logger(__name__)
 
 CACHE_FORMAT = 1
-"""Layout of a stored reply (part of every key: a new layout starts an empty cache, never misreads an old one)."""
+"""Layout of a stored reply, part of every key: a new layout starts an empty cache."""
 
 Send = Callable[[ChatRequest], Awaitable[ChatResponse]]
 """The client's steps after the cache: retries, slots and the transport."""
 
 Identify = Callable[[], Awaitable[ModelIdentity | None]]
-"""The transport's look-up of the model it serves."""
+"""The transport's :meth:`~ceb.backends.transport.Transport.identify`."""
 
 BUSY_TIMEOUT_MS = 30_000
-"""How long a write waits for another process's write to end before it gives up, in milliseconds."""
+"""Milliseconds a write waits for another process's write."""
 
 
 @dataclass
 class CacheCounts:
     """What one store did (``summary.json``'s ``cache``, printed by ``ceb score``).
 
-    Attributes:
-        mode: The ``cache.mode`` it was opened with.
-        path: The cache file.
-        hits: Requests answered from the cache (no request sent).
-        misses: Cacheable requests not found, so sent (and stored under ``read-write`` when they succeeded).
-        uncacheable: Requests sent without a look-up: sampled ones without ``cache.nondeterministic``.
-        stored: Replies written to the cache.
-        sent: Requests sent to endpoints through the cache's backends, retries included (misses and
-            uncacheable ones; re-asks are requests of their own).
-        failed_reads: Look-ups the store could not answer (asked of the endpoint instead); the first is logged.
-        failed_writes: Replies the store could not keep (a full disk, say); the first is logged, the rest counted.
+    ``hits`` were answered from the cache; ``misses`` were cacheable, not found and sent; ``uncacheable`` were sent
+    without a look-up (sampled, or the served model unknown); ``sent`` counts the requests sent through the cache's
+    backends, retries included; ``failed_reads`` and ``failed_writes`` the look-ups and writes the store could not do.
     """
 
     mode: str
@@ -124,10 +93,7 @@ class CacheCounts:
 
     @classmethod
     def total(cls, counts: Iterable[CacheCounts]) -> CacheCounts | None:
-        """The sum of ``counts`` (several stores, or the parts of a merged run); ``None`` when there are none.
-
-        The sum carries the first one's ``mode`` and ``path``.
-        """
+        """The sum of ``counts`` (with the first one's ``mode`` and ``path``); ``None`` for none."""
         every = list(counts)
         if not every:
             return None
@@ -138,16 +104,10 @@ class CacheCounts:
 
 
 class ReplyCache:
-    """The on-disk store: one SQLite file, WAL mode, a busy timeout; the only code that knows its layout.
-
-    Open it with :meth:`open` (``None`` when the cache is off); close it with :meth:`close`. Thread-safe: one
-    connection behind a lock, used from worker threads.
-
-    Args:
-        settings: The ``[cache]`` section.
+    """The on-disk store, the only code that knows its layout: one connection behind a lock, used from threads.
 
     Raises:
-        ConfigError: The file cannot be opened or created (names it).
+        ConfigError: The file cannot be opened or created, or (``read``) is missing or not a reply cache.
     """
 
     def __init__(self, settings: CacheConfig) -> None:
@@ -175,15 +135,7 @@ class ReplyCache:
         return db
 
     def _open_read_only(self) -> sqlite3.Connection:
-        """The file opened read-only (SQLite ``mode=ro``): it is never created, written or converted.
-
-        A cache in WAL mode on a read-only file system cannot get the shared-memory file SQLite's readers use; it is
-        then opened ``immutable`` (nothing can write it there either).
-
-        Raises:
-            ConfigError: No file at the path (a mistyped path would otherwise ask every request again, silently),
-                or the file is not a reply cache.
-        """
+        """The file opened ``mode=ro``, else ``immutable`` (WAL on a read-only file system)."""
         if not self.path.is_file():
             raise ConfigError(
                 f'cache.mode = "read": there is no reply cache at {self.path}; check cache.path '
@@ -205,7 +157,7 @@ class ReplyCache:
         raise ConfigError(f"cannot open the reply cache {self.path} to read: {failure}") from failure
 
     def warn_once(self, what: str, exc: BaseException) -> None:
-        """Log the first failure of a kind (``read``, ``write``) as a warning; the rest are only counted."""
+        """Log the first failure of a kind (``read``, ``write``); the rest are only counted."""
         if what not in self._warned:
             self._warned.add(what)
             log.warning(
@@ -225,13 +177,13 @@ class ReplyCache:
         return self.settings.mode == "read-write"
 
     def get(self, key: str) -> ChatResponse | None:
-        """The reply stored under ``key`` (with zero timings), or ``None``. Blocking: call it from a thread."""
+        """The reply under ``key`` (zero timings), or ``None``. Blocking."""
         with self._lock:
             row = self._db.execute("SELECT reply FROM replies WHERE key = ?", (key,)).fetchone()
         return None if row is None else _decode(row[0])
 
     def put(self, key: str, endpoint: str, response: ChatResponse) -> bool:
-        """Store ``response`` under ``key`` unless an entry is there; whether it was stored. Blocking."""
+        """Store ``response`` under ``key`` unless taken; whether it was stored. Blocking."""
         blob = _encode(response)
         with self._lock:
             with self._db:
@@ -242,7 +194,7 @@ class ReplyCache:
             return cur.rowcount == 1  # read under the lock: another thread's statement would reset it
 
     def step(self, settings: BackendConfig) -> CacheStep:
-        """This store as the backend opened from ``settings`` consults it (called by ``open_backend``)."""
+        """This store as the backend opened from ``settings`` consults it."""
         return CacheStep(self, settings)
 
     def __len__(self) -> int:
@@ -256,23 +208,17 @@ class ReplyCache:
 
 
 def deterministic(request: ChatRequest) -> bool:
-    """Whether ``request``'s reply is determined by the request: temperature 0, or an explicit seed."""
+    """Whether ``request``'s reply is determined by it: temperature 0, or a seed."""
     return request.temperature == 0 or request.seed is not None
 
 
 def cacheable(request: ChatRequest, settings: CacheConfig) -> bool:
-    """Whether ``request``'s reply may be cached: deterministic (temperature 0, or a seed), or opted in."""
+    """Whether ``request``'s reply may be cached: deterministic, or ``settings.nondeterministic``."""
     return deterministic(request) or settings.nondeterministic
 
 
 def endpoint_identity(settings: BackendConfig, served: ModelIdentity | None = None) -> dict[str, Any]:
-    """What decides an endpoint's replies: backend, model name, base URL(s), structured output, and the model served.
-
-    ``served`` is what the server reports of its model (:meth:`~ceb.backends.transport.Transport.identify`): its id,
-    the weights it loaded (vLLM's ``root``), the server's version and, where the weights are a directory on this
-    machine, their digest. Another model served under the same name and URL so gets other keys; where the server
-    reports none of them (OpenAI) only the name and URL remain, as before.
-    """
+    """The key part naming an endpoint: backend, model name, base URLs, structured output and ``served``."""
     return {
         "backend": settings.name,
         "model": settings.served_model,
@@ -290,7 +236,7 @@ def endpoint_identity(settings: BackendConfig, served: ModelIdentity | None = No
 
 
 def request_key(request: ChatRequest, endpoint: Mapping[str, Any]) -> str:
-    """The cache key of ``request`` at ``endpoint``: SHA-256 hex of both, as sorted-key JSON."""
+    """SHA-256 hex of ``request`` (but ``stage``) and ``endpoint`` as sorted-key JSON."""
     body = {f.name: getattr(request, f.name) for f in fields(request) if f.name != "stage"}
     doc = {"format": CACHE_FORMAT, "endpoint": endpoint, "request": body}
     return hashlib.sha256(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS, default=_mapping)).hexdigest()
@@ -346,14 +292,10 @@ def _decode(blob: bytes) -> ChatResponse:
 
 
 class CacheStep:
-    """The reply cache as one backend consults it: the first step of :meth:`~ceb.backends.base.ChatBackend.complete`.
+    """The reply cache as one backend consults it: a hit takes no slot, retry or request; a miss is sent and stored.
 
-    A hit is answered without a slot, a retry or a request; a miss is sent and stored. It holds what is per backend:
-    the endpoint's identity (asked of the transport once) and the ranks of identical sampled requests.
-
-    Args:
-        store: The run's store, shared by every backend it opens; not closed here.
-        settings: The backend section the backend was built from (its identity is part of every key).
+    Holds the endpoint's identity (asked of the transport once) and the ranks of identical sampled requests. ``store``
+    is shared and not closed here.
     """
 
     def __init__(self, store: ReplyCache, settings: BackendConfig) -> None:
@@ -364,7 +306,7 @@ class CacheStep:
         self._sampled: Counter[tuple[str | None, str]] = Counter()  # identical sampled requests asked, per lane
 
     async def _endpoint_identity(self, identify: Identify) -> dict[str, Any] | None:
-        """:func:`endpoint_identity` with the served model's (asked once); ``None`` while unknown."""
+        """:func:`endpoint_identity` with the served model, asked once; ``None`` while unknown."""
         if self._identity is None:
             try:
                 served = await identify()
@@ -375,7 +317,7 @@ class CacheStep:
         return self._identity
 
     def _key(self, request: ChatRequest, endpoint: Mapping[str, Any]) -> str:
-        """The request's key; a sampled one's also names its lane and its rank among identical ones (module doc)."""
+        """The key; a sampled request's adds its lane and rank among identical ones."""
         key = request_key(request, endpoint)
         if deterministic(request):
             return key
@@ -385,12 +327,7 @@ class CacheStep:
         return hashlib.sha256(orjson.dumps([key, slot[0], rank])).hexdigest()
 
     async def complete(self, request: ChatRequest, send: Send, identify: Identify) -> ChatResponse:
-        """The stored reply of ``request``, or ``send``'s (stored when cacheable, successful and ``read-write``).
-
-        Args:
-            request: The request.
-            send: The client's next steps (retries, slots, the transport).
-            identify: The transport's :meth:`~ceb.backends.transport.Transport.identify`.
+        """The stored reply of ``request``, or ``send``'s, stored when cacheable and under ``read-write``.
 
         Raises:
             Exception: Whatever ``send`` raises; nothing is stored then.

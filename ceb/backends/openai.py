@@ -1,27 +1,12 @@
-"""Backend for any OpenAI-compatible chat endpoint: vLLM's server, OpenAI, Azure OpenAI.
+"""The ``openai`` transport: ``POST {base_url}/chat/completions`` as vLLM, OpenAI and Azure OpenAI's v1 API serve it.
 
-The wire format is OpenAI's chat-completions API (``POST {base_url}/chat/completions``), which vLLM's
-``vllm serve`` speaks as well, so one backend reaches a local vLLM (``http://127.0.0.1:8000/v1``), OpenAI
-(``https://api.openai.com/v1``) and Azure OpenAI's v1 API (``https://<resource>.openai.azure.com/openai/v1``)
-given their base URL.
-
-Requests go out through one :class:`aiohttp.ClientSession` per endpoint with bodies encoded and decoded by
-orjson, not through the ``openai`` SDK: measured against the zero-latency simulator (:mod:`ceb.sim`), the SDK
-spent about 2.4 ms of client CPU per request and topped out near 370 requests/s in one process, while a plain
-session spends about 0.2 ms and passes 1,200 requests/s. Retries, limits and accounting belong to the client,
-:class:`~ceb.backends.base.ChatBackend`; :class:`OpenAITransport` only builds the body, sends one attempt and maps
-the outcome onto the error classes there. Sessions need a running asyncio event loop (aiohttp does not run on
-trio) and are created in it on first use, so a backend can be built before the loop starts.
-
-Servers that speak the API with differences are met where they stand, each difference learnt from an answer and
-logged once (:attr:`OpenAITransport.adaptations`): llama-cpp-python's server refuses request ids that are not UUIDs and
-``response_format`` ``json_schema``, and ignores ``max_completion_tokens``, ``n`` and vLLM's fields; ceb then sends
-UUIDs, ``json_object`` with the schema and ``max_tokens``, asks for each choice in a request of its own, and refuses
-to send ``continue_final_message`` there (``docs/llama-cpp.md``). A vLLM server never triggers any of this.
-
-The API key is read from the environment variable named in the settings, sent only as
-``Authorization: Bearer <key>``, and never logged or put in an error message (server error text that echoes
-it is redacted).
+One :class:`aiohttp.ClientSession` per endpoint with orjson bodies, not the ``openai`` SDK (against :mod:`ceb.sim` at
+zero latency the SDK cost about 2.4 ms of client CPU per request, a plain session 0.2 ms). Sessions are made in the
+running asyncio loop on first use (aiohttp does not run on trio). Retries are the client's
+(:class:`~ceb.backends.base.ChatBackend`). Differences of other servers (llama-cpp-python: UUID request ids,
+``json_object`` with the schema, ``max_tokens``, no ``n``) are learnt from their refusals and recorded in
+:attr:`OpenAITransport.adaptations` (``docs/llama-cpp.md``). The API key, read from ``api_key_env``, is sent only as
+``Authorization: Bearer`` and redacted from error text.
 """
 
 from __future__ import annotations
@@ -31,8 +16,8 @@ import os
 import re
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -73,6 +58,7 @@ __all__ = [
     "OpenAITransport",
     "ServerPriority",
     "StructuredOutput",
+    "model_ids",
     "open_openai",
 ]
 
@@ -80,51 +66,44 @@ log = get_logger(__name__)
 
 
 _PLACEHOLDER_KEY = "EMPTY"
-"""Sent to loopback and private endpoints when no key is set: vLLM without ``--api-key`` accepts any key."""
+"""Sent to loopback and private endpoints when no key is set: vLLM without ``--api-key`` accepts any."""
 
 _KEEPALIVE_S = 4.0
-"""Seconds an idle connection is kept for reuse: under uvicorn's default 5 s (vLLM's HTTP server), so the
-client drops an idle connection before the server does instead of racing it with a new request."""
+"""Idle seconds a connection is kept: under uvicorn's default 5 s, so the client drops it first."""
 
 _JSON_OPTIONS = orjson.OPT_NON_STR_KEYS
-"""Integer keys (``logit_bias`` token ids) become strings, as ``json.dumps`` and so the SDK send them."""
+"""Integer keys (``logit_bias`` token ids) become strings, as ``json.dumps`` sends them."""
 
 REQUEST_ID_HEADER = "X-Request-Id"
-"""vLLM takes this header as the request's id in its logs, traces and responses (a new one per attempt)."""
+"""vLLM's request id header (its logs, traces and responses); a new one per attempt."""
 
 SESSION_HEADER = "X-Session-Id"
-"""Default header carrying the lane key, for a router in front of the replicas to pin a lane to one of them:
-vLLM's production-stack router reads the header named by ``--routing-logic session --session-key <name>``, and
-llm-d's ``session-affinity-scorer`` / ``-filter`` read a configured header under their ``session_id_header``
-strategy. (llm-d's default ``x-session-token`` is different: a token the router itself issues, naming a pod.)"""
+"""Default header carrying the lane key, for a router to pin a lane to one replica: vLLM production-stack's
+``--routing-logic session --session-key <name>``, llm-d's ``session_id_header`` (not its router-issued
+``x-session-token``)."""
 
 ServerPriority = Literal["auto", "on", "off"]
-"""Whether each request carries vLLM's ``priority`` body field (:func:`~ceb.backends.scheduling.server_priority`).
-
-``on``: always; ``off``: never; ``auto``: sent until a server refuses it with a 400 naming the field (OpenAI does;
-vLLM 0.32 accepts it under either scheduling policy and orders by it only under ``--scheduling-policy priority``),
-then dropped for that backend and the refused attempt retried without it."""
+"""Whether bodies carry vLLM's ``priority`` field: ``on``, ``off``, or ``auto`` (sent until a 400 names the field, as
+OpenAI's 400 does; vLLM 0.32 accepts it under either policy, ordering by it under ``--scheduling-policy priority``)."""
 
 
 PREFLIGHT_MESSAGES: tuple[dict[str, str], ...] = ({"role": "user", "content": "Reply with one word."},)
-"""The messages of the preflight's one-token request (:meth:`OpenAITransport.preflight`)."""
+"""The messages of the preflight's one-token request."""
 
 _PERMANENT = (aiohttp.ClientSSLError, aiohttp.ClientConnectorDNSError)
-"""Connection failures that no retry fixes: TLS failures (certificate, or https:// to an http server) and names
-that do not resolve. Refused connections stay transient mid-run (a server restarting); the preflight refuses them."""
+"""Connection failures no retry fixes: TLS errors and unresolvable names (a refused connection stays transient)."""
 
 
-def _model_ids(body: bytes) -> set[str] | None:
-    """The model ids of a ``GET /models`` body; ``None`` when it is not an OpenAI model list."""
+def model_ids(body: bytes) -> list[str] | None:
+    """The ids of a ``GET /models`` body in listed order, once each; ``None`` when it is not an OpenAI model list."""
     try:
-        doc = orjson.loads(body)
-        return {str(m["id"]) for m in doc["data"]}
+        return list(dict.fromkeys(str(m["id"]) for m in orjson.loads(body)["data"]))
     except (ValueError, KeyError, TypeError):
         return None
 
 
 def _listed(body: bytes, model: str) -> dict[str, Any] | None:
-    """The entry of ``model`` in a ``GET /models`` body; ``None`` when it is not listed or not a model list."""
+    """The entry of ``model`` in a ``GET /models`` body, if listed."""
     try:
         for entry in orjson.loads(body)["data"]:
             if isinstance(entry, dict) and str(entry.get("id")) == model:
@@ -135,7 +114,7 @@ def _listed(body: bytes, model: str) -> dict[str, Any] | None:
 
 
 def _version(body: bytes) -> str | None:
-    """The version in vLLM's ``GET /version`` body (``{"version": "0.11.0"}``); ``None`` for anything else."""
+    """The version in vLLM's ``GET /version`` body (``{"version": "0.11.0"}``), if any."""
     try:
         doc = orjson.loads(body)
     except ValueError:
@@ -145,12 +124,7 @@ def _version(body: bytes) -> str | None:
 
 
 def request_id(stage: str, lane: str | None = None) -> str:
-    """A request id, unique per attempt, that names the stage and the lane that asked.
-
-    ``ceb-<stage>-<32 hex digits>``, or ``ceb-<stage>-<lane tag>-<32 hex digits>`` for a request of lane ``lane``
-    (:func:`~ceb.backends.scheduling.lane_tag`, 8 hex digits), so a server log line can be traced to its lane
-    (how the router test checks where a router sent each lane).
-    """
+    """``ceb-<stage>-[<lane tag>-]<32 hex>``: a per-attempt id that traces a server log line to its stage and lane."""
     tag = f"{lane_tag(lane)}-" if lane is not None else ""
     return f"ceb-{stage or 'request'}-{tag}{uuid.uuid4().hex}"
 
@@ -164,12 +138,12 @@ def _is_uuid(value: str | None) -> bool:
 
 
 CONTINUE_FIELDS = ("continue_final_message",)
-"""vLLM body fields whose silent omission changes what a reply means (the model answers afresh instead of
-continuing the last message), so a server known to ignore unknown fields gets no request carrying them."""
+"""vLLM fields whose silent omission changes a reply's meaning (the model answers afresh instead of continuing), refused
+at servers known to ignore unknown fields."""
 
 
 def _is_local(url: str) -> bool:
-    """True when ``url``'s host is loopback or a private address, where a key-less vLLM may listen."""
+    """Whether ``url``'s host is loopback or private (a DNS name other than ``localhost`` is not)."""
     host = urlsplit(url).hostname or ""
     if host == "localhost":
         return True
@@ -181,11 +155,7 @@ def _is_local(url: str) -> bool:
 
 
 def _env_proxy(url: str) -> str | None:
-    """The proxy the environment names for ``url`` (``HTTP(S)_PROXY``, honouring ``NO_PROXY``), if any.
-
-    The SDK's HTTP client honoured these variables; aiohttp's own ``trust_env`` would also look the host up in
-    ``~/.netrc`` on every request, so the proxy is resolved here, once per endpoint.
-    """
+    """The ``HTTP(S)_PROXY`` for ``url``, honouring ``NO_PROXY`` (``trust_env`` would read ``~/.netrc`` per request)."""
     parts = urlsplit(url)
     if not parts.hostname or urllib.request.proxy_bypass(parts.hostname):
         return None
@@ -193,29 +163,27 @@ def _env_proxy(url: str) -> str | None:
 
 
 def _jsonable(value: Any) -> Any:
-    """Encode what orjson cannot on its own: read-only mappings (``MappingProxyType``) as objects."""
+    """Encode read-only mappings as objects (orjson's ``default``)."""
     if isinstance(value, Mapping):
         return dict(value)
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 _VALIDATION_ERROR = re.compile(r"\b\d+ validation errors?\b")
-"""Pydantic's "1 validation error" / "2 validation errors for ...": a request the server's model refused."""
+"""Pydantic's "N validation error(s)": a request the server's model refused."""
 
 
 class OpenAITransport(Transport):
     """Chat completions over HTTP with aiohttp, one connection pool per endpoint.
 
     Args:
-        settings: The ``backend`` section, read directly: ``base_url`` (several roots: replicas of one model),
-            ``model``, ``api_key_env`` (vLLM without ``--api-key`` accepts any key, so an unset variable falls
-            back to ``"EMPTY"`` for loopback and private URLs only), ``timeout_s`` (one attempt: connect, send and
-            read the whole reply), ``structured_output``, ``token_limit_field``, ``server_priority`` and
-            ``session_header``. (``max_concurrency``, ``routing`` and the retry fields are the client's.)
+        settings: The ``backend`` section: ``base_url`` (several: replicas), ``model`` (else the one ``GET /models``
+            lists), ``api_key_env`` (unset: ``"EMPTY"`` for loopback and private URLs only), ``timeout_s`` (one attempt,
+            whole reply), ``structured_output``, ``token_limit_field``, ``server_priority``, ``session_header``.
 
     Raises:
-        ConfigError: No ``base_url`` (or no ``model`` with ``preflight`` off), a base URL that is not
-            ``http(s)://host...``, or no key in ``settings.api_key_env`` for a non-local endpoint.
+        ConfigError: No ``base_url``; no ``model`` with ``preflight`` off; a URL that is not ``http(s)://host``, or
+            carries credentials; no key for a non-local endpoint.
     """
 
     name = "openai"
@@ -228,24 +196,20 @@ class OpenAITransport(Transport):
         super().__init__(settings.base_urls)
         self.settings = settings
         self.model: str = settings.model or ""
-        """The model name every request carries; without ``backend.model``, the one ``GET /models`` lists, found by
-        :meth:`preflight`."""
+        """The model every request names."""
         self.send_priority = settings.server_priority != "off"
-        """Whether bodies carry vLLM's ``priority`` field now (``auto`` turns it off on a refusal)."""
+        """Bodies carry vLLM's ``priority`` now (``auto`` turns it off on a refusal)."""
         self.structured_output: StructuredOutput = settings.structured_output
-        """The structured-output mode now: ``json_schema`` becomes ``json_object_schema`` where a server refuses
-        ``json_schema`` naming ``json_object`` (llama-cpp-python's server)."""
+        """The mode now: ``json_schema`` becomes ``json_object_schema`` where the server refuses it naming
+        ``json_object``."""
         self.token_limit_field: Literal["max_completion_tokens", "max_tokens"] = settings.token_limit_field
-        """Wire name of the output budget now: ``max_completion_tokens`` becomes ``max_tokens`` where the preflight
-        (or ``ceb doctor``) sees the server run past it (llama-cpp-python reads only ``max_tokens``)."""
+        """The budget's wire name now: ``max_tokens`` once the server is seen to run past ``max_completion_tokens``."""
         self.uuid_request_ids = False
-        """Request ids are bare UUIDs: set where a server refused ``ceb-<stage>-<hex>`` with an empty 400
-        (llama-cpp-python validates ``X-Request-Id`` as a UUID)."""
+        """Request ids are bare UUIDs (the server refused others with an empty 400)."""
         self.n_ignored = False
-        """The server sent fewer choices than ``n`` asked for: each choice is then asked for in a request of its own."""
+        """The server ignores ``n``: each choice is asked for in its own request."""
         self.unsupported: dict[str, str] = {}
-        """Body fields this server is known to ignore where ignoring them changes the reply's meaning, with why:
-        a request carrying one is not sent (:class:`~ceb.errors.UnsupportedFeatureError`) instead of misread."""
+        """Body fields this server ignores where that changes the meaning, with why: refused, not sent."""
         self._identity: ModelIdentity | None = None
         self._identifying = anyio.Lock()
         for url in self.endpoints:
@@ -278,26 +242,17 @@ class OpenAITransport(Transport):
             "Accept": "application/json",
         }
         self._urls = {url: URL(url.rstrip("/") + "/chat/completions") for url in self.endpoints}
-        # Created in the running loop on first use (`_session`); closed and dropped by `aclose`.
         self._sessions: dict[str, aiohttp.ClientSession] = {}
 
     def payload(self, request: ChatRequest) -> dict[str, Any]:
-        """Build the JSON body of ``POST /chat/completions`` for ``request``, exactly as sent.
+        """The JSON body of ``POST /chat/completions`` for ``request``, exactly as sent.
 
-        Server-specific fields (vLLM's ``structured_outputs``, ``priority``, ``request.extra``) sit at the top
-        level of the body, where vLLM reads them; the SDK's ``extra_body`` ends up the same way. ``priority`` is the
-        caller's :func:`~ceb.backends.scheduling.current_priority` mapped by
-        :func:`~ceb.backends.scheduling.server_priority`, sent when it is not 0 (vLLM's default), while
+        :func:`~ceb.backends._wire.chat_body`, plus vLLM's top-level ``priority``
+        (:func:`~ceb.backends.scheduling.server_priority` of the caller's priority) when it is not 0,
         :attr:`send_priority` holds and ``request.extra`` does not set it.
 
-        Args:
-            request: The request to encode.
-
-        Returns:
-            The body as a dict of JSON values (the mappings of ``request`` copied into dicts).
-
         Raises:
-            ValueError: ``request.extra`` repeats a field the request already sets.
+            ValueError: ``request.extra`` repeats a field the request sets.
         """
         body = chat_body(
             request,
@@ -311,11 +266,7 @@ class OpenAITransport(Transport):
         return body
 
     def headers(self, request: ChatRequest) -> dict[str, str]:
-        """The headers of one attempt: key, content type, a fresh request id and the caller's lane as session.
-
-        The request id is ``ceb-<stage>-[<lane tag>-]<hex>`` (:func:`request_id`), or a bare UUID once the server
-        refused that (:attr:`uuid_request_ids`).
-        """
+        """One attempt's headers: key, content type, a fresh :func:`request_id` (or UUID), the lane as session."""
         key = current_lane()
         rid = str(uuid.uuid4()) if self.uuid_request_ids else request_id(request.stage, key)
         headers = self._headers | {REQUEST_ID_HEADER: rid}
@@ -324,12 +275,10 @@ class OpenAITransport(Transport):
         return headers
 
     def _session(self, endpoint: str) -> aiohttp.ClientSession:
-        """The session of ``endpoint``, created in the running event loop on first use."""
+        """The session of ``endpoint``, made in the running loop on first use."""
         session = self._sessions.get(endpoint)
         if session is None:
-            # No connector limit (0): the endpoint's slots in the client (`ChatBackend`) are the one bound on
-            # requests in flight, and their wait is measured as queue time; a second, hidden queue in the
-            # connector would be counted as server latency.
+            # No connector limit: the client's slots are the one bound, so waits count as queue time, not latency.
             connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=_KEEPALIVE_S)
             session = aiohttp.ClientSession(
                 connector=connector,
@@ -342,19 +291,17 @@ class OpenAITransport(Transport):
     async def send(self, request: ChatRequest, endpoint: str) -> Completion:
         """Send one attempt of ``request`` to ``endpoint`` and read the reply.
 
-        A server that sends fewer choices than ``n`` (it ignores the field) gets the missing ones asked for one
-        request each, vote ``i`` with ``seed + i`` as independent votes have, within this attempt and its
-        endpoint slot; later requests with ``n > 1`` go out that way at once (:attr:`n_ignored`).
+        A server that returns fewer than ``n`` choices gets the rest asked one request each (choice ``i`` with ``seed +
+        i``), within this attempt; later requests go that way at once.
 
         Raises:
-            TransientError: A timeout, a failed or dropped connection, a 429 or 5xx (with the server's
-                ``Retry-After`` in seconds when it sent one), or a 2xx body that is not a chat completion.
-            FatalBackendError: 401, 403 or 404: the key, the model name or the base URL is wrong.
-            BackendError: Any other status: the request itself was refused; another attempt cannot help.
-            UnsupportedFeatureError: The request carries a field this server is known to ignore
-                (:attr:`unsupported`); it is not sent.
-            ValueError: ``request.extra`` repeats a field the request already sets.
-            TypeError: A value in ``request.extra`` cannot be encoded as JSON.
+            TransientError: A timeout, a failed or dropped connection, 429 or 5xx (``retry_after`` from
+                ``Retry-After``), or a 2xx body that is not a chat completion.
+            FatalBackendError: 401, 403 or 404 (key, model or URL), a TLS failure or a host that does not resolve.
+            BackendError: Any other status: the request was refused.
+            UnsupportedFeatureError: The request carries a field in :attr:`unsupported`.
+            ValueError: ``request.extra`` repeats a field the request sets.
+            TypeError: A value of ``request.extra`` is not JSON.
         """
         ignored = [f for f in CONTINUE_FIELDS if request.extra.get(f) and f in self.unsupported]
         if ignored:
@@ -375,7 +322,7 @@ class OpenAITransport(Transport):
         return completion
 
     async def _choice_by_choice(self, request: ChatRequest, endpoint: str, got: list[Completion]) -> Completion:
-        """``request``'s ``n`` choices as one request each (after the ones in ``got``), merged into one completion."""
+        """``request``'s choices after those in ``got``, one request each, merged."""
         have = sum(len(c.texts) for c in got)
         for i in range(have, request.n):
             seed = None if request.seed is None else request.seed + i
@@ -383,24 +330,16 @@ class OpenAITransport(Transport):
         return _merge(got, request.n)
 
     async def _post(self, request: ChatRequest, endpoint: str) -> Completion:
-        """One request on the wire, sent again at once when the server refused a form it has an alternative for."""
+        """One request, sent again at once after a refusal it adapted to."""
         for _ in range(3):  # each adaptation changes what is sent, once: a refusal cannot come back for it
             body = self.payload(request)
             data = orjson.dumps(body, default=_jsonable, option=_JSON_OPTIONS)
             headers = self.headers(request)
-            try:
+            with self._wire_errors(endpoint):
                 async with self._session(endpoint).post(self._urls[endpoint], data=data, headers=headers) as resp:
                     status = resp.status
                     raw = await resp.read()
                     wait = retry_after(resp.headers.get("Retry-After")) if status >= 300 else None
-            except TimeoutError as exc:  # aiohttp's total timeout, and its ServerTimeoutError subclasses
-                raise TransientError(f"timeout after {self.settings.timeout_s}s at {endpoint}") from exc
-            except _PERMANENT as exc:
-                raise self._permanent(endpoint, exc) from exc
-            except (aiohttp.ClientError, OSError) as exc:
-                # Refused or reset connections (a server restarting mid-run), a server that hung up mid-reply
-                # (ClientPayloadError, ServerDisconnectedError), or a reply that is not HTTP.
-                raise TransientError(f"connection to {endpoint} failed: {self._redact(str(exc) or repr(exc))}") from exc
             if status >= 300:
                 if self._adapt_to_refusal(status, raw, headers, body, endpoint):
                     continue
@@ -418,13 +357,10 @@ class OpenAITransport(Transport):
     def _adapt_to_refusal(
         self, status: int, raw: bytes, headers: Mapping[str, str], body: Mapping[str, Any], endpoint: str
     ) -> bool:
-        """Change what is sent when a refusal names a form this server lacks; ``True`` when the request may go again.
+        """Adapt to a refusal llama-cpp-python's server (0.3) makes; ``True`` when the request may go again.
 
-        Two refusals are known, both llama-cpp-python's server (0.3): an empty 400 to an ``X-Request-Id`` that is not a
-        UUID (its request-id middleware validates it), and an error naming ``json_object`` to
-        ``response_format.type = "json_schema"`` (it takes ``{"type": "json_object", "schema": ...}``, and answers the
-        validation error with a 500). Each is decided by what the refused request carried, so concurrent requests
-        refused before the switch are sent again too.
+        An empty 400 to a non-UUID ``X-Request-Id``, and a 400/422/500 naming ``json_object`` to ``response_format.type
+        = "json_schema"``; judged by what the refused request carried, so concurrent ones are resent too.
         """
         if status == 400 and not raw.strip() and not _is_uuid(headers.get(REQUEST_ID_HEADER)):
             self.uuid_request_ids = True
@@ -458,11 +394,7 @@ class OpenAITransport(Transport):
             log.warning("adapting to the server", endpoint=endpoint or ",".join(self.endpoints), change=note)
 
     def note_budget(self, request: ChatRequest, completion: Completion) -> bool:
-        """Send ``max_tokens`` from now on where ``completion`` ran past a budget sent as ``max_completion_tokens``.
-
-        Returns:
-            Whether the server ignored the budget (then :attr:`token_limit_field` is ``max_tokens``).
-        """
+        """Switch to ``max_tokens`` where ``completion`` ran past a ``max_completion_tokens`` budget; whether it did."""
         used = completion.completion_tokens
         if self.token_limit_field != "max_completion_tokens" or used is None or used <= request.max_tokens * request.n:
             return False
@@ -476,22 +408,18 @@ class OpenAITransport(Transport):
 
     @asynccontextmanager
     async def open_stream(self, request: ChatRequest, endpoint: str) -> AsyncIterator[AsyncIterator[StreamChunk]]:
-        """Send one attempt of ``request`` with ``stream: true`` and yield its events as they arrive.
+        """Send one attempt with ``stream: true`` and ``include_usage``; yield its server-sent events as they come.
 
-        The body is :meth:`payload` plus ``stream: true`` and ``stream_options: {"include_usage": true}``.
-        Leaving the context before the last event closes the connection: vLLM's server sees the client gone,
-        cancels the request's generator and aborts it in the engine (``vllm/v1/engine/async_llm.py``,
-        ``AsyncLLM.generate``: "If the request is disconnected by the client ... we abort the request").
+        Leaving early closes the connection: vLLM sees the client gone and aborts the request (``AsyncLLM.generate``).
 
         Raises:
-            TransientError, FatalBackendError, BackendError: On entering, as :meth:`send` for the status;
-                while iterating, :class:`TransientError` for a timeout, a dropped connection or an unreadable
-                event.
+            TransientError, FatalBackendError, BackendError: On entering, as :meth:`send`; while iterating,
+                :class:`TransientError` for a timeout, a dropped connection or an unreadable event.
         """
         body = self.payload(request) | {"stream": True, "stream_options": {"include_usage": True}}
         data = orjson.dumps(body, default=_jsonable, option=_JSON_OPTIONS)
         headers = self.headers(request) | {"Accept": "text/event-stream"}
-        try:
+        with self._wire_errors(endpoint):
             async with self._session(endpoint).post(self._urls[endpoint], data=data, headers=headers) as resp:
                 if resp.status >= 300:
                     raw = await resp.read()
@@ -500,15 +428,9 @@ class OpenAITransport(Transport):
                     wait = retry_after(resp.headers.get("Retry-After"))
                     raise self._status_error(resp.status, raw, wait, endpoint)
                 yield self._events(resp, endpoint)
-        except TimeoutError as exc:
-            raise TransientError(f"timeout after {self.settings.timeout_s}s at {endpoint}") from exc
-        except _PERMANENT as exc:
-            raise self._permanent(endpoint, exc) from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise TransientError(f"connection to {endpoint} failed: {self._redact(str(exc) or repr(exc))}") from exc
 
     async def _events(self, resp: aiohttp.ClientResponse, endpoint: str) -> AsyncIterator[StreamChunk]:
-        try:
+        with self._wire_errors(endpoint, permanent=False, what="stream from {} broke"):
             async for line in resp.content:
                 try:
                     event = parse_stream_event(line)
@@ -516,21 +438,30 @@ class OpenAITransport(Transport):
                     raise TransientError(f"unreadable stream event from {endpoint}: {exc}") from exc
                 if event is not None:
                     yield event
-        except TimeoutError as exc:
-            raise TransientError(f"timeout after {self.settings.timeout_s}s at {endpoint}") from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise TransientError(f"stream from {endpoint} broke: {self._redact(str(exc) or repr(exc))}") from exc
+
+    @contextmanager
+    def _wire_errors(
+        self, where: str, *, permanent: bool = True, what: str = "connection to {} failed"
+    ) -> Iterator[None]:
+        """Raise aiohttp's failures at ``where`` as :class:`TransientError`, or fatal (TLS, DNS) when ``permanent``."""
+        try:
+            yield
+        except TimeoutError as exc:  # aiohttp's total timeout, and its ServerTimeoutError subclasses
+            raise TransientError(f"timeout after {self.settings.timeout_s}s at {where}") from exc
+        except (aiohttp.ClientError, OSError) as exc:  # refused, reset or dropped connections, a reply not HTTP
+            if permanent and isinstance(exc, _PERMANENT):
+                raise self._permanent(where, exc) from exc
+            raise TransientError(f"{what.format(where)}: {self._redact(str(exc) or repr(exc))}") from exc
 
     def _status_error(self, status: int, raw: bytes, wait: float | None, endpoint: str) -> Exception:
-        """The exception for an HTTP error reply (status >= 300), carrying the server's message."""
+        """The exception for an error status, carrying the server's message."""
         message = self._redact(error_message(raw))
         if status == 400 and self._priority_refused(message):
             self.send_priority = False
             log.warning("the server refuses the priority field; sending requests without it", endpoint=endpoint)
             return TransientError(f"{status} from {endpoint}: {message} (retrying without priority)")
         if status == 500 and _VALIDATION_ERROR.search(message):
-            # A server that answers its request model's validation error with a 500 (llama-cpp-python) would
-            # refuse the same body again: sending it again only costs the retries (six, before this).
+            # llama-cpp-python answers a validation error with a 500; the same body would be refused again.
             return BackendError(f"{status} from server, a request validation error (not retried): {message}")
         if status == 429 or status >= 500:
             return TransientError(f"{status} from {endpoint}: {message}", retry_after=wait)
@@ -543,11 +474,11 @@ class OpenAITransport(Transport):
         return BackendError(f"{status} from server: {message}", backend=self.label)
 
     def _priority_refused(self, message: str) -> bool:
-        """True when ``message`` (a 400's) refuses the ``priority`` field we sent under ``server_priority=auto``."""
+        """Whether a 400's message refuses the ``priority`` field sent under ``auto``."""
         return self.settings.server_priority == "auto" and self.send_priority and "priority" in message.lower()
 
     def _permanent(self, endpoint: str, exc: BaseException) -> FatalBackendError:
-        """The error for a failure no retry can fix: a name that does not resolve, a TLS handshake that fails."""
+        """The error for a TLS failure or a host that does not resolve."""
         detail = self._redact(str(exc) or repr(exc))
         if isinstance(exc, aiohttp.ClientSSLError):
             hint = " (an https:// URL for a plain-http server? vLLM serves http unless given --ssl-keyfile)"
@@ -555,14 +486,13 @@ class OpenAITransport(Transport):
         return FatalBackendError(f"cannot resolve the host of {endpoint}: {detail}", backend=self.label)
 
     async def preflight(self) -> None:
-        """Check each endpoint in seconds before a run: it answers, serves the model, and completes one token.
+        """Check each endpoint before a run: ``GET /models`` lists the model, and a one-token request is answered.
 
-        ``GET /models`` (one attempt; a server without the route is let through), then a one-token chat request
-        (one attempt).
+        One attempt each; a server without ``GET /models`` passes that check.
 
         Raises:
-            FatalBackendError: Nothing listens there, the host does not resolve, TLS fails, the key is refused,
-                the model is not served, or the one-token request fails; the message names the endpoint.
+            FatalBackendError: Nothing listens, the host does not resolve, TLS fails, the key is refused, the model is
+                not served or the request fails; names the endpoint.
         """
         for endpoint in self.endpoints:
             try:
@@ -582,9 +512,9 @@ class OpenAITransport(Transport):
             if status in (401, 403):
                 raise self._status_error(status, body, None, endpoint)
             if not self.model:
-                self._only_model(endpoint, _model_ids(body) if status == 200 else None)
+                self._only_model(endpoint, model_ids(body) if status == 200 else None)
             elif status == 200:
-                served = _model_ids(body)
+                served = model_ids(body)
                 if served is not None and self.model not in served:
                     raise FatalBackendError(
                         f"preflight: {endpoint} does not serve the model {self.model!r}; it serves: "
@@ -606,8 +536,7 @@ class OpenAITransport(Transport):
                         raise
                     pong = await self.send(ping, endpoint)  # `auto` just dropped the refused priority field
                 if self.note_budget(ping, pong):
-                    # A server that ran past a budget it did not know ignores unknown body fields; vLLM's
-                    # continue_final_message would be ignored as silently, and the reply read as a continuation.
+                    # A server that ignores an unknown budget field would ignore continue_final_message as silently.
                     for field in CONTINUE_FIELDS:
                         self.unsupported.setdefault(
                             field,
@@ -622,12 +551,8 @@ class OpenAITransport(Transport):
                     f"preflight: a one-token chat request to {endpoint} failed: {why}", backend=self.label
                 ) from exc
 
-    def _only_model(self, endpoint: str, served: set[str] | None) -> None:
-        """Take the one model ``endpoint`` lists as :attr:`model`, recorded as an adaptation (no ``--model`` given).
-
-        Raises:
-            FatalBackendError: The server lists no model, several, or no model list: ``--model`` must name one.
-        """
+    def _only_model(self, endpoint: str, served: list[str] | None) -> None:
+        """Take the one model ``GET /models`` lists as :attr:`model`, or raise :class:`FatalBackendError`."""
         if served is not None and len(served) == 1:
             (self.model,) = served
             self.adaptations["model"] = f"model {self.model!r}: the one model GET /models lists (no --model given)"
@@ -639,15 +564,14 @@ class OpenAITransport(Transport):
         )
 
     async def identify(self) -> ModelIdentity:
-        """The model behind the endpoints as the server reports it, asked once (``GET /models``, ``GET /version``).
+        """The model as the servers report it, asked once.
 
-        vLLM lists the served model with its ``root`` (the weights it loaded) and ``max_model_len``, and reports its
-        version at the server root's ``/version``; OpenAI lists the id only and has no ``/version``, so those
-        fields stay ``None``. Each replica is asked; replicas that report different models are refused.
+        vLLM gives ``root`` and ``max_model_len`` in ``GET /models`` and its version at ``GET /version``; OpenAI
+        neither.
 
         Raises:
-            TransientError: A server could not be reached (nothing is remembered; a later call asks again).
-            FatalBackendError: Two replicas report different models.
+            TransientError: A server could not be reached (a later call asks again).
+            FatalBackendError: Replicas report different models.
         """
         async with self._identifying:
             if self._identity is None:
@@ -677,7 +601,7 @@ class OpenAITransport(Transport):
         )
 
     def describe(self) -> dict[str, Any]:
-        """The base record with the model named and the structured-output mode and token field sent now."""
+        """The base record with the model, structured-output mode and token field sent now."""
         return super().describe() | {
             "model": self.model,
             "structured_output": self.structured_output,
@@ -685,12 +609,7 @@ class OpenAITransport(Transport):
         }
 
     async def get(self, path: str, *, endpoint: str | None = None, root: bool = False) -> tuple[int, bytes]:
-        """``GET`` a path of an endpoint with this backend's key, in one attempt (for probes, not scoring).
-
-        Args:
-            path: Relative path, e.g. ``models``.
-            endpoint: Which endpoint; the first when ``None``.
-            root: Resolve ``path`` against the server root (``/metrics``) instead of the API root (``/v1``).
+        """``GET path`` of ``endpoint`` (default: the first) in one attempt; ``root``: from the server root.
 
         Returns:
             ``(status, body)``.
@@ -704,38 +623,25 @@ class OpenAITransport(Transport):
             base = f"{parts.scheme}://{parts.netloc}"
         url = base.rstrip("/") + "/" + path.lstrip("/")
         headers = {k: v for k, v in self._headers.items() if k != "Content-Type"}
-        try:
+        with self._wire_errors(url, permanent=False):
             async with self._session(base).get(url, headers=headers) as resp:
                 return resp.status, await resp.read()
-        except TimeoutError as exc:
-            raise TransientError(f"timeout after {self.settings.timeout_s}s at {url}") from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise TransientError(f"connection to {url} failed: {self._redact(str(exc) or repr(exc))}") from exc
 
     def _redact(self, text: str) -> str:
-        """``text`` with the API key masked, for server text that might echo the request's headers."""
+        """``text`` with the API key masked."""
         if self._key == _PLACEHOLDER_KEY:
             return text
         return text.replace(self._key, "***")
 
     async def aclose(self) -> None:
-        """Close every endpoint's session and its connections; a later request opens new ones."""
+        """Close every session; a later request opens new ones."""
         sessions, self._sessions = list(self._sessions.values()), {}
         for session in sessions:
             await session.close()
 
 
 class OpenAIBackend(ChatBackend):
-    """The client :func:`~ceb.backends.base.open_backend` builds for ``openai`` (no cache), for code holding one.
-
-    Args:
-        settings: The ``backend`` section (:class:`OpenAITransport`'s, and ``max_concurrency`` and ``routing``).
-        retry: Retry policy for timeouts, dropped connections, 429 and 5xx; ``None``: the retry fields of ``settings``.
-        limits: The run's shared per-endpoint limits.
-
-    Raises:
-        ConfigError: As :class:`OpenAITransport`.
-    """
+    """The :class:`~ceb.backends.base.ChatBackend` over an :class:`OpenAITransport`, without a cache."""
 
     transport: OpenAITransport
 
@@ -753,16 +659,12 @@ class OpenAIBackend(ChatBackend):
 
 @register_backend("openai")
 def open_openai(settings: BackendConfig) -> OpenAITransport:
-    """The ``openai`` backend: any OpenAI-compatible endpoint (vLLM's server, OpenAI, Azure).
-
-    Raises:
-        ConfigError: As :class:`OpenAITransport`.
-    """
+    """The ``openai`` backend; :class:`~ceb.errors.ConfigError` as :class:`OpenAITransport` raises it."""
     return OpenAITransport(settings)
 
 
 def _merge(parts: list[Completion], n: int) -> Completion:
-    """The first ``n`` choices of ``parts`` as one completion; token counts summed (each part read its prompt)."""
+    """The first ``n`` choices of ``parts`` as one completion, token counts summed."""
     texts = tuple(t for c in parts for t in c.texts)[:n]
     logprobs: list[tuple[TokenLogprob, ...] | None] = []
     for c in parts:

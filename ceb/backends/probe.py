@@ -1,23 +1,14 @@
-"""What an OpenAI-compatible endpoint supports, found by asking it: one tiny request per feature.
+"""What an endpoint supports, found by asking: one tiny request per feature, one attempt each, no retries.
 
-:func:`probe_endpoint` checks, in order: the model list (reachable, model listed), a plain chat request, whether the
-output budget holds (``token_budget``: a server that runs past ``max_completion_tokens`` gets ``max_tokens``), JSON
-schema structured output (and whether the ``minimum`` / ``maximum`` and the string's length ``pattern`` held in the
-reply: the bounds ceb's schemas send, in every mode that sends a schema), ``n``,
-``logprobs`` / ``top_logprobs``, vLLM's ``prompt_logprobs`` and ``continue_final_message`` (judged by the prompt's
-token count, which a server that ignores the field does not shorten), the ``priority`` field, and the prefix cache's
-counters on ``/metrics`` where the server exposes them. What the HTTP backend changes on the way to get answers
-(UUID request ids, ``max_tokens``, ``json_object`` with the schema, ``n`` as separate requests: see
-:class:`~ceb.backends.openai.OpenAITransport`) is named in each check's detail and in
-:attr:`EndpointReport.adaptations`. Each check is one
-request with no retries, so a dead endpoint is reported in about one timeout, not after a backoff schedule.
-The capability names are those of :data:`ceb.stages.methods.CAPABILITIES`; which methods can run follows from
-them (``ceb doctor``).
+:func:`probe_endpoint` checks in order: ``GET /models`` (reachable, model listed), a chat request, the output budget
+(``token_budget``), JSON-schema structured output and whether its ``minimum`` / ``maximum`` and length ``pattern`` held,
+``n``, ``logprobs`` / ``top_logprobs``, vLLM's ``prompt_logprobs`` and ``continue_final_message`` (judged by the
+prompt's token count, which a server ignoring the field does not shorten), ``priority``, and the prefix-cache counters
+of ``/metrics``. What the HTTP transport adapts on the way is named in each check's detail and
+:attr:`EndpointReport.adaptations`. Check names are the capabilities of :data:`ceb.stages.methods.CAPABILITIES`.
 
-:func:`probe` opens any registered backend from its settings as a run does and checks it (``ceb doctor``).
-:func:`probe_engine` runs the same chat and feature requests against the in-process vLLM engine
-(:mod:`ceb.backends.vllm_engine`), after a ``start`` check in place of the model list; its prefix cache is read
-from the engine's configuration, as there is no ``/metrics`` to ask.
+:func:`probe` opens any registered backend as a run does (``ceb doctor``); :func:`probe_engine` checks an in-process
+vLLM engine, starting it first and reading its prefix-cache setting from its configuration.
 """
 
 from __future__ import annotations
@@ -32,7 +23,7 @@ from typing import Any, Literal
 import orjson
 
 from ceb.backends.base import ChatBackend, open_backend
-from ceb.backends.openai import OpenAITransport
+from ceb.backends.openai import OpenAITransport, model_ids
 from ceb.backends.server_metrics import parse_metrics
 from ceb.backends.transport import ChatRequest, Completion, ModelIdentity, TransientError
 from ceb.backends.vllm_engine import VLLMEngineTransport
@@ -55,18 +46,12 @@ _PROBE_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 _USER = ({"role": "user", "content": "Reply with one short word."},)
+_HELLO = ChatRequest(messages=_USER, max_tokens=4)
 
 
 @dataclass(frozen=True, slots=True)
 class Check:
-    """One probed feature.
-
-    Attributes:
-        name: The feature; a capability name where it is one (``chat``, ``n``, ``logprobs``...).
-        outcome: ``ok`` (supported), ``missing`` (refused or ignored by the server) or ``failed`` (no answer).
-        detail: What was seen, in a few words.
-        seconds: Wall time of the check.
-    """
+    """One probed feature: ``ok``, ``missing`` (refused or ignored) or ``failed`` (no answer), and what was seen."""
 
     name: str
     outcome: Outcome
@@ -76,35 +61,29 @@ class Check:
 
 @dataclass
 class EndpointReport:
-    """All checks of one endpoint.
-
-    Attributes:
-        base_url: The probed API root.
-        model: The model name asked for.
-        checks: Every check in the order run.
-    """
+    """All checks of one endpoint (``base_url``, the ``model`` asked for), in the order run."""
 
     base_url: str
     model: str
     checks: list[Check] = field(default_factory=list)
     adaptations: dict[str, str] = field(default_factory=dict)
-    """What ceb does differently at this endpoint to be answered (:attr:`~ceb.backends.base.Transport.adaptations`)."""
+    """What ceb sends differently here (:attr:`~ceb.backends.base.Transport.adaptations`)."""
     served: ModelIdentity | None = None
-    """What the server reports of its model (vLLM's ``root``, ``/version``; :meth:`ChatBackend.identify`)."""
+    """What the server reports of its model (:meth:`ChatBackend.identify`)."""
 
     @property
     def lacking(self) -> list[str]:
-        """Names of the checks the endpoint answered but does not support (``missing``)."""
+        """Checks answered but not supported (``missing``)."""
         return [c.name for c in self.checks if c.outcome == "missing"]
 
     @property
     def capabilities(self) -> set[str]:
-        """Names of the checks that passed."""
+        """Checks that passed."""
         return {c.name for c in self.checks if c.outcome == "ok"}
 
     @property
     def usable(self) -> bool:
-        """The endpoint answers chat requests for the model: ``ceb`` can run there at all."""
+        """The endpoint answers chat requests for the model."""
         return "chat" in self.capabilities
 
     def to_dict(self) -> dict[str, Any]:
@@ -124,19 +103,13 @@ class EndpointReport:
 
 
 async def probe(settings: BackendConfig) -> EndpointReport:
-    """Probe the backend ``settings.name``, opened from ``settings`` as a run opens it (``ceb doctor``).
-
-    Every check is one attempt with no retry, and carries exactly its own fields (``server_priority`` is off:
-    the ``priority`` check asks for the field itself). The ``openai`` backend is checked as
-    :func:`probe_endpoint`, the ``vllm`` engine as :func:`probe_engine`, and any other registered backend with
-    the chat and feature requests.
+    """Probe the backend ``settings.name``, opened as a run opens it but with one attempt and no ``priority`` field.
 
     Returns:
-        The report; checks after a failed chat request are skipped (reported as ``failed``).
+        The report; checks after a failed chat request are ``failed``.
 
     Raises:
-        ConfigError: Unknown backend, a backend without a language model (``offline``), or a setting the backend
-            needs is missing or refused (no base URL, no key for a non-local endpoint, vLLM not installed).
+        ConfigError: Unknown backend, one without a model (``offline``), or a setting it needs is missing or refused.
     """
     probing = settings.model_copy(
         update={"server_priority": "off", "max_attempts": 1, "backoff_s": 0.0, "max_backoff_s": 0.0}
@@ -144,58 +117,16 @@ async def probe(settings: BackendConfig) -> EndpointReport:
     backend = open_backend(probing)
     if backend is None:
         raise ConfigError(f"backend {settings.name!r} has no language model to probe")
-    if isinstance(backend.transport, OpenAITransport):
-        return await _probe_http(backend, backend.transport)
-    if isinstance(backend.transport, VLLMEngineTransport):
-        return await probe_engine(backend)
-    report = EndpointReport(base_url=backend.endpoint, model=settings.served_model)
-    try:
-        chat = await _timed("chat", lambda: _chat(backend, ChatRequest(messages=_USER, max_tokens=4), _any_text))
-        report.checks += [chat, *await _feature_checks(backend, chat)]
-    finally:
-        await backend.aclose()
-    return report
+    return await _probe(backend, settings.served_model)
 
 
 async def probe_endpoint(settings: BackendConfig) -> EndpointReport:
-    """Probe the first OpenAI-compatible endpoint of ``settings`` (see the module docstring for what is checked).
-
-    Args:
-        settings: The ``backend`` section (its name is taken as ``openai``): endpoint, model, key variable,
-            timeout (per request) and structured-output mode.
-
-    Returns:
-        The report; checks after a failed chat request are skipped (reported as ``failed``).
-
-    Raises:
-        ConfigError: No base URL or model, the base URL is not an http(s) URL, or a non-local endpoint has no key.
-    """
+    """:func:`probe` the first endpoint of ``settings`` as backend ``openai``."""
     return await probe(settings.model_copy(update={"name": "openai"}))
 
 
-async def _probe_http(backend: ChatBackend, http: OpenAITransport) -> EndpointReport:
-    report = EndpointReport(base_url=backend.endpoints[0], model=http.model)
-    try:
-        report.checks.append(await _timed("models", lambda: _models(http, http.model)))
-        with contextlib.suppress(TransientError):  # no answer: the models check already says so
-            report.served = await backend.identify()
-        chat = await _timed("chat", lambda: _chat(backend, ChatRequest(messages=_USER, max_tokens=4), _any_text))
-        report.checks.append(chat)
-        report.checks += await _feature_checks(backend, chat)
-        if chat.outcome != "ok":
-            return report
-        report.checks.append(await _timed("prefix_cache", lambda: _prefix_cache(http)))
-    finally:
-        report.adaptations = dict(backend.adaptations)
-        await backend.aclose()
-    return report
-
-
 async def _feature_checks(backend: ChatBackend, chat: Check) -> list[Check]:
-    """The feature checks of :func:`_feature_requests` on ``backend``, each ``failed`` unless ``chat`` passed.
-
-    A check during which the HTTP backend changed what it sends says so in its detail.
-    """
+    """The feature checks, ``failed`` unless ``chat`` passed; a detail names what the transport adapted."""
     if chat.outcome != "ok":
         return [Check(name, "failed", "skipped: no chat reply") for name, _ in _feature_requests()]
     checks = []
@@ -210,38 +141,47 @@ async def _feature_checks(backend: ChatBackend, chat: Check) -> list[Check]:
 
 
 async def probe_engine(backend: ChatBackend) -> EndpointReport:
-    """Probe an in-process vLLM engine: start it, then the chat and feature checks of :func:`probe_endpoint`.
-
-    Args:
-        backend: A client over the engine (a :class:`~ceb.backends.vllm_engine.VLLMEngineTransport`, not started
-            yet, or started); it is stopped before this returns.
-
-    Raises:
-        TypeError: ``backend`` is not over an engine.
+    """Probe an in-process vLLM engine: start it, then the chat and feature checks; it is stopped before returning.
 
     Returns:
-        The report (``base_url`` is the engine's label, ``vllm-engine:<model>``); the checks after a failed
-        start or chat request are reported as ``failed``.
+        The report (``base_url``: ``vllm-engine:<model>``); checks after a failed start or chat are ``failed``.
+
+    Raises:
+        TypeError: ``backend`` is not over a :class:`~ceb.backends.vllm_engine.VLLMEngineTransport`.
     """
     engine = backend.transport
     if not isinstance(engine, VLLMEngineTransport):
         raise TypeError(f"{backend.label} is not an in-process vLLM engine")
-    report = EndpointReport(base_url=backend.endpoint, model=engine.settings.served_model)
+    return await _probe(backend, engine.settings.served_model)
+
+
+async def _probe(backend: ChatBackend, model: str) -> EndpointReport:
+    """The checks that fit ``backend``'s transport, in order; it is closed before this returns."""
+    transport = backend.transport
+    http = transport if isinstance(transport, OpenAITransport) else None
+    engine = transport if isinstance(transport, VLLMEngineTransport) else None
+    report = EndpointReport(
+        base_url=backend.endpoints[0] if http else backend.endpoint, model=http.model if http else model
+    )
     try:
-        start = await _timed("start", lambda: _start(engine))
-        report.checks.append(start)
         chat = Check("chat", "failed", "skipped: the engine did not start")
-        if start.outcome == "ok":
-            chat = await _timed("chat", lambda: _chat(backend, ChatRequest(messages=_USER, max_tokens=4), _any_text))
-        report.checks.append(chat)
-        report.checks += await _feature_checks(backend, chat)
-        if chat.outcome != "ok":
-            return report
-        on = bool(engine.engine.vllm_config.cache_config.enable_prefix_caching)
-        report.checks.append(
-            Check("prefix_cache", "ok" if on else "missing", f"prefix caching {'on' if on else 'off'} in the engine")
-        )
+        if http is not None:
+            report.checks.append(await _timed("models", lambda: _models(http, http.model)))
+            with contextlib.suppress(TransientError):  # no answer: the models check already says so
+                report.served = await backend.identify()
+        if engine is not None:
+            report.checks.append(await _timed("start", lambda: _start(engine)))
+        if engine is None or report.checks[-1].outcome == "ok":
+            chat = await _timed("chat", partial(_chat, backend, _HELLO, _any_text))
+        report.checks += [chat, *await _feature_checks(backend, chat)]
+        if chat.outcome == "ok" and http is not None:
+            report.checks.append(await _timed("prefix_cache", lambda: _prefix_cache(http)))
+        elif chat.outcome == "ok" and engine is not None:
+            on = bool(engine.engine.vllm_config.cache_config.enable_prefix_caching)
+            detail = f"prefix caching {'on' if on else 'off'} in the engine"
+            report.checks.append(Check("prefix_cache", "ok" if on else "missing", detail))
     finally:
+        report.adaptations = dict(backend.adaptations)
         await backend.aclose()
     return report
 
@@ -281,17 +221,12 @@ def _feature_requests() -> list[tuple[str, _Run]]:
 
 
 async def _budget(backend: ChatBackend) -> tuple[Outcome, str]:
-    """A one-token budget holds; the HTTP backend switches to ``max_tokens`` when ``max_completion_tokens`` does not."""
+    """A one-token budget holds (the HTTP transport switches to ``max_tokens`` when needed)."""
     request = ChatRequest(messages=_USER, max_tokens=1)
-    try:
+    reply = (await backend.complete(request)).completion
+    http = backend.transport
+    if isinstance(http, OpenAITransport) and http.note_budget(request, reply):
         reply = (await backend.complete(request)).completion
-        http = backend.transport
-        if isinstance(http, OpenAITransport) and http.note_budget(request, reply):
-            reply = (await backend.complete(request)).completion
-    except TransientError as exc:
-        return "failed", str(exc)[:200]
-    except BackendError as exc:
-        return "missing", str(exc)[:200]
     used = reply.completion_tokens
     field = backend.transport.token_limit_field if isinstance(backend.transport, OpenAITransport) else "max_tokens"
     if used is None:
@@ -302,20 +237,11 @@ async def _budget(backend: ChatBackend) -> tuple[Outcome, str]:
 
 
 async def _continues(backend: ChatBackend) -> tuple[Outcome, str]:
-    """Check vLLM's ``continue_final_message``: the prompt of a continued message is shorter than with it closed.
-
-    A server that ignores the field still answers, so an answer proves nothing: the prompt's token count does (the
-    closed message and the new generation prompt add tokens), compared with the same messages sent plainly.
-    """
+    """Check vLLM's ``continue_final_message``: the continued prompt counts fewer tokens than the closed one."""
     forced = (*_USER, {"role": "assistant", "content": "The answer is"})
     flags = {"continue_final_message": True, "add_generation_prompt": False}
-    try:
-        continued = (await backend.complete(ChatRequest(messages=forced, max_tokens=2, extra=flags))).completion
-        plain = (await backend.complete(ChatRequest(messages=forced, max_tokens=1))).completion
-    except TransientError as exc:
-        return "failed", str(exc)[:200]
-    except BackendError as exc:
-        return "missing", str(exc)[:200]
+    continued = (await backend.complete(ChatRequest(messages=forced, max_tokens=2, extra=flags))).completion
+    plain = (await backend.complete(ChatRequest(messages=forced, max_tokens=1))).completion
     mine, closed = continued.prompt_tokens, plain.prompt_tokens
     if mine is None or closed is None:
         return "ok", f"accepted (answered {continued.texts[0][:24]!r}); no prompt token counts to check it by"
@@ -328,8 +254,14 @@ async def _continues(backend: ChatBackend) -> tuple[Outcome, str]:
 
 
 async def _timed(name: str, run: Callable[[], Awaitable[tuple[Outcome, str]]]) -> Check:
+    """``run`` as a timed check; a request without an answer ``failed``, one refused ``missing``."""
     started = time.perf_counter()
-    outcome, detail = await run()
+    try:
+        outcome, detail = await run()
+    except TransientError as exc:  # no answer: refused connection, timeout, 5xx
+        outcome, detail = "failed", str(exc)[:200]
+    except BackendError as exc:  # the server answered and refused the request (400, 404...)
+        outcome, detail = "missing", str(exc)[:200]
     return Check(name, outcome, detail, time.perf_counter() - started)
 
 
@@ -340,9 +272,8 @@ async def _models(backend: OpenAITransport, model: str) -> tuple[Outcome, str]:
         return "failed", str(exc)
     if status != 200:
         return "failed", f"GET /models answered {status}"
-    try:
-        names = [m["id"] for m in orjson.loads(body)["data"]]
-    except (orjson.JSONDecodeError, KeyError, TypeError):
+    names = model_ids(body)
+    if names is None:
         return "missing", "GET /models is not an OpenAI model list"
     if model not in names:
         return "missing", f"model {model!r} is not listed; the server has: {', '.join(names[:8]) or 'none'}"
@@ -350,13 +281,7 @@ async def _models(backend: OpenAITransport, model: str) -> tuple[Outcome, str]:
 
 
 async def _chat(backend: ChatBackend, request: ChatRequest, judge: _Judge) -> tuple[Outcome, str]:
-    try:
-        response = await backend.complete(request)
-    except TransientError as exc:  # no answer: refused connection, timeout, 5xx
-        return "failed", str(exc)[:200]
-    except BackendError as exc:  # the server answered and refused the request (400, 404...)
-        return "missing", str(exc)[:200]
-    ok, detail = judge(response.completion)
+    ok, detail = judge((await backend.complete(request)).completion)
     return ("ok" if ok else "missing"), detail
 
 

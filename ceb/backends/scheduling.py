@@ -1,28 +1,15 @@
-"""Request scheduling across endpoints: priority slots per endpoint and least-outstanding balancing.
+"""Request scheduling: priority slots per endpoint, least-outstanding balancing and lane affinity.
 
-A stream is sequential: its next request cannot be sent before the current one returns. The makespan of a
-run is therefore bounded below by its longest stream's chain of requests (its critical path), and the way to
-reach that bound is the classic list-scheduling rule: when a slot frees, give it to the waiting request
-whose stream has the most sequential work left (highest-level-first; Hu 1961, the rule behind critical-path
-scheduling). Requests with slack (a short static baseline, a sweep cell) fill the server around the long
-chains instead of delaying them.
+A stream is sequential, so a run's makespan is bounded by its longest chain of requests; a freed slot goes to the waiter
+whose stream has the most sequential work left (highest-level-first list scheduling, Hu 1961). The priority and the lane
+key travel in context variables set around each stage call (:func:`priority`, :func:`lane`), inherited by tasks started
+inside.
 
-The priority travels in a context variable, set by the lane around each stage call (:func:`priority`), so the
-stages and backends need no extra argument; tasks started inside (the hindsight votes) inherit it.
-
-Each endpoint (a vLLM replica) has its own :class:`PrioritySlots` sized to its ``max_num_seqs``-like limit;
-:class:`EndpointLimits` picks, for each attempt, the endpoint with the fewest outstanding requests (in
-service plus waiting), which is what vLLM's router and most load balancers call least-outstanding-requests.
-
-Replica affinity (``routing="affinity"``): a stream's prompts share a long history prefix, and a replica's
-prefix cache holds only what that replica computed. Each lane therefore has a home replica, chosen by rendezvous
-(highest-random-weight) hashing of its key over the endpoints (Thaler and Ravishankar 1998), so a lane's
-requests reuse one cache and adding or removing a replica moves only the lanes homed there. The home is left
-for the least-outstanding replica only when it is overloaded: all its slots are held or waited for while
-another replica has a free slot. The lane key travels like the priority, in a context variable (:func:`lane`).
-
-:func:`server_priority` maps the priority onto vLLM's own ``priority`` request field, which orders the server's
-queue under ``--scheduling-policy priority`` (lower served first; ``vllm/v1/request.py``, ``Request.__lt__``).
+Each endpoint has its own :class:`PrioritySlots`. Under ``affinity`` a lane goes to its home replica, chosen by
+rendezvous hashing (Thaler and Ravishankar 1998) so it reuses one prefix cache and a replica added or removed moves only
+its lanes; it leaves home only when home is full and another replica has a free slot. Otherwise the replica with the
+fewest outstanding requests is picked. :func:`server_priority` maps the priority onto vLLM's ``priority`` field (lower
+first, honoured under ``--scheduling-policy priority``).
 """
 
 from __future__ import annotations
@@ -30,11 +17,11 @@ from __future__ import annotations
 import hashlib
 import heapq
 import itertools
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 import anyio
 
@@ -54,29 +41,34 @@ __all__ = [
 ]
 
 Routing = Literal["affinity", "least_outstanding"]
-"""How an attempt picks among replicas: ``affinity`` (the lane's home replica unless it is overloaded) or
-``least_outstanding`` (the replica with the fewest outstanding requests, whatever the lane)."""
+"""``affinity`` (the lane's home replica unless overloaded) or ``least_outstanding``."""
+
+T = TypeVar("T")
 
 _PRIORITY: ContextVar[float] = ContextVar("ceb_request_priority", default=0.0)
 _LANE: ContextVar[str | None] = ContextVar("ceb_request_lane", default=None)
 _STEP: ContextVar[tuple[str, int] | None] = ContextVar("ceb_request_step", default=None)
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-"""The range vLLM's ``priority`` field accepts (``vllm/entrypoints/openai/chat_completion/protocol.py``)."""
+"""The range of vLLM's ``priority`` field."""
 
 
 @contextmanager
-def priority(value: float) -> Iterator[None]:
-    """Send the requests made inside this block with ``value`` (higher is served first).
-
-    The pipeline uses the number of sequential requests left on the caller's stream (its remaining critical
-    path), so the longest stream is never starved by streams with slack.
-    """
-    token = _PRIORITY.set(value)
+def _bound(var: ContextVar[T], value: T) -> Iterator[None]:
+    """``var`` set to ``value`` inside the block."""
+    token = var.set(value)
     try:
         yield
     finally:
-        _PRIORITY.reset(token)
+        var.reset(token)
+
+
+def priority(value: float) -> AbstractContextManager[None]:
+    """Send the requests made inside this block with ``value`` (higher is served first).
+
+    The pipeline uses the stream's remaining sequential requests (its critical path).
+    """
+    return _bound(_PRIORITY, value)
 
 
 def current_priority() -> float:
@@ -84,18 +76,9 @@ def current_priority() -> float:
     return _PRIORITY.get()
 
 
-@contextmanager
-def lane(key: str) -> Iterator[None]:
-    """Send the requests made inside this block as lane ``key``: to its home replica, with ``key`` as session.
-
-    The pipeline uses one key per lane (stream, order, method, critic), so every request of a lane reads the
-    prefix cache of the replica that holds the lane's history.
-    """
-    token = _LANE.set(key)
-    try:
-        yield
-    finally:
-        _LANE.reset(token)
+def lane(key: str) -> AbstractContextManager[None]:
+    """Send the requests made inside this block as lane ``key``: to its home replica, with ``key`` as session."""
+    return _bound(_LANE, key)
 
 
 def current_lane() -> str | None:
@@ -103,18 +86,9 @@ def current_lane() -> str | None:
     return _LANE.get()
 
 
-@contextmanager
-def step(trajectory: str, t: int) -> Iterator[None]:
-    """The requests made inside this block are for step ``t`` (0-based) of trajectory ``trajectory``.
-
-    With :func:`lane` it names the step a request belongs to, which a Batch file needs in each request's
-    ``custom_id`` (:mod:`ceb.backends.batch`); a live backend does not read it.
-    """
-    token = _STEP.set((trajectory, t))
-    try:
-        yield
-    finally:
-        _STEP.reset(token)
+def step(trajectory: str, t: int) -> AbstractContextManager[None]:
+    """Mark the requests inside this block as step ``t`` (0-based) of ``trajectory``, for Batch ``custom_id`` values."""
+    return _bound(_STEP, (trajectory, t))
 
 
 def current_step() -> tuple[str, int] | None:
@@ -123,19 +97,14 @@ def current_step() -> tuple[str, int] | None:
 
 
 def lane_tag(key: str) -> str:
-    """Eight hex digits naming lane ``key`` in request ids: BLAKE2b of the key, 4 bytes.
-
-    A server's or a router's log line can so be traced to its lane without carrying the key (free text) itself.
-    """
+    """Eight hex digits (BLAKE2b, 4 bytes) naming lane ``key`` in request ids without carrying its text."""
     return hashlib.blake2b(key.encode(), digest_size=4).hexdigest()
 
 
 def server_priority(value: float) -> int:
-    """A ceb priority (higher first, any float) as vLLM's ``priority`` field (lower first, a 64-bit int).
+    """A ceb priority (higher first, float) as vLLM's ``priority`` (lower first, int64): negated, rounded, clamped.
 
-    Negated and rounded to the nearest integer, clamped to int64. Lanes whose priorities round alike get the
-    same server priority, and vLLM serves equal priorities by arrival time (FIFO); the pipeline's priorities
-    are request counts, whole numbers, so rounding loses nothing there.
+    Equal server priorities are served FIFO by vLLM; the pipeline's priorities are whole request counts.
 
     Raises:
         ValueError: ``value`` is NaN.
@@ -152,14 +121,7 @@ def _weight(key: str, endpoint: str) -> bytes:
 
 
 def home_endpoint(key: str, endpoints: Sequence[str]) -> str:
-    """The home of ``key`` among ``endpoints`` by rendezvous hashing: the endpoint with the highest hash weight.
-
-    Deterministic across processes (BLAKE2b, not Python's salted ``hash``); removing an endpoint moves only the
-    keys homed there, adding one moves about ``1/len(endpoints)`` of them.
-
-    Raises:
-        ValueError: ``endpoints`` is empty.
-    """
+    """The endpoint of highest BLAKE2b weight for ``key`` (rendezvous hashing; :class:`ValueError` for none)."""
     if not endpoints:
         raise ValueError("no endpoint to pick from")
     return max(endpoints, key=lambda e: _weight(key, e))
@@ -174,15 +136,7 @@ class _Waiter:
 
 
 class PrioritySlots:
-    """A capacity limit whose waiters are served by priority (highest first), FIFO among equals.
-
-    Args:
-        total: Slots (requests in service at once).
-
-    Attributes:
-        in_use: Slots held now.
-        waiting: Waiters queued now.
-    """
+    """``total`` slots whose waiters are served highest priority first, FIFO among equals."""
 
     def __init__(self, total: int) -> None:
         if total < 1:
@@ -199,11 +153,7 @@ class PrioritySlots:
         return self.in_use + self.waiting
 
     async def acquire(self, prio: float = 0.0) -> None:
-        """Wait for a slot; the highest ``prio`` waiting is served first when one frees.
-
-        Cancellation while waiting leaves no trace; a slot granted to a waiter cancelled at that moment is
-        passed on to the next one.
-        """
+        """Wait for a slot at ``prio``; a cancelled waiter leaves no trace and passes on a slot granted to it."""
         if self.in_use < self.total and not self.waiting:
             self.in_use += 1
             await anyio.lowlevel.checkpoint()
@@ -222,7 +172,7 @@ class PrioritySlots:
             raise
 
     def release(self) -> None:
-        """Free a slot, handing it straight to the highest-priority live waiter if there is one."""
+        """Free a slot, handing it straight to the highest-priority live waiter if any."""
         while self._heap:
             w = heapq.heappop(self._heap)
             if w.cancelled:
@@ -234,30 +184,14 @@ class PrioritySlots:
         self.in_use -= 1
 
 
-class _Slot:
-    def __init__(self, slots: PrioritySlots, prio: float) -> None:
-        self.slots = slots
-        self.prio = prio
-
-    async def __aenter__(self) -> None:
-        await self.slots.acquire(self.prio)
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.slots.release()
-
-
 @dataclass
 class EndpointLimits:
-    """The run's request slots: one :class:`PrioritySlots` per endpoint, shared by every stage using it.
-
-    Backends that talk to the same endpoint share its slots, so a critic and a hindsight stage on one vLLM
-    server never put more than its ``max_concurrency`` requests in flight together.
-    """
+    """The run's slots, one :class:`PrioritySlots` per endpoint shared by every backend using it."""
 
     _slots: dict[str, PrioritySlots] = field(default_factory=dict)
 
     def slots(self, endpoint: str, max_concurrency: int) -> PrioritySlots:
-        """The slots of ``endpoint``, created with ``max_concurrency`` on first use."""
+        """The slots of ``endpoint``, made with ``max_concurrency`` on first use."""
         s = self._slots.get(endpoint)
         if s is None:
             s = self._slots[endpoint] = PrioritySlots(max_concurrency)
@@ -271,15 +205,10 @@ class EndpointLimits:
         key: str | None = None,
         routing: Routing = "least_outstanding",
     ) -> str:
-        """The endpoint for the next attempt.
+        """The endpoint for the next attempt (module docstring); the first on a tie; :class:`ValueError` for none.
 
-        ``least_outstanding``, or ``affinity`` without a ``key``: the endpoint with the fewest outstanding
-        requests (the first one on a tie). ``affinity`` with a ``key``: the key's :func:`home_endpoint`, unless
-        it is overloaded (its outstanding requests fill its ``max_concurrency`` slots) while the least-outstanding
-        endpoint has a free slot; then that one. When every endpoint is full the request waits at home.
-
-        Raises:
-            ValueError: ``endpoints`` is empty.
+        Under ``affinity`` with a ``key``: its :func:`home_endpoint`, unless full while the least-outstanding one has a
+        free slot. When all are full the request waits at home.
         """
         if not endpoints:
             raise ValueError("no endpoint to pick from")
@@ -291,9 +220,12 @@ class EndpointLimits:
             return home
         return least if self.slots(least, max_concurrency).outstanding < max_concurrency else home
 
-    def slot(self, endpoint: str, max_concurrency: int, prio: float | None = None) -> _Slot:
-        """``async with limits.slot(endpoint, n):`` holds one slot of ``endpoint`` at priority ``prio``.
-
-        ``prio`` defaults to :func:`current_priority`.
-        """
-        return _Slot(self.slots(endpoint, max_concurrency), current_priority() if prio is None else prio)
+    @asynccontextmanager
+    async def slot(self, endpoint: str, max_concurrency: int, prio: float | None = None) -> AsyncIterator[None]:
+        """``async with limits.slot(endpoint, n):`` holds a slot at ``prio`` (default :func:`current_priority`)."""
+        slots = self.slots(endpoint, max_concurrency)
+        await slots.acquire(current_priority() if prio is None else prio)
+        try:
+            yield
+        finally:
+            slots.release()

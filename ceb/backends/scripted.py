@@ -1,8 +1,4 @@
-"""An in-process transport that answers from a Python function: the first test tier, and dry runs.
-
-It goes through the same :class:`~ceb.backends.base.ChatBackend` client (limits, retries, accounting) as a real
-endpoint and records every request, so tests can check exactly what a prompt contained.
-"""
+"""An in-process transport answering from a Python function, for tests and dry runs; it records every request."""
 
 from __future__ import annotations
 
@@ -17,21 +13,14 @@ from ceb.backends.transport import ChatRequest, Completion, StreamChunk, Transpo
 __all__ = ["Responder", "ScriptedChat", "ScriptedTransport"]
 
 Responder = Callable[[ChatRequest], str | Sequence[str]]
-"""Maps a request to one reply text, or one per choice (``n``). May raise to simulate failures."""
+"""Maps a request to one reply text, or one per choice; may raise to simulate failures."""
 
 
 class ScriptedTransport(Transport):
-    """Answers each request with ``responder(request)``.
+    """Answers each request with ``responder(request)``, words counted as tokens; records ``requests``.
 
-    Args:
-        responder: The reply function.
-        chunk_chars: A streamed reply (:meth:`~ceb.backends.base.ChatBackend.stream`) comes in pieces of this
-            many characters, one per "token".
-        chunk_delay_s: Seconds before each piece of a streamed reply, standing in for decode time.
-
-    Attributes:
-        requests: Every request received, in arrival order.
-        streamed: Per streamed request, how many pieces the reader took before the stream ended or was cut.
+    A streamed reply comes in pieces of ``chunk_chars`` characters, ``chunk_delay_s`` seconds apart; ``streamed`` counts
+    the pieces each reader took.
     """
 
     name = "scripted"
@@ -45,7 +34,7 @@ class ScriptedTransport(Transport):
         self.streamed: list[int] = []
 
     async def send(self, request: ChatRequest, endpoint: str) -> Completion:
-        """The responder's reply, with words counted as tokens."""
+        """The responder's reply."""
         self.requests.append(request)
         reply = self.responder(request)
         texts = (reply,) * request.n if isinstance(reply, str) else tuple(reply)
@@ -59,7 +48,7 @@ class ScriptedTransport(Transport):
 
     @asynccontextmanager
     async def open_stream(self, request: ChatRequest, endpoint: str) -> AsyncIterator[AsyncIterator[StreamChunk]]:
-        """The responder's first reply in pieces of :attr:`chunk_chars`, after a role-only event."""
+        """The responder's first reply in pieces, after a role-only event."""
         self.requests.append(request)
         reply = self.responder(request)
         text = reply if isinstance(reply, str) else reply[0]
@@ -78,16 +67,7 @@ class ScriptedTransport(Transport):
 
 
 class ScriptedChat(ChatBackend):
-    """The client over a :class:`ScriptedTransport`, as tests and dry runs hold it (with its transport's records).
-
-    Args:
-        responder: The reply function.
-        max_concurrency: Requests in flight at most.
-        retry: Retry policy; zero waits and 3 attempts when ``None``.
-        limits: Shared per-endpoint limits.
-        chunk_chars: As :class:`ScriptedTransport`.
-        chunk_delay_s: As :class:`ScriptedTransport`.
-    """
+    """The client over a :class:`ScriptedTransport` with its records; ``retry``: 3 attempts, zero waits."""
 
     transport: ScriptedTransport
 
@@ -108,6 +88,4 @@ class ScriptedChat(ChatBackend):
             limits=limits,
         )
         self.requests = self.transport.requests
-        """Every request the transport received, in arrival order."""
         self.streamed = self.transport.streamed
-        """Per streamed request, how many pieces the reader took."""

@@ -1,9 +1,8 @@
-"""What a vLLM server says about itself on ``GET /metrics`` (Prometheus text), read with ``prometheus_client``.
+"""The prefix-cache figures of a vLLM server's ``GET /metrics`` (Prometheus text), read with ``prometheus_client``.
 
-Only the figures ``ceb`` uses: the prefix cache's two counters and the KV cache block size. Names as vLLM's V1
-engine exports them (``vllm/v1/metrics/loggers.py``): the counters ``vllm:prefix_cache_queries`` and
-``vllm:prefix_cache_hits`` (tokens; exposed with a ``_total`` suffix, one series per engine) and the info gauge
-``vllm:cache_config_info``, whose labels carry the cache configuration (``block_size`` among them).
+Names as vLLM's V1 engine exports them (``vllm/v1/metrics/loggers.py``): the token counters
+``vllm:prefix_cache_queries`` and ``vllm:prefix_cache_hits`` (``_total``, one series per engine) and
+``vllm:cache_config_info``, whose labels carry ``block_size``.
 """
 
 from __future__ import annotations
@@ -21,13 +20,9 @@ _CACHE_CONFIG = "vllm:cache_config_info"
 
 @dataclass(frozen=True, slots=True)
 class ServerMetrics:
-    """The prefix-cache figures of one ``/metrics`` page.
+    """Tokens looked up in and found in the prefix cache since start (over engines), and tokens per KV block.
 
-    Attributes:
-        prefix_cache_queries: Prompt tokens looked up in the prefix cache since the server started, summed over
-            engines; ``None`` when the counter is absent (prefix caching off, or not vLLM).
-        prefix_cache_hits: Of those, tokens found in the cache; ``None`` as above.
-        block_size: Tokens per KV cache block (the unit of a prefix-cache hit), when the server says.
+    ``None`` where the page has no such figure (prefix caching off, or not vLLM).
     """
 
     prefix_cache_queries: float | None
@@ -36,24 +31,14 @@ class ServerMetrics:
 
     @property
     def hit_rate(self) -> float | None:
-        """``hits / queries`` since the server started; ``None`` without counters or queries."""
+        """``hits / queries`` since the server started; ``None`` without queries."""
         if not self.prefix_cache_queries or self.prefix_cache_hits is None:
             return None
         return self.prefix_cache_hits / self.prefix_cache_queries
 
 
 def parse_metrics(text: str) -> ServerMetrics:
-    """Read the prefix-cache counters and the block size from a ``/metrics`` page.
-
-    Args:
-        text: The page, Prometheus text exposition format.
-
-    Returns:
-        The figures; a missing one is ``None``.
-
-    Raises:
-        ValueError: The page is not Prometheus text (``prometheus_client``'s parser).
-    """
+    """Read the prefix-cache counters and block size of a ``/metrics`` page; :class:`ValueError` if not Prometheus."""
     totals: dict[str, float] = {}
     block_size: int | None = None
     for family in text_string_to_metric_families(text):

@@ -1,8 +1,4 @@
-"""What a provider implements and returns: the :class:`Transport` contract and the request and reply types.
-
-One transport per provider: :mod:`ceb.backends.openai`, :mod:`ceb.backends.vllm_engine`, :mod:`ceb.backends.batch`,
-:mod:`ceb.backends.scripted`. The policy around it is the client's, :class:`~ceb.backends.base.ChatBackend`.
-"""
+"""The :class:`Transport` contract a provider implements, and the request and reply types it speaks."""
 
 from __future__ import annotations
 
@@ -34,24 +30,13 @@ Message = Mapping[str, str]
 
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
-    """One chat-completions request, independent of the wire format.
+    """One chat-completions request, independent of the wire format; ``max_tokens`` is per choice.
 
-    Attributes:
-        messages: ``({"role": ..., "content": ...}, ...)`` in order; system first.
-        temperature: Sampling temperature (the critic uses 0, hindsight its ``hindsight.temperature``, tau).
-        max_tokens: Upper bound on generated tokens per choice.
-        n: Number of choices to sample from one prompt.
-        json_schema: JSON Schema the reply must follow, when the server supports structured output.
-        schema_name: Name sent with the schema (OpenAI's ``json_schema.name``).
-        seed: Sampling seed, when the server honours one.
-        stage: Which stage asks (``critic``, ``hindsight``); for logs and accounting only.
-        logprobs: Ask for the log-probability of every generated token (OpenAI's ``logprobs``).
-        top_logprobs: Also ask for this many most likely alternatives per generated token (OpenAI's
-            ``top_logprobs``, at most 20 there); needs ``logprobs``.
-        extra: Server-specific body fields sent as they are, e.g. vLLM's ``prompt_logprobs``,
-            ``continue_final_message``, ``add_generation_prompt`` or ``echo``. They must not repeat a field the
-            request sets otherwise. Like ``messages`` and ``json_schema`` it is a mapping, so a request is
-            compared by value but not hashed; the default is a fresh empty dict per request.
+    ``messages`` are ``{"role", "content"}`` mappings, system first; ``schema_name`` is OpenAI's ``json_schema.name``;
+    ``logprobs`` and ``top_logprobs`` (at most 20 at OpenAI) are OpenAI's; ``stage`` is for logs and accounting, never
+    sent. ``extra`` holds server-specific body fields sent as given (vLLM's ``prompt_logprobs``,
+    ``continue_final_message``, ``add_generation_prompt``, ``echo``) and must not repeat a field set otherwise. The
+    mappings make a request comparable, not hashable.
     """
 
     messages: tuple[Message, ...]
@@ -69,18 +54,11 @@ class ChatRequest:
 
 @dataclass(frozen=True, slots=True)
 class TokenLogprob:
-    """One token position with its log-probability, as a server reported it.
+    """One token position as a server reported it: its text, natural-log ``logprob`` (``<= 0``) and alternatives.
 
-    Attributes:
-        token: The token's text (vLLM's ``decoded_token`` for prompt positions; ``""`` when the server gave
-            no text).
-        logprob: Natural-log probability of this token at its position, ``<= 0``.
-        top: The most likely tokens at this position as ``(token, logprob)`` pairs, most likely first. It holds
-            the token itself when it ranks among them. For a generated token these are OpenAI's
-            ``top_logprobs`` (empty when none were asked for); for a prompt position, the top ``K`` of vLLM's
-            ``prompt_logprobs=K``.
-        rank: The token's rank in the whole vocabulary (1 = most likely), when the server said (vLLM does for
-            prompt positions).
+    ``top`` is ``(token, logprob)`` of the likeliest tokens, likeliest first, the token itself included when it ranks:
+    OpenAI's ``top_logprobs`` for generated tokens, the top ``K`` of vLLM's ``prompt_logprobs=K`` for prompt ones
+    (``token`` is then vLLM's ``decoded_token`` and ``rank`` its vocabulary rank, 1 the likeliest).
     """
 
     token: str
@@ -91,18 +69,11 @@ class TokenLogprob:
 
 @dataclass(frozen=True, slots=True)
 class Completion:
-    """What a transport returns from one successful attempt (:meth:`Transport.send`).
+    """What one successful attempt returns: ``texts`` of shape ``(n,)`` and what the server said of them.
 
-    Attributes:
-        texts: One reply text per choice, shape ``(n,)``.
-        prompt_tokens: Input tokens the server counted, if it said.
-        completion_tokens: Output tokens the server counted (all choices), if it said.
-        model: Model name the server answered with.
-        logprobs: Per choice (shape ``(n,)``), the generated tokens with their log-probabilities, or ``None``
-            for a choice the server gave none for; ``None`` altogether when no choice had any.
-        prompt_logprobs: vLLM's per-prompt-token log-probabilities (asked for with
-            ``extra={"prompt_logprobs": K}``), one entry per prompt token after the chat template; the first
-            entry, which has no context to be predicted from, is ``None``. ``None`` when the server sent none.
+    Token counts are ``None`` where the server gave none (``completion_tokens`` sums the choices). ``logprobs`` has one
+    entry per choice (``None`` for a choice without; ``None`` for all when none had any); ``prompt_logprobs`` is vLLM's,
+    one entry per templated prompt token, the first ``None``.
     """
 
     texts: tuple[str, ...]
@@ -115,14 +86,10 @@ class Completion:
 
 @dataclass(frozen=True, slots=True)
 class ChatResponse:
-    """A finished call: the completion plus where the time went.
+    """A finished call: the completion and where the time went.
 
-    Attributes:
-        completion: The server's reply.
-        latency_s: Seconds spent in the server for the successful attempt.
-        queue_s: Seconds spent waiting for an endpoint slot, summed over attempts.
-        attempts: Attempts made (1 when the first one succeeded).
-        retry_reason: Why the last failed attempt failed (``"<ExceptionType>: <message>"``), when any did.
+    ``latency_s``: seconds in the server for the successful attempt; ``queue_s``: seconds waiting for slots over all
+    attempts; ``retry_reason``: ``"<Type>: <message>"`` of the last failed attempt.
     """
 
     completion: Completion
@@ -134,16 +101,10 @@ class ChatResponse:
 
 @dataclass(frozen=True, slots=True)
 class StreamChunk:
-    """One event of a streamed reply, as a transport's :meth:`Transport.open_stream` yields it.
+    """One event of a streamed reply: the ``text`` added to choice 0 (OpenAI's ``delta.content``) and what ends it.
 
-    Attributes:
-        text: The text added to choice 0 by this event (OpenAI's ``choices[0].delta.content``; ``""`` for the
-            role-only first event and the usage event).
-        has_choice: The event carried a choice (a token or the role); ``False`` for the trailing usage event.
-            vLLM's benchmark counts time to first token at the first event with a choice, and so do we.
-        prompt_tokens: ``usage.prompt_tokens`` when this event carries usage.
-        completion_tokens: ``usage.completion_tokens`` when this event carries usage.
-        finish_reason: ``choices[0].finish_reason`` when this event ends the choice.
+    ``has_choice`` is ``False`` for the trailing usage event, which carries the token counts; TTFT is taken at the first
+    event with a choice, as in vLLM's benchmark.
     """
 
     text: str = ""
@@ -155,18 +116,11 @@ class StreamChunk:
 
 @dataclass(frozen=True, slots=True)
 class ModelIdentity:
-    """What identifies the model behind an endpoint, as its server reports it (asked once per run).
+    """The model behind an endpoint as its server reports it; the reply cache keys on it and a run records it.
 
-    Two servers under one name and URL are the same model only when these agree: the reply cache keys its entries
-    on them (:mod:`ceb.backends.cache`) and a run records them (``summary.json``'s ``provenance``).
-
-    Attributes:
-        model: The served model's id (vLLM's ``--served-model-name``, else its model path).
-        root: The weights the server loaded, where it says (vLLM's ``root`` in ``GET /v1/models``: the model
-            directory or hub name); ``None`` where it does not (OpenAI).
-        server_version: The server's version, where it reports one (vLLM's ``GET /version``).
-        max_model_len: The context length in tokens the server reports (vLLM's ``max_model_len``), if any.
-        weights_digest: :func:`weights_digest` of ``root`` when it is a directory on this machine, else ``None``.
+    ``model`` is the served id (vLLM's ``--served-model-name``); ``root`` (the weights loaded), ``max_model_len``
+    (tokens) and ``server_version`` are vLLM's ``GET /v1/models`` and ``GET /version`` facts, ``None`` elsewhere
+    (OpenAI); ``weights_digest`` is :func:`weights_digest` of ``root``.
     """
 
     model: str
@@ -181,16 +135,14 @@ class ModelIdentity:
 
 
 _WEIGHT_FILES = 100_000
-"""Files of a weights directory :func:`weights_digest` reads at most (a model has tens; a larger tree is not one)."""
+"""Files :func:`weights_digest` reads at most (a model directory has tens)."""
 
 
 def weights_digest(root: str | None) -> str | None:
-    """SHA-256 of the file list under ``root`` when it is a directory on this machine; ``None`` otherwise.
+    """SHA-256 over ``(relative name, size in bytes, mtime in ns)`` of the files under ``root``, without reading them.
 
-    Each file counts by its relative name, size in bytes and modification time in ns; a hub name, a path on
-    another machine or too large a tree (:data:`_WEIGHT_FILES`) gives ``None``. It tells weights written anew
-    under the same path (a checkpoint saved over the old one) from the old ones without reading gigabytes: any
-    rewrite changes a file's modification time.
+    A rewrite of the weights under the same path changes it. ``None`` for a hub name, a path not on this machine, or
+    more than :data:`_WEIGHT_FILES` entries.
     """
     if not root:
         return None
@@ -216,13 +168,11 @@ def public_url(url: str) -> str:
 
 
 class TransientError(Exception):
-    """A failure worth retrying (timeouts, 429, 5xx, dropped connections).
-
-    A timeout is a :class:`TransientError` raised from a :class:`TimeoutError` (``raise ... from exc``).
+    """A failure worth retrying (timeout, 429, 5xx, dropped connection); a timeout is raised from a TimeoutError.
 
     Attributes:
-        retry_after: Seconds the server asked us to wait (``Retry-After``), if it did.
-        attempts: Attempts made before giving up (set by :meth:`~ceb.backends.base.ChatBackend.complete`).
+        retry_after: Seconds the server asked to wait (``Retry-After``), if it did.
+        attempts: Attempts made before giving up (set by the client).
     """
 
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
@@ -232,65 +182,49 @@ class TransientError(Exception):
 
 
 class Transport(ABC):
-    """How one provider reaches its model: one attempt of one request. A new backend writes this, nothing else.
+    """One provider's attempt at one request; a new backend subclasses this and nothing else.
 
-    It turns a :class:`ChatRequest` into its wire form, sends it to the endpoint it is handed and maps the reply onto
-    a :class:`Completion` and a failure onto the error classes: :class:`TransientError` (with ``retry_after``, the
-    server's ``Retry-After`` in seconds) where another attempt may help, :class:`~ceb.errors.BackendError` for a
-    refused request, :class:`~ceb.errors.FatalBackendError` for an endpoint that cannot serve the run. Retries,
-    slots, routing, priority, observers and the cache are the client's (:class:`~ceb.backends.base.ChatBackend`).
-
-    Only :meth:`send` is abstract. The other members are facts about the provider with safe defaults, each here
-    because the client or a run needs it and only the provider knows it: :attr:`name` and :attr:`endpoints`
-    (the client routes attempts among the endpoints and keys its slots on them), :meth:`open_stream` (a provider
-    that streams says how; the default sends the whole request and yields it as one event), :attr:`adaptations`,
-    :meth:`preflight`, :meth:`identify` and :meth:`describe` (what a run checks and records of its endpoint), and
-    :meth:`aclose` (connections or an engine to release).
-
-    Args:
-        endpoint: Where requests go (base URL, or an in-process engine name); several are replicas of one model.
-
-    Raises:
-        ValueError: No endpoint given.
+    :meth:`send`, the one abstract method, maps the outcome onto a :class:`Completion`, :class:`TransientError` (another
+    attempt may help), :class:`~ceb.errors.BackendError` (refused) or :class:`~ceb.errors.FatalBackendError` (the
+    endpoint cannot serve the run). Retries, slots, routing, priority, observers and the cache are the client's
+    (:class:`~ceb.backends.base.ChatBackend`); the other members are hooks with safe defaults. ``endpoint`` is a base
+    URL or engine name, several being replicas (:class:`ValueError` for none).
     """
 
     name: str = "chat"
-    """The registered name (``backend.name``), shown in labels, logs and the run's provenance."""
+    """The registered name (``backend.name``), shown in labels, logs and provenance."""
 
     def __init__(self, endpoint: str | Sequence[str]) -> None:
         self.endpoints: tuple[str, ...] = (endpoint,) if isinstance(endpoint, str) else tuple(endpoint)
-        """Where an attempt may go; the client picks one per attempt and holds a slot there."""
         if not self.endpoints:
             raise ValueError("a backend needs at least one endpoint")
         self.adaptations: dict[str, str] = {}
-        """What this provider sends differently from its settings, learnt from the server's replies, one line each
-        (the HTTP transport, :mod:`ceb.backends.openai`, fills it; ``ceb doctor`` and the run's provenance show it)."""
+        """What this provider sends differently from its settings, learnt from the server, one line each (``ceb doctor``
+        and the provenance show it)."""
 
     @property
     def label(self) -> str:
-        """``name@endpoint[,endpoint...]``, as shown in errors and logs."""
+        """``name@endpoint[,endpoint...]``."""
         return f"{self.name}@{','.join(self.endpoints)}"
 
     @abstractmethod
     async def send(self, request: ChatRequest, endpoint: str) -> Completion:
-        """Send one attempt of ``request`` to ``endpoint`` (one of :attr:`endpoints`) and read the whole reply.
+        """Send one attempt of ``request`` to ``endpoint`` and read the whole reply.
 
         Raises:
             TransientError: A failure worth another attempt.
-            BackendError: The request was refused (another attempt cannot help).
+            BackendError: The request was refused.
         """
 
     @asynccontextmanager
     async def open_stream(self, request: ChatRequest, endpoint: str) -> AsyncIterator[AsyncIterator[StreamChunk]]:
-        """Open one attempt of ``request`` as a stream; entering sends it and checks the status.
+        """Open one attempt as a stream of :class:`StreamChunk`; entering sends it and checks the status.
 
-        The default has no streaming on the wire: it sends the request whole (:meth:`send`) and yields its reply as
-        one text event and one usage event, so every backend serves :meth:`~ceb.backends.base.ChatBackend.stream`
-        (without early results). Leaving the context before the iterator ends closes the connection, which makes a
-        vLLM server abort the request.
+        The default sends the request whole and yields one text and one usage event. Leaving early closes the
+        connection, which makes vLLM abort the request.
 
         Raises:
-            TransientError: On entering, for failures worth retrying; errors while iterating are not retried.
+            TransientError: On entering, for failures worth retrying (errors while iterating are not retried).
         """
         completion = await self.send(request, endpoint)
 
@@ -303,29 +237,22 @@ class Transport(ABC):
         yield events()
 
     async def preflight(self) -> None:  # noqa: B027 - a hook with a safe default, not abstract on purpose
-        """Check, before a run starts, that every endpoint answers; the default has nothing to check.
+        """Check that every endpoint can serve the run; the default checks nothing.
 
         Raises:
-            FatalBackendError: An endpoint cannot serve the run (down, wrong address, key or model).
+            FatalBackendError: An endpoint is down or has the wrong address, key or model.
         """
 
     async def identify(self) -> ModelIdentity | None:
-        """What identifies the model behind the endpoints, as its server reports it; the default knows nothing.
-
-        The reply cache keys its entries on it, so a provider that can ask should (and remember the answer).
+        """The model behind the endpoints, remembered once asked; the default knows nothing.
 
         Raises:
-            TransientError: The server could not be asked now (nothing is remembered; a later call asks again).
+            TransientError: The server could not be asked now.
         """
         return None
 
     def describe(self) -> dict[str, Any]:
-        """What a run records of this provider (``summary.json``'s ``provenance``).
-
-        Its name, its endpoint(s) without credentials, the model its requests name, the structured-output mode and
-        token field it sends now, and what it changed to be answered there (:attr:`adaptations`). Providers add
-        what they know.
-        """
+        """What a run records of this provider (``summary.json``'s ``provenance``); URLs without credentials."""
         return {
             "backend": self.name,
             "endpoint": [public_url(e) for e in self.endpoints],
@@ -336,4 +263,4 @@ class Transport(ABC):
         }
 
     async def aclose(self) -> None:  # noqa: B027 - a hook with a safe default, not abstract on purpose
-        """Release connections (or stop an engine); the default holds none. A later request opens them again."""
+        """Release connections or an engine; a later request opens them again."""

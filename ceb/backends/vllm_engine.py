@@ -1,33 +1,17 @@
-"""In-process vLLM: the engine (``AsyncLLM``) inside ceb's own process, with no HTTP server to start.
+"""The ``vllm`` transport: vLLM's engine (``AsyncLLM``) inside ceb's process, with no HTTP server.
 
-One command on a GPU box scores streams: ``ceb score ... --backend vllm --model PATH``. The backend speaks the
-same request contract as the HTTP backend (:mod:`ceb.backends.openai`) because it goes through the same code
-vLLM's server runs, minus the HTTP:
+It runs the code ``vllm serve`` runs, minus the HTTP: the ``backend.engine`` settings become ``vllm serve`` flags
+(:func:`engine_argv`) parsed by vLLM's own parser and started with ``build_async_engine_client``; the serving objects
+come from the server's ``init_app_state``; each request is the HTTP transport's body
+(:func:`~ceb.backends._wire.chat_body`) validated into ``ChatCompletionRequest`` for
+``OpenAIServingChat.create_chat_completion``, and the reply is read by the same
+:func:`~ceb.backends._wire.parse_completion`. So the chat template, structured outputs, ``n``, log-probabilities and
+seeds behave exactly as over HTTP.
 
-1. the engine is built the way ``vllm serve`` builds it: the ``backend.engine`` settings become ``vllm serve`` flags
-   (:func:`engine_argv`), parsed by vLLM's own parser (``make_arg_parser``, ``validate_parsed_serve_args``) and
-   started with ``build_async_engine_client`` (``vllm/entrypoints/launchers/api_server/entry.py``);
-2. the serving objects come from the server's own ``init_app_state`` (``.../api_server/app_state.py``), so the
-   chat template, defaults and ``OpenAIServingChat`` are the server's;
-3. each request is the body the HTTP backend would send (:func:`ceb.backends._wire.chat_body`), validated into
-   vLLM's ``ChatCompletionRequest`` and passed to ``OpenAIServingChat.create_chat_completion``; the reply object
-   is dumped to JSON values and read by the same :func:`~ceb.backends._wire.parse_completion`.
-
-So the chat template (and ``continue_final_message`` / ``add_generation_prompt``), structured outputs, ``n``,
-``logprobs`` / ``top_logprobs``, ``prompt_logprobs`` and seeds behave exactly as over HTTP, and a request returns
-the same :class:`~ceb.backends.transport.Completion` either way. What differs is transport only: no JSON encoding
-on our side or the server's, no sockets, and no second process for the API server.
-
-Priority: ceb's :func:`~ceb.backends.scheduling.current_priority` is higher-first; vLLM's request ``priority`` is
-lower-first and is honoured only under ``--scheduling-policy priority`` (``vllm/config/scheduler.py``), so a
-request is sent with ``priority = server_priority(current_priority())``, negated and rounded (``0`` under the
-default ``fcfs`` policy, which ignores it). A ``priority`` in ``ChatRequest.extra`` is sent as given.
-
-vLLM's engine core runs in a process it starts with ``spawn`` on some platforms, which re-imports the main
-module: a script that builds this backend needs an ``if __name__ == "__main__":`` guard (``ceb``'s console
-script and ``run.py`` have one). vLLM reads its environment (``VLLM_TARGET_DEVICE``, ``VLLM_CPU_KVCACHE_SPACE``,
-``HF_HUB_OFFLINE``) when it is imported; set them before the run. Needs vLLM installed in ceb's environment
-(README, "Serving": install ceb into vLLM's virtual environment).
+vLLM's ``priority`` is lower-first and read only under ``--scheduling-policy priority``; there ceb's priority is sent as
+:func:`~ceb.backends.scheduling.server_priority`, else 0. vLLM's engine core may start with ``spawn``, which re-imports
+the main module: a script building this backend needs an ``if __name__ == "__main__":`` guard. vLLM reads its
+environment (``VLLM_TARGET_DEVICE``, ``HF_HUB_OFFLINE``...) at import.
 """
 
 from __future__ import annotations
@@ -55,8 +39,7 @@ INSTALL_HINT = (
     "install ceb into vLLM's environment: <vllm-venv>/bin/pip install --no-deps -e <ceb checkout>, then the ceb "
     "dependencies it lacks (.ci/install-vllm does both)"
 )
-"""How to get vLLM importable next to ceb (the docs' "Serving" section says why not
-``pip install -e '.[vllm]'``)."""
+"""How to make vLLM importable next to ceb (the docs' "Serving" says why not ``pip install -e '.[vllm]'``)."""
 
 
 _FLAGS = (
@@ -74,15 +57,11 @@ _FLAGS = (
 
 
 def engine_argv(settings: BackendConfig) -> list[str]:
-    """The ``vllm serve`` command-line words that build the engine of ``settings`` (no program name).
-
-    Args:
-        settings: The ``backend`` section: ``model`` and the ``engine`` flags; ``None`` flags are left out
-            (vLLM's defaults apply).
+    """The ``vllm serve`` words (no program name) that build the engine of ``settings``; ``None`` flags are left out.
 
     Returns:
-        ``["--model", PATH, "--served-model-name", NAME, "--tensor-parallel-size", "2", ...]`` followed by
-        ``engine.args`` (:func:`settings_args`).
+        ``["--model", PATH, "--served-model-name", NAME, "--tensor-parallel-size", "2", ...]`` then ``engine.args``
+            (:func:`settings_args`).
     """
     engine = settings.engine
     argv = ["--model", settings.model or "", "--served-model-name", settings.served_model]
@@ -96,25 +75,12 @@ def engine_argv(settings: BackendConfig) -> list[str]:
 
 
 def vllm_priority(ceb_priority: float, policy: str) -> int:
-    """The request ``priority`` vLLM reads (lower is served first) for ceb's (higher is served first).
-
-    Args:
-        ceb_priority: :func:`~ceb.backends.scheduling.current_priority`, e.g. the stream's remaining requests.
-        policy: The engine's scheduling policy; under ``fcfs`` vLLM ignores priorities, and ``0`` is sent.
-
-    Returns:
-        :func:`~ceb.backends.scheduling.server_priority` of it (negated, rounded, int64) under ``priority``,
-        else ``0``.
-    """
+    """The ``priority`` vLLM reads: :func:`~ceb.backends.scheduling.server_priority` under ``priority``, else 0."""
     return server_priority(ceb_priority) if policy == "priority" else 0
 
 
 def require_vllm() -> None:
-    """Check that vLLM can be imported here, without importing it (that takes seconds).
-
-    Raises:
-        ConfigError: vLLM is not installed in this environment; the message says how to install it.
-    """
+    """Raise :class:`~ceb.errors.ConfigError`, saying how to install it, where vLLM cannot be imported."""
     if importlib.util.find_spec("vllm") is None:
         raise ConfigError(f"backend 'vllm' needs vLLM in ceb's environment, and it is not installed; {INSTALL_HINT}")
 
@@ -130,21 +96,17 @@ class _Engine:
     policy: str
     start_s: float
     refused: tuple[type[Exception], ...] = (ValueError, TypeError)
-    """Exceptions that mean vLLM refused the request (a 400 over HTTP)."""
+    """Exceptions meaning vLLM refused the request (a 400 over HTTP)."""
     dead: tuple[type[Exception], ...] = ()
-    """Exceptions that mean the engine is gone."""
+    """Exceptions meaning the engine is gone."""
 
 
 class VLLMEngineTransport(Transport):
-    """Chat completions from a vLLM engine in this process (see the module docstring).
-
-    The engine starts on first use (:meth:`start`, or the run's preflight) inside the running asyncio loop,
-    and stops in :meth:`aclose`. The endpoint label is ``vllm-engine:<model>``.
+    """Chat completions from a vLLM engine in this process, started on first use in the running asyncio loop.
 
     Args:
-        settings: The ``backend`` section, read directly: ``model`` (the model directory or hub name), the
-            ``engine`` flags (:func:`engine_argv`) and ``structured_output``. An engine-side generation error is
-            a :class:`~ceb.backends.transport.TransientError`, retried by the client with the section's retry fields.
+        settings: The ``backend`` section: ``model`` (directory or hub name), the ``engine`` flags and
+            ``structured_output``.
 
     Raises:
         ConfigError: ``settings.model`` is not set.
@@ -162,25 +124,21 @@ class VLLMEngineTransport(Transport):
 
     @property
     def engine(self) -> Any:
-        """The running ``AsyncLLM`` (for its configuration and statistics).
-
-        Raises:
-            RuntimeError: The engine has not been started.
-        """
+        """The running ``AsyncLLM``; :class:`RuntimeError` before :meth:`start`."""
         if self._engine is None:
             raise RuntimeError("the engine is not started")
         return self._engine.chat.engine_client
 
     @property
     def start_s(self) -> float | None:
-        """Seconds the engine took to start (``None`` before it has)."""
+        """Seconds the engine took to start (``None`` before)."""
         return None if self._engine is None else self._engine.start_s
 
     async def start(self) -> None:
         """Build and start the engine and the server's chat handler, once.
 
         Raises:
-            ConfigError: vLLM is missing, or it refused the settings (its message is kept).
+            ConfigError: vLLM is missing or refused the settings.
             FatalBackendError: The engine failed to start (no device, out of memory, a bad model directory).
         """
         async with self._starting:
@@ -238,14 +196,10 @@ class VLLMEngineTransport(Transport):
         )
 
     def body(self, request: ChatRequest, policy: str = "fcfs") -> dict[str, Any]:
-        """The request body handed to vLLM's chat handler: the HTTP backend's body, plus id and priority.
-
-        Args:
-            request: The request.
-            policy: The engine's scheduling policy (see :func:`vllm_priority`).
+        """The body for vLLM's chat handler: :func:`~ceb.backends._wire.chat_body`, ``request_id``, ``priority``.
 
         Raises:
-            ValueError: ``request.extra`` repeats a field the request already sets.
+            ValueError: ``request.extra`` repeats a field the request sets.
         """
         body = chat_body(request, model=self.settings.served_model, structured_output=self.settings.structured_output)
         body.setdefault("priority", vllm_priority(current_priority(), policy))
@@ -256,11 +210,11 @@ class VLLMEngineTransport(Transport):
         """Run one attempt of ``request`` through the engine.
 
         Raises:
-            BackendError: vLLM refused the request (a 4xx over HTTP: a bad field, a prompt over the context).
-            TransientError: A 5xx-class failure of one generation (the engine lives on).
+            BackendError: vLLM refused the request (a 4xx over HTTP).
+            TransientError: A 5xx-class failure of one generation.
             FatalBackendError: The engine died or did not start.
-            ConfigError: vLLM is missing, or refused the engine settings.
-            ValueError: ``request.extra`` repeats a field the request already sets.
+            ConfigError: vLLM is missing or refused the engine settings.
+            ValueError: ``request.extra`` repeats a field the request sets.
         """
         if self._engine is None:
             await self.start()
@@ -287,7 +241,7 @@ class VLLMEngineTransport(Transport):
         )
 
     async def identify(self) -> ModelIdentity:
-        """The model this process loads: its served name, its path or hub name, vLLM's version, its weights' digest."""
+        """The served name, model path, vLLM's version and the weights' digest."""
         from importlib.metadata import PackageNotFoundError, version
 
         try:
@@ -299,18 +253,14 @@ class VLLMEngineTransport(Transport):
         return ModelIdentity(self.settings.served_model, model, vllm_version, length, weights_digest(model))
 
     def describe(self) -> dict[str, Any]:
-        """The base record with the model and the structured-output mode sent."""
+        """The base record with the model and the structured-output mode."""
         return super().describe() | {
             "model": self.settings.served_model,
             "structured_output": self.settings.structured_output,
         }
 
     async def preflight(self) -> None:
-        """Start the engine before the run (about 30 s for the tests' tiny model on 2 CPU cores).
-
-        Raises:
-            ConfigError, FatalBackendError: As :meth:`start`.
-        """
+        """:meth:`start` the engine before the run (about 30 s for the tests' tiny model on 2 CPU cores)."""
         await self.start()
 
     async def aclose(self) -> None:
@@ -318,21 +268,20 @@ class VLLMEngineTransport(Transport):
         eng, self._engine = self._engine, None
         if eng is not None:
             await eng.stack.aclose()  # AsyncLLM.shutdown(): the engine core process stops here
-            # vLLM's serving objects keep the AsyncLLM alive until interpreter exit, where its __del__ calls
-            # shutdown() again with module globals already gone and prints an ignored TypeError (vLLM 0.32.0).
-            # It is shut down already, so that second call is made a no-op.
+            # vLLM 0.32's serving objects keep the AsyncLLM alive until exit, where __del__ calls shutdown() again
+            # with module globals gone and prints an ignored TypeError: that second call is made a no-op.
             eng.chat.engine_client.shutdown = _already_shut_down
 
 
 def _already_shut_down(timeout: float | None = None) -> None:
-    """Stands in for ``AsyncLLM.shutdown`` once the engine is stopped (see :meth:`VLLMEngineTransport.aclose`)."""
+    """Stands in for ``AsyncLLM.shutdown`` once the engine is stopped."""
 
 
 def settings_args(raw: Sequence[str] | Mapping[str, Any] | None) -> tuple[str, ...]:
-    """Further ``vllm serve`` flags as words: a list of words as given, or a table ``{flag: value}``.
+    """Further ``vllm serve`` flags as words, from a list of words or a table ``{flag: value}``.
 
-    A table's ``True`` value is a bare flag, ``False`` its ``--no-`` form, a mapping or list is sent as JSON
-    (``structured_outputs_config = {backend = "xgrammar"}``), anything else as text. Keys may use ``_``.
+    In a table ``True`` is a bare flag, ``False`` its ``--no-`` form, a mapping or list is JSON, anything else text;
+    keys may use ``_``.
     """
     if raw is None:
         return ()
@@ -354,12 +303,7 @@ def settings_args(raw: Sequence[str] | Mapping[str, Any] | None) -> tuple[str, .
 
 @register_backend("vllm")
 def open_engine(settings: BackendConfig) -> VLLMEngineTransport:
-    """The ``vllm`` backend: a vLLM engine in this process, started on first use.
-
-    Raises:
-        ConfigError: ``backend.model`` is not set, or vLLM is not installed here (the message says how).
-    """
-    if not settings.model:
-        raise ConfigError("the vllm backend needs backend.model, the model directory or hub name (--model)")
+    """The ``vllm`` backend; :class:`~ceb.errors.ConfigError` without ``backend.model`` or without vLLM installed."""
+    transport = VLLMEngineTransport(settings)  # refuses a missing model before the missing vLLM
     require_vllm()
-    return VLLMEngineTransport(settings)
+    return transport

@@ -1,17 +1,9 @@
-"""A SIMULATED OpenAI-compatible server modelling a vLLM server under load, for benchmarks and tests.
+"""A SIMULATED OpenAI-compatible server modelling a vLLM server under load, for benchmarks and tests. Not a model.
 
-It is not a model: its replies are seeded stand-ins with the right shapes (critic scores, hindsight labels,
-log-probabilities), it queues requests like vLLM's scheduler, and it injects faults on a reproducible
-schedule. It is never a default for scoring. See :mod:`ceb.sim.server` for the load model and endpoints,
-:mod:`ceb.sim.replies` for how replies are decided, :mod:`ceb.sim.faults` for the fault schedule and
-:mod:`ceb.sim.tokenizer` for the toy tokenizer.
-
-Usage::
-
-    async with serve_sim(SimConfig(max_num_seqs=8, time_scale=0.1)) as server:
-        client = AsyncOpenAI(base_url=server.base_url, api_key="EMPTY")
-        ...
-        print(server.stats.to_dict())
+Replies are seeded stand-ins with the right shapes (:mod:`~ceb.sim.replies`), requests queue as in vLLM's scheduler
+(:mod:`~ceb.sim.server`), faults come on a reproducible schedule (:mod:`~ceb.sim.faults`), and a toy tokenizer counts
+tokens (:mod:`~ceb.sim.tokenizer`). Never a default for scoring. ``async with serve_sim(SimConfig(max_num_seqs=8)) as
+server:`` serves at ``server.base_url``.
 """
 
 from typing import TYPE_CHECKING

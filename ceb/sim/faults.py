@@ -1,24 +1,20 @@
 """The simulator's fault schedule: which arriving request fails, and how.
 
-Every chat-completions request gets an arrival number ``k`` (0, 1, 2, ... since the server started or its
-statistics were last reset). ``BLAKE2b(seed, k)`` gives two numbers in [0, 1): ``u`` picks the fault and
-``v`` its variant. The rates of :class:`~ceb.sim.settings.SimConfig` are laid end to end on [0, 1) in the order
-of :data:`FAULT_KINDS`; the fault is the one whose interval holds ``u``, or none past their sum. So at most
-one fault hits a request, the schedule is the same for two servers with the same seed, and it does not depend
-on what the requests say. Replies, in turn, depend only on what the requests say (:mod:`ceb.sim.replies`):
-a retry that succeeds gets exactly the answer the failed attempt would have had.
+Request ``k`` (the arrival number since start or reset) gets two numbers in [0, 1) from ``BLAKE2b(seed, k)``: ``u``
+picks the fault, its rates laid end to end in the order of :data:`FAULT_KINDS` (none past their sum), and ``v`` the
+variant. So at most one fault hits a request, the schedule depends on the seed alone, and since replies depend only on
+the request (:mod:`ceb.sim.replies`) a successful retry gets the answer the failed attempt would have had.
 
-Variants (``v`` < 1/2, else):
-    ``stall``: answer normally after the stall, else close the connection without an answer.
-    ``wrong_label_count``: one label too many, else one too few (always one too many for zero steps).
-    ``bad_score`` (thirds of ``v``): a score in [1.001, 2], a score in [-1, -0.001], or ``NaN`` spelled bare.
+Variants (``v`` < 1/2, else): ``stall`` answers after the stall, else closes the connection; ``wrong_label_count`` gives
+one label too many, else one too few (too many for zero steps); ``bad_score`` (thirds of ``v``) a score in [1.001, 2],
+in [-1, -0.001], or a bare ``NaN``.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from ceb.sim.settings import FAULT_RATE_FIELDS, SimConfig
 
@@ -29,39 +25,22 @@ FaultKind = Literal[
 ]
 """What an injected fault does; the keys of ``SimStats.faults``."""
 
-FAULT_KINDS: tuple[FaultKind, ...] = (
-    "http_429",
-    "http_500",
-    "stall",
-    "malformed_body",
-    "malformed_content",
-    "wrong_label_count",
-    "bad_score",
-)
-"""Every fault kind, in the order of :data:`~ceb.sim.settings.FAULT_RATE_FIELDS` (``rate_429`` is ``http_429``)."""
+FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
+"""Every fault kind, in the order of :data:`~ceb.sim.settings.FAULT_RATE_FIELDS`."""
 
 _TWO_64 = float(2**64)
 
 
 @dataclass(frozen=True, slots=True)
 class Fault:
-    """The fault drawn for one request.
-
-    Attributes:
-        kind: What goes wrong.
-        variant: A number in [0, 1) choosing between the kind's variants (see the module docstring).
-    """
+    """The fault drawn for one request: its ``kind``, and ``variant`` in [0, 1) choosing among its variants."""
 
     kind: FaultKind
     variant: float
 
 
 class FaultSchedule:
-    """Draws the fault, if any, of the request with a given arrival number.
-
-    Args:
-        config: Supplies ``seed`` and the fault rates.
-    """
+    """Draws the fault, if any, of the request with a given arrival number, from ``config``'s seed and rates."""
 
     def __init__(self, config: SimConfig) -> None:
         self._seed = str(config.seed).encode()
@@ -80,7 +59,7 @@ class FaultSchedule:
         return bool(self._bounds)
 
     def draw(self, arrival: int) -> Fault | None:
-        """The fault of the request that arrived ``arrival``-th (0-based), or ``None``."""
+        """The fault of the ``arrival``-th request (0-based), or ``None``."""
         if not self._bounds:
             return None
         digest = hashlib.blake2b(b"fault|" + self._seed + b"|" + str(arrival).encode(), digest_size=16).digest()
@@ -92,20 +71,17 @@ class FaultSchedule:
 
 
 def cut_in_half(data: str) -> str:
-    """The first half of ``data`` (at least one character shorter): a JSON text cut so it cannot parse."""
+    """The first half of ``data``: a JSON text cut so it cannot parse."""
     return data[: len(data) // 2]
 
 
 def wrong_count(n_labels: int, variant: float) -> int:
-    """A label count one off ``n_labels``: one more when ``variant < 0.5`` or ``n_labels == 0``, else one fewer."""
+    """``n_labels`` one off: one more when ``variant < 0.5`` or ``n_labels == 0``, else one fewer."""
     return n_labels + 1 if variant < 0.5 or n_labels == 0 else n_labels - 1
 
 
 def bad_score_text(variant: float) -> str:
-    """The JSON text of a critic score outside [0, 1]: above 1, below 0, or a bare ``NaN`` (not valid JSON).
-
-    The value is derived from ``variant`` alone, so a stream of bad scores varies without another draw.
-    """
+    """The JSON text of a critic score outside [0, 1] derived from ``variant``: above 1, below 0, or a bare ``NaN``."""
     third = variant * 3.0
     if third < 1.0:
         return repr(round(1.001 + 0.999 * third, 3))  # [1.001, 2]

@@ -1,38 +1,16 @@
 """What the simulator answers: seeded, deterministic stand-ins for a model's replies. Not a model.
 
-Determinism:
-    A reply is a function of the simulator's seed, the request's ``temperature``, ``seed`` and choice index,
-    and the request's messages up to and including the FIRST user message (:func:`prompt_digest`). Later
-    turns are ignored, so a re-ask (the unreadable reply and a correction appended, see
-    :func:`ceb.stages.asking.ask`) gets the same answer as the first ask, and so does a retry after a fault.
-    With ``continue_final_message`` the final message is part of the key too, since the reply continues it.
-    At temperature 0 the request ``seed`` and the choice index are ignored, so all ``n`` choices are equal;
-    at a temperature above 0 (OpenAI's default is 1) each choice has its own random stream.
+A reply depends on the simulator's seed, the request's ``temperature``, ``seed`` and choice index, and its messages up
+to the first user message (:func:`prompt_digest`), plus the final one under ``continue_final_message``: a re-ask with a
+correction appended, or a retry after a fault, gets the same answer. At temperature 0 all ``n`` choices are equal.
 
-Dispatch (:func:`classify`), first by the structured-output schema, else by the prompt text:
-    ``critic``: the schema is named ``critic_score`` or has a ``score`` property, or the prompt shows the
-    critic's ``{"score"`` reply format. Reply ``{"score": x, "reason": "..."}`` with
-    ``x ~ Beta(4, 2.5)`` (mean 0.62), or ``x ~ Beta(1.5, 4)`` (mean 0.27) when the critic prompt carries the
-    repetition note of ``critic_user.j2`` (:data:`REPETITION_MARKER`), rounded to 3 decimals.
-
-    ``labels``: the schema has a ``labels`` property, or the prompt shows the hindsight ``{"labels"`` reply
-    format. Reply ``{"labels": [...]}`` with the schema's ``minItems`` labels (else the step count the
-    hindsight prompt states, else 1), each 1 with probability :data:`LABEL_POSITIVE_RATE`.
-
-    ``cot``: the prompt asks to end with the line ``Confidence: <0-100>`` (:data:`COT_MARKER`, the CoT
-    baseline). Reply two filler sentences of reasoning, then ``Confidence: <n>`` with ``n`` an integer drawn
-    from the critic's score distribution times 100.
-
-    ``stated``: the request continues a final message whose text ends with ``(0-100):``
-    (:data:`STATED_MARKER`, the verbalized baseline's cue after the frozen action). Reply ``" <n>"``, the
-    number alone, drawn as for ``cot``.
-
-    ``text``: anything else. When the first user message mentions both ``True`` and ``False`` the reply is
-    ``True`` (probability :data:`TRUE_RATE`) or ``False``, for P(True)-style questions; otherwise a short
-    sentence of filler words. A reply that continues a final message starting without a space gets one.
-
-Log-probabilities are synthetic too (:func:`completion_logprobs`, :func:`prompt_logprobs`): negative,
-seeded, ranked, and shaped as OpenAI's and vLLM's responses are.
+:func:`classify` dispatches on the structured-output schema, else on the prompt text: ``critic`` (schema
+``critic_score`` or a ``score`` property, or the critic's ``{"score"`` format) replies a score ``~ Beta(4, 2.5)``,
+``Beta(1.5, 4)`` under the repetition note; ``labels`` (a ``labels`` property, or the ``{"labels"`` format) replies the
+schema's ``minItems`` labels (else the step count the prompt states, else 1), each 1 with :data:`LABEL_POSITIVE_RATE`;
+``cot`` (:data:`COT_MARKER`) two filler sentences and ``Confidence: <n>``; ``stated`` (continuing a message ending
+:data:`STATED_MARKER`) ``" <n>"``; ``text`` ``True``/``False`` for a question naming both (:data:`TRUE_RATE`), else a
+filler sentence. Log-probabilities are synthetic too, shaped as OpenAI's and vLLM's.
 """
 
 from __future__ import annotations
@@ -40,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -74,25 +53,21 @@ __all__ = [
 ]
 
 Replier = Callable[[dict[str, Any], int, random.Random], str]
-"""``(request body, choice index, seeded rng) -> reply text``: replaces :func:`default_replier`.
-
-The rng is seeded as the module docstring says, so a replier that draws only from it stays deterministic.
-"""
+"""``(request body, choice index, seeded rng) -> reply text``; drawing only from the rng keeps it deterministic."""
 
 ReplyKind = Literal["critic", "labels", "cot", "stated", "text"]
-"""Which kind of reply a request asks for (see :func:`classify`)."""
 
 REPETITION_MARKER = "repeats one of the last few"
-"""Words of the repetition note the critic prompt shows when ``rho_t = 1`` (``critic_user.j2``)."""
+"""Words of the critic prompt's repetition note (``rho_t = 1``, ``critic_user.j2``)."""
 
 COT_MARKER = "Confidence: <0-100>"
-"""Words of the CoT baseline's instruction for its final line (``cot_user.j2``)."""
+"""The CoT baseline's instruction for its final line (``cot_user.j2``)."""
 
 STATED_MARKER = "(0-100):"
-"""End of the verbalized baseline's cue, which the actor continues with its confidence (``verbalized_cue.j2``)."""
+"""End of the verbalized baseline's cue (``verbalized_cue.j2``)."""
 
 LABEL_POSITIVE_RATE = 0.6
-"""Probability that a simulated hindsight label is 1 (productive)."""
+"""Probability that a simulated hindsight label is 1."""
 
 TRUE_RATE = 0.6
 """Probability that a simulated True/False answer is ``True``."""
@@ -159,13 +134,7 @@ _STRIP = ".,!?;:\"'"
 
 @dataclass(frozen=True, slots=True)
 class ReplyPlan:
-    """What a request asks for, worked out once from its body.
-
-    Attributes:
-        kind: ``critic``, ``labels`` or ``text``.
-        n_labels: Labels per reply for ``labels`` (0 or more); ``None`` otherwise.
-        repeated: The critic prompt carries the repetition note (:data:`REPETITION_MARKER`).
-    """
+    """What a request asks for: ``kind``, ``n_labels`` for ``labels``, ``repeated`` for a flagged critic prompt."""
 
     kind: ReplyKind
     n_labels: int | None = None
@@ -173,7 +142,7 @@ class ReplyPlan:
 
 
 def _prefix(messages: Sequence[Any]) -> Sequence[Any]:
-    """Messages up to and including the first user message (all of them when there is none)."""
+    """Messages up to and including the first user message (all when there is none)."""
     for i, m in enumerate(messages):
         if isinstance(m, dict) and m.get("role") == "user":
             return messages[: i + 1]
@@ -191,10 +160,10 @@ def _first_user_text(body: Mapping[str, Any]) -> str:
 
 
 def request_schema(body: Mapping[str, Any]) -> tuple[str | None, dict[str, Any] | None]:
-    """The ``(name, JSON schema)`` a request asks its reply to follow, each ``None`` when absent.
+    """The ``(name, JSON schema)`` a request asks for, each ``None`` when absent.
 
-    Looks at OpenAI's ``response_format`` (``type: json_schema``), vLLM's ``structured_outputs.json`` and
-    vLLM's older ``guided_json``; a schema sent as a JSON string is decoded.
+    Reads OpenAI's ``response_format`` (``json_schema``), vLLM's ``structured_outputs.json`` and older ``guided_json``;
+    a schema sent as a JSON string is decoded.
     """
     fmt = body.get("response_format")
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
@@ -228,34 +197,21 @@ def _schema_count(spec: Any) -> int | None:
     return None
 
 
-def _digits_before(text: str, end: int) -> int | None:
-    start = end
-    while start > 0 and text[start - 1].isdigit():
-        start -= 1
-    return int(text[start:end]) if start < end else None
+_STEP_COUNTS = (re.compile(r"each of the (\d+)"), re.compile(r"(\d+) steps\)"))
+"""How a hindsight prompt states its step count: "... each of the N steps" or "(N steps)"."""
 
 
 def _prompt_step_count(texts: Sequence[str]) -> int | None:
-    """The step count a hindsight prompt states: "... each of the N steps" or "(N steps)", last one wins."""
+    """The step count the last text stating one states (its last statement, "each of the N" first)."""
     for text in reversed(texts):
-        at = text.rfind("each of the ")
-        if at != -1:
-            start = at + len("each of the ")
-            end = start
-            while end < len(text) and text[end].isdigit():
-                end += 1
-            if end > start:
-                return int(text[start:end])
-        at = text.rfind(" steps)")
-        if at != -1:
-            count = _digits_before(text, at)
-            if count is not None:
-                return count
+        for pattern in _STEP_COUNTS:
+            if found := pattern.findall(text):
+                return int(found[-1])
     return None
 
 
 def classify(body: Mapping[str, Any]) -> ReplyPlan:
-    """Decide what kind of reply ``body`` asks for (module docstring, "Dispatch")."""
+    """What kind of reply ``body`` asks for (module docstring)."""
     name, schema = request_schema(body)
     props = schema.get("properties") if schema is not None else None
     texts = _prefix_texts(body)
@@ -280,7 +236,7 @@ def classify(body: Mapping[str, Any]) -> ReplyPlan:
 
 
 def _continued_text(body: Mapping[str, Any]) -> str:
-    """The final message's text when the request continues it (``continue_final_message``), else ``""``."""
+    """The final message's text under ``continue_final_message``, else ``""``."""
     messages = body.get("messages") or ()
     if body.get("continue_final_message") and messages and isinstance(messages[-1], dict):
         return message_text(messages[-1].get("content"))
@@ -288,11 +244,7 @@ def _continued_text(body: Mapping[str, Any]) -> str:
 
 
 def prompt_digest(sim_seed: int, body: Mapping[str, Any]) -> bytes:
-    """A 16-byte BLAKE2b key of everything a reply may depend on except sampling (module docstring).
-
-    Covers the simulator's seed, each message's role and text up to and including the first user message,
-    and the final message when ``continue_final_message`` is set.
-    """
+    """A 16-byte BLAKE2b of everything a reply depends on but sampling (module docstring)."""
     h = hashlib.blake2b(str(sim_seed).encode(), digest_size=16)
     messages = body.get("messages") or ()
     for m in _prefix(messages):
@@ -304,13 +256,7 @@ def prompt_digest(sim_seed: int, body: Mapping[str, Any]) -> bytes:
 
 
 def choice_rng(digest: bytes, body: Mapping[str, Any], choice_index: int) -> random.Random:
-    """The random stream of choice ``choice_index`` (module docstring, "Determinism").
-
-    Args:
-        digest: :func:`prompt_digest` of the request.
-        body: The request; its ``temperature`` (default 1) and ``seed`` are read.
-        choice_index: 0-based index among the ``n`` choices.
-    """
+    """The random stream of choice ``choice_index``, from :func:`prompt_digest` and the body's sampling fields."""
     temperature = body.get("temperature")
     if isinstance(temperature, int | float) and temperature <= 0:
         return random.Random(int.from_bytes(digest, "little"))
@@ -319,17 +265,17 @@ def choice_rng(digest: bytes, body: Mapping[str, Any], choice_index: int) -> ran
 
 
 def format_critic(score: str, reason: str) -> str:
-    """The critic reply text ``{"score": <score>, "reason": "<reason>"}`` (``score`` already as JSON text)."""
+    """``{"score": <score>, "reason": "<reason>"}``, ``score`` already JSON text."""
     return f'{{"score": {score}, "reason": {orjson.dumps(reason).decode()}}}'
 
 
 def format_labels(labels: Sequence[int]) -> str:
-    """The hindsight reply text ``{"labels": [1, 0, ...]}``."""
+    """``{"labels": [1, 0, ...]}``."""
     return '{"labels": [' + ", ".join(str(x) for x in labels) + "]}"
 
 
 def critic_reply(rng: random.Random, repeated: bool) -> str:
-    """A critic reply: score from Beta(4, 2.5), or Beta(1.5, 4) for a flagged repeat; 3 decimals."""
+    """A critic reply: score from Beta(4, 2.5), or Beta(1.5, 4) for a flagged repeat, 3 decimals."""
     a, b = _REPEATED_BETA if repeated else _CRITIC_BETA
     score = round(rng.betavariate(a, b), 3)
     reason = _REPEATED_REASON if repeated else rng.choice(_REASONS)
@@ -337,23 +283,23 @@ def critic_reply(rng: random.Random, repeated: bool) -> str:
 
 
 def confidence_number(rng: random.Random) -> int:
-    """A stated confidence in 0..100: the critic's score distribution (Beta(4, 2.5)) times 100, rounded."""
+    """A stated confidence in 0..100: 100 times a draw of Beta(4, 2.5), rounded."""
     return round(100 * rng.betavariate(*_CRITIC_BETA))
 
 
 def cot_reply(rng: random.Random) -> str:
-    """A CoT reply: two filler sentences, then the final line ``Confidence: <n>``."""
+    """Two filler sentences, then ``Confidence: <n>``."""
     sentences = [" ".join(rng.choice(_FILLER) for _ in range(rng.randint(5, 9))).capitalize() + "." for _ in "ab"]
     return f"{' '.join(sentences)}\nConfidence: {confidence_number(rng)}"
 
 
 def labels_reply(rng: random.Random, n_labels: int) -> str:
-    """A hindsight reply with ``n_labels`` labels, each 1 with probability :data:`LABEL_POSITIVE_RATE`."""
+    """A hindsight reply of ``n_labels`` labels, each 1 with probability :data:`LABEL_POSITIVE_RATE`."""
     return format_labels([1 if rng.random() < LABEL_POSITIVE_RATE else 0 for _ in range(n_labels)])
 
 
 def text_reply(rng: random.Random, body: Mapping[str, Any]) -> str:
-    """A free-text reply: ``True``/``False`` for a question naming both, else a short filler sentence."""
+    """``True``/``False`` for a question naming both, else a filler sentence."""
     question = _first_user_text(body)
     if "True" in question and "False" in question:
         text = "True" if rng.random() < TRUE_RATE else "False"
@@ -367,7 +313,7 @@ def text_reply(rng: random.Random, body: Mapping[str, Any]) -> str:
 
 
 def default_replier(body: dict[str, Any], choice_index: int, rng: random.Random) -> str:
-    """The simulator's :data:`Replier`: dispatch on :func:`classify` (module docstring)."""
+    """The simulator's :data:`Replier`: dispatch on :func:`classify`."""
     plan = classify(body)
     if plan.kind == "critic":
         return critic_reply(rng, plan.repeated)
@@ -381,7 +327,7 @@ def default_replier(body: dict[str, Any], choice_index: int, rng: random.Random)
 
 
 def _opposite(token: str) -> str | None:
-    """The other answer of a True/False or Yes/No token, in the same case and with the same spacing."""
+    """The other answer of a True/False or Yes/No token, same case and spacing."""
     core = token.lstrip()
     lead = token[: len(token) - len(core)]
     word = core.rstrip(_STRIP)
@@ -400,20 +346,14 @@ def _logprob_entry(token: str, logprob: float) -> dict[str, Any]:
 
 
 def completion_logprobs(text: str, top_k: int, rng: random.Random) -> dict[str, Any]:
-    """OpenAI's ``choices[i].logprobs`` for a reply ``text``, with synthetic values.
+    """OpenAI's ``choices[i].logprobs`` for ``text`` with synthetic values, one entry per toy token.
 
-    One entry per toy token of ``text`` (:func:`ceb.sim.tokenizer.tokenize`). A token's log-probability is
-    ``-Exp(mean 0.3)`` nats; its ``top_logprobs`` list it first, then ``top_k - 1`` filler alternatives with
-    strictly lower values. A True/False (or Yes/No) token gets probability ``p ~ U(0.5, 0.99)`` and, when
-    ``top_k >= 2``, the other answer second with probability ``1 - p``, so P(True) can be read off.
-
-    Args:
-        text: The reply text.
-        top_k: Alternatives per token, 0 to 20.
-        rng: Seeded stream for the values.
+    A token's log-probability is ``-Exp(mean 0.3)`` nats, its ``top_logprobs`` it first, then ``top_k - 1`` (0 to 20)
+    lower alternatives. A True/False or Yes/No token gets ``p ~ U(0.5, 0.99)`` and the other answer second with ``1 -
+    p``, so P(True) can be read off.
 
     Returns:
-        ``{"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}``.
+        ``{"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}``.
     """
     content = []
     n_alt = len(_ALTERNATIVES)
@@ -445,21 +385,11 @@ def completion_logprobs(text: str, top_k: int, rng: random.Random) -> dict[str, 
 
 
 def prompt_logprobs(tokens: Sequence[str], top_k: int, rng: random.Random) -> list[dict[str, dict[str, Any]] | None]:
-    """The ``prompt_logprobs`` (a vLLM extension) of a prompt of ``tokens``, with synthetic values.
+    """The ``prompt_logprobs`` (vLLM's) of a prompt of ``tokens``, synthetic, shape ``(len(tokens),)``.
 
-    Entry 0 is ``None`` (nothing precedes the first token). Entry ``i`` maps token ids (as strings, as in
-    vLLM's JSON) to ``{"logprob", "rank", "decoded_token"}``: the prompt's own token ``tokens[i]`` always and
-    listed first, as vLLM lists it, at rank 1 with probability 0.6, else at a rank ``2 + floor(Exp(mean 2))``;
-    then filler alternatives for the other ranks up to ``top_k``, by rank. Log-probabilities fall strictly
-    with rank.
-
-    Args:
-        tokens: The prompt's toy tokens.
-        top_k: Ranks to fill, 0 to 20.
-        rng: Seeded stream for the values.
-
-    Returns:
-        One entry per token, shape ``(len(tokens),)``.
+    Entry 0 is ``None``. Entry ``i`` maps token ids (strings) to ``{"logprob", "rank", "decoded_token"}``: the prompt's
+    own token first, as vLLM lists it, at rank 1 with probability 0.6, else ``2 + floor(Exp(mean 2))``; then
+    alternatives for the other ranks up to ``top_k`` (0 to 20). Log-probabilities fall with rank.
     """
     out: list[dict[str, dict[str, Any]] | None] = [None] if tokens else []
     n_alt = len(_ALTERNATIVES)

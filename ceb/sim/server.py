@@ -1,39 +1,22 @@
-"""A SIMULATED OpenAI-compatible server that behaves like a vLLM server under load. It is not a model.
+"""A SIMULATED OpenAI-compatible server behaving like a vLLM server under load. It is not a model.
 
-Its replies are seeded stand-ins (:mod:`ceb.sim.replies`): well-formed critic scores and hindsight labels with
-no judgement behind them. It exists for benchmarks of the pipeline and the client, and for tests of the
-failure paths; it is never a default for scoring. Everything it serves says so: the model id and ``owned_by``
-are ``ceb-simulator``, every completion carries ``system_fingerprint: "ceb-simulator"``, every response the
-header ``X-CEB-Simulator: 1``, and the start-up log line says it is not a model.
+Its replies are seeded stand-ins (:mod:`ceb.sim.replies`), for benchmarks and failure-path tests, never for scoring;
+everything it serves says so (model id and ``owned_by`` ``ceb-simulator``, ``system_fingerprint``, the
+``X-CEB-Simulator: 1`` header, the start-up log line).
 
-Load model:
-    At most ``max_num_seqs`` requests are in service at once, as in vLLM's running batch; later arrivals
-    wait in a first-in first-out queue, as in vLLM's waiting queue. A request's service time, in seconds, is
+Load model: at most ``max_num_seqs`` requests in service, later ones in a FIFO queue (vLLM's running batch and waiting
+queue). A request is served in ``time_scale * (overhead_s + prompt_tokens / prefill_tok_s + completion_tokens *
+decode_s_per_token)`` seconds, in toy tokens (:mod:`ceb.sim.tokenizer`), ``completion_tokens`` the longest choice's;
+latency grows with load through queueing alone. Not modelled: prefix caching, chunked prefill, preemption, KV-cache
+limits, the extra sequences of ``n > 1``. Faults (:mod:`ceb.sim.faults`): a 429 or 500 is sent at once; a stall waits
+``stall_s`` wall-clock seconds before queueing, holding no slot.
 
-        ``time_scale * (overhead_s + prompt_tokens / prefill_tok_s + completion_tokens * decode_s_per_token)``
-
-    where ``prompt_tokens`` counts the rendered chat and ``completion_tokens`` the longest of the ``n``
-    choices (choices decode side by side), both in the toy tokens of :mod:`ceb.sim.tokenizer` (also reported
-    in ``usage``). Each request in service runs at that speed whatever the batch size: latency grows with load
-    through queueing alone, not through a slower batch. ``time_scale = 0`` serves with no simulated delay,
-    to measure a client's own overhead. Not modelled: prefix caching, chunked prefill, preemption, KV-cache
-    limits, and the extra sequences vLLM spends on ``n > 1`` (here a request takes one slot whatever its ``n``).
-
-Faults (:mod:`ceb.sim.faults`) are drawn per arrival from a schedule seeded apart from the replies. An
-HTTP 429 or 500 is sent at once, without queueing; a stall hangs for ``stall_s`` wall-clock seconds before
-queueing and holds no slot meanwhile (a lost request, not a busy engine).
-
-Endpoints:
-    ``POST /v1/chat/completions``: ``n``, ``temperature``, ``seed``, ``max_completion_tokens`` /
-    ``max_tokens`` (a longer reply is cut, ``finish_reason: "length"``), ``response_format`` (json_schema),
-    ``logprobs`` / ``top_logprobs`` (up to 20), and vLLM's ``structured_outputs``, ``guided_json``,
-    ``prompt_logprobs`` (up to 20), ``echo``, ``add_generation_prompt``, ``continue_final_message``.
-    ``stream`` is refused (400). A ``model`` other than the configured one gets a 404, as from vLLM.
-    ``GET /v1/models``: the one model, with its ``root``. ``GET /version``: ``{"version": "ceb-simulator"}``, as
-    vLLM reports its own. ``POST /tokenize``: vLLM's tokenizer endpoint, with the toy tokenizer
-    (``token_strs`` only when ``return_token_strs`` is true, as in vLLM). ``GET /health``.
-    ``GET /sim/stats``: the configuration and :class:`SimStats`. ``POST /sim/reset``: zero the statistics and
-    restart the fault schedule (arrival numbers start again from 0).
+Endpoints: ``POST /v1/chat/completions`` (``n``, ``temperature``, ``seed``, ``max_completion_tokens`` / ``max_tokens``
+with ``finish_reason: "length"``, ``response_format``, ``logprobs`` / ``top_logprobs`` up to 20, vLLM's
+``structured_outputs``, ``guided_json``, ``prompt_logprobs`` up to 20, ``echo``, ``add_generation_prompt``,
+``continue_final_message``; ``stream`` is refused, another ``model`` is a 404); ``GET /v1/models``; ``GET /version``;
+vLLM's ``POST /tokenize``; ``GET /health``; ``GET /sim/stats``; ``POST /sim/reset`` (zero the statistics, restart the
+fault schedule).
 """
 
 from __future__ import annotations
@@ -43,7 +26,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, NoReturn
 
 import anyio
@@ -81,23 +64,12 @@ log = structlog.get_logger(__name__)
 
 @dataclass
 class SimStats:
-    """What the simulator has seen since it started or was last reset. Durations are wall-clock seconds.
+    """What the simulator has seen since it started or was reset; durations in wall-clock seconds, tokens toy ones.
 
-    Attributes:
-        requests: Chat-completions requests received (refused and faulted ones included).
-        by_status: Responses per HTTP status (``"200"``, ``"429"``, ...); ``"closed"`` for connections closed
-            without an answer.
-        faults: Injected faults per :data:`~ceb.sim.faults.FaultKind`.
-        by_kind: Answered requests per reply kind (``critic``, ``labels``, ``text``).
-        tokenize_requests: ``POST /tokenize`` requests.
-        prompt_tokens: Toy tokens of the prompts served.
-        completion_tokens: Toy tokens generated, all choices.
-        in_service: Requests in service now.
-        queued: Requests waiting for a slot now.
-        max_in_service: Highest ``in_service`` seen (at most ``max_num_seqs``).
-        max_queue_len: Highest ``queued`` seen.
-        busy_s: Seconds requests spent in service, summed over requests.
-        queue_s: Seconds requests spent waiting for a slot, summed over requests.
+    ``requests`` counts every chat request (refused and faulted ones too); ``by_status`` the responses per status
+    (``"closed"``: closed unanswered); ``faults`` per :data:`~ceb.sim.faults.FaultKind`; ``by_kind`` the answered
+    requests per reply kind. ``in_service`` and ``queued`` are now, ``max_*`` their highs; ``busy_s`` and ``queue_s``
+    sum the time in service and waiting for a slot.
     """
 
     requests: int = 0
@@ -115,32 +87,14 @@ class SimStats:
     queue_s: float = 0.0
 
     def reset(self) -> None:
-        """Zero every total; the current ``in_service`` and ``queued`` stay (requests still in flight)."""
-        self.requests = self.tokenize_requests = self.prompt_tokens = self.completion_tokens = 0
-        self.by_status = {}
-        self.faults = {}
-        self.by_kind = {}
-        self.max_in_service = self.in_service
-        self.max_queue_len = self.queued
-        self.busy_s = self.queue_s = 0.0
+        """Zero every total; ``in_service`` and ``queued`` stay (requests still in flight)."""
+        in_service, queued = self.in_service, self.queued
+        fresh = SimStats(in_service=in_service, queued=queued, max_in_service=in_service, max_queue_len=queued)
+        self.__dict__.update(fresh.__dict__)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready copy."""
-        return {
-            "requests": self.requests,
-            "by_status": dict(self.by_status),
-            "faults": dict(self.faults),
-            "by_kind": dict(self.by_kind),
-            "tokenize_requests": self.tokenize_requests,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "in_service": self.in_service,
-            "queued": self.queued,
-            "max_in_service": self.max_in_service,
-            "max_queue_len": self.max_queue_len,
-            "busy_s": self.busy_s,
-            "queue_s": self.queue_s,
-        }
+        return asdict(self)
 
 
 class _BadRequest(Exception):
@@ -196,12 +150,18 @@ def _template_flags(body: Mapping[str, Any]) -> tuple[bool, bool]:
     return add_generation_prompt, continue_final_message
 
 
-def _parse_chat(body: Any, config: SimConfig) -> _Chat:
+def _checked(body: Any, config: SimConfig) -> dict[str, Any]:
+    """``body`` if it is an object naming no other model; else :class:`_BadRequest` (a 404 for the model)."""
     if not isinstance(body, dict):
         raise _BadRequest("the request body must be a JSON object")
     model = body.get("model")
     if model is not None and model != config.model:
         raise _BadRequest(f"The model `{model}` does not exist.", status=404, param="model")
+    return body
+
+
+def _parse_chat(body: Any, config: SimConfig) -> _Chat:
+    body = _checked(body, config)
     if body.get("stream"):
         raise _BadRequest("the ceb simulator does not stream; send `stream: false`", param="stream")
     messages = _messages(body)
@@ -239,19 +199,10 @@ def _json(payload: Any, *, status: int = 200, headers: Mapping[str, str] | None 
 
 
 class SimServer:
-    """The simulated server; see the module docstring. Start it with :func:`serve_sim` or :meth:`start`.
+    """The simulated server (module docstring); start it with :func:`serve_sim` or :meth:`start`; ``stats`` are live.
 
-    Args:
-        config: Load model, seed and fault rates; ``SimConfig()`` when ``None``.
-        replier: Replaces :func:`~ceb.sim.replies.default_replier` for every choice. Injected content faults
-            (wrong label count, bad score) still use the default reply formats.
-        host: Interface to bind; loopback unless asked otherwise.
-        port: TCP port; 0 picks a free one.
-
-    Attributes:
-        config: The configuration in use.
-        replier: The reply function in use.
-        stats: Live statistics (:class:`SimStats`), also at ``GET /sim/stats``.
+    ``config`` defaults to ``SimConfig()``; ``replier`` replaces :func:`~ceb.sim.replies.default_replier` (injected
+    content faults keep the default formats); ``port`` 0 picks a free one.
     """
 
     def __init__(
@@ -276,34 +227,30 @@ class SimServer:
 
     @property
     def port(self) -> int:
-        """The bound TCP port.
-
-        Raises:
-            RuntimeError: The server is not started.
-        """
+        """The bound TCP port; :class:`RuntimeError` before :meth:`start`."""
         if self._port is None:
             raise RuntimeError("the simulator is not started")
         return self._port
 
     @property
     def url(self) -> str:
-        """``http://<host>:<port>``, the server root (where ``/tokenize`` and ``/sim/stats`` are)."""
+        """``http://<host>:<port>``, the server root."""
         host = "127.0.0.1" if self._host in ("", "0.0.0.0") else "::1" if self._host == "::" else self._host
         shown = f"[{host}]" if ":" in host else host
         return f"http://{shown}:{self.port}"
 
     @property
     def base_url(self) -> str:
-        """``http://<host>:<port>/v1``, the ``base_url`` to give an OpenAI client."""
+        """``http://<host>:<port>/v1``, an OpenAI client's ``base_url``."""
         return f"{self.url}/v1"
 
     @property
     def bound_addresses(self) -> list[Any]:
-        """The socket addresses listened on (``(host, port)`` tuples for IPv4)."""
+        """The socket addresses listened on."""
         return list(self._runner.addresses) if self._runner is not None else []
 
     async def start(self) -> None:
-        """Bind ``host:port`` and start serving in the running event loop."""
+        """Bind ``host:port`` and serve in the running event loop."""
         self._slots = anyio.Semaphore(self.config.max_num_seqs, fast_acquire=True)
         self._closing = anyio.Event()
         app = web.Application(client_max_size=64 * 2**20)
@@ -324,7 +271,7 @@ class SimServer:
         log.info("sim_server_started", base_url=self.base_url, model=self.config.model, note=_NOTE)
 
     async def stop(self) -> None:
-        """End pending stalls and service times, then close every connection and the listening socket."""
+        """End pending stalls and service times, then close every connection and the socket."""
         if self._closing is not None:
             self._closing.set()
         if self._runner is not None:
@@ -332,14 +279,12 @@ class SimServer:
             self._runner = None
 
     def reset_stats(self) -> None:
-        """Zero the statistics and restart the fault schedule at arrival 0 (as ``POST /sim/reset``)."""
+        """Zero the statistics and restart the fault schedule at arrival 0."""
         self.stats.reset()
         self._arrivals = 0
 
-    # -- load model --------------------------------------------------------------------------------------
-
     def service_seconds(self, prompt_tokens: int, completion_tokens: int) -> float:
-        """Service time in seconds of a request of that size (module docstring, "Load model")."""
+        """Service time in seconds of a request of that size (module docstring)."""
         c = self.config
         if c.time_scale == 0:
             return 0.0
@@ -354,7 +299,7 @@ class SimServer:
             await self._closing.wait()
 
     async def _serve(self, seconds: float) -> None:
-        """Wait for a slot (FIFO), hold it for ``seconds``, and account both waits."""
+        """Wait for a slot (FIFO), hold it ``seconds``, and account both waits."""
         slots = self._slots
         if slots is None:
             raise RuntimeError("the simulator is not started")
@@ -379,8 +324,6 @@ class SimServer:
             stats.in_service -= 1
             slots.release()
             stats.busy_s += time.perf_counter() - got
-
-    # -- handlers ----------------------------------------------------------------------------------------
 
     def _count(self, status: int | str) -> None:
         key = str(status)
@@ -445,7 +388,7 @@ class SimServer:
         return web.Response(body=payload, content_type="application/json")
 
     def _close(self, request: web.Request) -> NoReturn:
-        """Drop the connection without an answer (the stall variant that never answers)."""
+        """Drop the connection without an answer."""
         self._count("closed")
         if request.transport is not None:
             request.transport.close()
@@ -455,7 +398,7 @@ class SimServer:
     def _completion(
         self, chat: _Chat, plan: ReplyPlan, fault: Fault | None, arrival: int, prompt_tokens: int
     ) -> tuple[dict[str, Any], int]:
-        """The completion body, and the longest choice's generated tokens."""
+        """The completion body and the longest choice's generated tokens."""
         body = chat.body
         digest = prompt_digest(self.config.seed, body)
         role = "assistant" if chat.add_generation_prompt else str(chat.messages[-1].get("role", "assistant"))
@@ -559,18 +502,12 @@ class SimServer:
         return _json({"object": "list", "data": [model]})
 
     async def _version(self, request: web.Request) -> web.Response:
-        """The ``GET /version`` of vLLM: ``{"version": ...}``, here the simulator's label."""
         return _json({"version": SIMULATOR_ID})
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         self.stats.tokenize_requests += 1
         try:
-            body = orjson.loads(await request.read())
-            if not isinstance(body, dict):
-                raise _BadRequest("the request body must be a JSON object")
-            model = body.get("model")
-            if model is not None and model != self.config.model:
-                raise _BadRequest(f"The model `{model}` does not exist.", status=404, param="model")
+            body = _checked(orjson.loads(await request.read()), self.config)
             if "messages" in body:
                 add_generation_prompt, continue_final_message = _template_flags(body)
                 tokens = chat_tokens(
@@ -621,20 +558,7 @@ async def serve_sim(
     port: int = 0,
     replier: Replier | None = None,
 ) -> AsyncIterator[SimServer]:
-    """Run a :class:`SimServer` for the duration of the ``async with`` block.
-
-    Args:
-        config: Load model, seed and fault rates; ``SimConfig()`` when ``None``.
-        host: Interface to bind (loopback by default).
-        port: TCP port; 0 picks a free one (see ``server.base_url``).
-        replier: Replaces the default replies (see :class:`SimServer`).
-
-    Yields:
-        The started server.
-
-    Raises:
-        OSError: The address cannot be bound.
-    """
+    """Run a :class:`SimServer` for the ``async with`` block; :class:`OSError` when the address cannot be bound."""
     server = SimServer(config, replier=replier, host=host, port=port)
     await server.start()
     try:
@@ -651,18 +575,7 @@ def run_sim_server(
     replier: Replier | None = None,
     on_started: Callable[[SimServer], None] | None = None,
 ) -> None:
-    """Serve until interrupted (Ctrl-C): the blocking entry point of ``run.py sim-server``.
-
-    Args:
-        config: Load model, seed and fault rates; ``SimConfig()`` when ``None``.
-        host: Interface to bind.
-        port: TCP port.
-        replier: Replaces the default replies.
-        on_started: Called with the started server (to print where it listens).
-
-    Raises:
-        OSError: The address cannot be bound.
-    """
+    """Serve until Ctrl-C (``ceb sim-server``), calling ``on_started`` with the started server."""
 
     async def main() -> None:
         async with serve_sim(config, host, port, replier) as server:

@@ -7,28 +7,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 __all__ = ["FAULT_RATE_FIELDS", "SIMULATOR_ID", "SimConfig"]
 
 SIMULATOR_ID = "ceb-simulator"
-"""The label the simulator puts on everything it serves: model id, ``owned_by``, ``system_fingerprint``."""
-
-FAULT_RATE_FIELDS = (
-    "rate_429",
-    "rate_500",
-    "rate_stall",
-    "rate_malformed_body",
-    "rate_malformed_content",
-    "rate_wrong_label_count",
-    "rate_bad_score",
-)
-"""The :class:`SimConfig` fields that are fault probabilities, in the order the fault draw tests them."""
+"""The label on everything the simulator serves: model id, ``owned_by``, ``system_fingerprint``."""
 
 
 class SimConfig(BaseModel):
-    """How the simulated OpenAI-compatible server behaves (see :mod:`ceb.sim.server` for the load model).
-
-    Every field is a ``ceb sim-server`` option (:mod:`ceb.cli.sim_server`).
+    """How the simulated server behaves (load model: :mod:`ceb.sim.server`); each field is a ``ceb sim-server`` option.
 
     Raises:
-        ValueError: pydantic's ``ValidationError``: a count or duration out of range, a rate outside [0, 1], or
-            rates summing above 1 (at most one fault is drawn per request).
+        ValueError: pydantic's ``ValidationError``: a value out of range, or rates summing above 1 (one fault per
+            request at most).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
@@ -84,9 +71,13 @@ class SimConfig(BaseModel):
         return self
 
     def fault_rates(self) -> dict[str, float]:
-        """``{field name: probability}`` of every fault rate, in the order of :data:`FAULT_RATE_FIELDS`."""
+        """``{field name: probability}`` in the order of :data:`FAULT_RATE_FIELDS`."""
         return {name: float(getattr(self, name)) for name in FAULT_RATE_FIELDS}
 
     def to_dict(self) -> dict[str, object]:
-        """Every field by name, for ``GET /sim/stats`` and for recording next to benchmark results."""
+        """Every field by name (``GET /sim/stats``, benchmark records)."""
         return self.model_dump()
+
+
+FAULT_RATE_FIELDS = tuple(name for name in SimConfig.model_fields if name.startswith("rate_"))
+"""The fault-probability fields of :class:`SimConfig` in declaration order, the order the fault draw lays them out."""
