@@ -34,7 +34,7 @@ import re
 import shlex
 import sys
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -56,6 +56,9 @@ __all__ = [
     "Command",
     "config_field",
     "config_option",
+    "config_overrides",
+    "endpoint_options",
+    "model_config",
     "engine_words",
     "err",
     "fail",
@@ -232,18 +235,20 @@ def _first_sentence(doc: str) -> str:
     return first.replace("``", "")
 
 
-def config_option(path: str, *flags: str, help: str | None = None, base: object = None, **kwargs: Any) -> Any:
-    """A ``typer.Option`` that overrides the config setting at ``path``; its help shows that setting's default.
+def config_option(
+    path: str, *flags: str, help: str | None = None, base: object = None, convert: Any = None, **kwargs: Any
+) -> Any:
+    """A ``typer.Option`` bound to the config setting at ``path``; its help shows that setting's default.
 
     The option's own default stays ``None`` (the config file, else the field's default, decides), so the help's
-    "(default: X)" is read from the field and cannot drift from it. ``help`` must not state a default of its own.
+    "(default: X)" is read from the field and cannot drift from it. :func:`config_overrides` reads the binding.
 
     Args:
         path: Dotted field of :class:`~ceb.config.RunConfig`, e.g. ``"ceb.votes"``.
         *flags: The option's names, when not derived from the parameter name.
-        help: The help text; by default the first sentence of the field's docstring.
-        base: The command's own default for the setting, when it gives :func:`~ceb.config.load_config` one
-            (its ``base``) in place of the field's: shown instead (``None``: the field's).
+        help: The help text, stating no default (by default the first sentence of the field's docstring).
+        base: The command's own default for the setting, shown instead of the field's; ``False``: none shown.
+        convert: Makes a given value the field's (``--methods a,b`` -> a tuple); ``None``: taken as given.
         **kwargs: Further ``typer.Option`` arguments (``min``, ``rich_help_panel``...).
 
     Raises:
@@ -252,23 +257,50 @@ def config_option(path: str, *flags: str, help: str | None = None, base: object 
     field = config_field(path)
     text = help if help is not None else _first_sentence(field.description or "")
     default = field.default if base is None else base
-    if default is not None:
+    if default is not None and default is not False:
         text = f"{text.rstrip('.')} (default: {_shown(default)})."
-    return typer.Option(*flags, help=text, **kwargs)
+    option = typer.Option(*flags, help=text, **kwargs)
+    option.config_path, option.convert = path, convert
+    return option
+
+
+def config_overrides(command: Any, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The nested overrides of :func:`~ceb.config.load_config` that ``command``'s :func:`config_option` set.
+
+    Args:
+        command: The command function, whose options bind config paths.
+        values: Its parameters' values by name (``locals()`` on entry); ``None``: not given.
+    """
+    overrides: dict[str, Any] = {}
+    for name, hint in typing.get_type_hints(command, include_extras=True).items():
+        option = next((m for m in getattr(hint, "__metadata__", ()) if hasattr(m, "config_path")), None)
+        if option is None or name not in values:
+            continue
+        *sections, field = option.config_path.split(".")
+        section = overrides
+        for key in sections:
+            section = section.setdefault(key, {})
+        value = values[name]
+        section[field] = option.convert(value) if option.convert and value is not None else value
+    return overrides
 
 
 ENDPOINT_PANEL = "Endpoint"
-"""The help panel of the options that name the endpoint (``score``, ``grid`` through its file, ``relabel``)."""
+"""The help panel of the endpoint option group (:func:`endpoint_options`)."""
 
 BaseUrl = Annotated[
     str | None,
-    typer.Option(
-        "--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1", rich_help_panel=ENDPOINT_PANEL
+    config_option(
+        "backend.base_url",
+        "--base-url",
+        help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1",
+        rich_help_panel=ENDPOINT_PANEL,
     ),
 ]
 ModelName = Annotated[
     str | None,
-    typer.Option(
+    config_option(
+        "backend.model",
         "--model",
         help="Model name at the endpoint; left out, the one model its /models lists. With --backend vllm the "
         "model directory.",
@@ -290,24 +322,62 @@ MaxConcurrency = Annotated[
         rich_help_panel=ENDPOINT_PANEL,
     ),
 ]
-"""The endpoint options that ``score``, ``relabel`` and ``regenerate`` share, declared once."""
+
+MODEL_BACKEND = (
+    "openai (an endpoint) or vllm (a vLLM engine in this process); default: the config's backend, else openai."
+)
+"""``--backend`` of a command whose stage needs a language model (:func:`model_config`)."""
 
 
-def model_config(
-    command: str,
-    config: Path | None,
-    *,
-    backend: str | None,
-    base_url: str | None,
-    model: str | None,
-    api_key_env: str | None,
-    max_concurrency: int | None,
-    prompt_dir: Path | None,
-) -> RunConfig:
+def endpoint_options(
+    backend_help: str = MODEL_BACKEND, *, base: object = False, panel: str | None = ENDPOINT_PANEL
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A decorator: the command's ``endpoint`` parameter becomes the endpoint option group, declared once.
+
+    The group is ``--backend``, ``--base-url``, ``--model``, ``--api-key-env`` and ``--max-concurrency`` (panel
+    :data:`ENDPOINT_PANEL`), in the parameter's place; the command gets ``endpoint``, the ``backend`` section of
+    its overrides (:func:`config_overrides`; ``None``: not given).
+
+    Args:
+        backend_help: The help of ``--backend``.
+        base: Passed to :func:`config_option` for ``--backend`` (``False``: no default shown; ``None``: the field's).
+        panel: The help panel of ``--backend`` (``None``: the first screen's).
+    """
+    backend = Annotated[
+        str | None,
+        config_option("backend.name", "--backend", help=backend_help, base=base, rich_help_panel=panel),
+    ]
+    group = {"backend": backend, "base_url": BaseUrl, "model": ModelName, "api_key_env": ApiKeyEnv}
+    group["max_concurrency"] = MaxConcurrency
+
+    def decorate(run: Callable[..., Any]) -> Callable[..., Any]:
+        hints = typing.get_type_hints(run, include_extras=True)
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in inspect.signature(run).parameters.values()]
+        at = [p.name for p in params].index("endpoint")
+        options = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=hint)
+            for name, hint in group.items()
+        ]
+        own = [p.replace(annotation=hints[p.name]) for p in params if p.name != "endpoint"]
+        signature = [*own[:at], *options, *own[at:]]
+
+        def command(**given: Any) -> Any:
+            values = {name: given.pop(name) for name in group}
+            return run(endpoint=config_overrides(command, values)["backend"], **given)
+
+        command.__signature__ = inspect.Signature(signature)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in signature}
+        command.__doc__, command.__name__, command.__module__ = run.__doc__, run.__name__, run.__module__
+        return command
+
+    return decorate
+
+
+def model_config(command: str, config: Path | None, overrides: dict[str, Any]) -> RunConfig:
     """The settings of a command whose stage needs a language model (``relabel``'s judge, ``regenerate``'s actor).
 
-    The config file with the endpoint options and ``--prompt-dir`` over it. With no backend chosen anywhere (the
-    default is ``offline``) the model is an endpoint, ``openai``, as ``ceb doctor`` assumes.
+    The config file with ``overrides`` over it. With no backend chosen anywhere (the default is ``offline``) the
+    model is an endpoint, ``openai``, as ``ceb doctor`` assumes.
 
     Raises:
         CEBError: ``--backend offline`` was given, which has no model (through :func:`fail`: one line, exit 2),
@@ -315,20 +385,12 @@ def model_config(
     """
     from ceb.config import load_config
 
-    endpoint = {
-        "name": backend,
-        "base_url": base_url,
-        "model": model,
-        "api_key_env": api_key_env,
-        "max_concurrency": max_concurrency,
-    }
-    prompts = {"prompt_dir": prompt_dir}
-    cfg = load_config(config, {"backend": endpoint, "prompts": prompts})
+    cfg = load_config(config, overrides)
     if cfg.backend.name != "offline":
         return cfg
-    if backend is not None:
+    if overrides["backend"].get("name") is not None:
         raise fail(f"ceb {command} needs a language model: --backend offline has none; use openai or vllm")
-    return load_config(config, {"backend": endpoint | {"name": "openai"}, "prompts": prompts})
+    return load_config(config, overrides | {"backend": overrides["backend"] | {"name": "openai"}})
 
 
 Limit = Annotated[

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 import typer
 
 from ceb.cli._common import (
-    ENDPOINT_PANEL,
-    ApiKeyEnv,
-    BaseUrl,
-    MaxConcurrency,
-    ModelName,
+    config_option,
+    config_overrides,
+    endpoint_options,
     fail,
     judged_outcome,
     model_config,
@@ -23,6 +21,7 @@ from ceb.cli._common import (
 __all__ = ["label"]
 
 
+@endpoint_options()
 def label(
     stream: Annotated[Path, typer.Argument(help="A stream without step labels (ceb convert chat or inspect).")],
     out_file: Annotated[
@@ -35,20 +34,10 @@ def label(
             "ceb.votes and hindsight section decide the votes (flags override its backend for the judge)."
         ),
     ] = None,
-    backend: Annotated[
-        str | None,
-        typer.Option(
-            "--backend",
-            help="openai (an endpoint) or vllm (a vLLM engine in this process); default: the config's, else openai.",
-            rich_help_panel=ENDPOINT_PANEL,
-        ),
-    ] = None,
-    base_url: BaseUrl = None,
-    model: ModelName = None,
-    api_key_env: ApiKeyEnv = None,
-    max_concurrency: MaxConcurrency = None,
+    endpoint: dict[str, Any] | None = None,
     prompt_dir: Annotated[
-        Path | None, typer.Option(help="Directory of replacement prompt templates (hindsight_*.j2).")
+        Path | None,
+        config_option("prompts.prompt_dir", help="Directory of replacement prompt templates (hindsight_*.j2)."),
     ] = None,
     allow_self_judge: Annotated[
         bool,
@@ -78,16 +67,7 @@ def label(
     from ceb.data import read_stream
     from ceb.logs import register_secret_env
 
-    cfg = model_config(
-        "label",
-        config,
-        backend=backend,
-        base_url=base_url,
-        model=model,
-        api_key_env=api_key_env,
-        max_concurrency=max_concurrency,
-        prompt_dir=prompt_dir,
-    )
+    cfg = model_config("label", config, {"backend": endpoint} | config_overrides(label, locals()))
     if out_file.exists() and out_file.resolve() == stream.resolve():
         raise fail(f"{out_file}: --out is the input stream; label writes a new file and never modifies its input")
     if out_file.is_dir():

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ceb.cli._common import (
-    ENDPOINT_PANEL,
     EXIT_FAILED,
-    ApiKeyEnv,
-    BaseUrl,
-    MaxConcurrency,
-    ModelName,
+    config_option,
+    config_overrides,
+    endpoint_options,
     err,
     model_config,
     out,
@@ -26,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["regenerate"]
 
 
+@endpoint_options()
 def regenerate(
     run_dir: Annotated[Path, typer.Argument(help="A run directory scored by `ceb score` or `ceb grid`.")],
     out_dir: Annotated[
@@ -58,22 +57,13 @@ def regenerate(
         ),
     ] = None,
     config: Annotated[Path | None, typer.Option(help="TOML or JSON config file (flags override it).")] = None,
-    backend: Annotated[
-        str | None,
-        typer.Option(
-            "--backend",
-            help="The actor: openai (an endpoint) or vllm (a vLLM engine in this process) "
-            "(default: the config's backend, else openai).",
-            rich_help_panel=ENDPOINT_PANEL,
-        ),
-    ] = None,
-    base_url: BaseUrl = None,
-    model: ModelName = None,
-    api_key_env: ApiKeyEnv = None,
-    max_concurrency: MaxConcurrency = None,
+    endpoint: dict[str, Any] | None = None,
     prompt_dir: Annotated[
         Path | None,
-        typer.Option(help="Directory of replacement prompt templates (regenerate_system.j2, regenerate_user.j2)."),
+        config_option(
+            "prompts.prompt_dir",
+            help="Directory of replacement prompt templates (regenerate_system.j2, regenerate_user.j2).",
+        ),
     ] = None,
 ) -> None:
     """Re-predict each method's lowest-confidence steps once with a fixed critique and re-measure correctness.
@@ -94,16 +84,7 @@ def regenerate(
     from ceb.eval.render import to_markdown
     from ceb.pipeline.regenerate import DEFAULT_BUDGETS, RegenerationSettings
 
-    cfg = model_config(
-        "regenerate",
-        config,
-        backend=backend,
-        base_url=base_url,
-        model=model,
-        api_key_env=api_key_env,
-        max_concurrency=max_concurrency,
-        prompt_dir=prompt_dir,
-    )
+    cfg = model_config("regenerate", config, {"backend": endpoint} | config_overrides(regenerate, locals()))
     settings = RegenerationSettings(
         run_dir=run_dir,
         config=cfg,

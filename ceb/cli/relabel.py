@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 import typer
 
 from ceb.cli._common import (
-    ENDPOINT_PANEL,
-    ApiKeyEnv,
-    BaseUrl,
-    MaxConcurrency,
-    ModelName,
+    config_option,
+    config_overrides,
+    endpoint_options,
     fail,
     judged_outcome,
     model_config,
@@ -23,6 +21,7 @@ from ceb.cli._common import (
 __all__ = ["relabel"]
 
 
+@endpoint_options()
 def relabel(
     stream: Annotated[Path, typer.Argument(help="A stream file with reference actions (Mind2Web, AMEX).")],
     out_file: Annotated[
@@ -33,21 +32,12 @@ def relabel(
         typer.Option(help="The judge's column in meta.alt_labels (letters, digits, '_', '-', '.')."),
     ] = "llm_judge",
     config: Annotated[Path | None, typer.Option(help="TOML or JSON config file (flags override it).")] = None,
-    backend: Annotated[
-        str | None,
-        typer.Option(
-            "--backend",
-            help="openai (an endpoint) or vllm (a vLLM engine in this process); the judge needs a model "
-            "(default: the config's backend, else openai).",
-            rich_help_panel=ENDPOINT_PANEL,
-        ),
-    ] = None,
-    base_url: BaseUrl = None,
-    model: ModelName = None,
-    api_key_env: ApiKeyEnv = None,
-    max_concurrency: MaxConcurrency = None,
+    endpoint: dict[str, Any] | None = None,
     prompt_dir: Annotated[
-        Path | None, typer.Option(help="Directory of replacement prompt templates (judge_system.j2, judge_user.j2).")
+        Path | None,
+        config_option(
+            "prompts.prompt_dir", help="Directory of replacement prompt templates (judge_system.j2, judge_user.j2)."
+        ),
     ] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace OUT if it exists.")] = False,
 ) -> None:
@@ -71,16 +61,7 @@ def relabel(
 
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise typer.BadParameter(f"{name!r}: use letters, digits, '_', '-' and '.'", param_hint="--name")
-    cfg = model_config(
-        "relabel",
-        config,
-        backend=backend,
-        base_url=base_url,
-        model=model,
-        api_key_env=api_key_env,
-        max_concurrency=max_concurrency,
-        prompt_dir=prompt_dir,
-    )
+    cfg = model_config("relabel", config, {"backend": endpoint} | config_overrides(relabel, locals()))
     if out_file.exists() and out_file.resolve() == stream.resolve():
         raise fail(f"{out_file}: --out is the input stream; relabel writes a new file and never modifies its input")
     if out_file.is_dir():  # found now, not when the paid requests are done and the file is moved into place

@@ -16,13 +16,11 @@ import typer
 from ceb.cli._common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
-    ApiKeyEnv,
-    BaseUrl,
     Limit,
-    MaxConcurrency,
-    ModelName,
     ShardOption,
     config_option,
+    config_overrides,
+    endpoint_options,
     engine_words,
     err,
     fail,
@@ -37,8 +35,15 @@ __all__ = ["score", "score_and_report", "sigterm_as_ctrl_c"]
 
 _ENGINE = "vLLM engine (--backend vllm)"
 _METHOD = "CEB and prompts"
+_BACKEND = "offline (no model), openai (an endpoint) or vllm (a vLLM engine in this process)"
 
 
+def _split(text: str) -> tuple[str, ...]:
+    """``--methods``' comma-separated names."""
+    return tuple(m.strip() for m in text.split(",") if m.strip())
+
+
+@endpoint_options(_BACKEND, base=None, panel=None)
 def score(
     streams: Annotated[
         list[str],
@@ -59,19 +64,10 @@ def score(
         ),
     ] = None,
     config: Annotated[Path | None, typer.Option(help="TOML or JSON config file (flags override it).")] = None,
-    backend: Annotated[
-        str | None,
-        config_option(
-            "backend.name",
-            "--backend",
-            help="offline (no model), openai (an endpoint) or vllm (a vLLM engine in this process)",
-        ),
+    endpoint: dict[str, Any] | None = None,
+    methods: Annotated[
+        str | None, config_option("methods", "--methods", help="Comma-separated methods", convert=_split)
     ] = None,
-    methods: Annotated[str | None, config_option("methods", "--methods", help="Comma-separated methods")] = None,
-    base_url: BaseUrl = None,
-    model: ModelName = None,
-    api_key_env: ApiKeyEnv = None,
-    max_concurrency: MaxConcurrency = None,
     tensor_parallel_size: Annotated[
         int | None, config_option("backend.engine.tensor_parallel_size", rich_help_panel=_ENGINE)
     ] = None,
@@ -95,8 +91,12 @@ def score(
     load_format: Annotated[str | None, config_option("backend.engine.load_format", rich_help_panel=_ENGINE)] = None,
     engine_args: Annotated[
         str | None,
-        typer.Option(
-            help="Further `vllm serve` flags in one string, e.g. '--max-logprobs 20'.", rich_help_panel=_ENGINE
+        config_option(
+            "backend.engine.args",
+            help="Further `vllm serve` flags in one string, e.g. '--max-logprobs 20'.",
+            base=False,
+            convert=engine_words,
+            rich_help_panel=_ENGINE,
         ),
     ] = None,
     votes: Annotated[
@@ -111,7 +111,7 @@ def score(
     ] = None,
     prompt_dir: Annotated[
         Path | None,
-        typer.Option(help="Directory of replacement prompt templates.", rich_help_panel=_METHOD),
+        config_option("prompts.prompt_dir", help="Directory of replacement prompt templates.", rich_help_panel=_METHOD),
     ] = None,
     bins: Annotated[int | None, config_option("ece_bins", "--bins", help="ECE bins")] = None,
     orders: Annotated[
@@ -145,34 +145,8 @@ def score(
     from ceb.data import read_stream
     from ceb.data.streams import parse_stream_specs
 
-    overrides = {
-        "backend": {
-            "name": backend,
-            "base_url": base_url,
-            "model": model,
-            "api_key_env": api_key_env,
-            "max_concurrency": max_concurrency,
-            "engine": {
-                "tensor_parallel_size": tensor_parallel_size,
-                "gpu_memory_utilization": gpu_memory_utilization,
-                "max_num_seqs": max_num_seqs,
-                "max_num_batched_tokens": max_num_batched_tokens,
-                "enable_prefix_caching": enable_prefix_caching,
-                "dtype": dtype,
-                "max_model_len": max_model_len,
-                "load_format": load_format,
-                "args": engine_words(engine_args),
-            },
-        },
-        "ceb": {"votes": votes, "k": k},
-        "hindsight": {"temperature": tau},
-        "prompts": {"prompt_dir": prompt_dir},
-        "methods": None if methods is None else tuple(m.strip() for m in methods.split(",") if m.strip()),
-        "ece_bins": bins,
-        "orders": orders,
-        "speculation": speculation,
-        "max_trajectories": limit,
-    }
+    overrides = config_overrides(score, locals())
+    overrides["backend"] |= endpoint or {}
     part = parse_shard(shard)
     if resume is not None:
         if out_dir is not None and out_dir != resume:
