@@ -220,10 +220,7 @@ def _block_from_coo(start: int, n_rows: int, n_cols: int, rows: IntArray, cols: 
 
 
 def _stack(top: _Block, bottom: _Block, n_cols: int) -> _Block:
-    """Stack two adjacent row blocks into one (``bottom``'s keys follow ``top``'s), in one linear pass.
-
-    Within each column ``top``'s entries come first, so rows stay ascending; the rows simply concatenate.
-    """
+    """Stack two adjacent row blocks into one (``bottom``'s keys follow ``top``'s), in one linear pass."""
     if top.start + top.n_rows != bottom.start:
         raise AssertionError(f"blocks not adjacent: {top.start}+{top.n_rows} != {bottom.start}")
     n_rows = top.n_rows + bottom.n_rows
@@ -264,10 +261,7 @@ def _stack(top: _Block, bottom: _Block, n_cols: int) -> _Block:
 
 
 def _drop_rows(block: _Block, start: int, gone: npt.NDArray[np.bool_]) -> _Block:
-    """The block without its rows marked in ``gone`` (shape ``(n_rows,)``), placed at bank position ``start``.
-
-    Entries keep their order in both layouts, so the arithmetic on a kept row is the same as before.
-    """
+    """The block without its rows marked in ``gone`` (shape ``(n_rows,)``), at ``start``; entry order kept."""
     keep_rows = ~gone
     new_row = (np.cumsum(keep_rows) - 1).astype(np.uint16)  # kept rows renumbered 0..m-1
     keep = keep_rows[block.rows]
@@ -292,10 +286,7 @@ def _drop_rows(block: _Block, start: int, gone: npt.NDArray[np.bool_]) -> _Block
 
 
 def _drop_columns(block: _Block, new_id: npt.NDArray[np.int64], live: npt.NDArray[np.bool_]) -> _Block:
-    """The block without the columns not marked ``live`` (they must hold no entries).
-
-    Live columns keep their order; the row layout's terms are renumbered by ``new_id``.
-    """
+    """The block without the columns not ``live`` (which hold no entries); row terms renumbered by ``new_id``."""
     keep = live[: block.n_cols]
     if block.nnz and int(block.col_len[~keep].sum()):
         raise AssertionError("a dropped column holds entries")
@@ -347,11 +338,7 @@ def _norms(block: _Block, idf: FloatArray) -> FloatArray:
 
 
 def _bounds(block: _Block, norms: FloatArray) -> FloatArray:
-    """Per term, ``max_i c_ij / norm_i`` over the block's keys, shape ``(n_cols,)`` (``norms``: the block's).
-
-    Bounds a term's weight in any key of the block: ``w_ij <= idf_j * bound_j`` (:meth:`IncrementalTfidf.top_k`
-    prunes with it).
-    """
+    """Per term, ``max_i c_ij / norm_i`` over the block's keys, shape ``(n_cols,)``: ``w_ij <= idf_j * bound_j``."""
     bound = np.zeros(block.n_cols, dtype=np.float64)
     full = np.flatnonzero(block.col_len)
     if not full.size:
@@ -383,13 +370,9 @@ class IncrementalTfidf:
     ``idf_j = ln((1 + n) / (1 + df_j)) + 1`` for the current ``n``, and L2-normalised rows. A query's terms
     outside the vocabulary are ignored; a query or bank without a usable token scores 0 everywhere.
 
-    Per update the cost is: tokenising the new keys, merging their counts into the tail block, and one
-    vectorised pass over all stored counts for the new idf and row norms (a small bank also refreshes its
-    stored weights; a large one, every few updates, its pruning bounds). Per :meth:`similarities`: tokenising
-    the query and reading every posting of its terms. Per :meth:`top_k` on a large bank: the postings of its
-    rarer terms, and the rows of the few keys left in the running. Per eviction: one pass over the stored
-    counts (dropping the rows), and the reweighting deferred to the next update or query, so that an eviction
-    followed by an update costs one reweighting.
+    Cost per update: the new keys' tokens and one vectorised pass over all counts (new idf and norms); per
+    :meth:`similarities`: every posting of the query's terms; per :meth:`top_k` on a large bank: its rarer terms'
+    postings and the rows of the keys left in the running; per eviction: one pass, the reweighting deferred.
 
     Sources: paper section 3.3 ("a TF-IDF embedding fit to the bank's keys"); scikit-learn
     ``TfidfVectorizer`` / ``TfidfTransformer`` (smooth_idf, norm="l2") documentation; MaxScore pruning
@@ -434,10 +417,7 @@ class IncrementalTfidf:
 
     @property
     def terms(self) -> tuple[str, ...]:
-        """The vocabulary in term-id order, shape ``(vocabulary_size,)``.
-
-        What :meth:`restore` needs to reproduce this kernel's scores bit for bit.
-        """
+        """The vocabulary in term-id order, shape ``(vocabulary_size,)``: what :meth:`restore` needs."""
         return tuple(self._vocab)
 
     @property
@@ -446,10 +426,7 @@ class IncrementalTfidf:
         return sum(b.nnz for b in self._blocks())
 
     def restore(self, keys: Sequence[str], terms: Sequence[str]) -> None:
-        """Start over from ``keys`` with the term ids of ``terms``: the state of the kernel they came from.
-
-        Restoring a bank's kernel with its term list gives scores bit-identical to the original's (a plain
-        :meth:`update` on the kept keys agrees with them within 1e-9 once keys were evicted).
+        """Start over from ``keys`` with the term ids of ``terms``: scores bit-identical to that kernel's.
 
         Args:
             keys: The kept keys, in order, shape ``(n,)``.
@@ -501,15 +478,10 @@ class IncrementalTfidf:
         return [*self._sealed, *(b for b in (self._main, self._tail) if b is not None)]
 
     def _reweigh(self, first_new: int | None = None) -> None:
-        """Every idf moves with n, so every row norm is refreshed (one pass over all counts); the rest follows.
+        """New idf and row norms; stored weights (small bank) or :meth:`top_k` bounds ``max_i c_ij / norm_i``.
 
-        A bank of fewer than :data:`_PRUNE_MIN_KEYS` keys stores its weights; a larger one keeps per-term bounds
-        for :meth:`top_k`
-        (``max_i c_ij / norm_i``), which need a second pass over all counts that an append (``first_new``: the
-        first appended key) mostly avoids: no idf fell by more than the factor ``r`` (the smallest new-over-old
-        idf ratio), so no old key's norm did either, and the old bounds divided by ``r`` still hold for the old
-        keys; the new keys' bounds come from their own entries. Once the bounds are loose by more than
-        :data:`_BOUND_LOOSEN_MAX` in all, or after an eviction, the full pass resets them.
+        After an append (``first_new``) the old bounds divided by ``r``, the smallest new-over-old idf ratio, still
+        hold, so no full pass is needed until they are loose by :data:`_BOUND_LOOSEN_MAX` or a key was evicted.
         """
         old_idf, old_bound = self._idf, self._bound
         df = self._df.astype(np.float64)
