@@ -1,18 +1,13 @@
 """Exact incremental TF-IDF cosine retrieval for the bank (paper section 3.3).
 
-:class:`IncrementalTfidf` returns, for every query, the same similarity vector as
-:class:`~ceb.bank.retrieval.TfidfReference` (scikit-learn's ``TfidfVectorizer`` refit on all keys after every
-bank update) without refitting: keys are appended, so only the new keys are tokenised and counted. What every
-update must still redo is the row norms, because the smoothed idf of *every* term moves when the number of
-keys ``n`` moves; that is one vectorised pass over the stored counts.
+:class:`IncrementalTfidf` returns, for every query, the similarity vector of
+:class:`~ceb.bank.retrieval.TfidfReference` (scikit-learn refit on all keys after every update) without refitting:
+only new keys are tokenised; every update redoes the row norms (every idf moves with ``n``) in one pass.
 
-Keys can also be evicted (:meth:`IncrementalTfidf.evict`, for a bounded bank: :mod:`ceb.bank.policy`): their
-rows are dropped from the count blocks and their terms' document frequencies decremented, again without
-re-tokenising anything. The scores then equal a scikit-learn fit on exactly the kept keys (``n`` the number of
-kept keys, a term no kept key holds out of the vocabulary) within 1e-9; they are not bit-identical to it,
-because term ids stay in the order terms were first seen over *all* keys ever added, not only the kept ones.
-Nothing but the kernel's own history decides that order, so replaying the same updates and evictions (a
-resume), or restoring the term list (:attr:`IncrementalTfidf.terms`), reproduces the scores bit for bit.
+Evicting keys (:meth:`IncrementalTfidf.evict`, :mod:`ceb.bank.policy`) drops their rows and decrements their
+terms' document frequencies. The scores then equal a fit on the kept keys within 1e-9, not bit for bit: term ids
+keep the first-seen order over all keys ever added. Replaying the same updates and evictions, or restoring the
+term list (:attr:`IncrementalTfidf.terms`), reproduces the scores bit for bit.
 
 Storage: the raw term counts ``C`` (keys x terms), in row blocks of at most 65,536 keys, each held twice: as
 compressed sparse columns (postings: a uint16 row within the block and a count per entry), which a query reads
@@ -25,10 +20,8 @@ and never copied again, so no fold copies more than one block.
 Weights ``w_ij = (c_ij * idf_j) / norm_i`` are stored (float64) only while the bank is small
 (:data:`_PRUNE_MIN_KEYS`); a larger bank computes them for the entries a query reads.
 
-The bank's retrieval (:meth:`IncrementalTfidf.top_k`) of a large bank does not score every key: it finds the
-top ``k`` of each class exactly, with MaxScore-style pruning (per-term upper bounds of the weights, kept by each
-update), and scores the few keys left in the running through their rows, so the keys, their order and their
-similarities are those of the full ranking, bit for bit.
+:meth:`IncrementalTfidf.top_k` of a large bank finds each class's top ``k`` exactly, bit for bit, with
+MaxScore-style pruning (per-term upper bounds of the weights), scoring only the keys left in the running.
 
 Arithmetic order follows scikit-learn's, operation for operation, so the scores are not just within 1e-9 of
 the reference but bit-identical to it, and ties between top-k candidates break the same way:

@@ -94,9 +94,7 @@ _FIXES: dict[int, str] = {
 """The errors of the machine rather than of the command (exit :data:`EXIT_IO`), each with what fixes it."""
 
 
-# Tables are wide; when stdout is a file or pipe (CI logs, `| tee`) they keep their natural width (a log has no
-# edge), so no stream name is cut to "intercode-bash-…" as a fixed 160 columns did.
-# markup=False: paths, stream names and error messages may hold brackets ("[grid]"), which rich would eat.
+# To a file or pipe, tables keep their natural width; markup=False, as paths may hold brackets ("[grid]").
 class _Stdout(Console):
     def on_broken_pipe(self) -> None:
         """The reader left (``ceb prompts ... | head``): what it read was all it wanted, so exit 0 quietly."""
@@ -118,11 +116,8 @@ _LATE = "late_"
 def setup_logging(level: str, log_format: str = "console", progress: str = "auto", interval_s: float = 30.0) -> None:
     """Apply the global options: log events at ``level`` and above to stderr, and the progress display.
 
-    Args:
-        level: debug, info, warning or error (:func:`ceb.logs.configure_logging`).
-        log_format: ``console`` or ``json`` (one JSON object per line).
-        progress: The :func:`ceb.progress.set_progress` mode.
-        interval_s: Seconds between progress log lines.
+    ``log_format`` is ``console`` or ``json``; ``progress`` a :func:`ceb.progress.set_progress` mode;
+    ``interval_s`` the seconds between progress log lines.
 
     Raises:
         typer.BadParameter: ``level`` is not debug, info, warning or error, or the progress mode is unknown.
@@ -147,22 +142,16 @@ def fail(
 ) -> typer.Exit:
     """Print ``problem`` to stderr as one line ``error: ...``; return the exit to raise.
 
-    Every command reports its errors through this function, so they all read alike. An ``OSError`` of the machine
-    (:data:`_FIXES`: a full disk, a refused permission, a read-only file system) reads
-    ``error: PATH: REASON; KEPT; FIX, then THEN`` and exits :data:`EXIT_IO`; everything else exits
-    :data:`EXIT_ERROR`.
+    A fault of the machine (:data:`_FIXES`) reads ``error: PATH: REASON; KEPT; FIX, then THEN`` and exits
+    :data:`EXIT_IO`; anything else exits :data:`EXIT_ERROR`.
 
     Args:
-        problem: A :class:`~ceb.errors.CEBError` (its message names the file, line or field), an operational
-            ``OSError`` (a disk full, a permission, a port in use) or a message.
-        doing: For an ``OSError``, what could not be done ("cannot listen on 127.0.0.1:8100"); the system's
-            reason follows it. Without it the reason follows the file name.
+        problem: A :class:`~ceb.errors.CEBError`, an ``OSError`` or a message.
+        doing: For an ``OSError``, what could not be done ("cannot listen on 127.0.0.1:8100"), said before the
+            system's reason in place of the file name.
         path: For an ``OSError`` that names no file, where it happened (a run directory).
         kept: For a fault of the machine, what finished work is kept.
         then: For a fault of the machine, how to go on once it is fixed.
-
-    Returns:
-        ``typer.Exit`` with the code, for ``raise fail(exc) from exc``.
     """
     code = EXIT_ERROR
     if isinstance(problem, OSError):
@@ -185,7 +174,7 @@ def judged_outcome(
     """What ``ceb relabel`` and ``ceb label`` say after judging: each trajectory left out, where the rest stays.
 
     Args:
-        unreadable: ``(trajectory id, reason)`` of each trajectory the judge left without ``unit``.
+        unreadable: ``(trajectory id, reason)`` of each trajectory left without ``unit`` (``judge label``).
         judged: Trajectories that got it.
         out_file: The new stream, written only when ``judged``.
         journal: The judgments kept for a rerun.
@@ -374,10 +363,7 @@ def endpoint_options(
 
 
 def model_config(command: str, config: Path | None, overrides: dict[str, Any]) -> RunConfig:
-    """The settings of a command whose stage needs a language model (``relabel``'s judge, ``regenerate``'s actor).
-
-    The config file with ``overrides`` over it. With no backend chosen anywhere (the default is ``offline``) the
-    model is an endpoint, ``openai``, as ``ceb doctor`` assumes.
+    """The config file with ``overrides`` for a command that needs a model; no backend chosen anywhere: ``openai``.
 
     Raises:
         CEBError: ``--backend offline`` was given, which has no model (through :func:`fail`: one line, exit 2),
@@ -477,11 +463,7 @@ def _path_flags(command: typer.core.TyperCommand) -> set[str]:
 
 
 class CommandGroup(typer.core.TyperGroup):
-    """A command group whose ``--help`` lists its commands in :attr:`order`, each with its whole description.
-
-    Commands not in :attr:`order` follow, by name. Click cuts a command's description at the terminal's width less
-    the name's (``Score every step of every stream with each method, then...``); here the line wraps instead.
-    """
+    """A command group whose ``--help`` lists its commands in :attr:`order` (the rest by name), wrapped, not cut."""
 
     order: tuple[str, ...] = ()
 
@@ -501,14 +483,9 @@ class CommandGroup(typer.core.TyperGroup):
 
 
 class Command(typer.core.TyperCommand):
-    """Every ``ceb`` command: errors it lets through are printed by :func:`fail`, and its help has panels.
+    """Every ``ceb`` command: an error it lets through is one :func:`fail` line, and its help has panels.
 
-    A :class:`~ceb.errors.CEBError` or ``OSError`` that a command does not report itself (with what it was doing)
-    still ends as one ``error:`` line and its exit code (:func:`fail`), never a traceback.
-
-    An option's panel is its ``rich_help_panel``; typer draws panels only in rich help, which ``ceb`` does not
-    use (rich markup would eat "[grid]" from help texts). Rare knobs go in panels so that the first screen of
-    ``--help`` shows the options most runs use.
+    An option's panel is its ``rich_help_panel``, drawn here without rich (whose markup would eat "[grid]").
     """
 
     def get_params(self, ctx: Any) -> list[Any]:
@@ -528,7 +505,7 @@ class Command(typer.core.TyperCommand):
         return params
 
     def invoke(self, ctx: Any) -> Any:  # typer's vendored click.Context
-        """Run the command, after applying the global options given after its name; print an unreported error.
+        """Run the command after the global options given after its name; print an unreported error.
 
         Raises:
             typer.Exit: :data:`EXIT_ERROR` after a :class:`~ceb.errors.CEBError` or ``OSError``, :data:`EXIT_IO`

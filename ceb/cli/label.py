@@ -50,18 +50,15 @@ def label(
 ) -> None:
     """Label every step productive or not with a judge model, for calibration on your own logs.
 
-    The judge is asked the paper's hindsight question: it reads each whole trajectory, with its final outcome
-    when the stream records one (meta.label, from ceb convert chat or inspect), and gives one 0/1 per step. It is
-    asked V times (ceb.votes, 5) at the hindsight temperature, and a step's label is the majority of the valid
-    votes (a tie is productive). The labels become each step's label, their source meta.label_source =
-    judge:MODEL; `ceb score` then computes ECE, Brier and AUROC, and `ceb report` names the source and says
-    judge labels are not ground truth. A stream that has step labels already is refused, as is a judge that is
-    the run's own critic or labeller (--allow-self-judge to accept it). A trajectory with no valid vote is left
-    unlabelled (counted, never guessed). Exits 1 when no trajectory got labels (nothing is written).
+    The judge is asked the paper's hindsight question over each whole trajectory (with its final outcome,
+    meta.label, when the stream records one): one 0/1 per step, V times (ceb.votes) at the hindsight temperature;
+    a step's label is the majority of the valid votes (a tie is productive), its source meta.label_source =
+    judge:MODEL, which `ceb report` names as not ground truth. A stream with step labels is refused, as is a judge
+    that is the run's own critic or labeller (unless --allow-self-judge). A trajectory with no valid vote is left
+    unlabelled. Exits 1 when no trajectory got labels (nothing is written).
 
-    Each trajectory's labels are recorded in OUT.judgments.jsonl as they arrive: a run that is killed or
-    stopped, run again with the same arguments (and --overwrite when OUT was written), asks only the
-    trajectories not labelled yet. The journal is removed once OUT holds every trajectory's labels.
+    Labels are recorded in OUT.judgments.jsonl as they arrive: run again with the same arguments (and
+    --overwrite when OUT was written) to ask only the trajectories not labelled yet.
     """
     from ceb.config import load_config
     from ceb.data import read_stream

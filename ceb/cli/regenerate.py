@@ -68,17 +68,15 @@ def regenerate(
 ) -> None:
     """Re-predict each method's lowest-confidence steps once with a fixed critique and re-measure correctness.
 
-    The paper's appendix "Offline Confidence-Gated Regeneration". For each method of the run and budget b, the
-    lowest-confidence b% of the labelled steps (order 0) are flagged (ties: the earlier step in stream order;
-    a step the method has no score for ranks after every scored one). The actor re-predicts each flagged step
-    once, told "A reviewer flagged this step; reconsider.", with a JSON schema fixing an element of the state,
-    an operation and a value; the new action is judged against the step's reference by the converter's rule.
-    Each distinct step is asked once, whichever methods, budgets and seeds flag it, and recorded in
-    regenerations.jsonl as it arrives (a rerun asks only what is missing or failed). Writes regeneration.md and
-    .json (per-step positive rate and mean per-task step accuracy per method and budget, Random averaged over
-    seeds, Oracle regenerating the wrong steps first) and regeneration.png. Mind2Web and AMEX streams can be
-    judged (their references are read again from the converter's input: --tasks, --elements); a stream without
-    reference actions is refused. Exits 1 when no flagged step got a regenerated action.
+    The paper's appendix "Offline Confidence-Gated Regeneration". For each method and budget b, the
+    lowest-confidence b% of the labelled steps (order 0) are flagged (ties: the earlier step; an unscored step
+    ranks last). The actor re-predicts each flagged step once, told "A reviewer flagged this step; reconsider.",
+    and the new action is judged against the step's reference by the converter's rule. Each distinct step is
+    asked once and recorded in regenerations.jsonl (a rerun asks only what is missing or failed). Writes
+    regeneration.md and .json (per-step positive rate and mean per-task step accuracy per method and budget,
+    Random averaged over seeds, Oracle fixing the wrong steps first) and regeneration.png. Mind2Web and AMEX
+    streams can be judged (references from --tasks, --elements); a stream without references is refused. Exits
+    1 when no flagged step got a regenerated action.
     """
     from ceb.eval.regeneration import regenerate_run
     from ceb.eval.render import to_markdown

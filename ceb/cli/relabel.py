@@ -43,16 +43,13 @@ def relabel(
 ) -> None:
     """Relabel every step with an LLM judge (the paper's permissive policy) into a new stream file.
 
-    One request per trajectory at temperature 0: the judge sees every step's agent action, the dataset's
-    reference action and the agent's reasoning, and returns one 0/1 per step (a JSON schema fixes the count).
-    The labels go into meta.alt_labels.NAME of each trajectory; `ceb score` carries them to the run and
-    `ceb report` shows metrics under both label sets and the label-shift table. A stream without reference
-    actions is refused. A reply still unreadable after one re-ask leaves its trajectory without a judge label
-    (counted, never guessed). Exits 1 when no trajectory got one (nothing is written).
+    One request per trajectory at temperature 0: the judge sees every step's action, the reference action and
+    the reasoning, and returns one 0/1 per step, written to meta.alt_labels.NAME; `ceb report` shows metrics
+    under both label sets. A stream without reference actions is refused. A reply unreadable after one re-ask
+    leaves its trajectory without a judge label. Exits 1 when no trajectory got one (nothing is written).
 
-    Each judgment is recorded in OUT.judgments.jsonl as it arrives: a run that is killed or stopped, run again
-    with the same arguments, asks only the trajectories not judged yet (the same judge, trajectory and prompt).
-    The journal is removed once OUT holds every judgment.
+    Judgments are recorded in OUT.judgments.jsonl as they arrive: run again with the same arguments to ask only
+    the trajectories not judged yet.
     """
     import re
 

@@ -135,11 +135,10 @@ def score(
 ) -> None:
     """Score every step of every stream with each method, then print ECE, Brier and AUROC.
 
-    Each stream is scored in order (a trajectory sees only the bank records of earlier ones); streams and
-    methods run concurrently. Results are appended to OUT as they finish: scores.jsonl (one row per step
-    and method), hindsight.jsonl, banks/, config.json and metrics.json. An interrupted run (Ctrl-C, a crash,
-    a kill) continues with --resume OUT. The first Ctrl-C stops cleanly, writing every finished step; a
-    second one aborts at once. With --shard i/N only that shard's lanes are scored; `ceb merge` joins the parts.
+    Each stream is scored in order (a trajectory sees only earlier ones' bank records); streams and methods run
+    concurrently. OUT gets scores.jsonl (a row per step and method), hindsight.jsonl, banks/, config.json and
+    metrics.json as they finish. An interrupted run continues with --resume OUT (a second Ctrl-C aborts at
+    once). With --shard i/N only that shard's lanes are scored; `ceb merge` joins the parts.
     """
     from ceb.config import load_config
     from ceb.data import read_stream
@@ -171,19 +170,12 @@ def score(
 
 @contextmanager
 def sigterm_as_ctrl_c() -> Iterator[None]:
-    """Within the block, SIGTERM (``timeout``, a scheduler) stops the run as Ctrl-C does: summary.json is written.
-
-    So does SIGINT, also in a process started with SIGINT ignored (in the background by a script, or by ``nohup``).
-    """
+    """Within the block SIGTERM, and SIGINT even where it was ignored (``nohup``), stop the run as Ctrl-C does."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    # SIGTERM is passed on as SIGINT, so the event loop's own Ctrl-C handling (anyio's runner) takes it: the first
-    # cancels the run's main task, whose cleanup writes summary.json, then KeyboardInterrupt is raised. Raising
-    # KeyboardInterrupt from this handler instead landed at any bytecode, inside the loop's own machinery too, and
-    # on a loaded machine a run so stopped sometimes never exited.
-    # A process a script or nohup starts in the background (`ceb score ... &`) has SIGINT ignored: the relay, and
-    # so SIGTERM, was then ignored too, and the run went on to its end. Within the block SIGINT is Ctrl-C's again.
+    # SIGTERM is relayed as SIGINT, so anyio's runner cancels the main task (raising KeyboardInterrupt here could
+    # land inside the loop's machinery and hang). A background process has SIGINT ignored: restored for the block.
     sigint = signal.getsignal(signal.SIGINT)
     if sigint is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -207,9 +199,7 @@ def score_and_report(
     shard: Any = None,
     reference: bool = False,
 ) -> None:
-    """Score ``data`` (stream name -> trajectories) into ``run_dir`` under ``cfg``, then print metrics and a summary.
-
-    The body of ``ceb score`` and ``ceb grid`` once their streams and config are read.
+    """Score ``data`` into ``run_dir`` under ``cfg``, then print metrics and a summary (``ceb score``, ``ceb grid``).
 
     Args:
         data: Stream name -> its trajectories, in stream order.
@@ -222,10 +212,9 @@ def score_and_report(
         reference: Print the reference rows per stream (:func:`~ceb.cli.metrics.print_metrics`).
 
     Raises:
-        CEBError: The run failed (the command prints it, :class:`~ceb.cli._common.Command`).
-        typer.Exit: :data:`~ceb.cli._common.EXIT_INTERRUPTED` on Ctrl-C or SIGTERM;
-            :data:`~ceb.cli._common.EXIT_FAILED` when steps were scored and none got a score; a file error
-            (:func:`~ceb.cli._common.fail`: :data:`~ceb.cli._common.EXIT_IO` for a full disk, with the resume).
+        CEBError: The run failed.
+        typer.Exit: ``EXIT_INTERRUPTED`` on Ctrl-C or SIGTERM; ``EXIT_FAILED`` when steps were scored and none got
+            a score; a file error (:func:`~ceb.cli._common.fail`).
     """
     from ceb.eval import run_metrics, write_metrics
     from ceb.gc_tuning import quiet_gc

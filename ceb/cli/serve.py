@@ -86,13 +86,12 @@ def serve(
     """Serve the gate over HTTP: POST /v1/score before an action, POST /v1/trajectories after a run.
 
     Only requests whose Host names its address (or --allowed-host) and that come from no web page (or an
-    --allowed-origin) are answered, with JSON bodies; a slow client is cut off (--header-timeout, --body-timeout).
-    One bank per stream, resumed from --state-dir; a finished trajectory is acknowledged (202) once it is
-    fsync'd, and its hindsight votes and bank update follow in order. One gate per --state-dir: one held by
-    another process, or one it cannot write, stops it at start (exit 2). GET /openapi.json documents every field;
-    /metrics is Prometheus; /health needs no token (503 when the state cannot be written, or "degraded" when the
-    critic keeps failing). The critic endpoint is checked once at start: one that cannot be reached is a warning
-    naming it, and the gate serves anyway. Ctrl-C or SIGTERM stops it after the requests in flight are answered.
+    --allowed-origin) are answered; a slow client is cut off (--header-timeout, --body-timeout). One bank per
+    stream, resumed from --state-dir; a finished trajectory is acknowledged (202) once it is fsync'd, its
+    hindsight votes and bank update follow in order. A --state-dir another process holds, or one it cannot
+    write, stops it at start (exit 2). GET /openapi.json documents every field; /metrics is Prometheus; /health
+    needs no token. A critic endpoint that cannot be reached at start is a warning. Ctrl-C or SIGTERM stops it
+    after the requests in flight are answered.
     """
     import anyio
 

@@ -202,14 +202,10 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         response.force_close()
     except web.HTTPException as exc:
         response = _error(exc.status, exc.reason)
-    except StreamValidationError as exc:
-        problems = [{"field": p.field, "message": p.message} for p in exc.problems]
-        first = exc.problems[0]
-        response = _error(422, f"field {first.field}: {first.message}", first.field, problems=problems)
     except DataError as exc:
-        p = exc.problem
-        problems = [{"field": p.field, "message": p.message}]
-        response = _error(422, f"field {p.field}: {p.message}", p.field, problems=problems)
+        found = exc.problems if isinstance(exc, StreamValidationError) else [exc.problem]
+        problems = [{"field": p.field, "message": p.message} for p in found]
+        response = _error(422, f"field {found[0].field}: {found[0].message}", found[0].field, problems=problems)
     except OverloadedError as exc:
         response = _error(503, str(exc), "stream")
         response.headers["Retry-After"] = "1"
