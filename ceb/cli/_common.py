@@ -34,9 +34,9 @@ import re
 import shlex
 import sys
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 import typer.core
@@ -56,6 +56,7 @@ __all__ = [
     "Command",
     "config_field",
     "config_option",
+    "check_new_stream",
     "config_overrides",
     "endpoint_options",
     "model_config",
@@ -75,12 +76,15 @@ __all__ = [
     "out",
     "parse_shard",
     "setup_logging",
+    "with_model",
 ]
 
 EXIT_FAILED = 1
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
 EXIT_IO = 74
+
+T = TypeVar("T")
 
 _FIXES: dict[int, str] = {
     errno.ENOSPC: "free some space",
@@ -195,6 +199,41 @@ def judged_outcome(
     if not judged:
         err.print(f"error: no trajectory got {got}; {out_file} is not written", soft_wrap=True)
         raise typer.Exit(EXIT_FAILED)
+
+
+def check_new_stream(command: str, stream: Path, out_file: Path, overwrite: bool) -> None:
+    """Refuse an ``--out`` of ``label`` or ``relabel`` before any request is paid for.
+
+    Raises:
+        typer.Exit: ``out_file`` is the input, a directory, or exists without ``overwrite`` (:func:`fail`).
+    """
+    if out_file.exists() and out_file.resolve() == stream.resolve():
+        raise fail(f"{out_file}: --out is the input stream; {command} writes a new file and never modifies its input")
+    if out_file.is_dir():
+        raise fail(f"{out_file}: --out is a directory; give the new stream file's path")
+    if out_file.exists() and not overwrite:
+        raise fail(f"{out_file} exists; give --overwrite to replace it")
+
+
+def with_model(command: str, backend: Any, call: Callable[[Any], Awaitable[T]]) -> T:
+    """``call``'s result with the model of ``backend`` (a :class:`~ceb.config.BackendConfig`), opened and preflighted.
+
+    Raises:
+        typer.Exit: The backend has no model (:func:`fail`).
+    """
+    import anyio
+
+    from ceb.backends import open_backend
+
+    async def run() -> T:
+        chat = open_backend(backend)
+        if chat is None:  # a registered backend without a model
+            raise fail(f"ceb {command} needs a language model: backend {backend.name!r} has none")
+        async with chat:
+            await chat.preflight()
+            return await call(chat)
+
+    return anyio.run(run)
 
 
 def config_field(path: str) -> FieldInfo:

@@ -5,17 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-import anyio
 import typer
 
 from ceb.cli._common import (
+    check_new_stream,
     config_option,
     config_overrides,
     endpoint_options,
-    fail,
     judged_outcome,
     model_config,
     out,
+    with_model,
 )
 
 __all__ = ["label"]
@@ -65,16 +65,10 @@ def label(
     from ceb.logs import register_secret_env
 
     cfg = model_config("label", config, {"backend": endpoint} | config_overrides(label, locals()))
-    if out_file.exists() and out_file.resolve() == stream.resolve():
-        raise fail(f"{out_file}: --out is the input stream; label writes a new file and never modifies its input")
-    if out_file.is_dir():
-        raise fail(f"{out_file}: --out is a directory; give the new stream file's path")
-    if out_file.exists() and not overwrite:
-        raise fail(f"{out_file} exists; give --overwrite to replace it")
+    check_new_stream("label", stream, out_file, overwrite)
     trajectories = read_stream([stream])
-    from ceb.backends import open_backend
     from ceb.pipeline.label import label_stream, refuse_self_judge, require_unlabelled
-    from ceb.pipeline.relabel import JudgmentLog, RelabelSummary
+    from ceb.pipeline.relabel import JudgmentLog
     from ceb.stages.assembly import prompt_set
 
     require_unlabelled(trajectories)  # before the endpoint is opened: a refused stream or judge costs no request
@@ -85,23 +79,19 @@ def label(
     register_secret_env(cfg.backend.api_key_env)
     out_file.parent.mkdir(parents=True, exist_ok=True)
 
-    async def run() -> RelabelSummary:
-        chat = open_backend(cfg.backend)
-        if chat is None:
-            raise fail(f"ceb label needs a language model: backend {cfg.backend.name!r} has none")
-        async with chat:
-            await chat.preflight()
-            return await label_stream(
-                trajectories,
-                chat,
-                prompts,
-                out_file,
-                config=cfg,
-                model=judge,
-                judge_name=f"{cfg.backend.name}:{judge}",
-            )
-
-    s = anyio.run(run)
+    s = with_model(
+        "label",
+        cfg.backend,
+        lambda chat: label_stream(
+            trajectories,
+            chat,
+            prompts,
+            out_file,
+            config=cfg,
+            model=judge,
+            judge_name=f"{cfg.backend.name}:{judge}",
+        ),
+    )
     out.print(
         f"{s.judged} of {s.trajectories} trajectories labelled by judge:{judge} ({s.steps} steps, majority of "
         f"{cfg.ceb.votes} votes), {len(s.unreadable)} left unlabelled; {s.stats.requests} requests"

@@ -5,17 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-import anyio
 import typer
 
 from ceb.cli._common import (
+    check_new_stream,
     config_option,
     config_overrides,
     endpoint_options,
-    fail,
     judged_outcome,
     model_config,
     out,
+    with_model,
 )
 
 __all__ = ["relabel"]
@@ -59,16 +59,10 @@ def relabel(
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise typer.BadParameter(f"{name!r}: use letters, digits, '_', '-' and '.'", param_hint="--name")
     cfg = model_config("relabel", config, {"backend": endpoint} | config_overrides(relabel, locals()))
-    if out_file.exists() and out_file.resolve() == stream.resolve():
-        raise fail(f"{out_file}: --out is the input stream; relabel writes a new file and never modifies its input")
-    if out_file.is_dir():  # found now, not when the paid requests are done and the file is moved into place
-        raise fail(f"{out_file}: --out is a directory; give the new stream file's path")
-    if out_file.exists() and not overwrite:
-        raise fail(f"{out_file} exists; give --overwrite to replace it")
+    check_new_stream("relabel", stream, out_file, overwrite)
     trajectories = read_stream([stream])
     # The judge's modules (the stages, the bank, aiohttp) load once the input reads: a missing file is said at once.
-    from ceb.backends import open_backend
-    from ceb.pipeline.relabel import JudgmentLog, RelabelSummary, relabel_stream, require_references
+    from ceb.pipeline.relabel import JudgmentLog, relabel_stream, require_references
     from ceb.stages.assembly import prompt_set
 
     require_references(trajectories)  # before the endpoint is opened: a refused stream costs no request
@@ -76,23 +70,19 @@ def relabel(
     register_secret_env(cfg.backend.api_key_env)
     out_file.parent.mkdir(parents=True, exist_ok=True)
 
-    async def run() -> RelabelSummary:
-        chat = open_backend(cfg.backend)
-        if chat is None:  # a registered backend without a model
-            raise fail(f"ceb relabel needs a language model: backend {cfg.backend.name!r} has none")
-        async with chat:
-            await chat.preflight()
-            return await relabel_stream(
-                trajectories,
-                chat,
-                prompts,
-                out_file,
-                name=name,
-                concurrency=cfg.backend.max_concurrency,
-                judge_name=f"{cfg.backend.name}:{cfg.backend.model or ''}",
-            )
-
-    s = anyio.run(run)
+    s = with_model(
+        "relabel",
+        cfg.backend,
+        lambda chat: relabel_stream(
+            trajectories,
+            chat,
+            prompts,
+            out_file,
+            name=name,
+            concurrency=cfg.backend.max_concurrency,
+            judge_name=f"{cfg.backend.name}:{cfg.backend.model or ''}",
+        ),
+    )
     out.print(
         f"{s.judged} of {s.trajectories} trajectories judged ({s.steps} steps labelled {name}), "
         f"{len(s.unreadable)} left without a judge label; {s.stats.requests} requests"
