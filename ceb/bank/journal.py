@@ -55,20 +55,8 @@ class BankJournal:
     """A :class:`~ceb.bank.bank.Bank` whose every update is appended to a log file (see the module docstring).
 
     Made by :meth:`open`; updated through :meth:`add_trajectory` only (``bank.add_trajectory`` would leave the file
-    behind). A context manager: leaving it closes the file.
-
-    Args:
-        path: The log file.
-        bank: The bank the file describes.
-        handle: The file, open for appending at its end.
-        logged: Records logged since the last snapshot (or the start).
-        compact_ratio: Compact once ``logged > compact_ratio * max(len(bank), compact_min)``.
-        compact_min: See ``compact_ratio``.
-        fsync: ``fsync`` after every appended line (durable against power loss, not only against a crash).
-        mark: The latest update's mark (``None`` when no update carried one).
-        snapshot_every: Compact once this many updates were logged since the last snapshot (``None``: by
-            records only).
-        updates: Updates logged since the last snapshot (or the start).
+    behind). A context manager: leaving it closes the file. ``handle`` is the file open for appending;
+    ``logged`` and ``updates`` count the records and updates since the last snapshot; the rest is :meth:`open`'s.
     """
 
     def __init__(
@@ -116,9 +104,9 @@ class BankJournal:
             retriever: An empty retriever for the bank; the exact TF-IDF kernel when ``None``.
             settings: The bank's settings. A new journal records them; an existing one must match them
                 (``None``: take the recorded ones).
-            compact_ratio: Compaction threshold (see :class:`BankJournal`), ``> 0``.
+            compact_ratio: Compact once ``logged > compact_ratio * max(len(bank), compact_min)``, ``> 0``.
             compact_min: Compaction threshold floor, in records.
-            fsync: ``fsync`` after every appended line.
+            fsync: ``fsync`` after every appended line (durable against power loss, not only a crash).
             snapshot_every: Also compact once this many updates were logged since the last snapshot, ``>= 1``
                 (``None``: by records only). Reopening then replays at most that many updates after the snapshot.
 

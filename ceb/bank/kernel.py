@@ -580,11 +580,7 @@ class IncrementalTfidf:
         self._tail = _drop_columns(self._tail, new_id, live) if self._tail is not None else None
 
     def _count(self, keys: Sequence[str], start: int) -> list[_Block]:
-        """Tokenise ``keys[start:]``, grow the vocabulary and df, and return their counts as blocks.
-
-        A few thousand keys at a time, so that a bulk load holds few Python objects at once; a key the analyser
-        rejects leaves no trace (the vocabulary and df are put back).
-        """
+        """Count ``keys[start:]`` into blocks, :data:`_COUNT_KEYS` at a time; an analyser error restores vocab, df."""
         vocab = self._vocab
         n_vocab, df_before = len(vocab), self._df
         blocks: list[_Block] = []
@@ -628,10 +624,7 @@ class IncrementalTfidf:
         return blocks
 
     def _append(self, new: _Block) -> None:
-        """Merge new rows into the tail; fold the tail into the main block once it is large enough.
-
-        A main block (with its tail) that the new rows would take past :data:`_BLOCK_ROWS` keys is sealed first.
-        """
+        """Merge new rows into the tail, folding or sealing blocks by :data:`_FOLD_FRACTION` and :data:`_BLOCK_ROWS`."""
         n_cols = len(self._vocab)
         open_rows = sum(b.n_rows for b in (self._main, self._tail) if b is not None)
         if open_rows + new.n_rows > _BLOCK_ROWS:
@@ -677,8 +670,7 @@ class IncrementalTfidf:
 
         ``sim_i = sum_j w_ij * q_j`` over the query's in-vocabulary terms ``j``, with
         ``w_ij = (c_ij * idf_j) / norm_i`` and ``q_j = (c_j * idf_j) / ||c * idf||_2``; accumulated per key in
-        ascending term id, like the reference's sparse product. Reads every posting of the query's terms; the
-        bank's retrieval uses :meth:`top_k`, which on a large bank reads far fewer.
+        ascending term id, like the reference's sparse product. Reads every posting of the query's terms.
 
         Args:
             query: A composite key (:func:`~ceb.bank.record.composite_key`).

@@ -266,10 +266,7 @@ def _first_sentence(doc: str) -> str:
 def config_option(
     path: str, *flags: str, help: str | None = None, base: object = None, convert: Any = None, **kwargs: Any
 ) -> Any:
-    """A ``typer.Option`` bound to the config setting at ``path``; its help shows that setting's default.
-
-    The option's own default stays ``None`` (the config file, else the field's default, decides), so the help's
-    "(default: X)" is read from the field and cannot drift from it. :func:`config_overrides` reads the binding.
+    """A ``typer.Option`` bound to the config setting at ``path`` (:func:`config_overrides`); help shows its default.
 
     Args:
         path: Dotted field of :class:`~ceb.config.RunConfig`, e.g. ``"ceb.votes"``.
