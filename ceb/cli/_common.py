@@ -59,6 +59,8 @@ __all__ = [
     "check_new_stream",
     "config_overrides",
     "endpoint_options",
+    "field_options",
+    "option_group",
     "model_config",
     "engine_words",
     "err",
@@ -354,14 +356,44 @@ MODEL_BACKEND = (
 """``--backend`` of a command whose stage needs a language model (:func:`model_config`)."""
 
 
+def option_group(param: str, path: str, group: Mapping[str, Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A decorator: the command's parameter ``param`` becomes the options ``group`` (name -> annotation) in its place.
+
+    The command gets ``param``: the overrides those options set at the dotted config ``path``
+    (:func:`config_overrides`; ``None`` values: not given).
+    """
+
+    def decorate(run: Callable[..., Any]) -> Callable[..., Any]:
+        hints = typing.get_type_hints(run, include_extras=True)
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in inspect.signature(run).parameters.values()]
+        at = [p.name for p in params].index(param)
+        options = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=hint)
+            for name, hint in group.items()
+        ]
+        own = [p.replace(annotation=hints[p.name]) for p in params if p.name != param]
+        signature = [*own[:at], *options, *own[at:]]
+
+        def command(**given: Any) -> Any:
+            section = config_overrides(command, {name: given.pop(name) for name in group})
+            for key in path.split("."):
+                section = section[key]
+            return run(**{param: section}, **given)
+
+        command.__signature__ = inspect.Signature(signature)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in signature}
+        command.__doc__, command.__name__, command.__module__ = run.__doc__, run.__name__, run.__module__
+        return command
+
+    return decorate
+
+
 def endpoint_options(
     backend_help: str = MODEL_BACKEND, *, base: object = False, panel: str | None = ENDPOINT_PANEL
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """A decorator: the command's ``endpoint`` parameter becomes the endpoint option group, declared once.
+    """The endpoint option group in place of the ``endpoint`` parameter, which gets the ``backend`` overrides.
 
-    The group is ``--backend``, ``--base-url``, ``--model``, ``--api-key-env`` and ``--max-concurrency`` (panel
-    :data:`ENDPOINT_PANEL`), in the parameter's place; the command gets ``endpoint``, the ``backend`` section of
-    its overrides (:func:`config_overrides`; ``None``: not given).
+    ``--backend``, ``--base-url``, ``--model``, ``--api-key-env`` and ``--max-concurrency`` (:func:`option_group`).
 
     Args:
         backend_help: The help of ``--backend``.
@@ -373,29 +405,18 @@ def endpoint_options(
         config_option("backend.name", "--backend", help=backend_help, base=base, rich_help_panel=panel),
     ]
     group = {"backend": backend, "base_url": BaseUrl, "model": ModelName, "api_key_env": ApiKeyEnv}
-    group["max_concurrency"] = MaxConcurrency
+    return option_group("endpoint", "backend", group | {"max_concurrency": MaxConcurrency})
 
-    def decorate(run: Callable[..., Any]) -> Callable[..., Any]:
-        hints = typing.get_type_hints(run, include_extras=True)
-        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in inspect.signature(run).parameters.values()]
-        at = [p.name for p in params].index("endpoint")
-        options = [
-            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=hint)
-            for name, hint in group.items()
-        ]
-        own = [p.replace(annotation=hints[p.name]) for p in params if p.name != "endpoint"]
-        signature = [*own[:at], *options, *own[at:]]
 
-        def command(**given: Any) -> Any:
-            values = {name: given.pop(name) for name in group}
-            return run(endpoint=config_overrides(command, values)["backend"], **given)
-
-        command.__signature__ = inspect.Signature(signature)  # type: ignore[attr-defined]
-        command.__annotations__ = {p.name: p.annotation for p in signature}
-        command.__doc__, command.__name__, command.__module__ = run.__doc__, run.__name__, run.__module__
-        return command
-
-    return decorate
+def field_options(path: str, names: Sequence[str], panel: str) -> dict[str, Any]:
+    """One option per field ``names`` of the config section at ``path``: type, help and default from the field."""
+    options: dict[str, Any] = {}
+    for name in names:
+        annotation = config_field(f"{path}.{name}").annotation
+        flag = "--" + name.replace("_", "-")
+        flags = (f"{flag}/--no-{flag[2:]}",) if annotation == bool | None else ()
+        options[name] = Annotated[annotation, config_option(f"{path}.{name}", *flags, rich_help_panel=panel)]
+    return options
 
 
 def model_config(command: str, config: Path | None, overrides: dict[str, Any]) -> RunConfig:

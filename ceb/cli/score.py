@@ -24,6 +24,8 @@ from ceb.cli._common import (
     engine_words,
     err,
     fail,
+    field_options,
+    option_group,
     out,
     parse_shard,
 )
@@ -35,6 +37,16 @@ __all__ = ["score", "score_and_report", "sigterm_as_ctrl_c"]
 
 _ENGINE = "vLLM engine (--backend vllm)"
 _METHOD = "CEB and prompts"
+_ENGINE_FIELDS = (
+    "tensor_parallel_size",
+    "gpu_memory_utilization",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "enable_prefix_caching",
+    "dtype",
+    "max_model_len",
+    "load_format",
+)
 _BACKEND = "offline (no model), openai (an endpoint) or vllm (a vLLM engine in this process)"
 
 
@@ -43,6 +55,7 @@ def _split(text: str) -> tuple[str, ...]:
     return tuple(m.strip() for m in text.split(",") if m.strip())
 
 
+@option_group("engine", "backend.engine", field_options("backend.engine", _ENGINE_FIELDS, _ENGINE))
 @endpoint_options(_BACKEND, base=None, panel=None)
 def score(
     streams: Annotated[
@@ -68,27 +81,7 @@ def score(
     methods: Annotated[
         str | None, config_option("methods", "--methods", help="Comma-separated methods", convert=_split)
     ] = None,
-    tensor_parallel_size: Annotated[
-        int | None, config_option("backend.engine.tensor_parallel_size", rich_help_panel=_ENGINE)
-    ] = None,
-    gpu_memory_utilization: Annotated[
-        float | None, config_option("backend.engine.gpu_memory_utilization", rich_help_panel=_ENGINE)
-    ] = None,
-    max_num_seqs: Annotated[int | None, config_option("backend.engine.max_num_seqs", rich_help_panel=_ENGINE)] = None,
-    max_num_batched_tokens: Annotated[
-        int | None, config_option("backend.engine.max_num_batched_tokens", rich_help_panel=_ENGINE)
-    ] = None,
-    enable_prefix_caching: Annotated[
-        bool | None,
-        config_option(
-            "backend.engine.enable_prefix_caching",
-            "--enable-prefix-caching/--no-enable-prefix-caching",
-            rich_help_panel=_ENGINE,
-        ),
-    ] = None,
-    dtype: Annotated[str | None, config_option("backend.engine.dtype", rich_help_panel=_ENGINE)] = None,
-    max_model_len: Annotated[int | None, config_option("backend.engine.max_model_len", rich_help_panel=_ENGINE)] = None,
-    load_format: Annotated[str | None, config_option("backend.engine.load_format", rich_help_panel=_ENGINE)] = None,
+    engine: dict[str, Any] | None = None,
     engine_args: Annotated[
         str | None,
         config_option(
@@ -146,6 +139,7 @@ def score(
 
     overrides = config_overrides(score, locals())
     overrides["backend"] |= endpoint or {}
+    overrides["backend"]["engine"] |= engine or {}
     part = parse_shard(shard)
     if resume is not None:
         if out_dir is not None and out_dir != resume:
