@@ -270,6 +270,8 @@ def config_option(
 ) -> Any:
     """A ``typer.Option`` bound to the config setting at ``path`` (:func:`config_overrides`); help shows its default.
 
+    The option's own default is ``None`` (the config file, else the field, decides) unless the command has its own.
+
     Args:
         path: Dotted field of :class:`~ceb.config.RunConfig`, e.g. ``"ceb.votes"``.
         *flags: The option's names, when not derived from the parameter name.
@@ -297,6 +299,9 @@ def config_overrides(command: Any, values: Mapping[str, Any]) -> dict[str, Any]:
     Args:
         command: The command function, whose options bind config paths.
         values: Its parameters' values by name (``locals()`` on entry); ``None``: not given.
+
+    Raises:
+        typer.BadParameter: From an option's ``convert`` (``--engine-args`` with an unbalanced quote).
     """
     overrides: dict[str, Any] = {}
     for name, hint in typing.get_type_hints(command, include_extras=True).items():
