@@ -781,12 +781,9 @@ class IncrementalTfidf:
         unit norm. So once a class has a ``k``-th best score ``theta``, a key holding none of the terms outside
         such a ``W`` (bounded below ``theta``) cannot enter its top ``k``.
 
-        Steps: exact scores of the keys holding the query's rarest terms give a first ``theta`` per class
-        (searching further for a class they miss); per class, the terms with the longest postings go into
-        ``W`` while its bound stays below ``theta``; the other terms' postings give each key of the class
-        holding one a partial score and an upper bound (the partial score plus ``W``'s bound, capped per key by
-        ``||q_W|| * sqrt(1 - ||w_strong||^2)``); the class then scores its keys exactly through their rows,
-        best upper bound first, in growing batches, raising ``theta`` until no unscored key's bound reaches it.
+        The keys of the rarest terms give a first ``theta``; ``W`` takes the longest postings while its bound stays
+        below ``theta``; a key's bound is its partial score plus ``W``'s, capped by
+        ``||q_W|| * sqrt(1 - ||w_strong||^2)``; keys are scored exactly, best bound first, until none reaches it.
 
         Args:
             query: A composite key.
