@@ -17,7 +17,9 @@ the verbalized reply     :func:`verbalized_reply`         actor       ``verbaliz
 Inside a :func:`step_statistics` scope (the step pool, :mod:`ceb.pipeline.pool`, opens one per step for every
 method without a bank), a statistic is fetched once per endpoint and request: the first method to ask fetches it,
 the others wait for that fetch or read the kept value, with a request-free cost (``requests`` 0), so the run's sum
-is right. Outside a scope, or with ``baselines.share_statistics`` off, each call fetches its own.
+is right. Outside a scope, or with ``baselines.share_statistics`` off, each call fetches its own. Every fetcher
+raises :class:`~ceb.errors.FatalBackendError` when the endpoint refuses every request; any other failure is in
+the value it returns (``error``, ``available``).
 """
 
 from __future__ import annotations
@@ -448,11 +450,7 @@ def _free(value: Any) -> Any:
 async def teacher_force(
     actor: ChatBackend, prompts: PromptSet, inp: CriticInput, top_k: int, share: bool = True
 ) -> ForcedAction:
-    """The actor's log-probs of ``inp.action``, teacher-forced (:func:`teacher_forcing_request`, :func:`action_span`).
-
-    Raises:
-        FatalBackendError: The endpoint refuses every request.
-    """
+    """The actor's log-probs of ``inp.action`` (:func:`teacher_forcing_request`, :func:`action_span`)."""
     request = teacher_forcing_request(prompts, inp, top_k)
 
     async def fetch() -> ForcedAction:
@@ -467,26 +465,24 @@ async def teacher_force(
     return await _fetch(actor, [request], fetch, share)
 
 
+async def _reply(
+    chat: ChatBackend, request: ChatRequest, share: bool, parse: Callable[[str], T], retries: int = 0
+) -> Answer[T]:
+    """One reply to ``request`` read by ``parse`` (:func:`~ceb.stages.asking.ask`), shared as :func:`_fetch` says."""
+    return await _fetch(chat, [request], lambda: ask(chat, request, parse, retries), share)
+
+
 async def sampled_answers(
     actor: ChatBackend, prompts: PromptSet, inp: CriticInput, settings: BaselineConfig
 ) -> Answer[str]:
-    """``N`` actions sampled from the actor with their log-probs (:func:`sample_request`), in ``completion``.
-
-    Raises:
-        FatalBackendError: The endpoint refuses every request.
-    """
-    request = sample_request(prompts, inp, settings)
-    return await _fetch(actor, [request], lambda: ask(actor, request, str), settings.share_statistics)
+    """``N`` actions sampled from the actor with their log-probs (:func:`sample_request`), in ``completion``."""
+    return await _reply(actor, sample_request(prompts, inp, settings), settings.share_statistics, str)
 
 
 async def ptrue_pair(
     chat: ChatBackend, prompts: PromptSet, inp: CriticInput, settings: BaselineConfig
 ) -> tuple[Answer[str], Answer[str]]:
-    """The teacher-forced replies to :func:`ptrue_pair_requests`, True first; both sent at once.
-
-    Raises:
-        FatalBackendError: The endpoint refuses every request.
-    """
+    """The teacher-forced replies to :func:`ptrue_pair_requests`, True first; both sent at once."""
     requests = ptrue_pair_requests(prompts, inp)
 
     async def fetch() -> tuple[Answer[str], Answer[str]]:
@@ -507,13 +503,8 @@ async def ptrue_pair(
 async def ptrue_first_token(
     chat: ChatBackend, prompts: PromptSet, inp: CriticInput, settings: BaselineConfig
 ) -> Answer[str]:
-    """The reply to :func:`ptrue_first_token_request`, its tokens' top log-probs in ``completion``.
-
-    Raises:
-        FatalBackendError: The endpoint refuses every request.
-    """
-    request = ptrue_first_token_request(prompts, inp, settings)
-    return await _fetch(chat, [request], lambda: ask(chat, request, str), settings.share_statistics)
+    """The reply to :func:`ptrue_first_token_request`, its tokens' top log-probs in ``completion``."""
+    return await _reply(chat, ptrue_first_token_request(prompts, inp, settings), settings.share_statistics, str)
 
 
 async def cot_reply(
@@ -524,23 +515,13 @@ async def cot_reply(
     readout: CriticConfig,
     parse: Callable[[str], float],
 ) -> Answer[float]:
-    """The CoT reply (:func:`cot_request`) read by ``parse``, re-asked up to ``readout.format_retries`` times.
-
-    Raises:
-        FatalBackendError: The endpoint refuses every request.
-    """
+    """The CoT reply (:func:`cot_request`) read by ``parse``, re-asked up to ``readout.format_retries`` times."""
     request = cot_request(prompts, inp, settings, readout)
-    fetch = lambda: ask(chat, request, parse, readout.format_retries)  # noqa: E731
-    return await _fetch(chat, [request], fetch, settings.share_statistics)
+    return await _reply(chat, request, settings.share_statistics, parse, readout.format_retries)
 
 
 async def verbalized_reply(
     actor: ChatBackend, prompts: PromptSet, inp: CriticInput, settings: BaselineConfig, readout: CriticConfig
 ) -> Answer[str]:
-    """The actor's continuation of :func:`verbalized_request`, not re-asked (a correction would close the reply).
-
-    Raises:
-        FatalBackendError: The endpoint refuses every request.
-    """
-    request = verbalized_request(prompts, inp, settings, readout)
-    return await _fetch(actor, [request], lambda: ask(actor, request, str), settings.share_statistics)
+    """The actor's continuation of :func:`verbalized_request`, not re-asked (a correction would close the reply)."""
+    return await _reply(actor, verbalized_request(prompts, inp, settings, readout), settings.share_statistics, str)
