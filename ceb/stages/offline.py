@@ -249,11 +249,7 @@ class OfflineHindsight:
 
 
 def _repeats(steps: Sequence[Step]) -> list[bool]:
-    """Whether each step's action equals an earlier action of the trajectory (white space and case folded).
-
-    One pass with a set of the folded actions seen: linear in the trajectory's length. (Comparing each step with
-    every earlier one, as the rule reads, made a 20,000-step trajectory take minutes; issue 24 item 8.)
-    """
+    """Whether each step's action equals an earlier one of the trajectory (folded); linear in its length."""
     seen: set[str] = set()
     out = []
     for s in steps:
