@@ -265,11 +265,8 @@ async def ask_critic(
 ) -> ScoredStep:
     """Send ``prepared`` to ``critic`` (Eq. 6): the critic call ``z^_t``.
 
-    Args:
-        prepared: The request (:func:`prepare_step`).
-        critic: The stage that scores.
-        tokens: Counts the prompt's tokens while the request is in flight; ``None``: not counted.
-        request_priority: Priority of the critic's requests (:func:`ceb.backends.scheduling.priority`).
+    ``tokens`` counts the prompt while the request is in flight (``None``: not counted); ``request_priority`` is
+    its requests' priority (:func:`ceb.backends.scheduling.priority`).
     """
     cost: list[PromptTokens] = []
     began = anyio.current_time()
