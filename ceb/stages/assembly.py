@@ -1,14 +1,10 @@
-"""Stage assembly: the critic and hindsight stages of a run, built from its :class:`~ceb.config.RunConfig`.
+"""The critic and hindsight stages of a run, built from its :class:`~ceb.config.RunConfig`.
 
-``backend.name`` selects a registered backend (:data:`ceb.backends.base.BACKENDS`), which
-:func:`~ceb.backends.base.open_backend` builds from the ``backend`` section with the run's endpoint slots. Over a
-language model the stages are the LLM critic and labeler; the ``offline`` backend has none, and the stages are
-the model-free stand-ins of :mod:`ceb.stages.offline` (not a language model).
-
-A method's own critic (a baseline's) is built by :func:`build_critic` from its catalogue entry
-(:mod:`ceb.stages.methods`) over the same stages; an actor endpoint it asks (:func:`actor_chat`) is opened the
-same way, shares the run's slots and is closed with the stages. Transports (how a request reaches a server) live
-apart in :mod:`ceb.backends`; this module is the only place that joins the two.
+``backend.name`` selects a registered backend (:data:`ceb.backends.base.BACKENDS`); over a language model the
+stages are the LLM critic and labeler, over ``offline`` the model-free stand-ins of :mod:`ceb.stages.offline`. A
+baseline's critic is built by :func:`build_critic` from its catalogue entry; the actor endpoint it may ask
+(:func:`actor_chat`) shares the run's slots and is closed with the stages. This module is the only place that
+joins transports (:mod:`ceb.backends`) and stages.
 """
 
 from __future__ import annotations
@@ -44,11 +40,8 @@ def build_stages(config: RunConfig, limits: EndpointLimits | None = None) -> Sta
 
     The labeller asks its own endpoint when ``hindsight`` names one (:meth:`RunConfig.hindsight_backend`), opened
     the same way; else the critic's, as in the paper. With ``cache.mode`` not ``off`` the stages own the reply
-    cache (:mod:`ceb.backends.cache`), and every backend they open consults it first.
-
-    Args:
-        config: The run's configuration.
-        limits: The run's endpoint slots, shared by every backend it opens; private ones when ``None``.
+    cache (:mod:`ceb.backends.cache`), and every backend they open consults it first. ``limits``: the run's
+    endpoint slots, shared by every backend it opens; private ones when ``None``.
 
     Raises:
         ConfigError: Unknown backend, or a setting it needs is missing.
@@ -119,11 +112,7 @@ def actor_chat(config: RunConfig, stages: Stages) -> ChatBackend | None:
 
 
 class UnavailableCritic:
-    """A critic that reports ``not available: <reason>`` for every step and never a number.
-
-    Args:
-        reason: Why the method cannot score here (e.g. no LLM endpoint).
-    """
+    """A critic that reports ``not available: <reason>`` for every step and never a number."""
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
@@ -150,9 +139,5 @@ def build_critic(method: MethodSpec, config: RunConfig, stages: Stages) -> Criti
 
 
 def lacks_endpoint(method: MethodSpec, stages: Stages) -> bool:
-    """Whether ``method`` cannot score on ``stages`` at all.
-
-    True when it needs an LLM endpoint (not the stages' own critic) and the stages have none: an LLM-only
-    baseline on the ``offline`` backend.
-    """
+    """Whether ``method`` needs an LLM endpoint the stages lack (an LLM-only baseline on ``offline``)."""
     return not method.uses_llm_critic and stages.chat is None and "chat" in method.needs

@@ -57,8 +57,7 @@ def reply_tails(group: TaskGroup) -> Iterator[None]:
 
 REASON_MAX_CHARS = 120
 """Longest ``reason`` the critic may write, in characters: one sentence; ``critic.max_tokens`` (160) holds it at
-one character per token with the score. (Was 240 as ``maxLength``; a ``pattern`` that long does not compile in
-vLLM's xgrammar, :data:`~ceb.stages.asking.BOUNDED_TEXT_MAX_CHARS`.)"""
+one character per token with the score, and within :data:`~ceb.stages.asking.BOUNDED_TEXT_MAX_CHARS`."""
 
 CRITIC_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -87,7 +86,7 @@ def normalize_action(action: str) -> str:
 
 
 def _common_prefix(a: str, b: str) -> int:
-    """Length of the longest common prefix of ``a`` and ``b``, in characters."""
+    """Length of the longest common prefix of ``a`` and ``b``."""
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:
@@ -147,12 +146,9 @@ def repetition_flag(
         previous: ``a_1 .. a_{t-1}`` in order (only the last ``window`` are read).
         action: ``a_t``.
         window: How many of the latest actions to compare with (paper: 3); 0 never flags.
-        reading: ``prefix``, ``exact``, ``chars`` or ``relative`` (:func:`actions_match`).
-        prefix_chars: Compared length under ``chars``, in characters.
-        prefix_fraction: Covered share of the longer action under ``relative``, in (0, 1].
-
-    Raises:
-        ValueError: ``reading`` is none of the four.
+        reading: As :func:`actions_match`, which raises ``ValueError`` for an unknown one.
+        prefix_chars: As :func:`actions_match`.
+        prefix_fraction: As :func:`actions_match`.
     """
     if window <= 0:
         return False
@@ -233,13 +229,7 @@ def critic_context(inp: CriticInput) -> dict[str, Any]:
 
 
 class LLMCritic:
-    """Scores a proposed action with an LLM behind a :class:`~ceb.backends.base.ChatBackend`.
-
-    Args:
-        chat: The endpoint.
-        prompts: Templates to render the critic prompt with.
-        settings: Decoding settings.
-    """
+    """Scores a proposed action with an LLM behind a :class:`~ceb.backends.base.ChatBackend` (Eq. 2)."""
 
     def __init__(self, chat: ChatBackend, prompts: PromptSet, settings: CriticConfig | None = None) -> None:
         self.chat = chat

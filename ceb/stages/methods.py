@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ceb.config import CEBConfig, RunConfig
 from ceb.errors import ConfigError
@@ -329,23 +329,22 @@ def resolve_method(name: str) -> MethodSpec:
     )
 
 
-_CRITIC_USES = ("structured_output", "schema_bounds")
-_CRITIC_FALLBACK = "replies are read from free text, so expect re-asks"
+def _llm_method(name: str, **fields: Any) -> MethodSpec:
+    """A method scored by the LLM critic, which uses structured output where the endpoint has it."""
+    uses = ("structured_output", "schema_bounds")
+    return MethodSpec(name, uses=uses, fallback="replies are read from free text, so expect re-asks", **fields)
+
 
 for _spec in (
-    MethodSpec(
-        uses=_CRITIC_USES,
-        fallback=_CRITIC_FALLBACK,
-        name="ceb",
+    _llm_method(
+        "ceb",
         label="CEB",
         order=0,
         description="critic + contrastive bank of hindsight-labelled steps (Algorithm 1)",
         ablation="CEB (reference)",
     ),
-    MethodSpec(
-        uses=_CRITIC_USES,
-        fallback=_CRITIC_FALLBACK,
-        name="static",
+    _llm_method(
+        "static",
         label="Static",
         group="baseline",
         order=100,
@@ -353,10 +352,8 @@ for _spec in (
         use_bank=False,
         ablation="Static (no bank)",
     ),
-    MethodSpec(
-        uses=_CRITIC_USES,
-        fallback=_CRITIC_FALLBACK,
-        name="ceb-positives-only",
+    _llm_method(
+        "ceb-positives-only",
         label="CEB - contrastive (positives only)",
         group="ablation",
         order=10,
@@ -364,10 +361,8 @@ for _spec in (
         classes="positives",
         ablation="− contrastive (positives only)",
     ),
-    MethodSpec(
-        uses=_CRITIC_USES,
-        fallback=_CRITIC_FALLBACK,
-        name="ceb-random-retrieval",
+    _llm_method(
+        "ceb-random-retrieval",
         label="CEB - TF-IDF retrieval (random)",
         group="ablation",
         order=11,
@@ -375,10 +370,8 @@ for _spec in (
         retriever="random",
         ablation="− similarity retrieval (random from bank)",
     ),
-    MethodSpec(
-        uses=_CRITIC_USES,
-        fallback=_CRITIC_FALLBACK,
-        name="ceb-single-vote",
+    _llm_method(
+        "ceb-single-vote",
         label="CEB - vote (V=1)",
         group="ablation",
         order=12,
@@ -386,10 +379,8 @@ for _spec in (
         votes=1,
         ablation="− majority vote (V=1)",
     ),
-    MethodSpec(
-        uses=_CRITIC_USES,
-        fallback=_CRITIC_FALLBACK,
-        name="ceb-no-repetition",
+    _llm_method(
+        "ceb-no-repetition",
         label="CEB - repetition signal",
         group="ablation",
         order=13,
@@ -397,20 +388,16 @@ for _spec in (
         use_repetition_flag=False,
         ablation="− repetition flag",
     ),
-    MethodSpec(
-        uses=_CRITIC_USES,
-        fallback=_CRITIC_FALLBACK,
-        name="ceb-dense-retrieval",
+    _llm_method(
+        "ceb-dense-retrieval",
         label="CEB - dense retrieval",
         group="ablation",
         order=20,
         description="CEB retrieving by dense sentence-embedding cosine (needs the dense extra)",
         retriever="dense",
     ),
-    MethodSpec(
-        uses=_CRITIC_USES,
-        fallback=_CRITIC_FALLBACK,
-        name="ceb-gt-oracle",
+    _llm_method(
+        "ceb-gt-oracle",
         label="CEB, GT-oracle bank",
         group="oracle",
         description="ORACLE: CEB whose bank holds the held-out labels (unavailable in deployment)",

@@ -62,8 +62,8 @@ what the observation holds:
   a menu need not navigate); for page text, 0 when it is identical ("no change"), else 1. With no previous
   observation of the same kind (the first step, or after an empty one) the step abstains.
 
-The repeat and retried rules are not used there: an offline benchmark's page moves on along the human's path
-whatever the agent did, so a repeated prediction can be right on the next page.
+The repeat and retried rules are not used there: on a page that moved on along the human's path, a repeated
+prediction can be right.
 
 Any other domain: the terminal rules, except that an empty observation abstains (silence is a reading only
 where the environment is known to be a terminal).
@@ -249,11 +249,7 @@ class OfflineHindsight:
 
 
 def _repeats(steps: Sequence[Step]) -> list[bool]:
-    """Whether each step's action equals an earlier action of the trajectory (white space and case folded).
-
-    One pass with a set of the folded actions seen: linear in the trajectory's length. (Comparing each step with
-    every earlier one, as the rule reads, made a 20,000-step trajectory take minutes; issue 24 item 8.)
-    """
+    """Whether each step's action equals an earlier one of the trajectory (folded); linear in its length."""
     seen: set[str] = set()
     out = []
     for s in steps:

@@ -1,49 +1,19 @@
 """The probability readout of a verbal score: its expectation under the model's token probabilities.
 
-Beyond the paper. The paper's critic reads its score from the reply's text (``readout = "text"``). A small model
-may write the same number on every step while its token probabilities still rank the steps; the ``expected``
+Beyond the paper, whose critic reads its score from the reply's text (``readout = "text"``). The ``expected``
 readout weights each number the model could have written at the score's digits by its probability, as G-Eval
-weights score tokens (Liu et al., 2023, "G-Eval: NLG Evaluation using GPT-4 with Better Human Alignment",
-EMNLP, section 2.3: ``score = sum_i p(s_i) * s_i``). The prompt and the reply's shape stay the paper's; the
-request only adds ``logprobs=True, top_logprobs=N`` (:func:`logprob_fields`).
+does (Liu et al., 2023, EMNLP, section 2.3: ``score = sum_i p(s_i) * s_i``); the request only adds
+``logprobs=True, top_logprobs=N`` (:func:`logprob_fields`).
 
-**Which positions are read.** The number's characters ``[start, end)`` in the reply are found by the method's own
-text reader (the ``score`` value of the critic's JSON, the stated confidence of ``verbalized``, the last
-confidence of ``cot``). The positions read are the generated token that holds the number's first character, every
-later token that holds one of its characters, and the token right after the number (where the model chose to
-stop or to write one more digit), when the reply has one. For ``{"score": 0.75, ...}`` tokenised ``0 . 7 5 ,``
-these are ``0``, ``.``, ``7``, ``5`` and ``,``. A token that also holds text before the number (``":0``, `` 0``)
-is read through that text: only alternatives that start with the same text count, and what follows it is their
-number part; a token that holds more than one character of the number (``0.``, ``75``, ``85``) is one position.
-
-**The value at each position.** Each alternative listed there (the ``top_logprobs`` and the written token) gives
-a candidate number: the number written before that position, then the alternative's leading number characters
-(digits, ``.``, a leading ``-``), then
-
-* when the alternative is only number characters and is not the written token, the number's characters written
-  after that position (the same later digits: at the first fractional digit of ``0.75``, ``6`` reads ``0.65``;
-  at ``1`` of ``1.0``, ``0`` reads ``0.0``);
-* when it is the written token and a later position is read, that later position's expectation (so the
-  expectation is taken digit by digit along the written number: ``0.75``'s value is the expectation at ``0``,
-  which uses the one at ``.``, which uses the one at ``7``...);
-* nothing, when the alternative ends the number (``,``, ``}``, a space, ``%``): at the position after ``0.7``,
-  ``,`` reads ``0.7`` and ``5`` reads ``0.75``.
-
-A candidate must be a plain decimal (``-?digits[.digits]``; ``0.`` or ``-`` alone is not) that the method's value
-function accepts (the critic reads ``0.75``, ``1`` or ``1.0`` as they are; ``verbalized`` and ``cot`` read their
-0-100 scale); its value is clipped to [0, 1] as the text score is (Eq. 6). So a ``1`` at the critic's first digit
-counts 1 whatever follows, and ``2`` counts 1 too (clipped). The position's expectation is the probability-weighted
-mean over the candidates that read, renormalised over them. Alternatives that are not numbers (a quote, a letter)
-take no part; their probability is what the readout misses.
-
-**When the text score is kept instead.** The result is marked ``text_fallback`` (and its score is the text
-score) when the endpoint returned no log-probs for the reply, the token texts do not spell the reply around the
-number (a byte-split character there), the number is written with an exponent, a position lists no candidate that
-reads, or the readout mass is below ``min_mass``. The readout mass is the smallest, over the positions read, of
-the probability the model put on candidates that read (not renormalised: 0.3 means 70 % of the model's
-probability at that position went to tokens that are not a continuation of the number, or was not listed).
-
-The expected readout of a reply that was re-asked reads the reply that was read (the last one).
+The positions read are the generated tokens holding the number's characters (found by the method's own text
+reader) and the token right after it. At each, every listed alternative gives a candidate number (the prefix
+written so far, its own number characters, then the written digits after it or the next position's expectation);
+a candidate must be a plain decimal the method's value function accepts, clipped to [0, 1] (Eq. 6), and the
+position's value is the probability-weighted mean over the candidates, renormalised over them. The score is the
+text score, marked ``text_fallback``, when there are no log-probs, the tokens do not spell the reply around the
+number, the number has an exponent, a position has no candidate, or the readout mass (the least, over the
+positions, of the unrenormalised probability on candidates) is below ``min_mass``. A re-asked reply is read from
+the last reply. The rule with worked examples: docs/readout.md.
 """
 
 from __future__ import annotations

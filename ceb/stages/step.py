@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import TypedDict
+from typing import Required, TypedDict, Unpack
 
 import anyio
 
@@ -38,6 +38,7 @@ __all__ = [
     "Precedent",
     "PreparedStep",
     "ScoredStep",
+    "StepArgs",
     "ask_critic",
     "hindsight_votes",
     "label_trajectory",
@@ -141,73 +142,17 @@ def state_summary(state: str, config: RunConfig) -> str:
     return clip(state, config.prompts.bank_state_chars)
 
 
-async def score_step(
-    *,
-    step: Step,
-    t: int,
-    task: str,
-    domain: str,
-    history: Sequence[HistoryItem],
-    bank: Bank,
-    method: MethodSpec,
-    config: RunConfig,
-    critic: Critic,
-    actor_prompt: str | None = None,
-    tokens: PromptTokenCounter | None = None,
-    request_priority: float = 0.0,
-    bank_lock: anyio.Lock | None = None,
-    bank_version: Callable[[], int] | None = None,
-) -> ScoredStep:
-    """Score the proposed action ``step.action`` before it runs (Algorithm 1, lines 4-7; Eq. 2 and 6).
+class StepArgs(TypedDict, total=False):
+    """The step :func:`prepare_step` and :func:`score_step` read; the step must be blinded (no ``label``/``reward``).
 
-    :func:`prepare_step`, then :func:`ask_critic`; the arguments are theirs.
-
-    Returns:
-        The step's retrieval, flag, critic input and result. A failed critic call is a result with
-        ``score=None``; nothing is raised for it.
-    """
-    prepared = await prepare_step(
-        step=step,
-        t=t,
-        task=task,
-        domain=domain,
-        history=history,
-        bank=bank,
-        method=method,
-        config=config,
-        actor_prompt=actor_prompt,
-        bank_lock=bank_lock,
-        bank_version=bank_version,
-    )
-    return await ask_critic(prepared, critic, tokens=tokens, request_priority=request_priority)
-
-
-async def prepare_step(
-    *,
-    step: Step,
-    t: int,
-    task: str,
-    domain: str,
-    history: Sequence[HistoryItem],
-    bank: Bank,
-    method: MethodSpec,
-    config: RunConfig,
-    actor_prompt: str | None = None,
-    bank_lock: anyio.Lock | None = None,
-    bank_version: Callable[[], int] | None = None,
-) -> PreparedStep:
-    """The critic request for the proposed action ``step.action``: ``s'``, ``kappa_t``, ``R_t+-`` and ``rho_t``.
-
-    The step must be blinded (no ``label`` or ``reward``); only ``state``, ``action``, ``reasoning``, ``op``,
-    ``element``, ``value`` and ``actor_logprobs`` are read, never ``observation``.
-
-    Args:
-        step: ``(s_t, a_t)`` and the agent's logged fields.
+    Attributes:
+        step: ``(s_t, a_t)`` and the agent's logged fields; only ``state``, ``action``, ``reasoning``, ``op``,
+            ``element``, ``value`` and ``actor_logprobs`` are read, never ``observation``.
         t: 0-based index of the step in its trajectory.
         task: ``q``.
         domain: Prompt family.
-        history: ``h_<t``: the earlier steps with their observations and the critic's own scores; only the
-            last ``prompts.history_steps`` reach the critic, and only the repetition window is read besides.
+        history: ``h_<t``: the earlier steps with their observations and the critic's own scores; only the last
+            ``prompts.history_steps`` reach the critic, and only the repetition window is read besides.
         bank: The stream's bank, read (retrieval) and never updated here.
         method: The method's switches (bank, repetition flag, classes).
         config: The run's configuration (``k``, the repetition window, text budgets).
@@ -217,6 +162,39 @@ async def prepare_step(
         bank_version: Read (under ``bank_lock``) when the bank is read; its value is
             :attr:`PreparedStep.bank_version`.
     """
+
+    step: Required[Step]
+    t: Required[int]
+    task: Required[str]
+    domain: Required[str]
+    history: Required[Sequence[HistoryItem]]
+    bank: Required[Bank]
+    method: Required[MethodSpec]
+    config: Required[RunConfig]
+    actor_prompt: str | None
+    bank_lock: anyio.Lock | None
+    bank_version: Callable[[], int] | None
+
+
+async def score_step(
+    *,
+    critic: Critic,
+    tokens: PromptTokenCounter | None = None,
+    request_priority: float = 0.0,
+    **args: Unpack[StepArgs],
+) -> ScoredStep:
+    """Score the proposed action before it runs (Algorithm 1, lines 4-7; Eq. 2 and 6).
+
+    :func:`prepare_step`, then :func:`ask_critic`. A failed critic call is a result with ``score=None``.
+    """
+    return await ask_critic(await prepare_step(**args), critic, tokens=tokens, request_priority=request_priority)
+
+
+async def prepare_step(**args: Unpack[StepArgs]) -> PreparedStep:
+    """The critic request for the proposed action (:class:`StepArgs`): ``s'``, ``kappa_t``, ``R_t+-`` and ``rho_t``."""
+    step, t, task, history = args["step"], args["t"], args["task"], args["history"]
+    bank, method, config = args["bank"], args["method"], args["config"]
+    bank_lock, bank_version = args.get("bank_lock"), args.get("bank_version")
     resolved = method.resolve(config.ceb)
     summary = state_summary(step.state, config)
     retrieval = Retrieval()
@@ -248,7 +226,7 @@ async def prepare_step(
     )
     shown = max(0, len(history) - config.prompts.history_steps)
     inp = CriticInput(
-        domain=domain,
+        domain=args["domain"],
         task=task,
         step=t,
         state=step.state,
@@ -265,7 +243,7 @@ async def prepare_step(
         bank_size=bank_size,
         bank_positive=bank_positive,
         actor_logprobs=step.actor_logprobs,
-        actor_prompt=actor_prompt,
+        actor_prompt=args.get("actor_prompt"),
     )
     return PreparedStep(
         state_summary=summary,
@@ -287,11 +265,8 @@ async def ask_critic(
 ) -> ScoredStep:
     """Send ``prepared`` to ``critic`` (Eq. 6): the critic call ``z^_t``.
 
-    Args:
-        prepared: The request (:func:`prepare_step`).
-        critic: The stage that scores.
-        tokens: Counts the prompt's tokens while the request is in flight; ``None``: not counted.
-        request_priority: Priority of the critic's requests (:func:`ceb.backends.scheduling.priority`).
+    ``tokens`` counts the prompt while the request is in flight (``None``: not counted); ``request_priority`` is
+    its requests' priority (:func:`ceb.backends.scheduling.priority`).
     """
     cost: list[PromptTokens] = []
     began = anyio.current_time()

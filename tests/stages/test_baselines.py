@@ -13,7 +13,6 @@ from pydantic import ValidationError
 
 from ceb.backends.base import RetryPolicy, TokenLogprob
 from ceb.backends.openai import OpenAIBackend
-from ceb.backends.scripted import ScriptedChat
 from ceb.config import BackendConfig, BaselineConfig, CriticConfig, load_config
 from ceb.errors import ConfigError
 from ceb.stages import CriticInput, HistoryItem, PromptSet
@@ -37,6 +36,7 @@ from ceb.stages.baselines import (
 from ceb.stages.baselines.pro import SAMPLE_SLACK_TOKENS, sample_budget
 from ceb.stages.baselines.ptrue import forced_p_true
 from ceb.stages.methods import all_methods, resolve_method
+from ceb.stages.statistics import cot_request, ptrue_first_token_request
 from tests.support.openai_server import OpenAITestServer, PromptPosition, Reply
 
 pytestmark = pytest.mark.anyio
@@ -746,9 +746,7 @@ def test_settings_refuse_counts_below_one(field: str) -> None:
 def test_a_family_may_replace_a_baseline_prompt(tmp_path: Any) -> None:
     (tmp_path / "shell").mkdir()
     (tmp_path / "shell" / "ptrue_user.j2").write_text("MINE {{ action }}")
-    critic = PTrueCritic(ScriptedChat(lambda request: "True"), PromptSet(tmp_path))
-
-    system, user = critic.request(_input()).messages
+    system, user = ptrue_first_token_request(PromptSet(tmp_path), _input(), BaselineConfig()).messages
 
     assert user["content"] == "MINE ls -la\n"
     assert "True or False" in system["content"]  # no shell/ptrue_system.j2: the base one
@@ -757,7 +755,5 @@ def test_a_family_may_replace_a_baseline_prompt(tmp_path: Any) -> None:
 def test_a_broken_family_prompt_is_reported_not_replaced(tmp_path: Any) -> None:
     (tmp_path / "shell").mkdir()
     (tmp_path / "shell" / "cot_user.j2").write_text("{{ no_such_variable }}")
-    critic = CoTCritic(ScriptedChat(lambda request: "Confidence: 50"), PromptSet(tmp_path))
-
     with pytest.raises(ConfigError, match="shell/cot_user.j2"):
-        critic.request(_input())
+        cot_request(PromptSet(tmp_path), _input(), BaselineConfig(), CriticConfig())

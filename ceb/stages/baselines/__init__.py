@@ -1,4 +1,4 @@
-"""The training-free baselines of paper section 4.1, each a :class:`~ceb.stages.base.Critic`.
+"""The training-free baselines of paper section 4.1: each a formula over the statistics of :mod:`ceb.stages.statistics`.
 
 =============  ================================  =========  ==========================================================
 name           class                             endpoint   what the endpoint must support
@@ -17,27 +17,26 @@ name           class                             endpoint   what the endpoint mu
                                                             ``continue_final_message``, ``add_generation_prompt``
 =============  ================================  =========  ==========================================================
 
-``prompt_logprobs``, ``continue_final_message`` and ``add_generation_prompt`` are vLLM extensions of the chat
-API. A step a method cannot score (no log-probs, no endpoint, no True/False token) gets ``score=None`` and the
-status ``not_available`` (:meth:`~ceb.stages.base.CriticResult.not_available`); no number is made up.
-
-Each module registers its method in the catalogue (:mod:`ceb.stages.methods`) with a ``build(config, stages)``
-factory: ``ptrue`` and ``cot`` ask the critic's endpoint, the others the actor's
-(:func:`ceb.stages.assembly.actor_chat`; the paper uses one backbone for both). Every module of this package is
-imported on the catalogue's first look-up, so a new baseline is one new file here.
+A step a method cannot score (no log-probs, no endpoint, no True/False token) gets ``score=None`` and the status
+``not_available``; no number is made up. A baseline is one module: a :class:`~ceb.stages.baselines._common.Baseline`
+subclass whose ``score`` reads statistics and applies its formula, and a
+:func:`~ceb.stages.baselines._common.register_baseline` call; every module here is imported on the catalogue's
+first look-up (:mod:`ceb.stages.methods`).
 """
 
 from __future__ import annotations
 
+from ceb.stages.baselines._common import Baseline, register_baseline
 from ceb.stages.baselines.cot import CoTCritic, parse_confidence_line
 from ceb.stages.baselines.mean_entropy import MeanEntropyCritic, top_k_entropy
 from ceb.stages.baselines.perplexity import PerplexityCritic, inverse_perplexity
 from ceb.stages.baselines.pro import PROCritic, action_key, softmax_weight
 from ceb.stages.baselines.ptrue import PTrueCritic, answer_class, p_true
-from ceb.stages.baselines.teacher_forcing import ForcedAction, action_span, teacher_force, teacher_forcing_request
 from ceb.stages.baselines.verbalized import VerbalizedCritic, parse_stated_confidence
+from ceb.stages.statistics import ForcedAction, action_span, teacher_force, teacher_forcing_request
 
 __all__ = [
+    "Baseline",
     "CoTCritic",
     "ForcedAction",
     "MeanEntropyCritic",
@@ -52,6 +51,7 @@ __all__ = [
     "p_true",
     "parse_confidence_line",
     "parse_stated_confidence",
+    "register_baseline",
     "softmax_weight",
     "teacher_force",
     "teacher_forcing_request",

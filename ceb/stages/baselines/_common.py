@@ -1,17 +1,17 @@
-"""What the baseline critics share: their evidence line and their prompts.
-
-They ask the endpoint as every stage does (:func:`ceb.stages.asking.ask`).
-"""
+"""What every baseline shares: its fields, its evidence line, and its registration in the catalogue."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from ceb.backends.base import ChatBackend
+from ceb.config import BaselineConfig, CriticConfig, RunConfig
 from ceb.errors import ConfigError
-from ceb.stages.base import CriticInput
-from ceb.stages.critic import situation_context
+from ceb.stages.assembly import Stages, actor_chat, prompt_set
+from ceb.stages.base import Critic, CriticInput, CriticResult
+from ceb.stages.methods import MethodSpec, register_method
 from ceb.stages.templates import PromptSet
 
 
@@ -20,46 +20,88 @@ def evidence(**fields: Any) -> str:
     return json.dumps(fields, ensure_ascii=False, allow_nan=True)
 
 
-def prompt_messages(prompts: PromptSet, inp: CriticInput, kind: str) -> tuple[dict[str, str], ...]:
-    """``(system, user)`` messages of a critic-side baseline (``ptrue``, ``cot``) for ``inp``."""
-    ctx = situation_context(inp)
-    return (
-        {"role": "system", "content": prompts.render_or_base(inp.domain, f"{kind}_system", ctx)},
-        {"role": "user", "content": prompts.render_or_base(inp.domain, f"{kind}_user", ctx)},
-    )
+@dataclass
+class Baseline:
+    """A baseline critic: :meth:`score` is its formula over statistics of :mod:`ceb.stages.statistics`.
 
-
-def actor_messages(prompts: PromptSet, inp: CriticInput, *, ask_confidence: bool = False) -> tuple[dict[str, str], ...]:
-    """The actor's ``(system, user)`` messages for step ``t``, as the baselines that re-run the actor use them.
-
-    The system message is the actor's own prompt when the stream carries one (``inp.actor_prompt``, non-empty),
-    else ``actor_system.j2``, a generic agent prompt in the shape of the ReAct loop. The user message is
-    ``actor_user.j2``: the task, the earlier actions with what they returned, and the current state.
-
-    Args:
+    Attributes:
+        chat: The endpoint its statistics are fetched from (the actor's or the critic's, as registered), or
+            ``None`` where the method can score without one.
         prompts: Templates.
-        inp: The step.
-        ask_confidence: Also ask for a stated confidence after the action (Verbalization).
+        settings: The ``baselines`` section.
+        readout: The critic's section (``readout``, ``top_logprobs``, ``readout_min_mass``, ``format_retries``).
     """
-    ctx = situation_context(inp) | {"ask_confidence": ask_confidence}
-    system = inp.actor_prompt or prompts.render_or_base(inp.domain, "actor_system", ctx)
-    return (
-        {"role": "system", "content": system},
-        {"role": "user", "content": prompts.render_or_base(inp.domain, "actor_user", ctx)},
+
+    chat: ChatBackend | None
+    prompts: PromptSet
+    settings: BaselineConfig = field(default_factory=BaselineConfig)
+    readout: CriticConfig = field(default_factory=CriticConfig)
+
+    @property
+    def endpoint(self) -> ChatBackend:
+        """:attr:`chat`, which a method whose ``needs`` hold ``"chat"`` always has.
+
+        Raises:
+            ConfigError: It is ``None``.
+        """
+        if self.chat is None:
+            raise ConfigError("this baseline needs an LLM endpoint, and none is set")
+        return self.chat
+
+    async def score(self, inp: CriticInput) -> CriticResult:
+        """The step's score; never raises for one step's failure.
+
+        Raises:
+            FatalBackendError: The endpoint refuses every request.
+        """
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineFactory:
+    """Builds a :class:`Baseline` over the actor's endpoint or the critic's."""
+
+    critic: type[Baseline]
+    endpoint: Literal["actor", "critic"]
+    required: bool
+
+    def __call__(self, config: RunConfig, stages: Stages) -> Critic:
+        chat = actor_chat(config, stages) if self.endpoint == "actor" else stages.chat
+        critic = self.critic(chat, prompt_set(config), config.baselines, config.critic)
+        if self.required:
+            critic.endpoint  # noqa: B018 - raises ConfigError without one
+        return critic
+
+
+def register_baseline(
+    critic: type[Baseline],
+    name: str,
+    *,
+    label: str,
+    order: int,
+    description: str,
+    endpoint: Literal["actor", "critic"] = "actor",
+    needs: tuple[str, ...] = ("chat",),
+    uses: tuple[str, ...] = (),
+    fallback: str = "",
+) -> MethodSpec:
+    """Register ``critic`` as the method ``name`` of the ``baseline`` group (no bank, no repetition flag).
+
+    ``endpoint``: whose endpoint its statistics come from; the other arguments are :class:`MethodSpec`'s.
+    """
+    factory = BaselineFactory(critic, endpoint, "chat" in needs)
+    return register_method(
+        MethodSpec(
+            name,
+            label=label,
+            group="baseline",
+            order=order,
+            description=description,
+            use_bank=False,
+            use_repetition_flag=False,
+            critic=factory,
+            needs=needs,
+            uses=uses,
+            fallback=fallback,
+        )
     )
-
-
-def continuation_extra() -> dict[str, Any]:
-    """Body fields (vLLM) that leave the last assistant message open, as a prefix the model continues."""
-    return {"continue_final_message": True, "add_generation_prompt": False}
-
-
-def need_chat(chat: ChatBackend | None) -> ChatBackend:
-    """``chat``, which the caller's catalogue entry guarantees (its ``needs`` holds ``"chat"``).
-
-    Raises:
-        ConfigError: ``chat`` is ``None`` (the method was built without :func:`ceb.stages.assembly.build_critic`).
-    """
-    if chat is None:
-        raise ConfigError("this baseline needs an LLM endpoint, and none is set")
-    return chat
