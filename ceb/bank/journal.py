@@ -1,10 +1,7 @@
 """A bank kept on disk as an append-only log with periodic compaction (issue 15, part 4).
 
-:meth:`~ceb.bank.bank.Bank.save` rewrites the whole bank, which is fine once at the end of a run but not after
-every trajectory of a long-lived agent. A :class:`BankJournal` saves each update at the cost of that update: one
-JSON line with the trajectory's records. The bank's state is a function of its sequence of updates
-(:mod:`ceb.bank.policy`), so replaying the lines rebuilds it exactly; the retrievals a usefulness policy counts
-are recomputed from the records, so nothing else needs logging.
+A :class:`BankJournal` saves each update as one JSON line with the trajectory's records. The bank's state is a
+function of its sequence of updates (:mod:`ceb.bank.policy`), so replaying the lines rebuilds it exactly.
 
 File layout (JSON lines)::
 
@@ -12,27 +9,19 @@ File layout (JSON lines)::
     {"snapshot": {...Bank.to_document()...}, "mark": ...}                optional: the state at compaction
     {"add": [{...BankRecord...}, ...], "mark": ...}                      one per update since, in order
 
-``mark`` is optional: a caller's tag for the update (the gate service writes its trajectory's sequence number,
-:mod:`ceb.gate`), stored on the same line as the records so that the two are durable together.
-:attr:`BankJournal.mark` is the latest one; a snapshot carries it on.
+``mark`` is an optional caller's tag for the update (the gate's trajectory sequence number, :mod:`ceb.gate`),
+durable with its records; a snapshot carries the latest on.
 
-Compaction rewrites the file as the header and one snapshot of the current state (atomically: a sibling file,
-fsync, rename, fsync of the folder), once the records logged since the last snapshot exceed ``compact_ratio``
-times the records held (and ``compact_min``), or once ``snapshot_every`` updates, holding at least half as many
-records as the bank, were logged since it. With
-eviction the bank stays bounded while the updates do not; compaction keeps the file proportional to the bank, at
-an amortised constant cost per logged record. An append-only bank's log is its records, so by records alone it
-rarely compacts by records. Reopening replays the updates after the last snapshot: a bounded bank one at a time
-(eviction depends on their order), each costing time proportional to the bank, so ``snapshot_every`` bounds their
-number; an append-only bank's whole tail in one update, since its retriever scores as a refit however the records
-came in. Replaying a long history update by update was quadratic in it (issue 24 item 8; the live gate sets
-``gate.snapshot_every``).
+Compaction rewrites the file as the header and one snapshot (atomically: sibling file, fsync, rename, fsync of
+the folder) once the records logged since the last snapshot exceed ``compact_ratio`` times the records held (and
+``compact_min``), or once ``snapshot_every`` updates holding at least half as many records as the bank were
+logged: the file stays proportional to the bank, at an amortised constant cost per record. Reopening replays the
+updates after the last snapshot: a bounded bank's one at a time (eviction depends on their order; so
+``snapshot_every`` bounds them, issue 24 item 8), an append-only bank's tail as one update.
 
-A kill leaves at most the last line torn; :meth:`BankJournal.open` ignores it and cuts it off (the update it
-held is lost, as an unfinished update is). A kill during compaction leaves either the old file, whole (and a
-sibling ``.tmp`` file, which :meth:`BankJournal.open` deletes), or the new one: ``os.replace`` is atomic.
-Reopening gives a bank bit-identical to the one that wrote the file: the same records, counts, counters and
-retrieval scores.
+A kill leaves at most the last line torn, which :meth:`BankJournal.open` cuts off (that update is lost); a kill
+during compaction leaves the old file (and a ``.tmp`` sibling, deleted on open) or the new one. Reopening gives a
+bank bit-identical to the one that wrote the file.
 """
 
 from __future__ import annotations
@@ -65,21 +54,9 @@ _SNAPSHOT_GROWTH = 0.5
 class BankJournal:
     """A :class:`~ceb.bank.bank.Bank` whose every update is appended to a log file (see the module docstring).
 
-    Use :meth:`open`; update the bank through :meth:`add_trajectory` (not ``bank.add_trajectory``, which would
-    leave the file behind); retrieve through :attr:`bank`. A context manager: leaving it closes the file.
-
-    Args:
-        path: The log file.
-        bank: The bank the file describes.
-        handle: The file, open for appending at its end.
-        logged: Records logged since the last snapshot (or the start).
-        compact_ratio: Compact once ``logged > compact_ratio * max(len(bank), compact_min)``.
-        compact_min: See ``compact_ratio``.
-        fsync: ``fsync`` after every appended line (durable against power loss, not only against a crash).
-        mark: The latest update's mark (``None`` when no update carried one).
-        snapshot_every: Compact once this many updates were logged since the last snapshot (``None``: by
-            records only).
-        updates: Updates logged since the last snapshot (or the start).
+    Made by :meth:`open`; updated through :meth:`add_trajectory` only (``bank.add_trajectory`` would leave the file
+    behind). A context manager: leaving it closes the file. ``handle`` is the file open for appending;
+    ``logged`` and ``updates`` count the records and updates since the last snapshot; the rest is :meth:`open`'s.
     """
 
     def __init__(
@@ -127,13 +104,14 @@ class BankJournal:
             retriever: An empty retriever for the bank; the exact TF-IDF kernel when ``None``.
             settings: The bank's settings. A new journal records them; an existing one must match them
                 (``None``: take the recorded ones).
-            compact_ratio: Compaction threshold (see :class:`BankJournal`), ``> 0``.
+            compact_ratio: Compact once ``logged > compact_ratio * max(len(bank), compact_min)``, ``> 0``.
             compact_min: Compaction threshold floor, in records.
-            fsync: ``fsync`` after every appended line.
+            fsync: ``fsync`` after every appended line (durable against power loss, not only a crash).
             snapshot_every: Also compact once this many updates were logged since the last snapshot, ``>= 1``
                 (``None``: by records only). Reopening then replays at most that many updates after the snapshot.
 
         Raises:
+            ValueError: ``compact_ratio <= 0`` or ``snapshot_every < 1``.
             BankError: The file is not a journal, a line before the last is malformed (names the line), or the
                 recorded settings differ from ``settings``.
         """
@@ -155,9 +133,7 @@ class BankJournal:
             _write_new(path, settings, None)
             return cls(path, Bank(retriever, settings), path.open("ab"), 0, **opts)
         lines = path.read_bytes().split(b"\n")
-        # The last piece is empty after a whole line; otherwise it is an update cut before its newline, unfinished
-        # even if it parses. Parsing it would count its bytes plus a newline that is not there, and the truncation
-        # below would then pad the file with a NUL that spoils the next update's line.
+        # A last piece without its newline is an unfinished update, even if it parses (counting it would pad a NUL).
         if lines.pop() and not lines:
             raise BankError(f"{path}: line 1: the header has no newline: not a complete {JOURNAL_FORMAT} file")
         docs: list[dict[str, Any]] = []
@@ -184,8 +160,7 @@ class BankJournal:
             raise BankError(f"{path}: the journal's bank settings {recorded!r} differ from {settings!r}")
         start = max((i for i, d in enumerate(docs) if "snapshot" in d), default=0)
         if start:
-            # An unbounded bank's snapshot is its records alone: its settings are the header's (usefulness_k with
-            # them), else the next snapshot would record other settings than the journal was opened with.
+            # An unbounded bank's snapshot is its records alone: its settings are the header's.
             where = f"{path}: line {start + 1}"
             bank = Bank.from_document(docs[start]["snapshot"], retriever, where=where, settings=recorded)
         else:
@@ -202,8 +177,7 @@ class BankJournal:
             logged += len(records)
             mark = docs[i].get("mark", mark)
         if tail:
-            # An append-only bank is its records in order, and its retriever scores as a refit on them however they
-            # came in: the tail in one update, not one update per line, each costing time proportional to the bank.
+            # An append-only bank scores as a refit however its records came in: the tail as one update.
             bank.add_trajectory(tail)
         if good_bytes != path.stat().st_size:
             os.truncate(path, good_bytes)
@@ -215,8 +189,6 @@ class BankJournal:
 
     def add_trajectory(self, records: Iterable[BankRecord], *, mark: Any = None) -> None:
         """Update the bank (:meth:`~ceb.bank.bank.Bank.add_trajectory`) and append the update as one line.
-
-        Cost: the update, plus writing its records (and, when due, one compaction: writing the bank).
 
         Args:
             records: The trajectory's records.
@@ -241,12 +213,7 @@ class BankJournal:
             self.compact()
 
     def _snapshot_due(self) -> bool:
-        """``snapshot_every`` updates since the last snapshot, logging at least half as many records as the bank holds.
-
-        The second condition spaces an append-only bank's snapshots geometrically (each costs time proportional
-        to the bank), so their cost per record stays constant however large the bank grows; reopening then reads
-        at most half the bank again as a tail, in one update. A bounded bank reaches it every few updates.
-        """
+        """``snapshot_every`` updates since the last snapshot, logging half the bank's records (geometric spacing)."""
         return (
             self.snapshot_every is not None
             and self.updates >= self.snapshot_every

@@ -1,18 +1,13 @@
 """Exact incremental TF-IDF cosine retrieval for the bank (paper section 3.3).
 
-:class:`IncrementalTfidf` returns, for every query, the same similarity vector as
-:class:`~ceb.bank.retrieval.TfidfReference` (scikit-learn's ``TfidfVectorizer`` refit on all keys after every
-bank update) without refitting: keys are appended, so only the new keys are tokenised and counted. What every
-update must still redo is the row norms, because the smoothed idf of *every* term moves when the number of
-keys ``n`` moves; that is one vectorised pass over the stored counts.
+:class:`IncrementalTfidf` returns, for every query, the similarity vector of
+:class:`~ceb.bank.retrieval.TfidfReference` (scikit-learn refit on all keys after every update) without refitting:
+only new keys are tokenised; every update redoes the row norms (every idf moves with ``n``) in one pass.
 
-Keys can also be evicted (:meth:`IncrementalTfidf.evict`, for a bounded bank: :mod:`ceb.bank.policy`): their
-rows are dropped from the count blocks and their terms' document frequencies decremented, again without
-re-tokenising anything. The scores then equal a scikit-learn fit on exactly the kept keys (``n`` the number of
-kept keys, a term no kept key holds out of the vocabulary) within 1e-9; they are not bit-identical to it,
-because term ids stay in the order terms were first seen over *all* keys ever added, not only the kept ones.
-Nothing but the kernel's own history decides that order, so replaying the same updates and evictions (a
-resume), or restoring the term list (:attr:`IncrementalTfidf.terms`), reproduces the scores bit for bit.
+Evicting keys (:meth:`IncrementalTfidf.evict`, :mod:`ceb.bank.policy`) drops their rows and decrements their
+terms' document frequencies. The scores then equal a fit on the kept keys within 1e-9, not bit for bit: term ids
+keep the first-seen order over all keys ever added. Replaying the same updates and evictions, or restoring the
+term list (:attr:`IncrementalTfidf.terms`), reproduces the scores bit for bit.
 
 Storage: the raw term counts ``C`` (keys x terms), in row blocks of at most 65,536 keys, each held twice: as
 compressed sparse columns (postings: a uint16 row within the block and a count per entry), which a query reads
@@ -25,10 +20,8 @@ and never copied again, so no fold copies more than one block.
 Weights ``w_ij = (c_ij * idf_j) / norm_i`` are stored (float64) only while the bank is small
 (:data:`_PRUNE_MIN_KEYS`); a larger bank computes them for the entries a query reads.
 
-The bank's retrieval (:meth:`IncrementalTfidf.top_k`) of a large bank does not score every key: it finds the
-top ``k`` of each class exactly, with MaxScore-style pruning (per-term upper bounds of the weights, kept by each
-update), and scores the few keys left in the running through their rows, so the keys, their order and their
-similarities are those of the full ranking, bit for bit.
+:meth:`IncrementalTfidf.top_k` of a large bank finds each class's top ``k`` exactly, bit for bit, with
+MaxScore-style pruning (per-term upper bounds of the weights), scoring only the keys left in the running.
 
 Arithmetic order follows scikit-learn's, operation for operation, so the scores are not just within 1e-9 of
 the reference but bit-identical to it, and ties between top-k candidates break the same way:
@@ -220,10 +213,7 @@ def _block_from_coo(start: int, n_rows: int, n_cols: int, rows: IntArray, cols: 
 
 
 def _stack(top: _Block, bottom: _Block, n_cols: int) -> _Block:
-    """Stack two adjacent row blocks into one (``bottom``'s keys follow ``top``'s), in one linear pass.
-
-    Within each column ``top``'s entries come first, so rows stay ascending; the rows simply concatenate.
-    """
+    """Stack two adjacent row blocks into one (``bottom``'s keys follow ``top``'s), in one linear pass."""
     if top.start + top.n_rows != bottom.start:
         raise AssertionError(f"blocks not adjacent: {top.start}+{top.n_rows} != {bottom.start}")
     n_rows = top.n_rows + bottom.n_rows
@@ -264,10 +254,7 @@ def _stack(top: _Block, bottom: _Block, n_cols: int) -> _Block:
 
 
 def _drop_rows(block: _Block, start: int, gone: npt.NDArray[np.bool_]) -> _Block:
-    """The block without its rows marked in ``gone`` (shape ``(n_rows,)``), placed at bank position ``start``.
-
-    Entries keep their order in both layouts, so the arithmetic on a kept row is the same as before.
-    """
+    """The block without its rows marked in ``gone`` (shape ``(n_rows,)``), at ``start``; entry order kept."""
     keep_rows = ~gone
     new_row = (np.cumsum(keep_rows) - 1).astype(np.uint16)  # kept rows renumbered 0..m-1
     keep = keep_rows[block.rows]
@@ -292,10 +279,7 @@ def _drop_rows(block: _Block, start: int, gone: npt.NDArray[np.bool_]) -> _Block
 
 
 def _drop_columns(block: _Block, new_id: npt.NDArray[np.int64], live: npt.NDArray[np.bool_]) -> _Block:
-    """The block without the columns not marked ``live`` (they must hold no entries).
-
-    Live columns keep their order; the row layout's terms are renumbered by ``new_id``.
-    """
+    """The block without the columns not ``live`` (which hold no entries); row terms renumbered by ``new_id``."""
     keep = live[: block.n_cols]
     if block.nnz and int(block.col_len[~keep].sum()):
         raise AssertionError("a dropped column holds entries")
@@ -347,11 +331,7 @@ def _norms(block: _Block, idf: FloatArray) -> FloatArray:
 
 
 def _bounds(block: _Block, norms: FloatArray) -> FloatArray:
-    """Per term, ``max_i c_ij / norm_i`` over the block's keys, shape ``(n_cols,)`` (``norms``: the block's).
-
-    Bounds a term's weight in any key of the block: ``w_ij <= idf_j * bound_j`` (:meth:`IncrementalTfidf.top_k`
-    prunes with it).
-    """
+    """Per term, ``max_i c_ij / norm_i`` over the block's keys, shape ``(n_cols,)``: ``w_ij <= idf_j * bound_j``."""
     bound = np.zeros(block.n_cols, dtype=np.float64)
     full = np.flatnonzero(block.col_len)
     if not full.size:
@@ -383,13 +363,9 @@ class IncrementalTfidf:
     ``idf_j = ln((1 + n) / (1 + df_j)) + 1`` for the current ``n``, and L2-normalised rows. A query's terms
     outside the vocabulary are ignored; a query or bank without a usable token scores 0 everywhere.
 
-    Per update the cost is: tokenising the new keys, merging their counts into the tail block, and one
-    vectorised pass over all stored counts for the new idf and row norms (a small bank also refreshes its
-    stored weights; a large one, every few updates, its pruning bounds). Per :meth:`similarities`: tokenising
-    the query and reading every posting of its terms. Per :meth:`top_k` on a large bank: the postings of its
-    rarer terms, and the rows of the few keys left in the running. Per eviction: one pass over the stored
-    counts (dropping the rows), and the reweighting deferred to the next update or query, so that an eviction
-    followed by an update costs one reweighting.
+    Cost per update: the new keys' tokens and one vectorised pass over all counts (new idf and norms); per
+    :meth:`similarities`: every posting of the query's terms; per :meth:`top_k` on a large bank: its rarer terms'
+    postings and the rows of the keys left in the running; per eviction: one pass, the reweighting deferred.
 
     Sources: paper section 3.3 ("a TF-IDF embedding fit to the bank's keys"); scikit-learn
     ``TfidfVectorizer`` / ``TfidfTransformer`` (smooth_idf, norm="l2") documentation; MaxScore pruning
@@ -434,10 +410,7 @@ class IncrementalTfidf:
 
     @property
     def terms(self) -> tuple[str, ...]:
-        """The vocabulary in term-id order, shape ``(vocabulary_size,)``.
-
-        What :meth:`restore` needs to reproduce this kernel's scores bit for bit.
-        """
+        """The vocabulary in term-id order, shape ``(vocabulary_size,)``: what :meth:`restore` needs."""
         return tuple(self._vocab)
 
     @property
@@ -446,10 +419,7 @@ class IncrementalTfidf:
         return sum(b.nnz for b in self._blocks())
 
     def restore(self, keys: Sequence[str], terms: Sequence[str]) -> None:
-        """Start over from ``keys`` with the term ids of ``terms``: the state of the kernel they came from.
-
-        Restoring a bank's kernel with its term list gives scores bit-identical to the original's (a plain
-        :meth:`update` on the kept keys agrees with them within 1e-9 once keys were evicted).
+        """Start over from ``keys`` with the term ids of ``terms``: scores bit-identical to that kernel's.
 
         Args:
             keys: The kept keys, in order, shape ``(n,)``.
@@ -501,15 +471,10 @@ class IncrementalTfidf:
         return [*self._sealed, *(b for b in (self._main, self._tail) if b is not None)]
 
     def _reweigh(self, first_new: int | None = None) -> None:
-        """Every idf moves with n, so every row norm is refreshed (one pass over all counts); the rest follows.
+        """New idf and row norms; stored weights (small bank) or :meth:`top_k` bounds ``max_i c_ij / norm_i``.
 
-        A bank of fewer than :data:`_PRUNE_MIN_KEYS` keys stores its weights; a larger one keeps per-term bounds
-        for :meth:`top_k`
-        (``max_i c_ij / norm_i``), which need a second pass over all counts that an append (``first_new``: the
-        first appended key) mostly avoids: no idf fell by more than the factor ``r`` (the smallest new-over-old
-        idf ratio), so no old key's norm did either, and the old bounds divided by ``r`` still hold for the old
-        keys; the new keys' bounds come from their own entries. Once the bounds are loose by more than
-        :data:`_BOUND_LOOSEN_MAX` in all, or after an eviction, the full pass resets them.
+        After an append (``first_new``) the old bounds divided by ``r``, the smallest new-over-old idf ratio, still
+        hold, so no full pass is needed until they are loose by :data:`_BOUND_LOOSEN_MAX` or a key was evicted.
         """
         old_idf, old_bound = self._idf, self._bound
         df = self._df.astype(np.float64)
@@ -615,11 +580,7 @@ class IncrementalTfidf:
         self._tail = _drop_columns(self._tail, new_id, live) if self._tail is not None else None
 
     def _count(self, keys: Sequence[str], start: int) -> list[_Block]:
-        """Tokenise ``keys[start:]``, grow the vocabulary and df, and return their counts as blocks.
-
-        A few thousand keys at a time, so that a bulk load holds few Python objects at once; a key the analyser
-        rejects leaves no trace (the vocabulary and df are put back).
-        """
+        """Count ``keys[start:]`` into blocks, :data:`_COUNT_KEYS` at a time; an analyser error restores vocab, df."""
         vocab = self._vocab
         n_vocab, df_before = len(vocab), self._df
         blocks: list[_Block] = []
@@ -663,10 +624,7 @@ class IncrementalTfidf:
         return blocks
 
     def _append(self, new: _Block) -> None:
-        """Merge new rows into the tail; fold the tail into the main block once it is large enough.
-
-        A main block (with its tail) that the new rows would take past :data:`_BLOCK_ROWS` keys is sealed first.
-        """
+        """Merge new rows into the tail, folding or sealing blocks by :data:`_FOLD_FRACTION` and :data:`_BLOCK_ROWS`."""
         n_cols = len(self._vocab)
         open_rows = sum(b.n_rows for b in (self._main, self._tail) if b is not None)
         if open_rows + new.n_rows > _BLOCK_ROWS:
@@ -712,8 +670,7 @@ class IncrementalTfidf:
 
         ``sim_i = sum_j w_ij * q_j`` over the query's in-vocabulary terms ``j``, with
         ``w_ij = (c_ij * idf_j) / norm_i`` and ``q_j = (c_j * idf_j) / ||c * idf||_2``; accumulated per key in
-        ascending term id, like the reference's sparse product. Reads every posting of the query's terms; the
-        bank's retrieval uses :meth:`top_k`, which on a large bank reads far fewer.
+        ascending term id, like the reference's sparse product. Reads every posting of the query's terms.
 
         Args:
             query: A composite key (:func:`~ceb.bank.record.composite_key`).
@@ -824,12 +781,9 @@ class IncrementalTfidf:
         unit norm. So once a class has a ``k``-th best score ``theta``, a key holding none of the terms outside
         such a ``W`` (bounded below ``theta``) cannot enter its top ``k``.
 
-        Steps: exact scores of the keys holding the query's rarest terms give a first ``theta`` per class
-        (searching further for a class they miss); per class, the terms with the longest postings go into
-        ``W`` while its bound stays below ``theta``; the other terms' postings give each key of the class
-        holding one a partial score and an upper bound (the partial score plus ``W``'s bound, capped per key by
-        ``||q_W|| * sqrt(1 - ||w_strong||^2)``); the class then scores its keys exactly through their rows,
-        best upper bound first, in growing batches, raising ``theta`` until no unscored key's bound reaches it.
+        The keys of the rarest terms give a first ``theta``; ``W`` takes the longest postings while its bound stays
+        below ``theta``; a key's bound is its partial score plus ``W``'s, capped by
+        ``||q_W|| * sqrt(1 - ||w_strong||^2)``; keys are scored exactly, best bound first, until none reaches it.
 
         Args:
             query: A composite key.

@@ -1,8 +1,7 @@
 """Bounding the bank: the eviction policies and near-duplicate compression, defined exactly (issue 15).
 
-The paper's bank is append-only (its stated limitation: memory and update time grow with every trajectory).
-:class:`~ceb.config.BankConfig` picks a policy; :meth:`~ceb.bank.bank.Bank.add_trajectory` applies it once per
-update, in this order:
+The paper's bank is append-only (a stated limitation). :class:`~ceb.config.BankConfig` picks a policy, which
+:meth:`~ceb.bank.bank.Bank.add_trajectory` applies once per update, in this order:
 
 1. **Usefulness counters** (policy ``usefulness``). Each new record is the hindsight outcome of a step whose
    precedents were retrieved from the bank as it is *before* this update. For the record's key (the step's
@@ -18,11 +17,8 @@ update, in this order:
 
    Other precedents (outranked by the other class, or tied) are neutral. Usefulness is ``agreed - disagreed``:
    the up- and down-votes of ExpeL's insight importance counters (Zhao et al., "ExpeL: LLM Agents Are
-   Experiential Learners", AAAI 2024), here cast by hindsight outcomes. The outcome is the *pseudo-label*,
-   never the held-out label. Because the retrieval is a function of the bank before the update and of the
-   record's key, it is recomputed from the records alone: a resume, which replays only the hindsight rows'
-   records, rebuilds the same counters. (During a live run the bank reuses the retrievals it served while the
-   trajectory was scored, which are the same ones, so a live run pays no extra query.)
+   Experiential Learners", AAAI 2024), cast by the *pseudo-label*, never the held-out label. The retrieval is
+   a function of the records alone, so a resume rebuilds the same counters (a live run reuses those it served).
 2. **Append** the new records.
 3. **Compression** (``compress_threshold`` set). Each new record, in order, is compared (the bank's retriever,
    refreshed with the new keys) with the records before it that are still held and of its own class: kept
@@ -41,10 +37,8 @@ update, in this order:
 
 5. The retriever drops the evicted and merged rows (:meth:`~ceb.bank.kernel.IncrementalTfidf.evict`, no refit).
 
-Every decision is a function of the sequence of updates (the records, in order) and of the settings: two banks
-fed the same trajectories hold the same records, counts and counters. A merged record's ``count`` weights it:
-retrieval still ranks by the exact cosine (the kernel stays exact), and each :class:`~ceb.bank.bank.Hit` carries
-the count, for a critic to multiply its weight by (the offline critic's ``w_i``).
+Every decision is a function of the updates, in order, and of the settings. Retrieval still ranks by the exact
+cosine; each :class:`~ceb.bank.bank.Hit` carries the merged ``count``, for a critic to multiply its weight by.
 """
 
 from __future__ import annotations
@@ -60,8 +54,7 @@ __all__ = ["judge", "reservoir_draw", "usefulness_order"]
 def reservoir_draw(seed: int, label: int, i: int) -> int:
     """The uniform draw ``j in [0, i)`` of Algorithm R for the ``i``-th record of class ``label`` (1-based).
 
-    A hash of ``(seed, label, i)`` rather than a stateful generator, so the draw needs no state beyond the
-    class's record count and a restored bank draws what the original would have.
+    A hash of ``(seed, label, i)``, so a restored bank draws what the original would have.
 
     Args:
         seed: :attr:`~ceb.config.BankConfig.seed`.

@@ -15,9 +15,8 @@ __all__ = ["RandomRetriever"]
 class RandomRetriever:
     """Scores every record with a uniform draw seeded by ``(seed, query, bank size)``.
 
-    Class-split top-k over these scores picks ``k`` records of each class uniformly at random, so the bank
-    still shows contrastive precedents, just not similar ones (paper, component ablation "random retrieval").
-    The draw depends only on its inputs, so a resumed run retrieves exactly what an uninterrupted one did.
+    Class-split top-k then picks ``k`` records of each class uniformly at random (paper, component ablation
+    "random retrieval"); a resumed run retrieves what an uninterrupted one did.
 
     Args:
         seed: Base seed.

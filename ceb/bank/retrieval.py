@@ -1,9 +1,7 @@
 """Class-split top-k retrieval (paper section 3.3) and the scikit-learn TF-IDF reference retriever.
 
-A retriever maps a query key to one cosine similarity per bank record, in insertion order; the bank turns
-those into contrastive precedents with :func:`class_split_topk`. :class:`TfidfReference` refits
-scikit-learn's ``TfidfVectorizer`` on every bank update. It is the slow, obviously-correct reference that any
-faster kernel must reproduce (same top-k records, same scores within 1e-9).
+:class:`TfidfReference` refits scikit-learn's ``TfidfVectorizer`` on every bank update: the slow reference that
+a faster kernel must reproduce (same top-k records, same scores within 1e-9).
 """
 
 from __future__ import annotations
@@ -31,9 +29,8 @@ TFIDF_PARAMS: dict[str, object] = {
     "sublinear_tf": False,
     "dtype": np.float64,
 }
-"""The TF-IDF settings of the paper's retriever (word 1-2 grams, appendix "Experimental Details"), spelled
-out so that a faster kernel can match them exactly: lower-cased tokens of two or more word characters,
-smoothed idf ``ln((1 + n) / (1 + df)) + 1``, raw term counts, L2-normalised rows."""
+"""The TF-IDF settings of the paper's retriever (word 1-2 grams, appendix "Experimental Details"): smoothed idf
+``ln((1 + n) / (1 + df)) + 1``, raw term counts, L2-normalised rows."""
 
 
 class Retriever(Protocol):
@@ -47,11 +44,7 @@ class Retriever(Protocol):
 
 
 class TfidfReference:
-    """Refit-per-update TF-IDF cosine retriever on scikit-learn (the reference implementation).
-
-    Each :meth:`update` refits the vocabulary and idf on all keys, as "a TF-IDF embedding fit to the bank's
-    keys" (paper section 3.3) reads literally. Cost per update is linear in the bank's total text.
-    """
+    """TF-IDF cosine retriever refit on all keys per update (paper section 3.3, literally); linear in the text."""
 
     def __init__(self) -> None:
         self._vectorizer: TfidfVectorizer | None = None
@@ -108,9 +101,7 @@ def class_split_topk(sims: FloatArray, labels: npt.NDArray[np.int8], k: int) -> 
 def top_k(sims: FloatArray, idx: IntArray, k: int) -> IntArray:
     """The ``k`` records of ``idx`` with the highest similarity, most similar first, ties to the earlier record.
 
-    Partial selection, ``O(len(idx))``: a full sort costs 6 ms on a 100k-record bank. Records above the
-    ``k``-th largest similarity are all taken and sorted (there are fewer than ``k``), then the earliest records
-    tied at the ``k``-th value fill the rest, which is exactly the order of a stable sort.
+    Partial selection, ``O(len(idx))``, in exactly the order of a stable sort.
 
     Args:
         sims: Similarity per record, shape ``(n,)``.
@@ -125,8 +116,7 @@ def top_k(sims: FloatArray, idx: IntArray, k: int) -> IntArray:
     s = sims[idx]
     m = idx.size
     if m <= k or np.isnan(s).any():
-        # Small classes, and NaN (which partition and lexsort place differently): the plain stable sort.
-        # lexsort sorts by the last key first: descending similarity, then ascending index.
+        # Small classes, and NaN (placed differently by partition): descending similarity, then ascending index.
         first: IntArray = idx[np.lexsort((idx, -s))[:k]]
         return first
     kth = np.partition(s, m - k)[m - k]

@@ -1,14 +1,8 @@
 """The ``ceb`` command line (also ``python run.py``): one module per command, the app and :func:`main` here.
 
-``ceb/cli/``: :mod:`._common` (consoles, the error printer and exit codes, option helpers), then one module per
-command: :mod:`.score`, :mod:`.grid`, :mod:`.merge`, :mod:`.metrics`, :mod:`.report`, :mod:`.export`, :mod:`.doctor`,
-:mod:`.convert` (a subcommand per converter), :mod:`.prompts` (the requests a method would send),
-:mod:`.relabel` (the LLM judge's labels), :mod:`.label` (a judge's step labels for one's own logs), :mod:`.regenerate`
-(confidence-gated regeneration), :mod:`.serve` (the live gate), :mod:`.sim_server`, :mod:`.bench` and
-:mod:`.batch` (``export`` / ``import`` of OpenAI Batch files).
-Each command imports what it runs inside its function, after the checks of its input that need none of it, so
-``ceb --help`` and an error on a missing input load none of numpy, scikit-learn, pandas, matplotlib or aiohttp
-(``tests/cli/test_startup.py``; the timings are ``benchmarks/cli_latency.py``'s).
+:mod:`._common` holds the consoles, the error printer, the exit codes and the option helpers. Each command imports
+what it runs inside its function, so ``ceb --help`` loads none of numpy, scikit-learn, pandas, matplotlib or aiohttp
+(``tests/cli/test_startup.py``).
 """
 
 from __future__ import annotations

@@ -34,9 +34,9 @@ import re
 import shlex
 import sys
 import typing
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 import typer.core
@@ -56,6 +56,12 @@ __all__ = [
     "Command",
     "config_field",
     "config_option",
+    "check_new_stream",
+    "config_overrides",
+    "endpoint_options",
+    "field_options",
+    "option_group",
+    "model_config",
     "engine_words",
     "err",
     "fail",
@@ -72,12 +78,15 @@ __all__ = [
     "out",
     "parse_shard",
     "setup_logging",
+    "with_model",
 ]
 
 EXIT_FAILED = 1
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
 EXIT_IO = 74
+
+T = TypeVar("T")
 
 _FIXES: dict[int, str] = {
     errno.ENOSPC: "free some space",
@@ -91,9 +100,7 @@ _FIXES: dict[int, str] = {
 """The errors of the machine rather than of the command (exit :data:`EXIT_IO`), each with what fixes it."""
 
 
-# Tables are wide; when stdout is a file or pipe (CI logs, `| tee`) they keep their natural width (a log has no
-# edge), so no stream name is cut to "intercode-bash-…" as a fixed 160 columns did.
-# markup=False: paths, stream names and error messages may hold brackets ("[grid]"), which rich would eat.
+# To a file or pipe, tables keep their natural width; markup=False, as paths may hold brackets ("[grid]").
 class _Stdout(Console):
     def on_broken_pipe(self) -> None:
         """The reader left (``ceb prompts ... | head``): what it read was all it wanted, so exit 0 quietly."""
@@ -115,11 +122,8 @@ _LATE = "late_"
 def setup_logging(level: str, log_format: str = "console", progress: str = "auto", interval_s: float = 30.0) -> None:
     """Apply the global options: log events at ``level`` and above to stderr, and the progress display.
 
-    Args:
-        level: debug, info, warning or error (:func:`ceb.logs.configure_logging`).
-        log_format: ``console`` or ``json`` (one JSON object per line).
-        progress: The :func:`ceb.progress.set_progress` mode.
-        interval_s: Seconds between progress log lines.
+    ``log_format`` is ``console`` or ``json``; ``progress`` a :func:`ceb.progress.set_progress` mode;
+    ``interval_s`` the seconds between progress log lines.
 
     Raises:
         typer.BadParameter: ``level`` is not debug, info, warning or error, or the progress mode is unknown.
@@ -144,22 +148,16 @@ def fail(
 ) -> typer.Exit:
     """Print ``problem`` to stderr as one line ``error: ...``; return the exit to raise.
 
-    Every command reports its errors through this function, so they all read alike. An ``OSError`` of the machine
-    (:data:`_FIXES`: a full disk, a refused permission, a read-only file system) reads
-    ``error: PATH: REASON; KEPT; FIX, then THEN`` and exits :data:`EXIT_IO`; everything else exits
-    :data:`EXIT_ERROR`.
+    A fault of the machine (:data:`_FIXES`) reads ``error: PATH: REASON; KEPT; FIX, then THEN`` and exits
+    :data:`EXIT_IO`; anything else exits :data:`EXIT_ERROR`.
 
     Args:
-        problem: A :class:`~ceb.errors.CEBError` (its message names the file, line or field), an operational
-            ``OSError`` (a disk full, a permission, a port in use) or a message.
-        doing: For an ``OSError``, what could not be done ("cannot listen on 127.0.0.1:8100"); the system's
-            reason follows it. Without it the reason follows the file name.
+        problem: A :class:`~ceb.errors.CEBError`, an ``OSError`` or a message.
+        doing: For an ``OSError``, what could not be done ("cannot listen on 127.0.0.1:8100"), said before the
+            system's reason in place of the file name.
         path: For an ``OSError`` that names no file, where it happened (a run directory).
         kept: For a fault of the machine, what finished work is kept.
         then: For a fault of the machine, how to go on once it is fixed.
-
-    Returns:
-        ``typer.Exit`` with the code, for ``raise fail(exc) from exc``.
     """
     code = EXIT_ERROR
     if isinstance(problem, OSError):
@@ -182,7 +180,7 @@ def judged_outcome(
     """What ``ceb relabel`` and ``ceb label`` say after judging: each trajectory left out, where the rest stays.
 
     Args:
-        unreadable: ``(trajectory id, reason)`` of each trajectory the judge left without ``unit``.
+        unreadable: ``(trajectory id, reason)`` of each trajectory left without ``unit`` (``judge label``).
         judged: Trajectories that got it.
         out_file: The new stream, written only when ``judged``.
         journal: The judgments kept for a rerun.
@@ -203,6 +201,41 @@ def judged_outcome(
     if not judged:
         err.print(f"error: no trajectory got {got}; {out_file} is not written", soft_wrap=True)
         raise typer.Exit(EXIT_FAILED)
+
+
+def check_new_stream(command: str, stream: Path, out_file: Path, overwrite: bool) -> None:
+    """Refuse an ``--out`` of ``label`` or ``relabel`` before any request is paid for.
+
+    Raises:
+        typer.Exit: ``out_file`` is the input, a directory, or exists without ``overwrite`` (:func:`fail`).
+    """
+    if out_file.exists() and out_file.resolve() == stream.resolve():
+        raise fail(f"{out_file}: --out is the input stream; {command} writes a new file and never modifies its input")
+    if out_file.is_dir():
+        raise fail(f"{out_file}: --out is a directory; give the new stream file's path")
+    if out_file.exists() and not overwrite:
+        raise fail(f"{out_file} exists; give --overwrite to replace it")
+
+
+def with_model(command: str, backend: Any, call: Callable[[Any], Awaitable[T]]) -> T:
+    """``call``'s result with the model of ``backend`` (a :class:`~ceb.config.BackendConfig`), opened and preflighted.
+
+    Raises:
+        typer.Exit: The backend has no model (:func:`fail`).
+    """
+    import anyio
+
+    from ceb.backends import open_backend
+
+    async def run() -> T:
+        chat = open_backend(backend)
+        if chat is None:  # a registered backend without a model
+            raise fail(f"ceb {command} needs a language model: backend {backend.name!r} has none")
+        async with chat:
+            await chat.preflight()
+            return await call(chat)
+
+    return anyio.run(run)
 
 
 def config_field(path: str) -> FieldInfo:
@@ -232,18 +265,19 @@ def _first_sentence(doc: str) -> str:
     return first.replace("``", "")
 
 
-def config_option(path: str, *flags: str, help: str | None = None, base: object = None, **kwargs: Any) -> Any:
-    """A ``typer.Option`` that overrides the config setting at ``path``; its help shows that setting's default.
+def config_option(
+    path: str, *flags: str, help: str | None = None, base: object = None, convert: Any = None, **kwargs: Any
+) -> Any:
+    """A ``typer.Option`` bound to the config setting at ``path`` (:func:`config_overrides`); help shows its default.
 
-    The option's own default stays ``None`` (the config file, else the field's default, decides), so the help's
-    "(default: X)" is read from the field and cannot drift from it. ``help`` must not state a default of its own.
+    The option's own default is ``None`` (the config file, else the field, decides) unless the command has its own.
 
     Args:
         path: Dotted field of :class:`~ceb.config.RunConfig`, e.g. ``"ceb.votes"``.
         *flags: The option's names, when not derived from the parameter name.
-        help: The help text; by default the first sentence of the field's docstring.
-        base: The command's own default for the setting, when it gives :func:`~ceb.config.load_config` one
-            (its ``base``) in place of the field's: shown instead (``None``: the field's).
+        help: The help text, stating no default (by default the first sentence of the field's docstring).
+        base: The command's own default for the setting, shown instead of the field's; ``False``: none shown.
+        convert: Makes a given value the field's (``--methods a,b`` -> a tuple); ``None``: taken as given.
         **kwargs: Further ``typer.Option`` arguments (``min``, ``rich_help_panel``...).
 
     Raises:
@@ -252,23 +286,53 @@ def config_option(path: str, *flags: str, help: str | None = None, base: object 
     field = config_field(path)
     text = help if help is not None else _first_sentence(field.description or "")
     default = field.default if base is None else base
-    if default is not None:
+    if default is not None and default is not False:
         text = f"{text.rstrip('.')} (default: {_shown(default)})."
-    return typer.Option(*flags, help=text, **kwargs)
+    option = typer.Option(*flags, help=text, **kwargs)
+    option.config_path, option.convert = path, convert
+    return option
+
+
+def config_overrides(command: Any, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The nested overrides of :func:`~ceb.config.load_config` that ``command``'s :func:`config_option` set.
+
+    Args:
+        command: The command function, whose options bind config paths.
+        values: Its parameters' values by name (``locals()`` on entry); ``None``: not given.
+
+    Raises:
+        typer.BadParameter: From an option's ``convert`` (``--engine-args`` with an unbalanced quote).
+    """
+    overrides: dict[str, Any] = {}
+    for name, hint in typing.get_type_hints(command, include_extras=True).items():
+        option = next((m for m in getattr(hint, "__metadata__", ()) if hasattr(m, "config_path")), None)
+        if option is None or name not in values:
+            continue
+        *sections, field = option.config_path.split(".")
+        section = overrides
+        for key in sections:
+            section = section.setdefault(key, {})
+        value = values[name]
+        section[field] = option.convert(value) if option.convert and value is not None else value
+    return overrides
 
 
 ENDPOINT_PANEL = "Endpoint"
-"""The help panel of the options that name the endpoint (``score``, ``grid`` through its file, ``relabel``)."""
+"""The help panel of the endpoint option group (:func:`endpoint_options`)."""
 
 BaseUrl = Annotated[
     str | None,
-    typer.Option(
-        "--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1", rich_help_panel=ENDPOINT_PANEL
+    config_option(
+        "backend.base_url",
+        "--base-url",
+        help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1",
+        rich_help_panel=ENDPOINT_PANEL,
     ),
 ]
 ModelName = Annotated[
     str | None,
-    typer.Option(
+    config_option(
+        "backend.model",
         "--model",
         help="Model name at the endpoint; left out, the one model its /models lists. With --backend vllm the "
         "model directory.",
@@ -290,24 +354,78 @@ MaxConcurrency = Annotated[
         rich_help_panel=ENDPOINT_PANEL,
     ),
 ]
-"""The endpoint options that ``score``, ``relabel`` and ``regenerate`` share, declared once."""
+
+MODEL_BACKEND = (
+    "openai (an endpoint) or vllm (a vLLM engine in this process); default: the config's backend, else openai."
+)
+"""``--backend`` of a command whose stage needs a language model (:func:`model_config`)."""
 
 
-def model_config(
-    command: str,
-    config: Path | None,
-    *,
-    backend: str | None,
-    base_url: str | None,
-    model: str | None,
-    api_key_env: str | None,
-    max_concurrency: int | None,
-    prompt_dir: Path | None,
-) -> RunConfig:
-    """The settings of a command whose stage needs a language model (``relabel``'s judge, ``regenerate``'s actor).
+def option_group(param: str, path: str, group: Mapping[str, Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A decorator: the command's parameter ``param`` becomes the options ``group`` (name -> annotation) in its place.
 
-    The config file with the endpoint options and ``--prompt-dir`` over it. With no backend chosen anywhere (the
-    default is ``offline``) the model is an endpoint, ``openai``, as ``ceb doctor`` assumes.
+    The command gets ``param``: the overrides those options set at the dotted config ``path``
+    (:func:`config_overrides`; ``None`` values: not given).
+    """
+
+    def decorate(run: Callable[..., Any]) -> Callable[..., Any]:
+        hints = typing.get_type_hints(run, include_extras=True)
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in inspect.signature(run).parameters.values()]
+        at = [p.name for p in params].index(param)
+        options = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=hint)
+            for name, hint in group.items()
+        ]
+        own = [p.replace(annotation=hints[p.name]) for p in params if p.name != param]
+        signature = [*own[:at], *options, *own[at:]]
+
+        def command(**given: Any) -> Any:
+            section = config_overrides(command, {name: given.pop(name) for name in group})
+            for key in path.split("."):
+                section = section[key]
+            return run(**{param: section}, **given)
+
+        command.__signature__ = inspect.Signature(signature)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in signature}
+        command.__doc__, command.__name__, command.__module__ = run.__doc__, run.__name__, run.__module__
+        return command
+
+    return decorate
+
+
+def endpoint_options(
+    backend_help: str = MODEL_BACKEND, *, base: object = False, panel: str | None = ENDPOINT_PANEL
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The endpoint option group in place of the ``endpoint`` parameter, which gets the ``backend`` overrides.
+
+    ``--backend``, ``--base-url``, ``--model``, ``--api-key-env`` and ``--max-concurrency`` (:func:`option_group`).
+
+    Args:
+        backend_help: The help of ``--backend``.
+        base: Passed to :func:`config_option` for ``--backend`` (``False``: no default shown; ``None``: the field's).
+        panel: The help panel of ``--backend`` (``None``: the first screen's).
+    """
+    backend = Annotated[
+        str | None,
+        config_option("backend.name", "--backend", help=backend_help, base=base, rich_help_panel=panel),
+    ]
+    group = {"backend": backend, "base_url": BaseUrl, "model": ModelName, "api_key_env": ApiKeyEnv}
+    return option_group("endpoint", "backend", group | {"max_concurrency": MaxConcurrency})
+
+
+def field_options(path: str, names: Sequence[str], panel: str) -> dict[str, Any]:
+    """One option per field ``names`` of the config section at ``path``: type, help and default from the field."""
+    options: dict[str, Any] = {}
+    for name in names:
+        annotation = config_field(f"{path}.{name}").annotation
+        flag = "--" + name.replace("_", "-")
+        flags = (f"{flag}/--no-{flag[2:]}",) if annotation == bool | None else ()
+        options[name] = Annotated[annotation, config_option(f"{path}.{name}", *flags, rich_help_panel=panel)]
+    return options
+
+
+def model_config(command: str, config: Path | None, overrides: dict[str, Any]) -> RunConfig:
+    """The config file with ``overrides`` for a command that needs a model; no backend chosen anywhere: ``openai``.
 
     Raises:
         CEBError: ``--backend offline`` was given, which has no model (through :func:`fail`: one line, exit 2),
@@ -315,20 +433,12 @@ def model_config(
     """
     from ceb.config import load_config
 
-    endpoint = {
-        "name": backend,
-        "base_url": base_url,
-        "model": model,
-        "api_key_env": api_key_env,
-        "max_concurrency": max_concurrency,
-    }
-    prompts = {"prompt_dir": prompt_dir}
-    cfg = load_config(config, {"backend": endpoint, "prompts": prompts})
+    cfg = load_config(config, overrides)
     if cfg.backend.name != "offline":
         return cfg
-    if backend is not None:
+    if overrides["backend"].get("name") is not None:
         raise fail(f"ceb {command} needs a language model: --backend offline has none; use openai or vllm")
-    return load_config(config, {"backend": endpoint | {"name": "openai"}, "prompts": prompts})
+    return load_config(config, overrides | {"backend": overrides["backend"] | {"name": "openai"}})
 
 
 Limit = Annotated[
@@ -415,11 +525,7 @@ def _path_flags(command: typer.core.TyperCommand) -> set[str]:
 
 
 class CommandGroup(typer.core.TyperGroup):
-    """A command group whose ``--help`` lists its commands in :attr:`order`, each with its whole description.
-
-    Commands not in :attr:`order` follow, by name. Click cuts a command's description at the terminal's width less
-    the name's (``Score every step of every stream with each method, then...``); here the line wraps instead.
-    """
+    """A command group whose ``--help`` lists its commands in :attr:`order` (the rest by name), wrapped, not cut."""
 
     order: tuple[str, ...] = ()
 
@@ -439,14 +545,9 @@ class CommandGroup(typer.core.TyperGroup):
 
 
 class Command(typer.core.TyperCommand):
-    """Every ``ceb`` command: errors it lets through are printed by :func:`fail`, and its help has panels.
+    """Every ``ceb`` command: an error it lets through is one :func:`fail` line, and its help has panels.
 
-    A :class:`~ceb.errors.CEBError` or ``OSError`` that a command does not report itself (with what it was doing)
-    still ends as one ``error:`` line and its exit code (:func:`fail`), never a traceback.
-
-    An option's panel is its ``rich_help_panel``; typer draws panels only in rich help, which ``ceb`` does not
-    use (rich markup would eat "[grid]" from help texts). Rare knobs go in panels so that the first screen of
-    ``--help`` shows the options most runs use.
+    An option's panel is its ``rich_help_panel``, drawn here without rich (whose markup would eat "[grid]").
     """
 
     def get_params(self, ctx: Any) -> list[Any]:
@@ -466,7 +567,7 @@ class Command(typer.core.TyperCommand):
         return params
 
     def invoke(self, ctx: Any) -> Any:  # typer's vendored click.Context
-        """Run the command, after applying the global options given after its name; print an unreported error.
+        """Run the command after the global options given after its name; print an unreported error.
 
         Raises:
             typer.Exit: :data:`EXIT_ERROR` after a :class:`~ceb.errors.CEBError` or ``OSError``, :data:`EXIT_IO`

@@ -1,11 +1,8 @@
 """Command-line options made from the settings they set: one option per field of a pydantic model.
 
-:func:`settings_command` gives a function one ``--kebab-name`` option per field of its ``settings`` parameter's
-model: the type, the default, a required option where the field has no default, the range (``ge`` / ``le``) and the
-help (the field's docstring, ``use_attribute_docstrings``) all come from the field, so a command never restates a
-setting. Sequences are written comma-separated (``--sizes 1000,10000``), mappings as a JSON object. The model
-validates what was given; its first error is a usage error (exit 2) naming the option. (The pattern of inspect_ai's
-``_cli/common.py``: an option group declared once, where the setting lives.)
+Type, default, required-ness, range (``ge`` / ``le``) and help (the field's docstring) come from the field.
+Sequences are written comma-separated (``--sizes 1000,10000``), mappings as a JSON object; the model's first
+error is a usage error (exit 2) naming the option. The pattern of inspect_ai's ``_cli/common.py``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """The command-line reference, generated from the ``ceb`` app itself (``docs/cli.md``).
 
-Every command and group of :data:`ceb.cli.app` in ``ceb --help``'s order, each with the text its own ``--help``
-prints, so the manual cannot drift from the command line. ``tests/test_docs.py`` fails when the committed page
-differs from :func:`render`.
-
+Every command's ``--help`` in ``ceb --help``'s order; ``tests/test_docs.py`` compares it with the committed page.
 Run ``python -m ceb.cli._reference > docs/cli.md`` after changing a command, an option or a help text.
 """
 

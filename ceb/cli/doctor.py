@@ -9,30 +9,54 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ceb.cli._common import EXIT_FAILED, config_option, engine_words, err, out
+from ceb.cli._common import EXIT_FAILED, config_option, config_overrides, engine_words, err, out
 
 __all__ = ["doctor"]
 
 
 def doctor(
     model: Annotated[
-        str, typer.Option("--model", help="Model name as the endpoint knows it; with --backend vllm the model path.")
+        str,
+        config_option(
+            "backend.model", "--model", help="Model name as the endpoint knows it; with --backend vllm the model path."
+        ),
     ],
     base_url: Annotated[
-        str | None, typer.Option("--base-url", help="API root, e.g. http://127.0.0.1:8000/v1 (backend openai).")
+        str | None,
+        config_option(
+            "backend.base_url", "--base-url", help="API root, e.g. http://127.0.0.1:8000/v1 (backend openai)."
+        ),
     ] = None,
     backend: Annotated[
         str,
-        typer.Option("--backend", help="A registered backend: openai (an endpoint), vllm (an engine in this process)."),
+        config_option(
+            "backend.name",
+            "--backend",
+            help="A registered backend: openai (an endpoint), vllm (an engine in this process).",
+            base=False,
+        ),
     ] = "openai",
     engine_args: Annotated[
         str | None,
-        typer.Option(help="--backend vllm: `vllm serve` flags for the engine in one string, e.g. '--dtype bfloat16'."),
+        config_option(
+            "backend.engine.args",
+            help="--backend vllm: `vllm serve` flags for the engine in one string, e.g. '--dtype bfloat16'.",
+            base=False,
+            convert=engine_words,
+        ),
     ] = None,
     api_key_env: Annotated[str | None, config_option("backend.api_key_env", "--api-key-env")] = None,
     structured_output: Annotated[str | None, config_option("backend.structured_output", "--structured-output")] = None,
     timeout: Annotated[
-        float, typer.Option("--timeout", min=0.001, max=3600, help="Seconds per probe request (at most an hour).")
+        float,
+        config_option(
+            "backend.timeout_s",
+            "--timeout",
+            min=0.001,
+            max=3600,
+            help="Seconds per probe request (at most an hour).",
+            base=False,
+        ),
     ] = 30.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
@@ -50,17 +74,7 @@ def doctor(
     from ceb.stages.methods import all_methods
 
     # The backend is opened from a `backend` section exactly as a run opens it; unset options keep its defaults.
-    engine = {"args": words} if (words := engine_words(engine_args)) else {}
-    overrides = {
-        "name": backend,
-        "base_url": base_url,
-        "model": model,
-        "api_key_env": api_key_env,
-        "timeout_s": timeout,
-        "structured_output": structured_output,
-        "engine": engine,
-    }
-    settings = load_config(overrides={"backend": overrides}).backend
+    settings = load_config(overrides=config_overrides(doctor, locals())).backend
     report: EndpointReport = anyio.run(probe, settings)
     verdicts = {m.name: m.verdict(report.capabilities) for m in all_methods()}
     if as_json:

@@ -1,8 +1,4 @@
-"""``ceb export``: a thin front over :func:`ceb.eval.export.export_table`.
-
-Kept apart from the export module so that the command line starts without importing it (or pyarrow); they load
-when a table is actually exported.
-"""
+"""``ceb export``: a front over :func:`ceb.eval.export.export_table`, which loads (with pyarrow) only when used."""
 
 from __future__ import annotations
 

@@ -3,26 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-import anyio
 import typer
 
 from ceb.cli._common import (
-    ENDPOINT_PANEL,
-    ApiKeyEnv,
-    BaseUrl,
-    MaxConcurrency,
-    ModelName,
-    fail,
+    check_new_stream,
+    config_option,
+    config_overrides,
+    endpoint_options,
     judged_outcome,
     model_config,
     out,
+    with_model,
 )
 
 __all__ = ["label"]
 
 
+@endpoint_options()
 def label(
     stream: Annotated[Path, typer.Argument(help="A stream without step labels (ceb convert chat or inspect).")],
     out_file: Annotated[
@@ -35,20 +34,10 @@ def label(
             "ceb.votes and hindsight section decide the votes (flags override its backend for the judge)."
         ),
     ] = None,
-    backend: Annotated[
-        str | None,
-        typer.Option(
-            "--backend",
-            help="openai (an endpoint) or vllm (a vLLM engine in this process); default: the config's, else openai.",
-            rich_help_panel=ENDPOINT_PANEL,
-        ),
-    ] = None,
-    base_url: BaseUrl = None,
-    model: ModelName = None,
-    api_key_env: ApiKeyEnv = None,
-    max_concurrency: MaxConcurrency = None,
+    endpoint: dict[str, Any] | None = None,
     prompt_dir: Annotated[
-        Path | None, typer.Option(help="Directory of replacement prompt templates (hindsight_*.j2).")
+        Path | None,
+        config_option("prompts.prompt_dir", help="Directory of replacement prompt templates (hindsight_*.j2)."),
     ] = None,
     allow_self_judge: Annotated[
         bool,
@@ -61,43 +50,25 @@ def label(
 ) -> None:
     """Label every step productive or not with a judge model, for calibration on your own logs.
 
-    The judge is asked the paper's hindsight question: it reads each whole trajectory, with its final outcome
-    when the stream records one (meta.label, from ceb convert chat or inspect), and gives one 0/1 per step. It is
-    asked V times (ceb.votes, 5) at the hindsight temperature, and a step's label is the majority of the valid
-    votes (a tie is productive). The labels become each step's label, their source meta.label_source =
-    judge:MODEL; `ceb score` then computes ECE, Brier and AUROC, and `ceb report` names the source and says
-    judge labels are not ground truth. A stream that has step labels already is refused, as is a judge that is
-    the run's own critic or labeller (--allow-self-judge to accept it). A trajectory with no valid vote is left
-    unlabelled (counted, never guessed). Exits 1 when no trajectory got labels (nothing is written).
+    The judge is asked the paper's hindsight question over each whole trajectory (with its final outcome,
+    meta.label, when the stream records one): one 0/1 per step, V times (ceb.votes) at the hindsight temperature;
+    a step's label is the majority of the valid votes (a tie is productive), its source meta.label_source =
+    judge:MODEL, which `ceb report` names as not ground truth. A stream with step labels is refused, as is a judge
+    that is the run's own critic or labeller (unless --allow-self-judge). A trajectory with no valid vote is left
+    unlabelled. Exits 1 when no trajectory got labels (nothing is written).
 
-    Each trajectory's labels are recorded in OUT.judgments.jsonl as they arrive: a run that is killed or
-    stopped, run again with the same arguments (and --overwrite when OUT was written), asks only the
-    trajectories not labelled yet. The journal is removed once OUT holds every trajectory's labels.
+    Labels are recorded in OUT.judgments.jsonl as they arrive: run again with the same arguments (and
+    --overwrite when OUT was written) to ask only the trajectories not labelled yet.
     """
     from ceb.config import load_config
     from ceb.data import read_stream
     from ceb.logs import register_secret_env
 
-    cfg = model_config(
-        "label",
-        config,
-        backend=backend,
-        base_url=base_url,
-        model=model,
-        api_key_env=api_key_env,
-        max_concurrency=max_concurrency,
-        prompt_dir=prompt_dir,
-    )
-    if out_file.exists() and out_file.resolve() == stream.resolve():
-        raise fail(f"{out_file}: --out is the input stream; label writes a new file and never modifies its input")
-    if out_file.is_dir():
-        raise fail(f"{out_file}: --out is a directory; give the new stream file's path")
-    if out_file.exists() and not overwrite:
-        raise fail(f"{out_file} exists; give --overwrite to replace it")
+    cfg = model_config("label", config, {"backend": endpoint} | config_overrides(label, locals()))
+    check_new_stream("label", stream, out_file, overwrite)
     trajectories = read_stream([stream])
-    from ceb.backends import open_backend
     from ceb.pipeline.label import label_stream, refuse_self_judge, require_unlabelled
-    from ceb.pipeline.relabel import JudgmentLog, RelabelSummary
+    from ceb.pipeline.relabel import JudgmentLog
     from ceb.stages.assembly import prompt_set
 
     require_unlabelled(trajectories)  # before the endpoint is opened: a refused stream or judge costs no request
@@ -108,23 +79,19 @@ def label(
     register_secret_env(cfg.backend.api_key_env)
     out_file.parent.mkdir(parents=True, exist_ok=True)
 
-    async def run() -> RelabelSummary:
-        chat = open_backend(cfg.backend)
-        if chat is None:
-            raise fail(f"ceb label needs a language model: backend {cfg.backend.name!r} has none")
-        async with chat:
-            await chat.preflight()
-            return await label_stream(
-                trajectories,
-                chat,
-                prompts,
-                out_file,
-                config=cfg,
-                model=judge,
-                judge_name=f"{cfg.backend.name}:{judge}",
-            )
-
-    s = anyio.run(run)
+    s = with_model(
+        "label",
+        cfg.backend,
+        lambda chat: label_stream(
+            trajectories,
+            chat,
+            prompts,
+            out_file,
+            config=cfg,
+            model=judge,
+            judge_name=f"{cfg.backend.name}:{judge}",
+        ),
+    )
     out.print(
         f"{s.judged} of {s.trajectories} trajectories labelled by judge:{judge} ({s.steps} steps, majority of "
         f"{cfg.ceb.votes} votes), {len(s.unreadable)} left unlabelled; {s.stats.requests} requests"

@@ -22,13 +22,11 @@ def merge(
 ) -> None:
     """Merge the shards of one run into OUT, then print its metrics.
 
-    The parts must be one run split N ways: the same settings, streams and limit, each shard i of N once, each
-    finished. OUT gets config.json (without the shard plan), scores.jsonl and hindsight.jsonl (rows grouped by
-    lane), banks/, summary.json (counts summed) and metrics.json computed from the merged rows. Parts that
-    disagree, overlap, leave a shard out or did not finish are refused, naming the part and what differs; so is a
-    damaged part (rows lost or doubled, hindsight rows or banks missing or damaged), naming its lane and the
-    --resume that repairs it, and a part a live ceb holds, as in use. OUT is built beside it (.OUT.building) and
-    published whole: a merge killed mid-way is run again.
+    The parts must be one run split N ways (the same settings, streams and limit, each shard i of N once, each
+    finished). OUT gets config.json, scores.jsonl and hindsight.jsonl (rows grouped by lane), banks/,
+    summary.json (counts summed) and metrics.json. Parts that disagree, overlap, leave a shard out, did not
+    finish or are damaged are refused, naming the part and what differs (and the --resume that repairs it), as is
+    a part a live ceb holds. OUT is built beside it (.OUT.building) and published whole.
     """
     from ceb.pipeline.merge import merge_runs
 

@@ -57,12 +57,9 @@ def print_metrics(
 ) -> None:
     """Print the entries of ``metrics`` (:func:`ceb.eval.run_metrics`) as one compact table, saying how they pool.
 
-    A row per stream and method, each stream's methods together and the pooled rows last; steps, positive rate,
-    ECE, Brier and AUROC (and failed steps, when any failed). The other figures (mean score, equal-mass ECE) are in
-    ``metrics.json`` and ``ceb metrics --json``. Reference rows (``"reference": true``,
-    :mod:`ceb.eval.reference_rules`) are summed up in one line under the table, or shown per stream and explained
-    with ``reference``. A run without any labelled step has nothing to measure: given its ``run_dir``, what its
-    scores say is printed instead (:func:`print_label_free`).
+    A row per stream and method (pooled rows last): steps, positive rate, ECE, Brier, AUROC (and failed steps).
+    Reference rows (:mod:`ceb.eval.reference_rules`) are one line under the table, or per stream with
+    ``reference``. A run without labelled steps, given its ``run_dir``, gets :func:`print_label_free` instead.
     """
     from ceb.eval.lanes import POOLED
     from ceb.eval.reference_rules import REFERENCE_NOTES, REFERENCES
@@ -132,11 +129,7 @@ REVIEW_PRINTED = 5
 
 
 def print_label_free(run_dir: Path, console: Console = out) -> None:
-    """Print what a run's scores say without labels (:mod:`ceb.eval.label_free`).
-
-    Each method's score spread, its lowest-confidence steps and how the methods rank alike; ``ceb report`` has the
-    full lists and the deferrals.
-    """
+    """Print each method's score spread, lowest-confidence steps and rank agreement (:mod:`ceb.eval.label_free`)."""
     from ceb.eval.label_free import agreement, score_spreads, step_texts, steps_to_review, with_texts
     from ceb.eval.lanes import base_lanes, lanes_from_rows
     from ceb.pipeline.results import read_step_rows
@@ -199,9 +192,8 @@ def metrics(
 ) -> None:
     """Recompute and print the metrics of a run directory (and write them to its metrics.json).
 
-    A run that ended interrupted, or one being scored now, is read as it stands, with a note that it is partial;
-    a run that is not complete (killed before its summary.json, or rows lost or doubled since) is refused, naming
-    what is missing and how to continue it.
+    An interrupted run, or one being scored now, is read as it stands (noted partial); an incomplete run (no
+    summary.json, or rows lost or doubled) is refused, naming what is missing and how to continue it.
     """
     from ceb.pipeline.rundir import RunDir
 

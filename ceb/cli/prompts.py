@@ -34,12 +34,10 @@ def prompts(
 ) -> None:
     """Render the requests a method would send for chosen steps, with no endpoint: an audit of the prompts.
 
-    The stream is walked in order as `ceb score` walks it, with the offline stand-ins giving the scores and the
-    hindsight labels, so each chosen step sees its history and the bank as an offline run would have them there.
-    For each chosen step the method's critic request(s) are printed, then, for a method with a bank, the hindsight
-    labeller's request for the whole trajectory (its V votes differ only in their seed). --json prints each request
-    with its body exactly as the openai backend would POST it to /chat/completions (the config's backend section
-    shapes it; model MODEL when none is set). The LLM judge of `ceb relabel` is not a method and is not rendered.
+    The stream is walked as `ceb score` walks it, offline stand-ins giving the scores and hindsight labels, so
+    each chosen step sees the history and bank an offline run would. Printed per chosen step: the critic
+    request(s), then, for a method with a bank, the hindsight labeller's request (its V votes differ only in
+    their seed). --json prints each body as the openai backend would POST it (model MODEL when none is set).
     """
     import orjson
 

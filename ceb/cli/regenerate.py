@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ceb.cli._common import (
-    ENDPOINT_PANEL,
     EXIT_FAILED,
-    ApiKeyEnv,
-    BaseUrl,
-    MaxConcurrency,
-    ModelName,
+    config_option,
+    config_overrides,
+    endpoint_options,
     err,
     model_config,
     out,
@@ -26,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["regenerate"]
 
 
+@endpoint_options()
 def regenerate(
     run_dir: Annotated[Path, typer.Argument(help="A run directory scored by `ceb score` or `ceb grid`.")],
     out_dir: Annotated[
@@ -58,52 +57,32 @@ def regenerate(
         ),
     ] = None,
     config: Annotated[Path | None, typer.Option(help="TOML or JSON config file (flags override it).")] = None,
-    backend: Annotated[
-        str | None,
-        typer.Option(
-            "--backend",
-            help="The actor: openai (an endpoint) or vllm (a vLLM engine in this process) "
-            "(default: the config's backend, else openai).",
-            rich_help_panel=ENDPOINT_PANEL,
-        ),
-    ] = None,
-    base_url: BaseUrl = None,
-    model: ModelName = None,
-    api_key_env: ApiKeyEnv = None,
-    max_concurrency: MaxConcurrency = None,
+    endpoint: dict[str, Any] | None = None,
     prompt_dir: Annotated[
         Path | None,
-        typer.Option(help="Directory of replacement prompt templates (regenerate_system.j2, regenerate_user.j2)."),
+        config_option(
+            "prompts.prompt_dir",
+            help="Directory of replacement prompt templates (regenerate_system.j2, regenerate_user.j2).",
+        ),
     ] = None,
 ) -> None:
     """Re-predict each method's lowest-confidence steps once with a fixed critique and re-measure correctness.
 
-    The paper's appendix "Offline Confidence-Gated Regeneration". For each method of the run and budget b, the
-    lowest-confidence b% of the labelled steps (order 0) are flagged (ties: the earlier step in stream order;
-    a step the method has no score for ranks after every scored one). The actor re-predicts each flagged step
-    once, told "A reviewer flagged this step; reconsider.", with a JSON schema fixing an element of the state,
-    an operation and a value; the new action is judged against the step's reference by the converter's rule.
-    Each distinct step is asked once, whichever methods, budgets and seeds flag it, and recorded in
-    regenerations.jsonl as it arrives (a rerun asks only what is missing or failed). Writes regeneration.md and
-    .json (per-step positive rate and mean per-task step accuracy per method and budget, Random averaged over
-    seeds, Oracle regenerating the wrong steps first) and regeneration.png. Mind2Web and AMEX streams can be
-    judged (their references are read again from the converter's input: --tasks, --elements); a stream without
-    reference actions is refused. Exits 1 when no flagged step got a regenerated action.
+    The paper's appendix "Offline Confidence-Gated Regeneration". For each method and budget b, the
+    lowest-confidence b% of the labelled steps (order 0) are flagged (ties: the earlier step; an unscored step
+    ranks last). The actor re-predicts each flagged step once, told "A reviewer flagged this step; reconsider.",
+    and the new action is judged against the step's reference by the converter's rule. Each distinct step is
+    asked once and recorded in regenerations.jsonl (a rerun asks only what is missing or failed). Writes
+    regeneration.md and .json (per-step positive rate and mean per-task step accuracy per method and budget,
+    Random averaged over seeds, Oracle fixing the wrong steps first) and regeneration.png. Mind2Web and AMEX
+    streams can be judged (references from --tasks, --elements); a stream without references is refused. Exits
+    1 when no flagged step got a regenerated action.
     """
     from ceb.eval.regeneration import regenerate_run
     from ceb.eval.render import to_markdown
     from ceb.pipeline.regenerate import DEFAULT_BUDGETS, RegenerationSettings
 
-    cfg = model_config(
-        "regenerate",
-        config,
-        backend=backend,
-        base_url=base_url,
-        model=model,
-        api_key_env=api_key_env,
-        max_concurrency=max_concurrency,
-        prompt_dir=prompt_dir,
-    )
+    cfg = model_config("regenerate", config, {"backend": endpoint} | config_overrides(regenerate, locals()))
     settings = RegenerationSettings(
         run_dir=run_dir,
         config=cfg,

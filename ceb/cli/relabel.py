@@ -3,26 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-import anyio
 import typer
 
 from ceb.cli._common import (
-    ENDPOINT_PANEL,
-    ApiKeyEnv,
-    BaseUrl,
-    MaxConcurrency,
-    ModelName,
-    fail,
+    check_new_stream,
+    config_option,
+    config_overrides,
+    endpoint_options,
     judged_outcome,
     model_config,
     out,
+    with_model,
 )
 
 __all__ = ["relabel"]
 
 
+@endpoint_options()
 def relabel(
     stream: Annotated[Path, typer.Argument(help="A stream file with reference actions (Mind2Web, AMEX).")],
     out_file: Annotated[
@@ -33,36 +32,24 @@ def relabel(
         typer.Option(help="The judge's column in meta.alt_labels (letters, digits, '_', '-', '.')."),
     ] = "llm_judge",
     config: Annotated[Path | None, typer.Option(help="TOML or JSON config file (flags override it).")] = None,
-    backend: Annotated[
-        str | None,
-        typer.Option(
-            "--backend",
-            help="openai (an endpoint) or vllm (a vLLM engine in this process); the judge needs a model "
-            "(default: the config's backend, else openai).",
-            rich_help_panel=ENDPOINT_PANEL,
-        ),
-    ] = None,
-    base_url: BaseUrl = None,
-    model: ModelName = None,
-    api_key_env: ApiKeyEnv = None,
-    max_concurrency: MaxConcurrency = None,
+    endpoint: dict[str, Any] | None = None,
     prompt_dir: Annotated[
-        Path | None, typer.Option(help="Directory of replacement prompt templates (judge_system.j2, judge_user.j2).")
+        Path | None,
+        config_option(
+            "prompts.prompt_dir", help="Directory of replacement prompt templates (judge_system.j2, judge_user.j2)."
+        ),
     ] = None,
     overwrite: Annotated[bool, typer.Option(help="Replace OUT if it exists.")] = False,
 ) -> None:
     """Relabel every step with an LLM judge (the paper's permissive policy) into a new stream file.
 
-    One request per trajectory at temperature 0: the judge sees every step's agent action, the dataset's
-    reference action and the agent's reasoning, and returns one 0/1 per step (a JSON schema fixes the count).
-    The labels go into meta.alt_labels.NAME of each trajectory; `ceb score` carries them to the run and
-    `ceb report` shows metrics under both label sets and the label-shift table. A stream without reference
-    actions is refused. A reply still unreadable after one re-ask leaves its trajectory without a judge label
-    (counted, never guessed). Exits 1 when no trajectory got one (nothing is written).
+    One request per trajectory at temperature 0: the judge sees every step's action, the reference action and
+    the reasoning, and returns one 0/1 per step, written to meta.alt_labels.NAME; `ceb report` shows metrics
+    under both label sets. A stream without reference actions is refused. A reply unreadable after one re-ask
+    leaves its trajectory without a judge label. Exits 1 when no trajectory got one (nothing is written).
 
-    Each judgment is recorded in OUT.judgments.jsonl as it arrives: a run that is killed or stopped, run again
-    with the same arguments, asks only the trajectories not judged yet (the same judge, trajectory and prompt).
-    The journal is removed once OUT holds every judgment.
+    Judgments are recorded in OUT.judgments.jsonl as they arrive: run again with the same arguments to ask only
+    the trajectories not judged yet.
     """
     import re
 
@@ -71,26 +58,11 @@ def relabel(
 
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise typer.BadParameter(f"{name!r}: use letters, digits, '_', '-' and '.'", param_hint="--name")
-    cfg = model_config(
-        "relabel",
-        config,
-        backend=backend,
-        base_url=base_url,
-        model=model,
-        api_key_env=api_key_env,
-        max_concurrency=max_concurrency,
-        prompt_dir=prompt_dir,
-    )
-    if out_file.exists() and out_file.resolve() == stream.resolve():
-        raise fail(f"{out_file}: --out is the input stream; relabel writes a new file and never modifies its input")
-    if out_file.is_dir():  # found now, not when the paid requests are done and the file is moved into place
-        raise fail(f"{out_file}: --out is a directory; give the new stream file's path")
-    if out_file.exists() and not overwrite:
-        raise fail(f"{out_file} exists; give --overwrite to replace it")
+    cfg = model_config("relabel", config, {"backend": endpoint} | config_overrides(relabel, locals()))
+    check_new_stream("relabel", stream, out_file, overwrite)
     trajectories = read_stream([stream])
     # The judge's modules (the stages, the bank, aiohttp) load once the input reads: a missing file is said at once.
-    from ceb.backends import open_backend
-    from ceb.pipeline.relabel import JudgmentLog, RelabelSummary, relabel_stream, require_references
+    from ceb.pipeline.relabel import JudgmentLog, relabel_stream, require_references
     from ceb.stages.assembly import prompt_set
 
     require_references(trajectories)  # before the endpoint is opened: a refused stream costs no request
@@ -98,23 +70,19 @@ def relabel(
     register_secret_env(cfg.backend.api_key_env)
     out_file.parent.mkdir(parents=True, exist_ok=True)
 
-    async def run() -> RelabelSummary:
-        chat = open_backend(cfg.backend)
-        if chat is None:  # a registered backend without a model
-            raise fail(f"ceb relabel needs a language model: backend {cfg.backend.name!r} has none")
-        async with chat:
-            await chat.preflight()
-            return await relabel_stream(
-                trajectories,
-                chat,
-                prompts,
-                out_file,
-                name=name,
-                concurrency=cfg.backend.max_concurrency,
-                judge_name=f"{cfg.backend.name}:{cfg.backend.model or ''}",
-            )
-
-    s = anyio.run(run)
+    s = with_model(
+        "relabel",
+        cfg.backend,
+        lambda chat: relabel_stream(
+            trajectories,
+            chat,
+            prompts,
+            out_file,
+            name=name,
+            concurrency=cfg.backend.max_concurrency,
+            judge_name=f"{cfg.backend.name}:{cfg.backend.model or ''}",
+        ),
+    )
     out.print(
         f"{s.judged} of {s.trajectories} trajectories judged ({s.steps} steps labelled {name}), "
         f"{len(s.unreadable)} left without a judge label; {s.stats.requests} requests"

@@ -1,8 +1,4 @@
-"""``ceb report``: a thin front over :func:`ceb.eval.report.build_report`.
-
-Kept apart from the report module so that the command line starts without importing scikit-learn and
-matplotlib; they load when a report is actually built.
-"""
+"""``ceb report``: a front over :func:`ceb.eval.report.build_report`, which loads only when a report is built."""
 
 from __future__ import annotations
 

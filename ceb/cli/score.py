@@ -16,16 +16,16 @@ import typer
 from ceb.cli._common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
-    ApiKeyEnv,
-    BaseUrl,
     Limit,
-    MaxConcurrency,
-    ModelName,
     ShardOption,
     config_option,
+    config_overrides,
+    endpoint_options,
     engine_words,
     err,
     fail,
+    field_options,
+    option_group,
     out,
     parse_shard,
 )
@@ -37,8 +37,26 @@ __all__ = ["score", "score_and_report", "sigterm_as_ctrl_c"]
 
 _ENGINE = "vLLM engine (--backend vllm)"
 _METHOD = "CEB and prompts"
+_ENGINE_FIELDS = (
+    "tensor_parallel_size",
+    "gpu_memory_utilization",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "enable_prefix_caching",
+    "dtype",
+    "max_model_len",
+    "load_format",
+)
+_BACKEND = "offline (no model), openai (an endpoint) or vllm (a vLLM engine in this process)"
 
 
+def _split(text: str) -> tuple[str, ...]:
+    """``--methods``' comma-separated names."""
+    return tuple(m.strip() for m in text.split(",") if m.strip())
+
+
+@option_group("engine", "backend.engine", field_options("backend.engine", _ENGINE_FIELDS, _ENGINE))
+@endpoint_options(_BACKEND, base=None, panel=None)
 def score(
     streams: Annotated[
         list[str],
@@ -59,44 +77,19 @@ def score(
         ),
     ] = None,
     config: Annotated[Path | None, typer.Option(help="TOML or JSON config file (flags override it).")] = None,
-    backend: Annotated[
-        str | None,
-        config_option(
-            "backend.name",
-            "--backend",
-            help="offline (no model), openai (an endpoint) or vllm (a vLLM engine in this process)",
-        ),
+    endpoint: dict[str, Any] | None = None,
+    methods: Annotated[
+        str | None, config_option("methods", "--methods", help="Comma-separated methods", convert=_split)
     ] = None,
-    methods: Annotated[str | None, config_option("methods", "--methods", help="Comma-separated methods")] = None,
-    base_url: BaseUrl = None,
-    model: ModelName = None,
-    api_key_env: ApiKeyEnv = None,
-    max_concurrency: MaxConcurrency = None,
-    tensor_parallel_size: Annotated[
-        int | None, config_option("backend.engine.tensor_parallel_size", rich_help_panel=_ENGINE)
-    ] = None,
-    gpu_memory_utilization: Annotated[
-        float | None, config_option("backend.engine.gpu_memory_utilization", rich_help_panel=_ENGINE)
-    ] = None,
-    max_num_seqs: Annotated[int | None, config_option("backend.engine.max_num_seqs", rich_help_panel=_ENGINE)] = None,
-    max_num_batched_tokens: Annotated[
-        int | None, config_option("backend.engine.max_num_batched_tokens", rich_help_panel=_ENGINE)
-    ] = None,
-    enable_prefix_caching: Annotated[
-        bool | None,
-        config_option(
-            "backend.engine.enable_prefix_caching",
-            "--enable-prefix-caching/--no-enable-prefix-caching",
-            rich_help_panel=_ENGINE,
-        ),
-    ] = None,
-    dtype: Annotated[str | None, config_option("backend.engine.dtype", rich_help_panel=_ENGINE)] = None,
-    max_model_len: Annotated[int | None, config_option("backend.engine.max_model_len", rich_help_panel=_ENGINE)] = None,
-    load_format: Annotated[str | None, config_option("backend.engine.load_format", rich_help_panel=_ENGINE)] = None,
+    engine: dict[str, Any] | None = None,
     engine_args: Annotated[
         str | None,
-        typer.Option(
-            help="Further `vllm serve` flags in one string, e.g. '--max-logprobs 20'.", rich_help_panel=_ENGINE
+        config_option(
+            "backend.engine.args",
+            help="Further `vllm serve` flags in one string, e.g. '--max-logprobs 20'.",
+            base=False,
+            convert=engine_words,
+            rich_help_panel=_ENGINE,
         ),
     ] = None,
     votes: Annotated[
@@ -111,7 +104,7 @@ def score(
     ] = None,
     prompt_dir: Annotated[
         Path | None,
-        typer.Option(help="Directory of replacement prompt templates.", rich_help_panel=_METHOD),
+        config_option("prompts.prompt_dir", help="Directory of replacement prompt templates.", rich_help_panel=_METHOD),
     ] = None,
     bins: Annotated[int | None, config_option("ece_bins", "--bins", help="ECE bins")] = None,
     orders: Annotated[
@@ -135,44 +128,18 @@ def score(
 ) -> None:
     """Score every step of every stream with each method, then print ECE, Brier and AUROC.
 
-    Each stream is scored in order (a trajectory sees only the bank records of earlier ones); streams and
-    methods run concurrently. Results are appended to OUT as they finish: scores.jsonl (one row per step
-    and method), hindsight.jsonl, banks/, config.json and metrics.json. An interrupted run (Ctrl-C, a crash,
-    a kill) continues with --resume OUT. The first Ctrl-C stops cleanly, writing every finished step; a
-    second one aborts at once. With --shard i/N only that shard's lanes are scored; `ceb merge` joins the parts.
+    Each stream is scored in order (a trajectory sees only earlier ones' bank records); streams and methods run
+    concurrently. OUT gets scores.jsonl (a row per step and method), hindsight.jsonl, banks/, config.json and
+    metrics.json as they finish. An interrupted run continues with --resume OUT (a second Ctrl-C aborts at
+    once). With --shard i/N only that shard's lanes are scored; `ceb merge` joins the parts.
     """
     from ceb.config import load_config
     from ceb.data import read_stream
     from ceb.data.streams import parse_stream_specs
 
-    overrides = {
-        "backend": {
-            "name": backend,
-            "base_url": base_url,
-            "model": model,
-            "api_key_env": api_key_env,
-            "max_concurrency": max_concurrency,
-            "engine": {
-                "tensor_parallel_size": tensor_parallel_size,
-                "gpu_memory_utilization": gpu_memory_utilization,
-                "max_num_seqs": max_num_seqs,
-                "max_num_batched_tokens": max_num_batched_tokens,
-                "enable_prefix_caching": enable_prefix_caching,
-                "dtype": dtype,
-                "max_model_len": max_model_len,
-                "load_format": load_format,
-                "args": engine_words(engine_args),
-            },
-        },
-        "ceb": {"votes": votes, "k": k},
-        "hindsight": {"temperature": tau},
-        "prompts": {"prompt_dir": prompt_dir},
-        "methods": None if methods is None else tuple(m.strip() for m in methods.split(",") if m.strip()),
-        "ece_bins": bins,
-        "orders": orders,
-        "speculation": speculation,
-        "max_trajectories": limit,
-    }
+    overrides = config_overrides(score, locals())
+    overrides["backend"] |= endpoint or {}
+    overrides["backend"]["engine"] |= engine or {}
     part = parse_shard(shard)
     if resume is not None:
         if out_dir is not None and out_dir != resume:
@@ -197,19 +164,12 @@ def score(
 
 @contextmanager
 def sigterm_as_ctrl_c() -> Iterator[None]:
-    """Within the block, SIGTERM (``timeout``, a scheduler) stops the run as Ctrl-C does: summary.json is written.
-
-    So does SIGINT, also in a process started with SIGINT ignored (in the background by a script, or by ``nohup``).
-    """
+    """Within the block SIGTERM, and SIGINT even where it was ignored (``nohup``), stop the run as Ctrl-C does."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    # SIGTERM is passed on as SIGINT, so the event loop's own Ctrl-C handling (anyio's runner) takes it: the first
-    # cancels the run's main task, whose cleanup writes summary.json, then KeyboardInterrupt is raised. Raising
-    # KeyboardInterrupt from this handler instead landed at any bytecode, inside the loop's own machinery too, and
-    # on a loaded machine a run so stopped sometimes never exited.
-    # A process a script or nohup starts in the background (`ceb score ... &`) has SIGINT ignored: the relay, and
-    # so SIGTERM, was then ignored too, and the run went on to its end. Within the block SIGINT is Ctrl-C's again.
+    # SIGTERM is relayed as SIGINT, so anyio's runner cancels the main task (raising KeyboardInterrupt here could
+    # land inside the loop's machinery and hang). A background process has SIGINT ignored: restored for the block.
     sigint = signal.getsignal(signal.SIGINT)
     if sigint is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -233,9 +193,7 @@ def score_and_report(
     shard: Any = None,
     reference: bool = False,
 ) -> None:
-    """Score ``data`` (stream name -> trajectories) into ``run_dir`` under ``cfg``, then print metrics and a summary.
-
-    The body of ``ceb score`` and ``ceb grid`` once their streams and config are read.
+    """Score ``data`` into ``run_dir`` under ``cfg``, then print metrics and a summary (``ceb score``, ``ceb grid``).
 
     Args:
         data: Stream name -> its trajectories, in stream order.
@@ -248,10 +206,9 @@ def score_and_report(
         reference: Print the reference rows per stream (:func:`~ceb.cli.metrics.print_metrics`).
 
     Raises:
-        CEBError: The run failed (the command prints it, :class:`~ceb.cli._common.Command`).
-        typer.Exit: :data:`~ceb.cli._common.EXIT_INTERRUPTED` on Ctrl-C or SIGTERM;
-            :data:`~ceb.cli._common.EXIT_FAILED` when steps were scored and none got a score; a file error
-            (:func:`~ceb.cli._common.fail`: :data:`~ceb.cli._common.EXIT_IO` for a full disk, with the resume).
+        CEBError: The run failed.
+        typer.Exit: ``EXIT_INTERRUPTED`` on Ctrl-C or SIGTERM; ``EXIT_FAILED`` when steps were scored and none got
+            a score; a file error (:func:`~ceb.cli._common.fail`).
     """
     from ceb.eval import run_metrics, write_metrics
     from ceb.gc_tuning import quiet_gc

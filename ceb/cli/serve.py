@@ -8,10 +8,15 @@ from typing import Annotated
 
 import typer
 
-from ceb.cli._common import PORT_HELP, config_option, fail
+from ceb.cli._common import PORT_HELP, config_option, config_overrides, fail
 from ceb.errors import CEBError, leaf_error
 
 __all__ = ["serve"]
+
+
+def _none_if_empty(values: list[str]) -> list[str] | None:
+    """No ``--allowed-host`` (or ``--allowed-origin``) given: the config's."""
+    return values or None
 
 
 def serve(
@@ -32,8 +37,10 @@ def serve(
     backend: Annotated[
         str | None, config_option("backend.name", "--backend", help="offline (no model) or openai")
     ] = None,
-    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint of the critic.")] = None,
-    model: Annotated[str | None, typer.Option(help="Model name at the endpoint.")] = None,
+    base_url: Annotated[
+        str | None, config_option("backend.base_url", help="OpenAI-compatible endpoint of the critic.")
+    ] = None,
+    model: Annotated[str | None, config_option("backend.model", help="Model name at the endpoint.")] = None,
     method: Annotated[str | None, config_option("gate.method", "--method", help="ceb or static")] = None,
     allow: Annotated[
         float | None, config_option("gate.allow", "--allow", help="Scores at or above this are 'allow'")
@@ -47,11 +54,23 @@ def serve(
     ] = None,
     allowed_host: Annotated[
         list[str] | None,
-        typer.Option("--allowed-host", help="A Host name it answers besides its address; repeatable (default: none)."),
+        config_option(
+            "serve.allowed_hosts",
+            "--allowed-host",
+            help="A Host name it answers besides its address; repeatable (default: none).",
+            base=False,
+            convert=_none_if_empty,
+        ),
     ] = None,
     allowed_origin: Annotated[
         list[str] | None,
-        typer.Option("--allowed-origin", help="A web origin whose pages may call it; repeatable (default: none)."),
+        config_option(
+            "serve.allowed_origins",
+            "--allowed-origin",
+            help="A web origin whose pages may call it; repeatable (default: none).",
+            base=False,
+            convert=_none_if_empty,
+        ),
     ] = None,
     header_timeout: Annotated[
         float | None,
@@ -67,13 +86,12 @@ def serve(
     """Serve the gate over HTTP: POST /v1/score before an action, POST /v1/trajectories after a run.
 
     Only requests whose Host names its address (or --allowed-host) and that come from no web page (or an
-    --allowed-origin) are answered, with JSON bodies; a slow client is cut off (--header-timeout, --body-timeout).
-    One bank per stream, resumed from --state-dir; a finished trajectory is acknowledged (202) once it is
-    fsync'd, and its hindsight votes and bank update follow in order. One gate per --state-dir: one held by
-    another process, or one it cannot write, stops it at start (exit 2). GET /openapi.json documents every field;
-    /metrics is Prometheus; /health needs no token (503 when the state cannot be written, or "degraded" when the
-    critic keeps failing). The critic endpoint is checked once at start: one that cannot be reached is a warning
-    naming it, and the gate serves anyway. Ctrl-C or SIGTERM stops it after the requests in flight are answered.
+    --allowed-origin) are answered; a slow client is cut off (--header-timeout, --body-timeout). One bank per
+    stream, resumed from --state-dir; a finished trajectory is acknowledged (202) once it is fsync'd, its
+    hindsight votes and bank update follow in order. A --state-dir another process holds, or one it cannot
+    write, stops it at start (exit 2). GET /openapi.json documents every field; /metrics is Prometheus; /health
+    needs no token. A critic endpoint that cannot be reached at start is a warning. Ctrl-C or SIGTERM stops it
+    after the requests in flight are answered.
     """
     import anyio
 
@@ -83,18 +101,7 @@ def serve(
     from ceb.logs import register_secret_env
     from ceb.serve.app import check_bind, run_server
 
-    overrides = {
-        "backend": {"name": backend, "base_url": base_url, "model": model},
-        "gate": {"method": method, "allow": allow, "block": block, "max_streams": max_streams},
-        "serve": {
-            "allowed_hosts": allowed_host or None,
-            "allowed_origins": allowed_origin or None,
-            "header_timeout_s": header_timeout,
-            "body_timeout_s": body_timeout,
-            "max_connections": max_connections,
-            "max_body_bytes": max_body_bytes,
-        },
-    }
+    overrides = config_overrides(serve, locals())
     token = os.environ.get(token_env) or None
     served: list[str] = []  # the URL once listening: an OSError after it is not about the address
     try:

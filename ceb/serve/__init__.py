@@ -1,11 +1,7 @@
 """The live gate over HTTP (``ceb serve``): scores before actions, finished trajectories after them.
 
-:mod:`ceb.serve.app` is the aiohttp application, :mod:`ceb.serve.payloads` checks request bodies by the
-reader's hostile-input rules, :mod:`ceb.serve.openapi` is the OpenAPI document; the command line is
-:mod:`ceb.cli.serve`. The gate itself (order, durability) is :mod:`ceb.gate`.
-
-The names below load on first use (PEP 562): importing a submodule must not pay for aiohttp and the
-bank.
+:mod:`ceb.serve.app` (the aiohttp application), :mod:`ceb.serve.payloads` (request bodies),
+:mod:`ceb.serve.openapi`; the gate itself is :mod:`ceb.gate`. The names below load on first use (PEP 562).
 """
 
 from typing import TYPE_CHECKING

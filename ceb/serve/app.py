@@ -18,18 +18,13 @@ protected"): a foreign ``Host`` gets 421, a browser ``Origin`` not allowed 403, 
 ``application/json`` 415, a missing or wrong bearer token (when one is set, on loopback too) 401, a body slower
 than ``serve.body_timeout_s`` 408, a request beyond ``serve.max_connections`` 503.
 
-Hostile input gets a clear 4xx and never a 500 with a traceback: a body that is not JSON (400), a field that is
-missing, unknown or malformed (422, ``{"error", "field", "problems": [{"field", "message"}]}``), a body over the
-size limit (413), a stream with ``gate.max_pending`` trajectories waiting
-(503 with ``Retry-After``: it clears as hindsight catches up). A new stream beyond ``gate.max_streams``, and a
-trajectory id the stream accepted before with other content, get a 409 (:class:`~ceb.errors.ConflictError`):
-streams are never closed and an id stays taken, so retrying the same request cannot succeed, and 409 is not
-retried by the usual policies (which do retry 429 and 503). A trajectory sent again with the same id and content
-is a retry: 202 with the first acknowledgement's body (same ``seq``) and ``Idempotent-Replayed: true``, banked
-once. A trajectory the state directory cannot take gets a 507 on a full disk (``ENOSPC``, ``EDQUOT``) and a 503
-on any other write error (read-only, permissions); either way nothing was acknowledged, and the same request
-succeeds once the disk can take it. An unexpected failure is logged with its traceback and answered with a bare
-500.
+Bad input: a body not JSON 400; a field missing, unknown or malformed 422 (``{"error", "field", "problems":
+[{"field", "message"}]}``); a body over the limit 413; a stream with ``gate.max_pending`` trajectories waiting
+503 with ``Retry-After``; a stream beyond ``gate.max_streams``, or a trajectory id taken with other content, 409
+(:class:`~ceb.errors.ConflictError`, which retry policies do not retry). The same id and content again is a
+retry: 202 with the first body (same ``seq``) and ``Idempotent-Replayed: true``, banked once. A state directory
+that cannot take a trajectory: 507 on a full disk (``ENOSPC``, ``EDQUOT``), 503 on another write error, nothing
+acknowledged. An unexpected failure is logged with its traceback and answered with a bare 500.
 """
 
 from __future__ import annotations
@@ -207,14 +202,10 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         response.force_close()
     except web.HTTPException as exc:
         response = _error(exc.status, exc.reason)
-    except StreamValidationError as exc:
-        problems = [{"field": p.field, "message": p.message} for p in exc.problems]
-        first = exc.problems[0]
-        response = _error(422, f"field {first.field}: {first.message}", first.field, problems=problems)
     except DataError as exc:
-        p = exc.problem
-        problems = [{"field": p.field, "message": p.message}]
-        response = _error(422, f"field {p.field}: {p.message}", p.field, problems=problems)
+        found = exc.problems if isinstance(exc, StreamValidationError) else [exc.problem]
+        problems = [{"field": p.field, "message": p.message} for p in found]
+        response = _error(422, f"field {found[0].field}: {found[0].message}", found[0].field, problems=problems)
     except OverloadedError as exc:
         response = _error(503, str(exc), "stream")
         response.headers["Retry-After"] = "1"
@@ -386,14 +377,10 @@ async def run_server(
 ) -> None:
     """Serve ``gate`` (entered by the caller) until SIGINT or SIGTERM.
 
-    Before listening it checks the critic's endpoint once (:meth:`Gate.check_critic <ceb.gate.Gate.check_critic>`):
-    one that cannot be reached is a warning naming it, and the gate serves degraded (the endpoint may come up after
-    the gate). On SIGINT or SIGTERM it stops accepting connections, lets the requests in flight finish (their
-    answers are sent, for up to :data:`DRAIN_S` seconds; a trajectory acknowledged is in the state directory
-    already) and returns. The HTTP limits are ``gate.config.serve`` (:class:`~ceb.config.ServeConfig`): the header
-    timeout is aiohttp's keep-alive timeout, which runs from a connection's opening and from each answer until the
-    next request's headers are in, and a request left unread gets as long again to arrive before its connection is
-    closed (aiohttp's lingering time).
+    A critic endpoint that cannot be reached at start (:meth:`~ceb.gate.Gate.check_critic`) is a warning; the gate
+    serves degraded. On a signal the requests in flight get :data:`DRAIN_S` seconds to be answered. The HTTP
+    limits are ``gate.config.serve``: the header timeout is aiohttp's keep-alive timeout (from a connection's
+    opening and from each answer to the next request's headers), the body timeout its lingering time.
 
     Args:
         gate: An entered gate.

@@ -1,9 +1,8 @@
 """Request bodies of ``ceb serve``, checked by the reader's hostile-input rules (:mod:`ceb.data.reader`).
 
-Every rejection is a :class:`~ceb.errors.DataError` whose problems name the field (``history[2].action``,
-``action.arguments``, ``messages[4].tool_call_id``), which the service answers with a 422; nothing a client sends
-can raise anything else. Held-out labels are evaluation-only: a score request may not carry one, and a finished
-trajectory's labels (and rewards and meta) are dropped before any stage or log sees them.
+Every rejection is a :class:`~ceb.errors.DataError` whose problems name the field (``history[2].action``), answered
+with a 422. A score request may not carry a held-out label; a finished trajectory's labels, rewards and meta are
+dropped before any stage or log sees them.
 
 A score request (``POST /v1/score``)::
 
@@ -14,9 +13,8 @@ A score request (``POST /v1/score``)::
        or "messages": [{"role": "system" | "user" | "assistant" | "tool", ...}, ...]   (OpenAI chat format),
      "actor_prompt": "..."}
 
-A tool call ``{name, arguments}`` becomes the action string ``name {arguments as canonical JSON}``
-(:func:`ceb.data.chat.tool_action`), and ``messages`` become the history by :func:`ceb.data.chat.chat_steps`: the one
-mapping of chat messages to steps, which ``ceb convert chat`` and ``ceb convert inspect`` use too.
+A tool call ``{name, arguments}`` becomes ``name {arguments as canonical JSON}`` (:func:`ceb.data.chat.tool_action`);
+``messages`` become the history by :func:`ceb.data.chat.chat_steps`, as in ``ceb convert chat``.
 """
 
 from __future__ import annotations

@@ -197,8 +197,8 @@ def test_a_command_that_needs_a_model_refuses_the_offline_backend_and_defaults_t
     assert result.output.strip().count("\n") == 0
     assert f"error: ceb {command} needs a language model: --backend offline has none" in result.output
     # No backend named anywhere (the config's default is offline): the model is an endpoint.
-    endpoint = {"backend": None, "base_url": None, "model": None, "api_key_env": None, "max_concurrency": None}
-    assert model_config(command, None, **endpoint, prompt_dir=None).backend.name == "openai"
+    endpoint = {"name": None, "base_url": None, "model": None, "api_key_env": None, "max_concurrency": None}
+    assert model_config(command, None, {"backend": endpoint}).backend.name == "openai"
 
 
 @pytest.fixture
