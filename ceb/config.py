@@ -560,7 +560,7 @@ class RunConfig(_Section):
     max_active_lanes: int = Field(256, ge=1, le=1_000_000)
     """Chains in progress at once, each sequential: a bank lane, a ``static`` trajectory, a baseline step
     (:mod:`ceb.pipeline.pool`)."""
-    speculation: int = Field(0, ge=0, le=64)
+    speculation: int = Field(1, ge=0, le=64)
     """Trajectories a bank lane (``ceb``, ablations, ``ceb-gt-oracle``) scores ahead of its bank: ``D`` > 0 starts
     ``j+1..j+D`` (and their votes) with the bank as it stands while ``j`` is voted on; once the bank holds ``j``, a
     step ahead is kept when its critic request equals the strict order's, and from the first that differs the

@@ -143,7 +143,8 @@ async def test_lanes_send_their_remaining_critical_path_as_priority(tmp_path):
     prompts = PromptSet()
     stages = Stages(critic=LLMCritic(chat, prompts), hindsight=LLMHindsight(chat, prompts), chat=chat)
     long = [trajectory(f"t{i}", step("ls", "a", label=1), step("pwd", "/", label=0)) for i in range(2)]
-    config = load_config(overrides={"methods": ["ceb"], "ceb": {"votes": 3}})
+    # The strict order (speculation 0): one request chain, whose remaining length each request carries.
+    config = load_config(overrides={"methods": ["ceb"], "ceb": {"votes": 3}, "speculation": 0})
     await run_scoring({"long": long}, config, tmp_path, stages=stages)
     # 2 trajectories x (2 steps + 1 hindsight round) = 6 sequential requests, counted down.
     assert (
