@@ -108,7 +108,7 @@ from ceb.gate.types import (
 )
 from ceb.logs import get_logger
 from ceb.stages.assembly import Stages, build_critic, build_stages
-from ceb.stages.base import Critic, CriticInput, CriticResult, HistoryItem
+from ceb.stages.base import Critic, CriticInput, CriticResult, HindsightResult, HistoryItem
 from ceb.stages.methods import MethodSpec, resolve_method
 from ceb.stages.step import precedents, score_step
 
@@ -516,16 +516,11 @@ class Gate:
         if receipt.seq in st.done or receipt.seq in st.results:
             return replace(await self.wait(stream, receipt.seq), replayed=True)
         # Banked before this gate started, or its result is no longer kept: nothing to wait for, nothing to add.
-        return Banked(
+        return Banked.from_result(
+            HindsightResult(votes=(), soft_votes=(), pseudo_labels=()),
             stream=stream,
             trajectory_id=trajectory.id,
             seq=receipt.seq,
-            votes=(),
-            soft_votes=(),
-            pseudo_labels=(),
-            failed_votes=0,
-            errors=(),
-            abstained=(),
             records_added=0,
             bank_version=st.applied,
             bank_size=len(st.bank),

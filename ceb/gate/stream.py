@@ -197,17 +197,11 @@ async def _apply(st: GateStream, entry: Accepted, method: MethodSpec, config: Ru
             else:
                 await anyio.to_thread.run_sync(st.bank.add_trajectory, banked.records)
             st.applied = entry.seq
-    hr = banked.hindsight
-    st.results[entry.seq] = Banked(
+    st.results[entry.seq] = Banked.from_result(
+        banked.hindsight,
         stream=st.name,
         trajectory_id=entry.trajectory.id,
         seq=entry.seq,
-        votes=hr.votes,
-        soft_votes=hr.soft_votes,
-        pseudo_labels=hr.pseudo_labels,
-        failed_votes=hr.failed_votes,
-        errors=hr.errors,
-        abstained=hr.abstained,
         records_added=len(banked.records),
         bank_version=entry.seq,
         bank_size=len(st.bank),

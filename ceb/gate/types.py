@@ -12,7 +12,7 @@ from typing import Any, Literal
 from ceb.data.reader import check_trajectory
 from ceb.data.trajectory import Step, Trajectory
 from ceb.errors import DataError, Problem, StreamValidationError
-from ceb.stages.base import Abstention, StepStatus
+from ceb.stages.base import Abstention, HindsightResult, StepStatus
 from ceb.stages.step import Precedent
 
 __all__ = [
@@ -211,6 +211,38 @@ class Banked:
     bank_size: int
     hindsight_s: float
     replayed: bool = False
+
+    @classmethod
+    def from_result(
+        cls,
+        result: HindsightResult,
+        *,
+        stream: str,
+        trajectory_id: str,
+        seq: int,
+        records_added: int,
+        bank_version: int,
+        bank_size: int,
+        hindsight_s: float,
+        replayed: bool = False,
+    ) -> Banked:
+        """The answer for one trajectory's hindsight ``result`` and the bank update it made."""
+        return cls(
+            stream=stream,
+            trajectory_id=trajectory_id,
+            seq=seq,
+            votes=result.votes,
+            soft_votes=result.soft_votes,
+            pseudo_labels=result.pseudo_labels,
+            failed_votes=result.failed_votes,
+            errors=result.errors,
+            abstained=result.abstained,
+            records_added=records_added,
+            bank_version=bank_version,
+            bank_size=bank_size,
+            hindsight_s=hindsight_s,
+            replayed=replayed,
+        )
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict
 
 import anyio
 
@@ -264,7 +263,7 @@ class Lane:
                 )
             scores.append(res.score)
             history.append(HistoryItem(action=step.action, observation=step.observation, score=res.score))
-            await self.emit_step(
+            await self.emit(
                 StepRow.from_step(
                     done,
                     stream=self.stream,
@@ -373,10 +372,6 @@ class Lane:
         self.discarded += done.result.stats
         self.steps_discarded += 1
 
-    async def emit_step(self, row: StepRow) -> None:
-        """Hand over the row of a step just scored (a lane shared by several orders also hands over its copies)."""
-        await self.emit(row)
-
     async def _grow_bank(self, blind: Trajectory, scores: Sequence[float | None], labels: Sequence[int | None]) -> None:
         votes = self._votes.pop(self.position, None)
         if votes is not None:
@@ -395,29 +390,16 @@ class Lane:
                 voted=votes.result if votes is not None else None,
             )
         self.remaining -= 1
-        hr, records = banked.hindsight, banked.records
-        s = hr.stats
-        row = HindsightRow(
+        records = banked.records
+        row = HindsightRow.from_result(
+            banked.hindsight,
+            records,
             stream=self.stream,
             method=self.method.name,
             trajectory=blind.id,
-            votes=[list(v) for v in hr.votes],
-            soft_votes=list(hr.soft_votes),
-            pseudo_labels=list(hr.pseudo_labels),
-            failed_votes=hr.failed_votes,
-            errors=list(hr.errors),
-            records_added=len(records),
-            latency_s=s.latency_s,
-            requests=s.requests,
-            prompt_tokens=s.prompt_tokens,
-            completion_tokens=s.completion_tokens,
             order=self.order,
             position=self.position,
             critic=self.critic,
-            records=[asdict(r) for r in records],
-            abstained=list(hr.abstained),
-            retries=s.retries,
-            retry_reason=s.retry_reason,
         )
         # The bank update and its row go together even under cancellation, so the saved bank and
         # hindsight.jsonl always agree.

@@ -154,7 +154,7 @@ def build_lanes(
         by_critic: Critic label -> its stages.
         critic_stages: (critic label, method's critic kind) -> the stage that scores.
         tokens: Prompt-token counter for the rows, or ``None``.
-        emit: The lanes' row target until the runner gives each its own.
+        emit: Receives the lanes' rows.
     """
     lanes: list[Lane] = []
     pooled: dict[tuple[str, str], list[PooledMethod]] = {}

@@ -14,8 +14,9 @@ from typing import IO, Any, Self, TypedDict, TypeVar
 
 import orjson
 
+from ceb.bank import BankRecord
 from ceb.errors import RunError, with_path
-from ceb.stages.base import NOT_AVAILABLE, Abstention, CallStats, CriticResult, StepStatus
+from ceb.stages.base import NOT_AVAILABLE, Abstention, CallStats, CriticResult, HindsightResult, StepStatus
 from ceb.stages.step import Precedent, ScoredStep, precedents
 
 __all__ = [
@@ -235,6 +236,44 @@ class HindsightRow:
     retries: int = 0
     retry_reason: str | None = None
     schema: int = ROW_SCHEMA
+
+    @classmethod
+    def from_result(
+        cls,
+        result: HindsightResult,
+        records: Sequence[BankRecord],
+        *,
+        stream: str,
+        method: str,
+        trajectory: str,
+        order: int = 0,
+        position: int = 0,
+        critic: str = "",
+    ) -> HindsightRow:
+        """The row of one trajectory's hindsight ``result`` and the bank ``records`` it added, placed by the lane."""
+        s = result.stats
+        return cls(
+            stream=stream,
+            method=method,
+            trajectory=trajectory,
+            votes=[list(v) for v in result.votes],
+            soft_votes=list(result.soft_votes),
+            pseudo_labels=list(result.pseudo_labels),
+            failed_votes=result.failed_votes,
+            errors=list(result.errors),
+            records_added=len(records),
+            latency_s=s.latency_s,
+            requests=s.requests,
+            prompt_tokens=s.prompt_tokens,
+            completion_tokens=s.completion_tokens,
+            order=order,
+            position=position,
+            critic=critic,
+            records=[asdict(r) for r in records],
+            abstained=list(result.abstained),
+            retries=s.retries,
+            retry_reason=s.retry_reason,
+        )
 
 
 class ResultWriter:

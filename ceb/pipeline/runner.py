@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.abc import ObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ceb.backends.scheduling import EndpointLimits
 from ceb.bank import RETRIEVERS
@@ -29,7 +29,7 @@ from ceb.data.trajectory import Trajectory
 from ceb.errors import ConfigError, RunError, reported_error
 from ceb.logs import get_logger
 from ceb.pipeline.label import label_sources
-from ceb.pipeline.lane import Emit, Lane
+from ceb.pipeline.lane import Lane
 from ceb.pipeline.planning import LanePlan, build_lanes, fingerprints, plan_lanes
 from ceb.pipeline.pool import StepPool
 from ceb.pipeline.provenance import identify, provenance
@@ -175,9 +175,10 @@ async def _run_scoring(
             else:
                 run.write_config(config, streams, prints, shard.to_record() if shard is not None else None)
             began = True
-            with run.writer() as writer:
-                lanes, pools = build_lanes(plan, config, by_critic, critic_stages, tokens, _unset_emit)
-                await _execute(lanes, pools, plan, config, writer, summary, on_row, on_start)
+            rows, received = anyio.create_memory_object_stream[Row](max_buffer_size=1024)
+            with run.writer() as writer, rows, received:
+                lanes, pools = build_lanes(plan, config, by_critic, critic_stages, tokens, rows.send)
+                await _execute(lanes, pools, plan, config, writer, summary, on_row, on_start, (rows, received))
             outcome = "finished"
         except BaseExceptionGroup as group:
             # A lane or the writer failed and the task group wrapped it: surface our own error (or the system's,
@@ -256,6 +257,7 @@ async def _execute(
     summary: RunSummary,
     on_row: Callable[[Row], None] | None,
     on_start: Callable[[int], None] | None,
+    stream: tuple[MemoryObjectSendStream[Row], MemoryObjectReceiveStream[Row]],
 ) -> None:
     if on_start is not None:
         on_start(len(plan.recopied) + sum(lane.steps_left for lane in lanes) + sum(p.steps_left for p in pools))
@@ -265,7 +267,7 @@ async def _execute(
         summary.count(row)
         if on_row is not None:
             on_row(row)
-    await _run_chains(lanes, pools, config, writer, summary, on_row)
+    await _run_chains(lanes, pools, config, writer, summary, on_row, stream)
 
 
 def _save_banks(run: RunDir, lanes: Sequence[Lane], pools: Sequence[StepPool], summary: RunSummary) -> None:
@@ -332,10 +334,6 @@ async def _preflight(stages: Iterable[Stages]) -> None:
                 await chat.preflight()
 
 
-async def _unset_emit(row: Row) -> None:
-    raise RuntimeError("lane started without an emit target")
-
-
 async def _run_chains(
     lanes: Sequence[Lane],
     pools: Sequence[StepPool],
@@ -343,8 +341,10 @@ async def _run_chains(
     writer: ResultWriter,
     summary: RunSummary,
     on_row: Callable[[Row], None] | None,
+    stream: tuple[MemoryObjectSendStream[Row], MemoryObjectReceiveStream[Row]],
 ) -> None:
-    send, receive = anyio.create_memory_object_stream[Row](max_buffer_size=1024)
+    """Write every row the chains send on ``stream`` (the lanes were built with its sender)."""
+    send, receive = stream
     chain_slots = anyio.CapacityLimiter(config.max_active_lanes)
     budget = FailureBudget(config.fail_on_error)
 
@@ -373,23 +373,19 @@ async def _run_chains(
                 writer.write(row)
                 summary.count(row)
 
-    async def run_chain(run: Callable[[Emit], Awaitable[None]], sender: ObjectSendStream[Row]) -> None:
-        async with sender, chain_slots:
-            await run(sender.send)
+    async def run_chain(run: Callable[[], Awaitable[None]]) -> None:
+        async with chain_slots:
+            await run()
 
-    chains: list[tuple[int, Callable[[Emit], Awaitable[None]]]] = [
-        (lane.remaining, partial(_run_lane, lane)) for lane in lanes if lane.remaining > 0
+    chains: list[tuple[int, Callable[[], Awaitable[None]]]] = [
+        (lane.remaining, lane.run) for lane in lanes if lane.remaining > 0
     ]
-    chains += [(unit.remaining, unit.run) for pool in pools for unit in pool.units()]
+    chains += [(unit.remaining, partial(unit.run, send.send)) for pool in pools for unit in pool.units()]
     # Longest remaining chain first, so the chains that bound the makespan hold chain slots from the start.
     chains.sort(key=lambda chain: -chain[0])
     async with anyio.create_task_group() as tg:
         tg.start_soon(write_all)
-        async with send:
+        # The sender closes when every chain has ended, and then the writer's loop ends.
+        async with send, anyio.create_task_group() as chain_group:
             for _, run in chains:
-                tg.start_soon(run_chain, run, send.clone())
-
-
-async def _run_lane(lane: Lane, emit: Emit) -> None:
-    lane.emit = emit
-    await lane.run()
+                chain_group.start_soon(run_chain, run)
