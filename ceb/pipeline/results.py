@@ -56,9 +56,6 @@ class StepRow:
     """One scored step of one method.
 
     Attributes:
-        stream: Stream name.
-        method: Method name.
-        trajectory: Trajectory id.
         step: 0-based step index ``t``.
         score: ``z^_t`` in [0, 1], or ``None`` when the step is not scored (see ``status`` and ``error``).
         label: Ground-truth label, copied here for evaluation only (0, 1 or ``None``).
@@ -68,8 +65,6 @@ class StepRow:
         latency_s: Seconds in the server.
         queue_s: Seconds waiting for an endpoint slot.
         requests: Requests sent for this step (retries and re-asks included).
-        prompt_tokens: Input tokens, when the server reported them.
-        completion_tokens: Output tokens, when the server reported them.
         bank_size: ``|B_t|`` when the step was scored.
         repetition_flag: ``rho_t``.
         retrieved: Each precedent shown (:class:`Precedent`), positives first.
@@ -93,11 +88,9 @@ class StepRow:
             has them).
         retries: Of ``requests``, the attempts sent again after a wire failure (timeout, 429, 5xx, dropped
             connection), as the backend logged them (``retrying request``); re-asks are not counted.
-        retry_reason: Why the last retried attempt failed, ``None`` without retries.
         readout: Which readout gave a verbal score: ``text``, ``expected`` or ``text_fallback``
             (:attr:`~ceb.stages.base.CriticResult.readout`); ``None`` for methods without a verbal score, for a
             step without a score, and in rows written before the field existed.
-        schema: :data:`ROW_SCHEMA` of the row.
     """
 
     stream: str
@@ -149,11 +142,10 @@ class StepRow:
         critic: str = "",
         alt_labels: Sequence[AltLabel] = (),
     ) -> StepRow:
-        """The row of a step :func:`~ceb.stages.step.score_step` scored, placed by the lane (the other arguments).
+        """The row of a step :func:`~ceb.stages.step.score_step` scored, placed by the lane.
 
-        Fields the critic's result (:class:`~ceb.stages.base.CriticResult`) and its cost
-        (:class:`~ceb.stages.base.CallStats`) share with the row by name are copied as they are, so a field added
-        to both under one name needs no edit here.
+        Fields sharing a name with :class:`~ceb.stages.base.CriticResult` or :class:`~ceb.stages.base.CallStats` are
+        copied by name.
         """
         res = done.result
         return cls(
@@ -189,30 +181,18 @@ class HindsightRow:
     """The hindsight outcome of one trajectory for one bank-using method.
 
     Attributes:
-        stream: Stream name.
-        method: Method name.
-        trajectory: Trajectory id.
         votes: Valid votes over the labelled steps (all but the abstained ones, in order), shape ``(V_valid, T_l)``.
         soft_votes: ``y~_t``, shape ``(T_l,)``.
         pseudo_labels: ``y^_t``, shape ``(T_l,)``.
-        failed_votes: Votes without a readable answer.
-        errors: Reasons of the failed votes.
         records_added: Records this trajectory added to the bank (0 when no vote was valid, or when the labeler
             abstained on every step).
         latency_s: Seconds in the server over all votes.
-        requests: Requests sent over all votes.
-        prompt_tokens: Input tokens over all votes, when reported.
-        completion_tokens: Output tokens over all votes, when reported.
-        order: Stream order (see :class:`StepRow`).
         position: Position of the trajectory in this order of the stream.
-        critic: Critic label (see :class:`StepRow`).
         records: The bank records this trajectory added (:class:`~ceb.bank.BankRecord` fields), so this file
             is also the bank's append-only checkpoint (:mod:`ceb.pipeline.resume`).
         abstained: The steps the labeler gave no label, each ``{"step": t, "reason": ...}``
             (:class:`~ceb.stages.base.Abstention`); they are not in the bank.
         retries: Of ``requests``, the attempts sent again after a wire failure (see :class:`StepRow`).
-        retry_reason: Why the last retried attempt failed, ``None`` without retries.
-        schema: :data:`ROW_SCHEMA` of the row.
     """
 
     stream: str
@@ -277,14 +257,7 @@ class HindsightRow:
 
 
 class ResultWriter:
-    """Appends rows to ``scores.jsonl`` and ``hindsight.jsonl`` and flushes each one to the OS at once.
-
-    Made by :meth:`ceb.pipeline.rundir.RunDir.writer`.
-
-    Args:
-        scores: The step rows' file; its directory is created if missing.
-        hindsight: The hindsight rows' file.
-    """
+    """Appends rows to ``scores.jsonl`` and ``hindsight.jsonl`` (folders created on entry), each flushed at once."""
 
     def __init__(self, scores: Path, hindsight: Path) -> None:
         self._paths = {"scores": scores, "hindsight": hindsight}
@@ -319,8 +292,7 @@ class ResultWriter:
         """Append ``row`` as one JSON line (one ``write`` call) and flush it to the OS.
 
         Raises:
-            OSError: The write failed (a full disk, say), naming the file; the rows before it are whole, and a
-                part of this one may be left as the file's last line, which every reader skips.
+            OSError: The write failed, naming the file; a torn part of this row may be left as the last line.
         """
         name = "scores" if isinstance(row, StepRow) else "hindsight"
         f = self._files[name]
@@ -332,11 +304,7 @@ class ResultWriter:
 
 
 def read_rows(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Yield the raw JSON objects of a ``scores.jsonl`` or ``hindsight.jsonl`` file, as stored.
-
-    Code that computes with results reads typed rows (:func:`read_step_rows`, :func:`read_hindsight_rows`);
-    this is for looking at the file itself. A last line cut short by a crash is skipped; any other bad line
-    raises.
+    """Yield the raw JSON objects of a ``scores.jsonl`` or ``hindsight.jsonl``; a torn last line is skipped.
 
     Raises:
         RunError: A line before the last is not valid JSON (names file and line).
@@ -346,10 +314,7 @@ def read_rows(path: str | Path) -> Iterator[dict[str, Any]]:
 
 
 def count_rows(path: str | Path) -> int:
-    """The rows :func:`read_rows` would yield from ``path`` (0 when it does not exist), without parsing each one.
-
-    Blank lines are not rows; a last line cut short by a crash is not counted.
-    """
+    """The rows :func:`read_rows` would yield from ``path`` (0 if missing), without parsing each one."""
     try:
         lines = Path(path).read_bytes().split(b"\n")
     except FileNotFoundError:
@@ -403,10 +368,7 @@ def _typed(path: Path, cls: type[_Row], upgrade: Callable[[dict[str, Any], int],
 
 
 def _upgrade_step(row: dict[str, Any], schema: int) -> dict[str, Any]:
-    """Layout 1 -> 2: the status from the score and the error's prefix; precedents as objects.
-
-    2 -> 3: ``alt_labels`` from ``{name: label}`` to a list of :class:`AltLabel`, sorted by name.
-    """
+    """Layout 1 -> 2: the status from the score and the error's prefix; precedents as objects."""
     out = dict(row)
     if schema < 2:
         if out.get("score") is not None:

@@ -50,11 +50,7 @@ log = get_logger(__name__)
 
 
 def progress_callbacks(progress: Progress) -> tuple[Callable[[Row], None], Callable[[int], None]]:
-    """``on_row`` and ``on_start`` for :func:`run_scoring` that keep ``progress`` counting step rows.
-
-    A step row is one unit, a copy for another order too (failed when its own critic call failed); hindsight
-    rows add their requests.
-    """
+    """``on_row`` and ``on_start`` for :func:`run_scoring`: a step row (a copy too) is one unit of ``progress``."""
 
     def on_row(row: Row) -> None:
         if isinstance(row, StepRow):
@@ -80,31 +76,26 @@ async def run_scoring(
     """Score every stream, in each of ``config.orders`` orders, with every method of ``config.methods``.
 
     Args:
-        streams: Stream name -> trajectories in stream order (as read, labels included: lanes blind them).
-        config: The effective configuration; written to ``run_dir/config.json`` with its fingerprints.
+        streams: Stream name -> trajectories in stream order (labels included: lanes blind them).
+        config: The effective configuration; recorded in ``run_dir/config.json`` with its fingerprints.
         run_dir: New or empty directory for the results (or the run to resume).
-        stages: Critic and hindsight to use, or one set per critic label of ``config.critics``; built from
-            the configuration when ``None``.
-        on_row: Called with each row after it is on disk (progress bars).
-        on_start: Called once before the first lane starts, with the number of step rows this call will write
-            (all planned steps less those a resume keeps).
-        overwrite: Delete the results of an earlier run in ``run_dir`` (and nothing else) first.
-        resume: Continue the run in ``run_dir`` where it stopped (:mod:`ceb.pipeline.resume`); a directory
-            without a started run is refused (:meth:`~ceb.pipeline.rundir.RunDir.require_run`), never started.
-        shard: Score only this shard's lanes (:mod:`ceb.pipeline.shard`), recorded in ``config.json``; a resume
-            must name the shard the run recorded (``None`` for an unsharded run).
+        stages: Critic and hindsight, or one set per critic label of ``config.critics``; built from ``config``
+            when ``None``.
+        on_row: Called with each row after it is on disk.
+        on_start: Called once before the first lane, with the number of step rows this call will write.
+        overwrite: Delete an earlier run's results in ``run_dir`` first.
+        resume: Continue the run in ``run_dir`` (:mod:`ceb.pipeline.resume`).
+        shard: Score only this shard's lanes (:mod:`ceb.pipeline.shard`); a resume must name the recorded one.
 
     Returns:
         Counts of what was scored and what failed (resumed rows included, and counted apart).
 
     Raises:
-        RunError: Another process is using ``run_dir`` (its lock, :mod:`ceb.dirlock`); ``run_dir`` already
-            holds scored steps (and neither ``overwrite`` nor ``resume``), or a resume
-            finds changed input or settings (names each change).
-        ConfigError: Unknown method or backend, a broken prompt template, or a stream name that cannot name a
-            stream (:func:`~ceb.data.streams.check_streams`).
+        RunError: ``run_dir`` is locked by another process, holds scored steps (without ``overwrite`` or
+            ``resume``), or a resume finds no run or changed input or settings (names each change).
+        ConfigError: Unknown method or backend, a broken prompt template, or an invalid stream name
+            (:func:`~ceb.data.streams.check_streams`).
         DataError: A trajectory id twice in a stream.
-        RunError: ``resume`` of a directory that is missing or has no ``config.json``.
     """
     check_streams(streams)
     run = RunDir(run_dir)
@@ -215,11 +206,7 @@ async def _run_scoring(
 
 
 def _may_write(run: RunDir, *, overwrite: bool, resume: bool) -> bool:
-    """Whether the run replaces earlier results (``overwrite``, or an earlier run that scored no step).
-
-    Raises:
-        RunError: Both ``overwrite`` and ``resume``, or results are there and neither was asked for.
-    """
+    """Whether the run replaces earlier results (``overwrite``, or an earlier run that scored no step)."""
     if overwrite and resume:
         raise RunError("choose one of overwrite and resume")
     if not run.has_scores or overwrite or resume:
@@ -236,11 +223,7 @@ def _may_write(run: RunDir, *, overwrite: bool, resume: bool) -> bool:
 
 
 def _check_methods(config: RunConfig, streams: Mapping[str, Sequence[Trajectory]]) -> list[MethodSpec]:
-    """The run's methods, after checking what would otherwise fail mid-run: retrievers and prompt templates.
-
-    Raises:
-        ConfigError: An unknown method or retriever, or a broken template.
-    """
+    """The run's methods, after checking what would otherwise fail mid-run: retrievers and prompt templates."""
     methods = [resolve_method(m) for m in config.methods]
     for retriever in {m.resolve(config.ceb).retriever for m in methods}:
         RETRIEVERS.get(retriever)
@@ -271,11 +254,7 @@ async def _execute(
 
 
 def _save_banks(run: RunDir, lanes: Sequence[Lane], pools: Sequence[StepPool], summary: RunSummary) -> None:
-    """Save each lane's bank and list every lane's bank size in ``summary`` (a pooled method: 0, per order).
-
-    Called without awaiting: under cancellation an await here would be cancelled too. A bank only changes
-    between trajectories, so what is saved is its state after the last completed trajectory.
-    """
+    """Save each lane's bank and list every lane's bank size in ``summary`` (a pooled method: 0, per order)."""
     for lane in lanes:
         saved = run.bank_file((lane.stream, lane.order, lane.method.name, lane.critic))
         lane.bank.save(run.path / saved)
@@ -307,11 +286,7 @@ def _stages_by_critic(
 def _refuse_unavailable(
     methods: Sequence[MethodSpec], by_critic: Mapping[str, Stages], critic_configs: Mapping[str, RunConfig]
 ) -> None:
-    """Refuse a run in which a method needs an LLM endpoint its critic's backend does not have.
-
-    Raises:
-        ConfigError: Names the methods and the backend, and the two ways out.
-    """
+    """Refuse a run in which a method needs an LLM endpoint its critic's backend does not have."""
     for label, s in by_critic.items():
         lacking = [m.name for m in methods if lacks_endpoint(m, s)]
         if lacking:

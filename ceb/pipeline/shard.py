@@ -42,12 +42,7 @@ def shard_of(key: LaneKey, count: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Shard:
-    """Shard ``index`` of ``count``: the lanes :func:`shard_of` puts there.
-
-    Attributes:
-        index: This shard, ``0 <= index < count``.
-        count: How many shards the run is split into (>= 1).
-    """
+    """Shard ``index`` (``0 <= index < count``) of ``count``: the lanes :func:`shard_of` puts there."""
 
     index: int
     count: int
