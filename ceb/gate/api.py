@@ -104,20 +104,17 @@ class _NotAsked:
 class Gate:
     """Per-stream banks for live agents: :meth:`score` before an action, :meth:`finish` after a trajectory.
 
-    An async context manager; leave it to close the endpoint and the files. :class:`SyncGate` wraps it for
-    synchronous code.
+    An async context manager (closing the endpoint and files on exit); :class:`SyncGate` for synchronous code.
 
     Args:
-        config: The configuration: ``gate`` (method, thresholds), ``backend``, ``ceb``, ``bank``, ``prompts``.
-            Defaults to :class:`~ceb.config.RunConfig` (the offline backend).
-        stages: Critic and hindsight to use; built from ``config`` (and closed on exit) when ``None``.
-        state_dir: Folder for each stream's inbox and bank journal (durable; resumed when reopened; locked while
-            the gate is open). ``None``: in memory only.
+        config: ``gate`` (method, thresholds), ``backend``, ``ceb``, ``bank``, ``prompts``; default
+            :class:`~ceb.config.RunConfig` (offline).
+        stages: Critic and hindsight; built from ``config`` (and closed on exit) when ``None``.
+        state_dir: Each stream's inbox and bank journal (durable, resumed, locked while open); ``None``: in memory.
 
     Raises:
         ConfigError: The method is unknown or needs held-out labels, or the backend cannot be built.
-        RunError: On entering: another process holds ``state_dir``, or it cannot be created, written or read
-            (:meth:`__aenter__`).
+        RunError: On entering: ``state_dir`` is held by another process, or cannot be created, written or read.
     """
 
     def __init__(
@@ -495,10 +492,7 @@ class Gate:
     # -- statistics --------------------------------------------------------------------------------------------
 
     def stats(self, stream: str | None = None) -> dict[str, Any]:
-        """Bank statistics: per stream, records (``B+`` / ``B-``), version, pending updates, replays, scored steps.
-
-        Args:
-            stream: One stream, or ``None`` for every stream.
+        """Per stream: records (``B+`` / ``B-``), version, pending updates, replays, scored steps.
 
         Raises:
             KeyError: The gate has not seen ``stream``.
@@ -508,10 +502,7 @@ class Gate:
 
 
 class SyncGate:
-    """:class:`Gate` for synchronous code: the same methods, blocking, over an event loop in a worker thread.
-
-    A context manager. Arguments as for :class:`Gate`.
-    """
+    """:class:`Gate` for synchronous code (a context manager, same arguments), over a loop in a worker thread."""
 
     def __init__(
         self, config: RunConfig | None = None, *, stages: Stages | None = None, state_dir: str | Path | None = None

@@ -57,14 +57,9 @@ class Accepted:
 
 
 class Inbox:
-    """Append-only, fsync'd log of one stream's accepted trajectories (see the module docstring).
+    """Append-only, fsync'd log of one stream's accepted trajectories (module docstring); made by :meth:`open`.
 
-    Args:
-        path: The file.
-        handle: The file, open for appending.
-        fsync: ``fsync`` after each line.
-        held: ``(seq, id, fingerprint)`` of each line in the file, in order.
-        ids_seq: The highest ``seq`` in the ids file (0 when it is empty).
+    ``held`` is ``(seq, id, fingerprint)`` of each line, ``ids_seq`` the ids file's highest ``seq`` (0 if empty).
     """
 
     def __init__(
@@ -88,11 +83,10 @@ class Inbox:
         """Open (or create) the inbox at ``path`` and read what it holds.
 
         Returns:
-            The inbox; every accepted trajectory in it, in sequence order; and the id, ``seq`` and fingerprint of
-            every trajectory it ever acknowledged (those dropped by compaction and those in the file).
+            The inbox, its entries in ``seq`` order, and every acknowledged trajectory's id, ``seq`` and fingerprint.
 
         Raises:
-            RunError: A line before the last of the inbox or of its ids file is damaged (names the file and line).
+            RunError: A line before the last of the inbox or its ids file is damaged (names file and line).
         """
         path.parent.mkdir(parents=True, exist_ok=True)
         entries = _read_lines(path, _entry)

@@ -124,17 +124,15 @@ class _BankEndedSamples(Hooks):
 
 @approver(name="ceb")
 def ceb_approver(gate: Gate, stream: str = "inspect", domain: str = DEFAULT_DOMAIN) -> Approver:
-    """An inspect_ai approver deciding each tool call by ``gate`` (the module docstring), banking each sample.
+    """An inspect_ai approver deciding each tool call by ``gate`` (module docstring), banking each sample.
 
     Args:
-        gate: An open gate, entered in the event loop the eval runs in (``async with Gate(...)`` around
-            ``eval_async``); its ``gate`` section sets the thresholds.
+        gate: An open gate, entered in the eval's event loop; its ``gate`` section sets the thresholds.
         stream: The gate's stream (one bank) for this eval's samples.
-        domain: The samples' domain (the prompt family), as ``ceb convert inspect --domain``.
+        domain: The samples' prompt family, as ``ceb convert inspect --domain``.
 
     Returns:
-        The approver; its banked results are kept on it as ``approver.banked`` (one :class:`~ceb.gate.Banked` per
-        sample, in the order they ended).
+        The approver; ``approver.banked`` holds one :class:`~ceb.gate.Banked` per sample, in ending order.
     """
     gated = _GatedEval(gate, stream, domain)
     _LIVE.add(gated)

@@ -91,14 +91,13 @@ class StepContext:
     """A proposed action and what the agent knows before it runs: ``(q, s_t, h_<t, a_t)`` (Eq. 1).
 
     Attributes:
-        trajectory_id: The agent's run (episode) this step belongs to; :meth:`~ceb.gate.Gate.finish` later names it.
+        trajectory_id: The agent's run (episode); :meth:`~ceb.gate.Gate.finish` later names it.
         task: ``q``.
         domain: Prompt family: ``web``, ``mobile``, ``shell``, ``sql`` or another lower-case word.
-        proposal: ``(s_t, a_t)`` and the agent's logged fields (``reasoning``, ``op``, ``element``, ``value``,
-            ``actor_logprobs``). Its ``observation`` is ignored (the action has not run); ``label`` and
-            ``reward`` are never read.
-        history: ``h_<t``: the earlier steps of the run with their observations; ``t = len(history)``.
-        actor_prompt: The actor's system prompt, if known (read only by baselines that re-run the actor).
+        proposal: ``(s_t, a_t)`` with the agent's logged fields; its ``observation``, ``label`` and ``reward`` are
+            never read.
+        history: ``h_<t``, with observations; ``t = len(history)``.
+        actor_prompt: The actor's system prompt, if known (read by baselines that re-run the actor).
     """
 
     trajectory_id: str

@@ -98,33 +98,25 @@ class _Votes:
 
 
 class Lane:
-    """Scores one stream with one method and keeps that lane's bank.
+    """Scores one stream with one method and keeps that lane's bank (Algorithm 1).
 
     Args:
-        method: The method's switches.
-        trajectories: The stream, in order, as read (labels are stripped here before any stage sees them).
-        stages: Critic and hindsight labeler.
+        trajectories: The stream, in order, as read (blinded here before any stage sees them).
         emit: Receives each result row as soon as it exists.
         bank: The lane's bank; a new empty one when ``None``.
-        order: Which order of the stream this is (0: the files' order), copied into the rows.
-        critic: Label of the critic, copied into the rows.
-        start: Position of the first trajectory to score (a resumed lane; the bank already holds the earlier ones).
-        prefix: Scores of the first steps of trajectory ``start`` already scored before a resume.
+        order: The stream order (0: the files'), copied into the rows, as is ``critic``.
+        start: Position of the first trajectory to score (a resume: the bank holds the earlier ones).
+        prefix: Scores of trajectory ``start``'s first steps, scored before a resume.
         critic_stage: The stage that scores (a baseline's); ``stages.critic`` when ``None``.
-        tokens: Counts the LLM critic's prompt tokens into the rows; ``None`` (or a baseline method) leaves
-            them out.
+        tokens: Counts the LLM critic's prompt tokens into the rows; ``None`` (or a baseline) leaves them out.
 
     Attributes:
-        remaining: Sequential requests left on this lane's path (steps to score, plus one hindsight round per
-            trajectory for bank methods). It is the priority of the lane's requests, so the server's slots go
-            first to the lane with the longest remaining chain (:mod:`ceb.backends.scheduling`).
-        key: The lane's identity (stream, order, method, critic) as its requests carry it
-            (:func:`ceb.backends.scheduling.lane`): it picks the lane's home replica and is sent as its session, and
-            its hash picks the lane's shard (:mod:`ceb.pipeline.shard`).
-        depth: Trajectories scored ahead of the bank (``speculation``; 0 without a bank, for a critic that sends no
-            request, or for a bank whose retrievals change it).
-        discarded: The cost of the critic calls scored ahead and discarded (a call discarded in flight is left to
-            finish, so that its cost is known; one cut by an interruption is not counted).
+        remaining: Sequential requests left (steps, plus one hindsight round per trajectory with a bank): the
+            priority of the lane's requests (:mod:`ceb.backends.scheduling`).
+        key: The lane id its requests carry (:func:`ceb.backends.scheduling.lane`): home replica, session, shard.
+        depth: Trajectories scored ahead of the bank (``speculation``, or 0; module docstring).
+        discarded: Cost of the calls scored ahead and discarded (in-flight ones finish; interrupted ones are not
+            counted).
     """
 
     def __init__(

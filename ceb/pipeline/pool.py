@@ -58,10 +58,8 @@ class SharedStream:
     """One stream's orders as the pool walks them.
 
     Attributes:
-        trajectories: Every trajectory of any order, each once, in the order first met (order 0's list first,
-            then what each later order adds).
-        placements: Trajectory id -> every ``(order, position)`` that holds it, in order; the first is where its
-            new source rows are written.
+        trajectories: Every trajectory of any order once, first met first (order 0's, then what later orders add).
+        placements: Trajectory id -> each ``(order, position)`` holding it; new source rows go to the first.
     """
 
     trajectories: tuple[Trajectory, ...]
@@ -132,12 +130,7 @@ class PooledMethod:
 
 @dataclass(frozen=True, slots=True)
 class Unit:
-    """One schedulable piece of a pool: a trajectory of a method that reads its own scores, or one step.
-
-    Attributes:
-        remaining: Sequential requests on its path: its priority, and its place in the start order.
-        run: Scores it, handing every row (copies included) to the given target.
-    """
+    """One schedulable piece of a pool: a trajectory (``static``) or one step; ``remaining`` is its priority."""
 
     remaining: int
     run: Callable[[Emit], Awaitable[None]]
@@ -146,14 +139,8 @@ class Unit:
 class StepPool:
     """The bank-free methods of one (stream, critic), over every order of the stream (module docstring).
 
-    Args:
-        critic: Critic label, copied into the rows.
-        methods: The methods, in the run's order (a step's rows are written in this order).
-        shared: The stream's orders.
-        tokens: Counts the LLM critic's prompt tokens into the rows; ``None`` leaves them out.
-
-    Attributes:
-        steps_left: Rows the pool will write, copies included (the progress total).
+    ``methods`` are in the run's order (a step's rows are written in it); ``steps_left`` counts the rows it will
+    write, copies included.
 
     Raises:
         ValueError: A method has a bank.

@@ -30,8 +30,7 @@ from ceb.stages.step import label_trajectory, new_bank, score_step
 __all__ = ["STAND_IN_REPLY", "RenderedRequest", "render_prompts"]
 
 STAND_IN_REPLY = '{"score": 0.5, "reason": "stand-in", "reasoning": ["stand-in"], "confidence": 0.5}'
-"""The recording backend's reply to a critic request: a score, a CoT reasoning list and a confidence, so neither
-the LLM critic nor a baseline re-asks. A hindsight request gets ``{"labels": [1, ...]}`` of its length instead."""
+"""The recording backend's reply to a critic request (every critic reads it); hindsight gets all-1 labels."""
 
 _WIRE_URL = "http://localhost/v1"
 """A base URL for the payload builder, which needs one; nothing is ever sent to it."""

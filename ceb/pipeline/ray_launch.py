@@ -103,11 +103,9 @@ class ShardDone:
     """A shard whose task finished.
 
     Attributes:
-        resumed: The task found its part started and resumed it (a retry after a worker died, or ``--resume``).
-        steps_kept: Step rows kept from before that resume (0 without one).
-        steps_scored: Step rows the part holds when done, kept ones included.
-        trajectories_voted: Trajectories voted in hindsight, kept ones included.
-        wall_s: Seconds the finishing task ran (the attempts before it not included).
+        resumed: The task resumed a started part (a retry, or ``--resume``); ``steps_kept`` rows were kept.
+        steps_scored: Step rows the part holds, kept ones included (``trajectories_voted`` likewise).
+        wall_s: Seconds the finishing attempt ran.
     """
 
     shard: Shard
@@ -138,12 +136,11 @@ class ShardFailed:
 
 @dataclass(frozen=True, slots=True)
 class RayRun:
-    """What :func:`run_on_ray` did.
+    """What :func:`run_on_ray` did: shards ``done`` and ``failed`` (then no merge), in shard order.
 
     Attributes:
         out: The merged run directory (its ``parts/`` hold the shards).
         count: N, the number of shards.
-        failed: The shards that did not, in shard order (then nothing was merged).
         cpus: CPUs of the Ray cluster when the launch started.
     """
 

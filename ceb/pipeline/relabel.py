@@ -41,10 +41,8 @@ class RelabelSummary:
     """What :func:`relabel_stream` did.
 
     Attributes:
-        judged: Trajectories that got a judge label per step.
-        reused: Of those, trajectories judged by an earlier, interrupted run (read from the journal, not asked).
-        unreadable: ``(trajectory id, reason)`` of each trajectory left without a judge label.
-        stats: Requests, tokens and time over every request (re-asks included).
+        judged: Trajectories labelled at every step; ``reused`` of them read from the journal, not asked.
+        unreadable: ``(trajectory id, reason)`` of each trajectory left without a label.
     """
 
     trajectories: int

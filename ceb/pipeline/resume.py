@@ -82,9 +82,9 @@ ADDED_SETTINGS: Mapping[str, object] = {
     "ceb.repetition_reading": "chars",
     "ceb.repetition_prefix_fraction": 0.9,
 }
-"""Settings added after runs were first recorded, with the behaviour of the runs that predate them: a recorded
-fingerprint without the setting reads as this value. (Runs before ``ceb.repetition_reading`` flagged by the first
-40 characters: resuming one under the new default ``prefix`` names the change; ``chars`` resumes it.)"""
+"""Settings added later -> the behaviour of runs that predate them (a recorded fingerprint without one reads so).
+
+Older runs read ``ceb.repetition_reading`` as ``chars`` (first 40 characters); resuming one needs that value."""
 
 
 def _flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -125,9 +125,8 @@ def config_fingerprint(config: RunConfig) -> tuple[str, dict[str, Any]]:
 
 
 STREAM_FINGERPRINT = 2
-"""Version of :func:`stream_fingerprint`. 1 (a bare SHA-256 string, recorded before ceb 0.x of issue 33) hashed
-each trajectory's ``source`` (``path:line``) too, so the same bytes named by another path read as changed; a run
-that recorded it is checked with :func:`legacy_stream_fingerprint`. 2: content only, with the count and ids apart."""
+"""Version of :func:`stream_fingerprint`: 2 hashes content only; 1 (a bare SHA-256, ``source`` included) is
+checked with :func:`legacy_stream_fingerprint`."""
 
 
 def stream_fingerprint(trajectories: Iterable[Trajectory]) -> dict[str, Any]:

@@ -36,8 +36,7 @@ DEGENERATE_MIN_STEPS = 10
 DEGENERATE_MAX_VALUES = 2
 """At most this many distinct score values over :data:`DEGENERATE_MIN_STEPS` or more steps: a warning."""
 ONE_CLASS_SHARE = 0.95
-"""A method's pseudo-labels of a stream at least this share one class: a warning (Sec. 3.3's contrast is gone).
-Seen on SmolLM2-135M, which voted "productive" on 87-93 % of its votes and gave every pseudo-label 1 (issue 23)."""
+"""A method's pseudo-labels of a stream at least this share one class: a warning (Sec. 3.3's contrast is gone)."""
 ONE_CLASS_MIN_LABELS = 5
 """Fewer pseudo-labels than this for a (stream, critic, method) are too few to flag."""
 

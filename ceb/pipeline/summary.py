@@ -215,8 +215,7 @@ DISCARDED = ("steps_discarded", "discarded_requests", "discarded_prompt_tokens",
 """The counts of :class:`RunSummary` that speculation discarded (the report's token-cost section shows them)."""
 
 SUMMARY_SCHEMA = 2
-"""Layout version of ``summary.json``. 2: ``banks`` is a list of :class:`BankSize` objects (stream, order,
-method and critic each a field of its own), no longer an object keyed by lane file names."""
+"""Layout version of ``summary.json``; 2: ``banks`` is a list of :class:`BankSize`."""
 
 
 def summary_doc(summary: RunSummary, outcome: str, error: str, started_at: datetime) -> dict[str, Any]:
@@ -238,10 +237,7 @@ def summary_doc(summary: RunSummary, outcome: str, error: str, started_at: datet
 
 
 class FailureBudget:
-    """Stops a run whose failed steps pass ``fail_on_error``: a count (>= 1) or a fraction (< 1).
-
-    A fraction is judged once at least :attr:`MIN_STEPS` steps are in, so one early failure cannot stop a run.
-    """
+    """Stops a run whose failed steps pass ``fail_on_error``: a count (>= 1), or a fraction (< 1) from ``MIN_STEPS``."""
 
     MIN_STEPS = 20
 
