@@ -1,14 +1,8 @@
 """The live gate: score a proposed action before it runs, and grow its stream's bank after the trajectory ends.
 
-The batch pipeline (:mod:`ceb.pipeline`) replays frozen streams; the gate serves live agents one call at a time,
-with the same two functions of :mod:`ceb.stages.step`. By concern:
-
-- :mod:`~ceb.gate.api`: :class:`Gate` and :class:`SyncGate`, the public API (order, durability, retries, limits);
-- :mod:`~ceb.gate.types`: what it takes and answers (:class:`StepContext`, :class:`Confidence`, :class:`Banked`,
-  :class:`Receipt`);
-- :mod:`~ceb.gate.stream`: one stream's bank, queue and the worker that banks accepted trajectories in order;
-- :mod:`~ceb.gate.state` and :mod:`~ceb.gate.inbox`: the state directory, each stream's journal and inbox;
-- :mod:`~ceb.gate.health`: whether the critic answers (:class:`CriticHealth`, ``ceb serve``'s ``/health``).
+:mod:`~ceb.gate.api` (:class:`Gate`, :class:`SyncGate`), :mod:`~ceb.gate.types` (:class:`StepContext`,
+:class:`Confidence`, :class:`Banked`, :class:`Receipt`), :mod:`~ceb.gate.stream` (a stream's bank and worker),
+:mod:`~ceb.gate.state` and :mod:`~ceb.gate.inbox` (on disk), :mod:`~ceb.gate.health` (:class:`CriticHealth`).
 """
 
 from typing import TYPE_CHECKING

@@ -1,61 +1,22 @@
-"""The live gate's API, :class:`Gate` and :class:`SyncGate`: score an action before it runs, bank a trajectory after.
+"""The live gate, :class:`Gate` and :class:`SyncGate`: Algorithm 1 one call at a time.
 
-``ceb score`` replays frozen streams; a live agent needs the same two moves of Algorithm 1 one call at a time:
+:meth:`Gate.score` (lines 4-7) gives ``z^_t`` with a decision (thresholds of :class:`~ceb.config.GateConfig`);
+:meth:`Gate.finish` (lines 11-12) votes in hindsight and updates the bank. Both run
+:func:`ceb.stages.step.score_step` and :func:`ceb.stages.step.label_trajectory`, as the batch lanes do, so replaying
+a stream through the gate gives ``ceb score``'s scores and bank byte for byte (with a deterministic backend).
 
-- :meth:`Gate.score` (lines 4-7): the confidence ``z^_t`` that a proposed action is productive, with a decision
-  (``allow`` / ``review`` / ``block`` at the thresholds of :class:`~ceb.config.GateConfig`), the precedents it
-  was shown, the repetition flag, the latency and the bank version it saw.
-- :meth:`Gate.finish` (lines 11-12): the hindsight votes over the finished trajectory and the bank update.
-
-Both run :func:`ceb.stages.step.score_step` and :func:`ceb.stages.step.label_trajectory`, the functions the
-batch lanes run, so replaying a stream through the gate one trajectory at a time gives the scores and the bank
-of ``ceb score`` on that stream, byte for byte (with a deterministic backend).
-
-Order and concurrency. Each stream has its own bank; streams are served concurrently. Within a stream:
-
-- a score sees the bank as of its call: every update applied before the call (an update being written at that
-  moment is waited for, never read half-done); :attr:`Confidence.bank_version` says which;
-- accepted trajectories update the bank one at a time, in the order they were accepted (their ``seq``);
-- hindsight runs outside the bank's lock, so scoring never waits for an LLM's votes.
-
-Durability (with ``state_dir``). :meth:`Gate.accept` writes the trajectory to the stream's inbox
-(:mod:`ceb.gate.inbox`) and ``fsync``s it before it returns: that is the acknowledgement. Its hindsight and
-bank update follow in the background; the bank's journal records each update with the trajectory's ``seq``, on
-the same line. A gate restarted after a crash (``kill -9`` included) rebuilds each bank from its journal and
-replays, in order, every acknowledged trajectory after the journal's last ``seq``: no acknowledged trajectory is
-lost, and none is applied twice. Without ``state_dir`` the gate is in memory only, and leaving it waits until
-every accepted trajectory is in its bank.
-
-One gate per state directory (:meth:`StateDir.lock <ceb.gate.state.StateDir.lock>`, the lock of
-:mod:`ceb.dirlock`): two would give two trajectories one ``seq``. Entering a gate takes the lock and writes a
-probe file, so a directory in use or one it cannot write stops it at start (:class:`~ceb.errors.RunError`), not
-at its first trajectory; :meth:`Gate.state_problem` asks again while it runs. A trajectory the disk cannot take
-(``ENOSPC``) is not acknowledged: :meth:`Gate.accept` raises the ``OSError`` and leaves no part of it in the inbox.
-
-Input and errors. What the gate is given is checked by the stream reader's rules, the ones ``ceb serve`` applies
-(:func:`~ceb.gate.types.check_finished`, :func:`~ceb.gate.types.check_context`): a bad field is a
-:class:`~ceb.errors.DataError` naming it. Errors leave the methods and the ``async with`` block as themselves,
-never inside a one-member ``ExceptionGroup`` of the gate's task group.
-
-Retries (:meth:`Gate.accept`). A client that timed out cannot tell whether its trajectory was acknowledged, so it
-sends it again; a trajectory id is accepted once per stream. The same id with the same content (compared after
-blinding, by :func:`~ceb.gate.inbox.fingerprint`) gets the first acknowledgement again, its ``seq``, and
-no second hindsight or bank update (:meth:`Gate.finish` returns a :class:`Banked` with ``replayed`` set); the
-same id with other content is refused (:class:`~ceb.errors.DuplicateTrajectoryError`, HTTP 409). Each stream
-keeps ``id -> (seq, fingerprint)`` of every trajectory it accepted, in memory (about 250 bytes per trajectory
-with a short id) and, with ``state_dir``, on disk (the inbox, and its ids file once compacted), so this holds
-across restarts.
-
-Health. A critic that fails is not an exception: the step gets ``score=None`` and ``gate.on_failure``. The gate
-counts consecutive failed steps in :attr:`Gate.critic_health` (:class:`~ceb.gate.health.CriticHealth`) and is
-degraded after ``gate.degraded_after`` of them, or from the start when :meth:`Gate.check_critic` (``ceb serve``
-runs it once at start) cannot reach the endpoint. While degraded, a gate with a critic endpoint does not ask it:
-each score is ``gate.on_failure`` at once, its ``error`` saying why, and the endpoint is checked in the background
-every ``gate.probe_every_s``; the first check that passes ends it. ``ceb serve``'s ``/health`` answers 503
-meanwhile.
-
-Limits. ``gate.max_pending`` trajectories waiting per stream (:class:`~ceb.errors.OverloadedError`, HTTP 503:
-retry later) and ``gate.max_streams`` streams per gate (:class:`~ceb.errors.StreamLimitError`, HTTP 409).
+Each stream has its own bank. A score sees every update applied before its call (:attr:`Confidence.bank_version`);
+accepted trajectories update the bank one at a time in ``seq`` order; hindsight runs outside the bank's lock.
+With ``state_dir``, :meth:`Gate.accept` ``fsync``s the trajectory to the stream's inbox (:mod:`ceb.gate.inbox`)
+before acknowledging, and the bank journal records each update with its ``seq``, so a restart (after ``kill -9``
+too) loses no acknowledged trajectory and applies none twice; one gate per directory
+(:meth:`StateDir.lock <ceb.gate.state.StateDir.lock>`). A retry of the same id with the same content
+(:func:`~ceb.gate.inbox.fingerprint`) gets the first ``seq`` back and banks nothing; other content is a
+:class:`~ceb.errors.DuplicateTrajectoryError`. Input is checked by the stream reader's rules
+(:func:`~ceb.gate.types.check_finished`, :func:`~ceb.gate.types.check_context`). A failing critic is no exception:
+the step gets ``gate.on_failure``; after ``gate.degraded_after`` failures in a row (:attr:`Gate.critic_health`) the
+endpoint is only probed every ``gate.probe_every_s`` until it answers. Limits: ``gate.max_pending``
+(:class:`~ceb.errors.OverloadedError`) and ``gate.max_streams`` (:class:`~ceb.errors.StreamLimitError`).
 
 Example::
 
@@ -108,7 +69,7 @@ from ceb.gate.types import (
 )
 from ceb.logs import get_logger
 from ceb.stages.assembly import Stages, build_critic, build_stages
-from ceb.stages.base import Critic, CriticInput, CriticResult, HistoryItem
+from ceb.stages.base import Critic, CriticInput, CriticResult, HindsightResult, HistoryItem
 from ceb.stages.methods import MethodSpec, resolve_method
 from ceb.stages.step import precedents, score_step
 
@@ -119,12 +80,7 @@ log = get_logger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class _LiveCritic:
-    """The gate's critic: an endpoint that refuses the request fails the step, as any other critic failure does.
-
-    A batch run stops on :class:`~ceb.errors.FatalBackendError` (a wrong key or model name: every step would fail
-    the same way). A live agent must get its answer all the same: the step gets ``score=None`` and
-    ``gate.on_failure``, the error says why, and :class:`~ceb.gate.health.CriticHealth` counts it.
-    """
+    """The gate's critic: an endpoint that refuses the request fails the step, as any other critic failure does."""
 
     inner: Critic
 
@@ -148,20 +104,17 @@ class _NotAsked:
 class Gate:
     """Per-stream banks for live agents: :meth:`score` before an action, :meth:`finish` after a trajectory.
 
-    An async context manager; leave it to close the endpoint and the files. :class:`SyncGate` wraps it for
-    synchronous code.
+    An async context manager (closing the endpoint and files on exit); :class:`SyncGate` for synchronous code.
 
     Args:
-        config: The configuration: ``gate`` (method, thresholds), ``backend``, ``ceb``, ``bank``, ``prompts``.
-            Defaults to :class:`~ceb.config.RunConfig` (the offline backend).
-        stages: Critic and hindsight to use; built from ``config`` (and closed on exit) when ``None``.
-        state_dir: Folder for each stream's inbox and bank journal (durable; resumed when reopened; locked while
-            the gate is open). ``None``: in memory only.
+        config: ``gate`` (method, thresholds), ``backend``, ``ceb``, ``bank``, ``prompts``; default
+            :class:`~ceb.config.RunConfig` (offline).
+        stages: Critic and hindsight; built from ``config`` (and closed on exit) when ``None``.
+        state_dir: Each stream's inbox and bank journal (durable, resumed, locked while open); ``None``: in memory.
 
     Raises:
         ConfigError: The method is unknown or needs held-out labels, or the backend cannot be built.
-        RunError: On entering: another process holds ``state_dir``, or it cannot be created, written or read
-            (:meth:`__aenter__`).
+        RunError: On entering: ``state_dir`` is held by another process, or cannot be created, written or read.
     """
 
     def __init__(
@@ -330,24 +283,16 @@ class Gate:
     async def score(self, stream: str, context: StepContext) -> Confidence:
         """Score a proposed action before it runs (Algorithm 1, lines 4-7; Eq. 2 and 6).
 
-        The critic sees the task, the state, the action, the history with the scores this gate gave those steps
-        (by ``trajectory_id`` and position), the precedents retrieved from the stream's bank, and ``rho_t``.
-        Scoring the same step again replaces its remembered score.
-
-        Args:
-            stream: The stream (one bank per stream), matching :data:`STREAM_NAME`.
-            context: The proposed action and what the agent knows before it runs.
+        The history carries the scores this gate gave those steps (by ``trajectory_id`` and position); scoring a step
+        again replaces its remembered score.
 
         Returns:
-            The confidence, the decision and how it was reached. A critic failure is a confidence with
-            ``score=None`` and ``decision = gate.on_failure``, not an exception: an endpoint that is down, and
-            one that refuses the request (a wrong key or model name) too; :attr:`critic_health` counts both.
-            While it is degraded, a critic endpoint is not asked: the same answer at once, ``error`` saying why.
+            The confidence and decision. A critic failure (endpoint down, or refusing the request) is ``score=None``,
+            ``gate.on_failure``, counted in :attr:`critic_health`; while degraded the endpoint is not asked.
 
         Raises:
-            DataError: ``stream`` is not a valid name, or ``context`` breaks the rules ``ceb serve`` and the stream
-                reader apply (:func:`~ceb.gate.types.check_context`: an empty action, a ``domain`` that is not a
-                lower-case word, an empty ``trajectory_id``); one line naming the field.
+            DataError: ``stream`` is not a valid name (:data:`STREAM_NAME`), or ``context`` breaks
+                :func:`~ceb.gate.types.check_context` (names the field).
             StreamLimitError: ``stream`` is new and the gate holds ``gate.max_streams`` streams.
         """
         began = time.perf_counter()
@@ -416,37 +361,21 @@ class Gate:
     # -- finishing ---------------------------------------------------------------------------------------------
 
     async def accept(self, stream: str, trajectory: Trajectory) -> Receipt:
-        """Accept a finished trajectory for hindsight and a bank update, and return once it is durable.
+        """Accept a finished trajectory for hindsight and a bank update; return once it is durable.
 
-        With ``state_dir`` the trajectory (blinded) and its steps' scores are ``fsync``'d to the stream's inbox
-        before this returns; without it, it is queued in memory. The hindsight and the bank update follow in the
-        background, one trajectory at a time in ``seq`` order; :meth:`wait` waits for them.
-
-        A trajectory id is accepted once per stream, so that a client may retry after a timeout: the same id with
-        the same content (after blinding: labels, rewards and meta do not count) returns the first receipt again
-        (``replayed``; nothing is written or banked), even after a restart and even when the stream is full. The
-        same id with other content is refused: the stream's bank would otherwise hold two different runs under one
-        id, or the same run twice.
-
-        Args:
-            stream: The stream.
-            trajectory: The finished trajectory with every step's observation (labels, rewards and meta are
-                dropped here; they never reach a stage).
+        With ``state_dir`` the blinded trajectory and its scores are fsynced to the inbox first, else queued in memory;
+        hindsight follows in the background in ``seq`` order (:meth:`wait`). The same id with the same content (after
+        blinding) returns the first receipt again (``replayed``), even after a restart or with the stream full.
 
         Returns:
-            ``seq`` (its position in the stream's accepted order, from 1) and whether this was a replay.
+            ``seq`` (from 1) and whether this was a replay.
 
         Raises:
-            DataError: ``stream`` is not a valid name, or the trajectory breaks the rules of a stream line (no
-                steps, an empty action, a ``domain`` that is not a lower-case word; :func:`~ceb.gate.types.
-                check_finished`, the rule ``ceb serve`` applies); one line naming the field.
+            DataError: ``stream`` is not a valid name, or the trajectory breaks :func:`~ceb.gate.types.check_finished`.
             StreamLimitError: ``stream`` is new and the gate holds ``gate.max_streams`` streams.
-            DuplicateTrajectoryError: The stream accepted this id before, with different content (nothing was
-                accepted; HTTP 409).
-            OverloadedError: ``gate.max_pending`` trajectories of the stream are waiting already (nothing was
-                accepted; retry later).
-            OSError: The inbox cannot be written, e.g. ``ENOSPC`` on a full disk (nothing was accepted, nothing
-                of it stays in the inbox: the same call succeeds once there is room; HTTP 507).
+            DuplicateTrajectoryError: The id was accepted before with other content (HTTP 409).
+            OverloadedError: ``gate.max_pending`` trajectories of the stream are waiting (retry later).
+            OSError: The inbox cannot be written (``ENOSPC``: HTTP 507); nothing of it stays in the inbox.
         """
         blind = replace(trajectory.blinded(), source="")
         check_stream_name(stream)
@@ -480,8 +409,7 @@ class Gate:
         """Wait until accepted trajectory ``seq`` of ``stream`` is in the bank, and return what it did there.
 
         Raises:
-            KeyError: No such accepted trajectory is pending, and its result is not among the last ones kept (the
-                last 256 applied since this gate started, and any being awaited).
+            KeyError: ``seq`` is not pending and its result is not kept (the last 256 applied, and any awaited).
         """
         st = self._streams[stream]
         event = st.done.get(seq)
@@ -498,13 +426,9 @@ class Gate:
                 del st.waiting[seq]
 
     async def finish(self, stream: str, trajectory: Trajectory) -> Banked:
-        """Vote on a finished trajectory in hindsight and add its records to the stream's bank (Eq. 3).
+        """:meth:`accept` then :meth:`wait`: hindsight votes and the bank update (Eq. 3).
 
-        :meth:`accept` followed by :meth:`wait`: it returns once the bank holds the update (and every update
-        accepted before it). It is idempotent, as ``ceb serve`` is for a trajectory sent again: the same id with the
-        same content, even after a restart (a script run twice on one ``state_dir``), is acknowledged once and never
-        banked twice; this returns a :class:`Banked` with ``replayed`` set (the first update's result when this
-        gate still keeps it, else no votes and ``records_added`` 0).
+        A replay returns a :class:`Banked` with ``replayed`` set (the first result if kept, else no votes).
 
         Raises:
             DataError, StreamLimitError, DuplicateTrajectoryError, OverloadedError, OSError: As :meth:`accept`.
@@ -516,16 +440,11 @@ class Gate:
         if receipt.seq in st.done or receipt.seq in st.results:
             return replace(await self.wait(stream, receipt.seq), replayed=True)
         # Banked before this gate started, or its result is no longer kept: nothing to wait for, nothing to add.
-        return Banked(
+        return Banked.from_result(
+            HindsightResult(votes=(), soft_votes=(), pseudo_labels=()),
             stream=stream,
             trajectory_id=trajectory.id,
             seq=receipt.seq,
-            votes=(),
-            soft_votes=(),
-            pseudo_labels=(),
-            failed_votes=0,
-            errors=(),
-            abstained=(),
             records_added=0,
             bank_version=st.applied,
             bank_size=len(st.bank),
@@ -542,13 +461,10 @@ class Gate:
                     await event.wait()
 
     async def check_critic(self) -> str | None:
-        """Check once that the critic's endpoint answers (its backend's preflight), within ``gate.check_timeout_s``.
-
-        A failed check makes :attr:`critic_health` degraded until a step is scored; the gate keeps serving (its
-        scores get ``gate.on_failure`` meanwhile). Nothing to check on a backend without a model.
+        """Preflight the critic's endpoint once (``gate.check_timeout_s``); a failure degrades :attr:`critic_health`.
 
         Returns:
-            Why the endpoint cannot serve (the backend's message, naming the endpoint), else ``None``.
+            Why the endpoint cannot serve (naming it), else ``None`` (also on a backend without a model).
         """
         assert self._stages is not None
         if self._stages.chat is None:
@@ -568,10 +484,7 @@ class Gate:
         return problem
 
     async def state_problem(self) -> str | None:
-        """Why the gate cannot write its state directory now (a probe file is written and removed), else ``None``.
-
-        Always ``None`` in memory. ``ceb serve``'s ``/health`` answers 503 with it.
-        """
+        """Why the gate cannot write its state directory now (probe file), else ``None`` (always in memory)."""
         if self._state is None:
             return None
         return await anyio.to_thread.run_sync(self._state.problem)
@@ -579,10 +492,7 @@ class Gate:
     # -- statistics --------------------------------------------------------------------------------------------
 
     def stats(self, stream: str | None = None) -> dict[str, Any]:
-        """Bank statistics: per stream, records (``B+`` / ``B-``), version, pending updates, replays, scored steps.
-
-        Args:
-            stream: One stream, or ``None`` for every stream.
+        """Per stream: records (``B+`` / ``B-``), version, pending updates, replays, scored steps.
 
         Raises:
             KeyError: The gate has not seen ``stream``.
@@ -592,10 +502,7 @@ class Gate:
 
 
 class SyncGate:
-    """:class:`Gate` for synchronous code: the same methods, blocking, over an event loop in a worker thread.
-
-    A context manager. Arguments as for :class:`Gate`.
-    """
+    """:class:`Gate` for synchronous code (a context manager, same arguments), over a loop in a worker thread."""
 
     def __init__(
         self, config: RunConfig | None = None, *, stages: Stages | None = None, state_dir: str | Path | None = None

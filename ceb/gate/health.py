@@ -1,14 +1,9 @@
 """Whether a live gate's critic answers: :class:`CriticHealth`, read by ``ceb serve``'s ``GET /health``.
 
-A gate whose critic endpoint is gone still answers every score, with ``score = None`` and the decision
-``gate.on_failure`` (``review`` by default), after the backend's retries (seconds each). To the agent that looks
-like a string of uncertain steps, not like an outage. :class:`CriticHealth` tells the two apart: it counts the
-critic's consecutive failed steps (:meth:`Gate.score <ceb.gate.Gate.score>` reports each outcome), and the gate is
-*degraded* once ``gate.degraded_after`` steps in a row failed, or when the start-up check
-(:meth:`Gate.check_critic <ceb.gate.Gate.check_critic>`) could not reach the endpoint. While degraded the gate
-does not ask its critic endpoint (each score is ``gate.on_failure`` at once) and checks it in the background every
-``gate.probe_every_s``: a check that passes, or a scored step, makes it healthy again. Steps the critic does not
-score by design (``not_available``) count neither way.
+Degraded after ``gate.degraded_after`` consecutive failed steps, or when
+:meth:`Gate.check_critic <ceb.gate.Gate.check_critic>` could not reach the endpoint; while degraded each score is
+``gate.on_failure`` at once and the endpoint is probed every ``gate.probe_every_s``. A passing check or a scored
+step restores it; ``not_available`` steps count neither way.
 """
 
 from __future__ import annotations
@@ -29,18 +24,12 @@ def _iso(t: float) -> str:
 
 @dataclass(slots=True)
 class CriticHealth:
-    """Consecutive critic failures of one gate, and whether they make it degraded.
-
-    Updated from the gate's event loop only (no lock needed: no method awaits).
+    """Consecutive critic failures of one gate, and whether they make it degraded (event loop only, no lock).
 
     Attributes:
-        endpoint: The critic's endpoint (``http://host:8000/v1``), ``None`` on a backend without a model.
-        degraded_after: Consecutive failed steps after which the gate is degraded (``gate.degraded_after``).
-        consecutive_failures: Failed steps since the last scored one.
-        last_error: The last failure's error (a step's or the start-up check's), ``None`` after a success.
-        since: Wall-clock time (Unix seconds) of the first failure in the current run of failures.
-        probe_error: Why the last check of the endpoint (at start-up or while degraded) failed, until one passes or
-            a step is scored; ``None`` when it passed or never ran.
+        endpoint: The critic's endpoint, ``None`` on a backend without a model.
+        since: Unix seconds of the first failure in the current run of failures.
+        probe_error: Why the last endpoint check failed, until one passes or a step is scored.
     """
 
     endpoint: str | None

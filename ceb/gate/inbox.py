@@ -1,28 +1,14 @@
 """The gate's durable log of accepted trajectories: one per stream, append-only, fsync'd before acknowledging.
 
-A finished trajectory reaches the gate (:mod:`ceb.gate`) long before its hindsight votes do (they are
-LLM calls). The gate writes it here first, with its sequence number and the scores the critic gave its steps,
-and acknowledges it only once the line is on disk; the hindsight and the bank update follow in sequence order.
-The bank's journal (:class:`~ceb.bank.journal.BankJournal`) stores each update with the same sequence number as
-its ``mark``, on the same line as the records, so after a crash the gate knows exactly which accepted
-trajectories never reached the bank: those after the journal's mark. It replays them, in order.
-
-File layout (JSON lines), ``<state_dir>/<stream>/inbox.jsonl``::
+Each line holds the blinded trajectory, its ``seq`` and its step scores; the bank journal
+(:class:`~ceb.bank.journal.BankJournal`) marks each update with the same ``seq``, so after a crash the lines after
+the journal's mark are replayed in order. ``<state_dir>/<stream>/inbox.jsonl``::
 
     {"seq": 7, "trajectory": {...SCHEMA.md object, blinded...}, "scores": [0.8, null, ...]}
 
-A kill leaves at most the last line torn: that trajectory was never acknowledged; :meth:`Inbox.open` cuts it
-off. Lines already applied to the bank are dropped by :meth:`Inbox.compact` (an atomic rewrite).
-
-The ids of the dropped lines are kept, so that a trajectory sent again after its line was dropped is still
-known (the gate acknowledges a retry once, :meth:`ceb.gate.Gate.accept`). Before the rewrite,
-:meth:`Inbox.compact` appends them, with their ``seq`` and :func:`fingerprint`, to ``inbox.ids.jsonl`` beside
-the inbox and ``fsync`` the file::
-
-    {"seq": 7, "id": "run-42", "fingerprint": "<32 hex digits>"}
-
-A kill between the two leaves an id in both files (read once); a torn last line of the ids file is cut off (its
-trajectory is still in the inbox, which was not rewritten yet).
+A torn last line was never acknowledged and is cut off by :meth:`Inbox.open`. :meth:`Inbox.compact` rewrites the
+file atomically without applied lines, first appending their ids to ``inbox.ids.jsonl``
+(``{"seq": 7, "id": "run-42", "fingerprint": "<32 hex digits>"}``, ``fsync``'d) so a retry stays recognised.
 """
 
 from __future__ import annotations
@@ -50,11 +36,7 @@ _T = TypeVar("_T")
 
 
 def fingerprint(trajectory: Trajectory) -> bytes:
-    """A 16-byte BLAKE2b digest of a (blinded) trajectory's content: equal for equal trajectories.
-
-    It hashes the trajectory's SCHEMA.md object (:func:`~ceb.data.reader.trajectory_object`; ``source`` is not
-    in it), so a trajectory read back from the inbox has the fingerprint it had when it was accepted.
-    """
+    """A 16-byte BLAKE2b digest of a blinded trajectory's SCHEMA.md object (without ``source``)."""
     return hashlib.blake2b(orjson.dumps(trajectory_object(trajectory)), digest_size=16).digest()
 
 
@@ -63,10 +45,9 @@ class Accepted:
     """A trajectory the gate has accepted (and, with a state directory, written down).
 
     Attributes:
-        seq: Its position in its stream's accepted order, from 1 (the bank applies updates in this order).
-        trajectory: The finished trajectory, blinded (no labels, rewards or meta).
-        scores: ``z^_t`` the gate gave each step before it ran (``None`` where it gave none); shape ``(T,)``.
-        fingerprint: :func:`fingerprint` of ``trajectory``.
+        seq: Position in its stream's accepted order, from 1.
+        trajectory: Blinded (no labels, rewards or meta).
+        scores: ``z^_t`` the gate gave each step (``None`` where none); shape ``(T,)``.
     """
 
     seq: int
@@ -76,14 +57,9 @@ class Accepted:
 
 
 class Inbox:
-    """Append-only, fsync'd log of one stream's accepted trajectories (see the module docstring).
+    """Append-only, fsync'd log of one stream's accepted trajectories (module docstring); made by :meth:`open`.
 
-    Args:
-        path: The file.
-        handle: The file, open for appending.
-        fsync: ``fsync`` after each line.
-        held: ``(seq, id, fingerprint)`` of each line in the file, in order.
-        ids_seq: The highest ``seq`` in the ids file (0 when it is empty).
+    ``held`` is ``(seq, id, fingerprint)`` of each line, ``ids_seq`` the ids file's highest ``seq`` (0 if empty).
     """
 
     def __init__(
@@ -107,11 +83,10 @@ class Inbox:
         """Open (or create) the inbox at ``path`` and read what it holds.
 
         Returns:
-            The inbox; every accepted trajectory in it, in sequence order; and the id, ``seq`` and fingerprint of
-            every trajectory it ever acknowledged (those dropped by compaction and those in the file).
+            The inbox, its entries in ``seq`` order, and every acknowledged trajectory's id, ``seq`` and fingerprint.
 
         Raises:
-            RunError: A line before the last of the inbox or of its ids file is damaged (names the file and line).
+            RunError: A line before the last of the inbox or its ids file is damaged (names file and line).
         """
         path.parent.mkdir(parents=True, exist_ok=True)
         entries = _read_lines(path, _entry)
@@ -127,12 +102,8 @@ class Inbox:
     def append(self, entry: Accepted) -> None:
         """Write ``entry`` as one line and (with ``fsync``) make it durable before returning.
 
-        A failed write or ``fsync`` (a full disk: ``ENOSPC``) leaves the file as it was: the part of the line
-        written is cut off again (before the next line at the latest), so the entry was not accepted and the same
-        entry may be appended later.
-
         Raises:
-            OSError: The line cannot be written or made durable (nothing of it stays in the file).
+            OSError: The line cannot be written or made durable (``ENOSPC``); what was written of it is cut off again.
         """
         fd = self._file.fileno()
         if os.fstat(fd).st_size != self._size:  # a part left by an earlier failure whose cut failed too
@@ -143,13 +114,10 @@ class Inbox:
         self._held.append((entry.seq, entry.trajectory.id, entry.fingerprint))
 
     def compact(self, pending: Sequence[Accepted]) -> None:
-        """Rewrite the file holding ``pending`` only (those not yet in the bank): sibling file, fsync, rename.
-
-        The ids of the lines dropped are appended to the ids file and ``fsync``'d first (always, even without
-        ``fsync``: the rename must not outlive them).
+        """Rewrite the file holding ``pending`` only, atomically; the dropped ids go to the ids file first, fsynced.
 
         Raises:
-            OSError: A file cannot be written (a full disk): the inbox and the ids file are left whole and usable.
+            OSError: A file cannot be written; the inbox and the ids file are left whole and usable.
         """
         keep = {e.seq for e in pending}
         gone = [h for h in self._held if h[0] not in keep and h[0] > self._ids_seq]
@@ -182,11 +150,7 @@ class Inbox:
 
 
 def _append(fd: int, data: bytes, size: int, *, fsync: bool) -> None:
-    """Append ``data`` to the file open at ``fd`` (``size`` bytes long), all of it or, on an error, none of it.
-
-    Raises:
-        OSError: A write or the ``fsync`` failed; the file was cut back to ``size`` when that could be done.
-    """
+    """Append ``data`` to the file open at ``fd`` (``size`` bytes long), all of it or, on an error, none of it."""
     try:
         view = memoryview(data)
         while view:  # os.write may write a part

@@ -1,33 +1,15 @@
-"""The live gate inside inspect_ai: an approver that scores each tool call before it runs, and banks each sample.
+"""The live gate as an inspect_ai approver (https://inspect.aisi.org.uk/approval.html; ``inspect`` extra).
 
-inspect_ai decides every tool call through approvers (https://inspect.aisi.org.uk/approval.html): an
-:class:`~inspect_ai.approval.ApprovalPolicy` maps tools to approvers, each returning an
-:class:`~inspect_ai.approval.Approval`. :func:`ceb_approver` is one, over an open :class:`~ceb.gate.Gate` (needs the
-``inspect`` extra)::
-
-    from inspect_ai import eval_async
-    from inspect_ai.approval import ApprovalPolicy
-
-    from ceb import Gate
-    from ceb.gate.inspect_approver import ceb_approver
+:func:`ceb_approver` scores each tool call with :meth:`Gate.score <ceb.gate.Gate.score>` before it runs::
 
     async with Gate(config, state_dir="gate-state") as gate:  # in the event loop the eval runs in
         logs = await eval_async(task, model=model, approval=[ApprovalPolicy(ceb_approver(gate, "my-eval"), "*")])
 
-Each call is scored with :meth:`Gate.score <ceb.gate.Gate.score>` before it runs, and the gate's decision maps to
-inspect's: ``allow`` -> ``approve``; ``review`` -> ``escalate`` (the policy's next approver for the tool decides, a
-``human_approver`` say; with none left, inspect rejects the call); ``block`` -> ``reject`` (the call is not run and
-the model reads the explanation). The explanation gives the decision, the score, the thresholds and why (a repeat of
-a recent call, rho_t; a critic that failed); the metadata holds the score, decision, status, step, repetition flag
-and bank size. inspect records both in the sample's approval events, so the log shows ceb's decisions.
-
-The step scored is read from the sample's conversation as ``ceb convert inspect`` reads a log
-(:mod:`ceb.data.inspect_logs`, :func:`ceb.data.chat.chat_steps`): every earlier tool call is a step, the tool
-message answering it its observation, the proposed call ``name {canonical JSON}`` with the model's text as its
-reasoning. When a sample ends (an inspect_ai hook, ``on_sample_end``), the sample, converted the same way with its
-outcome, is banked with :meth:`Gate.finish <ceb.gate.Gate.finish>` (hindsight votes, Eq. 3), so the bank grows over
-the eval and later samples are scored against earlier ones. Only samples whose calls the approver scored are banked.
-Trajectory ids are ``<sample id>/epoch-<n>/<sample uuid>``: unique when one eval is run again on one ``state_dir``.
+``allow`` -> ``approve``, ``review`` -> ``escalate`` (the policy's next approver; with none, inspect rejects),
+``block`` -> ``reject``. The explanation and metadata (score, decision, status, step, repetition flag, bank size)
+land in the sample's approval events. Steps are read from the conversation as ``ceb convert inspect`` reads a log
+(:func:`ceb.data.chat.chat_steps`); at ``on_sample_end`` a sample whose calls were scored is banked with
+:meth:`Gate.finish <ceb.gate.Gate.finish>`. Trajectory ids are ``<sample id>/epoch-<n>/<sample uuid>``.
 """
 
 from __future__ import annotations
@@ -142,17 +124,15 @@ class _BankEndedSamples(Hooks):
 
 @approver(name="ceb")
 def ceb_approver(gate: Gate, stream: str = "inspect", domain: str = DEFAULT_DOMAIN) -> Approver:
-    """An inspect_ai approver deciding each tool call by ``gate`` (the module docstring), banking each sample.
+    """An inspect_ai approver deciding each tool call by ``gate`` (module docstring), banking each sample.
 
     Args:
-        gate: An open gate, entered in the event loop the eval runs in (``async with Gate(...)`` around
-            ``eval_async``); its ``gate`` section sets the thresholds.
+        gate: An open gate, entered in the eval's event loop; its ``gate`` section sets the thresholds.
         stream: The gate's stream (one bank) for this eval's samples.
-        domain: The samples' domain (the prompt family), as ``ceb convert inspect --domain``.
+        domain: The samples' prompt family, as ``ceb convert inspect --domain``.
 
     Returns:
-        The approver; its banked results are kept on it as ``approver.banked`` (one :class:`~ceb.gate.Banked` per
-        sample, in the order they ended).
+        The approver; ``approver.banked`` holds one :class:`~ceb.gate.Banked` per sample, in ending order.
     """
     gated = _GatedEval(gate, stream, domain)
     _LIVE.add(gated)

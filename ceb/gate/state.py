@@ -2,24 +2,13 @@
 
 Layout::
 
-    <state_dir>/<stream>/bank.journal      the stream's bank: a snapshot, then one line per update since, with its
-                                           ``seq`` (:class:`~ceb.bank.BankJournal`; rewritten as one snapshot after
-                                           ``gate.snapshot_every`` updates holding half the bank's records)
-    <state_dir>/<stream>/inbox.jsonl       every acknowledged trajectory, ``fsync``'d before the acknowledgement
-                                           (:mod:`ceb.gate.inbox`; its ids file beside it once compacted)
-    <state_dir>/gate.lock                  held by the one gate using the directory (:mod:`ceb.dirlock`); it holds
-                                           that process's id
+    <state_dir>/<stream>/bank.journal   snapshot + one line per update with its seq (:class:`~ceb.bank.BankJournal`)
+    <state_dir>/<stream>/inbox.jsonl    every acknowledged trajectory (:mod:`ceb.gate.inbox`)
+    <state_dir>/gate.lock               held by the one gate using the directory (:mod:`ceb.dirlock`)
 
-Nothing else in :mod:`ceb.gate` names these files.
-
-Restart. A stream comes back from its last bank snapshot (the bank, bit for bit, and the ``seq`` of the last
-update it holds), the journal's updates after it (an append-only bank's in one update; a bounded bank's, fewer
-than ``gate.snapshot_every``, one at a time), and its inbox: the ids,
-``seq`` and fingerprints of every acknowledged trajectory, and the acknowledged ones not yet in the bank, which
-are replayed through hindsight. Reading the ids is one pass over short lines; no bank update before the snapshot
-is replayed. Every file is changed by appending a line (a torn last line is cut off: that write was never
-acknowledged) or by an atomic rewrite (temporary file, ``fsync``, rename), and a journal line holds an update with
-its ``seq``, so a kill at any point restarts to the state of the last write that completed
+Nothing else in :mod:`ceb.gate` names these files. A stream restarts from its last snapshot, the journal lines
+after it and the inbox lines not yet banked (replayed through hindsight). Files change only by appending a line (a
+torn last line is cut off) or by an atomic rewrite, so a kill at any point restarts to the last completed write
 (``tests/gate/test_restart.py``).
 """
 
@@ -42,14 +31,7 @@ __all__ = ["StateDir", "StreamFiles"]
 
 @dataclass(frozen=True, slots=True)
 class StreamFiles:
-    """A stream's durable state as read back from its folder.
-
-    Attributes:
-        journal: The bank journal (its bank holds every update it recorded).
-        inbox: The inbox, open for appending.
-        entries: The inbox's acknowledged trajectories, in ``seq`` order.
-        known: Trajectory id -> (``seq``, fingerprint) of every trajectory the stream accepted.
-    """
+    """A stream's durable state as read back: journal, inbox, ``entries`` in ``seq`` order, ``known`` ids."""
 
     journal: BankJournal
     inbox: Inbox
@@ -59,12 +41,7 @@ class StreamFiles:
 
 @dataclass(frozen=True, slots=True)
 class StateDir:
-    """Where a gate keeps each stream (``state_dir`` of :class:`~ceb.gate.Gate`).
-
-    Attributes:
-        path: The folder; created with the first stream.
-        fsync: ``gate.fsync``: whether every journal and inbox line is ``fsync``'d.
-    """
+    """Where a gate keeps each stream (``state_dir`` of :class:`~ceb.gate.Gate`); ``fsync`` is ``gate.fsync``."""
 
     path: Path
     fsync: bool
@@ -77,11 +54,8 @@ class StateDir:
     def lock(self) -> AbstractContextManager[None]:
         """Hold the directory's lock for a block, creating the directory (:func:`ceb.dirlock.dir_lock`).
 
-        Two gates on one directory would give two trajectories one ``seq`` and count each other's lines wrong.
-
         Raises:
-            RunError: Another process holds it (the message names the directory and its pid), or the directory
-                cannot be created or written.
+            RunError: Another process holds it (names its pid), or the directory cannot be created or written.
         """
         return dir_lock(self.path, self.LOCK, what="a gate state directory")
 
@@ -127,13 +101,11 @@ class StateDir:
     def open(
         self, stream: str, retriever: Retriever, bank: BankConfig, *, snapshot_every: int | None = None
     ) -> StreamFiles:
-        """Open (or create) ``stream``'s journal and inbox and read back what they hold.
-
-        ``snapshot_every``: the journal's snapshot period in updates (``gate.snapshot_every``; ``None``: none).
+        """Open (or create) ``stream``'s journal (snapshot every ``snapshot_every`` updates) and inbox.
 
         Raises:
             OSError: A file cannot be created or read.
-            RunError: A line before the last of the inbox or of its ids file is damaged (names file and line).
+            RunError: A line before the last of the inbox or its ids file is damaged (names file and line).
         """
         folder = self.path / stream
         journal = BankJournal.open(

@@ -45,25 +45,11 @@ class GateStream:
     """One stream's bank, its files (with a state directory), and its queue of accepted trajectories.
 
     Attributes:
-        name: The stream.
-        bank: Its bank.
-        journal: Its bank journal, or ``None`` in memory.
-        inbox: Its inbox, or ``None`` in memory.
-        send: The queue's sending end (:meth:`~ceb.gate.Gate.accept`).
-        receive: The queue's receiving end (:func:`work`).
-        applied: ``seq`` of the last update applied to the bank (the bank's version).
-        next_seq: ``seq`` the next accepted trajectory gets.
-        pending: Accepted and not yet applied, by ``seq``.
-        done: ``seq`` -> set when that update is applied.
-        results: ``seq`` -> what the update did, for the last few and those awaited.
-        waiting: ``seq`` -> how many callers wait for it.
+        applied: ``seq`` of the last update applied (the bank's version); ``next_seq`` the next one given.
+        results: ``seq`` -> :class:`~ceb.gate.types.Banked`, for the last few and those awaited.
         known: Trajectory id -> (``seq``, fingerprint) of every accepted trajectory.
-        replayed: Trajectories sent again and acknowledged once.
-        open: Trajectory id -> step -> the score the gate gave it, for unfinished trajectories (oldest first).
-        bank_lock: Held while the bank is read or updated.
-        accept_lock: Held while a trajectory is accepted (one ``seq`` order for inbox and queue).
-        reasons_seen: Abstention reasons already logged.
-        scored: Steps scored.
+        open: Trajectory id -> step -> the gate's score, for unfinished trajectories (oldest first).
+        accept_lock: Held while accepting, so inbox and queue share one ``seq`` order.
         last_error: The last hindsight failure still being retried.
     """
 
@@ -197,17 +183,11 @@ async def _apply(st: GateStream, entry: Accepted, method: MethodSpec, config: Ru
             else:
                 await anyio.to_thread.run_sync(st.bank.add_trajectory, banked.records)
             st.applied = entry.seq
-    hr = banked.hindsight
-    st.results[entry.seq] = Banked(
+    st.results[entry.seq] = Banked.from_result(
+        banked.hindsight,
         stream=st.name,
         trajectory_id=entry.trajectory.id,
         seq=entry.seq,
-        votes=hr.votes,
-        soft_votes=hr.soft_votes,
-        pseudo_labels=hr.pseudo_labels,
-        failed_votes=hr.failed_votes,
-        errors=hr.errors,
-        abstained=hr.abstained,
         records_added=len(banked.records),
         bank_version=entry.seq,
         bank_size=len(st.bank),

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from ceb.data.reader import check_trajectory
 from ceb.data.trajectory import Step, Trajectory
 from ceb.errors import DataError, Problem, StreamValidationError
-from ceb.stages.base import Abstention, StepStatus
+from ceb.stages.base import Abstention, HindsightResult, StepStatus
 from ceb.stages.step import Precedent
 
 __all__ = [
@@ -49,13 +49,10 @@ def check_stream_name(stream: str) -> str:
 
 
 def check_finished(trajectory: Trajectory) -> None:
-    """Check a finished trajectory by the rules of a stream line, as ``ceb serve`` checks a request's (SCHEMA.md).
-
-    One rule for every way in (:func:`~ceb.data.reader.check_trajectory`): a non-empty ``id``, a lower-case
-    ``domain`` word, at least one step, a non-empty action in each.
+    """Check a finished trajectory by the stream-line rules (:func:`~ceb.data.reader.check_trajectory`, SCHEMA.md).
 
     Raises:
-        DataError: The first problem found, as one line naming the field (``steps[0].action``).
+        DataError: The first problem, naming the field (``steps[0].action``).
     """
     try:
         check_trajectory(trajectory)
@@ -64,14 +61,13 @@ def check_finished(trajectory: Trajectory) -> None:
 
 
 def check_context(context: StepContext) -> None:
-    """Check a proposed step's context by the rules of a stream line, as ``ceb serve`` checks a score request.
+    """Check a proposed step's context by the stream-line rules (:func:`check_finished`).
 
-    The history and the proposal are read as the steps of a trajectory (:func:`check_finished`); a problem names
-    ``trajectory_id``, ``domain``, ``history[i].<field>`` or ``proposal.<field>``. What the gate never reads (the
-    proposal's ``observation``, labels and rewards) is not checked.
+    Fields the gate never reads (the proposal's ``observation``, labels, rewards) are not checked.
 
     Raises:
-        DataError: The first problem found, as one line naming the field.
+        DataError: The first problem, naming ``trajectory_id``, ``domain``, ``history[i].<field>`` or
+            ``proposal.<field>``.
     """
     t = len(context.history)
     never_read = [s for s in context.history if s.label is not None or s.reward is not None]
@@ -95,14 +91,13 @@ class StepContext:
     """A proposed action and what the agent knows before it runs: ``(q, s_t, h_<t, a_t)`` (Eq. 1).
 
     Attributes:
-        trajectory_id: The agent's run (episode) this step belongs to; :meth:`~ceb.gate.Gate.finish` later names it.
+        trajectory_id: The agent's run (episode); :meth:`~ceb.gate.Gate.finish` later names it.
         task: ``q``.
         domain: Prompt family: ``web``, ``mobile``, ``shell``, ``sql`` or another lower-case word.
-        proposal: ``(s_t, a_t)`` and the agent's logged fields (``reasoning``, ``op``, ``element``, ``value``,
-            ``actor_logprobs``). Its ``observation`` is ignored (the action has not run); ``label`` and
-            ``reward`` are never read.
-        history: ``h_<t``: the earlier steps of the run with their observations; ``t = len(history)``.
-        actor_prompt: The actor's system prompt, if known (read only by baselines that re-run the actor).
+        proposal: ``(s_t, a_t)`` with the agent's logged fields; its ``observation``, ``label`` and ``reward`` are
+            never read.
+        history: ``h_<t``, with observations; ``t = len(history)``.
+        actor_prompt: The actor's system prompt, if known (read by baselines that re-run the actor).
     """
 
     trajectory_id: str
@@ -132,21 +127,15 @@ class Confidence:
     """The gate's answer for one proposed action.
 
     Attributes:
-        stream: The stream.
-        trajectory_id: The run the step belongs to.
         step: ``t``, 0-based.
         score: ``z^_t``: probability in [0, 1] that the action is productive, or ``None`` when the critic gave none.
         decision: ``allow`` (``score >= gate.allow``), ``block`` (``score < gate.block``), ``review`` between;
             ``gate.on_failure`` without a score.
-        status: ``scored``, ``failed`` or ``not_available``.
-        error: Why ``score`` is ``None``.
         precedents: The bank records shown to the critic, positives first, most similar first.
-        repetition_flag: ``rho_t``: the action repeats one of the last few (section 3.3).
-        bank_version: Bank updates (accepted trajectories) applied to the stream's bank when it was read.
-        bank_size: Records in it then.
-        latency_s: Seconds in :meth:`~ceb.gate.Gate.score`, from call to answer.
-        critic_s: Seconds of that in the critic call (an LLM request, or the offline critic).
-        retrieval_s: Seconds of that in retrieval (lock wait included).
+        repetition_flag: ``rho_t`` (section 3.3).
+        bank_version: Bank updates applied when the bank was read; ``bank_size`` its records then.
+        latency_s: Seconds in :meth:`~ceb.gate.Gate.score`; ``critic_s`` and ``retrieval_s`` (lock wait included) are
+            parts of it.
     """
 
     stream: str
@@ -179,22 +168,13 @@ class Banked:
     """A trajectory's hindsight votes and the bank update they made (Eq. 3, Algorithm 1 lines 11-12).
 
     Attributes:
-        stream: The stream.
-        trajectory_id: The trajectory.
-        seq: Its position in the stream's accepted order, from 1.
-        votes: Valid votes, one 0/1 label per labelled step each; shape ``(V_valid, T_l)``.
-        soft_votes: ``y~_t``; shape ``(T_l,)``.
-        pseudo_labels: ``y^_t``; shape ``(T_l,)``.
-        failed_votes: Votes without a readable answer.
-        errors: Why each of those failed.
-        abstained: Steps the labeler gave no label.
-        records_added: Records this update added to the bank.
-        bank_version: The bank's version after the update (``seq``).
+        seq: Its position in the stream's accepted order, from 1; also ``bank_version`` after the update.
+        votes: Valid votes; shape ``(V_valid, T_l)``. ``soft_votes`` (``y~_t``) and ``pseudo_labels`` (``y^_t``):
+            shape ``(T_l,)``.
         bank_size: Records in the bank after it (eviction may hold it below the sum of additions).
         hindsight_s: Seconds the hindsight took.
-        replayed: The stream had accepted this trajectory (same id, same content) before, and this call banked
-            nothing. The fields are the first update's when this gate still keeps its result; otherwise (it was
-            banked before the gate started, or long ago) no votes, ``records_added`` 0, and the bank as it is.
+        replayed: Accepted before (same id and content) and nothing banked now; the first update's fields when still
+            kept, else no votes and ``records_added`` 0.
     """
 
     stream: str
@@ -212,6 +192,38 @@ class Banked:
     hindsight_s: float
     replayed: bool = False
 
+    @classmethod
+    def from_result(
+        cls,
+        result: HindsightResult,
+        *,
+        stream: str,
+        trajectory_id: str,
+        seq: int,
+        records_added: int,
+        bank_version: int,
+        bank_size: int,
+        hindsight_s: float,
+        replayed: bool = False,
+    ) -> Banked:
+        """The answer for one trajectory's hindsight ``result`` and the bank update it made."""
+        return cls(
+            stream=stream,
+            trajectory_id=trajectory_id,
+            seq=seq,
+            votes=result.votes,
+            soft_votes=result.soft_votes,
+            pseudo_labels=result.pseudo_labels,
+            failed_votes=result.failed_votes,
+            errors=result.errors,
+            abstained=result.abstained,
+            records_added=records_added,
+            bank_version=bank_version,
+            bank_size=bank_size,
+            hindsight_s=hindsight_s,
+            replayed=replayed,
+        )
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""
         return asdict(self)
@@ -223,8 +235,7 @@ class Receipt:
 
     Attributes:
         seq: Its position in the stream's accepted order, from 1.
-        replayed: The stream had accepted this trajectory (same id, same content) before: ``seq`` is that first
-            acknowledgement's, and nothing was banked again.
+        replayed: Accepted before (same id and content): ``seq`` is the first acknowledgement's.
     """
 
     seq: int

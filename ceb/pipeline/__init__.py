@@ -1,12 +1,9 @@
 """The batch pipeline: score frozen streams into a run directory.
 
-Lanes (stream x order x method x critic) of the methods with a bank run in strict stream order, many at once; the
-methods without one are scored in a step pool per stream, their trajectories concurrently and each once for all
-orders (:mod:`ceb.pipeline.pool`). :mod:`~ceb.pipeline.planning` decides the lanes and pools,
-:mod:`~ceb.pipeline.runner` executes them, and :class:`~ceb.pipeline.rundir.RunDir` owns the run
-directory they write. :mod:`~ceb.pipeline.shard` splits a run N ways, :mod:`~ceb.pipeline.merge` joins the parts,
-and :mod:`~ceb.pipeline.ray_launch` runs the parts as Ray tasks. :mod:`~ceb.pipeline.relabel` is ``ceb relabel``'s
-batch (an LLM judge's labels into a new stream). The live gate is :mod:`ceb.gate`.
+Bank lanes run in strict stream order (:mod:`~ceb.pipeline.lane`), bank-free methods in step pools
+(:mod:`ceb.pipeline.pool`); :mod:`~ceb.pipeline.planning` plans, :mod:`~ceb.pipeline.runner` executes,
+:class:`~ceb.pipeline.rundir.RunDir` owns the directory. :mod:`~ceb.pipeline.shard`, :mod:`~ceb.pipeline.merge` and
+:mod:`~ceb.pipeline.ray_launch` split, join and distribute a run. The live gate is :mod:`ceb.gate`.
 """
 
 from typing import TYPE_CHECKING

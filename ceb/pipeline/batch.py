@@ -1,24 +1,12 @@
-"""The bank-free baselines through a Batch API: export their requests as Batch files, import the replies as a run.
+"""The bank-free baselines through a Batch API (OpenAI, Azure, ``vllm run-batch``): export requests, import replies.
 
-A step of a bank-free baseline (``ppl``, ``me``, ``ptrue``, ``cot``, ``verbalized``, ``pro``) asks for nothing
-that depends on another step's reply, so all its steps can go to OpenAI's or Azure's Batch API (half the online
-price) or to ``vllm run-batch`` in one file. Both directions are a run of the ordinary pipeline
-(:func:`~ceb.pipeline.runner.run_scoring`) over a :class:`~ceb.backends.batch.BatchTransport`, which answers from the
-Batch replies it has and records each request it has none for:
-
-* export: a run with no replies, in a scratch directory; every request the steps ask goes into ``round-1.jsonl``;
-* import: the same run with the replies, into the run directory; each baseline reads its replies with its own
-  code, and the rows, ``summary.json`` and ``metrics.json`` are those of any run.
-
-A request that a step sends only after reading another reply is not in the first file: ``pro`` teacher-forces the
-frozen action only when its samples came back with log-probs, and ``cot`` re-asks an unreadable reply. Import then
-writes ``round-2.jsonl`` with those requests, and the steps that wait for them are failed rows saying so; the
-import of round 2's output (``--overwrite``) completes them. ``ppl``, ``me``, ``ptrue`` and ``verbalized`` never
-need a second round, nor ``cot`` when its replies are readable.
-
-An output may be imported for any round, in any order: each line joins the imported output of the round whose file
-holds its request (OpenAI's error file of round 1 after round 1's output has opened round 2, the rerun of some
-requests). The requests of a round whose output is not imported yet wait for it, as new ones do.
+Bank-free steps (``ppl``, ``me``, ``ptrue``, ``cot``, ``verbalized``, ``pro``) depend on no other step's reply.
+Export and import are both :func:`~ceb.pipeline.runner.run_scoring` over a
+:class:`~ceb.backends.batch.BatchTransport`, which answers from the replies it has and records the rest: export
+writes ``round-1.jsonl``; import writes the ordinary rows, ``summary.json`` and ``metrics.json``. Requests sent
+only after another reply (``pro``'s teacher forcing, ``cot``'s re-ask) go to ``round-2.jsonl``, their steps failed
+rows until round 2's output is imported (``--overwrite``). Each output line joins the round whose file holds its
+request, in any order.
 
 The batch directory (:class:`BatchDir`)::
 
@@ -78,11 +66,7 @@ def _digest(path: Path) -> str:
 
 
 class BatchDir:
-    """A batch export's directory: the one place that names its files (module docstring).
-
-    Args:
-        path: The directory.
-    """
+    """A batch export's directory: the one place that names its files (module docstring)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -137,8 +121,7 @@ class BatchDir:
         """Stream name -> its files, as exported.
 
         Raises:
-            RunError: A file is gone or changed since the export (its digest differs): its replies would be read
-                against other steps.
+            RunError: A file is gone or its digest changed since the export.
         """
         doc = self.manifest()
         for path, digest in doc["digests"].items():
@@ -153,15 +136,15 @@ class BatchDir:
         """Every round's requests, in round order.
 
         Raises:
-            DataError: A malformed line of a round's file (:func:`~ceb.backends.batch.read_requests`).
+            DataError: A malformed line of a round's file.
         """
         return [r for rs in self.requests_by_round().values() for r in rs]
 
     def requests_by_round(self) -> dict[int, list[BatchRequest]]:
-        """Round ``k`` (1-based) -> the requests of its Batch file, in round order.
+        """Round ``k`` (1-based) -> the requests of its Batch file, in order.
 
         Raises:
-            DataError: A malformed line of a round's file (:func:`~ceb.backends.batch.read_requests`).
+            DataError: A malformed line of a round's file.
         """
         return {k: read_requests(self.round_file(k)) for k in range(1, self.rounds() + 1)}
 
@@ -173,8 +156,7 @@ class BatchDir:
         """Every imported round's replies by ``custom_id``.
 
         Raises:
-            DataError: A malformed line of an imported output, or an id none of ``requests`` has
-                (:func:`~ceb.backends.batch.read_output`).
+            DataError: A malformed output line, or an id no request has (:func:`~ceb.backends.batch.read_output`).
         """
         known = {r.custom_id: r for r in requests}
         out: dict[str, BatchReply] = {}
@@ -184,10 +166,10 @@ class BatchDir:
         return out
 
     def write_round(self, k: int, lines: Sequence[BatchRequest]) -> Path:
-        """Write round ``k``'s Batch input file (atomically) and return its path.
+        """Write round ``k``'s Batch input file atomically and return its path.
 
         Raises:
-            OSError: The write failed (the old file, if any, is left as it was).
+            OSError: The write failed (the old file is left).
         """
         path = self.round_file(k)
         write_atomic(path, b"".join(request_line(r) for r in lines))
@@ -199,15 +181,11 @@ class BatchRound:
     """What an export or an import did.
 
     Attributes:
-        path: The newest Batch file whose output is not imported yet (to submit), ``None`` when no request waits.
-        round: Its round number (1-based); the last round when ``path`` is ``None``.
-        requests: Requests in it.
+        path: The newest Batch file to submit (output not imported yet), ``None`` when no request waits.
+        round: Its 1-based number; the last round when ``path`` is ``None``.
         summary: The import's run summary (``None`` for an export).
-        unanswered: Requests of rounds with an imported output that it does not answer (failed steps).
-        replies: Lines of the imported outputs the run read its replies from, every round's.
-        waiting: Round -> its requests, for every round whose output is not imported yet (``path``'s among them),
-            oldest first: more than one when an output of an earlier round, imported after a later round was
-            written, asked new follow-up requests.
+        unanswered: Requests of imported rounds that their output does not answer (failed steps).
+        waiting: Round -> its requests, for every round whose output is not imported yet, oldest first.
     """
 
     path: Path | None
@@ -220,11 +198,11 @@ class BatchRound:
 
 
 def batch_config(config: RunConfig) -> RunConfig:
-    """``config`` checked for a Batch export, with the failure budget of a replay (:data:`_NO_BUDGET`).
+    """``config`` checked for a Batch export, with a replay's failure budget (:data:`_NO_BUDGET`).
 
     Raises:
-        ConfigError: A method that is not a bank-free baseline (the bank is filled from earlier replies), several
-            critics, a separate actor endpoint (a Batch file serves one model), or no ``backend.model``.
+        ConfigError: A method that is not a bank-free baseline, several critics, a separate actor endpoint, or no
+            ``backend.model``.
     """
     refused = [m for m in config.methods if not batchable(m)]
     if refused:
@@ -246,33 +224,14 @@ def batch_config(config: RunConfig) -> RunConfig:
 
 
 def _output_lines(path: Path, known: Mapping[str, BatchRequest]) -> dict[str, bytes]:
-    """The lines of a Batch output file by ``custom_id`` (newline included), checked first.
-
-    Raises:
-        DataError: A malformed line (:func:`~ceb.backends.batch.read_output`), named with this file and its line.
-    """
+    """The lines of a Batch output file by ``custom_id`` (newline included), checked first."""
     read_output(path, known)  # checked first: a broken line is refused naming this file and its line
     lines = (raw.strip() for raw in path.read_bytes().splitlines())
     return {orjson.loads(raw)["custom_id"]: raw + b"\n" for raw in lines if raw}
 
 
 def _join_outputs(src: BatchDir, outputs: Sequence[Path], by_round: Mapping[int, Sequence[BatchRequest]]) -> None:
-    """Join the lines of ``outputs`` into the imported output of the round that holds each one's request.
-
-    An output adds to what was imported for its round (OpenAI's error file after its output file, a rerun of some
-    requests), so no reply imported before is dropped; a request answered again takes the new line. Every file is
-    read and checked before anything is written, so a refused file changes nothing. Each round's output is
-    replaced atomically; a kill between two rounds' leaves a state the same import completes.
-
-    Args:
-        src: The export.
-        outputs: The Batch output (and error) files given.
-        by_round: Each round's requests (:meth:`BatchDir.requests_by_round`).
-
-    Raises:
-        DataError: A malformed line of a given or an imported output (names the file, line and field).
-        RunError: An id answered in two of ``outputs``.
-    """
+    """Join the lines of ``outputs`` into the imported output of the round that holds each one's request."""
     known = {r.custom_id: r for rs in by_round.values() for r in rs}
     rounds = {r.custom_id: k for k, rs in by_round.items() for r in rs}
     given: dict[str, bytes] = {}
@@ -322,13 +281,7 @@ async def export_batch(
     config: RunConfig,
     batch_dir: str | Path,
 ) -> BatchRound:
-    """Write round 1 of a Batch export of ``streams`` under ``config`` into ``batch_dir``.
-
-    Args:
-        streams: Stream name -> trajectories, as read from ``files``.
-        files: Stream name -> the files it was read from (recorded, and checked at import).
-        config: The effective configuration (:func:`batch_config` checks it).
-        batch_dir: A new or empty directory.
+    """Write round 1 of a Batch export of ``streams`` (read from ``files``, recorded) into a new ``batch_dir``.
 
     Raises:
         ConfigError: As :func:`batch_config`.
@@ -367,26 +320,21 @@ async def import_batch(
     """Join Batch outputs into ``batch_dir`` and score its run into ``run_dir`` from every reply.
 
     Args:
-        streams: The export's streams, read from :meth:`BatchDir.streams`.
+        streams: The export's streams (:meth:`BatchDir.streams`).
         batch_dir: The export.
-        outputs: Batch output files of any of its rounds (OpenAI's output file and its error file, given together
-            or apart, in either order; ``vllm run-batch``'s one file). Each line joins the round whose file holds
-            its request (``round-<k>.output.jsonl``), adding to what was imported for it before: a request they
-            answer again takes their line, no other is dropped. Empty: use the outputs imported before.
+        outputs: Output (and error) files of any rounds, in any order; a request answered again takes the new line.
+            Empty: use the outputs imported before.
         run_dir: The run directory to write (as ``ceb score --out``).
-        overwrite: Replace the results of an earlier import there (rebuilt from every round's replies).
+        overwrite: Replace an earlier import's results there.
         on_row: Called with each row after it is on disk.
 
     Returns:
-        The newest round to submit (``path`` is ``None`` when every request of every round has its reply or its
-        error) with every round still waiting for its output, and the run summary.
+        The newest round to submit (``path`` ``None`` when every request has a reply or error), and the summary.
 
     Raises:
-        DataError: A malformed line of a Batch file, a custom id no request has, a ``usage`` no server writes
-            (names the file, line and field).
-        RunError: No export in ``batch_dir``, changed streams, an id answered in two of ``outputs``, no output
-            given and none imported for the last round, or ``run_dir`` already holds scored steps and not
-            ``overwrite`` (refused before any output is copied in).
+        DataError: A malformed Batch line, an unknown custom id, or an impossible ``usage`` (names file, line, field).
+        RunError: No export, changed streams, an id answered in two outputs, no output for the last round, or
+            ``run_dir`` holds scored steps without ``overwrite``.
     """
     src = BatchDir(batch_dir)
     doc = src.manifest()

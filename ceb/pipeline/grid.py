@@ -1,7 +1,6 @@
-"""Grid runs: methods x streams x stream orders x critics (x V/k sweep cells) in one process, one run directory.
+"""Grid runs: methods x streams x orders x critics (x V/k sweep cells) in one process, one run directory.
 
-A grid file is a run configuration (TOML or JSON, the sections of :class:`~ceb.config.RunConfig`) plus a
-``[grid]`` table::
+A grid file is a run configuration (:class:`~ceb.config.RunConfig`, TOML or JSON) plus a ``[grid]`` table::
 
     methods = ["ceb", "static", "ptrue", "ceb-positives-only"]
     orders = 3
@@ -17,12 +16,8 @@ A grid file is a run configuration (TOML or JSON, the sections of :class:`~ceb.c
     base_url = "http://127.0.0.1:8000/v1"
     model = "Qwen/Qwen3-32B"
 
-Every lane goes through the same scheduler, so baselines and sweep cells fill the server while the CEB lanes
-follow their order, and all rows land in the run directory's ``scores.jsonl`` in the tidy long format (one row
-per step per method, with ``stream``, ``order``, ``critic`` and ``method`` columns).
-
-:func:`resolve_grid` is what ``ceb grid`` runs: the file with the command's choices applied, and a resume's streams
-and trajectory limit read back from what the run directory (or a Ray launch's parts) recorded.
+All lanes share one scheduler and one ``scores.jsonl`` (one row per step per method). :func:`resolve_grid` is what
+``ceb grid`` runs.
 """
 
 from __future__ import annotations
@@ -46,13 +41,7 @@ __all__ = ["GridSpec", "load_grid", "pick_streams", "resolve_grid"]
 
 @dataclass(frozen=True, slots=True)
 class GridSpec:
-    """A loaded grid file.
-
-    Attributes:
-        config: The run configuration, methods already expanded with the sweep cells.
-        streams: Stream name -> its files, in order.
-        out: The run directory.
-    """
+    """A loaded grid file: ``config`` with the sweep cells expanded, ``streams`` (name -> files), ``out``."""
 
     config: RunConfig
     streams: dict[str, list[Path]]
@@ -95,15 +84,10 @@ def load_grid(path: str | Path, overrides: dict[str, Any] | None = None) -> Grid
 def pick_streams(
     streams: Mapping[str, list[Path]], patterns: Sequence[str], *, recorded: bool = False
 ) -> dict[str, list[Path]]:
-    """The streams of a grid whose names match any of ``patterns`` (names or :mod:`fnmatch` shell patterns).
-
-    Args:
-        streams: The grid's streams (:attr:`GridSpec.streams`), in grid order; the result keeps that order.
-        patterns: What to keep.
-        recorded: The patterns are the stream names a run directory recorded (the error then says so).
+    """The streams of a grid (in grid order) whose names match any of ``patterns`` (:mod:`fnmatch`).
 
     Raises:
-        ConfigError: A pattern matches no stream of the grid (lists the grid's streams).
+        ConfigError: A pattern matches no stream (lists the grid's; ``recorded`` says they came from a run).
     """
     for pattern in patterns:
         if not any(fnmatch.fnmatchcase(name, pattern) for name in streams):
@@ -124,17 +108,14 @@ def resolve_grid(
     shard: Shard | None = None,
     ray: bool = False,
 ) -> GridSpec:
-    """The grid a ``ceb grid`` run scores: the file's (:func:`load_grid`) with the command's choices applied.
+    """The grid a ``ceb grid`` run scores: :func:`load_grid` with the command's choices applied.
 
-    ``out`` replaces the file's run directory (else shard ``i/N`` goes to ``OUT-shard<i>of<N>`` beside it);
-    ``streams`` are names or shell patterns (:func:`pick_streams`); ``limit`` trajectories per stream. A resume
-    without ``streams`` or ``limit`` keeps the run's own, as its ``config.json`` recorded them, or with ``ray``
-    its parts in ``OUT/parts/`` (:func:`~ceb.pipeline.ray_launch.recorded_plan`).
+    ``out`` replaces the run directory (shard ``i/N`` else goes to ``OUT-shard<i>of<N>``); ``streams`` are names or
+    patterns; ``limit`` trajectories per stream. A resume keeps the recorded streams and limit (``ray``: its parts').
 
     Raises:
-        ConfigError: As :func:`load_grid`, a pattern or recorded stream matching no stream of the grid, or an
-            unreadable recorded configuration.
-        RunError: A resume without a run there (without ``ray``), or over parts of several launches.
+        ConfigError: As :func:`load_grid`, a pattern or recorded stream matching none, or an unreadable record.
+        RunError: A resume without a run there, or over parts of several launches.
     """
     spec = load_grid(path, {"max_trajectories": limit})
     target = out if out is not None else spec.out

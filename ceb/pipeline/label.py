@@ -1,26 +1,12 @@
-"""``ceb label``: a judge model's step labels for a stream that has none (a user's own chat or inspect logs).
+"""``ceb label``: a judge model's step labels for a stream that has only trajectory outcomes (chat, inspect logs).
 
-Chat transcripts and inspect_ai logs carry one outcome per trajectory (``meta.label``, as ``ceb convert chat`` and
-``ceb convert inspect`` write it), so ECE, Brier and AUROC, which need a label per step, are out of reach without
-hand labels. :func:`label_stream` asks a judge model the hindsight question (paper section 3, Eq. 3; appendix
-"Hindsight bank-construction prompt"): it reads the whole trajectory, here followed by its final outcome when the
-stream records one, and labels every step productive (1) or not (0). It is asked ``V`` times (``ceb.votes``, the
-paper's ``V = 5``) at the labeller's temperature (``hindsight.temperature``, the paper's ``tau``), and a step's
-label is the majority of the valid votes: 1 when at least half say 1, so a tie counts as productive
-(:func:`~ceb.stages.hindsight.majority_vote`). A trajectory with no valid vote gets no label at any step.
-
-The new stream holds the judge's labels as each step's ``label`` and names their source in each labelled
-trajectory's ``meta.label_source``, ``judge:<model>`` (:data:`LABEL_SOURCE`). Judge labels are not ground truth:
-the metrics of a run on them measure agreement with that judge, and the report's provenance says so
-(:func:`label_sources`). A stream that already has step labels is refused (``ceb relabel`` adds a second label set
-beside them), so a stream, and so a row of a report, never mixes label sources; a run refuses a stream that does.
-
-A judge that is the run's own critic or hindsight labeller (the same model at the same endpoint) would grade the
-critic by its own answers: :func:`refuse_self_judge` refuses it unless asked for explicitly.
-
-Resumable as ``ceb relabel`` is (:func:`~ceb.pipeline.relabel.judge_stream`): each trajectory's labels are
-journalled in ``OUT.judgments.jsonl`` as they arrive, keyed on the judge, the votes, the temperature and the exact
-messages, and a rerun asks only the trajectories the journal has no labels for.
+:func:`label_stream` asks the hindsight question (paper section 3, Eq. 3) ``V`` times (``ceb.votes``) at
+``hindsight.temperature``, with the final outcome appended when recorded; a step's label is the majority of valid
+votes, ties productive (:func:`~ceb.stages.hindsight.majority_vote`); a trajectory with no valid vote stays
+unlabelled. Labelled trajectories name ``meta.label_source = "judge:<model>"`` (:data:`LABEL_SOURCE`): metrics on
+them measure agreement with the judge (:func:`label_sources`). A stream with step labels is refused, so no stream
+mixes label sources; :func:`refuse_self_judge` refuses the run's own critic or labeller as judge. Resumable via
+``OUT.judgments.jsonl`` (:func:`~ceb.pipeline.relabel.judge_stream`).
 """
 
 from __future__ import annotations
@@ -55,13 +41,10 @@ JUDGE_PREFIX = "judge:"
 
 
 def label_sources(streams: Mapping[str, Sequence[Trajectory]]) -> dict[str, str]:
-    """Stream name -> the source of its step labels, for each stream whose labels name one (``ceb label``'s).
-
-    Only trajectories with at least one label count: a trajectory the judge could not label carries none.
+    """Stream name -> its step labels' source, for streams whose labels name one (trajectories with a label only).
 
     Raises:
-        DataError: A stream mixes label sources (the dataset's own and a judge's, or two judges); names the
-            stream, the first trajectory of the second source and both sources.
+        DataError: A stream mixes label sources (names the stream, trajectory and both sources).
     """
     found: dict[str, str] = {}
     for name, trajectories in streams.items():
@@ -87,11 +70,10 @@ def label_sources(streams: Mapping[str, Sequence[Trajectory]]) -> dict[str, str]
 
 
 def refuse_self_judge(judge: BackendConfig, run: RunConfig) -> None:
-    """Refuse a judge that is ``run``'s own critic or hindsight labeller: the same model at the same endpoint.
+    """Refuse a judge that is ``run``'s own critic or hindsight labeller (same model and base URL).
 
     Raises:
-        ConfigError: The judge's model and base URL are those of one of ``run``'s critics or of its labeller
-            (names which); pass ``allow_self_judge`` to :func:`label_stream`'s caller to use it anyway.
+        ConfigError: Names which; ``allow_self_judge`` overrides.
     """
     own = [(f"critic {label}".strip(), c.backend) for label, c in run.critic_configs().items()]
     own.append(("hindsight labeller", run.hindsight_backend() or run.backend))
@@ -111,10 +93,10 @@ def refuse_self_judge(judge: BackendConfig, run: RunConfig) -> None:
 
 
 def require_unlabelled(trajectories: Sequence[Trajectory]) -> None:
-    """Refuse a stream with a labelled step: a judge's labels beside others would mix label sources.
+    """Refuse a stream with a labelled step.
 
     Raises:
-        DataError: Names the file and line (the trajectory's ``source``), the trajectory and its first labelled step.
+        DataError: Names the file and line, the trajectory and its first labelled step.
     """
     for t in trajectories:
         labelled = [i for i, y in enumerate(t.labels) if y is not None]
@@ -152,24 +134,20 @@ async def label_stream(
     model: str,
     judge_name: str = "",
 ) -> RelabelSummary:
-    """Label every step of ``trajectories`` with a judge asked the hindsight question, and write ``out``.
+    """Label every step of ``trajectories`` by a judge's hindsight votes (module docstring), and write ``out``.
 
     Args:
         trajectories: The stream, in order; no step may carry a label yet.
         chat: The judge's endpoint.
-        prompts: Templates (the hindsight prompt of each trajectory's domain family).
-        out: The new stream file (the module docstring's fields).
-        config: Gives the votes ``V`` (``ceb.votes``), the labeller's decoding (``hindsight``) and the
-            concurrency (``backend.max_concurrency``).
+        prompts: Templates (each domain's hindsight prompt).
+        out: The new stream file.
+        config: ``ceb.votes``, ``hindsight`` decoding and ``backend.max_concurrency``.
         model: The judge's model name, recorded as ``judge:<model>``.
-        judge_name: The judge (``backend:model``), part of each journal key.
-
-    Returns:
-        What was done; ``judged`` counts trajectories labelled, ``unreadable`` those with no valid vote.
+        judge_name: ``backend:model``, part of each journal key.
 
     Raises:
-        DataError: A step already has a label (:func:`require_unlabelled`); nothing is asked.
-        RunError: The journal is unreadable or in use (:func:`~ceb.pipeline.relabel.judge_stream`).
+        DataError: A step already has a label; nothing is asked.
+        RunError: The journal is unreadable or in use.
         FatalBackendError: The endpoint refuses every request; nothing is written.
     """
     require_unlabelled(trajectories)

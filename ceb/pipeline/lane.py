@@ -1,22 +1,17 @@
 """One lane = one method over one stream, in stream order (Algorithm 1).
 
-Step ``t``'s prompt holds the critic's own score of step ``t-1``, and trajectory ``j+1`` is scored against the
-bank that holds trajectory ``j``'s hindsight votes. Throughput comes from running many lanes side by side
-(:mod:`ceb.pipeline.runner`) and, in a bank lane, from speculation (``speculation = D``): trajectories
-``j+1..j+D`` are scored ahead with the bank as it stands, and their hindsight votes asked (they read no score).
-When ``j+1``'s turn comes (the bank holds ``j``), each of its steps scored ahead is kept when the critic request
-it sent (its messages) equals the one the strict order sends now, with the earlier steps' kept scores; the first
-that differs (or failed) is asked again, and so is every later step of the trajectory. Only kept and strict rows
-are handed over, in the strict order's sequence, so the results, a resume and a merge read as the strict order's;
-what was discarded is counted in :attr:`Lane.discarded`. A critic that sends no request (the offline stand-in) is
-never asked ahead, nor is a bank whose retrievals change it (``bank.policy = "usefulness"``) read ahead.
+Step ``t``'s prompt holds the critic's own score of step ``t-1``, and trajectory ``j+1`` is scored against the bank
+holding trajectory ``j``'s votes. With ``speculation = D`` trajectories ``j+1..j+D`` are scored ahead on the bank as
+it stands (their votes asked too); a step scored ahead is kept only when its request equals the strict order's, and
+from the first that differs the trajectory is asked again. Only kept and strict rows are emitted, so results read
+as the strict order's; the rest is counted in :attr:`Lane.discarded`. No speculation for a critic that sends no
+request, nor for a bank that retrieval changes (``bank.policy = "usefulness"``).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict
 
 import anyio
 
@@ -51,11 +46,7 @@ log = get_logger(__name__)
 
 
 def alt_labels(trajectory: Trajectory) -> dict[str, list[int | None]]:
-    """Other label columns of ``trajectory`` (evaluation only): ``meta["alt_labels"]``, name -> one label per step.
-
-    A column that is not a list of 0 / 1 / null of the trajectory's length is ignored (with a warning), so a
-    malformed extra column never stops a run.
-    """
+    """``meta["alt_labels"]`` of ``trajectory`` (name -> one 0 / 1 / null per step); a malformed column is skipped."""
     raw = trajectory.meta.get("alt_labels")
     if not isinstance(raw, dict):
         return {}
@@ -107,39 +98,25 @@ class _Votes:
 
 
 class Lane:
-    """Scores one stream with one method and keeps that lane's bank.
+    """Scores one stream with one method and keeps that lane's bank (Algorithm 1).
 
     Args:
-        stream: Stream name.
-        method: The method's switches.
-        trajectories: The stream, in order, as read (labels are stripped here before any stage sees them).
-        stages: Critic and hindsight labeler.
-        config: The run's configuration.
+        trajectories: The stream, in order, as read (blinded here before any stage sees them).
         emit: Receives each result row as soon as it exists.
         bank: The lane's bank; a new empty one when ``None``.
-        order: Which order of the stream this is (0: the files' order), copied into the rows.
-        critic: Label of the critic, copied into the rows.
-        start: Position of the first trajectory to score (a resumed lane; the bank already holds the earlier ones).
-        prefix: Scores of the first steps of trajectory ``start`` already scored before a resume.
+        order: The stream order (0: the files'), copied into the rows, as is ``critic``.
+        start: Position of the first trajectory to score (a resume: the bank holds the earlier ones).
+        prefix: Scores of trajectory ``start``'s first steps, scored before a resume.
         critic_stage: The stage that scores (a baseline's); ``stages.critic`` when ``None``.
-        tokens: Counts the LLM critic's prompt tokens into the rows; ``None`` (or a baseline method) leaves
-            them out.
+        tokens: Counts the LLM critic's prompt tokens into the rows; ``None`` (or a baseline) leaves them out.
 
     Attributes:
-        remaining: Sequential requests left on this lane's path (steps to score, plus one hindsight round per
-            trajectory for bank methods). It is the priority of the lane's requests, so the server's slots go
-            first to the lane with the longest remaining chain (:mod:`ceb.backends.scheduling`).
-        steps_left: Steps this lane will score from ``start`` on, counted once at construction.
-        position: Position in the stream of the trajectory being scored (or next to be).
-        key: The lane's identity (stream, order, method, critic) as its requests carry it
-            (:func:`ceb.backends.scheduling.lane`): it picks the lane's home replica and is sent as its session, and
-            its hash picks the lane's shard (:mod:`ceb.pipeline.shard`).
-        depth: Trajectories scored ahead of the bank (``speculation``; 0 without a bank, for a critic that sends no
-            request, or for a bank whose retrievals change it).
-        discarded: The cost of the critic calls scored ahead and discarded (a call discarded in flight is left to
-            finish, so that its cost is known; one cut by an interruption is not counted).
-        steps_discarded: Those calls.
-        steps_kept_ahead: Steps scored ahead and kept.
+        remaining: Sequential requests left (steps, plus one hindsight round per trajectory with a bank): the
+            priority of the lane's requests (:mod:`ceb.backends.scheduling`).
+        key: The lane id its requests carry (:func:`ceb.backends.scheduling.lane`): home replica, session, shard.
+        depth: Trajectories scored ahead of the bank (``speculation``, or 0; module docstring).
+        discarded: Cost of the calls scored ahead and discarded (in-flight ones finish; interrupted ones are not
+            counted).
     """
 
     def __init__(
@@ -195,8 +172,7 @@ class Lane:
     async def run(self) -> None:
         """Score every trajectory of the stream in order, from position ``start`` on.
 
-        Critic replies whose score was taken early and that finish in the background (``critic.early_score``
-        with ``reason_tokens_after_score = None``) run in a task group this lane owns: the lane ends when they do.
+        Critic replies finishing in the background (``critic.early_score``) run in this lane's task group.
         """
         async with anyio.create_task_group() as tails:
             with reply_tails(tails):
@@ -219,14 +195,8 @@ class Lane:
     async def score_trajectory(self, trajectory: Trajectory, prefix: Sequence[float | None] = ()) -> None:
         """Score each step before it "runs", then (bank methods) vote in hindsight and grow the bank.
 
-        The step and the hindsight are :func:`~ceb.stages.step.score_step`'s two halves
-        (:func:`~ceb.stages.step.prepare_step`, :func:`~ceb.stages.step.ask_critic`) and
-        :func:`~ceb.stages.step.label_trajectory`, the functions the live gate calls too. A step scored ahead is
-        taken when its request is this one (the module docstring).
-
-        Args:
-            trajectory: The next trajectory of the stream.
-            prefix: Scores of its first steps, already scored before a resume: they are not asked again.
+        Uses :func:`~ceb.stages.step.prepare_step`, :func:`~ceb.stages.step.ask_critic` and
+        :func:`~ceb.stages.step.label_trajectory`, as the live gate does; steps in ``prefix`` (a resume's) are skipped.
         """
         labels = trajectory.labels  # evaluation only: copied into the result rows, never into a stage
         alt = alt_labels(trajectory)
@@ -264,7 +234,7 @@ class Lane:
                 )
             scores.append(res.score)
             history.append(HistoryItem(action=step.action, observation=step.observation, score=res.score))
-            await self.emit_step(
+            await self.emit(
                 StepRow.from_step(
                     done,
                     stream=self.stream,
@@ -373,10 +343,6 @@ class Lane:
         self.discarded += done.result.stats
         self.steps_discarded += 1
 
-    async def emit_step(self, row: StepRow) -> None:
-        """Hand over the row of a step just scored (a lane shared by several orders also hands over its copies)."""
-        await self.emit(row)
-
     async def _grow_bank(self, blind: Trajectory, scores: Sequence[float | None], labels: Sequence[int | None]) -> None:
         votes = self._votes.pop(self.position, None)
         if votes is not None:
@@ -395,29 +361,16 @@ class Lane:
                 voted=votes.result if votes is not None else None,
             )
         self.remaining -= 1
-        hr, records = banked.hindsight, banked.records
-        s = hr.stats
-        row = HindsightRow(
+        records = banked.records
+        row = HindsightRow.from_result(
+            banked.hindsight,
+            records,
             stream=self.stream,
             method=self.method.name,
             trajectory=blind.id,
-            votes=[list(v) for v in hr.votes],
-            soft_votes=list(hr.soft_votes),
-            pseudo_labels=list(hr.pseudo_labels),
-            failed_votes=hr.failed_votes,
-            errors=list(hr.errors),
-            records_added=len(records),
-            latency_s=s.latency_s,
-            requests=s.requests,
-            prompt_tokens=s.prompt_tokens,
-            completion_tokens=s.completion_tokens,
             order=self.order,
             position=self.position,
             critic=self.critic,
-            records=[asdict(r) for r in records],
-            abstained=list(hr.abstained),
-            retries=s.retries,
-            retry_reason=s.retry_reason,
         )
         # The bank update and its row go together even under cancellation, so the saved bank and
         # hindsight.jsonl always agree.

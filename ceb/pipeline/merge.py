@@ -1,31 +1,12 @@
-"""Merging the shards of a run (``ceb merge``): N part directories, one run directory an unsharded run would write.
+"""``ceb merge``: the N shard directories of a run (:mod:`ceb.pipeline.shard`) into the run an unsharded one writes.
 
-Each part is a run directory written by ``ceb score --shard i/N`` or ``ceb grid --shard i/N``
-(:mod:`ceb.pipeline.shard`). The parts must be one run split N ways: the same recorded fingerprints (settings
-and stream contents), streams and trajectory limit, the same N, each ``i`` once, each finished, and each holding
-rows of its own lanes only, every lane with its rows. Anything else is refused in one line naming the part and
-what differs, before anything is written.
-
-Each part must also be whole, as its own plan and summary say (:func:`_check_part`): no row twice, every lane
-with a row for each step of each of its trajectories (``min(trajectories, max_trajectories)`` of its stream, each
-trajectory with the same steps in every lane), a hindsight row per trajectory of a bank lane, each bank file the
-bank its hindsight rows and summary describe (:func:`_check_bank`: records counted, and digested), and the rows its
-``summary.json`` counts. A damaged part is refused naming the part, the lane and what is wrong, with the
-``--resume`` of that part that repairs it. Each part is read and merged under its lock: a part a live ``ceb`` is
-writing (a resume) is refused as in use.
-
-The merged run is built aside and published whole (:meth:`~ceb.pipeline.rundir.RunDir.built_aside`): a merge
-killed at any point leaves no run in ``out``, only the staging directory, which the next merge into ``out`` clears.
-A merged run left incomplete by an older ``ceb`` (no ``summary.json``) is built again when its ``config.json`` is
-the one these parts make.
-
-The merged directory holds ``config.json`` (the parts' record without the shard plan), ``scores.jsonl`` and
-``hindsight.jsonl`` (every part's rows, grouped by lane in the order an unsharded run plans its lanes, each
-lane's rows in the order its part wrote them), ``banks/`` (each lane's bank file, copied) and ``summary.json``
-(counts summed, ``wall_s`` the longest part's, status ``finished``, the parts' provenance joined: parts scored by
-another model, or asked it otherwise, are refused, :func:`~ceb.pipeline.provenance.merge_provenance`).
-``metrics.json`` is computed from the merged
-rows by the caller (``ceb merge``), as after ``ceb score``: the evaluation layer sits above this one.
+The parts must be one run split N ways (same fingerprints, streams, limit and N, each ``i`` once, finished, own
+lanes only) and each whole by its own plan and summary (every step row once, a hindsight row per bank-lane
+trajectory, bank files matching their rows by count and digest); anything else is refused naming the part, the
+lane and the ``--resume`` that repairs it, before anything is written. Each part is read under its lock. The
+result is built aside and published whole (:meth:`~ceb.pipeline.rundir.RunDir.built_aside`): rows grouped by lane
+in unsharded plan order, banks copied, ``summary.json`` summed (``wall_s`` the longest part's, provenance joined by
+:func:`~ceb.pipeline.provenance.merge_provenance`). ``metrics.json`` is the caller's.
 """
 
 from __future__ import annotations
@@ -65,12 +46,6 @@ class MergeResult:
     """What :func:`merge_runs` wrote.
 
     Attributes:
-        out: The merged run directory.
-        parts: How many parts were merged (N).
-        lanes: Lanes in the merged run.
-        step_rows: Rows written to ``scores.jsonl``.
-        hindsight_rows: Rows written to ``hindsight.jsonl``.
-        banks: Bank files copied.
         summary: The merged counts (as ``summary.json`` has them).
         config: The run's recorded configuration (its ``ece_bins`` for the metrics).
     """
@@ -172,19 +147,11 @@ def _lane_of(row: StepRow | HindsightRow, shared: set[tuple[str, str, str]]) -> 
 
 
 def merge_runs(parts: Sequence[str | Path], out: str | Path) -> MergeResult:
-    """Merge the shard directories ``parts`` into the new run directory ``out``.
-
-    Args:
-        parts: The N part directories, in any order.
-        out: A new (or empty) directory, none of the parts.
-
-    Returns:
-        What was written.
+    """Merge the shard directories ``parts`` (any order) into the new or empty run directory ``out``.
 
     Raises:
-        RunError: A part is missing, not a shard, not finished, unlike the others (settings, streams, limit,
-            shard count), a shard twice or one left out, rows of a lane outside its part's shard or a lane of
-            none, or ``out`` already holds a run or is a part (each in one line naming the part and what differs).
+        RunError: A part missing, unfinished, not a shard or unlike the others, a shard twice or missing, rows outside
+            a part's lanes, or ``out`` holds a run or is a part (one line naming the part and what differs).
         ConfigError: A part's ``config.json`` cannot be read.
     """
     if not parts:
@@ -257,15 +224,7 @@ def _merge(read: Sequence[_Part], target: RunDir) -> MergeResult:
 
 
 class _Plan:
-    """The lanes of the run the parts split, and what each lane must hold (from the first part's record).
-
-    Attributes:
-        keys: Every lane of the run with its method, in the order an unsharded run builds them.
-        rank: Lane -> its place in ``keys``.
-        by_key: Lane -> its method.
-        shared: (stream, method, critic) of the bank-free lanes shared by every order.
-        trajectories: Stream -> the trajectories each of its lanes scores: its count, at most the trajectory limit.
-    """
+    """The lanes of the run the parts split, and what each lane must hold (from the first part's record)."""
 
     def __init__(self, record: Mapping[str, Any], config: RunConfig) -> None:
         methods = [resolve_method(m) for m in config.methods]
@@ -295,15 +254,7 @@ def _own(row: StepRow | HindsightRow) -> LaneKey:
 
 
 def _check_part(part: _Part, plan: _Plan, steps_of: dict[tuple[str, str], tuple[int, LaneKey, _Part]]) -> None:
-    """Refuse ``part`` unless its rows are whole by its own plan and summary (the module docstring lists how).
-
-    ``steps_of`` gathers, over the parts checked so far, each (stream, trajectory)'s step count and the lane and
-    part it was first seen in: every lane scores every step of a trajectory, so the counts must agree.
-
-    Raises:
-        RunError: A row twice, a lane short of trajectories or steps, or a bank lane short of hindsight rows (the
-            part, the lane and what is wrong, and the repair).
-    """
+    """Refuse ``part`` unless its rows are whole by its own plan and summary (the module docstring lists how)."""
     by_lane: dict[LaneKey, dict[str, set[int]]] = {}
     for srow in part.steps:
         steps = by_lane.setdefault(_own(srow), {}).setdefault(srow.trajectory, set())
@@ -360,16 +311,7 @@ def _records_digest(records: Sequence[Any]) -> str:
 
 
 def _check_bank(part: _Part, key: LaneKey) -> None:
-    """Refuse ``part`` unless lane ``key``'s bank file is the bank its hindsight rows and summary describe.
-
-    The file must be a bank document holding the records ``summary.json`` counts for it; an append-only bank
-    (``ceb-bank/1``) holds the records of the lane's hindsight rows in their order (count and digest), a bounded one
-    (``ceb-bank/2``) only records of those rows.
-
-    Raises:
-        RunError: The file is missing, unreadable, not a bank, or holds other records (the part, the lane, what is
-            wrong and the repair).
-    """
+    """Refuse ``part`` unless lane ``key``'s bank file is the bank its hindsight rows and summary describe."""
     name = part.run.bank_file(key)
     where = f"{part}, lane {lane_name(key)}: bank file {name}"
     try:
@@ -404,15 +346,7 @@ def _check_bank(part: _Part, key: LaneKey) -> None:
 
 
 def _check_target(target: RunDir, doc: Mapping[str, Any]) -> None:
-    """Refuse ``target`` when it holds a run, unless it is a merge of these parts cut short (then cleared).
-
-    A merge cut short by an older ``ceb`` (which wrote into ``out`` directly) left ``config.json`` and some rows but
-    no ``summary.json``; when its ``config.json`` is the one these parts make (``doc``, up to the merge mark), its
-    files came from these parts alone and are removed to build the run again.
-
-    Raises:
-        RunError: ``target`` holds another run, a complete one, or one a live process is writing.
-    """
+    """Refuse ``target`` when it holds a run, unless it is a merge of these parts cut short (then cleared)."""
     if not (target.started or target.has_scores):
         return
     try:

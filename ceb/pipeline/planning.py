@@ -1,11 +1,8 @@
 """Lane planning: which lanes a run has, over which trajectories, and where each starts.
 
-A run has one lane per (stream, order, method, critic) of a method with a bank, each over its stream in that
-order (:func:`stream_order`, cut at ``max_trajectories``); a bank-free method has one key per (stream, critic),
-of order 0, over the union of the orders, scored in the stream's step pool (:mod:`ceb.pipeline.pool`). A resume
-then gives each lane its starting point and bank and each pooled method its kept steps
-(:mod:`ceb.pipeline.resume`). :func:`build_lanes` turns the plan into the :class:`~ceb.pipeline.lane.Lane` and
-:class:`~ceb.pipeline.pool.StepPool` objects the runner executes (:mod:`ceb.pipeline.runner`).
+One lane per (stream, order, method, critic) of a bank method (:func:`stream_order`, cut at ``max_trajectories``);
+one key per (stream, critic) for a bank-free method, over the union of the orders (:mod:`ceb.pipeline.pool`).
+A resume supplies starting points, banks and kept steps (:mod:`ceb.pipeline.resume`).
 """
 
 from __future__ import annotations
@@ -34,10 +31,7 @@ __all__ = ["LanePlan", "build_lanes", "fingerprints", "lane_keys", "plan_lanes",
 
 
 def stream_order(trajectories: Sequence[Trajectory], order: int, seed: int) -> list[Trajectory]:
-    """Order ``order`` of a stream: the input order for 0, else a permutation seeded with ``seed + order``.
-
-    Uses :meth:`random.Random.shuffle` (Fisher-Yates), stable across Python versions for a given seed.
-    """
+    """Order ``order`` of a stream: the input order for 0, else :meth:`random.Random.shuffle` (``seed + order``)."""
     out = list(trajectories)
     if order:
         random.Random(seed + order).shuffle(out)
@@ -59,12 +53,10 @@ class LanePlan:
     """The lanes of one call of :func:`~ceb.pipeline.runner.run_scoring`.
 
     Attributes:
-        specs: Lane -> (its trajectories in its order, its method), in the order lanes are built.
-        shared: The keys of ``specs`` of the bank-free methods (scored in the step pool), with their stream's union
-            of orders.
-        progress: Lane -> where it resumes (empty for a fresh run; a lane missing here starts at 0).
-        recopied: Copies of the source rows a resume kept (:mod:`ceb.pipeline.pool`): written again first,
-            without a request.
+        specs: Lane -> (its trajectories in order, its method), in build order.
+        shared: The bank-free keys of ``specs`` with their stream's union of orders (:mod:`ceb.pipeline.pool`).
+        progress: Lane -> where it resumes (missing: position 0).
+        recopied: Copies of the source rows a resume kept, written again first without a request.
     """
 
     specs: dict[LaneKey, tuple[Sequence[Trajectory], MethodSpec]]
@@ -92,12 +84,7 @@ class LanePlan:
 def lane_keys(
     streams: Iterable[str], config: RunConfig, methods: Sequence[MethodSpec]
 ) -> list[tuple[LaneKey, MethodSpec]]:
-    """Every lane of a run over streams named ``streams``, with its method, in the order lanes are built.
-
-    One lane per stream, order, critic and method with a bank; a bank-free method has one key, of order 0, for
-    all orders (:mod:`ceb.pipeline.pool`). The keys need only the stream names, so ``ceb merge`` lists a run's
-    lanes from its ``config.json``.
-    """
+    """Every lane of a run over streams named ``streams``, with its method, in build order (no trajectories needed)."""
     critics = list(config.critic_configs())
     return [
         ((name, order, method.name, critic), method)
@@ -146,15 +133,10 @@ def build_lanes(
     tokens: PromptTokenCounter | None,
     emit: Emit,
 ) -> tuple[list[Lane], list[StepPool]]:
-    """The lanes of ``plan``'s bank methods, each at its resume point, and one step pool per (stream, critic).
+    """The lanes of ``plan``'s bank methods at their resume points, and one step pool per (stream, critic).
 
-    Args:
-        plan: The planned lanes (and a resume's progress).
-        config: The run's configuration.
-        by_critic: Critic label -> its stages.
-        critic_stages: (critic label, method's critic kind) -> the stage that scores.
-        tokens: Prompt-token counter for the rows, or ``None``.
-        emit: The lanes' row target until the runner gives each its own.
+    ``critic_stages`` maps (critic label, method's critic kind) to the scoring stage; ``emit`` receives the lanes'
+    rows.
     """
     lanes: list[Lane] = []
     pooled: dict[tuple[str, str], list[PooledMethod]] = {}

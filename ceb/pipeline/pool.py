@@ -1,31 +1,15 @@
 """The step pool: methods without a bank, each step scheduled by what it really waits for.
 
-A method without a bank (``static`` and the baselines; :attr:`MethodSpec.order_free`) carries nothing from one
-trajectory to the next, and no critic is given the stream order or a trajectory's place in it
-(:class:`~ceb.stages.base.CriticInput` has neither). So its trajectories need not wait for each other, and each asks
-the same requests in every order. One :class:`StepPool` per (stream, critic) scores every such method over the union
-of the stream's orders, in *units* the runner schedules beside the bank lanes (:mod:`ceb.pipeline.runner`), under
-the same chain limit (``max_active_lanes``), endpoint slots and critical-path priority (:mod:`ceb.backends.scheduling`):
-a method whose prompt reads its own earlier scores (``static``, :attr:`MethodSpec.reads_own_scores`) scores each
-trajectory as one unit, step after step; the others read nothing across steps, so each step is one unit in which
-every such method scores it at once, fetching what they share once (:mod:`ceb.stages.statistics`). A unit's
-requests carry its remaining chain as their priority (a trajectory's steps left; 1 for a baseline step). The rows
-are those of the strict lane order, whatever order they are written in.
+A bank-free method (:attr:`MethodSpec.order_free`) carries nothing across trajectories, and no critic sees the
+stream order, so one :class:`StepPool` per (stream, critic) scores it over the union of the orders, in units the
+runner schedules beside the lanes under the same limits and priorities (:mod:`ceb.backends.scheduling`): a
+trajectory per unit for a method that reads its own scores (``static``), else a step per unit shared by every such
+method (:mod:`ceb.stages.statistics`). Rows equal the strict lane order's.
 
-**A row per order.** A step's *source* row is placed in the first order that holds its trajectory; right after it
-comes one copy for every other order (:func:`copy_row`): the same score, reply and label, that order's ``order`` and
-``position``, ``reused_from`` the source order, status ``reused`` (a failed or ``not_available`` copy keeps its
-status) and no requests. Each order's metrics then equal those of a run that asked every order, for a critic that
-answers a prompt the same way each time; where it samples (``critic.temperature > 0``, ``pro``, ``cot``) the orders
-share one sample.
-
-**Resume.** No copy exists without its source (the same writer writes it after). A resume
-(:func:`~ceb.pipeline.resume.restore_progress`) keeps every finished source row (for ``static``, each trajectory's
-finished prefix: a later row was conditioned on the missing one), drops every copy, and the runner writes the copies
-again from the kept sources without a request; the pool scores only what has no kept row. A kept source row stays
-its step's source wherever it was written (a raised ``max_trajectories`` can add an earlier order holding it). The
-fingerprint records whether a run copies rows (:func:`shares_orders`, under the name of the switch that once turned
-copying off, ``reuse_bank_free``), so a run that asked every order is never resumed with copies.
+A step's source row goes to the first order holding its trajectory, followed by one copy per other order
+(:func:`copy_row`: ``reused_from`` the source order, status ``reused`` unless failed / ``not_available``, no
+requests); a sampling critic's orders share one sample. A resume keeps finished source rows, drops copies and
+rewrites them without requests; the fingerprint records copying (:func:`shares_orders`, key ``reuse_bank_free``).
 """
 
 from __future__ import annotations
@@ -74,10 +58,8 @@ class SharedStream:
     """One stream's orders as the pool walks them.
 
     Attributes:
-        trajectories: Every trajectory of any order, each once, in the order first met (order 0's list first,
-            then what each later order adds).
-        placements: Trajectory id -> every ``(order, position)`` that holds it, in order; the first is where its
-            new source rows are written.
+        trajectories: Every trajectory of any order once, first met first (order 0's, then what later orders add).
+        placements: Trajectory id -> each ``(order, position)`` holding it; new source rows go to the first.
     """
 
     trajectories: tuple[Trajectory, ...]
@@ -109,11 +91,7 @@ def share_orders(orders: Sequence[Sequence[Trajectory]]) -> SharedStream:
 
 
 def copy_row(row: StepRow, order: int, position: int) -> StepRow:
-    """The copy of the source row ``row`` for ``order``, where the trajectory sits at ``position``.
-
-    Everything the critic saw and said is kept; the placement is the copy's own; the cost is none (requests,
-    latency and queue time 0; server token counts 0 where the source has them).
-    """
+    """The copy of source row ``row`` for ``order`` at ``position``: what the critic saw and said, at no cost."""
     return replace(
         row,
         order=order,
@@ -141,8 +119,6 @@ class PooledMethod:
 
     Attributes:
         key: Its lane key ``(stream, 0, method, critic)``: its requests' lane id and its shard.
-        method: The method.
-        critic: The stage that scores it.
         kept: ``(trajectory id, step)`` -> the score of each source row a resume kept (not asked again).
     """
 
@@ -154,12 +130,7 @@ class PooledMethod:
 
 @dataclass(frozen=True, slots=True)
 class Unit:
-    """One schedulable piece of a pool: a trajectory of a method that reads its own scores, or one step.
-
-    Attributes:
-        remaining: Sequential requests on its path: its priority, and its place in the start order.
-        run: Scores it, handing every row (copies included) to the given target.
-    """
+    """One schedulable piece of a pool: a trajectory (``static``) or one step; ``remaining`` is its priority."""
 
     remaining: int
     run: Callable[[Emit], Awaitable[None]]
@@ -168,16 +139,8 @@ class Unit:
 class StepPool:
     """The bank-free methods of one (stream, critic), over every order of the stream (module docstring).
 
-    Args:
-        stream: Stream name.
-        critic: Critic label, copied into the rows.
-        methods: The methods, in the run's order (a step's rows are written in this order).
-        shared: The stream's orders.
-        config: The run's configuration.
-        tokens: Counts the LLM critic's prompt tokens into the rows; ``None`` leaves them out.
-
-    Attributes:
-        steps_left: Rows the pool will write, copies included (the progress total).
+    ``methods`` are in the run's order (a step's rows are written in it); ``steps_left`` counts the rows it will
+    write, copies included.
 
     Raises:
         ValueError: A method has a bank.

@@ -1,17 +1,10 @@
 """``ceb prompts``: the exact requests a method would send for chosen steps of a stream, with no endpoint.
 
-Users audit what reaches a model this way (issue 32: the reference action reached the critic and the labeller on
-Mind2Web and AMEX, and nothing showed it). :func:`render_prompts` walks the stream as a lane of ``ceb score`` does
-(:func:`~ceb.stages.step.score_step` and :func:`~ceb.stages.step.label_trajectory`, in stream order) with the
-offline stand-ins of :mod:`ceb.stages.offline` giving the scores and the hindsight labels, so each chosen step sees
-the history and the bank as an offline run would have them at that point. At a chosen step the method's own critic
-(the LLM critic, or a baseline's) is asked over a recording backend, and for a chosen trajectory the LLM hindsight
-labeller too (for a method with a bank); every request they make is kept with its body as
-:meth:`~ceb.backends.openai.OpenAITransport.payload` would send it. The recording backend answers each request with
-one fixed reply every stage can read (:data:`STAND_IN_REPLY`), so no re-ask is triggered; what that reply says
-does not matter, since the offline stand-ins decide the numbers the walk goes on with.
-
-The judge of ``ceb relabel`` is not a method and is not walked here: it sees the reference action on purpose.
+:func:`render_prompts` walks the stream as a lane does, with the offline stand-ins (:mod:`ceb.stages.offline`)
+deciding scores and hindsight labels, and at each chosen step asks the method's critic (and, for a chosen
+trajectory, the hindsight labeller) over a recording backend; each request is kept as
+:meth:`~ceb.backends.openai.OpenAITransport.payload` would send it. Every request is answered with
+:data:`STAND_IN_REPLY`, so nothing is re-asked. ``ceb relabel``'s judge is not walked: it sees the reference.
 """
 
 from __future__ import annotations
@@ -37,8 +30,7 @@ from ceb.stages.step import label_trajectory, new_bank, score_step
 __all__ = ["STAND_IN_REPLY", "RenderedRequest", "render_prompts"]
 
 STAND_IN_REPLY = '{"score": 0.5, "reason": "stand-in", "reasoning": ["stand-in"], "confidence": 0.5}'
-"""The recording backend's reply to a critic request: a score, a CoT reasoning list and a confidence, so neither
-the LLM critic nor a baseline re-asks. A hindsight request gets ``{"labels": [1, ...]}`` of its length instead."""
+"""The recording backend's reply to a critic request (every critic reads it); hindsight gets all-1 labels."""
 
 _WIRE_URL = "http://localhost/v1"
 """A base URL for the payload builder, which needs one; nothing is ever sent to it."""
@@ -49,10 +41,8 @@ class RenderedRequest:
     """One request a method would send.
 
     Attributes:
-        trajectory: The trajectory's id.
         step: The 0-based step the critic request scores; ``None`` for a hindsight request (the whole trajectory).
         stage: ``"critic"`` (the method's critic, a baseline's included) or ``"hindsight"``.
-        bank_size: Records in the method's bank when the request is made (0 for a bank-free method).
         messages: The chat messages, ``({"role": ..., "content": ...}, ...)``.
         body: The JSON body of ``POST /chat/completions`` exactly as the ``openai`` backend would send it.
     """
@@ -80,25 +70,22 @@ async def render_prompts(
     trajectory_ids: Collection[str] | None = None,
     steps: Collection[int] | None = None,
 ) -> list[RenderedRequest]:
-    """The requests ``method`` would send for the chosen steps of one stream, in the order it would send them.
+    """The requests ``method`` would send for the chosen steps of one stream, in sending order.
 
     Args:
-        trajectories: The stream, in order (as :func:`~ceb.data.read_stream` gives it).
-        config: The run's settings: prompts, text budgets, the method's switches, the ``backend`` section that
-            shapes the body (its ``model``, ``structured_output``, ``token_limit_field``; no endpoint is opened).
-        method: A registered method (:data:`~ceb.stages.methods.METHODS`), a baseline's name included.
-        trajectory_ids: The trajectories to render; ``None``: the stream's last one (its bank is the fullest).
-        steps: 0-based steps of those trajectories whose critic requests are rendered; ``None``: every step. The
-            hindsight requests of a chosen trajectory are rendered whenever the method has a bank.
+        trajectories: The stream, in order.
+        config: Prompts, budgets, switches and the ``backend`` section shaping the body (no endpoint is opened).
+        method: A registered method (:data:`~ceb.stages.methods.METHODS`).
+        trajectory_ids: The trajectories to render; ``None``: the stream's last (fullest bank).
+        steps: 0-based steps whose critic requests are rendered; ``None``: all. A bank method's hindsight requests
+            of a chosen trajectory always are.
 
     Returns:
-        The requests, per chosen trajectory in stream order: its chosen steps' critic requests, then its hindsight
-        requests. A step a method scores without a request (PPL or ME from the step's ``actor_logprobs``) has
-        none.
+        Per chosen trajectory, its steps' critic requests then its hindsight requests (none for a step scored
+        without a request, e.g. PPL).
 
     Raises:
-        ConfigError: ``method`` is not registered, a trajectory id is not in the stream, a step is past every
-            chosen trajectory, or the stream is empty.
+        ConfigError: Unknown method or trajectory id, a step past every chosen trajectory, or an empty stream.
     """
     spec: MethodSpec = METHODS.get(method)
     if not trajectories:

@@ -1,19 +1,11 @@
-"""What scored a run, recorded with it: ``summary.json``'s ``provenance``, the report's header and the last line.
+"""What scored a run: ``summary.json``'s ``provenance``, the report's header and last line.
 
-A run's numbers are only as good as knowing what produced them: a text-readout and an expected-readout run, or the
-offline stand-in and a model, differ in nothing else on disk (issue 32). The record holds ceb's version, the
-configuration's digest (``config.json``'s ``fingerprints.config_sha256``,
-:func:`~ceb.pipeline.resume.config_fingerprint`), the critic's readout and one entry per backend the run asked
-(the critic's of each critic label, the labeller's and the actor's when they have their own):
-
-``role`` (``critic``, ``hindsight``, ``actor``), ``critic`` (its label, ``""`` for one), ``backend``,
-``endpoint`` (base URLs without credentials), ``model`` (the name requests carried), what the server reported of
-its model (:class:`~ceb.backends.transport.ModelIdentity`: ``root``, ``server_version``, ``max_model_len``,
-``weights_digest``; ``identity_error`` when it could not be asked), ``structured_output`` and
-``token_limit_field`` as sent at the end, and ``adaptations``: what ceb changed to be answered there (request ids,
-schema form, token field, ``n`` asked choice by choice), one line each. An offline run has one entry, backend
-``offline``, with no model. ``labels``, when a stream's step labels are not the dataset's: stream -> their source
-(``judge:<model>``, written by ``ceb label``).
+The record holds ceb's version, ``fingerprints.config_sha256`` (:func:`~ceb.pipeline.resume.config_fingerprint`),
+the critic's readout and one entry per backend asked (critic per label, labeller, actor): ``role``, ``critic``,
+``backend``, ``endpoint`` (without credentials), ``model``, the server's
+:class:`~ceb.backends.transport.ModelIdentity` (or ``identity_error``), ``structured_output``,
+``token_limit_field`` and ``adaptations`` (what ceb changed to be answered). An offline run has one ``offline``
+entry. ``labels``: stream -> label source, when not the dataset's (``judge:<model>``).
 """
 
 from __future__ import annotations
@@ -42,11 +34,9 @@ _AGREE = ("backend", "model", *IDENTITY_FIELDS, "structured_output")
 
 
 async def identify(stages: Iterable[Stages]) -> dict[int, dict[str, Any]]:
-    """Ask each distinct backend of ``stages`` once what model it serves (:meth:`ChatBackend.identify`).
+    """``id(backend)`` -> what each distinct backend of ``stages`` says it serves (:meth:`ChatBackend.identify`).
 
-    Returns:
-        ``id(backend)`` -> the identity's fields (none for a backend that reports nothing), or
-        ``{"identity_error": reason}`` where the server could not say; never raises for a server's failure.
+    A server that cannot say gives ``{"identity_error": reason}``; never raises for it.
     """
     found: dict[int, dict[str, Any]] = {}
     for s in stages:
@@ -73,13 +63,8 @@ def provenance(
 ) -> dict[str, Any]:
     """The run's provenance record (module docstring), read from its backends at the end of the run.
 
-    Args:
-        config: The run's configuration.
-        stages: Critic label -> the stages that scored it.
-        identities: What :func:`identify` found at the start.
-        config_sha256: The digest of the result-affecting settings, as ``config.json`` records it.
-        label_sources: Stream -> the source of its step labels where it is not the dataset (``judge:<model>``,
-            :func:`ceb.pipeline.label.label_sources`); recorded as ``labels`` when there is one.
+    ``identities`` is :func:`identify`'s result; ``label_sources`` (:func:`ceb.pipeline.label.label_sources`) is
+    recorded as ``labels`` when not empty.
     """
     entries: list[dict[str, Any]] = []
     for label, s in stages.items():
@@ -133,14 +118,10 @@ def scored_by(record: Mapping[str, Any] | None) -> str:
 
 
 def merge_provenance(parts: Sequence[tuple[str, Mapping[str, Any] | None]]) -> dict[str, Any] | None:
-    """The provenance of a run merged from ``parts`` (each part's name and recorded provenance).
-
-    The first part's record, with every part's endpoints and adaptations joined: shards may ask other replicas
-    of one model. Parts that asked another model, or asked it otherwise (:data:`_AGREE`), are not one run.
+    """The provenance of a run merged from ``parts``: the first part's, with every endpoint and adaptation joined.
 
     Raises:
-        RunError: A part's backends differ from the first part's in one of :data:`_AGREE`, or some parts recorded
-            a provenance and others none (names the part and what differs).
+        RunError: A part's backends differ in one of :data:`_AGREE`, or only some parts recorded one.
     """
     (first_name, first), *rest = parts
     if first is None:

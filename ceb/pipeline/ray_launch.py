@@ -1,24 +1,11 @@
-"""Running a grid on a Ray cluster (``ceb grid FILE --ray ADDRESS``): one Ray task per shard, then one merge.
+"""``ceb grid FILE --ray ADDRESS``: one Ray task per shard (:mod:`ceb.pipeline.shard`), then one merge.
 
-The run is split into N shards by :mod:`ceb.pipeline.shard`. Each shard is one Ray task, and each task calls
-ceb's own runner (:func:`~ceb.pipeline.runner.run_scoring`, in the Ray worker's process) for shard ``i/N`` into its
-own run directory ``OUT/parts/shard<i>of<N>`` (:meth:`RunDir.part <ceb.pipeline.rundir.RunDir.part>`). A task whose
-worker dies (a killed process, a lost node) is retried by Ray up to ``retries`` times, and a retry *resumes* the
-part it finds started (:mod:`ceb.pipeline.resume`): the rows, hindsight votes and banks already on disk are kept,
-only the rest is scored. An error of the run itself (a bad stream line, a refused resume) is not retried: it would
-fail again. The driver waits for every task, then merges the parts into ``OUT`` with ``ceb merge``'s code
-(:func:`~ceb.pipeline.merge.merge_runs`), so ``OUT`` holds what one unsharded run would have written.
-
-A shard that exhausts its retries leaves its part as it was, resumable; the finished parts are kept too, and
-:func:`run_on_ray` reports which shards failed. ``--resume`` launches again: finished parts are kept as they are,
-the others continue. Every part can also be finished by hand (``ceb grid FILE --shard i/N --out PART --resume``)
-and the parts merged with ``ceb merge``.
-
-Ray is an optional dependency (``pip install -e '.[ray]'``), imported only here and only when a
-launch starts.
-The streams and ``OUT`` must be on a file system every Ray node sees at the same paths (one machine, NFS, a shared
-volume), and ceb must be installed on every node. Ray's task API: https://docs.ray.io/en/latest/ray-core/tasks.html
-(``max_retries`` retries a task whose worker died; application exceptions are not retried by default).
+Each task runs :func:`~ceb.pipeline.runner.run_scoring` for shard ``i/N`` into ``OUT/parts/shard<i>of<N>``
+(:meth:`RunDir.part <ceb.pipeline.rundir.RunDir.part>`). Ray retries a task whose worker died up to ``retries``
+times, and the retry resumes the part (:mod:`ceb.pipeline.resume`); errors of the run itself are not retried
+(https://docs.ray.io/en/latest/ray-core/tasks.html, ``max_retries``). The driver then merges the parts
+(:func:`~ceb.pipeline.merge.merge_runs`). Failed shards are reported and stay resumable (``--resume``, or
+``--shard i/N --resume`` by hand). Needs the ``ray`` extra, imported only at launch, and paths every node sees.
 """
 
 from __future__ import annotations
@@ -67,14 +54,13 @@ _ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:\d{1,5}
 
 
 def parse_address(text: str) -> str:
-    """The Ray address of ``--ray`` as ``ray.init`` takes it: ``local``, ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``.
+    """The ``--ray`` address as ``ray.init`` takes it: ``local``, ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``.
 
-    ``local`` starts a Ray instance on this machine, on loopback, for the run (and stops it after); ``auto``
-    joins the cluster this machine is part of (``ray start``); ``HOST:PORT`` is a cluster's head (its GCS port,
-    6379 by default) and ``ray://HOST:PORT`` its Ray Client server (10001 by default).
+    ``local`` starts a loopback Ray for the run; ``auto`` joins this machine's cluster; ``HOST:PORT`` is a head's GCS
+    port (6379), ``ray://HOST:PORT`` its Ray Client server (10001).
 
     Raises:
-        ConfigError: Anything else (no Ray is imported to find out).
+        ConfigError: Anything else.
     """
     address = text.strip()
     if address in ("local", "auto") or _ADDRESS.fullmatch(address):
@@ -86,11 +72,7 @@ def parse_address(text: str) -> str:
 
 
 def _import_ray() -> Any:
-    """The ``ray`` module.
-
-    Raises:
-        ConfigError: Ray is not installed (names the extra).
-    """
+    """The ``ray`` module."""
     try:
         import ray
     except ImportError as exc:
@@ -105,7 +87,6 @@ class ShardTask:
     """What one Ray task needs to score its shard (small, so it travels by value).
 
     Attributes:
-        shard: The shard ``i/N``.
         part: Its run directory (absolute: the worker's working directory is not the driver's).
         config: The run's effective configuration (:meth:`RunConfig.model_dump` in JSON mode).
         streams: Stream name -> its files (absolute), in stream order; the worker reads them itself.
@@ -122,15 +103,9 @@ class ShardDone:
     """A shard whose task finished.
 
     Attributes:
-        shard: The shard.
-        part: Its run directory.
-        resumed: The task found its part started and resumed it (a retry after a worker died, or ``--resume``).
-        steps_kept: Step rows kept from before that resume (0 without one).
-        steps_scored: Step rows the part holds when done, kept ones included.
-        steps_failed: Step rows whose critic call failed.
-        trajectories_voted: Trajectories voted in hindsight, kept ones included.
-        wall_s: Seconds the finishing task ran (the attempts before it not included).
-        pid: The process id of the Ray worker that finished it.
+        resumed: The task resumed a started part (a retry, or ``--resume``); ``steps_kept`` rows were kept.
+        steps_scored: Step rows the part holds, kept ones included (``trajectories_voted`` likewise).
+        wall_s: Seconds the finishing attempt ran.
     """
 
     shard: Shard
@@ -149,9 +124,7 @@ class ShardFailed:
     """A shard whose task failed: its worker died more often than ``retries`` allows, or its run raised.
 
     Attributes:
-        shard: The shard.
         part: Its run directory, left as the last attempt left it (resumable once started).
-        error: Why, in one line.
         cause: The run's own error when the task raised one (bad input, say), else ``None`` (a lost worker).
     """
 
@@ -163,14 +136,11 @@ class ShardFailed:
 
 @dataclass(frozen=True, slots=True)
 class RayRun:
-    """What :func:`run_on_ray` did.
+    """What :func:`run_on_ray` did: shards ``done`` and ``failed`` (then no merge), in shard order.
 
     Attributes:
         out: The merged run directory (its ``parts/`` hold the shards).
         count: N, the number of shards.
-        done: The shards that finished, in shard order.
-        failed: The shards that did not, in shard order (then nothing was merged).
-        merged: What the merge wrote, ``None`` when a shard failed.
         cpus: CPUs of the Ray cluster when the launch started.
     """
 
@@ -183,13 +153,10 @@ class RayRun:
 
 
 def run_shard(task: ShardTask) -> ShardDone:
-    """Score one shard into its part: the body of each Ray task (runs in the Ray worker's process).
-
-    A part that holds a started run (``config.json``: an earlier attempt of this task got that far) is resumed,
-    never started over.
+    """Score one shard into its part, in the Ray worker (the task body); a started part is resumed.
 
     Raises:
-        CEBError: The run's own error (bad input, a refused resume, too many failed steps); not retried.
+        CEBError: The run's own error; not retried.
         OSError: The part cannot be written.
     """
     from ceb.data import read_stream
@@ -232,15 +199,7 @@ def recorded_plan(out: str | Path) -> tuple[int, list[str]] | None:
 
 
 def _prepare(out: RunDir, count: int | None, *, resume: bool, overwrite: bool) -> int | None:
-    """Check ``out`` for a launch and return the shard count it imposes (``None``: free to choose).
-
-    A resume over a merge that did not finish (no ``summary.json`` in ``out``) removes that merge's files, to merge
-    again once the shards are done.
-
-    Raises:
-        RunError: ``out`` holds the merged run, or parts of an earlier launch (and neither ``resume`` nor
-            ``overwrite``), or a resume finds no parts, or ``count`` differs from the parts' count.
-    """
+    """Check ``out`` for a launch and return the shard count it imposes (``None``: free to choose)."""
     if resume and overwrite:
         raise RunError("choose one of --overwrite and --resume")
     if overwrite:
@@ -286,30 +245,25 @@ def run_on_ray(
     """Score ``streams`` under ``config`` as N Ray tasks, one per shard, then merge the parts into ``out``.
 
     Args:
-        streams: Stream name -> its files, in stream order (on a file system every Ray node sees).
+        streams: Stream name -> its files (on a file system every node sees).
         config: The run's effective configuration.
-        out: The merged run directory; the parts go to ``out/parts/shard<i>of<N>``.
-        address: Where Ray runs (:func:`parse_address`); a program already connected to Ray (``ray.init``
-            called) keeps its connection, whatever ``address`` says.
-        shards: N; by default the cluster's CPUs (divided by ``cpus_per_task``), at most one shard per lane. A
-            resume takes the parts' own N.
-        retries: Times Ray runs a task again after its worker died (Ray's ``max_retries``).
-        cpus_per_task: CPUs Ray reserves for each task (``num_cpus``); a shard's requests wait on an endpoint,
-            so 1 is plenty unless the backend runs a model in the process.
-        resume: Continue the parts of an earlier launch into ``out`` (finished ones are kept as they are); a merge
-            into ``out`` that did not finish is done again.
-        overwrite: Replace the results of an earlier launch (the merged run and every part).
+        out: The merged run directory; parts in ``out/parts/shard<i>of<N>``.
+        address: :func:`parse_address`; an existing ``ray.init`` connection is kept.
+        shards: N; default the cluster's CPUs / ``cpus_per_task``, at most one per lane; a resume takes the parts' N.
+        retries: Ray's ``max_retries`` for a dead worker.
+        cpus_per_task: Ray's ``num_cpus`` per task.
+        resume: Continue an earlier launch's parts (finished ones kept) and redo an unfinished merge.
+        overwrite: Replace an earlier launch's results and parts.
         on_shard: Called in the driver as each shard finishes or fails.
 
     Returns:
-        The shards done and failed, and the merge (``None`` when a shard failed: the parts stay to resume).
+        The shards done and failed, and the merge (``None`` when a shard failed).
 
     Raises:
         ConfigError: Ray is not installed (names the extra), an unknown method, or no stream.
-        RunError: ``out`` already holds a run or parts (without ``resume`` / ``overwrite``), a resume without
-            parts or with another N, or the parts cannot be merged (:func:`~ceb.pipeline.merge.merge_runs`).
-        KeyboardInterrupt: Ctrl-C (or SIGTERM, when the caller's SIGTERM handler raises it: Ray's own, installed
-            by ``ray.init``, is replaced by the caller's); the tasks still running are cancelled, every part is kept.
+        RunError: ``out`` holds a run or parts (without ``resume`` / ``overwrite``), a resume without parts or with
+            another N, or the parts cannot be merged (:func:`~ceb.pipeline.merge.merge_runs`).
+        KeyboardInterrupt: Ctrl-C (or SIGTERM, via the caller's handler); running tasks are cancelled, parts kept.
     """
     if not streams:
         raise ConfigError("no stream to score")

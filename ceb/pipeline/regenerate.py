@@ -1,30 +1,12 @@
-"""``ceb regenerate``'s batch: which steps each confidence signal flags, and one actor call per flagged step.
+"""``ceb regenerate``'s batch (appendix "Offline Confidence-Gated Regeneration"): flag steps, re-ask the actor.
 
-The paper's appendix "Offline Confidence-Gated Regeneration". A scored run ranks its steps by each method's
-confidence; at budget ``b`` (a percentage) a method flags the ``k = round(b/100 * N)`` lowest-confidence of the
-run's ``N`` labelled steps (half rounds up). The flagged steps are re-predicted once by the actor with the fixed
-critique (:mod:`ceb.stages.regenerate`) and the new action is judged against the step's reference by the
-converter's rule (:mod:`ceb.data.references`). Two reference selections sit beside the methods:
-
-- Random: a seeded permutation of the steps per seed (``numpy.random.default_rng(seed)``), its first ``k``;
-  the table averages the seeds.
-- Oracle: the truly wrong steps (label 0) first, then the rest, each in stream order.
-
-Ranking. Lower score flags first. Ties (equal scores) are broken by stream order: the step of the earlier
-trajectory in the run's streams, then the earlier step, flags first. A step the method has no score for (its
-row failed, was "not available", or is missing) is ranked after every scored step, in stream order: the method
-gave no reason to flag it, so it is flagged only when the budget exceeds the scored steps. The population is
-the run's labelled steps of order 0 (the input order), pooled over its streams; unlabelled steps are left out.
-
-Regenerations are keyed by ``(trajectory, step)``: each distinct flagged step is asked once, however many
-methods, budgets and seeds flag it, and the record is appended to ``regenerations.jsonl`` in the output
-directory as soon as it arrives, so an interrupted run asks only for what is missing when run again. A record
-whose request failed (endpoint error, unreadable reply) is asked again on the next run; until then the step
-keeps its original action and label.
-
-:func:`regeneration` is all of ``ceb regenerate`` but its report: it reads the scored run, plans, opens the actor,
-asks, and yields the outcome while the output directory is still held; :func:`ceb.eval.regeneration.regenerate_run`,
-a layer above, writes the table and figure inside it.
+At budget ``b`` (percent) a method flags the ``k = round(b/100 * N)`` (half up) lowest-scored of the run's ``N``
+labelled order-0 steps, pooled over streams; ties and unscored steps (ranked last) go in stream order. Beside the
+methods: Random (a ``numpy.random.default_rng(seed)`` permutation per seed, averaged) and Oracle (label-0 steps
+first). Each flagged step is re-predicted once with the fixed critique (:mod:`ceb.stages.regenerate`) and judged
+against its reference (:mod:`ceb.data.references`). Records are keyed by ``(trajectory, step)`` and appended to
+``regenerations.jsonl`` as they arrive, so a rerun asks only what is missing or failed. :func:`regeneration` does
+all but the report (:func:`ceb.eval.regeneration.regenerate_run`).
 """
 
 from __future__ import annotations
@@ -99,10 +81,9 @@ WHY_REFERENCES = (
 
 
 def budget_count(n_steps: int, budget: float) -> int:
-    """Steps flagged at ``budget`` percent of ``n_steps``: ``round(budget / 100 * n_steps)``, half up.
+    """Steps flagged at ``budget`` percent of ``n_steps``: ``round(budget / 100 * n_steps)``, half up, exactly.
 
-    The budget is taken as the decimal it is written as (``str(budget)``) and the share computed exactly, so an
-    exact half rounds up even where float arithmetic lands just below it (29% of 50 steps is 14.5: 15).
+    ``str(budget)`` is used as a decimal so 29% of 50 (14.5) gives 15 despite float error.
 
     Raises:
         ValueError: ``budget`` outside [0, 100].
@@ -118,12 +99,9 @@ class RegenerationPlan:
 
     Attributes:
         steps: The population, in stream order.
-        labels: Each step's label (0 or 1).
         methods: Per method (``method`` or ``method@critic``), its ranking of ``steps``.
         random: Per seed, a permutation of ``steps``.
         oracle: Label-0 steps first, then label-1 steps, each in stream order.
-        budgets: Budgets in percent, ascending, each once.
-        seeds: Random's seeds.
     """
 
     steps: tuple[StepKey, ...]
@@ -147,10 +125,7 @@ class RegenerationPlan:
         yield ORACLE, None, self.oracle
 
     def to_ask(self) -> tuple[StepKey, ...]:
-        """Every step some selection flags at some budget, once each, in stream order.
-
-        A budget flags a prefix of a ranking, longer for a larger budget, so the largest budget's flags hold all.
-        """
+        """Every step some selection flags at some budget, once each, in stream order."""
         largest = max(self.budgets, default=0)
         wanted = {s for _, _, ranking in self.rankings() for s in self.flagged(ranking, largest)}
         return tuple(s for s in self.steps if s in wanted)
@@ -163,21 +138,17 @@ def plan_regeneration(
     seeds: int = DEFAULT_SEEDS,
     methods: Sequence[str] | None = None,
 ) -> RegenerationPlan:
-    """Rank the labelled steps of order 0 of a scored run per method, per Random seed and for the Oracle.
+    """Rank the labelled order-0 steps of a scored run per method, per Random seed and for the Oracle.
 
     Args:
-        rows: The run's step rows (``scores.jsonl``); rows of other orders are ignored.
-        trajectories: The run's streams, in stream order (defines stream order and tie-breaking).
+        rows: The run's step rows; other orders are ignored.
+        trajectories: The run's streams, in stream order (the tie-break).
         budgets: Budgets in percent.
         seeds: Number of Random seeds (``0 .. seeds-1``).
-        methods: Only these selections (``method`` or ``method@critic``); every method of the run when ``None``.
-
-    Returns:
-        The plan: ``N`` labelled steps, one ranking of all ``N`` per method and per seed, and the Oracle's.
+        methods: Only these selections (``method`` or ``method@critic``); all of the run's when ``None``.
 
     Raises:
-        RunError: No labelled step, no method, a method not in the run, a budget outside (0, 100], or
-            ``seeds`` below 1.
+        RunError: No labelled step, no method, a method not in the run, a budget outside (0, 100], or ``seeds < 1``.
     """
     if seeds < 1:
         raise RunError(f"--seeds must be at least 1, got {seeds}")
@@ -230,18 +201,12 @@ class Regeneration:
     """One regenerated step (a line of ``regenerations.jsonl``).
 
     Attributes:
-        trajectory: Trajectory id.
-        step: 0-based step.
-        original_action: The step's logged action.
-        original_label: Its label (0 or 1).
+        original_label: The step's label (0 or 1).
         element_id: The new action's element (``backend_node_id``), ``None`` when none or when it failed.
         op: The new operation (``""`` when it failed).
-        value: The new value.
         label: The new action judged against the reference (:meth:`~ceb.data.references.StepReference.label`);
             ``None`` when the request failed.
-        raw: The actor's last reply.
         error: Why there is no new action; ``None`` on success.
-        requests: Requests sent (re-asks and retries included).
         actor: The actor that regenerated it (``backend:model``); a directory holds one actor's records only.
     """
 
@@ -265,13 +230,10 @@ class Regeneration:
 
 
 class RegenerationDir:
-    """The output directory of ``ceb regenerate`` (by default :attr:`RunDir.regeneration_dir`): its files, its lock.
+    """The output directory of ``ceb regenerate`` (default :attr:`RunDir.regeneration_dir`), created by :meth:`lock`.
 
-    Files: ``regenerations.jsonl`` (one :class:`Regeneration` per line, appended), ``regeneration.json`` and
-    ``regeneration.md`` (the table), ``regeneration.png`` (the two-panel figure), ``.lock``.
-
-    Args:
-        path: The directory (created by :meth:`lock` when missing).
+    Files: ``regenerations.jsonl`` (one :class:`Regeneration` a line, appended), ``regeneration.json`` and
+    ``regeneration.md`` (the table), ``regeneration.png`` (the figure), ``.lock``.
     """
 
     RECORDS = "regenerations.jsonl"
@@ -312,21 +274,15 @@ class RegenerationDir:
     def read(
         self, actor: str | None = None, trajectories: Sequence[Trajectory] | None = None
     ) -> dict[StepKey, Regeneration]:
-        """The recorded regenerations, the last record of a step winning; empty when there is no file.
-
-        A record counts once its newline is written: a last piece without one (a write cut short by a crash,
-        even one that parses) is ignored, so that step is asked again, and :meth:`appender` cuts it off.
+        """The recorded regenerations, the last record of a step winning; a torn last piece is ignored.
 
         Args:
-            actor: When given, every record must be this actor's: another actor's regenerations are never
-                mixed into a table, nor taken for this one's.
-            trajectories: When given, a record of one of their steps must have been regenerated from the action
-                that step logs: records of another stream whose ids are the same (another ``--out``'s run, a
-                stream converted again from other predictions) are never taken for this one's.
+            actor: When given, every record must be this actor's.
+            trajectories: When given, a record of one of their steps must have regenerated the action that step logs
+                (so another stream with the same ids is never taken for this one).
 
         Raises:
-            RunError: A whole line is not a record, a record is another actor's, or it regenerated a step whose
-                logged action was another (names file and line).
+            RunError: A whole line is not a record, or is another actor's or another action's (names file and line).
         """
         if not self.records.is_file():
             return {}
@@ -356,10 +312,7 @@ class RegenerationDir:
         return found
 
     def appender(self) -> IO[bytes]:
-        """``regenerations.jsonl`` opened for appending (the caller closes it), a cut last line cut off first.
-
-        Without the cut, the first new record would continue the cut line: one damaged line in the middle of the
-        file, which every later :meth:`read` refuses, and that record lost.
+        """``regenerations.jsonl`` opened for appending (the caller closes it), a torn last line cut off first.
 
         Raises:
             OSError: The file cannot be opened or cut (names it).
@@ -385,14 +338,10 @@ class RegenerationSummary:
     """What :func:`regeneration` did: what its report is drawn from.
 
     Attributes:
-        plan: The selections.
         out: The output directory (held while the report is written).
         flagged: Distinct steps some selection flags.
         reused: Of those, steps answered by an earlier run (read from ``regenerations.jsonl``).
-        asked: Steps asked in this run.
         failed: Steps without a new action after this run (endpoint failure or unreadable reply).
-        stats: Requests, tokens and time of this run.
-        records: Every step's regeneration, this run's and the earlier ones.
         about: ``machine``, ``backend`` (the actor and its endpoint) and ``command``, for the table and figure.
     """
 
@@ -418,12 +367,7 @@ async def _regenerate_steps(
     actor: str,
     concurrency: int,
 ) -> RegenerationSummary:
-    """Ask the actor once for every flagged step not yet ``recorded`` (or failed), judging and recording each reply.
-
-    Raises:
-        FatalBackendError: The endpoint refuses every request; what was recorded stays.
-        OSError: ``regenerations.jsonl`` cannot be written.
-    """
+    """Ask the actor once for every flagged step not yet ``recorded`` (or failed), judging and recording each reply."""
     by_id = {t.id: t for t in trajectories}
     records = dict(recorded)
     flagged = plan.to_ask()
@@ -487,12 +431,11 @@ class RegenerationSettings:
     """What ``ceb regenerate`` is asked (its options, documented there).
 
     Attributes:
-        run_dir: A run directory scored by ``ceb score`` or ``ceb grid``.
-        config: The effective configuration: ``backend`` is the actor, with ``cache`` and ``prompts``.
+        config: ``backend`` is the actor, with ``cache`` and ``prompts``.
         out: The output directory; the run's :attr:`~ceb.pipeline.rundir.RunDir.regeneration_dir` when ``None``.
         budgets, seeds, methods: As :func:`plan_regeneration` takes them (``None``: every method of the run).
         tasks, elements: As :func:`~ceb.data.references.step_references` takes them.
-        command: The command line that reproduces the run (never an API key), recorded with the table and figure.
+        command: The command line that reproduces the run (never an API key).
     """
 
     run_dir: Path
@@ -510,16 +453,14 @@ class RegenerationSettings:
 def regeneration(
     settings: RegenerationSettings, *, note: Callable[[str], None] | None = None
 ) -> Iterator[RegenerationSummary]:
-    """Read the run again, plan, ask the actor for each flagged step; yield the outcome with the output dir held.
+    """Read the run, plan, ask the actor (``settings.config.backend``, cached) once per flagged step; yield the outcome.
 
-    The actor is ``settings.config.backend``, with the reply cache; each distinct step is asked once. The body of
-    the ``with`` (the report: :func:`ceb.eval.regeneration.regenerate_run`) runs while the output directory is still
-    locked. ``note`` is told what is wrong with a run whose rows are still usable (one killed mid-way); it is
-    logged without one.
+    The ``with`` body (:func:`ceb.eval.regeneration.regenerate_run`) runs with the output directory still locked.
+    ``note`` receives what is wrong with a run whose rows are still usable; else it is logged.
 
     Raises:
-        RunError: The run, or its stream files, cannot be read; no stream, labelled step or such method; the
-            output directory is in use or holds another actor's or run's records (nothing is asked).
+        RunError: The run or its streams cannot be read; no stream, labelled step or such method; the output
+            directory is in use or holds another actor's or run's records (nothing is asked).
         DataError: A stream without reference actions, or a reference not found (nothing is asked).
         ConfigError: The backend has no model.
         FatalBackendError: The endpoint refuses every request; what was recorded stays.

@@ -1,16 +1,9 @@
 """``ceb relabel``'s batch: judge every trajectory of a stream and write a new stream with the judge's labels.
 
-The input file is never modified: the labels go into a new stream file, each into its trajectory's
-``meta["alt_labels"][name]`` (one 0/1 per step), the column the pipeline carries to evaluation
-(:func:`ceb.pipeline.lane.alt_labels`) and ``ceb report`` compares with the strict labels (label shift).
-
-Each judgment is appended to a journal beside the new file (:class:`JudgmentLog`, ``OUT.judgments.jsonl``) as soon
-as it arrives, as ``ceb regenerate`` records its replies, so a run that is killed or stopped asks, when run again,
-only the trajectories it has no judgment for. A judgment is reused only for the request it answered: it is keyed
-on the trajectory id and a digest of the judge (``backend:model``) and the exact messages sent, so a changed
-trajectory, template or model is asked again. The journal is removed once the new file holds every trajectory's
-label; while some trajectory has none (an unreadable reply) it stays, so a rerun (``--overwrite``) asks only those.
-That loop, :func:`judge_stream`, is ``ceb label``'s too (:mod:`ceb.pipeline.label`).
+Labels go into ``meta["alt_labels"][name]`` of a new file (one 0/1 per step; :func:`ceb.pipeline.lane.alt_labels`).
+Judgments are journalled in ``OUT.judgments.jsonl`` (:class:`JudgmentLog`) keyed on the trajectory id and a
+digest of ``backend:model`` and the exact messages, so a rerun asks only what is missing or changed; the journal is
+removed once every trajectory is labelled. :func:`judge_stream` is ``ceb label``'s loop too.
 """
 
 from __future__ import annotations
@@ -48,12 +41,8 @@ class RelabelSummary:
     """What :func:`relabel_stream` did.
 
     Attributes:
-        trajectories: Trajectories in the stream.
-        judged: Trajectories that got a judge label per step.
-        reused: Of those, trajectories judged by an earlier, interrupted run (read from the journal, not asked).
-        unreadable: ``(trajectory id, reason)`` of each trajectory left without a judge label.
-        steps: Steps that got a judge label.
-        stats: Requests, tokens and time over every request (re-asks included).
+        judged: Trajectories labelled at every step; ``reused`` of them read from the journal, not asked.
+        unreadable: ``(trajectory id, reason)`` of each trajectory left without a label.
     """
 
     trajectories: int
@@ -71,14 +60,10 @@ _WHY_JUDGE = (
 
 
 def require_references(trajectories: Sequence[Trajectory], why: str = _WHY_JUDGE) -> None:
-    """Refuse a stream with a step that carries no reference action: there would be nothing to compare with.
-
-    ``why`` ends the message: what the reference is needed for (the judge's comparison by default;
-    ``ceb regenerate`` passes its own).
+    """Refuse a stream with a step that carries no reference action; ``why`` ends the message.
 
     Raises:
-        DataError: One line naming the file and line (the trajectory's ``source``), the first trajectory lacking
-            a reference, and its step.
+        DataError: Names the file and line, the trajectory and its step.
     """
     missing = first_without_reference(trajectories)
     if missing is not None:
@@ -95,14 +80,9 @@ def require_references(trajectories: Sequence[Trajectory], why: str = _WHY_JUDGE
 
 
 class JudgmentLog:
-    """The journal of one ``ceb relabel`` output: each judgment appended as it arrives, read back by a rerun.
+    """The journal ``OUT.judgments.jsonl`` of one output ``OUT``: ``{"trajectory", "key", "labels"}`` a line.
 
-    ``OUT.judgments.jsonl`` beside the output ``OUT``; one JSON object a line: ``{"trajectory", "key",
-    "labels"}``, where ``key`` is :meth:`key` of the request that was answered. Only judged trajectories are
-    recorded: an unreadable reply is asked again anyway.
-
-    Args:
-        out: The output stream file the journal belongs to.
+    ``key`` is :meth:`key` of the answered request; only judged trajectories are recorded.
     """
 
     SUFFIX = ".judgments.jsonl"
@@ -120,9 +100,7 @@ class JudgmentLog:
         return hashlib.blake2b(blob, digest_size=16).hexdigest()
 
     def read(self) -> dict[tuple[str, str], tuple[int, ...]]:
-        """The recorded judgments, ``(trajectory id, key) -> labels``; empty when there is no journal.
-
-        A last piece without its newline (a write cut short by a kill) is ignored: that trajectory is asked again.
+        """The recorded judgments, ``(trajectory id, key) -> labels``; a torn last piece is ignored.
 
         Raises:
             RunError: A whole line is not a judgment (names the file and line).
@@ -148,9 +126,7 @@ class JudgmentLog:
 
     @contextmanager
     def appender(self) -> Iterator[IO[bytes]]:
-        """The journal open for appending and held exclusively; a cut last line is cut off once it is held.
-
-        Read it (:meth:`read`) inside the block: what it holds then is what no other run will change.
+        """The journal open for appending, held exclusively, a torn last line cut off; :meth:`read` inside the block.
 
         Raises:
             RunError: Another ``ceb relabel`` is writing the same output (names the journal).
@@ -204,26 +180,23 @@ async def relabel_stream(
 ) -> RelabelSummary:
     """Judge each trajectory (one request each, concurrently) and write the stream with the labels to ``out``.
 
-    A trajectory whose reply stays unreadable after one re-ask keeps whatever ``alt_labels`` it had and gets no
-    ``name`` column; it is counted in :attr:`RelabelSummary.unreadable`. The file is written only when every
-    request is done, atomically (:func:`~ceb.data.reader.write_stream`), and not at all when no trajectory got a
-    judge label. Each judgment is recorded in ``out``'s :class:`JudgmentLog` as it arrives, and a trajectory
-    recorded there for the same judge and messages is not asked again (see the module docstring).
+    A reply unreadable after one re-ask leaves that trajectory without a ``name`` column
+    (:attr:`RelabelSummary.unreadable`). ``out`` is written atomically once every request is done, not at all when
+    nothing was labelled; judgments are journalled and reused (:class:`JudgmentLog`).
 
     Args:
-        trajectories: The stream, in order; every step must carry a reference action (:func:`require_references`).
+        trajectories: The stream, in order; every step must carry a reference action.
         chat: The judge's endpoint.
         prompts: Templates.
         out: The new stream file.
         name: The judge's column in ``meta["alt_labels"]``.
-        concurrency: Requests in flight at once (``backend.max_concurrency``; the backend's slots still apply).
-        judge_name: The judge (``backend:model``), part of each judgment's key: another judge's are not reused.
+        concurrency: Requests in flight (the backend's slots still apply).
+        judge_name: ``backend:model``, part of each judgment's key.
 
     Raises:
         DataError: A step has no reference action (:func:`require_references`); nothing is asked.
-        RunError: The journal holds a line that is not a judgment, or another run is writing it; nothing is asked.
-        FatalBackendError: The endpoint refuses every request; nothing is written (the judgments so far stay in the
-            journal).
+        RunError: The journal holds a non-judgment line, or another run is writing it; nothing is asked.
+        FatalBackendError: The endpoint refuses every request; nothing is written (the journal stays).
         OSError: ``out`` or its journal cannot be written.
     """
     require_references(trajectories)
@@ -247,15 +220,13 @@ async def judge_stream(
 ) -> RelabelSummary:
     """Ask ``ask`` for each trajectory's step labels (``concurrency`` at once), journalled, and write ``out``.
 
-    The resumable loop of ``ceb relabel`` and ``ceb label`` (the module docstring): a trajectory whose ``keys``
-    entry (:meth:`JudgmentLog.key`) the journal holds is not asked again; each answer is journalled as it arrives.
-    ``labelled`` gives the trajectory written for the labels, or for ``None`` when it got none. The file is
-    written when every request is done, atomically, and not at all when no trajectory got labels.
+    ``ceb relabel``'s and ``ceb label``'s loop: a ``keys`` entry the journal holds is not asked again; ``labelled``
+    builds the trajectory written for the labels (or ``None``). ``out`` is written atomically at the end, if anything
+    was labelled.
 
     Raises:
-        RunError: The journal holds a line that is not a judgment, or another run is writing it; nothing is asked.
-        FatalBackendError: The endpoint refuses every request; nothing is written (the judgments so far stay in the
-            journal).
+        RunError: As :func:`relabel_stream`.
+        FatalBackendError: As :func:`relabel_stream`.
         OSError: ``out`` or its journal cannot be written.
     """
     journal = JudgmentLog(out)

@@ -14,8 +14,9 @@ from typing import IO, Any, Self, TypedDict, TypeVar
 
 import orjson
 
+from ceb.bank import BankRecord
 from ceb.errors import RunError, with_path
-from ceb.stages.base import NOT_AVAILABLE, Abstention, CallStats, CriticResult, StepStatus
+from ceb.stages.base import NOT_AVAILABLE, Abstention, CallStats, CriticResult, HindsightResult, StepStatus
 from ceb.stages.step import Precedent, ScoredStep, precedents
 
 __all__ = [
@@ -32,14 +33,11 @@ __all__ = [
 ]
 
 ROW_SCHEMA = 3
-"""Version of the row layout written now; older rows are still read (:func:`read_step_rows` upgrades them).
+"""Version of the row layout written now; :func:`read_step_rows` upgrades older rows.
 
-1: no ``status``, ``retrieved`` as ``[id, step, label, sim]`` lists; 2: explicit ``status``, ``retrieved`` as
-objects; 3: ``alt_labels`` as a list of ``{"name", "label"}`` objects instead of one object keyed by the label
-names. From 3 on every field has one type in every row of every run, so a file loads into a fixed Arrow /
-Parquet schema (an object keyed by data has a type per run, and an empty one cannot be written to Parquet).
-A field added later with a default (:attr:`HindsightRow.abstained`, :attr:`StepRow.reused_from`) needs no new
-layout: a row without it reads with the default, and an older ``ceb`` names the field it does not know.
+1: no ``status``, ``retrieved`` as lists; 2: ``status``, ``retrieved`` as objects; 3: ``alt_labels`` as a list
+of ``{"name", "label"}``, so every field has one type in every run (a fixed Arrow / Parquet schema). A field added
+with a default (:attr:`StepRow.reused_from`) needs no new layout.
 """
 
 
@@ -52,51 +50,33 @@ class AltLabel(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class StepRow:
-    """One scored step of one method.
+    """One scored step of one method (a line of ``scores.jsonl``).
 
     Attributes:
-        stream: Stream name.
-        method: Method name.
-        trajectory: Trajectory id.
         step: 0-based step index ``t``.
-        score: ``z^_t`` in [0, 1], or ``None`` when the step is not scored (see ``status`` and ``error``).
-        label: Ground-truth label, copied here for evaluation only (0, 1 or ``None``).
+        score: ``z^_t`` in [0, 1], or ``None`` when not scored (see ``status`` and ``error``).
+        label: Ground-truth label (0, 1 or ``None``), copied for evaluation only.
         error: Why ``score`` is ``None`` (for people; code reads ``status``).
         clipped: The raw score was outside [0, 1] and was clipped (Eq. 6).
         raw: The critic's last reply text.
-        latency_s: Seconds in the server.
-        queue_s: Seconds waiting for an endpoint slot.
+        latency_s: Seconds in the server; ``queue_s`` seconds waiting for an endpoint slot.
         requests: Requests sent for this step (retries and re-asks included).
-        prompt_tokens: Input tokens, when the server reported them.
-        completion_tokens: Output tokens, when the server reported them.
         bank_size: ``|B_t|`` when the step was scored.
         repetition_flag: ``rho_t``.
         retrieved: Each precedent shown (:class:`Precedent`), positives first.
-        order: Stream order: 0 is the order of the input files, ``r >= 1`` the seeded permutation ``r``
-            (paper section 4.4, multi-order averaging).
-        position: 0-based position of the trajectory in this order of the stream.
-        critic: Label of the critic endpoint / model that scored (a grid may run several); ``""`` for one.
-        alt_labels: Other labels of this step for evaluation only (:class:`AltLabel`, sorted by name), e.g.
-            ``[{"name": "judge", "label": 1}]`` from an LLM-as-judge relabelling, copied from the trajectory's
-            ``meta["alt_labels"]`` (name -> one label per step).
-        input_tokens: ``cl100k_base`` tokens of the LLM critic's prompt for this step (contents of its
-            messages), whatever backend scored it; ``None`` for baselines or when counting is off
-            (:mod:`ceb.stages.tokens`).
-        bank_tokens: The part of ``input_tokens`` the precedent section adds (0 without a bank).
-        status: ``scored``, ``failed``, ``not_available`` or ``reused`` (:data:`~ceb.stages.base.StepStatus`).
-            A copy of a scored row is ``reused``; a copy of a failed or ``not_available`` row keeps that status.
-        reused_from: The order whose row this is a copy of (:mod:`ceb.pipeline.pool`), or
-            ``None`` for a row that asked its own requests. A copy has the score, reply, label and prompt token
-            counts of its source and this row's own ``order`` and ``position``; it cost nothing, so its
-            ``requests``, ``latency_s`` and ``queue_s`` are 0 (its server token counts 0 too, where the source
-            has them).
-        retries: Of ``requests``, the attempts sent again after a wire failure (timeout, 429, 5xx, dropped
-            connection), as the backend logged them (``retrying request``); re-asks are not counted.
-        retry_reason: Why the last retried attempt failed, ``None`` without retries.
-        readout: Which readout gave a verbal score: ``text``, ``expected`` or ``text_fallback``
-            (:attr:`~ceb.stages.base.CriticResult.readout`); ``None`` for methods without a verbal score, for a
-            step without a score, and in rows written before the field existed.
-        schema: :data:`ROW_SCHEMA` of the row.
+        order: 0 is the input files' order, ``r >= 1`` the seeded permutation ``r`` (paper section 4.4).
+        position: 0-based position of the trajectory in this order.
+        critic: Label of the critic that scored (a grid may run several); ``""`` for one.
+        alt_labels: Other labels for evaluation only (:class:`AltLabel`, sorted by name), from the trajectory's
+            ``meta["alt_labels"]``.
+        input_tokens: ``cl100k_base`` tokens of the LLM critic's prompt (:mod:`ceb.stages.tokens`); ``None`` for
+            baselines or when counting is off. ``bank_tokens``: the part the precedents add.
+        status: :data:`~ceb.stages.base.StepStatus`; a copy of a scored row is ``reused``, of another keeps its status.
+        reused_from: The order this row copies (:mod:`ceb.pipeline.pool`), else ``None``. A copy has its source's
+            score, reply, label and prompt tokens, its own placement, and 0 requests, latency, queue and server tokens.
+        retries: Of ``requests``, the attempts resent after a wire failure (timeout, 429, 5xx, dropped connection).
+        readout: ``text``, ``expected`` or ``text_fallback`` (:attr:`~ceb.stages.base.CriticResult.readout`);
+            ``None`` without a verbal score (or in older rows).
     """
 
     stream: str
@@ -148,11 +128,10 @@ class StepRow:
         critic: str = "",
         alt_labels: Sequence[AltLabel] = (),
     ) -> StepRow:
-        """The row of a step :func:`~ceb.stages.step.score_step` scored, placed by the lane (the other arguments).
+        """The row of a step :func:`~ceb.stages.step.score_step` scored, placed by the lane.
 
-        Fields the critic's result (:class:`~ceb.stages.base.CriticResult`) and its cost
-        (:class:`~ceb.stages.base.CallStats`) share with the row by name are copied as they are, so a field added
-        to both under one name needs no edit here.
+        Fields sharing a name with :class:`~ceb.stages.base.CriticResult` or :class:`~ceb.stages.base.CallStats` are
+        copied by name.
         """
         res = done.result
         return cls(
@@ -185,33 +164,16 @@ _FROM_STATS = tuple(f.name for f in fields(CallStats) if f.name in _ROW_FIELDS)
 
 @dataclass(frozen=True, slots=True)
 class HindsightRow:
-    """The hindsight outcome of one trajectory for one bank-using method.
+    """The hindsight outcome of one trajectory for one bank-using method (a line of ``hindsight.jsonl``).
 
     Attributes:
-        stream: Stream name.
-        method: Method name.
-        trajectory: Trajectory id.
-        votes: Valid votes over the labelled steps (all but the abstained ones, in order), shape ``(V_valid, T_l)``.
-        soft_votes: ``y~_t``, shape ``(T_l,)``.
-        pseudo_labels: ``y^_t``, shape ``(T_l,)``.
-        failed_votes: Votes without a readable answer.
-        errors: Reasons of the failed votes.
-        records_added: Records this trajectory added to the bank (0 when no vote was valid, or when the labeler
-            abstained on every step).
+        votes: Valid votes over the labelled (not abstained) steps, shape ``(V_valid, T_l)``.
+        soft_votes: ``y~_t``, shape ``(T_l,)``; ``pseudo_labels``: ``y^_t``, shape ``(T_l,)``.
+        records_added: Records added to the bank (0 with no valid vote, or every step abstained).
         latency_s: Seconds in the server over all votes.
-        requests: Requests sent over all votes.
-        prompt_tokens: Input tokens over all votes, when reported.
-        completion_tokens: Output tokens over all votes, when reported.
-        order: Stream order (see :class:`StepRow`).
-        position: Position of the trajectory in this order of the stream.
-        critic: Critic label (see :class:`StepRow`).
-        records: The bank records this trajectory added (:class:`~ceb.bank.BankRecord` fields), so this file
-            is also the bank's append-only checkpoint (:mod:`ceb.pipeline.resume`).
-        abstained: The steps the labeler gave no label, each ``{"step": t, "reason": ...}``
-            (:class:`~ceb.stages.base.Abstention`); they are not in the bank.
-        retries: Of ``requests``, the attempts sent again after a wire failure (see :class:`StepRow`).
-        retry_reason: Why the last retried attempt failed, ``None`` without retries.
-        schema: :data:`ROW_SCHEMA` of the row.
+        records: The bank records added (:class:`~ceb.bank.BankRecord` fields): the bank's append-only checkpoint
+            (:mod:`ceb.pipeline.resume`).
+        abstained: Steps given no label, each ``{"step": t, "reason": ...}``; not in the bank.
     """
 
     stream: str
@@ -236,16 +198,47 @@ class HindsightRow:
     retry_reason: str | None = None
     schema: int = ROW_SCHEMA
 
+    @classmethod
+    def from_result(
+        cls,
+        result: HindsightResult,
+        records: Sequence[BankRecord],
+        *,
+        stream: str,
+        method: str,
+        trajectory: str,
+        order: int = 0,
+        position: int = 0,
+        critic: str = "",
+    ) -> HindsightRow:
+        """The row of one trajectory's hindsight ``result`` and the bank ``records`` it added, placed by the lane."""
+        s = result.stats
+        return cls(
+            stream=stream,
+            method=method,
+            trajectory=trajectory,
+            votes=[list(v) for v in result.votes],
+            soft_votes=list(result.soft_votes),
+            pseudo_labels=list(result.pseudo_labels),
+            failed_votes=result.failed_votes,
+            errors=list(result.errors),
+            records_added=len(records),
+            latency_s=s.latency_s,
+            requests=s.requests,
+            prompt_tokens=s.prompt_tokens,
+            completion_tokens=s.completion_tokens,
+            order=order,
+            position=position,
+            critic=critic,
+            records=[asdict(r) for r in records],
+            abstained=list(result.abstained),
+            retries=s.retries,
+            retry_reason=s.retry_reason,
+        )
+
 
 class ResultWriter:
-    """Appends rows to ``scores.jsonl`` and ``hindsight.jsonl`` and flushes each one to the OS at once.
-
-    Made by :meth:`ceb.pipeline.rundir.RunDir.writer`.
-
-    Args:
-        scores: The step rows' file; its directory is created if missing.
-        hindsight: The hindsight rows' file.
-    """
+    """Appends rows to ``scores.jsonl`` and ``hindsight.jsonl`` (folders created on entry), each flushed at once."""
 
     def __init__(self, scores: Path, hindsight: Path) -> None:
         self._paths = {"scores": scores, "hindsight": hindsight}
@@ -280,8 +273,7 @@ class ResultWriter:
         """Append ``row`` as one JSON line (one ``write`` call) and flush it to the OS.
 
         Raises:
-            OSError: The write failed (a full disk, say), naming the file; the rows before it are whole, and a
-                part of this one may be left as the file's last line, which every reader skips.
+            OSError: The write failed, naming the file; a torn part of this row may be left as the last line.
         """
         name = "scores" if isinstance(row, StepRow) else "hindsight"
         f = self._files[name]
@@ -293,11 +285,7 @@ class ResultWriter:
 
 
 def read_rows(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Yield the raw JSON objects of a ``scores.jsonl`` or ``hindsight.jsonl`` file, as stored.
-
-    Code that computes with results reads typed rows (:func:`read_step_rows`, :func:`read_hindsight_rows`);
-    this is for looking at the file itself. A last line cut short by a crash is skipped; any other bad line
-    raises.
+    """Yield the raw JSON objects of a ``scores.jsonl`` or ``hindsight.jsonl``; a torn last line is skipped.
 
     Raises:
         RunError: A line before the last is not valid JSON (names file and line).
@@ -307,10 +295,7 @@ def read_rows(path: str | Path) -> Iterator[dict[str, Any]]:
 
 
 def count_rows(path: str | Path) -> int:
-    """The rows :func:`read_rows` would yield from ``path`` (0 when it does not exist), without parsing each one.
-
-    Blank lines are not rows; a last line cut short by a crash is not counted.
-    """
+    """The rows :func:`read_rows` would yield from ``path`` (0 if missing), without parsing each one."""
     try:
         lines = Path(path).read_bytes().split(b"\n")
     except FileNotFoundError:
@@ -364,10 +349,7 @@ def _typed(path: Path, cls: type[_Row], upgrade: Callable[[dict[str, Any], int],
 
 
 def _upgrade_step(row: dict[str, Any], schema: int) -> dict[str, Any]:
-    """Layout 1 -> 2: the status from the score and the error's prefix; precedents as objects.
-
-    2 -> 3: ``alt_labels`` from ``{name: label}`` to a list of :class:`AltLabel`, sorted by name.
-    """
+    """Layout 1 -> 2: the status from the score and the error's prefix; precedents as objects."""
     out = dict(row)
     if schema < 2:
         if out.get("score") is not None:

@@ -1,28 +1,13 @@
 """Resuming a run directory: fingerprints of what a run depends on, and the restore of every lane's progress.
 
-The run directory is the unit of durability. ``scores.jsonl`` gets one flushed line per scored step and
-``hindsight.jsonl`` one flushed line per trajectory of a bank method, and that line carries the bank records
-the trajectory added: it is the bank's append-only checkpoint, written in one ``write`` so a kill leaves
-either the whole trajectory in the bank or none of it (a torn last line is ignored).
-
-On resume each lane (stream, order, method, critic) is walked in its stream order. A trajectory is complete
-when each of its steps has a finished row (a score, or ``not available``) and, for bank methods, its hindsight
-row is there; the lane's bank is rebuilt by replaying the records of its complete trajectories in order (the
-incremental kernel then holds exactly the state it had after the last one). The lane continues at the first
-step that has no row or whose critic call failed (so failed steps are retried); rows after that point in the
-same lane, if any, are dropped, because they were conditioned on the missing or failed step. Nothing before it
-is recomputed.
-
-A bank-free method (scored in the step pool, :mod:`ceb.pipeline.pool`) is walked over the union of the orders;
-its rows are the source rows of any order, and its copies are dropped here and written again by the runner from
-the source rows kept. Its trajectories are independent, so each keeps its own finished rows: all of them for a
-method that reads no earlier score (a baseline), the finished prefix for one that does (``static``).
-
-A shard of a run (``--shard i/N``, :mod:`ceb.pipeline.shard`) resumes only as the same shard: its lanes are
-fixed by its plan. A resume is refused when the input streams or the result-affecting configuration differ from the ones
-recorded in ``config.json`` when the run started; the message names what changed. Settings that cannot change
-a result (endpoint URLs, concurrency, timeouts, retry waits, the failure budget) may differ. The trajectory
-limit (``max_trajectories``) may grow: a limited run is the start of the longer one. It may not shrink.
+Each ``hindsight.jsonl`` line carries the bank records its trajectory added, written in one ``write``: it is the
+bank's append-only checkpoint (a torn last line is ignored). A lane resumes after its last complete trajectory
+(every step finished, its hindsight row there), its bank rebuilt from those records, at the first step without a
+finished row (failed steps are retried); later rows of the lane are dropped. Pooled bank-free methods
+(:mod:`ceb.pipeline.pool`) keep their finished source rows (``static``: each trajectory's finished prefix) and
+drop copies. A shard resumes only as the same shard. A resume is refused when the streams or a result-affecting
+setting differ from ``config.json``, naming each change; endpoints, concurrency, timeouts, retry waits and the
+failure budget may differ, and ``max_trajectories`` may grow but not shrink.
 """
 
 from __future__ import annotations
@@ -97,9 +82,9 @@ ADDED_SETTINGS: Mapping[str, object] = {
     "ceb.repetition_reading": "chars",
     "ceb.repetition_prefix_fraction": 0.9,
 }
-"""Settings added after runs were first recorded, with the behaviour of the runs that predate them: a recorded
-fingerprint without the setting reads as this value. (Runs before ``ceb.repetition_reading`` flagged by the first
-40 characters: resuming one under the new default ``prefix`` names the change; ``chars`` resumes it.)"""
+"""Settings added later -> the behaviour of runs that predate them (a recorded fingerprint without one reads so).
+
+Older runs read ``ceb.repetition_reading`` as ``chars`` (first 40 characters); resuming one needs that value."""
 
 
 def _flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -140,21 +125,16 @@ def config_fingerprint(config: RunConfig) -> tuple[str, dict[str, Any]]:
 
 
 STREAM_FINGERPRINT = 2
-"""Version of :func:`stream_fingerprint`. 1 (a bare SHA-256 string, recorded before ceb 0.x of issue 33) hashed
-each trajectory's ``source`` (``path:line``) too, so the same bytes named by another path read as changed; a run
-that recorded it is checked with :func:`legacy_stream_fingerprint`. 2: content only, with the count and ids apart."""
+"""Version of :func:`stream_fingerprint`: 2 hashes content only; 1 (a bare SHA-256, ``source`` included) is
+checked with :func:`legacy_stream_fingerprint`."""
 
 
 def stream_fingerprint(trajectories: Iterable[Trajectory]) -> dict[str, Any]:
-    """What a resume and ``ceb merge`` compare of a stream: its content in its order, never where it was read from.
-
-    Every field of every trajectory counts (labels included) except ``source`` (``path:line``), so a stream copied
-    elsewhere, named by an absolute path or mounted at another path on another node fingerprints the same.
+    """What a resume and ``ceb merge`` compare of a stream: every field of every trajectory in order, except ``source``.
 
     Returns:
-        ``{"version": 2, "trajectories": n, "ids_sha256": ..., "sha256": ...}``: the count, the SHA-256 of the
-        trajectory ids in order, and the SHA-256 of the content in order (:func:`diff_fingerprints` reads them
-        apart to say what changed: the count, the ids or their order, or the content of the same trajectories).
+        ``{"version": 2, "trajectories": n, "ids_sha256": ..., "sha256": ...}`` (count, ids in order, content in
+        order), read apart by :func:`diff_fingerprints`.
     """
     content, ids, n = hashlib.sha256(), hashlib.sha256(), 0
     for t in trajectories:
@@ -180,11 +160,7 @@ def legacy_stream_fingerprint(trajectories: Iterable[Trajectory]) -> str:
 
 
 def _stream_change(name: str, old: Any, new: Any, legacy: str | None) -> str | None:
-    """What changed in stream ``name`` between its recorded fingerprint ``old`` and ``new``; ``None``: nothing.
-
-    ``legacy`` is the current stream's version-1 fingerprint, when known: a run recorded before version 2 is
-    checked against it (the same files at the same paths resume as before).
-    """
+    """What changed in stream ``name`` between its recorded fingerprint ``old`` and ``new``; ``None``: nothing."""
     if isinstance(old, str) or isinstance(new, str):
         if isinstance(old, str) and isinstance(new, str):
             same = old == new
@@ -211,15 +187,13 @@ def _stream_change(name: str, old: Any, new: Any, legacy: str | None) -> str | N
 
 
 def diff_fingerprints(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """What differs between the fingerprints recorded at a run's start and the current ones.
+    """What differs between the recorded fingerprints and ``current`` (both with ``config`` and ``streams``).
 
-    Both mappings have ``config`` (flat settings) and ``streams`` (name -> :func:`stream_fingerprint`, or the
-    SHA-256 string of version 1). ``current`` may also hold ``legacy_streams`` (name ->
-    :func:`legacy_stream_fingerprint`), against which a recorded version-1 fingerprint is checked.
+    A recorded version-1 stream fingerprint is checked against ``current["legacy_streams"]``
+    (:func:`legacy_stream_fingerprint`).
 
     Returns:
-        One line per difference, e.g. ``"setting ceb.k: 2 -> 3"`` or ``"stream bash-gpt-4: 200 trajectories in the
-        run, 180 now"``; empty when the resume may proceed.
+        One line per difference, e.g. ``"setting ceb.k: 2 -> 3"``; empty when the resume may proceed.
     """
     out: list[str] = []
     old_c, new_c = recorded.get("config", {}), current.get("config", {})
@@ -247,9 +221,6 @@ class LaneProgress:
     Attributes:
         position: Position (in the lane's order) of the first trajectory that is not complete.
         prefix: Scores of the steps of that trajectory already scored, in step order (they are not rescored).
-        bank: The lane's bank after its last complete trajectory.
-        kept_steps: Step rows kept, in file order.
-        kept_hindsight: Hindsight rows kept, in file order.
     """
 
     position: int = 0
@@ -270,18 +241,11 @@ def restore_progress(
 ) -> dict[LaneKey, LaneProgress]:
     """Work out each lane's resume point, rebuild its bank, and rewrite the result files to the kept rows.
 
-    Rows copied from another order (``reused_from`` set) are never kept: the runner writes them again from the
-    source rows kept (:mod:`ceb.pipeline.pool`).
-
     Args:
         run_dir: The run directory to resume.
-        lanes: Lane -> (its trajectories in its order, a factory of its empty bank, or ``None`` without a bank).
-        pooled: The keys of ``lanes`` scored in the step pool, each with whether its steps read its own earlier
-            scores; their trajectories are the union of the orders', the source rows of any order are theirs, and
-            each trajectory keeps its finished rows (its finished prefix, when the steps read earlier scores).
-
-    Returns:
-        Every lane's :class:`LaneProgress`.
+        lanes: Lane -> (its trajectories in order, its empty bank's factory or ``None`` without a bank).
+        pooled: The pooled keys of ``lanes`` (:mod:`ceb.pipeline.pool`), each with whether its steps read its own
+            earlier scores (then only a trajectory's finished prefix is kept); copies are never kept.
 
     Raises:
         RunError: A result file has a bad line before its last (names file and line).
@@ -342,11 +306,7 @@ def restore_progress(
 
 
 def _rewrite(path: Path, rows: Sequence[StepRow | HindsightRow]) -> None:
-    """Replace ``path`` with ``rows`` atomically (write a sibling, fsync, rename), in the current layout.
-
-    Raises:
-        OSError: The write failed (a full disk, say), naming ``path``; the file is left as it was.
-    """
+    """Replace ``path`` with ``rows`` atomically (write a sibling, fsync, rename), in the current layout."""
     tmp = path.with_suffix(path.suffix + ".tmp")
     try:
         with tmp.open("wb") as f:
@@ -362,11 +322,7 @@ def _rewrite(path: Path, rows: Sequence[StepRow | HindsightRow]) -> None:
 
 
 def limit_may_follow(recorded: int | None, current: int | None) -> bool:
-    """Whether a run limited to ``recorded`` trajectories per stream order may resume with limit ``current``.
-
-    ``None`` is no limit. Raising the limit extends every lane by later trajectories of the same order, which
-    is what an unlimited run would have scored next; lowering it would orphan rows already written.
-    """
+    """Whether a run limited to ``recorded`` trajectories may resume with limit ``current`` (``None``: none)."""
     if recorded is None:
         return current is None
     return current is None or current >= recorded
@@ -374,9 +330,6 @@ def limit_may_follow(recorded: int | None, current: int | None) -> bool:
 
 def check_shard(run_dir: RunDir, shard: Mapping[str, int] | None) -> None:
     """Refuse to resume ``run_dir`` with another shard plan than the one it recorded (``None``: unsharded).
-
-    A shard's lanes are fixed by its plan (:mod:`ceb.pipeline.shard`): resumed under another plan, it would drop
-    the lanes it has and start others.
 
     Raises:
         RunError: The plans differ (both named).
@@ -398,9 +351,7 @@ def check_resumable(
 ) -> None:
     """Refuse to resume ``run_dir`` when its recorded fingerprints differ from ``current``.
 
-    ``current`` holds ``config`` and ``streams`` (:func:`diff_fingerprints`) and, when given, ``limit``: the
-    resume's ``max_trajectories``, checked with :func:`limit_may_follow`. ``streams`` (name -> trajectories as
-    read) checks a stream whose fingerprint an older ceb recorded (version 1, paths included) the old way.
+    ``current["limit"]``, when given, is checked by :func:`limit_may_follow`; ``streams`` serves version-1 records.
 
     Raises:
         RunError: ``config.json`` is unreadable or has no fingerprints, or something changed (each change named).

@@ -5,22 +5,16 @@ Layout::
     config.json        the effective configuration, the input streams and the fingerprints a resume checks
     scores.jsonl       one row per scored step per method (StepRow)
     hindsight.jsonl    one row per trajectory per bank-using method (HindsightRow)
-    banks/             each lane's bank at the end of the run (ceb-bank/1 JSON), named stream__method[__o<order>]
-                       [__<critic>]; summary.json lists them with stream, order, method and critic apart
+    banks/             each lane's final bank, stream__method[__o<order>][__<critic>] (listed in summary.json)
     metrics.json       ECE, Brier, AUROC per stream, order and method, and pooled per order and method
     summary.json       how the last call of ``run_scoring`` ended and what it did (:mod:`ceb.pipeline.summary`)
-    report/            ``ceb report``'s default output (report.md, report.json, tables, figures)
-    regeneration/      ``ceb regenerate``'s default output, its files named by
-                       :class:`~ceb.pipeline.regenerate.RegenerationDir`
-    parts/             the shards of a run launched on Ray (``ceb grid --ray``), one run directory each,
-                       shard<i>of<N>; the files above are their merge (:mod:`ceb.pipeline.ray_launch`)
+    report/            ``ceb report``'s default output
+    regeneration/      ``ceb regenerate``'s default output (:class:`~ceb.pipeline.regenerate.RegenerationDir`)
+    parts/             a Ray launch's shards, shard<i>of<N>, one run directory each (:mod:`ceb.pipeline.ray_launch`)
     .lock              held by the one process using the directory (:mod:`ceb.dirlock`)
 
-A run built whole elsewhere (``ceb merge``) is written into the sibling ``.<name>.building`` and published by one
-rename (:meth:`RunDir.built_aside`). A reader reads a run only when it is complete: ``summary.json`` is there and
-its counts match the rows, or a process is writing it now (:meth:`RunDir.require_readable`).
-
-Every other module asks :class:`RunDir` for a path or a recorded setting; none spells a file name
+A run built elsewhere (``ceb merge``) is published by one rename (:meth:`RunDir.built_aside`); a run is read only
+when complete or being written (:meth:`RunDir.require_readable`). No other module spells a file name
 (``tests/pipeline/test_rundir.py`` checks the source).
 """
 
@@ -95,16 +89,7 @@ def _dump(doc: Mapping[str, Any]) -> bytes:
 
 
 class RunDir:
-    """A run directory (:mod:`ceb.pipeline.rundir` draws its layout): its files, its lock, its record.
-
-    Nothing is read or created on construction; each method touches the disk when called.
-
-    Args:
-        path: The directory (it need not exist yet).
-
-    Attributes:
-        path: The directory.
-    """
+    """A run directory (layout in :mod:`ceb.pipeline.rundir`); nothing touches the disk until a method is called."""
 
     CONFIG = "config.json"
     SCORES = "scores.jsonl"
@@ -209,14 +194,10 @@ class RunDir:
         return self.scores.is_file()
 
     def require_run(self) -> None:
-        """Check that the directory holds a run that a resume can continue: it exists and has ``config.json``.
-
-        Without ``config.json`` nothing says which streams and settings the rows were scored with, so a resume
-        cannot check them (:func:`ceb.pipeline.resume.check_resumable`); it is refused rather than guessed.
+        """Check that the directory holds a run a resume can continue (it has ``config.json``).
 
         Raises:
-            RunError: The directory is missing, has no ``config.json`` (the message names the directory, what
-                is missing and what it does hold), or a live process holds it before writing one (in use).
+            RunError: The directory is missing, has no ``config.json`` (names what it holds), or a live process has it.
         """
         where = f"cannot resume {self.path}"
         if not self.path.exists():
@@ -258,8 +239,7 @@ class RunDir:
         """The rows of ``scores.jsonl`` (:func:`~ceb.pipeline.results.read_step_rows`).
 
         Raises:
-            RunError: The file is missing (the message says what a run directory is), or a line before its last
-                is not a row (names file and line).
+            RunError: The file is missing, or a line before its last is not a row.
         """
         from ceb.pipeline.results import read_step_rows
 
@@ -282,10 +262,7 @@ class RunDir:
         return self.scores
 
     def scored_anything(self) -> bool:
-        """Whether ``scores.jsonl`` holds a step with a score (not only failures and "not available").
-
-        A file that cannot be read counts as holding results: it is never replaced without ``overwrite``.
-        """
+        """Whether ``scores.jsonl`` holds a scored step; an unreadable file counts as holding one."""
         from ceb.pipeline.results import read_step_rows
 
         try:
@@ -318,11 +295,7 @@ class RunDir:
             raise ConfigError(f"run config {self.config_file}: invalid setting {where}: {first['msg']}") from exc
 
     def recorded_or_default(self) -> tuple[RunConfig, bool]:
-        """The recorded configuration, or the defaults when there is none readable; and whether it was recorded.
-
-        Readers of a finished run (``ceb metrics``, ``ceb report``) take its settings from here, so a directory
-        copied without its ``config.json`` still reads.
-        """
+        """The recorded configuration, or the defaults when none is readable; and whether it was recorded."""
         try:
             return self.recorded_config(), True
         except ConfigError:
@@ -349,11 +322,9 @@ class RunDir:
         return {name: list(entry.get("files") or []) for name, entry in streams.items() if isinstance(entry, dict)}
 
     def recorded_trajectories(self) -> tuple[dict[str, list[Trajectory]], dict[str, str]]:
-        """The trajectories of each stream the run recorded, read again from its files, for evaluations.
+        """The recorded streams' trajectories, read again from the files ``config.json`` names (relative to the cwd).
 
-        The files are those ``config.json`` names, as given then (a relative path is read from the current directory).
-        Never raises: returns ``(streams, missing)``, ``missing`` giving per stream why its files could not be read,
-        or under ``"*"`` why nothing could (no or unreadable ``config.json``).
+        Never raises: returns ``(streams, missing)``, ``missing`` saying per stream (or under ``"*"`` for all) why not.
         """
         from ceb.data.reader import read_stream
 
@@ -395,11 +366,7 @@ class RunDir:
         fingerprints: Mapping[str, Any],
         shard: Mapping[str, int] | None = None,
     ) -> None:
-        """Record the run's start (atomically): version, streams and their files, fingerprints, configuration.
-
-        ``shard`` is the shard plan of a sharded run (``{"index": i, "count": N}``, :mod:`ceb.pipeline.shard`),
-        recorded as ``shard``; an unsharded run has no such key.
-        """
+        """Record the run's start atomically: version, streams and files, fingerprints, configuration, shard plan."""
         sources = {n: sorted({t.source.rsplit(":", 1)[0] for t in trajs if t.source}) for n, trajs in streams.items()}
         doc = {
             "ceb_version": __version__,
@@ -477,18 +444,13 @@ class RunDir:
 
     @contextlib.contextmanager
     def built_aside(self) -> Iterator[RunDir]:
-        """Build this run directory aside, then publish it whole: a reader sees no part of it before the end.
+        """Build this run in the sibling ``.<name>.building`` (under its lock), then publish it whole.
 
-        The block writes into the :class:`RunDir` it is given, the sibling ``.<name>.building``, under that
-        directory's lock: a second builder of the same run is refused while the first lives. What a build killed
-        before its end left there is removed first (a build is redone, not resumed: its files come from elsewhere).
-        When the block ends, every file is flushed to disk (``fsync``) and published: by one rename when this
-        directory does not exist or is empty, else (it holds other files, such as a Ray launch's ``parts/``) file
-        by file with ``summary.json`` last, so that until the end it is not a complete run to any reader. When the
-        block raises, the staging directory is removed and this one is left as it was.
+        Leftovers of a killed build are removed first. On success every file is fsynced and moved by one rename (or,
+        when this directory holds other files, file by file with ``summary.json`` last); on error the staging goes.
 
         Raises:
-            RunError: Another process is building this run (names its pid), or the staging directory cannot be used.
+            RunError: Another process is building this run, or the staging directory cannot be used.
             OSError: A file cannot be flushed or moved (names it).
         """
         stage = self.building
@@ -525,21 +487,17 @@ class RunDir:
         _fsync_dir(self.path)
 
     def require_readable(self) -> str | None:
-        """Check that a reader (``ceb metrics``, ``export``, ``report``) may read the run here, as a whole run.
+        """Check that a reader (``ceb metrics``, ``export``, ``report``) may read the run here.
 
-        A run is read when it is complete: ``summary.json`` is there, its counts match the rows of ``scores.jsonl``
-        and ``hindsight.jsonl`` (:data:`STEP_COUNTS`) and the banks it lists are there. A run a live process is
-        writing now (it holds the lock: a run being scored) is read as it stands; so is a run that ended
-        interrupted or failed, whose summary matches its rows; for those a note says the results are partial. Rows
-        copied without their run's record (no ``config.json``, no ``summary.json``) are read as rows.
+        A run is read when ``summary.json`` matches its rows and banks (:meth:`summary_mismatch`), when a live process
+        holds it, or when it has no record at all (bare rows).
 
         Returns:
-            ``None`` for a finished run; else the note a reader shows (one line).
+            ``None`` for a finished run, else a one-line note that the results are partial.
 
         Raises:
-            RunError: No ``scores.jsonl``, the staging directory of a build (:meth:`built_aside`), or a run that is
-                not complete: no ``summary.json`` (a run or a merge killed), or a summary that does not match the
-                rows (rows lost, doubled or added since); the message names what is missing and how to continue.
+            RunError: No ``scores.jsonl``, a staging directory, no ``summary.json`` in a started run, or a summary that
+                does not match the rows (names how to continue).
         """
         name = self.path.name
         if name.startswith(".") and name.endswith(self.BUILDING):
@@ -569,11 +527,7 @@ class RunDir:
         return None
 
     def summary_mismatch(self, summary: Mapping[str, Any]) -> list[str]:
-        """Where ``summary`` (``summary.json`` as read) and the files here disagree, one phrase each (empty: none).
-
-        The rows of ``scores.jsonl`` and ``hindsight.jsonl`` against the counts (:data:`STEP_COUNTS`,
-        ``trajectories_voted``), and the bank files it lists.
-        """
+        """Where ``summary`` and the rows (:data:`STEP_COUNTS`, ``trajectories_voted``) or bank files disagree."""
         from ceb.pipeline.results import count_rows
 
         problems = []

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.abc import ObjectSendStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ceb.backends.scheduling import EndpointLimits
 from ceb.bank import RETRIEVERS
@@ -29,7 +29,7 @@ from ceb.data.trajectory import Trajectory
 from ceb.errors import ConfigError, RunError, reported_error
 from ceb.logs import get_logger
 from ceb.pipeline.label import label_sources
-from ceb.pipeline.lane import Emit, Lane
+from ceb.pipeline.lane import Lane
 from ceb.pipeline.planning import LanePlan, build_lanes, fingerprints, plan_lanes
 from ceb.pipeline.pool import StepPool
 from ceb.pipeline.provenance import identify, provenance
@@ -50,11 +50,7 @@ log = get_logger(__name__)
 
 
 def progress_callbacks(progress: Progress) -> tuple[Callable[[Row], None], Callable[[int], None]]:
-    """``on_row`` and ``on_start`` for :func:`run_scoring` that keep ``progress`` counting step rows.
-
-    A step row is one unit, a copy for another order too (failed when its own critic call failed); hindsight
-    rows add their requests.
-    """
+    """``on_row`` and ``on_start`` for :func:`run_scoring`: a step row (a copy too) is one unit of ``progress``."""
 
     def on_row(row: Row) -> None:
         if isinstance(row, StepRow):
@@ -80,31 +76,26 @@ async def run_scoring(
     """Score every stream, in each of ``config.orders`` orders, with every method of ``config.methods``.
 
     Args:
-        streams: Stream name -> trajectories in stream order (as read, labels included: lanes blind them).
-        config: The effective configuration; written to ``run_dir/config.json`` with its fingerprints.
+        streams: Stream name -> trajectories in stream order (labels included: lanes blind them).
+        config: The effective configuration; recorded in ``run_dir/config.json`` with its fingerprints.
         run_dir: New or empty directory for the results (or the run to resume).
-        stages: Critic and hindsight to use, or one set per critic label of ``config.critics``; built from
-            the configuration when ``None``.
-        on_row: Called with each row after it is on disk (progress bars).
-        on_start: Called once before the first lane starts, with the number of step rows this call will write
-            (all planned steps less those a resume keeps).
-        overwrite: Delete the results of an earlier run in ``run_dir`` (and nothing else) first.
-        resume: Continue the run in ``run_dir`` where it stopped (:mod:`ceb.pipeline.resume`); a directory
-            without a started run is refused (:meth:`~ceb.pipeline.rundir.RunDir.require_run`), never started.
-        shard: Score only this shard's lanes (:mod:`ceb.pipeline.shard`), recorded in ``config.json``; a resume
-            must name the shard the run recorded (``None`` for an unsharded run).
+        stages: Critic and hindsight, or one set per critic label of ``config.critics``; built from ``config``
+            when ``None``.
+        on_row: Called with each row after it is on disk.
+        on_start: Called once before the first lane, with the number of step rows this call will write.
+        overwrite: Delete an earlier run's results in ``run_dir`` first.
+        resume: Continue the run in ``run_dir`` (:mod:`ceb.pipeline.resume`).
+        shard: Score only this shard's lanes (:mod:`ceb.pipeline.shard`); a resume must name the recorded one.
 
     Returns:
         Counts of what was scored and what failed (resumed rows included, and counted apart).
 
     Raises:
-        RunError: Another process is using ``run_dir`` (its lock, :mod:`ceb.dirlock`); ``run_dir`` already
-            holds scored steps (and neither ``overwrite`` nor ``resume``), or a resume
-            finds changed input or settings (names each change).
-        ConfigError: Unknown method or backend, a broken prompt template, or a stream name that cannot name a
-            stream (:func:`~ceb.data.streams.check_streams`).
+        RunError: ``run_dir`` is locked by another process, holds scored steps (without ``overwrite`` or
+            ``resume``), or a resume finds no run or changed input or settings (names each change).
+        ConfigError: Unknown method or backend, a broken prompt template, or an invalid stream name
+            (:func:`~ceb.data.streams.check_streams`).
         DataError: A trajectory id twice in a stream.
-        RunError: ``resume`` of a directory that is missing or has no ``config.json``.
     """
     check_streams(streams)
     run = RunDir(run_dir)
@@ -175,9 +166,10 @@ async def _run_scoring(
             else:
                 run.write_config(config, streams, prints, shard.to_record() if shard is not None else None)
             began = True
-            with run.writer() as writer:
-                lanes, pools = build_lanes(plan, config, by_critic, critic_stages, tokens, _unset_emit)
-                await _execute(lanes, pools, plan, config, writer, summary, on_row, on_start)
+            rows, received = anyio.create_memory_object_stream[Row](max_buffer_size=1024)
+            with run.writer() as writer, rows, received:
+                lanes, pools = build_lanes(plan, config, by_critic, critic_stages, tokens, rows.send)
+                await _execute(lanes, pools, plan, config, writer, summary, on_row, on_start, (rows, received))
             outcome = "finished"
         except BaseExceptionGroup as group:
             # A lane or the writer failed and the task group wrapped it: surface our own error (or the system's,
@@ -214,11 +206,7 @@ async def _run_scoring(
 
 
 def _may_write(run: RunDir, *, overwrite: bool, resume: bool) -> bool:
-    """Whether the run replaces earlier results (``overwrite``, or an earlier run that scored no step).
-
-    Raises:
-        RunError: Both ``overwrite`` and ``resume``, or results are there and neither was asked for.
-    """
+    """Whether the run replaces earlier results (``overwrite``, or an earlier run that scored no step)."""
     if overwrite and resume:
         raise RunError("choose one of overwrite and resume")
     if not run.has_scores or overwrite or resume:
@@ -235,11 +223,7 @@ def _may_write(run: RunDir, *, overwrite: bool, resume: bool) -> bool:
 
 
 def _check_methods(config: RunConfig, streams: Mapping[str, Sequence[Trajectory]]) -> list[MethodSpec]:
-    """The run's methods, after checking what would otherwise fail mid-run: retrievers and prompt templates.
-
-    Raises:
-        ConfigError: An unknown method or retriever, or a broken template.
-    """
+    """The run's methods, after checking what would otherwise fail mid-run: retrievers and prompt templates."""
     methods = [resolve_method(m) for m in config.methods]
     for retriever in {m.resolve(config.ceb).retriever for m in methods}:
         RETRIEVERS.get(retriever)
@@ -256,6 +240,7 @@ async def _execute(
     summary: RunSummary,
     on_row: Callable[[Row], None] | None,
     on_start: Callable[[int], None] | None,
+    stream: tuple[MemoryObjectSendStream[Row], MemoryObjectReceiveStream[Row]],
 ) -> None:
     if on_start is not None:
         on_start(len(plan.recopied) + sum(lane.steps_left for lane in lanes) + sum(p.steps_left for p in pools))
@@ -265,15 +250,11 @@ async def _execute(
         summary.count(row)
         if on_row is not None:
             on_row(row)
-    await _run_chains(lanes, pools, config, writer, summary, on_row)
+    await _run_chains(lanes, pools, config, writer, summary, on_row, stream)
 
 
 def _save_banks(run: RunDir, lanes: Sequence[Lane], pools: Sequence[StepPool], summary: RunSummary) -> None:
-    """Save each lane's bank and list every lane's bank size in ``summary`` (a pooled method: 0, per order).
-
-    Called without awaiting: under cancellation an await here would be cancelled too. A bank only changes
-    between trajectories, so what is saved is its state after the last completed trajectory.
-    """
+    """Save each lane's bank and list every lane's bank size in ``summary`` (a pooled method: 0, per order)."""
     for lane in lanes:
         saved = run.bank_file((lane.stream, lane.order, lane.method.name, lane.critic))
         lane.bank.save(run.path / saved)
@@ -305,11 +286,7 @@ def _stages_by_critic(
 def _refuse_unavailable(
     methods: Sequence[MethodSpec], by_critic: Mapping[str, Stages], critic_configs: Mapping[str, RunConfig]
 ) -> None:
-    """Refuse a run in which a method needs an LLM endpoint its critic's backend does not have.
-
-    Raises:
-        ConfigError: Names the methods and the backend, and the two ways out.
-    """
+    """Refuse a run in which a method needs an LLM endpoint its critic's backend does not have."""
     for label, s in by_critic.items():
         lacking = [m.name for m in methods if lacks_endpoint(m, s)]
         if lacking:
@@ -332,10 +309,6 @@ async def _preflight(stages: Iterable[Stages]) -> None:
                 await chat.preflight()
 
 
-async def _unset_emit(row: Row) -> None:
-    raise RuntimeError("lane started without an emit target")
-
-
 async def _run_chains(
     lanes: Sequence[Lane],
     pools: Sequence[StepPool],
@@ -343,8 +316,10 @@ async def _run_chains(
     writer: ResultWriter,
     summary: RunSummary,
     on_row: Callable[[Row], None] | None,
+    stream: tuple[MemoryObjectSendStream[Row], MemoryObjectReceiveStream[Row]],
 ) -> None:
-    send, receive = anyio.create_memory_object_stream[Row](max_buffer_size=1024)
+    """Write every row the chains send on ``stream`` (the lanes were built with its sender)."""
+    send, receive = stream
     chain_slots = anyio.CapacityLimiter(config.max_active_lanes)
     budget = FailureBudget(config.fail_on_error)
 
@@ -373,23 +348,19 @@ async def _run_chains(
                 writer.write(row)
                 summary.count(row)
 
-    async def run_chain(run: Callable[[Emit], Awaitable[None]], sender: ObjectSendStream[Row]) -> None:
-        async with sender, chain_slots:
-            await run(sender.send)
+    async def run_chain(run: Callable[[], Awaitable[None]]) -> None:
+        async with chain_slots:
+            await run()
 
-    chains: list[tuple[int, Callable[[Emit], Awaitable[None]]]] = [
-        (lane.remaining, partial(_run_lane, lane)) for lane in lanes if lane.remaining > 0
+    chains: list[tuple[int, Callable[[], Awaitable[None]]]] = [
+        (lane.remaining, lane.run) for lane in lanes if lane.remaining > 0
     ]
-    chains += [(unit.remaining, unit.run) for pool in pools for unit in pool.units()]
+    chains += [(unit.remaining, partial(unit.run, send.send)) for pool in pools for unit in pool.units()]
     # Longest remaining chain first, so the chains that bound the makespan hold chain slots from the start.
     chains.sort(key=lambda chain: -chain[0])
     async with anyio.create_task_group() as tg:
         tg.start_soon(write_all)
-        async with send:
+        # The sender closes when every chain has ended, and then the writer's loop ends.
+        async with send, anyio.create_task_group() as chain_group:
             for _, run in chains:
-                tg.start_soon(run_chain, run, send.clone())
-
-
-async def _run_lane(lane: Lane, emit: Emit) -> None:
-    lane.emit = emit
-    await lane.run()
+                chain_group.start_soon(run_chain, run)

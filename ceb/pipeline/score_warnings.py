@@ -1,20 +1,14 @@
 """Warnings that a run's numbers mean little: scores that carry no information, banks of one class.
 
-Both read only the rows a run wrote (``scores.jsonl``, ``hindsight.jsonl``), so a finished run, an interrupted one
-and a merged one (:mod:`ceb.pipeline.merge`) get the same warnings. :func:`run_warnings` is what ``summary.json``'s
-``warnings`` holds; ``ceb score`` prints them, ``ceb report`` shows them.
+Computed from the rows alone, so finished, interrupted and merged runs agree; :func:`run_warnings` fills
+``summary.json``'s ``warnings``.
 
-- **Degenerate scores.** A (critic, method) whose scores take at most :data:`DEGENERATE_MAX_VALUES` distinct values
-  over at least :data:`DEGENERATE_MIN_STEPS` scored steps is a constant (AUROC 0.5; ECE and Brier measure only
-  the constant) or a two-valued rule (two groups of steps), not a graded confidence. Checked per (critic,
-  method) over every stream pooled, and per stream when the pooled scores are not degenerate but one stream's
-  are; a step scored in several stream orders counts once.
-  Seen on SmolLM2-135M, whose text readout gave 0.0 on every step (issue 32).
-- **One-class pseudo-labels.** A (stream, critic, method) whose hindsight pseudo-labels are at least
-  :data:`ONE_CLASS_SHARE` one class over at least :data:`ONE_CLASS_MIN_LABELS` labelled steps (every order of the
-  stream pooled): its banks hold one class, so CEB's contrastive retrieval (top-``k`` per class, paper Sec. 3.3)
-  has nothing to contrast. Below 20 labels the share means "all of them". Rows that asked no model (the
-  ``ceb-gt-oracle`` bank, the offline labeller) are not counted.
+- **Degenerate scores**: at most :data:`DEGENERATE_MAX_VALUES` distinct values over at least
+  :data:`DEGENERATE_MIN_STEPS` scored steps, per (critic, method) pooled, else per stream; a step scored in
+  several orders counts once.
+- **One-class pseudo-labels**: at least :data:`ONE_CLASS_SHARE` of one class over at least
+  :data:`ONE_CLASS_MIN_LABELS` labels per (stream, critic, method): contrastive retrieval (Sec. 3.3) has nothing
+  to contrast. Rows that asked no model are not counted.
 """
 
 from __future__ import annotations
@@ -42,18 +36,13 @@ DEGENERATE_MIN_STEPS = 10
 DEGENERATE_MAX_VALUES = 2
 """At most this many distinct score values over :data:`DEGENERATE_MIN_STEPS` or more steps: a warning."""
 ONE_CLASS_SHARE = 0.95
-"""A method's pseudo-labels of a stream at least this share one class: a warning (Sec. 3.3's contrast is gone).
-Seen on SmolLM2-135M, which voted "productive" on 87-93 % of its votes and gave every pseudo-label 1 (issue 23)."""
+"""A method's pseudo-labels of a stream at least this share one class: a warning (Sec. 3.3's contrast is gone)."""
 ONE_CLASS_MIN_LABELS = 5
 """Fewer pseudo-labels than this for a (stream, critic, method) are too few to flag."""
 
 
 def run_warnings(run_dir: RunDir) -> list[str]:
-    """The warnings of the rows in ``run_dir`` (degenerate scores first), one sentence each.
-
-    Never raises on the run's files: a run stopping for a bad file must still write its summary, so an
-    unreadable file gives no warning of its own (its error is reported where the run stops).
-    """
+    """The warnings of the rows in ``run_dir`` (degenerate scores first); an unreadable file gives none."""
     try:
         steps = list(read_step_rows(run_dir.scores)) if run_dir.scores.exists() else []
     except RunError:
@@ -90,12 +79,9 @@ def _degenerate(values: set[float], steps: int) -> bool:
 
 
 def degenerate_score_warnings(rows: Iterable[StepRow]) -> list[str]:
-    """One sentence per (critic, method) whose scores carry no information (see the module docstring).
+    """One sentence per (critic, method) whose scores carry no information (module docstring).
 
-    The sentence names the readout the rows record (``text``, ``expected``, ``text_fallback``; a method without a
-    verbal score has none) and, for a text readout, suggests ``critic.readout = "expected"``: as a fact when this
-    run's rows prove the endpoint returns log-probs (a step read with the expected readout, or scored by a method
-    that needs ``logprobs``), else on that condition.
+    For a text readout it suggests ``critic.readout = "expected"``, as a fact when the rows prove log-probs work.
     """
     spreads: dict[tuple[str, str], _Spread] = {}
     logprobs = False

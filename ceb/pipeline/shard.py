@@ -21,8 +21,7 @@ from ceb.pipeline.rundir import LaneKey
 __all__ = ["MAX_SHARDS", "Shard", "lane_id", "shard_of"]
 
 MAX_SHARDS = 1_000_000
-"""The largest shard count N: far more than any cluster's tasks, and small enough to record (``config.json``
-holds it as a JSON integer, which orjson keeps to 64 bits)."""
+"""The largest shard count N (recorded in ``config.json`` as a 64-bit JSON integer)."""
 
 # ASCII digits only: ``\d`` would take a full-width or Arabic-Indic digit, which no scheduler writes.
 _SPEC = re.compile(r"\s*([0-9]+)\s*/\s*([0-9]+)\s*", re.ASCII)
@@ -42,12 +41,7 @@ def shard_of(key: LaneKey, count: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Shard:
-    """Shard ``index`` of ``count``: the lanes :func:`shard_of` puts there.
-
-    Attributes:
-        index: This shard, ``0 <= index < count``.
-        count: How many shards the run is split into (>= 1).
-    """
+    """Shard ``index`` (``0 <= index < count``) of ``count``: the lanes :func:`shard_of` puts there."""
 
     index: int
     count: int

@@ -44,13 +44,7 @@ class BankSize:
     """The bank of one lane at the end of a run (an entry of ``summary.json``'s ``banks``).
 
     Attributes:
-        stream: Stream name.
-        order: Stream order (0: the input order, ``r >= 1``: seeded permutation ``r``).
-        method: Method name.
-        critic: Critic label (``""`` for one).
-        records: Records in the bank.
-        path: The saved bank, relative to the run directory (``banks/<lane name>.json``), or ``None`` for a
-            method without a bank.
+        path: The saved bank relative to the run directory (``banks/<lane name>.json``), ``None`` without a bank.
     """
 
     stream: str
@@ -63,13 +57,12 @@ class BankSize:
 
 @dataclass(frozen=True, slots=True)
 class Labeller:
-    """The hindsight labeller ``g_phi`` of one critic (an entry of ``summary.json``'s ``hindsight_labellers``).
+    """The hindsight labeller ``g_phi`` of one critic (``summary.json``'s ``hindsight_labellers``).
 
     Attributes:
-        critic: Critic label (``""`` for one).
-        backend: The labeller's backend name (``offline``: the model-free rules, no model).
+        backend: Backend name (``offline``: the model-free rules).
         model: The model name requests carried (``""`` without one).
-        base_url: Its endpoint root(s); empty for an in-process backend.
+        base_url: Its endpoint root(s); empty in process.
     """
 
     critic: str
@@ -95,17 +88,10 @@ def cache_counts(stages: Iterable[Stages]) -> CacheCounts | None:
 
 @dataclass
 class VoteCounts:
-    """The hindsight labeller's votes and pseudo-labels over one stream (``summary.json``'s ``hindsight_votes``).
+    """Hindsight votes and pseudo-labels over one stream (``summary.json``'s ``hindsight_votes``), model rows only.
 
-    Counted over every bank-using method's hindsight rows; rows that asked no model (the ``ceb-gt-oracle`` bank)
-    are not counted.
-
-    Attributes:
-        votes_1: Valid votes "productive" (1), over every vote and labelled step.
-        votes_0: Valid votes "unproductive" (0).
-        votes_failed: Votes without a readable answer (a whole vote, not a step).
-        pseudo_1: Majority pseudo-labels 1 (Eq. 3).
-        pseudo_0: Majority pseudo-labels 0.
+    ``votes_1`` / ``votes_0`` count valid votes over every vote and labelled step, ``votes_failed`` whole votes,
+    ``pseudo_1`` / ``pseudo_0`` majority pseudo-labels (Eq. 3).
     """
 
     votes_1: int = 0
@@ -129,43 +115,22 @@ class RunSummary:
     """What a run did, counted as rows were written.
 
     Attributes:
-        run_dir: Where the results are.
-        steps_scored: Step rows with a score.
-        steps_failed: Step rows without one (critic failure; reasons in ``scores.jsonl``).
-        steps_unavailable: Step rows of a method that cannot score there (``not available: ...``): neither
-            scored nor failed, and never counted against ``fail_on_error``.
-        steps_clipped: Scores clipped into [0, 1] (Eq. 6).
-        trajectories_voted: Hindsight rows written.
-        votes_failed: Hindsight votes without a readable answer.
-        trajectories_not_banked: Trajectories that added no record to their bank: no valid vote, or the labeler
-            abstained on every step.
+        steps_unavailable: Rows of a method that cannot score there: neither scored nor failed, never against
+            ``fail_on_error``.
+        trajectories_not_banked: Trajectories that added no record (no valid vote, or every step abstained).
         wall_s: Seconds from start to the last row.
-        requests: Requests sent, retries, re-asks and discarded speculation (``discarded_requests``) included.
-        banks: Each lane's bank at the end, the lane's stream, order, method and critic apart.
-        steps_resumed: Step rows kept from before a resume (included in ``steps_scored``).
-        trajectories_resumed: Hindsight rows kept from before a resume (included in ``trajectories_voted``).
-        prompt_tokens: Input tokens the server reported for this call's rows (resumed rows not included).
-        completion_tokens: Output tokens likewise.
-        steps_abstained: Steps the hindsight labeler gave no label (no evidence to judge by), so not banked.
-        steps_reused: Step rows copied from another stream order (:mod:`ceb.pipeline.pool`), whatever their
-            source's outcome; not in ``steps_scored``, ``steps_failed`` or ``steps_unavailable``, and no request
-            of theirs in ``requests``. A resume writes every copy again, so they are never among the resumed rows.
-        hindsight_votes: Per stream, the hindsight votes and pseudo-labels (:class:`VoteCounts`).
-        hindsight_labellers: Which model labelled the banks: per critic label, the labeller's backend, model and
-            base URL(s) (:func:`labellers`); the critic's own unless ``hindsight`` names another endpoint.
-        cache: What the reply cache did (:class:`~ceb.backends.cache.CacheCounts`: hits, misses, requests sent),
-            ``None`` when it is off. ``requests`` and the token counts include the recorded cost of answers
-            taken from the cache (their rows repeat it); ``cache.sent`` is what this call really sent.
-        provenance: What scored the run (:mod:`ceb.pipeline.provenance`): backend, endpoint, served model, the
-            server's version, readout, structured output, adaptations, ceb's version and the config digest.
-        steps_kept_ahead: Step rows whose critic call was made ahead of the bank (``speculation``) and kept, its
-            request being the strict order's (included in ``steps_scored`` and the other outcome counts).
-        steps_discarded: Critic calls of steps scored ahead of the bank (``speculation``) and discarded: their
-            request was not the strict order's, or came after one that was not (:mod:`ceb.pipeline.lane`). No row
-            holds them.
-        discarded_requests: Their requests, included in ``requests`` (a call cut by an interruption is not counted).
-        discarded_prompt_tokens: Their input tokens as the server reported them, included in ``prompt_tokens``.
-        discarded_completion_tokens: Their output tokens likewise, included in ``completion_tokens``.
+        requests: Requests sent, retries, re-asks and ``discarded_requests`` included.
+        steps_resumed: Step rows kept from before a resume (in ``steps_scored``); ``trajectories_resumed`` likewise.
+        prompt_tokens: Server-reported tokens of this call's rows (resumed rows not included).
+        steps_reused: Rows copied from another order (:mod:`ceb.pipeline.pool`), in no other outcome count and no
+            requests; never resumed.
+        hindsight_labellers: Per critic label, the labeller's backend, model and base URL(s) (:func:`labellers`).
+        cache: :class:`~ceb.backends.cache.CacheCounts`, ``None`` when off; ``requests`` and tokens include cached
+            answers' recorded cost, ``cache.sent`` what was really sent.
+        provenance: What scored the run (:mod:`ceb.pipeline.provenance`).
+        steps_kept_ahead: Rows scored ahead of the bank and kept (in the outcome counts).
+        steps_discarded: Calls scored ahead and discarded (:mod:`ceb.pipeline.lane`); no row holds them. Their cost
+            is in ``discarded_requests`` and ``discarded_*_tokens``, included in the totals.
     """
 
     run_dir: Path
@@ -196,10 +161,7 @@ class RunSummary:
     discarded_completion_tokens: int = 0
 
     def warnings(self) -> list[str]:
-        """The run's warnings, read from the rows in its directory: uninformative scores, one-class pseudo-labels.
-
-        See :func:`ceb.pipeline.score_warnings.run_warnings`; ``summary.json``'s ``warnings`` holds them.
-        """
+        """The run's warnings from its rows (:func:`ceb.pipeline.score_warnings.run_warnings`)."""
         return run_warnings(RunDir(self.run_dir))
 
     def count_resumed(self, row: Row) -> None:
@@ -253,18 +215,14 @@ DISCARDED = ("steps_discarded", "discarded_requests", "discarded_prompt_tokens",
 """The counts of :class:`RunSummary` that speculation discarded (the report's token-cost section shows them)."""
 
 SUMMARY_SCHEMA = 2
-"""Layout version of ``summary.json``. 2: ``banks`` is a list of :class:`BankSize` objects (stream, order,
-method and critic each a field of its own), no longer an object keyed by lane file names."""
+"""Layout version of ``summary.json``; 2: ``banks`` is a list of :class:`BankSize`."""
 
 
 def summary_doc(summary: RunSummary, outcome: str, error: str, started_at: datetime) -> dict[str, Any]:
     """The content of ``summary.json``: how a call of :func:`~ceb.pipeline.runner.run_scoring` ended and what it did.
 
-    Written when a call that got past its start checks (preflight, settings, resume) ends, however it ends:
-    ``status`` is ``finished``, ``failed`` (with ``error``) or ``interrupted`` (Ctrl-C, cancellation). A call
-    refused at start writes no file at all, so nothing of it blocks the corrected command. A resume writes it
-    anew; its counts include the resumed rows, whose requests and tokens were spent by the earlier call and are
-    not counted again.
+    Written once a call passed its start checks, however it ends: ``status`` ``finished``, ``failed`` (with ``error``)
+    or ``interrupted``. A resume's counts include the resumed rows, but not their requests and tokens.
     """
     return {
         "schema": SUMMARY_SCHEMA,
@@ -279,10 +237,7 @@ def summary_doc(summary: RunSummary, outcome: str, error: str, started_at: datet
 
 
 class FailureBudget:
-    """Stops a run whose failed steps pass ``fail_on_error``: a count (>= 1) or a fraction (< 1).
-
-    A fraction is judged once at least :attr:`MIN_STEPS` steps are in, so one early failure cannot stop a run.
-    """
+    """Stops a run whose failed steps pass ``fail_on_error``: a count (>= 1), or a fraction (< 1) from ``MIN_STEPS``."""
 
     MIN_STEPS = 20
 
