@@ -131,7 +131,7 @@ def repetition_flag(
     Both are folded (:func:`normalize_action`), then compared by :func:`actions_match` (which raises
     ``ValueError`` for an unknown ``reading``). The default, ``prefix``, reads the paper literally: an exact repeat
     is flagged, and so is a command cut short or extended at its tail; two that only share a head are not.
-    ``previous`` is ``a_1 .. a_{t-1}``; ``window`` (paper: 3) 0 never flags. docs/design.md measures each reading.
+    ``previous`` is ``a_1 .. a_{t-1}``; ``window``: 3 in the paper, 0 never flags. docs/design.md measures each reading.
     """
     if window <= 0:
         return False

@@ -16,7 +16,7 @@ Offline hindsight labeler: one deterministic vote copied ``V`` times, giving 0, 
 when its rules have nothing to read, and an abstained step adds no bank record
 (:class:`~ceb.stages.base.Abstention`).
 
-Terminal domains (``shell``, ``sql``; an empty output is a reading). A step is 0 when, else 1:
+Terminal domains (``shell``, ``sql``; an empty output is a reading). A step is 0 when one holds, else 1:
 
 1. error: its observation matches :data:`ERROR_PATTERN`;
 2. repeat: its action equals an earlier action of the trajectory (white space and case folded);
