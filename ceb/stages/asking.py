@@ -27,12 +27,9 @@ BOUNDED_TEXT_MAX_CHARS = 128
 def bounded_text(max_chars: int, min_chars: int = 0) -> dict[str, Any]:
     r"""The JSON Schema of a one-line free-text field of ``min_chars`` to ``max_chars`` characters, as a ``pattern``.
 
-    A length bound is what closes a free-text field under guided decoding: without one a small model writes
-    until its token budget ends ("1.1.1.1..."), and the reply is cut before the JSON closes. It is a ``pattern``
-    (``^[^\n]{0,max_chars}$``) rather than ``maxLength`` because it holds in both structured-output modes that
-    send a schema: OpenAI's strict mode refuses ``maxLength`` (``json_schema`` mode drops it,
-    :func:`~ceb.backends._wire.openai_strict_schema`) but accepts ``pattern``, and vLLM's xgrammar enforces a
-    ``pattern`` whichever way it is sent. xgrammar counts the characters of the JSON text, escapes included.
+    Without a bound a small model writes until its token budget ends ("1.1.1..."), cut before the JSON closes. A
+    ``pattern``, not ``maxLength``: OpenAI's strict mode refuses ``maxLength`` but accepts ``pattern``, and
+    xgrammar enforces it either way, counting the JSON text's characters, escapes included.
 
     Raises:
         ValueError: ``max_chars`` is above :data:`BOUNDED_TEXT_MAX_CHARS` or below 1, or ``min_chars`` is not in
@@ -47,17 +44,10 @@ def bounded_text(max_chars: int, min_chars: int = 0) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class Answer(Generic[T]):
-    """The outcome of :func:`ask`.
+    """The outcome of :func:`ask`: ``value`` read from ``completion``, or ``None`` with ``error``.
 
-    Attributes:
-        value: The parsed reply, or ``None`` when none could be had.
-        raw: The last reply text (``""`` when the endpoint never answered).
-        error: Why ``value`` is ``None``: ``"endpoint failed: ..."``, ``"unreadable reply: ..."``, or
-            ``"not available: ..."`` when the endpoint lacks a feature the request needs; ``None`` on success.
-        stats: Requests, tokens and time over every attempt and re-ask.
-        completion: The server's reply that ``value`` was read from (every choice, its log-probs and prompt
-            log-probs); ``None`` when there is no value.
-        available: ``False`` when the request needs a feature the endpoint lacks (not a failure).
+    ``error`` is ``"endpoint failed: ..."``, ``"unreadable reply: ..."``, or ``"not available: ..."`` with
+    ``available=False`` (the endpoint lacks a feature the request needs); ``raw`` is the last reply text.
     """
 
     value: T | None
@@ -83,12 +73,9 @@ class Answer(Generic[T]):
 async def ask(chat: ChatBackend, request: ChatRequest, parse: Callable[[str], T], format_retries: int = 0) -> Answer[T]:
     """Send ``request``; re-ask up to ``format_retries`` times while ``parse`` raises ``ValueError``.
 
-    A re-ask appends the unreadable reply and a short correction naming what was wrong. Transient endpoint
-    failures are retried inside ``chat`` (its retry policy); what is left after that, and a reply still
-    unreadable after the re-asks, come back as an :class:`Answer` with ``error`` set, so a single bad step
-    cannot stop a stream. A request the endpoint cannot serve as meant (:class:`~ceb.errors.UnsupportedFeatureError`)
-    is not sent and comes back not ``available``. ``parse=str`` takes the reply as it is, for a caller that reads
-    the :attr:`Answer.completion` (log-probs, several choices) itself.
+    Transient failures are retried inside ``chat``; what is left, and a reply still unreadable, come back with
+    ``error`` set, so one bad step cannot stop a stream. An :class:`~ceb.errors.UnsupportedFeatureError` comes
+    back not ``available``. ``parse=str`` suits a caller that reads :attr:`Answer.completion` itself.
 
     Raises:
         FatalBackendError: The endpoint refuses every request (bad key, unknown model): the run must stop.
@@ -119,8 +106,7 @@ async def ask(chat: ChatBackend, request: ChatRequest, parse: Callable[[str], T]
 def reask(request: ChatRequest, raw: str, exc: ValueError) -> ChatRequest:
     """The re-ask of ``request`` after the unreadable reply ``raw``: the reply and a correction appended.
 
-    Re-asking the identical request at temperature 0 would get the identical reply: the model is shown what it
-    wrote and why it could not be read.
+    The identical request at temperature 0 would get the identical reply.
     """
     return replace(
         request,

@@ -1,10 +1,7 @@
 """The critic and hindsight stages of a run, built from its :class:`~ceb.config.RunConfig`.
 
-``backend.name`` selects a registered backend (:data:`ceb.backends.base.BACKENDS`); over a language model the
-stages are the LLM critic and labeler, over ``offline`` the model-free stand-ins of :mod:`ceb.stages.offline`. A
-baseline's critic is built by :func:`build_critic` from its catalogue entry; the actor endpoint it may ask
-(:func:`actor_chat`) shares the run's slots and is closed with the stages. This module is the only place that
-joins transports (:mod:`ceb.backends`) and stages.
+Over a language model the stages are the LLM critic and labeler, over ``offline`` the stand-ins of
+:mod:`ceb.stages.offline`. This module is the only place that joins transports (:mod:`ceb.backends`) and stages.
 """
 
 from __future__ import annotations
@@ -38,10 +35,8 @@ __all__ = [
 def build_stages(config: RunConfig, limits: EndpointLimits | None = None) -> Stages:
     """Build the stages of ``config.backend.name`` over the backend it opens.
 
-    The labeller asks its own endpoint when ``hindsight`` names one (:meth:`RunConfig.hindsight_backend`), opened
-    the same way; else the critic's, as in the paper. With ``cache.mode`` not ``off`` the stages own the reply
-    cache (:mod:`ceb.backends.cache`), and every backend they open consults it first. ``limits``: the run's
-    endpoint slots, shared by every backend it opens; private ones when ``None``.
+    The labeller asks its own endpoint when ``hindsight`` names one, else the critic's (as in the paper). The
+    stages own the reply cache, if any; ``limits`` (private when ``None``) are shared by every backend opened.
 
     Raises:
         ConfigError: Unknown backend, or a setting it needs is missing.
@@ -72,10 +67,7 @@ def prompt_set(config: RunConfig) -> PromptSet:
 
 
 def llm_stages(config: RunConfig, chat: ChatBackend, limits: EndpointLimits | None = None) -> Stages:
-    """LLM critic and hindsight over one chat endpoint, with the run's prompts and decoding settings.
-
-    ``limits`` defaults to ``chat``'s own slots.
-    """
+    """LLM critic and hindsight over one chat endpoint (``limits``: ``chat``'s own slots by default)."""
     prompts = prompt_set(config)
     critic = LLMCritic(chat, prompts, config.critic)
     hindsight = LLMHindsight(chat, prompts, config.hindsight)
@@ -90,10 +82,8 @@ def offline_stages(config: RunConfig, limits: EndpointLimits | None = None) -> S
 def actor_chat(config: RunConfig, stages: Stages) -> ChatBackend | None:
     """The ACTOR model's endpoint for the baselines that ask the actor (``verbalized``, ``pro``, teacher forcing).
 
-    ``baselines.actor_base_url`` / ``actor_model`` when set: an ``openai`` backend built from the run's ``backend``
-    section with those two changed, opened once per stages with the run's slots and closed with them
-    (:meth:`Stages.open_chat`). Else the critic's own endpoint (the paper uses one backbone for both); ``None``
-    when the stages have no LLM at all.
+    With ``baselines.actor_base_url`` / ``actor_model``, an ``openai`` backend of the run's ``backend`` section with
+    those changed (:meth:`Stages.open_chat`); else the critic's (one backbone, as in the paper); ``None`` without LLM.
 
     Raises:
         ConfigError: As :func:`~ceb.backends.base.open_backend` (no base URL, no key for a remote endpoint).
@@ -125,8 +115,7 @@ class UnavailableCritic:
 def build_critic(method: MethodSpec, config: RunConfig, stages: Stages) -> Critic:
     """The critic stage of ``method``: the LLM critic of ``stages``, or the method's own over its endpoint.
 
-    A method that needs an LLM (``"chat"`` in :attr:`MethodSpec.needs`) on stages without one reports every
-    step as not available rather than failing the run.
+    A method needing ``chat`` on stages without an LLM reports every step not available, not failing the run.
 
     Raises:
         ConfigError: The method's critic factory cannot be loaded, or refuses the configuration.

@@ -32,10 +32,8 @@ __all__ = [
 ]
 
 NOT_AVAILABLE = "not available"
-"""Start of :attr:`CriticResult.error` when a method cannot give a number for a step at all (no log-probs, no
-endpoint...); such a result is made by :meth:`CriticResult.not_available` and has ``available=False``. The prefix
-is for people reading the error; code reads :attr:`CriticResult.status`. A method never fabricates a score in
-its place."""
+"""Start of :attr:`CriticResult.error` (:meth:`CriticResult.not_available`) when a method cannot score a step at all
+(no log-probs, no endpoint); for people reading it: code reads :attr:`CriticResult.status`."""
 
 StepStatus = Literal["scored", "failed", "not_available", "reused"]
 """Outcome of one step of one method: ``scored`` (a score in [0, 1]); ``failed`` (no readable reply after the
@@ -46,18 +44,11 @@ sees the same prompts; set by the pipeline, never by a stage)."""
 
 @dataclass(frozen=True, slots=True)
 class CallStats:
-    """Cost of one stage call, summed over its requests.
+    """Cost of one stage call, summed over its requests (re-asks and retries included).
 
-    Attributes:
-        latency_s: Seconds in the server (0 for offline stages).
-        queue_s: Seconds waiting for an endpoint slot.
-        requests: Requests sent, re-asks and retries included.
-        prompt_tokens: Input tokens the server counted, when it said.
-        completion_tokens: Output tokens the server counted, when it said.
-        retries: Attempts the backend sent again after a wire failure (timeout, 429, 5xx, dropped connection);
-            re-asks after an unreadable reply are not retries.
-        retry_reason: Why the last retried attempt failed (``"<ExceptionType>: <message>"``), ``None`` without
-            retries.
+    ``latency_s`` is seconds in the server (0 offline), ``queue_s`` seconds waiting for an endpoint slot; token
+    counts are the server's, ``None`` when it did not say. ``retries`` counts wire failures sent again (timeout,
+    429, 5xx), not re-asks; ``retry_reason`` is the last one's ``"<ExceptionType>: <message>"``.
     """
 
     latency_s: float = 0.0
@@ -106,13 +97,7 @@ class CallStats:
 
 @dataclass(frozen=True, slots=True)
 class HistoryItem:
-    """An earlier step ``i < t`` of the same trajectory as the critic sees it (part of ``h_<t``).
-
-    Attributes:
-        action: ``a_i``.
-        observation: ``o_i``: what happened after it (known by step ``t``).
-        score: The critic's own pre-execution score ``z^_i``, ``None`` if that call failed.
-    """
+    """An earlier step ``i < t`` as the critic sees it (part of ``h_<t``): ``a_i``, ``o_i`` and its own ``z^_i``."""
 
     action: str
     observation: str
@@ -123,31 +108,10 @@ class HistoryItem:
 class CriticInput:
     """Everything the critic may see for step ``t`` (Eq. 2): ``q, s_t, a_t, h_<t, R_t+-, rho_t``.
 
-    It holds nothing of ``o_t`` or later steps, and nothing evaluation-only (``label``, ``reward``, ``meta``).
-
-    Attributes:
-        domain: Prompt family selector.
-        task: ``q``.
-        step: 0-based index ``t``.
-        state: ``s_t``.
-        action: ``a_t``.
-        reasoning: The agent's stated reason, if logged.
-        op: Structured operation (web / GUI), if logged.
-        element: Target element (web / GUI), if logged.
-        value: Typed value (web / GUI), if logged.
-        history: Earlier steps with their observations and the critic's own scores: the last
-            ``prompts.history_steps`` of them (all of them in a trajectory no longer than that).
-        history_start: 0-based index of ``history[0]`` in the trajectory: how many earlier steps are not shown.
-        retrieval: Contrastive precedents from the bank.
-        use_bank: ``False`` for the bank-free ``static`` critic: the precedent block is left out entirely.
-        repetition_flag: ``rho_t`` (section 3.3).
-        bank_size: ``|B_t|`` when the step was scored.
-        bank_positive: ``|B_t+|`` when the step was scored.
-        actor_logprobs: Natural-log probabilities of the action's tokens as the actor generated them, when the
-            stream logged them (the step's ``actor_logprobs``); read by the PPL and ME baselines only.
-        actor_prompt: The actor's system prompt, when the stream carries one (the trajectory's
-            ``meta["actor_prompt"]``): the actor's own input, known before execution; read only by the
-            baselines that re-run the actor (section 4.1: PPL, ME, Verbalization, PRO).
+    Nothing of ``o_t`` or later, nothing evaluation-only (``label``, ``reward``, ``meta``). ``history`` is the last
+    ``prompts.history_steps`` steps, ``history_start`` the index of its first; ``use_bank=False`` (``static``)
+    leaves the precedent block out; ``actor_logprobs`` are natural-log (read by PPL and ME), and ``actor_prompt`` is
+    the trajectory's ``meta["actor_prompt"]``, read only by the baselines that re-run the actor (section 4.1).
     """
 
     domain: str
@@ -172,18 +136,11 @@ class CriticInput:
 
 @dataclass(frozen=True, slots=True)
 class CriticResult:
-    """The critic's answer for one step.
+    """The critic's answer for one step: ``score`` is ``z^_t = clip(r_t, 0, 1)`` (Eq. 6), ``None`` with ``error``.
 
-    Attributes:
-        score: ``z^_t = clip(r_t, 0, 1)`` (Eq. 6), or ``None`` when no reply could be read.
-        raw: The last reply text (or the offline critic's explanation as JSON).
-        error: Why ``score`` is ``None``; ``None`` on success.
-        clipped: ``r_t`` was outside [0, 1] and was clipped.
-        stats: Requests, tokens and time spent.
-        available: ``False`` when the method cannot score this step at all (see :data:`NOT_AVAILABLE`).
-        readout: For a verbal score (the CEB critic, ``static``, ``verbalized``, ``cot``), which readout gave it:
-            ``text``, ``expected`` or ``text_fallback`` (:mod:`ceb.stages.readout`); ``None`` for the methods that
-            read no verbal score and for a step without a score.
+    ``raw`` is the last reply (the offline critic's explanation as JSON); ``available=False``: the method cannot
+    score this step (:data:`NOT_AVAILABLE`); ``readout``: ``text``, ``expected`` or ``text_fallback`` for a verbal
+    score (:mod:`ceb.stages.readout`), else ``None``.
     """
 
     score: float | None
@@ -210,9 +167,7 @@ class CriticResult:
 class Abstention(TypedDict):
     """A step the hindsight labeler gave no label, and why (one element of :attr:`HindsightResult.abstained`).
 
-    A labeler abstains when it has nothing to judge the step by (the offline rules on an empty web
-    observation); ``ceb-gt-oracle`` abstains on a step without a ground-truth label. Such a step adds no record
-    to the bank: a guessed pseudo-label would be retrieved later as if it were evidence.
+    Such a step adds no bank record: a guessed pseudo-label would be retrieved later as if it were evidence.
     """
 
     step: int
@@ -223,19 +178,10 @@ class Abstention(TypedDict):
 class HindsightResult:
     """Hindsight votes for one trajectory (Eq. 3).
 
-    The votes cover the steps the labeler did not abstain on, in step order: ``T_l = T - len(abstained)`` of
-    them (:meth:`labelled_steps`). Without abstentions ``T_l = T``.
-
-    Attributes:
-        votes: Valid votes, each one 0/1 label per labelled step; shape ``(V_valid, T_l)``.
-        soft_votes: ``y~_t``, mean over valid votes; shape ``(T_l,)``; empty when no vote was valid.
-        pseudo_labels: ``y^_t = 1[y~_t >= 1/2]``; shape ``(T_l,)``; empty when no vote was valid.
-        failed_votes: Votes that gave no readable answer after their re-asks.
-        errors: One reason per failed vote.
-        raws: Reply text of every valid vote, in vote order.
-        stats: Requests, tokens and time spent over all votes.
-        abstained: Steps given no label, each with its reason, in step order. An abstention is not a failed
-            vote: it is the labeler saying it has no evidence for that step.
+    The votes cover the ``T_l = T - len(abstained)`` steps not abstained on (:meth:`labelled_steps`): ``votes`` has
+    shape ``(V_valid, T_l)`` of 0/1; ``soft_votes`` (``y~_t``) and ``pseudo_labels`` (``y^_t = 1[y~_t >= 1/2]``)
+    shape ``(T_l,)``, empty when no vote was valid. ``errors`` has one reason per failed vote; an abstention is
+    not a failed vote.
     """
 
     votes: tuple[tuple[int, ...], ...]
@@ -248,11 +194,7 @@ class HindsightResult:
     abstained: tuple[Abstention, ...] = ()
 
     def labelled_steps(self, n_steps: int) -> list[int]:
-        """The steps the votes label, in order: ``0 .. n_steps - 1`` without the abstained ones; shape ``(T_l,)``.
-
-        Args:
-            n_steps: ``T``, the trajectory's number of steps.
-        """
+        """The steps the votes label, in order: ``0 .. n_steps - 1`` without the abstained ones; shape ``(T_l,)``."""
         skipped = {a["step"] for a in self.abstained}
         return [t for t in range(n_steps) if t not in skipped]
 
@@ -275,19 +217,9 @@ class Hindsight(Protocol):
 class Stages:
     """A critic and a hindsight labeler ready to run, the endpoint they share (if any), and the run's slots.
 
-    Use as an async context manager: leaving it closes :attr:`chat`, every backend opened through
-    :meth:`open_chat` (the labeller's own endpoint, the actor endpoint of the baselines) and :attr:`cache`.
-
-    Attributes:
-        critic: The critic stage.
-        hindsight: The hindsight labeler.
-        chat: The critic's endpoint; ``None`` on a backend without a language model.
-        limits: The run's endpoint slots, shared by :attr:`chat` and every backend opened through
-            :meth:`open_chat`; ``chat``'s own slots when not given.
-        hindsight_chat: The labeller's endpoint when it has its own (``hindsight.base_url`` / ``model``,
-            opened through :meth:`open_chat`); ``None`` when it asks :attr:`chat`.
-        cache: The reply cache every backend of these stages consults first (:mod:`ceb.backends.cache`), or
-            ``None``; owned by the stages.
+    An async context manager: leaving it closes :attr:`chat` (the critic's; ``None`` without a model), every
+    backend opened through :meth:`open_chat` and :attr:`cache`. ``limits`` defaults to ``chat``'s own slots;
+    ``hindsight_chat`` is ``None`` when the labeller asks :attr:`chat`.
     """
 
     critic: Critic
@@ -303,10 +235,7 @@ class Stages:
             self.limits = self.chat.limits if self.chat is not None else EndpointLimits()
 
     def open_chat(self, settings: BackendConfig) -> ChatBackend | None:
-        """Another endpoint the stages' methods ask (the actor's), opened once per settings with the run's slots.
-
-        The backend is :func:`~ceb.backends.base.open_backend`'s, so it is built the one way every backend is;
-        it is closed with the stages.
+        """Another endpoint the stages' methods ask (the actor's), opened once per settings, closed with the stages.
 
         Raises:
             ConfigError: As :func:`~ceb.backends.base.open_backend`.
@@ -322,11 +251,7 @@ class Stages:
         return [b for b in (self.chat, self.hindsight_chat) if b is not None]
 
     def asked(self) -> list[tuple[str, ChatBackend]]:
-        """Every backend the stages asked or may ask, with its role, for the run's provenance.
-
-        ``critic`` (:attr:`chat`), ``hindsight`` (:attr:`hindsight_chat`, when it has its own) and ``actor`` (an
-        endpoint a baseline opened through :meth:`open_chat`).
-        """
+        """Every backend the stages may ask, with its role (``critic``, ``hindsight``, ``actor``), for provenance."""
         out = [("critic", self.chat)] if self.chat is not None else []
         if self.hindsight_chat is not None:
             out.append(("hindsight", self.hindsight_chat))

@@ -70,11 +70,9 @@ CRITIC_SCHEMA: dict[str, Any] = {
 }
 """The critic's reply shape, sent as structured output where the server supports it.
 
-The bounds are what make an enforced reply readable whatever the model: without them guided decoding lets a
-model write an endless number (``{"score": 17653980053980...``) or reason until the output budget runs out,
-and the reply is cut before it closes. The reason's bound is a ``pattern`` (:func:`~ceb.stages.asking.bounded_text`),
-which holds in the ``json_schema`` mode (the default) as well as ``vllm``; under ``json_object`` and ``none``
-only ``critic.max_tokens`` bounds the reply.
+Without the bounds guided decoding lets a model write an endless number (``{"score": 17653980053980...``) or
+reason past the output budget; the reason's ``pattern`` holds under ``json_schema`` and ``vllm``, and under
+``json_object`` and ``none`` only ``critic.max_tokens`` bounds the reply.
 """
 
 _WS = re.compile(r"\s+")
@@ -100,15 +98,9 @@ def actions_match(
 ) -> bool:
     """Whether two actions, already folded by :func:`normalize_action`, match under ``reading`` (section 3.3).
 
-    Args:
-        a: One folded action.
-        b: The other; the relation is symmetric.
-        reading: ``prefix``: equal, or the shorter (not empty) is a prefix of the longer. ``exact``: equal.
-            ``chars``: the first ``prefix_chars`` characters are equal (so actions shorter than that must be
-            equal outright). ``relative``: the common prefix covers at least ``prefix_fraction`` of the longer
-            one's length (two empty actions match).
-        prefix_chars: Compared length under ``chars``, in characters.
-        prefix_fraction: Covered share of the longer action under ``relative``, in (0, 1].
+    ``prefix``: equal, or the shorter (not empty) is a prefix of the longer; ``exact``: equal; ``chars``: the first
+    ``prefix_chars`` characters are equal; ``relative``: the common prefix covers at least ``prefix_fraction`` (in
+    (0, 1]) of the longer one's length (two empty actions match). The relation is symmetric.
 
     Raises:
         ValueError: ``reading`` is none of the four.
@@ -136,19 +128,10 @@ def repetition_flag(
 ) -> bool:
     """``rho_t``: does ``a_t`` match the prefix of any of the last ``window`` actions (section 3.3)?
 
-    Both actions are folded first (:func:`normalize_action`), then compared by :func:`actions_match` under
-    ``reading``. The default, ``prefix``, reads the paper's words literally: one action is a prefix of the
-    other, so an exact repeat is flagged, and so is a command cut short or extended at its tail; two long
-    commands that only share a head (``find /testbed -type f -exec ...``) are not. The settings are
-    ``ceb.repetition_*`` (:class:`~ceb.config.CEBConfig`); docs/design.md measures each reading.
-
-    Args:
-        previous: ``a_1 .. a_{t-1}`` in order (only the last ``window`` are read).
-        action: ``a_t``.
-        window: How many of the latest actions to compare with (paper: 3); 0 never flags.
-        reading: As :func:`actions_match`, which raises ``ValueError`` for an unknown one.
-        prefix_chars: As :func:`actions_match`.
-        prefix_fraction: As :func:`actions_match`.
+    Both are folded (:func:`normalize_action`), then compared by :func:`actions_match` (which raises
+    ``ValueError`` for an unknown ``reading``). The default, ``prefix``, reads the paper literally: an exact repeat
+    is flagged, and so is a command cut short or extended at its tail; two that only share a head are not.
+    ``previous`` is ``a_1 .. a_{t-1}``; ``window``: 3 in the paper, 0 never flags. docs/design.md measures each reading.
     """
     if window <= 0:
         return False
@@ -193,10 +176,9 @@ def _precedent(hit: Hit) -> dict[str, Any]:
 
 
 def situation_context(inp: CriticInput) -> dict[str, Any]:
-    """The step's situation ``(q, s_t, h_<t, a_t)`` and the agent's logged fields, as template variables.
+    """The step's ``(q, s_t, h_<t, a_t)`` and logged fields as template variables: no score, no precedent.
 
-    The baseline prompts use this alone (they are bank-free and never see scores; paper section 4.1); the CEB
-    critic adds its own earlier scores and the precedents (:func:`critic_context`).
+    The baseline prompts use this alone (section 4.1); :func:`critic_context` adds scores and precedents.
     """
     return {
         "task": inp.task,
@@ -243,11 +225,9 @@ class LLMCritic:
     async def score(self, inp: CriticInput) -> CriticResult:
         """Ask for ``{"score": r_t}`` and return ``clip(r_t, 0, 1)`` (Eq. 6).
 
-        Under ``readout = "expected"`` the score is instead the expectation of ``r_t`` over the reply's top
-        log-probs (:mod:`ceb.stages.readout`), the text score where that cannot be had (``text_fallback``).
-        A reply without a readable score is re-asked ``format_retries`` times; an endpoint failure after its
-        retry budget, or the last unreadable reply, gives a result with ``score=None`` and the reason in
-        ``error``. Nothing is raised for a single step's failure, so one bad step cannot stop a stream.
+        Under ``readout = "expected"`` the score is the expectation of ``r_t`` (:mod:`ceb.stages.readout`). An
+        unreadable reply is re-asked ``format_retries`` times; a failure gives ``score=None`` with ``error``, never
+        an exception, so one bad step cannot stop a stream.
         """
         request = ChatRequest(
             messages=self.messages(inp),
@@ -273,14 +253,7 @@ class LLMCritic:
         )
 
     async def _ask_streamed(self, request: ChatRequest) -> Answer[float]:
-        """:func:`~ceb.stages.asking.ask` over a streamed first attempt whose score is taken once complete.
-
-        The score comes from :func:`~ceb.stages.parsing.score_prefix` as soon as the reply's prefix holds it;
-        the rest is cut or finished per ``reason_tokens_after_score``. A reply whose start is not
-        ``{"score": <number>,`` is read whole and parsed as :func:`ask` would; an unreadable one is re-asked
-        (not streamed), and a stream that fails is asked again unstreamed, so the outcome is what :func:`ask`
-        gives.
-        """
+        """:func:`~ceb.stages.asking.ask` over a streamed first attempt, its score taken once its prefix holds it."""
         cap = self.settings.reason_tokens_after_score
         tails = _TAILS.get() if cap is None else None
         try:

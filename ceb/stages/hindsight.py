@@ -31,24 +31,14 @@ reasoning; no observation) unless ``hindsight.gui_observations`` is set."""
 
 
 def shows_observations(domain: str, settings: HindsightConfig | None = None) -> bool:
-    """Whether the hindsight labeller of ``domain`` sees each step's observation.
-
-    Web and mobile (:data:`APPENDIX_TEMPLATE_DOMAINS`): only with ``settings.gui_observations`` (issue 32: an
-    offline benchmark's observation was the human's reference action). Every other domain: always.
-    """
+    """Whether the labeller of ``domain`` sees observations: web and mobile only with ``gui_observations``."""
     return domain not in APPENDIX_TEMPLATE_DOMAINS or (settings or HindsightConfig()).gui_observations
 
 
 def majority_vote(votes: Sequence[Sequence[int]]) -> tuple[tuple[float, ...], tuple[int, ...]]:
     """Soft vote ``y~_t = mean_v y^(v)_t`` and pseudo-label ``y^_t = 1[y~_t >= 1/2]`` (Eq. 3).
 
-    A tie (for an even number of votes) counts as productive, as ``>= 1/2`` says.
-
-    Args:
-        votes: ``V`` votes, each one 0/1 label per step; shape ``(V, T)``.
-
-    Returns:
-        ``(soft_votes, pseudo_labels)``, each of shape ``(T,)``.
+    ``votes`` has shape ``(V, T)`` of 0/1, the two results shape ``(T,)``; a tie counts as productive.
 
     Raises:
         ValueError: No votes, or votes of different lengths.
@@ -84,10 +74,8 @@ def hindsight_context(
 ) -> dict[str, Any]:
     """The template variables of the hindsight prompt: the task and every executed step.
 
-    ``show_observations`` is :func:`shows_observations` of the trajectory's domain under ``settings`` (the
-    defaults when ``None``); a template shows ``observation`` only when it is true.
-    ``outcome`` (1 the task succeeded, 0 it failed) is shown after the trajectory when given: ``ceb label``'s
-    judge reads it (:mod:`ceb.pipeline.label`); the paper's labeller, and so the pipeline's, is not given one.
+    A template shows ``observation`` only under ``show_observations`` (:func:`shows_observations`). ``outcome`` (1
+    the task succeeded, 0 it failed) is for ``ceb label``'s judge; the paper's labeller is not given one.
     """
     return {
         "task": trajectory.task,
@@ -113,11 +101,7 @@ def hindsight_context(
 class LLMHindsight:
     """Votes ``V`` times on a finished trajectory with an LLM (independent requests, or ``n = V`` choices).
 
-    Args:
-        chat: The endpoint.
-        prompts: Templates to render the hindsight prompt with.
-        settings: Decoding and sampling settings (``config.hindsight``), the votes' temperature (the paper's
-            ``tau``) among them.
+    ``settings`` (``config.hindsight``) hold the votes' temperature, the paper's ``tau``.
     """
 
     def __init__(self, chat: ChatBackend, prompts: PromptSet, settings: HindsightConfig | None = None) -> None:
@@ -189,12 +173,8 @@ class LLMHindsight:
     async def label(self, trajectory: Trajectory, votes: int, outcome: int | None = None) -> HindsightResult:
         """Sample ``votes`` hindsight judgements concurrently and take the majority (Eq. 3).
 
-        ``outcome``: the trajectory's final outcome, shown to the labeller (:func:`hindsight_context`).
-
-        Returns:
-            The valid votes and their majority; failed votes are counted with their reasons. When no vote
-            is valid, ``soft_votes`` and ``pseudo_labels`` are empty, and the trajectory adds nothing to the
-            bank.
+        Failed votes are counted with their reasons; with no valid vote the majority is empty.
+        ``outcome`` is shown to the labeller (:func:`hindsight_context`).
         """
         messages = self.messages(trajectory, outcome)
         n = len(trajectory.steps)

@@ -1,14 +1,9 @@
 """The LLM-as-judge relabeller of ``ceb relabel``: a second, permissive label set for evaluation only.
 
-The policy of the paper's appendix "LLM-as-Judge Label Analysis": an independent judge sees, per task and in
-one call, every step's agent action, the dataset's reference action and the agent's stated reasoning, and gives
-one binary label per step at temperature 0. A step is productive when it serves the reference's intent, is
-harmless exploration or makes progress; unproductive when it picks a clearly wrong control, does something
-destructive the reference did not, or repeats a recent step without progress (``prompts/base/judge_*.j2``).
-
-The judge's labels never reach a scoring stage: ``ceb relabel`` writes them into the stream's
-``meta["alt_labels"]`` (name -> one label per step), which only evaluation reads (the label-shift table of
-``ceb report``).
+The paper's appendix "LLM-as-Judge Label Analysis": per task, in one call at temperature 0, a judge sees every
+step's action, the dataset's reference action and the agent's reasoning, and gives one binary label per step
+(the policy is in ``prompts/base/judge_*.j2``). The labels never reach a scoring stage: they go into the stream's
+``meta["alt_labels"]``, which only evaluation reads (``ceb report``'s label-shift table).
 """
 
 from __future__ import annotations
@@ -59,8 +54,7 @@ def first_without_reference(trajectories: Sequence[Trajectory]) -> tuple[Traject
 def judge_context(trajectory: Trajectory) -> dict[str, Any]:
     """The judge prompt's variables: the task and, per step, the action, the reference and the reasoning.
 
-    The reference is the human's recorded action (:func:`ceb.data.references.reference_actions`, from the
-    trajectory's ``meta``): the judge is the one model that sees it (it relabels for evaluation only).
+    The reference (:func:`ceb.data.references.reference_actions`) is the human's action: only the judge sees it.
 
     Raises:
         ValueError: A step has no reference action (check with :func:`first_without_reference` first).
@@ -76,9 +70,7 @@ def judge_context(trajectory: Trajectory) -> dict[str, Any]:
 class LLMJudge:
     """Labels a whole trajectory in one request: one 0/1 per step, at temperature 0, schema-constrained.
 
-    Args:
-        chat: The judge's endpoint (the run's ``backend`` section).
-        prompts: Templates; ``judge_system.j2`` / ``judge_user.j2`` of the domain's family, else of ``base``.
+    ``prompts``: ``judge_system.j2`` / ``judge_user.j2`` of the domain's family, else of ``base``.
     """
 
     def __init__(self, chat: ChatBackend, prompts: PromptSet) -> None:
@@ -105,11 +97,7 @@ class LLMJudge:
         )
 
     async def label(self, trajectory: Trajectory) -> Answer[tuple[int, ...]]:
-        """Ask for the labels of ``trajectory``; an unreadable reply is re-asked once.
-
-        Returns:
-            The labels, shape ``(T,)``, or ``value=None`` with the reason in ``error`` (an unreadable reply
-            after the re-ask, or an endpoint that failed after its retries).
+        """The labels of ``trajectory``, shape ``(T,)``, or ``value=None`` with ``error``; re-asked once.
 
         Raises:
             FatalBackendError: The endpoint refuses every request (bad key, unknown model).

@@ -1,33 +1,11 @@
 """The method catalogue: every scoring method by name, with all the pipeline and the report need to know of it.
 
-A method is a :class:`MethodSpec`: switches over the same CEB stages (bank, retrieval, votes, repetition flag)
-plus the critic stage that scores its steps. The pipeline builds lanes from it, the report reads its label,
-group and table row from it, and :meth:`MethodSpec.resolve` gives its effective ``V``, ``k`` and retriever in a
-run. Nothing else keeps a list of methods.
-
-CEB and its component ablation (paper, Table "Component ablation"; appendix sweeps), registered here:
-
-``ceb``: the full method (Algorithm 1): critic with retrieved precedents, hindsight votes fill the bank.
-``static``: the same critic with no bank: no precedent block, no hindsight calls.
-``ceb-positives-only``: retrieval shows only productive precedents (no contrastive negatives).
-``ceb-random-retrieval``: ``k`` records of each class drawn at random (seeded) instead of by similarity.
-``ceb-dense-retrieval``: similarity by sentence embeddings (all-MiniLM-L6-v2, faiss) instead of TF-IDF (the
-appendix's retrieval-mechanism table; needs ``pip install -e '.[dense]'``).
-``ceb-single-vote``: one hindsight vote per trajectory (V = 1) instead of a majority of V.
-``ceb-no-repetition``: the repetition flag ``rho_t`` is always 0.
-``ceb-gt-oracle``: the bank's pseudo-labels are the held-out labels (no hindsight calls). An ORACLE: it reads
-labels no deployed system has, and reports mark it so.
-``ceb-V<v>-k<k>`` (either part optional, e.g. ``ceb-V3``, ``ceb-k1``): the V / k sweep cells, made on demand
-by :func:`resolve_method`; the only place a method name is parsed.
-
-No two method names differ by case only (``tests/stages/test_catalogue.py`` checks it). The ablation
-``ceb-single-vote`` was called ``ceb-v1`` before, a case away from the sweep cell ``ceb-V1``; the old name is
-still read (:data:`RENAMED`), with a one-line deprecation note.
-
-The paper's baselines (section 4.1: ``ppl``, ``me``, ``ptrue``, ``cot``, ``verbalized``, ``pro``) register
-themselves in their own modules under :mod:`ceb.stages.baselines`, which are imported on the first look-up.
-Adding a method is one file: a critic and a ``register_method(MethodSpec(...))`` call
-(``tests/stages/test_catalogue.py`` shows it).
+A method is a :class:`MethodSpec`: switches over the CEB stages (bank, retrieval, votes, repetition flag) plus the
+critic stage that scores its steps; nothing else keeps a list of methods. CEB and its component ablation (paper,
+Table "Component ablation") register here, the baselines (section 4.1) in :mod:`ceb.stages.baselines`, and the
+V / k sweep cells ``ceb-V<v>-k<k>`` are made by :func:`resolve_method`, the only place a name is parsed;
+docs/methods.md lists them all. No two names differ by case only (``ceb-v1`` is read as ``ceb-single-vote``,
+:data:`RENAMED`). Adding a method is one ``register_method(MethodSpec(...))`` (``tests/stages/test_catalogue.py``).
 """
 
 from __future__ import annotations
@@ -90,14 +68,7 @@ CriticFactory = Callable[[RunConfig, "Stages"], "Critic"]
 
 @dataclass(frozen=True, slots=True)
 class ResolvedMethod:
-    """A method's effective settings in one run: its switches over the run's ``ceb`` section.
-
-    Attributes:
-        spec: The method.
-        votes: Effective hindsight votes ``V``.
-        k: Effective precedents per class.
-        retriever: Effective retriever name.
-    """
+    """A method's effective ``V``, ``k`` (precedents per class) and retriever over the run's ``ceb`` section."""
 
     spec: MethodSpec
     votes: int
@@ -122,28 +93,12 @@ class ResolvedMethod:
 
 @dataclass(frozen=True, slots=True)
 class MethodSpec:
-    """One scoring method.
+    """One scoring method; ``label``, ``group`` and ``order`` (lower first, ties by name) place its table row.
 
-    Attributes:
-        name: The name users select it by.
-        label: Its name in tables and figures (the paper's, where it has one).
-        group: Where it sits in the paper's tables (:data:`GROUPS`).
-        order: Row position within the tables (lower first; ties by name).
-        description: One line for ``--help``, the README and reports.
-        use_bank: Retrieve precedents into the critic prompt, and fill the bank from hindsight votes.
-        use_repetition_flag: Compute ``rho_t``; when ``False`` it is always 0.
-        critic: Which critic stage scores: :data:`LLM_CRITIC`, or a factory (``(config, stages) -> Critic``)
-            as an object or a lazy ``"module:attr"`` path.
-        needs: Endpoint capabilities (keys of :data:`CAPABILITIES`) without which it cannot score; without
-            ``chat`` its every step is ``not available`` on a backend with no LLM.
-        uses: Capabilities it uses when they are there, and does without otherwise (see ``fallback``).
-        fallback: What it scores when one of ``uses`` is missing (``ceb doctor`` prints it).
-        votes: Hindsight votes ``V``; ``None`` takes ``ceb.votes``.
-        k: Precedents per class; ``None`` takes ``ceb.k``.
-        retriever: Retriever name; ``None`` takes ``ceb.retriever``.
-        classes: ``both`` (contrastive precedents) or ``positives`` (productive ones only).
-        oracle_labels: Fill the bank with the held-out labels instead of hindsight votes (an oracle).
-        ablation: Its row label in the component-ablation table, or ``None`` when it is not a row there.
+    ``critic`` is :data:`LLM_CRITIC` or a :data:`CriticFactory` (an object or a lazy ``"module:attr"`` path).
+    ``needs`` are the :data:`CAPABILITIES` without which it cannot score; ``uses`` those it does without, scoring
+    ``fallback`` instead. ``votes``, ``k`` and ``retriever`` left ``None`` take the run's ``ceb`` section;
+    ``oracle_labels`` fills the bank with held-out labels; ``ablation`` is its row in the component-ablation table.
     """
 
     name: str
@@ -183,21 +138,16 @@ class MethodSpec:
 
     @property
     def order_free(self) -> bool:
-        """Its step prompts do not depend on the stream order, nor on the other trajectories: it has no bank.
+        """Its step prompts depend neither on the stream order nor on other trajectories: it has no bank.
 
-        The bank is the only state a lane carries from one trajectory to the next (retrieved precedents,
-        ``|B_t|``), and no critic is given the order or the position (:class:`~ceb.stages.base.CriticInput` has
-        neither). Such a method is scored in the step pool (:mod:`ceb.pipeline.pool`): its trajectories
-        concurrently, each once for every order.
+        The bank is the only state carried between trajectories; such a method is scored in the step pool
+        (:mod:`ceb.pipeline.pool`), each trajectory once for every order.
         """
         return not self.use_bank
 
     @property
     def reads_own_scores(self) -> bool:
-        """Its prompt for step ``t`` holds its own scores of the earlier steps: the LLM critic's (``static``).
-
-        Its steps of one trajectory wait for each other; a baseline's prompt holds no score, so its steps do not.
-        """
+        """Its prompt for step ``t`` holds its own earlier scores (the LLM critic's), so its steps wait in turn."""
         return self.uses_llm_critic
 
     @property
@@ -219,12 +169,7 @@ class MethodSpec:
         return factory
 
     def verdict(self, capabilities: set[str]) -> tuple[bool, str]:
-        """Whether it can score on an endpoint with ``capabilities``, and what it lacks or falls back to.
-
-        Returns:
-            ``(runs, note)``: ``runs`` is ``False`` when a capability of :attr:`needs` is missing (the note
-            names them); a missing one of :attr:`uses` keeps ``runs`` and says what it scores instead.
-        """
+        """``(runs, note)`` on an endpoint with ``capabilities``: ``note`` names a missing need, or the fallback."""
         missing = [n for n in self.needs if n not in capabilities]
         if missing:
             return False, "needs " + ", ".join(missing)
@@ -253,10 +198,7 @@ the registry is first read."""
 
 
 def register_method(spec: MethodSpec) -> MethodSpec:
-    """Add ``spec`` to the catalogue under its name (a later registration of the same name replaces it).
-
-    Returns:
-        ``spec``, so a module can keep it as a constant.
+    """Add ``spec`` to the catalogue under its name (a later one of the same name replaces it); returns ``spec``.
 
     Raises:
         ConfigError: The name is a V / k sweep cell's (``ceb-V<v>-k<k>``, in any case), which
@@ -279,8 +221,7 @@ def method_names() -> list[str]:
 
 
 RENAMED: dict[str, str] = {"ceb-v1": "ceb-single-vote"}
-"""Old method name -> its current name. An old name still resolves, keeping its name (rows a run recorded under it
-stay that method's rows), with a one-line deprecation note."""
+"""Old method name -> current name; an old name resolves keeping its name (its recorded rows stay its own)."""
 _NOTED: set[str] = set()
 
 _SWEEP = re.compile(r"^ceb(?:-V(?P<v>\d+))?(?:-k(?P<k>\d+))?$")

@@ -1,72 +1,47 @@
 """The embedded default backend: a critic and a hindsight labeler that are NOT language models.
 
-They let ``ceb`` run end to end on a laptop with no server, exercise every part of the pipeline (bank,
-retrieval, ordering, hindsight, metrics) on real data, and give a floor any LLM critic should beat. They
-read only what an LLM stage would read: the blinded trajectory and the critic's input. Never ``label``,
-``reward`` or ``meta``.
+They run the whole pipeline with no server and give a floor any LLM critic should beat; they read only what an
+LLM stage would (never ``label``, ``reward`` or ``meta``). docs/data.md explains them per kind of stream; every
+rule is here.
 
 Offline critic (a retrieval-only estimator of the productive rate)::
 
     z_t = (sum_i w_i * y^_i + m * p0) / (sum_i w_i + m),   w_i = n_i * cos(kappa_t, kappa_i) ** gamma
 
-over the retrieved precedents ``i`` (both classes), where ``n_i`` is the number of records merged into ``i`` (1
-unless the bank compresses near-duplicates, :mod:`ceb.bank.policy`), ``p0 = (|B+| + 1) / (|B| + 2)`` is the bank's
-smoothed pseudo-label base rate and ``m`` the prior strength. If the repetition flag is set, ``z_t`` is
-multiplied by ``repetition_factor``. With an empty bank (or the bank-free ``static`` method) it is the
-uninformed prior 0.5 (times the repetition factor when set).
+over the retrieved precedents ``i`` (both classes); ``n_i`` is the number of records merged into ``i``
+(:mod:`ceb.bank.policy`), ``p0 = (|B+| + 1) / (|B| + 2)`` the smoothed base rate, ``m`` the prior strength.
+``z_t`` is multiplied by ``repetition_factor`` when the flag is set; with no bank (or ``static``) ``p0`` is 0.5.
 
-Offline hindsight labeler (rules over observations; one deterministic vote copied ``V`` times). Each step gets
-0 (unproductive), 1 (productive) or no label: the labeler *abstains* when its rules have nothing to read, and
-an abstained step adds no record to the bank (:class:`~ceb.stages.base.Abstention`). A guessed label would
-come back through retrieval as if it were evidence; with no records at all the critic stays at its prior 0.5,
-which is uninformed, not the stream's positive rate (only labels give that). The rules depend on the domain,
-because what an observation carries does.
+Offline hindsight labeler: one deterministic vote copied ``V`` times, giving 0, 1, or no label: it *abstains*
+when its rules have nothing to read, and an abstained step adds no bank record
+(:class:`~ceb.stages.base.Abstention`).
 
-Terminal domains (``shell``, ``sql``: the observation is the command's output, and an empty output is a
-reading, the command ran silently). A step is 0 when one of these holds, else 1:
+Terminal domains (``shell``, ``sql``; an empty output is a reading). A step is 0 when one holds, else 1:
 
-1. error: its observation matches :data:`ERROR_PATTERN` (shell and SQL error messages);
+1. error: its observation matches :data:`ERROR_PATTERN`;
 2. repeat: its action equals an earlier action of the trajectory (white space and case folded);
-3. no change: its observation equals the previous step's observation;
-4. retried: the next action repeats it (same first :data:`RETRIED_PREFIX_CHARS` = 40 characters, folded), i.e.
-   the agent had to try again. This rule keeps its own reading whatever ``ceb.repetition_reading`` says: a
-   command re-run with a changed tail is a retry in hindsight (the agent had to fix it), while the critic's flag
-   ``rho_t`` tells the critic the action *repeats*, which a shared head is not (docs/design.md).
+3. no change: its observation equals the previous step's;
+4. retried: the next action has the same first :data:`RETRIED_PREFIX_CHARS` folded characters, whatever
+   ``ceb.repetition_reading`` says: a re-run with a changed tail is a retry in hindsight (docs/design.md).
 
-Web and mobile (``web``, ``mobile``). The labeller reads what the hindsight prompt shows, and the web and mobile
-prompt follows the paper's appendix template: operation, element, value and reasoning, no observation
-(:func:`~ceb.stages.hindsight.shows_observations`). Those alone carry no evidence these rules could read (an
-offline benchmark's page moves on along the human's path whatever the agent did), so by default every web and
-mobile step abstains ("hindsight shows no observation"), the bank stays empty and the offline critic stays at its
-prior. With ``hindsight.gui_observations`` the observations are shown and read. An empty observation is no
-reading (offline benchmarks record no response; many web logs keep none): the step abstains. Otherwise, by
-what the observation holds:
+Web and mobile (``web``, ``mobile``). The default hindsight prompt shows no observation (the paper's appendix
+template, :func:`~ceb.stages.hindsight.shows_observations`), so every step abstains (:data:`NO_OBSERVATION_SHOWN`);
+with ``hindsight.gui_observations`` an empty observation abstains, and otherwise, by what it holds:
 
-- The executed reference action (``reference action executed: ...``, what the Mind2Web and AMEX converters
-  write with ``--observation reference`` only, :data:`~ceb.data.converters.REFERENCE_OBSERVATION`; it shows the
-  labeller the answer the labels are computed from, issue 32): the episode moved on by the human's action, so
-  the step is 1 when the agent's action is that action, else 0. Web (Mind2Web's ``[tag] text -> OP: value``):
-  the same operation (``HOVER`` and ``ENTER`` read as ``CLICK``, as the dataset reads them) on an element of
-  the same text (case and white space folded) and, when the reference names an HTML tag rather than a role
-  (``[span]``, ``[div]``), of that tag; the typed value is not compared, as the dataset's own step label does
-  not. Mobile (AMEX's ``[TAP] (x, y) on [i] text``): the same action type and, for a tap the same element
-  ``[i]`` of the screen, for typing the same text, for a swipe the same direction. It abstains when the
-  reference names no element text (web) or touched no element (mobile), and when either action cannot be
-  read. These rules come close to the datasets' own step labels, which is why that observation mode is no
-  default.
-- A page (a URL, page text or a screen description, as a user's own logs hold, or the next page or screen the
-  converters write by default): 0 when it is an error page
-  (:data:`ERROR_PAGE_PATTERN`, :data:`ERROR_URL_PATTERN`). Else it is compared with the previous step's
-  observation, the page the action started from: for URLs, 1 when the URL changed ("navigated"), 0 when a
-  click on a link left it unchanged, and no label when another action left it unchanged (typing or opening
-  a menu need not navigate); for page text, 0 when it is identical ("no change"), else 1. With no previous
-  observation of the same kind (the first step, or after an empty one) the step abstains.
+- The executed reference action (``--observation reference``, :data:`~ceb.data.converters.REFERENCE_OBSERVATION`,
+  issue 32): 1 when the agent's action is that action, else 0. Web (``[tag] text -> OP: value``): the same
+  operation (``HOVER``, ``ENTER`` read as ``CLICK``) on an element of the same folded text and, when the
+  reference names an HTML tag rather than a role (``[span]``), of that tag; the value is not compared, as in the
+  dataset's label. Mobile (``[TAP] (x, y) on [i] text``): the same type and, for a tap the same element ``[i]``,
+  for typing the same text, for a swipe the same direction. It abstains when the reference names no element
+  text (web) or touched no element (mobile), and when either action cannot be read.
+- A page (URL, page text, screen description): 0 on an error page (:data:`ERROR_PAGE_PATTERN`,
+  :data:`ERROR_URL_PATTERN`); else against the previous observation: a URL that changed is 1 ("navigated"), one
+  a link click left unchanged 0, one another action left unchanged no label; page text identical is 0 ("no
+  change"), else 1. With no previous observation of the same kind the step abstains. The repeat and retried
+  rules are not used: on a page moving along the human's path, a repeated prediction can be right.
 
-The repeat and retried rules are not used there: on a page that moved on along the human's path, a repeated
-prediction can be right.
-
-Any other domain: the terminal rules, except that an empty observation abstains (silence is a reading only
-where the environment is known to be a terminal).
+Any other domain: the terminal rules, except that an empty observation abstains.
 """
 
 from __future__ import annotations
@@ -98,9 +73,8 @@ __all__ = [
 ]
 
 RETRIED_PREFIX_CHARS = 40
-"""The hindsight "retried" rule's compared length, in folded characters: the next action starting with the same
-40 characters is a retry. Fixed, and not ``ceb.repetition_prefix_chars`` (which only the critic's ``chars``
-reading reads), so that changing how the critic's flag reads leaves the offline labels as they were."""
+"""The "retried" rule's compared length, in folded characters; fixed (not ``ceb.repetition_prefix_chars``), so
+that changing how the critic's flag reads leaves the offline labels as they were."""
 
 ERROR_PATTERN = re.compile(
     r"(?im)(^|\b)(error|errno|exception|traceback|not found|no such file|command not found|"
@@ -120,8 +94,7 @@ ERROR_PAGE_PATTERN = re.compile(
 ERROR_URL_PATTERN = re.compile(
     r"(?i)^https?://\S*?(/(404|403|500|error|not-?found|page-?not-?found|access-?denied)(\.html?)?([/?#]|$)|[?&]error=)"
 )
-"""A URL of an error page: an error path segment (``/404``, ``/error``, ``/not-found``...) or an ``error=``
-query parameter."""
+"""A URL of an error page: an error path segment (``/404``, ``/error``...) or an ``error=`` query parameter."""
 
 TERMINAL_DOMAINS = frozenset({"shell", "sql"})
 """Domains whose observation is a command's output, where an empty output is a reading (the terminal rules)."""
@@ -149,12 +122,7 @@ _TRUNCATED = "..."
 
 
 class Verdict(NamedTuple):
-    """The offline labeler's answer for one step.
-
-    Attributes:
-        label: 1 (productive), 0 (unproductive), or ``None`` when it abstains.
-        rule: The rule that gave the label, or why it abstains; ``""`` for a terminal step no rule fired on.
-    """
+    """One step's label (1, 0, ``None``: abstains) and the rule that gave it or why not (``""``: none fired)."""
 
     label: int | None
     rule: str
@@ -165,7 +133,7 @@ class OfflineCritic:
 
     Args:
         prior_strength: ``m``, weight of the base rate in units of one perfectly similar precedent.
-        sharpness: ``gamma``, exponent on cosine similarity (higher trusts the closest precedents more).
+        sharpness: ``gamma``, exponent on cosine similarity.
         repetition_factor: Multiplier applied when ``rho_t = 1``.
     """
 
@@ -199,10 +167,9 @@ NO_OBSERVATION_SHOWN = "hindsight shows no observation on web and mobile (hindsi
 
 
 class OfflineHindsight:
-    """Rule-based hindsight labels from observations, abstaining without evidence (see the module docstring).
+    """Rule-based hindsight labels from observations, abstaining without evidence (the module docstring).
 
-    Args:
-        settings: The labeller's settings; only ``gui_observations`` is read (the defaults when ``None``).
+    ``settings``: only ``gui_observations`` is read.
     """
 
     def __init__(self, settings: HindsightConfig | None = None) -> None:
@@ -224,12 +191,7 @@ class OfflineHindsight:
         ]
 
     async def label(self, trajectory: Trajectory, votes: int) -> HindsightResult:
-        """Apply the rules once; the ``votes`` votes are identical copies, so soft votes are 0 or 1.
-
-        Returns:
-            Votes over the steps the rules label; the others are in ``abstained`` with the reason. When every
-            step abstains the votes are empty and the trajectory adds nothing to the bank.
-        """
+        """Apply the rules once; the ``votes`` votes are copies, over the steps not in ``abstained``."""
         fired = self.rules(trajectory)
         vote = tuple(v.label for v in fired if v.label is not None)
         abstained = tuple(Abstention(step=t, reason=v.rule) for t, v in enumerate(fired) if v.label is None)
@@ -332,10 +294,7 @@ class _MobileAction(NamedTuple):
 
 
 def _mobile_action(text: str) -> _MobileAction | None:
-    """An action as :func:`~ceb.data.amex_screen.describe_action` writes it, read; ``None`` when it is not one.
-
-    The forms: ``[TAP] (x, y) on [i] text``, ``[SWIPE] (x, y) -> (x, y)``, ``[TYPE] "text"``, ``[PRESS_BACK]``.
-    """
+    """An action as :func:`~ceb.data.amex_screen.describe_action` writes it (``[TAP] (x, y) on [i] text``...), read."""
     m = _MOBILE_ACTION.match(text.strip())
     if m is None:
         return None

@@ -89,11 +89,7 @@ def _number(value: Any, what: str) -> float:
 def parse_score(text: str) -> float:
     """Read ``r_t`` from a critic reply ``{"score": x, ...}`` (paper section 3.3).
 
-    Accepts code fences, text around the object, and a number written as a string (``"0.8"``); the full
-    rule is in the module docstring.
-
-    Returns:
-        The raw value ``r_t`` (not yet clipped to [0, 1]; see Eq. 6).
+    The raw ``r_t``, not yet clipped to [0, 1] (Eq. 6); the rule is the module docstring's.
 
     Raises:
         ValueError: No object with ``score``, or its value is not a finite number.
@@ -104,9 +100,8 @@ def parse_score(text: str) -> float:
 def score_span(text: str) -> tuple[int, int]:
     """Where the digits of the score :func:`parse_score` reads are written in ``text``: ``(start, end)``.
 
-    The span is the number literal after the first ``"score":`` key of the object :func:`parse_score` uses
-    whose value is that number (``{"score": 0.75, ...}`` -> the characters of ``0.75``; in ``"score": "0.8"``
-    the characters inside the quotes), for the probability readout (:mod:`ceb.stages.readout`).
+    The number literal after the first ``"score":`` key of that object whose value it is (inside the quotes of
+    ``"score": "0.8"``), for the probability readout (:mod:`ceb.stages.readout`).
 
     Raises:
         ValueError: No readable score, or it is not written as a plain decimal (an exponent, a sign ``+``).
@@ -122,20 +117,9 @@ def score_span(text: str) -> tuple[int, int]:
 def score_prefix(text: str) -> float | None:
     """Read ``r_t`` from the start of a critic reply still being generated, once its value is complete.
 
-    A reply that puts ``score`` first (the critic's schema orders it first, and a server's structured output
-    writes properties in schema order) has its answer after a handful of tokens: ``{"score": 0.73,``. The
-    value is complete when the number is followed by ``,`` or ``}`` (a number alone could still grow: ``0.7``
-    -> ``0.73``). This reads only that shape: a reply that starts otherwise (prose, a code fence, ``reason``
-    first, a string score) gives ``None`` here and is read whole by :func:`parse_score` once complete.
-
-    For a reply that goes on to close its object, the value is the one :func:`parse_score` reads from the
-    whole reply: the same first object, the same number.
-
-    Args:
-        text: The reply so far.
-
-    Returns:
-        The raw value ``r_t``, or ``None`` while it is not complete or the reply does not start this way.
+    Reads only ``{"score": <number>`` followed by ``,`` or ``}`` (a number alone could still grow); any other
+    start (prose, a fence, ``reason`` first, a string score) gives ``None``, as does an incomplete value. For a
+    reply that closes its object, the value is the one :func:`parse_score` reads from the whole reply.
     """
     m = _SCORE_FIRST.match(text)
     if m is None:
@@ -147,10 +131,7 @@ def score_prefix(text: str) -> float | None:
 def parse_labels(text: str, n_steps: int) -> tuple[int, ...]:
     """Read one 0/1 label per step from a hindsight reply ``{"labels": [...]}``.
 
-    Each label may be written ``0``/``1``, ``0.0``/``1.0`` or ``"0"``/``"1"``; booleans are refused.
-
-    Returns:
-        Labels, shape ``(n_steps,)``.
+    Shape ``(n_steps,)``; a label may be ``0``/``1``, ``0.0``/``1.0`` or ``"0"``/``"1"``, never a boolean.
 
     Raises:
         ValueError: No object with ``labels``, a label that is not 0 or 1, or the wrong count.

@@ -40,12 +40,9 @@ _DIGITS_ON = re.compile(r"[0-9.]*")
 
 @dataclass(frozen=True, slots=True)
 class Expected:
-    """An expectation read from log-probs (:func:`expected_value`).
+    """An expectation in [0, 1] read from log-probs (:func:`expected_value`), over ``positions`` token positions.
 
-    Attributes:
-        value: The expected value, a probability in [0, 1].
-        mass: The smallest probability, over the positions read, of the candidates that read (in [0, 1]).
-        positions: How many token positions were read.
+    ``mass`` is the readout mass: the least, over the positions, of the probability on candidates, in [0, 1].
     """
 
     value: float
@@ -55,13 +52,9 @@ class Expected:
 
 @dataclass(frozen=True, slots=True)
 class Reading:
-    """A verbal score as the configured readout gives it (:func:`read_score`).
+    """A verbal score in [0, 1] as the configured readout gives it (:func:`read_score`).
 
-    Attributes:
-        score: The score in [0, 1].
-        readout: Which readout gave it.
-        note: Why the expectation was not used (``text_fallback``), else ``None``.
-        mass: The readout mass of the expectation, when one was computed.
+    ``note`` says why the expectation was not used (``text_fallback``); ``mass`` is its mass when computed.
     """
 
     score: float
@@ -71,25 +64,14 @@ class Reading:
 
 
 def logprob_fields(settings: CriticConfig) -> dict[str, Any]:
-    """The :class:`~ceb.backends.base.ChatRequest` fields a verbal method adds under ``settings.readout``.
-
-    Returns:
-        ``{"logprobs": True, "top_logprobs": N}`` for ``expected``, ``{}`` for ``text`` (nothing more is asked).
-    """
+    """The request fields a verbal method adds: ``logprobs``, ``top_logprobs`` for ``expected``, none for ``text``."""
     if settings.readout == "expected":
         return {"logprobs": True, "top_logprobs": settings.top_logprobs}
     return {}
 
 
 def _offsets(tokens: Sequence[TokenLogprob], text: str, start: int, end: int) -> tuple[list[int], int]:
-    """Each token's first character in ``text``, and the token holding character ``start``.
-
-    The token texts are laid from the reply's start, or else from its end (a reply whose text differs from
-    its token texts somewhere away from the number: a character split over byte tokens in a CoT's reasoning).
-
-    Raises:
-        ValueError: The token texts do not spell ``text`` from the number's first token on.
-    """
+    """Each token's first character in ``text`` (laid from its start, else from its end), and the one at ``start``."""
     lengths = [len(t.token) for t in tokens]
     joined = "".join(t.token for t in tokens)
     forward = [0]
@@ -116,17 +98,9 @@ def expected_value(
 ) -> Expected:
     """The expectation of a number written in a reply, over the top log-probs at the positions that decide it.
 
-    The positions and the candidates are those of the module docstring.
-
-    Args:
-        tokens: The reply's generated tokens, each with its ``top`` alternatives (OpenAI's ``top_logprobs``).
-        text: The reply's text, which the token texts spell (at least from the number on).
-        span: ``(start, end)``: the number's characters in ``text``, ``text[start:end]`` a plain decimal.
-        value_of: The method's value of a candidate number's text (``"0.75"``, ``"85"``), before clipping;
-            it raises ``ValueError`` for a number it does not take.
-
-    Returns:
-        The expectation, clipped to [0, 1] candidate by candidate, with its readout mass.
+    The positions and the candidates are those of the module docstring; ``span`` is the number's ``(start, end)``
+    in ``text``, and ``value_of`` the method's value of a candidate's text (``"85"``) before clipping, raising
+    ``ValueError`` for a number it does not take.
 
     Raises:
         ValueError: The number is not a plain decimal, the tokens do not spell the reply there, or a position
@@ -202,19 +176,11 @@ def read_score(
     span: Callable[[str], tuple[int, int]],
     value_of: Callable[[str], float],
 ) -> Reading:
-    """The score of a verbal method under ``settings.readout``.
+    """The score of a verbal method under ``settings.readout`` (``text_score`` already in [0, 1]).
 
-    Args:
-        text_score: The score read from the text, already in [0, 1].
-        settings: ``readout``, ``readout_min_mass`` are read.
-        tokens: The reply's generated tokens with their alternatives, ``None`` when the endpoint sent none.
-        text: The reply text the score was read from.
-        span: Finds the number's characters in ``text`` (raises ``ValueError`` when it cannot).
-        value_of: The method's value of a candidate number's text (see :func:`expected_value`).
-
-    Returns:
-        The expectation under ``expected`` when it can be had with enough mass; else the text score, marked
-        ``text_fallback`` with the reason under ``expected`` and ``text`` under ``text``.
+    The expectation under ``expected`` when it has ``readout_min_mass``; else the text score, marked
+    ``text_fallback`` with the reason. ``span`` finds the number in ``text`` (raising ``ValueError`` when it
+    cannot); ``value_of`` is :func:`expected_value`'s.
     """
     if settings.readout == "text":
         return Reading(text_score, "text")

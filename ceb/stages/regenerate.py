@@ -1,16 +1,10 @@
 """The actor of ``ceb regenerate``: re-predict one flagged step once, with a fixed generic critique.
 
-The intervention of the paper's appendix "Offline Confidence-Gated Regeneration": the agent regenerates its
-action on a step a confidence signal flagged, told only that "a reviewer flagged this step; reconsider"
-(:data:`CRITIQUE`). The critique is the same for every step and every method, so the only variable across
-methods is which steps each one flags. The actor sees the task, the earlier steps with what each returned, the
-step's state and its original action (``prompts/base/regenerate_*.j2``), never the reference or the label.
-
-The reply is an action as the stream's converter represents one (:data:`ceb.data.references.ACTION_SPACES`):
-for Mind2Web (domain ``web``) an element's ``backend_node_id``, an operation and a value; for AMEX (``mobile``)
-an element's index in the screen's list, an action name and a text. A JSON schema the server enforces fixes it
-(:func:`action_schema`: the element one of those in the state shown, the operation one of the domain's), so the
-converter's rule (:mod:`ceb.data.references`) can judge it.
+The paper's appendix "Offline Confidence-Gated Regeneration" (docs/regeneration.md): the same critique
+(:data:`CRITIQUE`) for every step and method, so methods differ only in which steps they flag. The actor never
+sees the reference or the label. The reply is an action of the converter's space
+(:data:`ceb.data.references.ACTION_SPACES`: element, operation, value), fixed by a schema the server enforces
+(:func:`action_schema`), so :mod:`ceb.data.references` can judge it.
 """
 
 from __future__ import annotations
@@ -58,14 +52,7 @@ _VALUE_CHARS = 128
 
 @dataclass(frozen=True, slots=True)
 class RegeneratedAction:
-    """The actor's new action for one step.
-
-    Attributes:
-        element_id: The chosen element as the state names it (a ``backend_node_id``, an AMEX index), ``None``
-            when the reply names none.
-        op: One of the domain's operations (:data:`~ceb.data.references.ACTION_SPACES`).
-        value: Text to type or option to select (``""`` for a click).
-    """
+    """The actor's new action: ``element_id`` as the state names it (``None``: none), ``value`` ``""`` for a click."""
 
     element_id: str | None
     op: str
@@ -75,10 +62,8 @@ class RegeneratedAction:
 def action_schema(operations: Sequence[str], element_ids: Sequence[str] = ()) -> dict[str, Any]:
     """JSON Schema of a regenerated action: ``{"element_id": str, "op": one of operations, "value": str}``.
 
-    With ``element_ids`` (the elements the state shows, :attr:`ActionSpace.element_ids`) the element is one of
-    them or ``""`` for none (``enum``), so the server lets the actor name only an element it was shown; without,
-    a bounded string. The value is bounded (:func:`~ceb.stages.asking.bounded_text`) so a small model's reply
-    closes.
+    With ``element_ids`` (those the state shows) the element is one of them or ``""``, else a bounded string; the
+    value is bounded so a small model's reply closes.
     """
     element: dict[str, Any] = (
         {"type": "string", "enum": [*element_ids, ""]} if element_ids else bounded_text(_ELEMENT_CHARS)
@@ -125,8 +110,7 @@ def parse_action(raw: str, operations: Sequence[str]) -> RegeneratedAction:
 def regenerate_context(trajectory: Trajectory, t: int, history_steps: int, operations: Sequence[str]) -> dict[str, Any]:
     """The regeneration prompt's variables for step ``t``: the situation, the original action, the critique.
 
-    ``history`` holds the last ``history_steps`` earlier steps with their observations (for a Mind2Web stream,
-    the reference actions of *earlier* steps, which the converter writes there; never step ``t``'s own).
+    ``history``: the last ``history_steps`` earlier steps with their observations, never step ``t``'s own.
     """
     step = trajectory.steps[t]
     start = max(0, t - history_steps)
@@ -146,13 +130,7 @@ def regenerate_context(trajectory: Trajectory, t: int, history_steps: int, opera
 
 
 class Regenerator:
-    """Asks the actor for a new action on one flagged step: greedy, schema-constrained, one re-ask.
-
-    Args:
-        chat: The actor's endpoint.
-        prompts: Templates (``regenerate_system.j2`` / ``regenerate_user.j2``, of the domain's family, else of
-            ``base``).
-    """
+    """Asks the actor (``chat``) for a new action on one flagged step: greedy, schema-constrained, one re-ask."""
 
     def __init__(self, chat: ChatBackend, prompts: PromptSet) -> None:
         self.chat = chat
@@ -181,19 +159,13 @@ class Regenerator:
     def shown_state(self, state: str) -> str:
         """``state`` as the prompt shows it: cut to ``limits.state_chars`` by the template's ``fence``.
 
-        The schema offers only the elements named here: a long state (a full AMEX screen list, whose fence
-        indents every line past the budget) loses its middle in the prompt, and an element cut out of it was
-        never shown to the actor. The fence's indentation is taken off again so that line-anchored names
-        (AMEX's ``[i]``) read as in the stream.
+        The schema offers only the elements named here (one cut out was never shown); the fence's indentation
+        is taken off so that line-anchored names (AMEX's ``[i]``) read as in the stream.
         """
         return fence(state, self.prompts.limits.state_chars).replace("\n" + DATA_INDENT, "\n")
 
     async def regenerate(self, trajectory: Trajectory, t: int) -> Answer[RegeneratedAction]:
-        """Ask for step ``t``'s new action; an unreadable reply is re-asked once.
-
-        Returns:
-            The action, or ``value=None`` with the reason in ``error`` (unreadable after the re-ask, or an
-            endpoint that failed after its retries).
+        """Step ``t``'s new action, or ``value=None`` with ``error``; an unreadable reply is re-asked once.
 
         Raises:
             FatalBackendError: The endpoint refuses every request (bad key, unknown model).

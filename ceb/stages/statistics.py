@@ -1,25 +1,11 @@
 """The model statistics the baselines read (paper section 4.1), one fetcher each, shared within a step.
 
-A baseline (:mod:`ceb.stages.baselines`) is a formula over one or two of these, as LM-Polygraph's estimators are
-formulas over what its stat calculators produced:
-
-======================  ===============================  ==========  ==================================
-statistic               fetcher                          endpoint    read by
-======================  ===============================  ==========  ==================================
-teacher-forced log-probs :func:`teacher_force`           actor       ``ppl``, ``me``, ``pro``
-sampled answers          :func:`sampled_answers`          actor       ``pro``
-the P(True) pair         :func:`ptrue_pair`               critic      ``ptrue`` (``ptrue_forced``)
-the P(True) first token  :func:`ptrue_first_token`        critic      ``ptrue`` (``ptrue_forced = false``)
-the CoT reply            :func:`cot_reply`                critic      ``cot``
-the verbalized reply     :func:`verbalized_reply`         actor       ``verbalized``
-======================  ===============================  ==========  ==================================
-
-Inside a :func:`step_statistics` scope (the step pool, :mod:`ceb.pipeline.pool`, opens one per step for every
-method without a bank), a statistic is fetched once per endpoint and request: the first method to ask fetches it,
-the others wait for that fetch or read the kept value, with a request-free cost (``requests`` 0), so the run's sum
-is right. Outside a scope, or with ``baselines.share_statistics`` off, each call fetches its own. Every fetcher
-raises :class:`~ceb.errors.FatalBackendError` when the endpoint refuses every request; any other failure is in
-the value it returns (``error``, ``available``).
+A baseline (:mod:`ceb.stages.baselines`) is a formula over one or two of these; docs/methods.md has the table of
+statistic, fetcher, endpoint and readers. Inside a :func:`step_statistics` scope (the step pool opens one per step)
+a statistic is fetched once per endpoint and request, and the methods that read it after get it at zero cost
+(``requests`` 0), so the run's sum is right; outside one, or with ``baselines.share_statistics`` off, each call
+fetches its own. Every fetcher raises :class:`~ceb.errors.FatalBackendError` when the endpoint refuses every
+request; any other failure is in the value it returns (``error``, ``available``).
 """
 
 from __future__ import annotations
@@ -86,26 +72,15 @@ class SharedStatistics:
 
     def __init__(self) -> None:
         self._entries: dict[Hashable, _Entry[Any]] = {}
-        self.fetched = 0
-        """Fetches made (one per distinct key)."""
-        self.shared = 0
-        """Reads served by another caller's fetch."""
+        self.fetched = 0  # fetches made, one per distinct key
+        self.shared = 0  # reads served by another caller's fetch
 
     async def get(self, key: Hashable, fetch: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
-        """The statistic ``key``: fetched by this call, or read from another caller's fetch.
-
-        Args:
-            key: What identifies the statistic (the endpoint and the exact request).
-            fetch: Fetches it; called at most once per key.
-
-        Returns:
-            ``(value, fetched_here)``: ``fetched_here`` is ``True`` for the caller whose ``fetch`` ran, which
-            carries its cost.
+        """``(value, fetched_here)`` of ``key``: ``fetch()`` run at most once per key; the caller that ran it pays.
 
         Raises:
-            Exception: What ``fetch`` raised, in the caller that ran it and in every caller waiting for it (a
-                failed fetch is not kept: the next caller fetches again). A fetch whose caller is cancelled is
-                taken up by a waiting caller, which fetches again; a cancellation is never passed on.
+            Exception: What ``fetch`` raised, in its caller and every waiting one (a failed fetch is not kept). A
+                cancelled fetch is taken up by a waiting caller; a cancellation is never passed on.
         """
         while True:
             entry = self._entries.get(key)
@@ -171,10 +146,8 @@ def critic_messages(prompts: PromptSet, inp: CriticInput, kind: str) -> tuple[di
 def actor_messages(prompts: PromptSet, inp: CriticInput, *, ask_confidence: bool = False) -> tuple[dict[str, str], ...]:
     """The actor's ``(system, user)`` messages for step ``t``, as the baselines that re-run the actor use them.
 
-    The system message is the stream's actor prompt when it carries one (``inp.actor_prompt``), else
-    ``actor_system.j2``, a generic agent prompt in the shape of the ReAct loop; the user message is
-    ``actor_user.j2`` (task, earlier actions and what they returned, current state). ``ask_confidence`` also asks
-    for a stated confidence after the action (Verbalization).
+    The system message is ``inp.actor_prompt`` when the stream has one, else ``actor_system.j2`` (a generic ReAct
+    prompt); ``ask_confidence`` also asks for a stated confidence after the action (Verbalization).
     """
     ctx = situation_context(inp) | {"ask_confidence": ask_confidence}
     system = inp.actor_prompt or prompts.render_or_base(inp.domain, "actor_system", ctx)
@@ -197,11 +170,9 @@ COT_STEP_MAX_CHARS = 100
 """Longest reasoning step, in characters."""
 
 COT_REASONING_MAX_CHARS = COT_REASONING_STEPS * COT_STEP_MAX_CHARS
-"""Longest reasoning the CoT critic may write under structure, in characters (1,200): room to think, while the
-reply still closes within the default 1,300-token budget (``baselines.cot_max_tokens``) at one character per
-token, about what a 135M model's degenerate "1.1.1.1..." takes. It is a list of at most
-:data:`COT_REASONING_STEPS` lines of :data:`COT_STEP_MAX_CHARS`, not one string, because vLLM's xgrammar cannot
-compile a string bound that long (:data:`~ceb.stages.asking.BOUNDED_TEXT_MAX_CHARS`)."""
+"""Longest CoT reasoning under structure, in characters (1,200): it closes within the default 1,300-token
+``baselines.cot_max_tokens`` at one character per token (a 135M model's degenerate "1.1.1..."). A list of lines,
+not one string: vLLM's xgrammar cannot compile so long a bound (:data:`~ceb.stages.asking.BOUNDED_TEXT_MAX_CHARS`)."""
 
 COT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -217,27 +188,20 @@ COT_SCHEMA: dict[str, Any] = {
     "required": ["reasoning", "confidence"],
     "additionalProperties": False,
 }
-"""The CoT reply under structure: the reasoning steps first, so the confidence is still stated after them, then the
-confidence in percent. Where the server enforces it (``json_schema`` and ``vllm`` modes), the reasoning holds at
-least one non-empty step and ends within its bound, and the final confidence cannot be missing or out of range;
-elsewhere the free-text reply is read by :func:`parse_confidence_line`, which reads both forms. Without the lower
-bounds a small model skips the chain of thought the method is named for: SmolLM2-135M answered
-``{"reasoning": [], "confidence": 0}`` on 14 of 16 steps."""
+"""The CoT reply under structure: reasoning steps first, then the confidence in percent; elsewhere
+:func:`parse_confidence_line` reads the free text. The lower bounds are needed: without them SmolLM2-135M answered
+``{"reasoning": [], "confidence": 0}`` on 14 of 16 steps, skipping the chain of thought."""
 
 STATED_CONFIDENCE_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": 100}
-"""The continuation under structure: a bare integer from 0 to 100, the percentage the cue asks for. Where the
-server enforces it (vLLM) the continuation cannot be anything else; JSON mode cannot express it, so there and
-without structure the prompt alone asks for it."""
+"""The continuation under structure: a bare integer percentage. JSON mode cannot express it: there, and without
+structure, the prompt alone asks for it."""
 
 
 # --- requests -----------------------------------------------------------------------------------------------------
 
 
 def teacher_forcing_request(prompts: PromptSet, inp: CriticInput, top_k: int) -> ChatRequest:
-    """The actor's messages then ``inp.action`` as the open assistant message, with ``prompt_logprobs=top_k``.
-
-    One generated token (``max_tokens=1``), which is not read.
-    """
+    """The actor's messages then ``inp.action`` as the open assistant message, ``prompt_logprobs=top_k``, 1 token."""
     return ChatRequest(
         messages=(*actor_messages(prompts, inp), {"role": "assistant", "content": inp.action}),
         temperature=0.0,
@@ -274,10 +238,7 @@ PTRUE_ANSWERS = ("True", "False")
 
 
 def ptrue_pair_requests(prompts: PromptSet, inp: CriticInput) -> tuple[ChatRequest, ChatRequest]:
-    """The P(True) question answered "True", and answered "False", each answer the open assistant message.
-
-    ``prompt_logprobs=1`` returns every prompt token's own log-prob; the one generated token is not read.
-    """
+    """The P(True) question answered "True", and "False", each the open assistant message (``prompt_logprobs=1``)."""
     messages = critic_messages(prompts, inp, "ptrue")
     true, false = (
         ChatRequest(
@@ -357,12 +318,7 @@ def action_span(positions: Sequence[TokenLogprob | None], action: str) -> tuple[
     4. The span's characters must end with the action's; otherwise the template changed the action, or the
        server decoded a split character as U+FFFD, and no span is returned.
 
-    Args:
-        positions: One entry per prompt token (``Completion.prompt_logprobs``); the first is ``None``.
-        action: The frozen action.
-
-    Returns:
-        The span's tokens in order, shape ``(L,)`` with ``L >= 1``.
+    ``positions`` is ``Completion.prompt_logprobs`` (the first is ``None``); the span has shape ``(L,)``, ``L >= 1``.
 
     Raises:
         ValueError: The action is blank, the prompt does not end with it, or the span reaches the first prompt
@@ -396,13 +352,10 @@ def _holds(position: TokenLogprob | None, test: Callable[[str], bool]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class ForcedAction:
-    """The teacher-forced log-probs of a frozen action (:func:`teacher_force`).
+    """The teacher-forced log-probs of a frozen action (:func:`teacher_force`): ``span`` of shape ``(L,)``.
 
-    Attributes:
-        span: The action's tokens with their log-probs and top alternatives, shape ``(L,)``; ``None`` on failure.
-        stats: Requests, tokens and time spent.
-        error: Why ``span`` is ``None``: ``"endpoint failed: ..."`` or ``"not available: ..."``.
-        available: ``False`` when the step cannot be teacher-forced here at all (not a failure).
+    ``span`` is ``None`` with ``error`` (``"endpoint failed: ..."``, or ``"not available: ..."`` with
+    ``available=False``).
     """
 
     span: tuple[TokenLogprob, ...] | None

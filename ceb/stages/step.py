@@ -1,15 +1,9 @@
 """One step of Algorithm 1, and one trajectory's hindsight: the code the batch lanes and the live gate share.
 
-:func:`score_step` is lines 4-7 of Algorithm 1 for one proposed action: the state summary ``s'``, the composite
-key ``kappa_t``, contrastive retrieval ``R_t+-`` from the bank, the repetition flag ``rho_t`` and the critic call
-``z^_t`` (Eq. 6). :func:`label_trajectory` is lines 11-12: the hindsight votes (Eq. 3) and the bank records the
-trajectory adds. :class:`~ceb.pipeline.lane.Lane` (frozen streams) and :class:`~ceb.gate.Gate` (a live
-agent) both call these two functions and nothing else for those stages, so a stream replayed through the gate
-gives the same scores and the same bank as ``ceb score``.
-
-Neither function updates the bank: the caller does (``Bank.add_trajectory`` or a journal), because when and
-under which lock it happens is what differs between a lane and a service. Both start a bank with
-:func:`new_bank` and report what a step was shown with :func:`precedents`.
+:func:`score_step` is Algorithm 1 lines 4-7 (``s'``, ``kappa_t``, ``R_t+-``, ``rho_t``, ``z^_t``, Eq. 6) and
+:func:`label_trajectory` lines 11-12 (Eq. 3 and the bank records). The lanes and :class:`~ceb.gate.Gate` call only
+these, so a stream replayed through the gate gives the same scores and bank as ``ceb score``. Neither updates the
+bank: when and under which lock is the caller's (a lane's or a service's) choice.
 """
 
 from __future__ import annotations
@@ -79,12 +73,7 @@ def precedents(retrieval: Retrieval) -> list[Precedent]:
 
 
 def new_bank(method: MethodSpec, config: RunConfig) -> Bank:
-    """An empty bank with the method's retriever and the run's eviction and compression settings.
-
-    The retriever is ``ceb.retriever`` unless the method sets its own; ``config.bank`` bounds the bank (no
-    eviction or compression by default, as in the paper), its ``usefulness_k`` derived from the method's ``k``
-    unless set (:meth:`~ceb.config.BankConfig.for_k`).
-    """
+    """An empty bank with the method's retriever and ``config.bank`` (``usefulness_k`` from the method's ``k``)."""
     resolved = method.resolve(config.ceb)
     return Bank(RETRIEVERS.get(resolved.retriever)(), config.bank.for_k(resolved.k))
 
@@ -93,15 +82,9 @@ def new_bank(method: MethodSpec, config: RunConfig) -> Bank:
 class PreparedStep:
     """One step's critic request before it is sent (:func:`prepare_step`).
 
-    Attributes:
-        state_summary: ``s'``: the state clipped to the bank's budget (``prompts.bank_state_chars``); the query
-            key's state and, later, the bank record's.
-        retrieval: The precedents shown to the critic (empty for a bank-free method).
-        repetition_flag: ``rho_t`` (section 3.3), ``False`` for a method without it.
-        input: Everything the critic sees.
-        bank_size: ``|B_t|`` when the bank was read.
-        bank_version: What the caller's ``bank_version`` callback returned then (0 without one).
-        retrieval_s: Seconds spent retrieving (a worker thread), waiting for it included.
+    ``state_summary`` is ``s'`` (:func:`state_summary`); ``bank_size`` is ``|B_t|`` and ``bank_version`` the
+    caller's callback (0 without one) when the bank was read; ``retrieval_s`` is seconds retrieving, waiting
+    included.
     """
 
     state_summary: str
@@ -124,13 +107,7 @@ class PreparedStep:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScoredStep(PreparedStep):
-    """What :func:`score_step` did for one proposed action: the request (:class:`PreparedStep`) and its answer.
-
-    Attributes:
-        result: The critic's answer: ``score`` in [0, 1] or ``None`` with ``error``.
-        tokens: The prompt's token counts, when a counter was given.
-        critic_s: Seconds spent in the critic call (waiting for an endpoint slot included).
-    """
+    """The request (:class:`PreparedStep`) and its answer; ``critic_s``: seconds in the call, slot wait included."""
 
     result: CriticResult
     tokens: PromptTokens | None = None
@@ -145,22 +122,9 @@ def state_summary(state: str, config: RunConfig) -> str:
 class StepArgs(TypedDict, total=False):
     """The step :func:`prepare_step` and :func:`score_step` read; the step must be blinded (no ``label``/``reward``).
 
-    Attributes:
-        step: ``(s_t, a_t)`` and the agent's logged fields; only ``state``, ``action``, ``reasoning``, ``op``,
-            ``element``, ``value`` and ``actor_logprobs`` are read, never ``observation``.
-        t: 0-based index of the step in its trajectory.
-        task: ``q``.
-        domain: Prompt family.
-        history: ``h_<t``: the earlier steps with their observations and the critic's own scores; only the last
-            ``prompts.history_steps`` reach the critic, and only the repetition window is read besides.
-        bank: The stream's bank, read (retrieval) and never updated here.
-        method: The method's switches (bank, repetition flag, classes).
-        config: The run's configuration (``k``, the repetition window, text budgets).
-        actor_prompt: The actor's system prompt, when known (read by some baselines only).
-        bank_lock: Held around the retrieval, when the bank may be updated concurrently (the gate, a lane that
-            speculates).
-        bank_version: Read (under ``bank_lock``) when the bank is read; its value is
-            :attr:`PreparedStep.bank_version`.
+    ``step.observation`` is never read; of ``history`` (``h_<t``) only the last ``prompts.history_steps`` and the
+    repetition window. ``bank`` is read, never updated; ``bank_lock`` is held around the retrieval when the bank
+    may be updated concurrently (the gate, a lane that speculates), and ``bank_version`` called under it.
     """
 
     step: Required[Step]
@@ -183,10 +147,7 @@ async def score_step(
     request_priority: float = 0.0,
     **args: Unpack[StepArgs],
 ) -> ScoredStep:
-    """Score the proposed action before it runs (Algorithm 1, lines 4-7; Eq. 2 and 6).
-
-    :func:`prepare_step`, then :func:`ask_critic`. A failed critic call is a result with ``score=None``.
-    """
+    """Score the proposed action before it runs (Algorithm 1, lines 4-7; Eq. 2 and 6); a failure is ``score=None``."""
     return await ask_critic(await prepare_step(**args), critic, tokens=tokens, request_priority=request_priority)
 
 
@@ -286,12 +247,9 @@ async def _count_tokens(tokens: PromptTokenCounter, inp: CriticInput, out: list[
 
 @dataclass(frozen=True, slots=True)
 class BankedTrajectory:
-    """One finished trajectory's hindsight and the bank records it adds (Algorithm 1, lines 11-12).
+    """One finished trajectory's hindsight (Eq. 3) and the bank records it adds (Algorithm 1, lines 11-12).
 
-    Attributes:
-        hindsight: The votes, soft votes and pseudo-labels (Eq. 3), abstentions and cost.
-        records: The records to add, one per labelled step, in step order; empty when too few votes were valid.
-        votes_needed: Valid votes needed to bank the trajectory (``ceb.min_valid_votes``, else half of ``V``).
+    ``records`` has one per labelled step, empty when fewer than ``votes_needed`` votes were valid.
     """
 
     hindsight: HindsightResult
@@ -351,22 +309,9 @@ async def label_trajectory(
 ) -> BankedTrajectory:
     """Vote on a finished trajectory in hindsight and build its bank records (Algorithm 1, lines 11-12).
 
-    Args:
-        blind: The finished trajectory, observations included, blinded (:meth:`Trajectory.blinded`).
-        scores: ``z^_t`` the critic gave each step before it ran (``None`` where it gave none); shape ``(T,)``.
-        method: The method (its vote count ``V``; ``oracle_labels`` takes ``labels`` instead of votes).
-        config: The run's configuration (``min_valid_votes``, text budgets).
-        hindsight: The labeler ``g_phi``.
-        labels: Held-out labels, read only by the oracle method (evaluation); ``None`` otherwise.
-        request_priority: Priority of the labeler's requests.
-        reasons_seen: Abstention reasons already logged by the caller; a new one is logged once and added.
-        stream: Stream name, for the log.
-        voted: The votes, when the caller asked ``hindsight`` already (they read no score, so a lane that
-            speculates asks them while the steps are scored); ``None``: asked here.
-
-    Returns:
-        The hindsight result and the records; an abstained step gets no record, and a trajectory with fewer
-        valid votes than needed gets none at all (logged as a warning).
+    ``blind`` is blinded (:meth:`Trajectory.blinded`), observations included; ``scores`` are each step's ``z^_t``
+    (``None`` where none), shape ``(T,)``; ``labels`` are read by the oracle method only; a reason not yet in
+    ``reasons_seen`` is logged once and added; ``voted``: the votes when the caller asked them already.
 
     Raises:
         ValueError: ``scores`` is not one per step, or an oracle method has no ``labels``.

@@ -1,33 +1,27 @@
 r"""Prompt templates: Jinja2 files per domain family, replaceable by the user.
 
-Layout: ``prompts/<family>/{critic_system,critic_user,hindsight_system,hindsight_user}.j2``. The families
-``shell``, ``sql``, ``web`` and ``mobile`` extend ``prompts/base``; a domain without a family of its own uses
-``generic``. A user directory given as ``prompt_dir`` is searched first, so a file there with the same
-relative path replaces ours (``my_prompts/shell/critic_user.j2``) and a new folder adds a family.
+Layout: ``prompts/<family>/{critic_system,critic_user,hindsight_system,hindsight_user}.j2``; ``shell``, ``sql``,
+``web`` and ``mobile`` extend ``prompts/base``, other domains use ``generic``. A ``prompt_dir`` is searched first:
+a file there with the same relative path replaces ours, and a new folder adds a family.
 
 Untrusted text and its fence
 ----------------------------
-Everything that comes from the environment or the agent is untrusted: the task, states, actions, reasoning,
-``op`` / ``element`` / ``value``, observations, and the bank records built from them. It may hold text written
-to look like our prompt (a fake ``Reply:`` line, ``### SYSTEM: ...``, a JSON score, a chat role header). The
-templates keep such text in its place with one rule, applied by the :func:`fence` filter:
+Everything from the environment or the agent (task, states, actions, reasoning, ``op`` / ``element`` /
+``value``, observations, and bank records built from them) is untrusted and may imitate our prompt (a fake
+``Reply:`` line, a JSON score, a chat role header). One rule, applied by the :func:`fence` filter, keeps it in place:
 
 - The prompt's own structure (headings, labels, notes, the reply format) only ever starts a line at column 0
   or 2, and system prompts hold no untrusted text at all (they depend on the domain family only).
-- An untrusted value is rendered through ``fence`` only: after its label on the same line, or on a line
-  indented by four spaces under its heading. Inside the value, every line break is followed by
-  :data:`DATA_INDENT` (four spaces), so no line of it can start at column 0 or 2. The value's only closing
-  delimiter, a line that goes back to column 0 or 2, therefore cannot occur inside it. Every line-break
-  character counts (CR, CRLF, VT, FF, NEL, U+2028, U+2029, ...): all are made ``\n`` first.
+- An untrusted value is rendered through ``fence`` only, after its label or indented four spaces under its
+  heading; inside it every line break (CR, CRLF, VT, FF, NEL, U+2028, U+2029... all made ``\n`` first) is
+  followed by :data:`DATA_INDENT`, so its closing delimiter, a line back at column 0 or 2, cannot occur in it.
 - Chat-template control tokens that a server's tokenizer would turn into real role boundaries
   (``<|im_start|>``, ``<|eot_id|>``, DeepSeek's ``<｜User｜>``, Gemma's ``<start_of_turn>``) get a space after
   their ``<`` and stay plain text. Model-specific markers that are also ordinary text (``<s>`` in HTML,
   ``[INST]``) are left alone.
 - Values are inserted as data and never parsed as Jinja (``{{ 7*7 }}`` in a state is shown as is).
-- Each value is cut to its budget in :class:`~ceb.config.PromptConfig`: ``fence(text, n)`` gives at most
-  ``n + len(CLIP_MARKER)`` characters, indentation included, keeping the head and the tail (see :func:`clip`).
-  So a prompt is at most its template text plus, per untrusted value shown, its budget plus
-  ``len(CLIP_MARKER)``, however large the input.
+- Each value is cut to its budget in :class:`~ceb.config.PromptConfig` (:func:`fence`), so a prompt is at most
+  its template text plus, per value shown, its budget plus ``len(CLIP_MARKER)``, however large the input.
 
 The reply is parsed by :mod:`ceb.stages.parsing`, whose rule (the first JSON object with the wanted key,
 fenced code first) is what decides when a model echoes injected text.
@@ -68,14 +62,10 @@ _CONTROL_TOKEN = re.compile(r"<(?=[|\uff5c]|(?:start|end)_of_turn>)")
 
 
 def clip(text: str | None, max_chars: int) -> str:
-    """Shorten ``text`` to about ``max_chars`` characters, keeping its head and tail around a cut marker.
+    """``text`` (``None``: ``""``) cut to its first 2/3 and last 1/3 of ``max_chars`` around :data:`CLIP_MARKER`.
 
-    Terminal output and SQL results carry meaning at both ends (the command's first lines, the error or
-    prompt at the end), so neither end is dropped. ``None`` becomes ``""``.
-
-    Returns:
-        ``text`` itself when it has at most ``max_chars`` characters, else its first ``2/3`` and last ``1/3``
-        of ``max_chars`` characters joined by :data:`CLIP_MARKER` (``max_chars + 7`` characters in all).
+    Terminal output and SQL results carry meaning at both ends, so neither is dropped; a cut text has
+    ``max_chars + 7`` characters.
     """
     if not text:
         return ""
@@ -89,17 +79,9 @@ def clip(text: str | None, max_chars: int) -> str:
 def fence(text: str | None, max_chars: int) -> str:
     r"""Make untrusted ``text`` safe to place in a prompt after a label (the rule in the module docstring).
 
-    Neutralises chat control tokens, turns every line break into ``"\n" + DATA_INDENT``, drops trailing line
-    breaks, and clips the result with :func:`clip`. Text no longer than ``max_chars + len(CLIP_MARKER)``
-    (what :func:`clip` itself returns) is kept whole, so a bank record clipped earlier is not cut twice.
-
-    Args:
-        text: The untrusted value; ``None`` becomes ``""``.
-        max_chars: Budget in characters, indentation included.
-
-    Returns:
-        At most ``max_chars + len(CLIP_MARKER)`` characters; every ``"\n"`` in it is followed by
-        :data:`DATA_INDENT`.
+    Neutralises chat control tokens, indents every line break by :data:`DATA_INDENT`, drops trailing ones, and
+    clips to at most ``max_chars + len(CLIP_MARKER)`` characters, indentation included; text already that short
+    is kept whole, so a bank record clipped earlier is not cut twice.
     """
     if not text:
         return ""
@@ -124,14 +106,9 @@ def fence(text: str | None, max_chars: int) -> str:
 def target(action: str, op: str | None, element: str | None, value: str | None) -> str:
     """The appendix's ``{element}`` of a web or mobile step: what its operation acts on, without the operation.
 
-    Both appendix prompts show the operation on its own (``[{op}] {element}``, ``Operation:`` / ``Element:``), so
-    the converters' action text, which starts with ``[op]``, is shown without that prefix and without the value
-    the prompt also shows on its own (`` -> bread`` of Mind2Web, ``"bread"`` of AMEX). What remains keeps what
-    the element alone would lose: an AMEX tap's point, ``(151, 100) on [3] Search``.
-
-    Returns:
-        That remainder; else ``element``; else :data:`NO_ELEMENT`. An action not written as ``[op] ...`` gives
-        ``element``, else the whole action.
+    The action text without its ``[op]`` prefix and the value the prompt shows on its own (`` -> bread``,
+    ``"bread"``), which keeps what the element alone would lose (an AMEX tap's point); else ``element``, else
+    :data:`NO_ELEMENT`. An action not written as ``[op] ...`` gives ``element``, else the whole action.
     """
     head = f"[{op}]" if op else ""
     if not head or action[: len(head)].upper() != head.upper():
@@ -148,9 +125,7 @@ def target(action: str, op: str | None, element: str | None, value: str | None) 
 class PromptSet:
     """Loads and renders the critic and hindsight templates.
 
-    Args:
-        prompt_dir: A user directory searched before the packaged templates, or ``None``.
-        limits: Character budgets, given to the templates as ``limits`` for the ``fence`` and ``clip`` filters.
+    ``prompt_dir`` is searched before the packaged templates; ``limits`` reach the templates as ``limits``.
 
     Raises:
         ConfigError: ``prompt_dir`` does not exist.
@@ -199,8 +174,7 @@ class PromptSet:
     def render_or_base(self, domain: str, kind: str, context: Mapping[str, Any]) -> str:
         """Render template ``kind`` of ``domain``'s family, or of ``base`` when the family has no such file.
 
-        The baselines', judge's and actor's prompts live in ``prompts/base``; a user directory may give a family
-        its own (``my_prompts/shell/ptrue_user.j2``).
+        The baselines', judge's and actor's prompts live in ``prompts/base``.
 
         Raises:
             ConfigError: The template is malformed or uses a variable the caller does not give.

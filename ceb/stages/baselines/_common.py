@@ -24,12 +24,8 @@ def evidence(**fields: Any) -> str:
 class Baseline:
     """A baseline critic: :meth:`score` is its formula over statistics of :mod:`ceb.stages.statistics`.
 
-    Attributes:
-        chat: The endpoint its statistics are fetched from (the actor's or the critic's, as registered), or
-            ``None`` where the method can score without one.
-        prompts: Templates.
-        settings: The ``baselines`` section.
-        readout: The critic's section (``readout``, ``top_logprobs``, ``readout_min_mass``, ``format_retries``).
+    ``chat`` is the actor's or the critic's endpoint, as registered (``None`` where it scores without one);
+    ``readout`` is the critic's section (``readout``, ``top_logprobs``, ``format_retries``...).
     """
 
     chat: ChatBackend | None

@@ -33,13 +33,10 @@ _CONFIDENCE = re.compile(r"confidence[^\n:=]{0,20}?[:=][\s*_`\"']*([-+]?\d+(?:\.
 
 
 def parse_confidence_line(text: str) -> float:
-    """Read the stated confidence, in percent, from the last ``Confidence: <0-100>`` in ``text``.
+    """Read the stated confidence, in percent in [0, 100], from the last ``Confidence: <0-100>`` in ``text``.
 
-    The last occurrence counts, since the reasoning before it may mention confidence too. The number is read
-    on the 0-100 scale that was asked for, whatever its form (``0.7`` is 0.7 %, not 70 %): no scale is guessed.
-
-    Returns:
-        The confidence in [0, 100].
+    The last counts, as the reasoning before it may mention confidence too. The number is read on the 0-100 scale
+    asked for, whatever its form (``0.7`` is 0.7 %, not 70 %): no scale is guessed.
 
     Raises:
         ValueError: No such line, or its number is outside [0, 100].

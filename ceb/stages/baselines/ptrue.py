@@ -29,13 +29,10 @@ def answer_class(token: str) -> str | None:
 
 
 def p_true(first: TokenLogprob) -> tuple[float, float, float]:
-    """``P(True) = m_T / (m_T + m_F)`` for the first answer token.
+    """``(P(True), m_T, m_F)``, ``P(True) = m_T / (m_T + m_F)`` for the first answer token.
 
     ``m_T`` (``m_F``) is the summed probability of every True (False) variant (:func:`answer_class`) among the
     token's listed alternatives, and of the token itself when it is not listed among them.
-
-    Returns:
-        ``(P(True), m_T, m_F)``.
 
     Raises:
         ValueError: Neither a True nor a False variant is listed.
