@@ -159,10 +159,9 @@ class DenseRetriever:
         self._last_key = keys[n - 1]
 
     def similarities(self, query: str) -> FloatArray:
-        """Cosine similarity of the composite key ``query`` to every key, in insertion order.
+        """Cosine similarity of the composite key ``query`` to every key, in insertion order, in [-1, 1].
 
-        Returns:
-            Similarities in [-1, 1], shape ``(n,)``, float64 (computed in float32); ``zeros(0)`` for an empty bank.
+        Shape ``(n,)``, float64 (computed in float32); ``zeros(0)`` for an empty bank.
         """
         if self._n == 0:
             return np.zeros(0, dtype=np.float64)

@@ -7,14 +7,11 @@ eviction (:mod:`ceb.bank.policy`) the scores equal a fit on the kept keys within
 keep the first-seen order over all keys ever added); replaying the same updates and evictions, or restoring the
 term list (:attr:`IncrementalTfidf.terms`), reproduces them bit for bit.
 
-Storage: the raw term counts ``C`` (keys x terms), in row blocks of at most 65,536 keys, each held twice: as
-compressed sparse columns (a uint16 row within the block and a count per entry), which a query reads term by term,
-and as compressed sparse rows (an int32 term and a count per entry), which scores a chosen key exactly. Counts take
-one byte while they fit (two or four otherwise), so an entry costs eight bytes: about 575 MB for the 72M entries of
-1M InterCode-SQL keys. New keys go to a small *tail* block folded into the open *main* block once it outgrows
-``1/8`` of it; a main block that would pass 65,536 keys is sealed and never copied again, so no fold copies more
-than one block. Weights ``w_ij = (c_ij * idf_j) / norm_i`` are stored (float64) only while the bank is small
-(:data:`_PRUNE_MIN_KEYS`); a large bank's :meth:`IncrementalTfidf.top_k` prunes exactly (docs/performance.md).
+Storage and pruning: docs/performance.md, "How it holds a million records" (raw counts ``C`` in row blocks of at
+most 65,536 keys, as postings and as rows, 8 bytes an entry; counts take one byte while they fit, else two or four).
+New keys go to a small *tail* block folded into the open *main* block once it outgrows ``1/8`` of it; a main block
+that would pass 65,536 keys is sealed, so no fold copies more than one block. Weights
+``w_ij = (c_ij * idf_j) / norm_i`` are stored (float64) only while the bank is small (:data:`_PRUNE_MIN_KEYS`).
 
 Arithmetic order follows scikit-learn's, operation for operation, so the scores are not just within 1e-9 of
 the reference but bit-identical to it, and ties between top-k candidates break the same way:
@@ -603,14 +600,11 @@ class IncrementalTfidf:
         return ids[order], q[order]
 
     def similarities(self, query: str) -> FloatArray:
-        """Cosine similarity of ``query`` to every key, in insertion order.
+        """Cosine similarity of ``query`` to every key, in [0, 1], shape ``(n,)``, in insertion order.
 
-        ``sim_i = sum_j w_ij * q_j`` over the query's in-vocabulary terms ``j``, with
+        ``sim_i = sum_j w_ij * q_j`` over the query's in-vocabulary terms ``j`` (all zeros without one), with
         ``w_ij = (c_ij * idf_j) / norm_i`` and ``q_j = (c_j * idf_j) / ||c * idf||_2``; accumulated per key in
         ascending term id, like the reference's sparse product. Reads every posting of the query's terms.
-
-        Returns:
-            Similarities in [0, 1], shape ``(n,)``; zeros when no query term is in the vocabulary.
         """
         return self._similarities(*self._query(query))
 
