@@ -10,8 +10,9 @@ term list (:attr:`IncrementalTfidf.terms`), reproduces them bit for bit.
 Storage and pruning: docs/performance.md, "How it holds a million records" (raw counts ``C`` in row blocks of at
 most 65,536 keys, as postings and as rows, 8 bytes an entry; counts take one byte while they fit, else two or four).
 New keys go to a small *tail* block folded into the open *main* block once it outgrows ``1/8`` of it; a main block
-that would pass 65,536 keys is sealed, so no fold copies more than one block. Weights
-``w_ij = (c_ij * idf_j) / norm_i`` are stored (float64) only while the bank is small (:data:`_PRUNE_MIN_KEYS`).
+that would pass 65,536 keys is sealed, so no fold copies more than one block. The weights
+``w_ij = (c_ij * idf_j) / norm_i`` are stored (float64) only while the bank is small (:data:`_PRUNE_MIN_KEYS`); a
+larger one computes those a query reads.
 
 Arithmetic order follows scikit-learn's, operation for operation, so the scores are not just within 1e-9 of
 the reference but bit-identical to it, and ties between top-k candidates break the same way:
@@ -63,8 +64,8 @@ _FOLD_MIN_NNZ = 1 << 14
 _COUNT_KEYS = 1 << 13
 """Keys tokenised per step of an update (bounds the Python objects a bulk load holds at once)."""
 _PRUNE_MIN_DEAD = 1 << 12
-"""Terms no kept key holds are dropped once more than this and than live terms (a function of the vocabulary and
-the document frequencies, so a restored kernel prunes when the original would; it keeps the live terms' order)."""
+"""Terms no kept key holds are dropped once more than this and than live terms. It keeps the live terms' order, so
+changes no score, and depends on the vocabulary and document frequencies only, so a restored kernel prunes alike."""
 _PRUNE_MIN_KEYS = 1 << 16
 """:meth:`IncrementalTfidf.top_k` prunes from this many keys on. A smaller bank scores every key (a few ms at most,
 less than the pruning's fixed work) from stored weights (scipy CSC, 12 bytes an entry, twice as fast to score)."""
@@ -704,9 +705,9 @@ class IncrementalTfidf:
         bounds a term's weight (kept per term by each update) and ``||q_W||`` is Cauchy-Schwarz with the key's
         unit norm. So once a class has a ``k``-th best score ``theta``, a key holding none of the terms outside
         such a ``W`` (bounded below ``theta``) cannot enter its top ``k``. The keys of the rarest terms give a first
-        ``theta``; ``W`` takes the longest postings while its bound stays
-        below :data:`_WEAK_SHARE` of ``theta``; a key's bound is its partial score plus ``W``'s, capped by
-        ``||q_W|| * sqrt(1 - ||w_strong||^2)``; keys are scored exactly, best bound first, until none reaches it.
+        ``theta``; ``W`` takes the longest postings while its bound stays below :data:`_WEAK_SHARE` of ``theta``; a
+        key's bound is its partial score plus ``W``'s, capped by ``||q_W|| * sqrt(1 - ||w_strong||^2)``; keys are
+        scored exactly, best bound first, until none reaches it.
 
         ``classes`` hold each class's key positions, ascending, shape ``(m_c,)``, disjoint (fewer than 128); ``k >= 0``.
         Returns, per class, ``(positions, similarities)``, shape ``(min(k, m_c),)`` each.
