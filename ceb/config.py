@@ -157,7 +157,7 @@ class BackendConfig(_Section):
 
     @model_validator(mode="after")
     def _endpoint_selects_backend(self) -> BackendConfig:
-        """A ``base_url`` without a named backend selects ``openai``, not the offline stand-in (issue 32)."""
+        """A ``base_url`` without a named backend selects ``openai``, not the offline stand-in."""
         if self.name == "offline" and "name" not in self.model_fields_set and self.base_urls:
             object.__setattr__(self, "name", "openai")
         return self
@@ -367,8 +367,7 @@ class BaselineConfig(_Section):
     cot_max_tokens: int = Field(1300, ge=1, le=_MAX_TOKENS)
     """Output budget of the CoT critic, in tokens. In the ``json_schema`` and ``vllm`` modes the schema bounds the
     reasoning to :data:`~ceb.stages.baselines.cot.COT_REASONING_MAX_CHARS` characters (12 lines of 100), which this
-    holds at one character per token plus the JSON; under ``json_object`` and ``none`` only this bounds the reply.
-    1,300 scored 34 of 34 steps where 768 cut 20 (issue 23)."""
+    holds at one character per token plus the JSON; under ``json_object`` and ``none`` only this bounds the reply."""
     verbalized_max_tokens: int = Field(8, ge=1, le=_MAX_TOKENS)
     """Output budget of the actor's continuation with its confidence, in tokens."""
     pro_samples: int = Field(5, ge=1, le=1000)
@@ -418,7 +417,7 @@ class PromptConfig(_Section):
     """Budget of each earlier observation in the critic's history, in characters."""
     history_steps: int = Field(100, ge=1, le=1_000_000)
     """Latest earlier steps shown in the critic's history, with a line counting those left out. The paper names no
-    length; the bound keeps a very long trajectory's prompt and cost from growing (issue 24 item 8)."""
+    length; the bound keeps a very long trajectory's prompt and cost from growing."""
     bank_state_chars: int = Field(400, ge=16, le=_MAX_CHARS)
     """Budget of a bank record's state summary (also used in retrieval keys), in characters."""
     bank_observation_chars: int = Field(300, ge=16, le=_MAX_CHARS)
@@ -651,7 +650,7 @@ def merge_settings(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str
 
 
 def _refuse_stand_in(config: RunConfig) -> None:
-    """Raise :class:`ConfigError` for an endpoint beside the offline stand-in, which never asks it (issue 32)."""
+    """Raise :class:`ConfigError` for an endpoint beside the offline stand-in, which never asks it."""
     fix = "choose backend 'openai' for an endpoint, or leave the URL out"
     b = config.backend
     if b.name == "offline" and b.base_urls:

@@ -75,21 +75,14 @@ class ConfigError(CEBError):
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """One reason a line of a stream file was rejected.
-
-    Attributes:
-        line: 1-based line number (0: the whole file).
-        field: Dotted path (``steps[2].action``), ``"<line>"`` or ``"<file>"``.
-        trajectory_id: The ``id``, when readable.
-        step: 0-based step index, inside a step.
-    """
+    """One reason a line of a stream file was rejected."""
 
     path: str
-    line: int
-    field: str
+    line: int  # 1-based (0: the whole file)
+    field: str  # a dotted path (steps[2].action), "<line>" or "<file>"
     message: str
-    trajectory_id: str | None = None
-    step: int | None = None
+    trajectory_id: str | None = None  # the id, when readable
+    step: int | None = None  # 0-based, inside a step
 
     def __str__(self) -> str:
         where = f"{self.path}:{self.line}"
@@ -126,10 +119,8 @@ class BankError(CEBError):
 class BackendError(CEBError):
     """A model endpoint failed after its retries.
 
-    Attributes:
-        message: The message without the context suffix.
-        backend: Name and endpoint (``openai@http://127.0.0.1:8000/v1``).
-        step: 0-based step index, when known.
+    ``message`` lacks the context suffix; ``backend`` is name and endpoint (``openai@http://127.0.0.1:8000/v1``);
+    ``step`` is 0-based, when known.
     """
 
     def __init__(

@@ -1,9 +1,8 @@
 """Garbage-collector settings for a long scoring run in one process (:mod:`gc`: ``freeze``, ``set_threshold``).
 
 A run keeps its streams, banks and lane states alive while making many short-lived objects, so CPython's
-default thresholds ``(700, 10, 10)`` run a full collection every few seconds, each walking everything: on the
-InterCode grid (364 lanes) 4 in 13 s of up to 0.37 s, the event loop frozen (``ceb bench scale
---compare-gc``). :func:`quiet_gc` freezes what exists and raises the thresholds.
+default thresholds ``(700, 10, 10)`` run a full collection every few seconds, freezing the event loop
+(docs/serving.md, "The garbage collector"). :func:`quiet_gc` freezes what exists and raises the thresholds.
 """
 
 from __future__ import annotations

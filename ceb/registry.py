@@ -65,12 +65,10 @@ class _Entry(Generic[T]):
 
 
 class Registry(Generic[T]):
-    """Name -> object, in declaration order, each resolved on first use.
+    """Name -> object, in declaration order, each resolved on first use; ``kind`` (``backend``) names them in messages.
 
-    Args:
-        kind: What the entries are (``backend``), for messages.
-        plugins: Packages whose modules are all imported on the first look-up; their entries are ordered by
-            module name then declaration, before entries declared elsewhere (in registration order).
+    The modules of the ``plugins`` packages are all imported on the first look-up; their entries are ordered by
+    module name then declaration, before entries declared elsewhere (in registration order).
     """
 
     def __init__(self, kind: str, *, plugins: Sequence[str] = ()) -> None:
@@ -91,12 +89,9 @@ class Registry(Generic[T]):
     ) -> None:
         """Add ``name``, last or just before ``before``; registering again replaces the target in place.
 
-        Args:
-            name: The name users select it by.
-            target: The object, or its ``"module:attr"`` path imported on first :meth:`get`.
-            extra: The ``pip install -e '.[extra]'`` providing its dependencies.
-            requires: Top-level modules it needs, checked before loading.
-            before: A registered name.
+        ``target`` is the object or its ``"module:attr"`` path, imported on first :meth:`get`; ``extra`` the
+        ``pip install -e '.[extra]'`` providing its dependencies; ``requires`` the top-level modules it needs,
+        checked before loading.
 
         Raises:
             ConfigError: ``before`` is not registered.

@@ -35,10 +35,7 @@ __all__ = [
 ]
 
 RETRIEVERS: Registry[Callable[[], Retriever]] = Registry("retriever")
-"""Retrievers by name: ``tfidf`` (the exact incremental kernel, default), ``tfidf-reference`` (scikit-learn
-refit on every update; same results, slower, kept as the reference), ``random`` (seeded uniform scores: the
-random-retrieval ablation) and ``dense`` (all-MiniLM-L6-v2 sentence embeddings in a faiss index: the
-retrieval-mechanism ablation; needs ``pip install -e '.[dense]'``)."""
+"""Retrievers by name, chosen by ``ceb.retriever`` (:attr:`~ceb.config.CEBConfig.retriever` describes each)."""
 RETRIEVERS.register("tfidf", "ceb.bank.kernel:IncrementalTfidf")
 RETRIEVERS.register("tfidf-reference", "ceb.bank.retrieval:TfidfReference")
 RETRIEVERS.register("random", "ceb.bank.random_retriever:RandomRetriever")

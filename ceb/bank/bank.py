@@ -76,11 +76,8 @@ class _Keys(Sequence[str]):
 class Hit:
     """A retrieved record and its similarity to the query: TF-IDF cosine in [0, 1]; dense cosine may be negative.
 
-    Attributes:
-        record: The record.
-        similarity: Its similarity to the query key, exact for the retriever (a count does not change it).
-        count: Records it stands for: 1, plus the near-duplicates merged into it (:mod:`ceb.bank.policy`). A
-            critic that weighs precedents multiplies the weight by it.
+    ``similarity`` is exact for the retriever (a count does not change it). ``count`` is the records it stands
+    for: 1 plus the near-duplicates merged into it (:mod:`ceb.bank.policy`); a critic multiplies its weight by it.
     """
 
     record: BankRecord
@@ -173,10 +170,7 @@ class Bank:
         return int(self._labels.sum())
 
     def add_trajectory(self, records: Iterable[BankRecord]) -> None:
-        """Add one finished trajectory's records and refresh the retriever; bounded banks then compress and evict.
-
-        Args:
-            records: The trajectory's hindsight-labelled steps, in step order.
+        """Add a trajectory's records (step order) and refresh the retriever; a bounded bank compresses and evicts.
 
         Raises:
             BankError: A record's pseudo-label is not 0 or 1, or its soft vote is outside [0, 1].
@@ -196,13 +190,9 @@ class Bank:
     def retrieve(self, query_key: str, k: int) -> Retrieval:
         """Top-``k`` productive and top-``k`` unproductive records by the retriever's similarity to ``query_key``.
 
-        Args:
-            query_key: The step's composite key (:func:`~ceb.bank.record.composite_key`).
-            k: Records per class (paper: k=2).
-
-        Returns:
-            The contrastive precedents; a side is empty when its bucket is. The records are those
-            :func:`~ceb.bank.retrieval.class_split_topk` picks, in its order.
+        ``query_key`` is the step's :func:`~ceb.bank.record.composite_key`; ``k`` counts per class (paper: k=2). A
+        side is empty when its bucket is; the records are those :func:`~ceb.bank.retrieval.class_split_topk`
+        picks, in its order.
 
         Raises:
             ValueError: ``k < 0``, or the retriever returned the wrong number of similarities.
@@ -371,11 +361,8 @@ class Bank:
         A ``ceb-bank/1`` document's records are added as one update; a ``ceb-bank/2`` one restores the settings,
         the policy state (no eviction is replayed) and the TF-IDF kernel's term order.
 
-        Args:
-            doc: The document.
-            retriever: An empty retriever; the exact TF-IDF kernel when ``None``.
-            where: What to name in errors (the file).
-            settings: The settings of a ``ceb-bank/1`` document's bank (a ``ceb-bank/2`` one records its own).
+        ``retriever`` is empty (``None``: the exact TF-IDF kernel); ``where`` is what errors name (the file);
+        ``settings`` are a ``ceb-bank/1`` document's bank's (a ``ceb-bank/2`` one records its own).
 
         Raises:
             BankError: Unknown format, a malformed record (names it), or inconsistent policy state.

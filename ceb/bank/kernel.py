@@ -2,26 +2,17 @@
 
 :class:`IncrementalTfidf` returns, for every query, the similarity vector of
 :class:`~ceb.bank.retrieval.TfidfReference` (scikit-learn refit on all keys after every update) without refitting:
-only new keys are tokenised; every update redoes the row norms (every idf moves with ``n``) in one pass.
+only new keys are tokenised; every update redoes the row norms (every idf moves with ``n``) in one pass. After an
+eviction (:mod:`ceb.bank.policy`) the scores equal a fit on the kept keys within 1e-9, not bit for bit (term ids
+keep the first-seen order over all keys ever added); replaying the same updates and evictions, or restoring the
+term list (:attr:`IncrementalTfidf.terms`), reproduces them bit for bit.
 
-Evicting keys (:meth:`IncrementalTfidf.evict`, :mod:`ceb.bank.policy`) drops their rows and decrements their
-terms' document frequencies. The scores then equal a fit on the kept keys within 1e-9, not bit for bit: term ids
-keep the first-seen order over all keys ever added. Replaying the same updates and evictions, or restoring the
-term list (:attr:`IncrementalTfidf.terms`), reproduces the scores bit for bit.
-
-Storage: the raw term counts ``C`` (keys x terms), in row blocks of at most 65,536 keys, each held twice: as
-compressed sparse columns (postings: a uint16 row within the block and a count per entry), which a query reads
-term by term, and as compressed sparse rows (an int32 term and a count per entry), which scores a chosen key
-exactly. Counts take one byte while they fit (two or four otherwise), so an entry costs eight bytes in all:
-about 575 MB for the 72M entries of 1M InterCode-SQL keys. New keys go to a small *tail* block that is folded
-into the open *main* block once it outgrows ``1/8`` of it; a main block that would pass 65,536 keys is sealed
-and never copied again, so no fold copies more than one block.
-
-Weights ``w_ij = (c_ij * idf_j) / norm_i`` are stored (float64) only while the bank is small
-(:data:`_PRUNE_MIN_KEYS`); a larger bank computes them for the entries a query reads.
-
-:meth:`IncrementalTfidf.top_k` of a large bank finds each class's top ``k`` exactly, bit for bit, with
-MaxScore-style pruning (per-term upper bounds of the weights), scoring only the keys left in the running.
+Storage and pruning: docs/performance.md, "How it holds a million records" (raw counts ``C`` in row blocks of at
+most 65,536 keys, as postings and as rows, 8 bytes an entry; counts take one byte while they fit, else two or four).
+New keys go to a small *tail* block folded into the open *main* block once it outgrows ``1/8`` of it; a main block
+that would pass 65,536 keys is sealed, so no fold copies more than one block. The weights
+``w_ij = (c_ij * idf_j) / norm_i`` are stored (float64) only while the bank is small (:data:`_PRUNE_MIN_KEYS`); a
+larger one computes those a query reads.
 
 Arithmetic order follows scikit-learn's, operation for operation, so the scores are not just within 1e-9 of
 the reference but bit-identical to it, and ties between top-k candidates break the same way:
@@ -29,8 +20,9 @@ the reference but bit-identical to it, and ties between top-k candidates break t
 - scikit-learn's fitted matrix keeps each row's entries in the order terms were first seen in the corpus
   (``CountVectorizer._sort_features`` renames the columns alphabetically but does not re-sort the rows). Our
   term ids *are* first-seen order, and both layouts list each row's entries by ascending term id, so row
-  norms and dot products accumulate in the same order as ``inplace_csr_row_normalize_l2`` and the sparse
-  product ``X @ q.T`` (adding a term the query lacks adds an exact ``+0.0``).
+  norms and dot products accumulate from 0.0 in the same order as ``inplace_csr_row_normalize_l2`` and the sparse
+  product ``X @ q.T`` (adding a term the query lacks adds an exact ``+0.0``). scipy's ``csr_matvec`` and
+  ``csc_matvec``, ``np.add.at`` and ``np.bincount`` add one by one in input order, which every pass keeps.
 - The query vector is built like ``TfidfVectorizer.transform``'s, with its norm summed in alphabetical term
   order (its row is sorted by the alphabetical vocabulary index).
 """
@@ -72,14 +64,11 @@ _FOLD_MIN_NNZ = 1 << 14
 _COUNT_KEYS = 1 << 13
 """Keys tokenised per step of an update (bounds the Python objects a bulk load holds at once)."""
 _PRUNE_MIN_DEAD = 1 << 12
-"""Terms no kept key holds (after evictions) are dropped from the vocabulary once there are more of them than
-this and than live terms. Pruning keeps the order of the live terms, so it changes no score; it depends only on
-the vocabulary and the document frequencies, so a restored kernel prunes when the original would have."""
+"""Terms no kept key holds are dropped once more than this and than live terms. It keeps the live terms' order, so
+changes no score, and depends on the vocabulary and document frequencies only, so a restored kernel prunes alike."""
 _PRUNE_MIN_KEYS = 1 << 16
-""":meth:`IncrementalTfidf.top_k` prunes from this many keys on. A smaller bank scores every key (a few ms at
-most), which costs less there than the pruning's fixed work, and so keeps its weights as scipy CSC matrices (12
-bytes an entry), which make that scoring about twice as fast; a larger one computes the weights of the entries a
-query reads, and an update skips the pass that would store them."""
+""":meth:`IncrementalTfidf.top_k` prunes from this many keys on. A smaller bank scores every key (a few ms at most,
+less than the pruning's fixed work) from stored weights (scipy CSC, 12 bytes an entry, twice as fast to score)."""
 _STORED_NNZ = 1 << 24
 """...unless its keys are so long that the stored weights would pass 200 MB (this many entries)."""
 _SEED_POSTINGS = 128
@@ -123,30 +112,17 @@ def _ranges(starts: IntArray, lens: IntArray) -> tuple[IntArray, IntArray]:
 
 @dataclass(frozen=True, slots=True)
 class _Block:
-    """Raw term counts of the keys ``[start, start + n_rows)`` over the terms ``[0, n_cols)``, in both layouts.
+    """Raw term counts of the keys ``[start, start + n_rows)`` over the terms ``[0, n_cols)``, in both layouts."""
 
-    Attributes:
-        start: Index of the block's first key in the bank.
-        n_rows: Keys in the block, at most :data:`_BLOCK_ROWS`.
-        indptr: Column pointers, shape ``(n_cols + 1,)``: the entries of term ``j`` are ``indptr[j]:indptr[j+1]``.
-        rows: Row (key) of each column entry, relative to ``start``, ascending within a column, uint16,
-            shape ``(nnz,)``.
-        counts: Raw count of each column entry, shape ``(nnz,)``.
-        col_len: Entries per column, ``diff(indptr)``, shape ``(n_cols,)``.
-        row_ptr: Row pointers, shape ``(n_rows + 1,)``: the entries of key ``i`` are ``row_ptr[i]:row_ptr[i+1]``.
-        terms: Term of each row entry, ascending within a row, int32, shape ``(nnz,)``.
-        row_counts: Raw count of each row entry, shape ``(nnz,)``.
-    """
-
-    start: int
-    n_rows: int
-    indptr: IntArray
-    rows: npt.NDArray[np.uint16]
-    counts: npt.NDArray[np.unsignedinteger[Any]]
-    col_len: IntArray
-    row_ptr: IntArray
-    terms: npt.NDArray[np.int32]
-    row_counts: npt.NDArray[np.unsignedinteger[Any]]
+    start: int  # the block's first key in the bank
+    n_rows: int  # at most _BLOCK_ROWS
+    indptr: IntArray  # (n_cols + 1,): term j's entries are indptr[j]:indptr[j+1]
+    rows: npt.NDArray[np.uint16]  # (nnz,): key of each column entry, relative to start, ascending in a column
+    counts: npt.NDArray[np.unsignedinteger[Any]]  # (nnz,): raw count of each column entry
+    col_len: IntArray  # (n_cols,): diff(indptr)
+    row_ptr: IntArray  # (n_rows + 1,): key i's entries are row_ptr[i]:row_ptr[i+1]
+    terms: npt.NDArray[np.int32]  # (nnz,): term of each row entry, ascending in a row
+    row_counts: npt.NDArray[np.unsignedinteger[Any]]  # (nnz,): raw count of each row entry
 
     @classmethod
     def from_columns(
@@ -185,11 +161,7 @@ class _Block:
         return len(self.rows)
 
     def column_entries(self, sel: IntArray) -> tuple[IntArray, IntArray]:
-        """Where the terms ``sel`` (ascending, each ``< n_cols``) have entries, and how many each.
-
-        Returns positions into ``rows``/``counts`` in column order, shape ``(total,)``, and entries per term,
-        shape ``(len(sel),)``.
-        """
+        """Positions into ``rows``/``counts`` of the terms ``sel`` (ascending, ``< n_cols``), and entries per term."""
         lo = self.indptr[sel]
         lens = self.indptr[sel + 1] - lo
         idx, _ = _ranges(lo, lens)
@@ -298,12 +270,7 @@ def _drop_columns(block: _Block, new_id: npt.NDArray[np.int64], live: npt.NDArra
 
 
 def _row_sums(block: _Block, a: int, b: int, data: FloatArray, x: FloatArray, out: FloatArray) -> None:
-    """``out[i] += sum_e data[e] * x[terms[e]]`` over the entries of rows ``[a, b)``, one by one in row order.
-
-    ``data`` holds those rows' entries (``row_ptr[a]:row_ptr[b]``); ``out`` has shape ``(b - a,)``. scipy's
-    ``csr_matvec`` adds each row's products left to right from ``out[i]``, which is the order the reference's
-    sparse product and row normaliser use; ``np.add.at`` does the same, slower.
-    """
+    """``out[i] += sum_e data[e] * x[terms[e]]`` over rows ``[a, b)``'s entries ``data``, in row order."""
     lo = int(block.row_ptr[a])
     terms = block.terms[lo : int(block.row_ptr[b])]
     if _csr_matvec is None:
@@ -314,11 +281,7 @@ def _row_sums(block: _Block, a: int, b: int, data: FloatArray, x: FloatArray, ou
 
 
 def _norms(block: _Block, idf: FloatArray) -> FloatArray:
-    """Row norms of a block's tf-idf rows, shape ``(n_rows,)``: ``norm_i = sqrt(sum_j (c_ij * idf_j)**2)``.
-
-    Each row's squares are summed by ascending term id starting from 0.0, as scikit-learn's row normaliser does;
-    a key with no terms has norm 0, never divided by.
-    """
+    """Row norms ``sqrt(sum_j (c_ij * idf_j)**2)``, shape ``(n_rows,)`` (0 for a key with no terms)."""
     sq = np.zeros(block.n_rows, dtype=np.float64)
     ones = np.ones(len(idf), dtype=np.float64)
     for a, b in block.row_chunks():
@@ -342,11 +305,7 @@ def _bounds(block: _Block, norms: FloatArray) -> FloatArray:
 
 
 def _weigh(block: _Block, idf: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """The block's weights ``(c_ij * idf_j) / norm_i`` in column order, shape ``(nnz,)``, and its row norms.
-
-    ``np.bincount`` adds its weights one by one in input order, and the input is in column order, so each row's
-    squares are summed by ascending term id from 0.0: the same sum as :func:`_norms`, bit for bit.
-    """
+    """The weights ``(c_ij * idf_j) / norm_i`` in column order, shape ``(nnz,)``, and norms equal to :func:`_norms`."""
     w = np.repeat(idf[: block.n_cols], block.col_len)
     w *= block.counts
     norms = np.sqrt(np.bincount(block.rows, weights=w * w, minlength=block.n_rows))
@@ -361,18 +320,9 @@ class IncrementalTfidf:
     ``TfidfVectorizer(**TFIDF_PARAMS)`` fitted on all ``n`` keys: the same analyser (lower-cased word 1-2
     grams of tokens of two or more word characters), raw counts ``c_ij``, smoothed
     ``idf_j = ln((1 + n) / (1 + df_j)) + 1`` for the current ``n``, and L2-normalised rows. A query's terms
-    outside the vocabulary are ignored; a query or bank without a usable token scores 0 everywhere.
-
-    Cost per update: the new keys' tokens and one vectorised pass over all counts (new idf and norms); per
-    :meth:`similarities`: every posting of the query's terms; per :meth:`top_k` on a large bank: its rarer terms'
-    postings and the rows of the keys left in the running; per eviction: one pass, the reweighting deferred.
-
-    Sources: paper section 3.3 ("a TF-IDF embedding fit to the bank's keys"); scikit-learn
-    ``TfidfVectorizer`` / ``TfidfTransformer`` (smooth_idf, norm="l2") documentation; MaxScore pruning
-    (Turtle and Flood, 1995).
-
-    Raises:
-        BankError: From :meth:`update`, when the keys are not the previous keys with new ones appended.
+    outside the vocabulary are ignored; a query or bank without a usable token scores 0 everywhere. Sources: paper
+    section 3.3 ("a TF-IDF embedding fit to the bank's keys"); scikit-learn ``TfidfVectorizer`` /
+    ``TfidfTransformer`` (smooth_idf, norm="l2"); MaxScore pruning (Turtle and Flood, 1995).
     """
 
     def __init__(self) -> None:
@@ -421,9 +371,7 @@ class IncrementalTfidf:
     def restore(self, keys: Sequence[str], terms: Sequence[str]) -> None:
         """Start over from ``keys`` with the term ids of ``terms``: scores bit-identical to that kernel's.
 
-        Args:
-            keys: The kept keys, in order, shape ``(n,)``.
-            terms: The original kernel's :attr:`terms`; terms of ``keys`` missing from it are numbered after it.
+        ``terms`` is the original kernel's :attr:`terms`; terms of ``keys`` missing from it are numbered after it.
 
         Raises:
             BankError: ``terms`` repeats a term.
@@ -438,11 +386,8 @@ class IncrementalTfidf:
     def update(self, keys: Sequence[str]) -> None:
         """Take the bank's keys after an update: the previous keys, in order, then the new ones.
 
-        Only ``keys[len(previous):]`` are read (plus the last previous key, as a cheap check that the prefix
-        is the one seen before). An empty ``keys`` clears the retriever.
-
-        Args:
-            keys: All keys in insertion order, shape ``(n,)``; a sequence whose slices are lists or tuples.
+        ``keys`` has shape ``(n,)``, its slices are lists or tuples; only ``keys[len(previous):]`` are read (plus
+        the last previous key, a cheap check that the prefix is the one seen before). Empty, it clears the retriever.
 
         Raises:
             BankError: ``keys`` is shorter than before, or its last previous key changed.
@@ -471,11 +416,7 @@ class IncrementalTfidf:
         return [*self._sealed, *(b for b in (self._main, self._tail) if b is not None)]
 
     def _reweigh(self, first_new: int | None = None) -> None:
-        """New idf and row norms; stored weights (small bank) or :meth:`top_k` bounds ``max_i c_ij / norm_i``.
-
-        After an append (``first_new``) the old bounds divided by ``r``, the smallest new-over-old idf ratio, still
-        hold, so no full pass is needed until they are loose by :data:`_BOUND_LOOSEN_MAX` or a key was evicted.
-        """
+        """New idf and norms; stored weights, or top_k's bounds (after an append: the old over the least idf ratio)."""
         old_idf, old_bound = self._idf, self._bound
         df = self._df.astype(np.float64)
         df += 1.0
@@ -525,10 +466,7 @@ class IncrementalTfidf:
         Their rows leave the count blocks and the document frequency of each of their terms drops by one; no
         key is tokenised again. Afterwards the similarities of the kept keys equal a scikit-learn fit on exactly
         those keys (within 1e-9). The next :meth:`update` takes the kept keys, in order, then any new ones.
-
-        Args:
-            positions: Positions (in the current key order) to drop, shape ``(m,)``, in any order; repeats are
-                dropped once.
+        ``positions`` (current key order, shape ``(m,)``) may come in any order; repeats are dropped once.
 
         Raises:
             BankError: A position is outside ``[0, n)``.
@@ -645,10 +583,7 @@ class IncrementalTfidf:
     # --- queries ------------------------------------------------------------------------------------------------
 
     def _query(self, query: str) -> tuple[IntArray, FloatArray]:
-        """The query's in-vocabulary term ids, ascending, and its L2-normalised tf-idf weights, shape ``(m,)`` each.
-
-        Built like ``TfidfVectorizer.transform``'s row: the norm is summed in alphabetical term order.
-        """
+        """The query's in-vocabulary term ids, ascending, and its L2-normalised tf-idf weights, shape ``(m,)`` each."""
         if self._stale:
             self._reweigh()
         vocab, df = self._vocab, self._df
@@ -666,17 +601,11 @@ class IncrementalTfidf:
         return ids[order], q[order]
 
     def similarities(self, query: str) -> FloatArray:
-        """Cosine similarity of ``query`` to every key, in insertion order.
+        """Cosine similarity of ``query`` to every key, in [0, 1], shape ``(n,)``, in insertion order.
 
-        ``sim_i = sum_j w_ij * q_j`` over the query's in-vocabulary terms ``j``, with
+        ``sim_i = sum_j w_ij * q_j`` over the query's in-vocabulary terms ``j`` (all zeros without one), with
         ``w_ij = (c_ij * idf_j) / norm_i`` and ``q_j = (c_j * idf_j) / ||c * idf||_2``; accumulated per key in
         ascending term id, like the reference's sparse product. Reads every posting of the query's terms.
-
-        Args:
-            query: A composite key (:func:`~ceb.bank.record.composite_key`).
-
-        Returns:
-            Similarities in [0, 1], shape ``(n,)``; zeros when no query term is in the vocabulary.
         """
         return self._similarities(*self._query(query))
 
@@ -710,11 +639,7 @@ class IncrementalTfidf:
         return out
 
     def _exact(self, q_dense: FloatArray, docs: IntArray) -> FloatArray:
-        """:meth:`similarities` of the keys ``docs`` only (ascending positions, unique), bit-identical to it.
-
-        Reads each key's row: its entries' weights times the query's (``q_dense``, shape ``(vocabulary_size,)``,
-        zero off the query's terms), added in ascending term id from 0.0, as the full product does.
-        """
+        """:meth:`similarities` of the keys ``docs`` (ascending, unique) from their rows, bit-identical to it."""
         out = np.zeros(docs.size, dtype=np.float64)
         if not docs.size:
             return out
@@ -779,20 +704,13 @@ class IncrementalTfidf:
         ``min(sum_W q_j * m_j, ||q_W||)`` to any key's similarity, where ``m_j = idf_j * max_i c_ij / norm_i``
         bounds a term's weight (kept per term by each update) and ``||q_W||`` is Cauchy-Schwarz with the key's
         unit norm. So once a class has a ``k``-th best score ``theta``, a key holding none of the terms outside
-        such a ``W`` (bounded below ``theta``) cannot enter its top ``k``.
+        such a ``W`` (bounded below ``theta``) cannot enter its top ``k``. The keys of the rarest terms give a first
+        ``theta``; ``W`` takes the longest postings while its bound stays below :data:`_WEAK_SHARE` of ``theta``; a
+        key's bound is its partial score plus ``W``'s, capped by ``||q_W|| * sqrt(1 - ||w_strong||^2)``; keys are
+        scored exactly, best bound first, until none reaches it.
 
-        The keys of the rarest terms give a first ``theta``; ``W`` takes the longest postings while its bound stays
-        below ``theta``; a key's bound is its partial score plus ``W``'s, capped by
-        ``||q_W|| * sqrt(1 - ||w_strong||^2)``; keys are scored exactly, best bound first, until none reaches it.
-
-        Args:
-            query: A composite key.
-            classes: Per class, its keys' positions, ascending, shape ``(m_c,)``; the classes are disjoint
-                (fewer than 128).
-            k: Keys wanted per class, ``>= 0``.
-
-        Returns:
-            Per class, ``(positions, similarities)``, shape ``(min(k, m_c),)`` each.
+        ``classes`` hold each class's key positions, ascending, shape ``(m_c,)``, disjoint (fewer than 128); ``k >= 0``.
+        Returns, per class, ``(positions, similarities)``, shape ``(min(k, m_c),)`` each.
         """
         ids, q = self._query(query)
         if k == 0 or not ids.size:
@@ -869,11 +787,7 @@ class IncrementalTfidf:
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def _seed(self, ids: IntArray, label: npt.NDArray[np.int8], ranked: Sequence[int], k: int) -> IntArray:
-        """Keys to score first, ascending, for a first ``k``-th best score per class.
-
-        Those holding the query's rarest terms; then, for a ranked class with fewer than ``k`` of them, its keys
-        holding the next rarest terms (:data:`_SEED_POSTINGS` per class).
-        """
+        """Keys to score first for a first ``k``-th best per class: the rarest terms', then a short class's next."""
         n_cls = int(label.max()) + 1 if label.size else 0
         parts: list[IntArray] = []
         got = np.zeros(n_cls + 1, dtype=np.int64)
@@ -899,12 +813,7 @@ class IncrementalTfidf:
         return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
 
     def _candidates(self, ids: IntArray, q: FloatArray, theta: float) -> tuple[IntArray, FloatArray]:
-        """Keys that may score ``theta`` or more, ascending, and an upper bound of each one's score.
-
-        The weak terms ``W`` (longest postings first, while ``min(sum_W q_j * m_j, ||q_W||)`` stays below
-        :data:`_WEAK_SHARE` of ``theta``) are skipped; every key holding another term (and able to reach
-        ``theta``) is returned, with its partial score over those terms plus the most ``W`` can add to it.
-        """
+        """Keys that may reach ``theta`` (ascending) and a bound of each one's score, skipping ``W`` (:meth:`top_k`)."""
         floor = theta - _SLACK
         df = self._df[ids]
         coef = q * self._idf[ids]

@@ -17,9 +17,6 @@ class RandomRetriever:
 
     Class-split top-k then picks ``k`` records of each class uniformly at random (paper, component ablation
     "random retrieval"); a resumed run retrieves what an uninterrupted one did.
-
-    Args:
-        seed: Base seed.
     """
 
     def __init__(self, seed: int = 0) -> None:

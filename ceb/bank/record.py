@@ -24,31 +24,18 @@ def agreement_flag(score: float | None, pseudo_label: int) -> bool | None:
 
 @dataclass(frozen=True, slots=True)
 class BankRecord:
-    """One hindsight-labelled step of an earlier trajectory (paper section 3.2).
+    """One hindsight-labelled step of an earlier trajectory (paper section 3.2)."""
 
-    Attributes:
-        task: Parent task ``q'``.
-        state: Compact pre-action state summary ``s'`` (already truncated to the bank budget).
-        action: Executed action ``a'``.
-        observation: Summary ``o~'`` of what the environment showed after the action.
-        pseudo_label: Hindsight majority vote ``y^' in {0, 1}`` (Eq. 3).
-        soft_vote: Mean of the hindsight votes ``y~' in [0, 1]`` (Eq. 3).
-        score: The critic's pre-execution confidence ``z^' in [0, 1]``; ``None`` if the critic call failed.
-        agreement: ``chi'``: whether ``1[z^' >= 1/2]`` equals ``y^'``; ``None`` when ``score`` is ``None``.
-        trajectory_id: Id of the trajectory the step came from.
-        step: 0-based index of the step in that trajectory.
-    """
-
-    task: str
-    state: str
-    action: str
-    observation: str
-    pseudo_label: int
-    soft_vote: float
-    score: float | None
-    agreement: bool | None
+    task: str  # q'
+    state: str  # s', already truncated to the bank budget
+    action: str  # a'
+    observation: str  # o~', what the environment showed after the action
+    pseudo_label: int  # y^' in {0, 1}, the hindsight majority vote (Eq. 3)
+    soft_vote: float  # y~' in [0, 1], the mean of the hindsight votes (Eq. 3)
+    score: float | None  # z^' in [0, 1], the critic's pre-execution confidence; None: the call failed
+    agreement: bool | None  # chi' = 1[1[z^' >= 1/2] = y^']; None when score is None
     trajectory_id: str
-    step: int
+    step: int  # 0-based, within the trajectory
 
     @property
     def key(self) -> str:

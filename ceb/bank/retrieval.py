@@ -75,16 +75,10 @@ class TfidfReference:
 
 
 def class_split_topk(sims: FloatArray, labels: npt.NDArray[np.int8], k: int) -> tuple[IntArray, IntArray]:
-    """Pick the top-``k`` most similar records of each class (paper section 3.3).
+    """``(positive_idx, negative_idx)``: the top-``k`` most similar records of each class (paper section 3.3).
 
-    Args:
-        sims: Similarity per record, shape ``(n,)``.
-        labels: Pseudo-label per record in {0, 1}, shape ``(n,)``.
-        k: Records per class; a class with fewer than ``k`` records gives all of them, an empty one none.
-
-    Returns:
-        ``(positive_idx, negative_idx)``: record indices, most similar first. Ties go to the earlier record,
-        so results do not depend on sort stability across libraries.
+    ``sims`` and ``labels`` (pseudo-labels in {0, 1}) have shape ``(n,)``. A class with fewer than ``k`` records
+    gives all of them. Most similar first, ties to the earlier record (independent of sort stability).
 
     Raises:
         ValueError: ``k < 0`` or shapes differ.
@@ -101,15 +95,8 @@ def class_split_topk(sims: FloatArray, labels: npt.NDArray[np.int8], k: int) -> 
 def top_k(sims: FloatArray, idx: IntArray, k: int) -> IntArray:
     """The ``k`` records of ``idx`` with the highest similarity, most similar first, ties to the earlier record.
 
+    ``sims`` has shape ``(n,)``, ``idx`` (one class, ascending) ``(m,)``, the result ``(min(k, m),)``, ``k >= 0``.
     Partial selection, ``O(len(idx))``, in exactly the order of a stable sort.
-
-    Args:
-        sims: Similarity per record, shape ``(n,)``.
-        idx: One class's record indices, ascending, shape ``(m,)``.
-        k: Records wanted, ``>= 0``.
-
-    Returns:
-        Record indices, shape ``(min(k, m),)``.
     """
     if k == 0 or idx.size == 0:
         return np.empty(0, dtype=np.int64)
