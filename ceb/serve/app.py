@@ -57,6 +57,8 @@ __all__ = ["DRAIN_S", "GATE", "LOOPBACK", "check_bind", "make_app", "run_server"
 log = get_logger(__name__)
 
 DRAIN_S = 60.0
+LINGER_S = 1.0
+"""Seconds a connection whose body timed out is still read after its 408, so a client still sending can read it."""
 """Seconds a stopping server (SIGINT, SIGTERM) waits for the requests in flight to be answered; past it they are
 cancelled (a trajectory cancelled before its 202 was not acknowledged, so its client's retry is safe)."""
 
@@ -380,7 +382,9 @@ async def run_server(
     A critic endpoint that cannot be reached at start (:meth:`~ceb.gate.Gate.check_critic`) is a warning; the gate
     serves degraded. On a signal the requests in flight get :data:`DRAIN_S` seconds to be answered. The HTTP
     limits are ``gate.config.serve``: the header timeout is aiohttp's keep-alive timeout (from a connection's
-    opening and from each answer to the next request's headers), the body timeout its lingering time.
+    opening and from each answer to the next request's headers); after a body timeout's 408 the connection lingers
+    at most :data:`LINGER_S` (aiohttp's lingering time), so a stalled body holds a connection about
+    ``body_timeout_s`` + 1 s.
 
     Args:
         gate: An entered gate.
@@ -408,7 +412,7 @@ async def run_server(
         access_log=None,
         shutdown_timeout=DRAIN_S,
         keepalive_timeout=settings.header_timeout_s,
-        lingering_time=settings.body_timeout_s,
+        lingering_time=min(LINGER_S, settings.body_timeout_s),
     )
     await runner.setup()
     app[_FRONT].server = runner.server

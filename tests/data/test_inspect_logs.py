@@ -134,6 +134,7 @@ def _bomb(tmp_path: Path, observation_mb: float) -> Path:
     """The fixture ``.eval`` with sample add-1's tool result a run of ``observation_mb`` MB of one letter."""
     import zipfile
 
+    import inspect_ai.log  # noqa: F401  (its zipfile_zstd teaches zipfile the fixture's zstd entries)
     import orjson
 
     bomb = tmp_path / "bomb.eval"

@@ -135,6 +135,16 @@ async def test_a_stalled_client_is_dropped_in_time_and_others_are_answered_meanw
             await _closed_after(idle, bound_s=20)
 
 
+async def test_a_stalled_body_holds_its_connection_for_the_body_timeout_and_a_second_more(tmp_path: Path) -> None:
+    # With the body timeout as aiohttp's lingering time, the connection was held twice the timeout (8 s here).
+    async with _served(tmp_path, header_timeout_s=60, body_timeout_s=4) as (host, port):
+        head = f"POST /v1/score HTTP/1.1\r\nHost: {host}:{port}\r\n".encode()
+        async with await anyio.connect_tcp(host, port) as body_stalled:
+            await body_stalled.send(head + b"Content-Type: application/json\r\nContent-Length: 4000000\r\n\r\n{")
+            held_s, sent = await _closed_after(body_stalled, bound_s=20)
+    assert sent.startswith(b"HTTP/1.1 408") and 4 <= held_s < 6.5, held_s
+
+
 async def test_connections_beyond_the_cap_get_a_503_saying_so(tmp_path: Path) -> None:
     async with _served(tmp_path, max_connections=1, header_timeout_s=60) as (host, port):
         async with await anyio.connect_tcp(host, port) as holder:
