@@ -7,17 +7,15 @@ once their lines are sorted (lanes interleave their rows in a run-dependent orde
 from __future__ import annotations
 
 import os
-import random
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from ceb.data import write_stream
 from tests.support.builders import step, trajectory
+from tests.support.kills import kill_at_a_random_row
 
 RUN_PY = Path(__file__).resolve().parents[2] / "run.py"
 SEEDS = (1, 2, 3, 4, 5)
@@ -61,17 +59,7 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path: Path) -> No
             _cmd(files, "--out", str(run)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
         )
         # Kill once a random number of step rows is on disk: somewhere inside the run, not in its start-up.
-        target = random.Random(seed).randint(1, total - 1)
-        scores = run / "scores.jsonl"
-        deadline = time.monotonic() + 120
-        while proc.poll() is None and time.monotonic() < deadline:
-            if scores.exists() and scores.read_bytes().count(b"\n") >= target:
-                break
-            time.sleep(0.002)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
-        if proc.returncode == -signal.SIGKILL and 0 < len(_sorted_lines(scores)) < total:
-            killed_mid_run += 1
+        killed_mid_run += kill_at_a_random_row(proc, run / "scores.jsonl", seed, total)
         done = subprocess.run(_cmd(files, "--resume", str(run)), capture_output=True, env=env, timeout=300)
         assert done.returncode == 0, done.stderr.decode()[-2000:]
         for name in ("scores.jsonl", "hindsight.jsonl"):

@@ -16,7 +16,7 @@ from ceb.cli._common import EXIT_ERROR
 from ceb.data import read_stream, write_stream
 from ceb.data.inspect_logs import convert_inspect
 from tests.support.builders import step, trajectory
-from tests.support.judging import kill_after_two_judged
+from tests.support.kills import kill_after_two_judged
 from tests.support.openai_server import OpenAITestServer, Reply
 from tests.support.paths import REPO
 

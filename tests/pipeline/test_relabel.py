@@ -18,7 +18,7 @@ from ceb.data.converters import REFERENCE_OBSERVATION
 from ceb.pipeline.relabel import JudgmentLog
 from ceb.stages.hindsight import labels_schema
 from tests.support.builders import step, trajectory
-from tests.support.judging import kill_after_two_judged
+from tests.support.kills import kill_after_two_judged
 from tests.support.openai_server import OpenAITestServer, Reply
 
 pytestmark = pytest.mark.anyio

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import os
-import random
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson
@@ -17,15 +14,16 @@ from ceb.bench.processes import sim_process
 from ceb.config import RunConfig, load_config
 from ceb.data import write_stream
 from ceb.eval.report import build_report
-from ceb.pipeline import read_rows, run_scoring
+from ceb.pipeline import run_scoring
 from ceb.pipeline.summary import RunSummary
 from ceb.sim import SimConfig, serve_sim
 from tests.support.builders import step, trajectory
+from tests.support.kills import kill_at_a_random_row
+from tests.support.lane_order import timing_free_rows as rows
 
 pytestmark = pytest.mark.anyio
 
 RUN_PY = Path(__file__).resolve().parents[2] / "run.py"
-TIMING = ("latency_s", "queue_s")
 FILES = ("scores.jsonl", "hindsight.jsonl")
 # Service times of a few milliseconds: long enough that trajectories run ahead while the bank catches up.
 SIM = SimConfig(time_scale=0.02, max_num_seqs=64)
@@ -50,16 +48,6 @@ def config(base_url: str, speculation: int) -> RunConfig:
     return load_config(
         overrides={"backend": backend, "methods": ["ceb"], "ceb": {"votes": 3}, "speculation": speculation}
     )
-
-
-def rows(run_dir: Path, name: str) -> list[bytes]:
-    """The rows of a result file in file order, without timing fields, serialised with sorted keys."""
-    out = []
-    for r in read_rows(run_dir / name):
-        for f in TIMING:
-            r.pop(f, None)
-        out.append(orjson.dumps(r, option=orjson.OPT_SORT_KEYS))
-    return out
 
 
 async def test_speculative_rows_are_the_strict_orders_on_the_simulator(tmp_path: Path) -> None:
@@ -108,17 +96,7 @@ def test_a_run_killed_while_speculating_resumes_to_the_strict_orders_rows(tmp_pa
                 stderr=subprocess.DEVNULL,
                 env=env,
             )
-            target = random.Random(seed).randint(1, total - 1)
-            scores = run / "scores.jsonl"
-            deadline = time.monotonic() + 120
-            while proc.poll() is None and time.monotonic() < deadline:
-                if scores.exists() and scores.read_bytes().count(b"\n") >= target:
-                    break
-                time.sleep(0.002)
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=60)
-            if proc.returncode == -signal.SIGKILL and 0 < scores.read_bytes().count(b"\n") < total:
-                killed_mid_run += 1
+            killed_mid_run += kill_at_a_random_row(proc, run / "scores.jsonl", seed, total)
             done = subprocess.run(cmd("--resume", str(run)), capture_output=True, env=env, timeout=300)
             assert done.returncode == 0, done.stderr.decode()[-2000:]
             for name in FILES:

@@ -8,13 +8,16 @@ order and bank-free method, and returns the rows it writes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+import orjson
 
 from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
 from ceb.pipeline.lane import Lane
 from ceb.pipeline.planning import stream_order
-from ceb.pipeline.results import StepRow
+from ceb.pipeline.results import StepRow, read_rows
 from ceb.stages.assembly import Stages, build_critic
 from ceb.stages.methods import resolve_method
 
@@ -47,3 +50,13 @@ async def lane_order_rows(
 def comparable(row: Mapping[str, Any], leave_out: Sequence[str] = TIMING + COST + COPY) -> dict[str, Any]:
     """``row`` without the fields in which a copy, or another schedule, may differ (timing, cost, copy marks)."""
     return {k: v for k, v in row.items() if k not in leave_out}
+
+
+def timing_free_rows(run_dir: Path, name: str) -> list[bytes]:
+    """The rows of the result file ``name`` of ``run_dir`` in file order, without timing fields, keys sorted."""
+    out = []
+    for r in read_rows(run_dir / name):
+        for f in TIMING:
+            r.pop(f, None)
+        out.append(orjson.dumps(r, option=orjson.OPT_SORT_KEYS))
+    return out

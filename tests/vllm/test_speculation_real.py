@@ -10,27 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
 import pytest
 
 from ceb.config import RunConfig, load_config
 from ceb.data import convert_intercode, read_stream
-from ceb.pipeline import read_rows, run_scoring
+from ceb.pipeline import run_scoring
+from tests.support.lane_order import timing_free_rows as rows
 from tests.support.paths import INTERCODE
 from tests.support.vllm_server import VLLMServer
 
 pytestmark = [pytest.mark.vllm, pytest.mark.anyio, pytest.mark.timeout(2400)]
-
-TIMING = ("latency_s", "queue_s")
-
-
-def rows(run_dir: Path, name: str) -> list[bytes]:
-    out = []
-    for r in read_rows(run_dir / name):
-        for f in TIMING:
-            r.pop(f, None)
-        out.append(orjson.dumps(r, option=orjson.OPT_SORT_KEYS))
-    return out
 
 
 async def test_speculating_rows_equal_strict_rows_on_real_vllm(vllm_server: VLLMServer, tmp_path: Path) -> None:

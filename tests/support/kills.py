@@ -1,11 +1,13 @@
-"""Kill a judging command (``ceb label`` or ``ceb relabel``) mid-run, as the resume tests of both need."""
+"""Kill a command mid-run for the kill-and-resume tests: a scoring run at a random row, a judging one mid-way."""
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,3 +39,17 @@ async def kill_after_two_judged(server: OpenAITestServer, args: list[str], journ
         proc.kill()
         proc.communicate()
     assert [orjson.loads(line)["trajectory"] for line in journal.read_bytes().splitlines()] == ["t0", "t1"]
+
+
+def kill_at_a_random_row(proc: subprocess.Popen[bytes], scores: Path, seed: int, total: int) -> bool:
+    """SIGKILL ``proc`` once a seeded random number of rows (1 to ``total - 1``) is in ``scores``, or after 120 s;
+    whether it was killed with a part of the rows written (inside the run, not in its start-up or after it)."""
+    target = random.Random(seed).randint(1, total - 1)
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        if scores.exists() and scores.read_bytes().count(b"\n") >= target:
+            break
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    return proc.returncode == -signal.SIGKILL and 0 < scores.read_bytes().count(b"\n") < total
