@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from ceb.cli._common import PORT_HELP, config_option, config_overrides, fail
+from ceb.cli._common import PORT_HELP, config_option, config_overrides, endpoint_options, fail
 from ceb.errors import CEBError, leaf_error
 
 __all__ = ["serve"]
@@ -19,6 +19,7 @@ def _none_if_empty(values: list[str]) -> list[str] | None:
     return values or None
 
 
+@endpoint_options("offline (no model) or openai", base=None, panel=None)
 def serve(
     config: Annotated[Path | None, typer.Option(help="TOML or JSON config file ([gate] sets the thresholds).")] = None,
     host: Annotated[str, typer.Option(help="Interface to bind; beyond loopback a bearer token is required.")] = (
@@ -34,13 +35,7 @@ def serve(
     token_env: Annotated[
         str, typer.Option(help="Environment variable holding the bearer token (unset: no token, loopback only).")
     ] = "CEB_SERVE_TOKEN",
-    backend: Annotated[
-        str | None, config_option("backend.name", "--backend", help="offline (no model) or openai")
-    ] = None,
-    base_url: Annotated[
-        str | None, config_option("backend.base_url", help="OpenAI-compatible endpoint of the critic.")
-    ] = None,
-    model: Annotated[str | None, config_option("backend.model", help="Model name at the endpoint.")] = None,
+    endpoint: dict[str, Any] | None = None,
     method: Annotated[str | None, config_option("gate.method", "--method", help="ceb or static")] = None,
     allow: Annotated[
         float | None, config_option("gate.allow", "--allow", help="Scores at or above this are 'allow'")
@@ -101,7 +96,7 @@ def serve(
     from ceb.logs import register_secret_env
     from ceb.serve.app import check_bind, run_server
 
-    overrides = config_overrides(serve, locals())
+    overrides = {"backend": endpoint} | config_overrides(serve, locals())
     token = os.environ.get(token_env) or None
     served: list[str] = []  # the URL once listening: an OSError after it is not about the address
     try:
