@@ -29,6 +29,7 @@ from ceb.cli._common import (
     out,
     parse_shard,
 )
+from ceb.cli._options import split_list
 from ceb.cli.metrics import REFERENCE_HELP, print_metrics
 from ceb.errors import reported_error
 
@@ -48,11 +49,6 @@ _ENGINE_FIELDS = (
     "load_format",
 )
 _BACKEND = "offline (no model), openai (an endpoint) or vllm (a vLLM engine in this process)"
-
-
-def _split(text: str) -> tuple[str, ...]:
-    """``--methods``' comma-separated names."""
-    return tuple(m.strip() for m in text.split(",") if m.strip())
 
 
 @option_group("engine", "backend.engine", field_options("backend.engine", _ENGINE_FIELDS, _ENGINE))
@@ -79,7 +75,7 @@ def score(
     config: Annotated[Path | None, typer.Option(help="TOML or JSON config file (flags override it).")] = None,
     endpoint: dict[str, Any] | None = None,
     methods: Annotated[
-        str | None, config_option("methods", "--methods", help="Comma-separated methods", convert=_split)
+        str | None, config_option("methods", "--methods", help="Comma-separated methods", convert=split_list)
     ] = None,
     engine: dict[str, Any] | None = None,
     engine_args: Annotated[
