@@ -7,21 +7,24 @@ and ``prompt_token_ids``; an error body with a top-level ``message``, as older v
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, overload
 
+import msgspec
 import orjson
 
-from ceb.backends.transport import ChatRequest, Completion, StreamChunk, TokenLogprob
+from ceb.backends.transport import ChatRequest, Completion, StreamChunk, TokenLogprob, TransientError
 
 __all__ = [
     "OPENAI_STRICT_UNSUPPORTED",
+    "PromptLogprobs",
     "StructuredOutput",
     "chat_body",
     "error_message",
     "openai_strict_schema",
     "parse_completion",
     "parse_stream_event",
+    "read_completion",
     "retry_after",
 ]
 
@@ -118,6 +121,25 @@ def chat_body(
     return body
 
 
+def read_completion(raw: bytes, *, default_model: str, asked_prompt_logprobs: Any = None) -> Completion:
+    """Read an HTTP 200's ``chat.completion`` body as a :class:`~ceb.backends.transport.Completion`.
+
+    As :func:`parse_completion`, decoded with ``msgspec``, the ``prompt_logprobs`` positions left undecoded until read
+    (:class:`PromptLogprobs`: most of a teacher-forcing reply's bytes, most never read).
+
+    Raises:
+        TypeError, ValueError, KeyError: ``raw`` is not a chat completion (``msgspec.DecodeError`` is a ``ValueError``).
+    """
+    reply = _decode_reply(raw)
+    return _completion(
+        reply.choices,
+        reply.usage,
+        reply.model,
+        PromptLogprobs.of(reply.prompt_logprobs, reply.prompt_token_ids, asked_prompt_logprobs),
+        default_model,
+    )
+
+
 def parse_completion(body: Any, *, default_model: str, asked_prompt_logprobs: Any = None) -> Completion:
     """Read a decoded ``chat.completion`` body (an HTTP 200's) as a :class:`~ceb.backends.transport.Completion`.
 
@@ -129,24 +151,35 @@ def parse_completion(body: Any, *, default_model: str, asked_prompt_logprobs: An
     """
     if not isinstance(body, dict):
         raise TypeError(f"the body is a {type(body).__name__}, not an object")
-    raw_choices = body["choices"]
+    positions = body.get("prompt_logprobs")
+    if positions is not None and not isinstance(positions, list):
+        raise TypeError(f"prompt_logprobs is a {type(positions).__name__}, not a list")
+    return _completion(
+        body["choices"],
+        body.get("usage"),
+        body.get("model"),
+        PromptLogprobs.of(positions, body.get("prompt_token_ids"), asked_prompt_logprobs),
+        default_model,
+    )
+
+
+def _completion(
+    raw_choices: Any, usage: Any, model: Any, prompt_logprobs: PromptLogprobs | None, default_model: str
+) -> Completion:
+    """The completion of a body's fields (checked here)."""
     if not isinstance(raw_choices, list):
         raise TypeError("choices is not a list")
     choices = sorted(raw_choices, key=_choice_index)
     texts = tuple(_content(c) for c in choices)
-    usage = body.get("usage")
     if usage is not None and not isinstance(usage, dict):
         raise TypeError("usage is not an object")
-    model = body.get("model")
     return Completion(
         texts=texts,
         prompt_tokens=_count(usage, "prompt_tokens"),
         completion_tokens=_count(usage, "completion_tokens"),
         model=model if isinstance(model, str) and model else default_model,
         logprobs=_choice_logprobs(choices),
-        prompt_logprobs=_prompt_logprobs(
-            body.get("prompt_logprobs"), body.get("prompt_token_ids"), asked_prompt_logprobs
-        ),
+        prompt_logprobs=prompt_logprobs,
     )
 
 
@@ -247,43 +280,125 @@ def _choice_logprobs(choices: list[dict[str, Any]]) -> tuple[tuple[TokenLogprob,
     return tuple(out) if any(x is not None for x in out) else None
 
 
-def _prompt_logprobs(positions: Any, token_ids: Any, asked: Any) -> tuple[TokenLogprob | None, ...] | None:
-    """Read vLLM's ``prompt_logprobs``: per prompt token ``None`` or ``{"<id>": {logprob, rank, decoded_token}}``.
+class _Entry(msgspec.Struct):
+    """One entry of a ``prompt_logprobs`` position: vLLM's ``Logprob``."""
 
-    vLLM lists the prompt's own token (the one ``prompt_token_ids`` names, else the first entry), then the top ``K``;
-    ``top`` keeps the entries ranked within the ``K`` asked for.
+    logprob: float
+    rank: Any = None
+    decoded_token: Any = None
+
+
+_Position = dict[str, _Entry] | None
+_decode_position = msgspec.json.Decoder(_Position).decode
+
+
+class _Reply(msgspec.Struct):
+    """The top level of a ``chat.completion`` body, vLLM's ``prompt_logprobs`` positions left undecoded."""
+
+    choices: Any
+    usage: Any = None
+    model: Any = None
+    prompt_logprobs: list[msgspec.Raw] | None = None
+    prompt_token_ids: Any = None
+
+
+_decode_reply = msgspec.json.Decoder(_Reply).decode
+
+
+class PromptLogprobs(Sequence["TokenLogprob | None"]):
+    """vLLM's ``prompt_logprobs`` of one reply as a sequence of shape ``(P,)``, a position decoded when first read.
+
+    Each position of vLLM's list is ``null`` (the first) or ``{"<id>": {logprob, rank, decoded_token}}``: the
+    prompt's own token (the one ``prompt_token_ids`` names, else the first entry), then the top ``K``. A reply
+    carries ``K + 1`` entries for each of hundreds of positions and a statistic reads the few of its span, so a
+    position stays undecoded JSON (``msgspec.Raw``; or decoded values, from a Batch file or the cache) until it is
+    read. Reads give :class:`~ceb.backends.transport.TokenLogprob` with ``top`` ranked, kept within the ``K`` asked
+    for; the sequence equals a tuple of the same values.
+
+    Raises (on a read):
+        TransientError: The position is not ``null`` nor a non-empty object of entries each with a numeric
+            ``logprob``: the server's reply was malformed.
     """
-    if positions is None:
-        return None
-    if not isinstance(positions, list):
-        raise TypeError(f"prompt_logprobs is a {type(positions).__name__}, not a list")
-    ids = token_ids if isinstance(token_ids, list) and len(token_ids) == len(positions) else None
-    k = asked if isinstance(asked, int) and not isinstance(asked, bool) and asked >= 0 else None
-    out: list[TokenLogprob | None] = []
-    for i, pos in enumerate(positions):
-        if pos is None:
-            out.append(None)
-            continue
-        if not isinstance(pos, dict) or not pos:
-            raise TypeError(f"prompt_logprobs[{i}] is not a non-empty object")
-        own_key = str(ids[i]) if ids is not None and str(ids[i]) in pos else next(iter(pos))
-        entries = {key: _entry(value) for key, value in pos.items()}
-        ranked = sorted(entries.values(), key=lambda e: (e[2] is None, e[2] or 0))
-        top = tuple((tok, lp) for tok, lp, rank in ranked if k is None or rank is None or rank <= k)
-        token, logprob, rank = entries[own_key]
-        out.append(TokenLogprob(token=token, logprob=logprob, top=top, rank=rank))
-    return tuple(out)
+
+    __slots__ = ("_ids", "_k", "_positions", "_read")
+
+    def __init__(self, positions: Sequence[Any], ids: Sequence[Any] | None = None, k: int | None = None) -> None:
+        self._positions, self._ids, self._k = positions, ids, k
+        self._read: dict[int, TokenLogprob | None] = {}
+
+    @classmethod
+    def of(cls, positions: Sequence[Any] | None, token_ids: Any, asked: Any) -> PromptLogprobs | None:
+        """A reply's positions (``None`` when it has none), its ``prompt_token_ids`` and the ``K`` its request sent.
+
+        The token ids name each position's own token when their count matches.
+        """
+        if positions is None:
+            return None
+        ids = token_ids if isinstance(token_ids, list) and len(token_ids) == len(positions) else None
+        k = asked if isinstance(asked, int) and not isinstance(asked, bool) and asked >= 0 else None
+        return cls(positions, ids, k)
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    @overload
+    def __getitem__(self, index: int) -> TokenLogprob | None: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[TokenLogprob | None, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> TokenLogprob | None | tuple[TokenLogprob | None, ...]:
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(*index.indices(len(self))))
+        i = index + len(self) if index < 0 else index
+        if not 0 <= i < len(self):
+            raise IndexError("prompt_logprobs index out of range")
+        if i not in self._read:
+            self._read[i] = self._position(i)
+        return self._read[i]
+
+    def _position(self, i: int) -> TokenLogprob | None:
+        """Position ``i`` decoded and built."""
+        pos = self._positions[i]
+        try:
+            entries = _decode_position(pos) if isinstance(pos, msgspec.Raw) else msgspec.convert(pos, _Position)
+        except msgspec.MsgspecError as exc:
+            raise TransientError(f"prompt_logprobs[{i}] is unreadable: {exc}") from exc
+        if entries is None:
+            return None
+        if not entries:
+            raise TransientError(f"prompt_logprobs[{i}] is an empty object")
+        ranked = sorted(entries.values(), key=lambda e: (_rank(e) is None, _rank(e) or 0))
+        k = self._k
+        top = tuple((_text(e), e.logprob) for e in ranked if k is None or _rank(e) is None or (_rank(e) or 0) <= k)
+        own = str(self._ids[i]) if self._ids is not None else None
+        e = entries[own] if own is not None and own in entries else next(iter(entries.values()))
+        return TokenLogprob(token=_text(e), logprob=e.logprob, top=top, rank=_rank(e))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (PromptLogprobs, tuple, list)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"PromptLogprobs({len(self)} positions, k={self._k})"
+
+    def to_json(self) -> dict[str, Any]:
+        """The positions as the server sent them, with the token ids and ``K``, for ``orjson`` (the reply cache)."""
+        positions = [orjson.Fragment(bytes(p)) if isinstance(p, msgspec.Raw) else p for p in self._positions]
+        return {"positions": positions, "ids": self._ids, "k": self._k}
 
 
-def _entry(value: Any) -> tuple[str, float, int | None]:
-    if not isinstance(value, dict):
-        raise TypeError("a prompt_logprobs entry is not an object")
-    rank = value.get("rank")
-    return (
-        str(value.get("decoded_token") or ""),
-        float(value["logprob"]),
-        int(rank) if isinstance(rank, int) and not isinstance(rank, bool) else None,
-    )
+def _rank(entry: _Entry) -> int | None:
+    rank = entry.rank
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+
+
+def _text(entry: _Entry) -> str:
+    return str(entry.decoded_token or "")
 
 
 def error_message(raw: bytes) -> str:

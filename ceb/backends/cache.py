@@ -26,13 +26,14 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 import anyio
 import orjson
 
+from ceb.backends._wire import PromptLogprobs
 from ceb.backends.scheduling import current_lane
 from ceb.backends.transport import (
     ChatRequest,
@@ -257,14 +258,16 @@ def _encode(response: ChatResponse) -> bytes:
             "completion_tokens": c.completion_tokens,
             "model": c.model,
             "logprobs": None if c.logprobs is None else [_tokens(choice) for choice in c.logprobs],
-            "prompt_logprobs": _tokens(c.prompt_logprobs),
+            "prompt_logprobs": c.prompt_logprobs.to_json()
+            if isinstance(c.prompt_logprobs, PromptLogprobs)
+            else _tokens(c.prompt_logprobs),
             "attempts": response.attempts,
             "retry_reason": response.retry_reason,
         }
     )
 
 
-def _tokens(tokens: tuple[TokenLogprob | None, ...] | None) -> list[Any] | None:
+def _tokens(tokens: Sequence[TokenLogprob | None] | None) -> list[Any] | None:
     if tokens is None:
         return None
     return [None if t is None else [t.token, t.logprob, t.top, t.rank] for t in tokens]
@@ -286,9 +289,16 @@ def _decode(blob: bytes) -> ChatResponse:
         logprobs=None
         if logprobs is None
         else tuple(None if choice is None else tuple(_token(t) for t in choice) for choice in logprobs),
-        prompt_logprobs=None if prompt is None else tuple(None if t is None else _token(t) for t in prompt),
+        prompt_logprobs=_prompt(prompt),
     )
     return ChatResponse(completion, 0.0, 0.0, d["attempts"], d["retry_reason"])
+
+
+def _prompt(stored: Any) -> Sequence[TokenLogprob | None] | None:
+    """Stored prompt log-probs: the positions as the server sent them (checked when read), or built tokens."""
+    if isinstance(stored, dict):
+        return PromptLogprobs(stored["positions"], stored["ids"], stored["k"])
+    return None if stored is None else tuple(None if t is None else _token(t) for t in stored)
 
 
 class CacheStep:

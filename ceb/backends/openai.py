@@ -31,8 +31,8 @@ from ceb.backends._wire import (
     StructuredOutput,
     chat_body,
     error_message,
-    parse_completion,
     parse_stream_event,
+    read_completion,
     retry_after,
 )
 from ceb.backends.base import ChatBackend, EndpointLimits, RetrySettings, register_backend
@@ -345,8 +345,8 @@ class OpenAITransport(Transport):
                     continue
                 raise self._status_error(status, raw, wait, endpoint)
             try:
-                return parse_completion(
-                    orjson.loads(raw),
+                return read_completion(
+                    raw,
                     default_model=self.model,
                     asked_prompt_logprobs=request.extra.get("prompt_logprobs"),
                 )

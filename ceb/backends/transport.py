@@ -73,7 +73,7 @@ class Completion:
 
     Token counts are ``None`` where the server gave none (``completion_tokens`` sums the choices). ``logprobs`` has one
     entry per choice (``None`` for a choice without; ``None`` for all when none had any); ``prompt_logprobs`` is vLLM's,
-    one entry per templated prompt token, the first ``None``.
+    one entry per templated prompt token, the first ``None`` (read lazily from a reply: ``PromptLogprobs``).
     """
 
     texts: tuple[str, ...]
@@ -81,7 +81,7 @@ class Completion:
     completion_tokens: int | None = None
     model: str = ""
     logprobs: tuple[tuple[TokenLogprob, ...] | None, ...] | None = None
-    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
+    prompt_logprobs: Sequence[TokenLogprob | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)

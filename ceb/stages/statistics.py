@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar, cast
 
 import anyio
 
-from ceb.backends.base import ChatBackend, ChatRequest, TokenLogprob
+from ceb.backends.base import ChatBackend, ChatRequest, TokenLogprob, TransientError
 from ceb.config import BaselineConfig, CriticConfig
 from ceb.stages.asking import Answer, ask, bounded_text
 from ceb.stages.base import NOT_AVAILABLE, CallStats, CriticInput, CriticResult
@@ -37,6 +37,7 @@ __all__ = [
     "ForcedAction",
     "SharedStatistics",
     "action_span",
+    "forced_span",
     "actor_messages",
     "cot_reply",
     "cot_request",
@@ -363,20 +364,30 @@ class ForcedAction:
     error: str | None = None
     available: bool = True
 
-    def failure(self) -> CriticResult:
-        """The critic result of a step whose span could not be had: failed, or not available."""
-        return CriticResult(score=None, raw="", error=self.error, stats=self.stats, available=self.available)
+    def failure(self, stats: CallStats | None = None) -> CriticResult:
+        """The critic result of a step whose span could not be had: failed, or not available; ``stats``: its cost."""
+        return CriticResult(score=None, raw="", error=self.error, stats=stats or self.stats, available=self.available)
 
 
-def _prompt_span(sent: Answer[str], text: str) -> tuple[TokenLogprob, ...] | str:
-    """The span of ``text`` at the end of ``sent``'s teacher-forced prompt, or why there is none."""
-    positions = sent.completion.prompt_logprobs if sent.completion is not None else None
+def forced_span(sent: Answer[str], text: str, label: str = "") -> ForcedAction:
+    """The span of ``text`` at the end of ``sent``'s teacher-forced prompt (:func:`action_span`), or why there is none.
+
+    A failed request stays failed; a reply without ``prompt_logprobs``, or whose prompt does not end with ``text``,
+    is not available (``label`` names ``text`` in the latter's reason); a malformed position in the span is the
+    endpoint's failure.
+    """
+    if sent.completion is None:
+        return ForcedAction(None, sent.stats, sent.error, available=sent.available)
+    positions = sent.completion.prompt_logprobs
     if not positions:
-        return f"{NOT_AVAILABLE}: the endpoint returned no prompt_logprobs (teacher forcing needs a vLLM-style server)"
+        reason = "the endpoint returned no prompt_logprobs (teacher forcing needs a vLLM-style server)"
+        return ForcedAction(None, sent.stats, f"{NOT_AVAILABLE}: {reason}", available=False)
     try:
-        return action_span(positions, text)
+        return ForcedAction(action_span(positions, text), sent.stats)
+    except TransientError as exc:
+        return ForcedAction(None, sent.stats, f"endpoint failed: {exc}")
     except ValueError as exc:
-        return f"{NOT_AVAILABLE}: {exc}"
+        return ForcedAction(None, sent.stats, f"{NOT_AVAILABLE}: {label}{exc}", available=False)
 
 
 # --- fetchers -----------------------------------------------------------------------------------------------------
@@ -407,13 +418,7 @@ async def teacher_force(
     request = teacher_forcing_request(prompts, inp, top_k)
 
     async def fetch() -> ForcedAction:
-        sent = await ask(actor, request, str)
-        if sent.completion is None:
-            return ForcedAction(None, sent.stats, sent.error, available=sent.available)
-        span = _prompt_span(sent, inp.action)
-        if isinstance(span, str):
-            return ForcedAction(None, sent.stats, span, available=False)
-        return ForcedAction(span, sent.stats)
+        return forced_span(await ask(actor, request, str), inp.action)
 
     return await _fetch(actor, [request], fetch, share)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import structlog
 
+from ceb.backends._wire import read_completion
 from ceb.backends.base import (
     ChatBackend,
     ChatRequest,
@@ -210,6 +211,39 @@ async def test_log_probabilities_come_back_from_the_cache_exactly(tmp_path):
     again = await cached(inner, reopened, SETTINGS).complete(ask("a", n=2, logprobs=True))
     assert lp.calls == 1 and again.completion == first.completion
     reopened.close()
+
+
+class RawPositionsTransport(Transport):
+    """Replies as the HTTP transport reads them: vLLM's prompt_logprobs positions undecoded until read."""
+
+    def __init__(self) -> None:
+        super().__init__("raw://")
+        self.calls = 0
+
+    async def send(self, request: ChatRequest, endpoint: str) -> Completion:
+        self.calls += 1
+        body = (
+            b'{"choices": [{"index": 0, "message": {"content": "x"}}], "prompt_token_ids": [1, 7],'
+            b' "prompt_logprobs": [null, {"9": {"logprob": -0.1, "rank": 1, "decoded_token": "cd"},'
+            b' "7": {"logprob": -3.0, "rank": 4, "decoded_token": "ls"}}]}'
+        )
+        return read_completion(body, default_model="m", asked_prompt_logprobs=1)
+
+
+async def test_undecoded_prompt_logprobs_are_stored_as_sent_and_read_back_equal(tmp_path):
+    raw = RawPositionsTransport()
+    inner = ChatBackend(raw, retry=RetryPolicy(backoff_s=0, max_backoff_s=0))
+    cache = store(tmp_path)
+    first = await cached(inner, cache, SETTINGS).complete(ask("a"))
+    cache.close()
+    reopened = store(tmp_path)
+    again = await cached(inner, reopened, SETTINGS).complete(ask("a"))
+    reopened.close()
+
+    assert raw.calls == 1 and again.completion == first.completion
+    assert again.completion.prompt_logprobs == (None, TokenLogprob("ls", -3.0, top=(("cd", -0.1),), rank=4))
+    blob = sqlite3.connect(tmp_path / "c.sqlite").execute("SELECT reply FROM replies").fetchone()[0]
+    assert b'"decoded_token": "ls"' in blob and b'"ids":[1,7],"k":1' in blob  # the positions as the server sent them
 
 
 def _writer(path: str, worker: int, n: int) -> None:

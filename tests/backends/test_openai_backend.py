@@ -840,14 +840,32 @@ async def test_prompt_token_ids_name_the_own_token_when_sent(openai_server: Open
 
 
 @pytest.mark.anyio
-async def test_malformed_prompt_logprobs_are_an_unreadable_body(openai_server: OpenAITestServer) -> None:
+async def test_a_malformed_prompt_logprobs_position_is_unreadable_when_read(openai_server: OpenAITestServer) -> None:
     body = {
         "id": "c",
         "object": "chat.completion",
         "created": 0,
         "model": MODEL,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"}],
-        "prompt_logprobs": [None, {"7": {"rank": 1, "decoded_token": "ls"}}],  # no logprob
+        "prompt_logprobs": [None, {"7": {"rank": 1, "decoded_token": "ls"}}, {"8": {"logprob": -1.0}}],  # 1: none
+    }
+    openai_server.responder = _always(Reply(body=body))
+    async with OpenAIBackend(_settings(openai_server), retry=RetryPolicy(max_attempts=1)) as backend:
+        positions = (await backend.complete(ChatRequest(messages=MESSAGES))).completion.prompt_logprobs
+
+    assert positions is not None and len(positions) == 3
+    assert positions[2] == TokenLogprob("", -1.0, (("", -1.0),), None)
+    with pytest.raises(TransientError, match=r"prompt_logprobs\[1\] is unreadable: .*logprob"):
+        positions[1]
+
+
+@pytest.mark.anyio
+async def test_prompt_logprobs_that_are_not_a_list_are_an_unreadable_body(openai_server: OpenAITestServer) -> None:
+    body = {
+        "id": "c",
+        "model": MODEL,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"}],
+        "prompt_logprobs": {"1": None},
     }
     openai_server.responder = _always(Reply(body=body))
     async with OpenAIBackend(_settings(openai_server), retry=RetryPolicy(max_attempts=1)) as backend:

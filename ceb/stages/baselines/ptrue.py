@@ -7,9 +7,9 @@ import string
 from collections.abc import Iterable
 
 from ceb.backends.base import TokenLogprob
-from ceb.stages.base import NOT_AVAILABLE, CriticInput, CriticResult
+from ceb.stages.base import CriticInput, CriticResult
 from ceb.stages.baselines._common import Baseline, evidence, register_baseline
-from ceb.stages.statistics import PTRUE_ANSWERS, action_span, ptrue_first_token, ptrue_pair
+from ceb.stages.statistics import PTRUE_ANSWERS, forced_span, ptrue_first_token, ptrue_pair
 
 __all__ = ["ANSWERS", "PTrueCritic", "answer_class", "forced_p_true", "p_true"]
 
@@ -93,17 +93,10 @@ class PTrueCritic(Baseline):
         stats = results[0].stats + results[1].stats
         logprobs: list[float] = []
         for answer, result in zip(ANSWERS, results, strict=True):
-            if result.completion is None:
-                return result.failure(stats)
-            positions = result.completion.prompt_logprobs
-            if not positions:
-                reason = "the endpoint returned no prompt_logprobs (teacher forcing needs a vLLM-style server)"
-                return CriticResult.not_available(reason, stats=stats)
-            try:
-                span = action_span(positions, answer)
-            except ValueError as exc:
-                return CriticResult(score=None, raw="", error=f"{NOT_AVAILABLE}: {answer}: {exc}", stats=stats)
-            logprobs.append(sum(t.logprob for t in span))
+            forced = forced_span(result, answer, label=f"{answer}: ")
+            if forced.span is None:
+                return forced.failure(stats)
+            logprobs.append(sum(t.logprob for t in forced.span))
         z = forced_p_true(logprobs[0], logprobs[1])
         raw = evidence(method="forced", logprob_true=logprobs[0], logprob_false=logprobs[1])
         return CriticResult(score=z, raw=raw, stats=stats)
