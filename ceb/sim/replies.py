@@ -15,6 +15,7 @@ filler sentence. Log-probabilities are synthetic too, shaped as OpenAI's and vLL
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import random
@@ -128,6 +129,7 @@ _ALTERNATIVES = (
     " an",
     " by",
 )
+_ALTERNATIVE_IDS = {token: str(token_id(token)) for token in _ALTERNATIVES}
 _ANSWER_PAIRS = {"true": "false", "false": "true", "yes": "no", "no": "yes"}
 _STRIP = ".,!?;:\"'"
 
@@ -384,32 +386,81 @@ def completion_logprobs(text: str, top_k: int, rng: random.Random) -> dict[str, 
     return {"content": content}
 
 
-def prompt_logprobs(tokens: Sequence[str], top_k: int, rng: random.Random) -> list[dict[str, dict[str, Any]] | None]:
-    """The ``prompt_logprobs`` (vLLM's) of a prompt of ``tokens``, synthetic, shape ``(len(tokens),)``.
+def prompt_logprobs(tokens: Sequence[str], top_k: int, rng: random.Random) -> orjson.Fragment:
+    """The ``prompt_logprobs`` (vLLM's) of a prompt of ``tokens``, synthetic, as JSON text of shape ``(len(tokens),)``.
 
-    Entry 0 is ``None``. Entry ``i`` maps token ids (strings) to ``{"logprob", "rank", "decoded_token"}``: the prompt's
-    own token first, as vLLM lists it, at rank 1 with probability 0.6, else ``2 + floor(Exp(mean 2))``; then
-    alternatives for the other ranks up to ``top_k`` (0 to 20). Log-probabilities fall with rank.
+    Entry 0 is ``null``. Entry ``i`` maps token ids (strings) to ``{"logprob", "rank", "decoded_token"}``: the prompt's
+    own token first, as vLLM lists it, at rank 1 with probability 0.6, else ``2 + floor(Exp(mean 2))`` (at most 64);
+    then alternatives for the other ranks up to ``top_k`` (0 to 20). Log-probabilities fall with rank. Each position
+    takes one of :data:`_POSITION_SHAPES` seeded shapes (the alternatives and every rank's log-probability) and puts
+    its own token at its rank: a reply has hundreds of positions of ``top_k + 1`` entries, and text built once costs
+    the server a join, not an object per entry.
     """
-    out: list[dict[str, dict[str, Any]] | None] = [None] if tokens else []
-    n_alt = len(_ALTERNATIVES)
+    out = ["null"] if tokens else []
+    shapes = _shapes(top_k)
     for token in tokens[1:]:
-        own = token_id(token)
-        rank = 1 if rng.random() < 0.6 else 2 + int(rng.expovariate(0.5))
-        at = rng.randrange(n_alt)
-        value = -rng.expovariate(1.0 / 0.5)
-        entry: dict[str, dict[str, Any]] = {str(own): {}}  # the own token's key first; its value is set below
-        for r in range(1, max(rank, top_k) + 1):
-            if r > 1:
-                value -= 0.01 + rng.expovariate(1.0)
-            if r == rank:
-                entry[str(own)] = {"logprob": value, "rank": r, "decoded_token": token}
-            elif r <= top_k:
-                candidate = _ALTERNATIVES[at % n_alt]
-                at += 1
-                if candidate == token:
-                    candidate = _ALTERNATIVES[at % n_alt]
-                    at += 1
-                entry[str(token_id(candidate))] = {"logprob": value, "rank": r, "decoded_token": candidate}
-        out.append(entry)
-    return out
+        rank = 1 if rng.random() < 0.6 else min(2 + int(rng.expovariate(0.5)), _MAX_RANK)
+        shape = shapes[rng.randrange(_POSITION_SHAPES)]
+        key, name = _token_json(token)
+        own = f'"{key}":{{"logprob":{shape.values[rank]!r},"rank":{rank},"decoded_token":{name}}}'
+        if token in shape.at:  # the own token is one of the shape's alternatives: another takes its place
+            entries = list(shape.entries)
+            r = shape.at[token]
+            entries[r - 1] = _entry_json(shape.spare, shape.values[r], r)
+            if rank <= len(entries):
+                del entries[rank - 1]
+            rest = ",".join(entries)
+        else:
+            rest = shape.rest[min(rank, len(shape.rest)) - 1]
+        out.append("{" + own + ("," + rest if rest else "") + "}")
+    return orjson.Fragment("[" + ",".join(out) + "]")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _token_json(token: str) -> tuple[str, str]:
+    """``token``'s id as a JSON key, and its text as a JSON string."""
+    return str(token_id(token)), orjson.dumps(token).decode()
+
+
+_MAX_RANK = 64
+_POSITION_SHAPES = 512
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """One position's alternatives, its own token not yet placed.
+
+    ``entries[r - 1]``: the JSON entry at rank ``r``; ``rest[r - 1]``: the entries but rank ``r``'s, joined (the last:
+    all of them, for an own token ranked below them); ``values[r]``: rank ``r``'s log-probability; ``at``: each
+    alternative's rank; ``spare``: an alternative not among them.
+    """
+
+    entries: tuple[str, ...]
+    rest: tuple[str, ...]
+    values: tuple[float, ...]
+    at: Mapping[str, int]
+    spare: str
+
+
+@functools.cache
+def _shapes(top_k: int) -> tuple[_Shape, ...]:
+    """:data:`_POSITION_SHAPES` seeded shapes for ``top_k`` (0 to 20 of the 24 alternatives)."""
+    rng = random.Random(top_k)
+    out = []
+    for _ in range(_POSITION_SHAPES):
+        values = [0.0, -rng.expovariate(1.0 / 0.5)]
+        for _ in range(_MAX_RANK - 1):
+            values.append(values[-1] - 0.01 - rng.expovariate(1.0))
+        start = rng.randrange(len(_ALTERNATIVES))
+        picked = [_ALTERNATIVES[(start + i) % len(_ALTERNATIVES)] for i in range(top_k + 1)]
+        chosen, spare = picked[:top_k], picked[top_k]
+        entries = tuple(_entry_json(tok, values[r], r) for r, tok in enumerate(chosen, start=1))
+        rest = tuple(",".join(entries[: r - 1] + entries[r:]) for r in range(1, top_k + 2))
+        out.append(_Shape(entries, rest, tuple(values), {tok: r for r, tok in enumerate(chosen, start=1)}, spare))
+    return tuple(out)
+
+
+def _entry_json(token: str, logprob: float, rank: int) -> str:
+    """One ``"<id>": {logprob, rank, decoded_token}`` entry as JSON text."""
+    key, name = _token_json(token)
+    return f'"{key}":{{"logprob":{logprob!r},"rank":{rank},"decoded_token":{name}}}'

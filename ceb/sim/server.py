@@ -476,7 +476,7 @@ class SimServer:
             return labels_reply(rng, wrong_count(plan.n_labels or 0, fault.variant))
         return format_critic(bad_score_text(fault.variant), "Simulated out-of-range score (ceb simulator fault).")
 
-    def _prompt_logprobs(self, chat: _Chat) -> list[Any]:
+    def _prompt_logprobs(self, chat: _Chat) -> orjson.Fragment:
         tokens = chat_tokens(
             chat.messages,
             add_generation_prompt=chat.add_generation_prompt,

@@ -7,6 +7,7 @@ import math
 import random
 from typing import Any
 
+import orjson
 import pytest
 from openai import AsyncOpenAI
 
@@ -311,3 +312,32 @@ async def test_prompt_logprobs_list_the_prompt_token_first_as_vllm_does(sim_serv
     assert "".join(p.token for p in positions[1:]).endswith("cat a.txt")
     assert all(p is not None and p.rank is not None and p.rank >= 1 for p in positions[1:])
     assert any(p is not None and p.rank is not None and p.rank > 1 for p in positions[1:])
+
+
+@pytest.mark.parametrize("top_k", [0, 1, 5, 20])
+def test_synthetic_prompt_logprobs_are_vllms_shape(top_k: int) -> None:
+    from ceb.sim.replies import _ALTERNATIVES, prompt_logprobs
+
+    tokens = ["<s>", "ls", " -la", *_ALTERNATIVES, "ls", *_ALTERNATIVES]  # own tokens among the alternatives too
+    text = bytes(orjson.dumps(prompt_logprobs(tokens, top_k, random.Random(3))))
+
+    def no_repeated_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in pairs]
+        assert len(keys) == len(set(keys)), keys
+        return dict(pairs)
+
+    positions = json.loads(text, object_pairs_hook=no_repeated_key)
+    assert len(positions) == len(tokens) and positions[0] is None
+    ranks_seen = set()
+    for token, position in zip(tokens[1:], positions[1:], strict=True):
+        own = next(iter(position.values()))
+        assert own["decoded_token"] == token  # the prompt's own token first, as vLLM lists it
+        ranks_seen.add(own["rank"])
+        alternatives = list(position.values())[1:]
+        assert len(alternatives) == (top_k - 1 if own["rank"] <= top_k else top_k)
+        assert all(a["decoded_token"] != token and a["rank"] <= top_k for a in alternatives)
+        by_rank = sorted(position.values(), key=lambda e: e["rank"])
+        assert [e["rank"] for e in by_rank] == sorted({e["rank"] for e in by_rank})  # one entry per rank
+        assert all(a["logprob"] > b["logprob"] for a, b in zip(by_rank, by_rank[1:], strict=False))
+    assert 1 in ranks_seen and any(r > 1 for r in ranks_seen)
+    assert text == bytes(orjson.dumps(prompt_logprobs(tokens, top_k, random.Random(3))))  # seeded
