@@ -147,16 +147,20 @@ class PromptSet:
             undefined=jinja2.StrictUndefined,
             autoescape=False,
             keep_trailing_newline=False,
+            auto_reload=False,  # a run renders one prompt set: no file is looked at again once loaded
         )
+        self._families: dict[str, str] = {}
+        self._missing: set[str] = set()  # family templates looked for and not found, asked of base at once
         self._env.filters["clip"] = clip
         self._env.filters["fence"] = fence
         self._env.filters["target"] = target
 
     def family(self, domain: str) -> str:
         """The template family used for ``domain``: its own folder when one exists, else ``generic``."""
-        if any((d / domain / "critic_system.j2").is_file() for d in self._dirs):
-            return domain
-        return "generic"
+        if domain not in self._families:
+            found = any((d / domain / "critic_system.j2").is_file() for d in self._dirs)
+            self._families[domain] = domain if found else "generic"
+        return self._families[domain]
 
     def render(self, domain: str, kind: str, context: Mapping[str, Any]) -> str:
         """Render template ``kind`` (one of :data:`PROMPT_KINDS`) of ``domain``'s family.
@@ -180,12 +184,14 @@ class PromptSet:
             ConfigError: The template is malformed or uses a variable the caller does not give.
         """
         name = f"{self.family(domain)}/{kind}.j2"
-        try:
-            return self.render(domain, kind, context)
-        except ConfigError as exc:
-            cause = exc.__cause__
-            if not (isinstance(cause, jinja2.TemplateNotFound) and cause.name == name):
-                raise
+        if name not in self._missing:
+            try:
+                return self.render(domain, kind, context)
+            except ConfigError as exc:
+                cause = exc.__cause__
+                if not (isinstance(cause, jinja2.TemplateNotFound) and cause.name == name):
+                    raise
+                self._missing.add(name)
         # `base` holds critic_system.j2, so it counts as a family of its own and is looked up in base/ (a user
         # directory's base/ first).
         return self.render(BASE_FAMILY, kind, context)
