@@ -4,7 +4,7 @@ import multiprocessing
 import os
 import sqlite3
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -181,28 +181,43 @@ async def test_the_key_is_the_whole_request_and_the_endpoints_model_and_url(tmp_
     cache.close()
 
 
-class LogprobTransport(Transport):
-    """Answers with log-probs of both kinds, to check that a stored reply comes back equal."""
+class FixedTransport(Transport):
+    """Answers every request with ``reply()``, counting the calls."""
 
-    def __init__(self) -> None:
-        super().__init__("lp://")
-        self.calls = 0
+    def __init__(self, reply: Callable[[], Completion]) -> None:
+        super().__init__("fixed://")
+        self.reply, self.calls = reply, 0
 
     async def send(self, request: ChatRequest, endpoint: str) -> Completion:
         self.calls += 1
-        token = TokenLogprob("0", -0.1053605156578263, (("0", -0.1053605156578263), ("1", -2.3)), None)
-        return Completion(
-            texts=("0", "1"),
-            prompt_tokens=7,
-            completion_tokens=2,
-            model="m",
-            logprobs=((token,), None),
-            prompt_logprobs=(None, TokenLogprob("hi", -1.5, (("hi", -1.5),), 1)),
-        )
+        return self.reply()
+
+
+def both_kinds_of_logprobs() -> Completion:
+    """Log-probs of both kinds, to check that a stored reply comes back equal."""
+    token = TokenLogprob("0", -0.1053605156578263, (("0", -0.1053605156578263), ("1", -2.3)), None)
+    return Completion(
+        texts=("0", "1"),
+        prompt_tokens=7,
+        completion_tokens=2,
+        model="m",
+        logprobs=((token,), None),
+        prompt_logprobs=(None, TokenLogprob("hi", -1.5, (("hi", -1.5),), 1)),
+    )
+
+
+def undecoded_positions() -> Completion:
+    """A reply as the HTTP transport reads it: vLLM's prompt_logprobs positions undecoded until read."""
+    body = (
+        b'{"choices": [{"index": 0, "message": {"content": "x"}}], "prompt_token_ids": [1, 7],'
+        b' "prompt_logprobs": [null, {"9": {"logprob": -0.1, "rank": 1, "decoded_token": "cd"},'
+        b' "7": {"logprob": -3.0, "rank": 4, "decoded_token": "ls"}}]}'
+    )
+    return read_completion(body, default_model="m", asked_prompt_logprobs=1)
 
 
 async def test_log_probabilities_come_back_from_the_cache_exactly(tmp_path):
-    lp = LogprobTransport()
+    lp = FixedTransport(both_kinds_of_logprobs)
     inner = ChatBackend(lp, retry=RetryPolicy(backoff_s=0, max_backoff_s=0))
     cache = store(tmp_path)
     first = await cached(inner, cache, SETTINGS).complete(ask("a", n=2, logprobs=True))
@@ -213,25 +228,8 @@ async def test_log_probabilities_come_back_from_the_cache_exactly(tmp_path):
     reopened.close()
 
 
-class RawPositionsTransport(Transport):
-    """Replies as the HTTP transport reads them: vLLM's prompt_logprobs positions undecoded until read."""
-
-    def __init__(self) -> None:
-        super().__init__("raw://")
-        self.calls = 0
-
-    async def send(self, request: ChatRequest, endpoint: str) -> Completion:
-        self.calls += 1
-        body = (
-            b'{"choices": [{"index": 0, "message": {"content": "x"}}], "prompt_token_ids": [1, 7],'
-            b' "prompt_logprobs": [null, {"9": {"logprob": -0.1, "rank": 1, "decoded_token": "cd"},'
-            b' "7": {"logprob": -3.0, "rank": 4, "decoded_token": "ls"}}]}'
-        )
-        return read_completion(body, default_model="m", asked_prompt_logprobs=1)
-
-
 async def test_undecoded_prompt_logprobs_are_stored_as_sent_and_read_back_equal(tmp_path):
-    raw = RawPositionsTransport()
+    raw = FixedTransport(undecoded_positions)
     inner = ChatBackend(raw, retry=RetryPolicy(backoff_s=0, max_backoff_s=0))
     cache = store(tmp_path)
     first = await cached(inner, cache, SETTINGS).complete(ask("a"))
