@@ -368,9 +368,9 @@ class PromptLogprobs(Sequence["TokenLogprob | None"]):
             return None
         if not entries:
             raise TransientError(f"prompt_logprobs[{i}] is an empty object")
-        ranked = sorted(entries.values(), key=lambda e: (_rank(e) is None, _rank(e) or 0))
         k = self._k
-        top = tuple((_text(e), e.logprob) for e in ranked if k is None or _rank(e) is None or (_rank(e) or 0) <= k)
+        ranked = sorted(((_rank(e), e) for e in entries.values()), key=lambda re: (re[0] is None, re[0] or 0))
+        top = tuple((_text(e), e.logprob) for r, e in ranked if k is None or r is None or r <= k)
         own = str(self._ids[i]) if self._ids is not None else None
         e = entries[own] if own is not None and own in entries else next(iter(entries.values()))
         return TokenLogprob(token=_text(e), logprob=e.logprob, top=top, rank=_rank(e))

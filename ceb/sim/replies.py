@@ -129,7 +129,6 @@ _ALTERNATIVES = (
     " an",
     " by",
 )
-_ALTERNATIVE_IDS = {token: str(token_id(token)) for token in _ALTERNATIVES}
 _ANSWER_PAIRS = {"true": "false", "false": "true", "yes": "no", "no": "yes"}
 _STRIP = ".,!?;:\"'"
 
@@ -401,8 +400,7 @@ def prompt_logprobs(tokens: Sequence[str], top_k: int, rng: random.Random) -> or
     for token in tokens[1:]:
         rank = 1 if rng.random() < 0.6 else min(2 + int(rng.expovariate(0.5)), _MAX_RANK)
         shape = shapes[rng.randrange(_POSITION_SHAPES)]
-        key, name = _token_json(token)
-        own = f'"{key}":{{"logprob":{shape.values[rank]!r},"rank":{rank},"decoded_token":{name}}}'
+        own = _entry_json(token, shape.values[rank], rank)
         if token in shape.at:  # the own token is one of the shape's alternatives: another takes its place
             entries = list(shape.entries)
             r = shape.at[token]
