@@ -6,6 +6,7 @@ and near-duplicate compression, defined in :mod:`ceb.bank.policy`).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -168,6 +169,10 @@ class Bank:
     def n_positive(self) -> int:
         """``|B+|``: held records with pseudo-label 1."""
         return int(self._labels.sum())
+
+    def copy(self) -> Bank:
+        """An independent bank in the same state; the records, immutable, are shared."""
+        return copy.deepcopy(self, {id(r): r for r in self._records})
 
     def add_trajectory(self, records: Iterable[BankRecord]) -> None:
         """Add a trajectory's records (step order) and refresh the retriever; a bounded bank compresses and evicts.

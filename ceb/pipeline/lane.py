@@ -1,23 +1,31 @@
 """One lane = one method over one stream, in stream order (Algorithm 1).
 
 Step ``t``'s prompt holds the critic's own score of step ``t-1``, and trajectory ``j+1`` is scored against the bank
-holding trajectory ``j``'s votes. With ``speculation = D`` trajectories ``j+1..j+D`` are scored ahead on the bank as
-it stands (their votes asked too); a step scored ahead is kept only when its request equals the strict order's, and
-from the first that differs the trajectory is asked again. Only kept and strict rows are emitted, so results read
-as the strict order's; the rest is counted in :attr:`Lane.discarded`. No speculation for a critic that sends no
-request, nor for a bank that retrieval changes (``bank.policy = "usefulness"``).
+holding trajectory ``j``'s votes. With ``speculation = D`` trajectories ``j+1..j+D`` are scored ahead, their votes
+asked at once (votes read no score). A trajectory ahead retrieves from the bank the strict order will give it: a
+copy of the lane's bank grown with its predecessors' records as their votes made them (:meth:`Lane._future`); a
+precedent from a trajectory not scored yet waits for that step's score, the one thing of it a request shows. So a
+step ahead waits only for what its request reads (its own trajectory's earlier scores, and the scores of the
+precedents it retrieves), not for the whole of the trajectories before it. A step scored ahead is still kept only
+when its request equals the strict order's, and from the first that differs the trajectory is asked again; only
+kept and strict rows are emitted, so results read as the strict order's, and the rest is counted in
+:attr:`Lane.discarded`. No speculation for a critic that sends no request, nor for a bank that retrieval changes
+(``bank.policy = "usefulness"``).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from typing import NamedTuple
 
 import anyio
 
 from ceb.backends.scheduling import lane as request_lane
 from ceb.backends.scheduling import step as request_step
-from ceb.bank import Bank
+from ceb.bank import Bank, Hit, Retrieval
+from ceb.bank.record import BankRecord, agreement_flag
 from ceb.config import RunConfig
 from ceb.data.trajectory import Trajectory
 from ceb.logs import get_logger
@@ -31,6 +39,7 @@ from ceb.stages.step import (
     PreparedStep,
     ScoredStep,
     ask_critic,
+    bank_records,
     hindsight_votes,
     label_trajectory,
     new_bank,
@@ -95,6 +104,33 @@ class _Votes:
     def __init__(self) -> None:
         self.result: HindsightResult | None = None
         self.done = anyio.Event()
+
+
+class _Scores:
+    """A trajectory's scores as the strict order settles them, in step order."""
+
+    def __init__(self) -> None:
+        self.values: list[float | None] = []
+        self._change = anyio.Event()
+
+    def add(self, score: float | None) -> None:
+        """Settle the next step's score."""
+        self.values.append(score)
+        self._change.set()
+        self._change = anyio.Event()
+
+    async def get(self, t: int) -> float | None:
+        """Step ``t``'s score once settled."""
+        while len(self.values) <= t:
+            await self._change.wait()
+        return self.values[t]
+
+
+class _Future(NamedTuple):
+    """The bank a trajectory ahead is scored on; ``pending``: positions whose records still lack their scores."""
+
+    bank: Bank
+    pending: frozenset[int] = frozenset()
 
 
 class Lane:
@@ -163,6 +199,9 @@ class Lane:
         self.discarded, self.steps_discarded, self.steps_kept_ahead = CallStats(), 0, 0
         self._ahead: dict[int, _Ahead] = {}
         self._votes: dict[int, _Votes] = {}
+        self._scores: dict[int, _Scores] = {}
+        self._index = {t.id: i for i, t in enumerate(trajectories)}
+        self._start = start
         self._bank_lock = anyio.Lock() if self.depth else None
         self._version = 0  # bank updates so far: a request sent at the current one is the strict order's
         self._tail = [0] * (len(trajectories) + 1)  # sequential requests from each trajectory on (priorities)
@@ -188,9 +227,17 @@ class Lane:
                         prefix, self.prefix = self.prefix, ()
                         await self.score_trajectory(self.trajectories[self.position], prefix)
                         self.position += 1
+                        self._forget()
                 finally:
                     for i in list(self._ahead):
                         self._drop(i)
+
+    def _forget(self) -> None:
+        """Drop the votes and settled scores no bank ahead reads (it holds at most ``depth`` trajectories more)."""
+        for p in [p for p in self._votes if p < self.position]:
+            del self._votes[p]
+        for p in [p for p in self._scores if p < self.position - self.depth - 1]:
+            del self._scores[p]
 
     async def score_trajectory(self, trajectory: Trajectory, prefix: Sequence[float | None] = ()) -> None:
         """Score each step before it "runs", then (bank methods) vote in hindsight and grow the bank.
@@ -204,9 +251,12 @@ class Lane:
         actor_prompt = _actor_prompt(trajectory)
         history: list[HistoryItem] = []
         scores: list[float | None] = []
+        settled = self._scores.setdefault(self.position, _Scores()) if self.depth else None
         for t, step in enumerate(blind.steps):
             if t < len(prefix):
                 scores.append(prefix[t])
+                if settled is not None:
+                    settled.add(prefix[t])
                 history.append(HistoryItem(action=step.action, observation=step.observation, score=prefix[t]))
                 continue
             done = await self._kept_ahead(blind, t, history, actor_prompt)
@@ -233,6 +283,8 @@ class Lane:
                     error=res.error,
                 )
             scores.append(res.score)
+            if settled is not None:
+                settled.add(res.score)
             history.append(HistoryItem(action=step.action, observation=step.observation, score=res.score))
             await self.emit(
                 StepRow.from_step(
@@ -252,30 +304,88 @@ class Lane:
             await self._grow_bank(blind, scores, labels)
 
     async def _prepare(
-        self, blind: Trajectory, t: int, history: Sequence[HistoryItem], actor_prompt: str | None
+        self,
+        blind: Trajectory,
+        t: int,
+        history: Sequence[HistoryItem],
+        actor_prompt: str | None,
+        future: _Future | None = None,
     ) -> PreparedStep:
-        return await prepare_step(
+        """Step ``t``'s request on the lane's bank, or on ``future`` with its pending precedents' scores filled in."""
+        prepared = await prepare_step(
             step=blind.steps[t],
             t=t,
             task=blind.task,
             domain=blind.domain,
             history=history,
-            bank=self.bank,
+            bank=self.bank if future is None else future.bank,
             method=self.method,
             config=self.config,
             actor_prompt=actor_prompt,
             bank_lock=self._bank_lock,
-            bank_version=lambda: self._version,
+            bank_version=lambda: self._version if future is None else -1,
         )
+        if future is None or not future.pending:
+            return prepared
+
+        async def settled(hit: Hit) -> Hit:
+            position = self._index.get(hit.record.trajectory_id)
+            if position not in future.pending:
+                return hit
+            score = await self._scores.setdefault(position, _Scores()).get(hit.record.step)
+            agreement = agreement_flag(score, hit.record.pseudo_label)
+            return replace(hit, record=replace(hit.record, score=score, agreement=agreement))
+
+        r = prepared.retrieval
+        retrieval = Retrieval(
+            positives=tuple([await settled(h) for h in r.positives]),
+            negatives=tuple([await settled(h) for h in r.negatives]),
+        )
+        return replace(prepared, retrieval=retrieval, input=replace(prepared.input, retrieval=retrieval))
+
+    async def _future(self, position: int) -> _Future:
+        """The bank the strict order scores trajectory ``position`` on (its predecessors' records), built ahead.
+
+        The lane's own bank once it holds them all; else a copy of it grown with the records of the trajectories
+        between, as their votes made them, their scores pending (filled in by :meth:`_prepare` as the strict order
+        settles them).
+        """
+        for q in range(self._start + self._version, position):
+            await self._votes[q].done.wait()
+        assert self._bank_lock is not None  # depth > 0
+        async with self._bank_lock:
+            banked = self._start + self._version
+            if banked >= position:
+                return _Future(self.bank)
+            grown = [self._voted_records(q) for q in range(banked, position)]
+            bank = await anyio.to_thread.run_sync(self._grown, self.bank, grown)
+        return _Future(bank, frozenset(range(banked, position)))
+
+    def _voted_records(self, position: int) -> tuple[BankRecord, ...]:
+        """Trajectory ``position``'s bank records as its votes made them, without scores."""
+        trajectory = self.trajectories[position].blinded()
+        voted = self._votes[position].result
+        assert voted is not None  # set before done
+        none = [None] * len(trajectory.steps)
+        return bank_records(trajectory, none, voted, method=self.method, config=self.config) or ()
+
+    @staticmethod
+    def _grown(bank: Bank, trajectories: Sequence[Sequence[BankRecord]]) -> Bank:
+        """A copy of ``bank`` with each trajectory's records added, in order."""
+        grown = bank.copy()
+        for records in trajectories:
+            grown.add_trajectory(records)
+        return grown
 
     async def _score_ahead(self, position: int, ahead: _Ahead) -> None:
-        """Score trajectory ``position`` with the bank as it stands, each step after the one before."""
+        """Score trajectory ``position`` on the bank the strict order will give it, each step after the one before."""
         blind = self.trajectories[position].blinded()
         actor_prompt = _actor_prompt(self.trajectories[position])
         history: list[HistoryItem] = []
         try:
+            future = await self._future(position)
             for t, step in enumerate(blind.steps):
-                prepared = await self._prepare(blind, t, history, actor_prompt)
+                prepared = await self._prepare(blind, t, history, actor_prompt, future)
                 if ahead.dropped:
                     return
                 ahead.sent.append(prepared)
@@ -344,7 +454,7 @@ class Lane:
         self.steps_discarded += 1
 
     async def _grow_bank(self, blind: Trajectory, scores: Sequence[float | None], labels: Sequence[int | None]) -> None:
-        votes = self._votes.pop(self.position, None)
+        votes = self._votes.get(self.position)  # kept for the banks ahead until the position moves on
         if votes is not None:
             await votes.done.wait()
         with request_lane(self.key):

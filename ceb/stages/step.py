@@ -34,6 +34,7 @@ __all__ = [
     "ScoredStep",
     "StepArgs",
     "ask_critic",
+    "bank_records",
     "hindsight_votes",
     "label_trajectory",
     "new_bank",
@@ -294,6 +295,41 @@ async def hindsight_votes(
         return await hindsight.label(blind, method.resolve(config.ceb).votes)
 
 
+def bank_records(
+    blind: Trajectory,
+    scores: Sequence[float | None],
+    hr: HindsightResult,
+    *,
+    method: MethodSpec,
+    config: RunConfig,
+) -> tuple[BankRecord, ...] | None:
+    """The bank records of a voted trajectory (Algorithm 1, line 12), one per labelled step, in step order.
+
+    ``scores`` are the steps' ``z^_t`` (``None`` where none), shape ``(T,)``. ``None`` when fewer than
+    ``ceb.min_valid_votes`` (default ``ceil(V / 2)``) votes were valid and the oracle is not voting: not banked.
+    """
+    needed = config.ceb.min_valid_votes or math.ceil(method.resolve(config.ceb).votes / 2)
+    if not method.oracle_labels and len(hr.votes) < needed:
+        return None
+    # An abstained step gets no record: the bank holds only labels the labeler had evidence for.
+    steps = hr.labelled_steps(len(blind.steps))
+    return tuple(
+        BankRecord(
+            task=blind.task,
+            state=state_summary(blind.steps[t].state, config),
+            action=blind.steps[t].action,
+            observation=clip(blind.steps[t].observation, config.prompts.bank_observation_chars),
+            pseudo_label=y,
+            soft_vote=soft,
+            score=scores[t],
+            agreement=agreement_flag(scores[t], y),
+            trajectory_id=blind.id,
+            step=t,
+        )
+        for t, y, soft in zip(steps, hr.pseudo_labels, hr.soft_votes, strict=True)
+    )
+
+
 async def label_trajectory(
     blind: Trajectory,
     scores: Sequence[float | None],
@@ -318,15 +354,12 @@ async def label_trajectory(
     """
     if len(scores) != len(blind.steps):
         raise ValueError(f"trajectory {blind.id}: {len(scores)} scores for {len(blind.steps)} steps")
-    votes = method.resolve(config.ceb).votes
     if voted is not None:
         hr = voted
     else:
         hr = await hindsight_votes(
             blind, method=method, config=config, hindsight=hindsight, labels=labels, request_priority=request_priority
         )
-    # An abstained step gets no record: the bank holds only labels the labeler had evidence for.
-    steps = hr.labelled_steps(len(blind.steps))
     seen = reasons_seen if reasons_seen is not None else set()
     for reason in sorted({a["reason"] for a in hr.abstained} - seen):
         # The same for most trajectories of a stream (e.g. no observations at all): said once per caller and reason.
@@ -338,25 +371,11 @@ async def label_trajectory(
             trajectory=blind.id,
             reason=reason,
         )
+    votes = method.resolve(config.ceb).votes
     needed = config.ceb.min_valid_votes or math.ceil(votes / 2)
-    records: tuple[BankRecord, ...] = ()
-    if method.oracle_labels or len(hr.votes) >= needed:
-        records = tuple(
-            BankRecord(
-                task=blind.task,
-                state=state_summary(blind.steps[t].state, config),
-                action=blind.steps[t].action,
-                observation=clip(blind.steps[t].observation, config.prompts.bank_observation_chars),
-                pseudo_label=y,
-                soft_vote=soft,
-                score=scores[t],
-                agreement=agreement_flag(scores[t], y),
-                trajectory_id=blind.id,
-                step=t,
-            )
-            for t, y, soft in zip(steps, hr.pseudo_labels, hr.soft_votes, strict=True)
-        )
-    else:
+    records = bank_records(blind, scores, hr, method=method, config=config)
+    if records is None:
+        records = ()
         log.warning(
             f"{len(hr.votes)} valid hindsight votes of {votes}, {needed} needed; trajectory not banked",
             stream=stream,

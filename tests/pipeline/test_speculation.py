@@ -15,6 +15,7 @@ from ceb.config import RunConfig, load_config
 from ceb.data import write_stream
 from ceb.eval.report import build_report
 from ceb.pipeline import run_scoring
+from ceb.pipeline.lane import Lane, _Future
 from ceb.pipeline.summary import RunSummary
 from ceb.sim import SimConfig, serve_sim
 from tests.support.builders import step, trajectory
@@ -51,6 +52,7 @@ def config(base_url: str, speculation: int) -> RunConfig:
 
 
 async def test_speculative_rows_are_the_strict_orders_on_the_simulator(tmp_path: Path) -> None:
+    """Trajectories ahead read the bank the strict order gives them: the same rows, and no request discarded."""
     streams = {"bash": stream()}
     async with serve_sim(SIM) as server:
         strict = await run_scoring(streams, config(server.base_url, 0), tmp_path / "strict")
@@ -61,13 +63,30 @@ async def test_speculative_rows_are_the_strict_orders_on_the_simulator(tmp_path:
     for depth, summary in summaries.items():
         for name in FILES:  # one lane: the same rows in the same order, hindsight votes and bank records included
             assert rows(tmp_path / f"d{depth}", name) == rows(tmp_path / "strict", name), (depth, name)
-        # Some steps were taken from ahead, some were asked again, and what was discarded is counted on top.
-        assert summary.steps_kept_ahead > 0 and summary.steps_discarded > 0, depth
-        assert summary.discarded_requests >= summary.steps_discarded
-        assert summary.requests == strict.requests + summary.discarded_requests
-        assert summary.prompt_tokens == strict.prompt_tokens + summary.discarded_prompt_tokens
-        doc = orjson.loads((tmp_path / f"d{depth}" / "summary.json").read_bytes())
-        assert doc["discarded_requests"] == summary.discarded_requests > 0
+        assert summary.steps_kept_ahead > 0 and summary.steps_discarded == summary.discarded_requests == 0, depth
+        assert summary.requests == strict.requests and summary.prompt_tokens == strict.prompt_tokens
+
+
+async def test_a_bank_ahead_that_is_wrong_costs_requests_not_rows(tmp_path: Path, monkeypatch) -> None:
+    """Trajectories ahead on the bank as it stands (one short): steps whose request differs are asked again."""
+    streams = {"bash": stream()}
+
+    async def as_it_stands(self: Lane, position: int) -> _Future:
+        return _Future(self.bank)
+
+    async with serve_sim(SIM) as server:
+        strict = await run_scoring(streams, config(server.base_url, 0), tmp_path / "strict")
+        monkeypatch.setattr(Lane, "_future", as_it_stands)
+        summary = await run_scoring(streams, config(server.base_url, 1), tmp_path / "d1")
+    for name in FILES:
+        assert rows(tmp_path / "d1", name) == rows(tmp_path / "strict", name), name
+    # Some steps were taken from ahead, some were asked again, and what was discarded is counted on top.
+    assert summary.steps_kept_ahead > 0 and summary.steps_discarded > 0
+    assert summary.discarded_requests >= summary.steps_discarded
+    assert summary.requests == strict.requests + summary.discarded_requests
+    assert summary.prompt_tokens == strict.prompt_tokens + summary.discarded_prompt_tokens
+    doc = orjson.loads((tmp_path / "d1" / "summary.json").read_bytes())
+    assert doc["discarded_requests"] == summary.discarded_requests > 0
     # The report's cost section says what speculation discarded, as summary.json counts it.
     report = orjson.loads((build_report(tmp_path / "d1", n_boot=10).parent / "report.json").read_bytes())
     assert report["discarded_speculation"]["discarded_requests"] == summary.discarded_requests
