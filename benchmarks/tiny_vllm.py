@@ -40,7 +40,7 @@ from tests.support import real_model, tiny_model, vllm_router, vllm_server
 
 TINY_ENGINE: dict[str, Any] = {
     "load_format": "dummy",
-    "dtype": "bfloat16",
+    "dtype": vllm_server.DTYPE,
     "max_model_len": 8192,
     "max_logprobs": 20,
     "enable_prefix_caching": True,

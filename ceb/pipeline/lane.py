@@ -351,7 +351,8 @@ class Lane:
         settles them).
         """
         for q in range(self._start + self._version, position):
-            await self._votes[q].done.wait()
+            if (votes := self._votes.get(q)) is not None:  # None: banked meanwhile
+                await votes.done.wait()
         assert self._bank_lock is not None  # depth > 0
         async with self._bank_lock:
             banked = self._start + self._version

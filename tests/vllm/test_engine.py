@@ -32,7 +32,7 @@ from ceb.data import convert_intercode, read_stream
 from ceb.pipeline import read_rows
 from tests.support.paths import INTERCODE, REPO
 from tests.support.real_model import real_model_dir
-from tests.support.vllm_server import VLLM_PYTHON, VLLMServer, cpu_env
+from tests.support.vllm_server import DTYPE, VLLM_PYTHON, VLLMServer, cpu_env
 from tests.vllm.conftest import REQUIRE_ENV
 from tests.vllm.engine_replies import REQUESTS, as_json
 
@@ -58,7 +58,7 @@ max_concurrency = 16
 [backend.engine]
 served_model_name = "{served}"
 load_format = "auto"
-dtype = "bfloat16"
+dtype = "{dtype}"
 max_model_len = 8192
 max_logprobs = 20
 enable_prefix_caching = true
@@ -67,8 +67,9 @@ seed = 0
 structured_outputs_config = {{backend = "xgrammar", disable_any_whitespace = true}}
 enforce_eager = true
 """
-"""The run: the tests' server flags (xgrammar without free white space, 20 log-probs, bf16, seed 0, eager) as
-engine settings, and the server's model name, so that replies name the same model."""
+"""The run: the tests' server flags (xgrammar without free white space, 20 log-probs, the dtype
+:data:`~tests.support.vllm_server.DTYPE`, seed 0, eager) as engine settings, and the server's model name, so that
+replies name the same model."""
 
 LOGPROB_TOL = 0.1
 """Largest difference in a log-prob (nats) between the engine's and the server's replies to the same request."""
@@ -128,7 +129,7 @@ def test_engine_in_process(vllm_server: VLLMServer, tmp_path: Path) -> None:
     convert_intercode(INTERCODE, streams, datasets=("bash",))
     stream = streams / "intercode-bash-gpt-4.jsonl"
     n_steps = sum(len(t.steps) for t in read_stream([stream])[:2])
-    config = CONFIG.format(model=real_model_dir(), served=vllm_server.model)
+    config = CONFIG.format(model=real_model_dir(), served=vllm_server.model, dtype=DTYPE)
     (tmp_path / "ceb.toml").write_text(config, encoding="utf-8")
     run = tmp_path / "run"
     cmd = [str(VLLM_PYTHON), "-m", "tests.vllm.engine_replies", str(tmp_path / "ceb.toml"), str(stream), str(run)]
