@@ -76,6 +76,7 @@ class PipelineSettings:
         naive_trajectories: Trajectories of the first stream run the naive way.
         orders: Stream orders per stream (paper section 4.4); each order is a stream of its own.
         port: The simulator's port; ``None`` takes a free one.
+        speculation: ``speculation`` of the concurrent run; ``None``: ceb's default.
     """
 
     trajectories: int = 30
@@ -85,12 +86,13 @@ class PipelineSettings:
     naive_trajectories: int = 3
     orders: int = 2
     port: int | None = None
+    speculation: int | None = None
 
 
 def _config(url: str, settings: PipelineSettings, *, concurrency: int, lanes: int, orders: int) -> RunConfig:
     # static is asked once for both orders (its rows copied, ceb.pipeline.pool), its trajectories concurrently; the
     # figures recorded before the step pool (issue 39) asked every order, in lanes.
-    return bench_config(
+    config = bench_config(
         url,
         settings.sim.model,
         settings.methods,
@@ -99,6 +101,9 @@ def _config(url: str, settings: PipelineSettings, *, concurrency: int, lanes: in
         orders=orders,
         votes=settings.votes,
     )
+    if settings.speculation is None:
+        return config
+    return config.model_copy(update={"speculation": settings.speculation})
 
 
 def service_s(sim: SimConfig, prompt_tokens: float, completion_tokens: float) -> float:
@@ -245,12 +250,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-num-seqs", type=int, default=48, help="the simulator's capacity")
     ap.add_argument("--time-scale", type=float, default=0.25, help="the simulator's time scale")
     ap.add_argument("--orders", type=int, default=2, help="orders per stream (each a stream of its own)")
+    ap.add_argument("--speculation", type=int, default=None, help="speculation of the concurrent run (ceb's default)")
     args = ap.parse_args(argv)
     configure_logging("error")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         streams = load_intercode_streams(args.intercode, work / "streams")
-        base = PipelineSettings(trajectories=args.trajectories, orders=args.orders, port=args.port or None)
+        base = PipelineSettings(
+            trajectories=args.trajectories, orders=args.orders, port=args.port or None, speculation=args.speculation
+        )
         sim = base.sim.model_copy(update={"max_num_seqs": args.max_num_seqs, "time_scale": args.time_scale})
         settings = replace(base, sim=sim)
         result = run_pipeline_bench(streams, settings, work)

@@ -38,8 +38,12 @@ REQUESTS = (
 
 
 def as_json(completions: list[Completion]) -> str:
-    """The completions as one JSON list (tuples become lists)."""
-    return json.dumps([dataclasses.asdict(c) for c in completions])
+    """The completions as one JSON list (tuples become lists; ``prompt_logprobs``, read lazily, is read whole)."""
+    whole = [
+        c if c.prompt_logprobs is None else dataclasses.replace(c, prompt_logprobs=tuple(c.prompt_logprobs))
+        for c in completions
+    ]
+    return json.dumps([dataclasses.asdict(c) for c in whole])
 
 
 async def _main(config_path: str, stream: str, run_dir: str) -> None:
