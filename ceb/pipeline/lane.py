@@ -127,9 +127,10 @@ class _Scores:
 
 
 class _Future(NamedTuple):
-    """The bank a trajectory ahead is scored on; ``pending``: positions whose records still lack their scores."""
+    """A bank ahead: as of ``version`` (a count of the lane's updates); ``pending``: positions lacking scores."""
 
     bank: Bank
+    version: int
     pending: frozenset[int] = frozenset()
 
 
@@ -323,7 +324,7 @@ class Lane:
             config=self.config,
             actor_prompt=actor_prompt,
             bank_lock=self._bank_lock,
-            bank_version=lambda: self._version if future is None else -1,
+            bank_version=lambda: self._version if future is None else future.version,
         )
         if future is None or not future.pending:
             return prepared
@@ -357,10 +358,11 @@ class Lane:
         async with self._bank_lock:
             banked = self._start + self._version
             if banked >= position:
-                return _Future(self.bank)
+                return _Future(self.bank, self._version)
             grown = [self._voted_records(q) for q in range(banked, position)]
             bank = await anyio.to_thread.run_sync(self._grown, self.bank, grown)
-        return _Future(bank, frozenset(range(banked, position)))
+        # The version the lane's bank will have when it holds them: a request sent on it is the strict order's.
+        return _Future(bank, position - self._start, frozenset(range(banked, position)))
 
     def _voted_records(self, position: int) -> tuple[BankRecord, ...]:
         """Trajectory ``position``'s bank records as its votes made them, without scores."""

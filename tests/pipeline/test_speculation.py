@@ -72,7 +72,7 @@ async def test_a_bank_ahead_that_is_wrong_costs_requests_not_rows(tmp_path: Path
     streams = {"bash": stream()}
 
     async def as_it_stands(self: Lane, position: int) -> _Future:
-        return _Future(self.bank)
+        return _Future(self.bank, self._version)
 
     async with serve_sim(SIM) as server:
         strict = await run_scoring(streams, config(server.base_url, 0), tmp_path / "strict")
