@@ -561,11 +561,12 @@ class RunConfig(_Section):
     (:mod:`ceb.pipeline.pool`)."""
     speculation: int = Field(1, ge=0, le=64)
     """Trajectories a bank lane (``ceb``, ablations, ``ceb-gt-oracle``) scores ahead of its bank: ``D`` > 0 starts
-    ``j+1..j+D`` (and their votes) with the bank as it stands while ``j`` is voted on; once the bank holds ``j``, a
-    step ahead is kept when its critic request equals the strict order's, and from the first that differs the
-    trajectory is asked again (:mod:`ceb.pipeline.lane`). The rows are the strict order's on a deterministic server;
-    ``summary.json`` counts ``discarded_requests``. 0: strict; the offline stand-in and ``bank.policy =
-    "usefulness"`` always run strict. At most 64 (docs/performance.md)."""
+    ``j+1..j+D`` (and their votes) while ``j`` is scored, each on a copy of the bank grown with its predecessors'
+    voted records, a step waiting only for the scores of the precedents it retrieves; a step ahead is kept when its
+    critic request is the strict order's, and from the first that differs the trajectory is asked again
+    (:mod:`ceb.pipeline.lane`). The rows are the strict order's on a deterministic server; ``summary.json`` counts
+    ``discarded_requests``. 0: strict; the offline stand-in and ``bank.policy = "usefulness"`` always run strict.
+    At most 64 (docs/performance.md)."""
     allow_unavailable: bool = False
     """Run methods that cannot score on this backend (an LLM-only baseline on ``offline``) as rows marked "not
     available" instead of refusing the run at start."""

@@ -196,12 +196,14 @@ class Lane:
         # Only requests are worth asking ahead, and only a bank that a retrieval leaves unchanged can be read ahead.
         self._messages: Callable[[CriticInput], object] | None = getattr(self.critic_stage, "messages", None)
         read_only = self.bank.settings.policy != "usefulness"
-        self.depth = config.speculation if method.use_bank and self._messages and read_only else 0
+        # A bank ahead finds a precedent's trajectory by its id, so a stream that repeats one is scored strictly.
+        unique = len({t.id for t in trajectories}) == len(trajectories)
+        self.depth = config.speculation if method.use_bank and self._messages and read_only and unique else 0
         self.discarded, self.steps_discarded, self.steps_kept_ahead = CallStats(), 0, 0
         self._ahead: dict[int, _Ahead] = {}
         self._votes: dict[int, _Votes] = {}
         self._scores: dict[int, _Scores] = {}
-        self._index = {t.id: i for i, t in enumerate(trajectories)}
+        self._index = {t.id: i for i, t in enumerate(trajectories)}  # trajectory id -> position
         self._start = start
         self._bank_lock = anyio.Lock() if self.depth else None
         self._version = 0  # bank updates so far: a request sent at the current one is the strict order's

@@ -124,6 +124,19 @@ def test_retriever_is_refit_when_a_trajectory_is_added():
     assert len(bank) == 3 and bank.n_positive == 2
 
 
+def test_a_copy_grows_apart_and_retrieves_as_the_original_grown_alike():
+    bank = Bank()
+    bank.add_trajectory([rec("ls -la", 1, tid="a"), rec("pwd", 0, tid="a", step=1)])
+    copy = bank.copy()
+    new = [rec("grep needle haystack", 1, tid="b"), rec("grep needle", 0, tid="b", step=1)]
+    copy.add_trajectory(new)
+    assert len(bank) == 2 and len(copy) == 4  # the original is as it was
+    query = composite_key("list files", "", "grep needle")
+    assert [h.record.trajectory_id for h in bank.retrieve(query, k=1).hits] == ["a", "a"]
+    bank.add_trajectory(new)
+    assert bank.retrieve(query, k=2) == copy.retrieve(query, k=2)  # same records, bit-identical similarities
+
+
 def test_bank_refuses_records_with_bad_labels():
     with pytest.raises(BankError, match="pseudo_label=2"):
         Bank().add_trajectory([rec("ls", 2)])
