@@ -3,7 +3,7 @@
 ``python -m tests.vllm.engine_replies CONFIG STREAM RUN_DIR`` (from the repository root) builds the stages of the
 run configuration in ``CONFIG`` (backend ``vllm``, the tests' server flags as ``backend.engine``) as
 ``ceb score`` does, sends :data:`REQUESTS` to its engine and prints them as one JSON line ``REPLIES [...]``
-(``dataclasses.asdict``), then scores the first two trajectories of ``STREAM`` into ``RUN_DIR`` on the same
+(``dataclasses.asdict``), then scores the first trajectory of ``STREAM`` into ``RUN_DIR`` on the same
 engine. One engine start serves both checks (it takes a minute or more on 2 CPU cores).
 """
 
