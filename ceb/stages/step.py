@@ -295,6 +295,11 @@ async def hindsight_votes(
         return await hindsight.label(blind, method.resolve(config.ceb).votes)
 
 
+def _votes_needed(method: MethodSpec, config: RunConfig) -> int:
+    """Valid votes a trajectory needs to be banked: ``ceb.min_valid_votes``, default ``ceil(V / 2)``."""
+    return config.ceb.min_valid_votes or math.ceil(method.resolve(config.ceb).votes / 2)
+
+
 def bank_records(
     blind: Trajectory,
     scores: Sequence[float | None],
@@ -308,8 +313,7 @@ def bank_records(
     ``scores`` are the steps' ``z^_t`` (``None`` where none), shape ``(T,)``. ``None`` when fewer than
     ``ceb.min_valid_votes`` (default ``ceil(V / 2)``) votes were valid and the oracle is not voting: not banked.
     """
-    needed = config.ceb.min_valid_votes or math.ceil(method.resolve(config.ceb).votes / 2)
-    if not method.oracle_labels and len(hr.votes) < needed:
+    if not method.oracle_labels and len(hr.votes) < _votes_needed(method, config):
         return None
     # An abstained step gets no record: the bank holds only labels the labeler had evidence for.
     steps = hr.labelled_steps(len(blind.steps))
@@ -371,8 +375,7 @@ async def label_trajectory(
             trajectory=blind.id,
             reason=reason,
         )
-    votes = method.resolve(config.ceb).votes
-    needed = config.ceb.min_valid_votes or math.ceil(votes / 2)
+    votes, needed = method.resolve(config.ceb).votes, _votes_needed(method, config)
     records = bank_records(blind, scores, hr, method=method, config=config)
     if records is None:
         records = ()
