@@ -36,7 +36,6 @@ from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
-from scipy import sparse
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from ceb.bank.retrieval import TFIDF_PARAMS
@@ -343,7 +342,7 @@ class IncrementalTfidf:
         self._tail: _Block | None = None
         self._norms = np.zeros(0, dtype=np.float64)  # per key: L2 norm of its tf-idf row
         self._inv_norms = np.zeros(0, dtype=np.float64)  # 1 / norm (0 for a key without terms), large banks only
-        self._weights: list[sparse.csc_matrix] | None = None  # per block of _blocks(), while the bank is small
+        self._weights: list[FloatArray] | None = None  # per block of _blocks(), column order, while the bank is small
         self._bound = np.zeros(0, dtype=np.float64)  # per term: max over keys of count / norm
         self._bounds_valid = False  # False: the next reweighing recomputes the bounds from all counts
         self._loosened = 1.0  # factor by which the bounds may exceed the exact ones
@@ -428,8 +427,7 @@ class IncrementalTfidf:
             self._weights = []
             for b in blocks:  # one pass gives the norms and the weights
                 w, self._norms[b.start : b.start + b.n_rows] = _weigh(b, self._idf)
-                csc = (w, b.rows.astype(np.int32), b.indptr.astype(np.int32))
-                self._weights.append(sparse.csc_matrix(csc, shape=(b.n_rows, b.n_cols)))
+                self._weights.append(w)
         else:
             self._weights = None
             for b in blocks:
@@ -619,17 +617,16 @@ class IncrementalTfidf:
             if not m:
                 continue
             part = out[block.start : block.start + block.n_rows]
-            if self._weights is not None:
-                # scipy's column selection and sparse product, in C++: per key, ascending term id.
-                part[:] = self._weights[i][:, ids[:m]] @ q[:m]
-                continue
             idx, lens = block.column_entries(ids[:m])
             if not idx.size:
                 continue
             rows = block.rows[idx]
-            w = np.repeat(self._idf[ids[:m]], lens)
-            w *= block.counts[idx]
-            w /= self._norms[block.start : block.start + block.n_rows][rows]
+            if self._weights is not None:
+                w = self._weights[i][idx]
+            else:
+                w = np.repeat(self._idf[ids[:m]], lens)
+                w *= block.counts[idx]
+                w /= self._norms[block.start : block.start + block.n_rows][rows]
             if _csc_matvec is None:
                 np.add.at(part, rows, w * np.repeat(q[:m], lens))
                 continue
