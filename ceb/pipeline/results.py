@@ -278,7 +278,7 @@ class ResultWriter:
         name = "scores" if isinstance(row, StepRow) else "hindsight"
         f = self._files[name]
         try:
-            f.write(orjson.dumps(asdict(row)) + b"\n")
+            f.write(orjson.dumps(row) + b"\n")  # orjson writes a dataclass as asdict would, in C
             f.flush()
         except OSError as exc:
             raise with_path(exc, self._paths[name]) from exc

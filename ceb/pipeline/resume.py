@@ -16,7 +16,7 @@ import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -311,7 +311,7 @@ def _rewrite(path: Path, rows: Sequence[StepRow | HindsightRow]) -> None:
     try:
         with tmp.open("wb") as f:
             for row in rows:
-                f.write(orjson.dumps(asdict(row)) + b"\n")
+                f.write(orjson.dumps(row) + b"\n")
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
