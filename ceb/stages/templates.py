@@ -29,6 +29,7 @@ fenced code first) is what decides when a model echoes injected text.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -76,6 +77,7 @@ def clip(text: str | None, max_chars: int) -> str:
     return text[:head] + CLIP_MARKER + (text[-tail:] if tail else "")
 
 
+@functools.lru_cache(maxsize=4096)  # a step's prompt fences again each earlier step of its trajectory
 def fence(text: str | None, max_chars: int) -> str:
     r"""Make untrusted ``text`` safe to place in a prompt after a label (the rule in the module docstring).
 
