@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, overload
 
@@ -191,6 +191,27 @@ class Bank:
         self._labels = np.concatenate([self._labels, np.fromiter((r.pseudo_label for r in new), dtype=np.int8)])
         self._classes = _classes(self._labels)
         self._retriever.update(_Keys(self._records))
+
+    def settle_scores(self, records: Sequence[BankRecord]) -> None:
+        """Give the held records of the last trajectory added their critic scores, from ``records`` (step order).
+
+        For a bank grown before the scores were known (the bank ahead of :mod:`ceb.pipeline.lane`): each of
+        ``records`` replaces the held record of its trajectory and step, which it equals but for ``score`` and
+        ``agreement``; so the keys, labels and retriever stay as they are. A record not held (evicted, merged) is
+        skipped.
+
+        Raises:
+            BankError: A record differs from the held one in more than its score and agreement.
+        """
+        by_step = {(r.trajectory_id, r.step): r for r in records}
+        for i in range(max(0, len(self._records) - len(by_step)), len(self._records)):
+            held = self._records[i]
+            new = by_step.get((held.trajectory_id, held.step))
+            if new is None:
+                continue
+            if replace(new, score=held.score, agreement=held.agreement) != held:
+                raise BankError(f"settle_scores: the record of {held.trajectory_id} step {held.step} changed")
+            self._records[i] = new
 
     def retrieve(self, query_key: str, k: int) -> Retrieval:
         """Top-``k`` productive and top-``k`` unproductive records by the retriever's similarity to ``query_key``.

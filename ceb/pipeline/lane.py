@@ -203,6 +203,7 @@ class Lane:
         self._ahead: dict[int, _Ahead] = {}
         self._votes: dict[int, _Votes] = {}
         self._scores: dict[int, _Scores] = {}
+        self._next_banks: dict[int, Bank] = {}  # position -> its bank ahead, grown from the lane's by one trajectory
         self._index = {t.id: i for i, t in enumerate(trajectories)}  # trajectory id -> position
         self._start = start
         self._bank_lock = anyio.Lock() if self.depth else None
@@ -241,6 +242,8 @@ class Lane:
             del self._votes[p]
         for p in [p for p in self._scores if p < self.position - self.depth - 1]:
             del self._scores[p]
+        for p in [p for p in self._next_banks if p <= self.position]:
+            del self._next_banks[p]
 
     async def score_trajectory(self, trajectory: Trajectory, prefix: Sequence[float | None] = ()) -> None:
         """Score each step before it "runs", then (bank methods) vote in hindsight and grow the bank.
@@ -363,6 +366,8 @@ class Lane:
                 return _Future(self.bank, self._version)
             grown = [self._voted_records(q) for q in range(banked, position)]
             bank = await anyio.to_thread.run_sync(self._grown, self.bank, grown)
+            if banked == position - 1:  # the lane's next bank, but for the scores: adopted by _grow_bank
+                self._next_banks[position] = bank
         # The version the lane's bank will have when it holds them: a request sent on it is the strict order's.
         return _Future(bank, position - self._start, frozenset(range(banked, position)))
 
@@ -491,7 +496,12 @@ class Lane:
         # hindsight.jsonl always agree.
         with anyio.CancelScope(shield=True):
             async with self._bank_lock or contextlib.nullcontext():
-                await anyio.to_thread.run_sync(self.bank.add_trajectory, records)
+                grown = self._next_banks.pop(self.position + 1, None)
+                if grown is not None:  # the records are in: they only lack their scores
+                    grown.settle_scores(records or ())
+                    self.bank = grown
+                else:
+                    await anyio.to_thread.run_sync(self.bank.add_trajectory, records)
                 self._version += 1
             await self.emit(row)
 

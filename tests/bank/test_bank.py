@@ -137,6 +137,30 @@ def test_a_copy_grows_apart_and_retrieves_as_the_original_grown_alike():
     assert bank.retrieve(query, k=2) == copy.retrieve(query, k=2)  # same records, bit-identical similarities
 
 
+def test_settled_scores_give_the_bank_grown_with_them():
+    first = [rec("ls -la", 1, tid="a"), rec("pwd", 0, tid="a", step=1)]
+    scored = [rec("grep needle haystack", 1, tid="b", score=0.9), rec("grep needle", 0, tid="b", step=1, score=0.7)]
+    strict, ahead = Bank(), Bank()
+    for bank, second in (
+        (strict, scored),
+        (ahead, [rec(r.action, r.pseudo_label, tid="b", step=r.step, score=None) for r in scored]),
+    ):
+        bank.add_trajectory(first)
+        bank.add_trajectory(second)
+    assert ahead.records != strict.records
+    ahead.settle_scores(scored)
+    assert ahead.records == strict.records and ahead.to_document() == strict.to_document()
+    query = composite_key("list files", "", "grep needle")
+    assert ahead.retrieve(query, k=2) == strict.retrieve(query, k=2)
+
+
+def test_settling_scores_refuses_a_record_that_changed_otherwise():
+    bank = Bank()
+    bank.add_trajectory([rec("ls -la", 1, tid="a", score=None)])
+    with pytest.raises(BankError, match="a step 0 changed"):
+        bank.settle_scores([rec("ls -la", 0, tid="a", score=0.2)])
+
+
 def test_bank_refuses_records_with_bad_labels():
     with pytest.raises(BankError, match="pseudo_label=2"):
         Bank().add_trajectory([rec("ls", 2)])

@@ -44,6 +44,13 @@ def stream(n: int = 10) -> list:
     ]
 
 
+def banks(run: Path) -> dict[str, bytes]:
+    """The saved banks of a run, by file name."""
+    saved = {p.name: p.read_bytes() for p in (run / "banks").iterdir()}
+    assert saved, f"{run}: no bank saved"
+    return saved
+
+
 def config(base_url: str, speculation: int) -> RunConfig:
     backend = {"name": "openai", "base_url": base_url, "model": SIM.model, "max_concurrency": 16}
     return load_config(
@@ -63,6 +70,8 @@ async def test_speculative_rows_are_the_strict_orders_on_the_simulator(tmp_path:
     for depth, summary in summaries.items():
         for name in FILES:  # one lane: the same rows in the same order, hindsight votes and bank records included
             assert rows(tmp_path / f"d{depth}", name) == rows(tmp_path / "strict", name), (depth, name)
+        # The bank the lane ends with (the one ahead, adopted once its scores settled) is the strict order's.
+        assert banks(tmp_path / f"d{depth}") == banks(tmp_path / "strict"), depth
         assert summary.steps_kept_ahead > 0 and summary.steps_discarded == summary.discarded_requests == 0, depth
         assert summary.requests == strict.requests and summary.prompt_tokens == strict.prompt_tokens
 
