@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -240,3 +241,31 @@ async def test_streamed_requests_carry_the_lane_as_session_header():
                     _ = [delta async for delta in reply]
     assert server.headers[0][SESSION_HEADER.lower()] == "lane-k"
     assert server.requests[0]["stream"] is True
+
+
+class _FailsOnce(_Replicas):
+    """A replica set whose first attempt fails with a transient error."""
+
+    async def send(self, request: ChatRequest, endpoint: str) -> Completion:
+        if not self.sent:
+            self.sent.append(("failed", endpoint))
+            raise TransientError("503 from the fake replica")
+        return await super().send(request, endpoint)
+
+
+async def test_a_request_answered_at_once_leaves_no_reference_cycles_and_a_failed_one_is_still_retried():
+    # Cyclic garbage costs a busy client collector time (ChatBackend._send): a plain success makes none.
+    backend = ChatBackend(_Replicas(), max_concurrency=4)
+    await backend.complete(ChatRequest(messages=MESSAGES))  # first use: caches, lazy state
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(10):
+            await backend.complete(ChatRequest(messages=MESSAGES))
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+    flaky = _FailsOnce()
+    retried = ChatBackend(flaky, max_concurrency=4, retry=RetryPolicy(max_attempts=2, backoff_s=0))
+    response = await retried.complete(ChatRequest(messages=MESSAGES))
+    assert response.attempts == 2 and response.retry_reason is not None and len(flaky.sent) == 2
