@@ -7,7 +7,7 @@ import weakref
 
 import pytest
 
-from ceb.gc_tuning import RUN_GC_THRESHOLD, quiet_gc
+from ceb.gc_tuning import RUN_GC_THRESHOLD, default_gc, quiet_gc
 
 
 class _Node:
@@ -39,3 +39,16 @@ def test_cycles_made_inside_are_still_collected() -> None:
         assert ref() is not None
         gc.collect()
         assert ref() is None
+
+
+def test_a_nested_block_changes_nothing_and_default_gc_keeps_cpythons_settings() -> None:
+    before = gc.get_threshold()
+    with quiet_gc():
+        with quiet_gc((1, 1, 1)):  # a run inside a command that tuned the collector already
+            assert gc.get_threshold() == RUN_GC_THRESHOLD
+        assert gc.get_threshold() == RUN_GC_THRESHOLD and gc.get_freeze_count() > 0
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    with default_gc(), quiet_gc():  # a benchmark's arm with CPython's collector
+        assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+    with quiet_gc():
+        assert gc.get_threshold() == RUN_GC_THRESHOLD  # the default block ended

@@ -13,7 +13,6 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from ceb.bench.processes import SimReplicas, sim_process, sim_replicas, sim_stat
 from ceb.bench.stats import summarize
 from ceb.config import RunConfig
 from ceb.data import Trajectory
-from ceb.gc_tuning import quiet_gc
+from ceb.gc_tuning import default_gc, quiet_gc
 from ceb.pipeline import run_scoring
 from ceb.pipeline.runner import progress_callbacks
 from ceb.progress import Progress
@@ -589,7 +588,7 @@ def run_scale_point(
         try:
             if own is not None:
                 os.sched_setaffinity(0, own)
-            with quiet_gc() if gc_mode == "quiet" else nullcontext():
+            with quiet_gc() if gc_mode == "quiet" else default_gc():
                 a, b, lags, ended_at = anyio.run(_drive, streams, config, work / f"r{replicas}", settings, reps, own)
         finally:
             gc.callbacks.remove(collections)

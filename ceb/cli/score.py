@@ -207,7 +207,6 @@ def score_and_report(
             a score; a file error (:func:`~ceb.cli._common.fail`).
     """
     from ceb.eval import run_metrics, write_metrics
-    from ceb.gc_tuning import quiet_gc
     from ceb.logs import register_secret_env
     from ceb.pipeline import run_scoring
     from ceb.pipeline.provenance import scored_by
@@ -225,7 +224,7 @@ def score_and_report(
     scores = RunDir(run_dir).scores
     again = resume_hint or f"the same command and --resume {run_dir}"
     try:
-        with sigterm_as_ctrl_c(), progress, quiet_gc():
+        with sigterm_as_ctrl_c(), progress:
             summary = anyio.run(
                 lambda: run_scoring(
                     data,

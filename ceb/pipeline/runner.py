@@ -11,10 +11,8 @@ chain is served first. Which lanes and pools there are is :mod:`ceb.pipeline.pla
 
 from __future__ import annotations
 
-import gc
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -29,6 +27,7 @@ from ceb.config import RunConfig
 from ceb.data.streams import check_streams
 from ceb.data.trajectory import Trajectory
 from ceb.errors import ConfigError, RunError, reported_error
+from ceb.gc_tuning import quiet_gc
 from ceb.logs import get_logger
 from ceb.pipeline.label import label_sources
 from ceb.pipeline.lane import Lane
@@ -103,7 +102,7 @@ async def run_scoring(
     run = RunDir(run_dir)
     if resume:
         run.require_run()  # before the lock, which would create a missing directory
-    with run.lock(), _batch_gc():
+    with run.lock(), quiet_gc():
         return await _run_scoring(
             streams,
             config,
@@ -115,34 +114,6 @@ async def run_scoring(
             resume=resume,
             shard=shard,
         )
-
-
-_GC_YOUNG = 20_000
-"""Allocations between young collections during a run (CPython's default is 700)."""
-_gc_runs: list[tuple[int, ...]] = []  # the thresholds before the first of the runs in progress, once per run
-
-
-@contextmanager
-def _batch_gc() -> Iterator[None]:
-    """Tune CPython's collector for a scoring run; restored when the last nested run ends.
-
-    A run allocates millions of short-lived objects (requests, replies, tasks) over a heap of long-lived ones
-    (modules, settings, stages) and makes no long-lived cycles, yet under the defaults the collector took about a
-    fifth of the step pool's client CPU (``benchmarks/step_pool.py``). So the heap present at the start is frozen
-    (``gc.freeze``: never traversed again) and a young collection waits for :data:`_GC_YOUNG` allocations.
-    """
-    before = _gc_runs[0] if _gc_runs else gc.get_threshold()
-    if not _gc_runs:
-        gc.freeze()
-        gc.set_threshold(_GC_YOUNG, *before[1:])
-    _gc_runs.append(before)
-    try:
-        yield
-    finally:
-        _gc_runs.pop()
-        if not _gc_runs:
-            gc.set_threshold(*before)
-            gc.unfreeze()
 
 
 async def _run_scoring(
