@@ -18,40 +18,39 @@ __all__ = ["RUN_GC_THRESHOLD", "default_gc", "quiet_gc"]
 RUN_GC_THRESHOLD = (20_000, 50, 100)
 """Allocations per generation-0 collection, then generation-0 (and 1) collections per older one."""
 
-_blocks: list[bool] = []  # the quiet_gc / default_gc blocks in progress, innermost last (True: quiet_gc)
+_open = {"quiet": 0, "default": 0}  # quiet_gc and default_gc blocks in progress (runs may overlap in one loop)
+_before: tuple[int, int, int] | None = None  # the thresholds quiet_gc replaced, while it has them replaced
 
 
 @contextmanager
 def quiet_gc(threshold: tuple[int, int, int] = RUN_GC_THRESHOLD) -> Iterator[None]:
     """Freeze what is alive and raise the thresholds inside the block, restoring both after.
 
-    Cyclic garbage is still freed, only pauses get fewer. Nested in another :func:`quiet_gc` or in
-    :func:`default_gc`, it changes nothing. Process-wide: not re-entrant across threads.
+    Cyclic garbage is still freed, only pauses get fewer. Blocks may nest or overlap (two runs in one event loop):
+    the first one tunes the collector and the last one to end restores it; inside :func:`default_gc` nothing
+    changes. Process-wide: not re-entrant across threads.
     """
-    if _blocks:
-        _blocks.append(_blocks[-1])
-        try:
-            yield
-        finally:
-            _blocks.pop()
-        return
-    before = gc.get_threshold()
-    gc.freeze()  # no collection first: it would walk the whole heap on every run (garbage frozen here waits)
-    gc.set_threshold(*threshold)
-    _blocks.append(True)
+    global _before
+    if _before is None and not _open["default"]:
+        _before = gc.get_threshold()
+        gc.freeze()  # no collection first: it would walk the whole heap on every run (garbage frozen here waits)
+        gc.set_threshold(*threshold)
+    _open["quiet"] += 1
     try:
         yield
     finally:
-        _blocks.pop()
-        gc.set_threshold(*before)
-        gc.unfreeze()
+        _open["quiet"] -= 1
+        if not _open["quiet"] and _before is not None:
+            gc.set_threshold(*_before)
+            gc.unfreeze()
+            _before = None
 
 
 @contextmanager
 def default_gc() -> Iterator[None]:
-    """Keep the collector's settings as they are inside the block: a :func:`quiet_gc` within it changes nothing."""
-    _blocks.append(False)
+    """Keep the collector's settings inside the block: a :func:`quiet_gc` that starts in it changes nothing."""
+    _open["default"] += 1
     try:
         yield
     finally:
-        _blocks.pop()
+        _open["default"] -= 1

@@ -52,3 +52,27 @@ def test_a_nested_block_changes_nothing_and_default_gc_keeps_cpythons_settings()
         assert gc.get_threshold() == before and gc.get_freeze_count() == 0
     with quiet_gc():
         assert gc.get_threshold() == RUN_GC_THRESHOLD  # the default block ended
+
+
+@pytest.mark.anyio
+async def test_overlapping_runs_keep_the_collector_tuned_until_the_last_one_ends() -> None:
+    import anyio
+
+    before = gc.get_threshold()
+    first_done, seen = anyio.Event(), []
+
+    async def first() -> None:
+        with quiet_gc():
+            await anyio.sleep(0.01)
+        first_done.set()
+
+    async def second() -> None:
+        with quiet_gc():
+            await first_done.wait()
+            seen.append(gc.get_threshold())
+        seen.append(gc.get_threshold())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(first)
+        tg.start_soon(second)
+    assert seen == [RUN_GC_THRESHOLD, before] and gc.get_freeze_count() == 0
