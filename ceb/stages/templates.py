@@ -77,7 +77,11 @@ def clip(text: str | None, max_chars: int) -> str:
     return text[:head] + CLIP_MARKER + (text[-tail:] if tail else "")
 
 
-@functools.lru_cache(maxsize=4096)  # a step's prompt fences again each earlier step of its trajectory
+_FENCE_CACHED_CHARS = 8192
+"""Texts up to this long are fenced once (a step's prompt fences each earlier step of its trajectory again): the
+cache of 4,096 holds at most about 32 MB of inputs."""
+
+
 def fence(text: str | None, max_chars: int) -> str:
     r"""Make untrusted ``text`` safe to place in a prompt after a label (the rule in the module docstring).
 
@@ -87,6 +91,19 @@ def fence(text: str | None, max_chars: int) -> str:
     """
     if not text:
         return ""
+    if len(text) <= _FENCE_CACHED_CHARS:
+        return _fenced(text, max_chars)
+    return _fence(text, max_chars)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _fenced(text: str, max_chars: int) -> str:
+    """:func:`_fence`, cached."""
+    return _fence(text, max_chars)
+
+
+def _fence(text: str, max_chars: int) -> str:
+    """:func:`fence` of a non-empty text."""
     text = _CONTROL_TOKEN.sub("< ", text)
     text = text.replace("\r\n", "\n")
     if _OTHER_LINE_BREAK.search(text):  # rare; a search that finds nothing is much faster than a sub
