@@ -197,13 +197,15 @@ class Bank:
 
         For a bank grown before the scores were known (the bank ahead of :mod:`ceb.pipeline.lane`): each of
         ``records`` replaces the held record of its trajectory and step, which it equals but for ``score`` and
-        ``agreement``; so the keys, labels and retriever stay as they are. A record not held (evicted, merged) is
-        skipped.
+        ``agreement``; so the keys, labels and retriever stay as they are. A record a bounded bank does not hold
+        (evicted, merged) is skipped.
 
         Raises:
-            BankError: A record differs from the held one in more than its score and agreement.
+            BankError: A record differs from the held one in more than its score and agreement, or an append-only
+                bank does not hold one of them.
         """
         by_step = {(r.trajectory_id, r.step): r for r in records}
+        settled = 0
         for i in range(max(0, len(self._records) - len(by_step)), len(self._records)):
             held = self._records[i]
             new = by_step.get((held.trajectory_id, held.step))
@@ -212,6 +214,9 @@ class Bank:
             if replace(new, score=held.score, agreement=held.agreement) != held:
                 raise BankError(f"settle_scores: the record of {held.trajectory_id} step {held.step} changed")
             self._records[i] = new
+            settled += 1
+        if settled < len(by_step) and not self._settings.bounded:
+            raise BankError(f"settle_scores: {len(by_step) - settled} of {len(by_step)} records are not in the bank")
 
     def retrieve(self, query_key: str, k: int) -> Retrieval:
         """Top-``k`` productive and top-``k`` unproductive records by the retriever's similarity to ``query_key``.

@@ -67,9 +67,10 @@ _PRUNE_MIN_DEAD = 1 << 12
 changes no score, and depends on the vocabulary and document frequencies only, so a restored kernel prunes alike."""
 _PRUNE_MIN_KEYS = 1 << 16
 """:meth:`IncrementalTfidf.top_k` prunes from this many keys on. A smaller bank scores every key (a few ms at most,
-less than the pruning's fixed work) from stored weights (scipy CSC, 12 bytes an entry, twice as fast to score)."""
+less than the pruning's fixed work) from stored weights (float64 in column order, 8 bytes an entry, beside the
+counts; twice as fast to score)."""
 _STORED_NNZ = 1 << 24
-"""...unless its keys are so long that the stored weights would pass 200 MB (this many entries)."""
+"""...unless its keys are so long that the stored weights would pass 134 MB (this many entries)."""
 _SEED_POSTINGS = 128
 """:meth:`IncrementalTfidf.top_k` scores exactly the keys of its most selective terms until it has this many..."""
 _SEED_MAX = 512

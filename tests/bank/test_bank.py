@@ -159,6 +159,8 @@ def test_settling_scores_refuses_a_record_that_changed_otherwise():
     bank.add_trajectory([rec("ls -la", 1, tid="a", score=None)])
     with pytest.raises(BankError, match="a step 0 changed"):
         bank.settle_scores([rec("ls -la", 0, tid="a", score=0.2)])
+    with pytest.raises(BankError, match="1 of 1 records are not in the bank"):
+        bank.settle_scores([rec("pwd", 1, tid="b", score=0.2)])
 
 
 def test_bank_refuses_records_with_bad_labels():
