@@ -203,7 +203,8 @@ class Lane:
         self._ahead: dict[int, _Ahead] = {}
         self._votes: dict[int, _Votes] = {}
         self._scores: dict[int, _Scores] = {}
-        self._next_banks: dict[int, Bank] = {}  # position -> its bank ahead, grown from the lane's by one trajectory
+        # Position -> its bank ahead when grown from the lane's by one trajectory; _grow_bank adopts (pops) it.
+        self._next_banks: dict[int, Bank] = {}
         self._index = {t.id: i for i, t in enumerate(trajectories)}  # trajectory id -> position
         self._start = start
         self._bank_lock = anyio.Lock() if self.depth else None
@@ -242,8 +243,6 @@ class Lane:
             del self._votes[p]
         for p in [p for p in self._scores if p < self.position - self.depth - 1]:
             del self._scores[p]
-        for p in [p for p in self._next_banks if p <= self.position]:
-            del self._next_banks[p]
 
     async def score_trajectory(self, trajectory: Trajectory, prefix: Sequence[float | None] = ()) -> None:
         """Score each step before it "runs", then (bank methods) vote in hindsight and grow the bank.
@@ -498,7 +497,7 @@ class Lane:
             async with self._bank_lock or contextlib.nullcontext():
                 grown = self._next_banks.pop(self.position + 1, None)
                 if grown is not None:  # the records are in: they only lack their scores
-                    grown.settle_scores(records or ())
+                    grown.settle_scores(records)
                     self.bank = grown
                 else:
                     await anyio.to_thread.run_sync(self.bank.add_trajectory, records)

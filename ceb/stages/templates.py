@@ -96,12 +96,6 @@ def fence(text: str | None, max_chars: int) -> str:
     return _fence(text, max_chars)
 
 
-@functools.lru_cache(maxsize=4096, typed=True)
-def _fenced(text: str, max_chars: int) -> str:
-    """:func:`_fence`, cached."""
-    return _fence(text, max_chars)
-
-
 def _fence(text: str, max_chars: int) -> str:
     """:func:`fence` of a non-empty text."""
     text = _CONTROL_TOKEN.sub("< ", text)
@@ -120,6 +114,9 @@ def _fence(text: str, max_chars: int) -> str:
     if newline != -1 and newline >= head - len(DATA_INDENT):
         start = start[:newline]
     return start + CLIP_MARKER + (text[-tail:] if tail else "")
+
+
+_fenced = functools.lru_cache(maxsize=4096, typed=True)(_fence)  # fence of texts up to _FENCE_CACHED_CHARS
 
 
 def target(action: str, op: str | None, element: str | None, value: str | None) -> str:
